@@ -1,0 +1,76 @@
+/**
+ * Typed errors of the Crucible package. Every error a user can catch is a `CrucibleError`
+ * with a stable `code`; subclasses add the fields their callers branch on.
+ */
+
+/** Stable machine-readable error codes. Add, never rename. */
+export type CrucibleErrorCode =
+  | 'provider_http'
+  | 'provider_timeout'
+  | 'provider_network'
+  | 'provider_protocol'
+  | 'aborted'
+  | 'max_turns_exceeded'
+  | 'max_steps_exceeded'
+  | 'structured_output_invalid'
+  | 'invalid_config'
+  | 'store_error'
+  | 'store_quota'
+  | 'store_blocked'
+  | 'sandbox_error'
+  | 'tool_error'
+  | 'internal';
+
+/** Base class of every error Crucible throws. Branch on `code`, not on message text. */
+export class CrucibleError extends Error {
+  readonly code: CrucibleErrorCode;
+  override readonly cause?: unknown;
+
+  constructor(code: CrucibleErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message);
+    this.name = 'CrucibleError';
+    this.code = code;
+    if (options?.cause !== undefined) this.cause = options.cause;
+  }
+}
+
+/** A model provider failed: HTTP status, network failure, timeout or a malformed response. */
+export class ProviderError extends CrucibleError {
+  /** HTTP status when the server answered; undefined for network errors and timeouts. */
+  readonly status: number | undefined;
+  /** Whether retrying the same request may succeed (429, 5xx, network errors). */
+  readonly retryable: boolean;
+  /** Provider id, e.g. `openai:qwen`. */
+  readonly provider: string;
+  /** Response body excerpt (bounded) for diagnosis. */
+  readonly body: string | undefined;
+
+  constructor(
+    code: Extract<CrucibleErrorCode, `provider_${string}`>,
+    message: string,
+    details: { provider: string; status?: number; retryable?: boolean; body?: string; cause?: unknown },
+  ) {
+    super(code, message, { cause: details.cause });
+    this.name = 'ProviderError';
+    this.provider = details.provider;
+    this.status = details.status;
+    this.retryable = details.retryable ?? false;
+    this.body = details.body;
+  }
+}
+
+/** A store operation failed (I/O, quota, a blocked IndexedDB upgrade). */
+export class StoreError extends CrucibleError {
+  constructor(code: Extract<CrucibleErrorCode, `store_${string}`>, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.name = 'StoreError';
+  }
+}
+
+/** The run was aborted through its `AbortSignal`. */
+export class AbortError extends CrucibleError {
+  constructor(message = 'The run was aborted', options?: { cause?: unknown }) {
+    super('aborted', message, options);
+    this.name = 'AbortError';
+  }
+}

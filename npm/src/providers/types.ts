@@ -1,0 +1,95 @@
+/**
+ * The provider boundary: what the agent core asks of a model, and the chunks a provider
+ * streams back. Providers do the HTTP; the core assembles tool calls from the chunks.
+ * These shapes mirror `src/model/` in the Rust core (camelCase on the wire).
+ */
+
+/** Token counts reported by the provider for one model call. */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+/** A tool call as the model produced it. `arguments` is the raw JSON text. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** Provider-neutral chat message. */
+export type ChatMessage =
+  | { role: 'system'; content: string }
+  | { role: 'user'; content: string }
+  | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
+  | { role: 'tool'; toolCallId: string; name: string; content: string };
+
+/** A tool the model may call. `inputSchema` is JSON Schema. */
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
+
+/** One model call. */
+export interface ModelRequest {
+  messages: ChatMessage[];
+  tools: ToolDefinition[];
+  temperature?: number;
+  maxTokens?: number;
+}
+
+/**
+ * A streamed piece of the model's answer.
+ * - `text`: a text delta.
+ * - `tool_call`: a piece of tool call number `index` (0-based within this response). The
+ *   first piece of a call carries `id` and `name`; `argumentsDelta` pieces concatenate to the
+ *   raw JSON arguments. A provider that receives whole calls emits one piece per call.
+ * - `finish`: the last chunk, with the finish reason and usage when the provider reports it.
+ */
+export type ModelChunk =
+  | { type: 'text'; delta: string }
+  | { type: 'tool_call'; index: number; id?: string; name?: string; argumentsDelta: string }
+  | { type: 'finish'; finishReason: string; usage?: Usage };
+
+/** Per-call options. */
+export interface ModelCallOptions {
+  /** Aborting stops the in-flight fetch; the iterator then throws an `AbortError`. */
+  signal?: AbortSignal;
+}
+
+/**
+ * A model behind a provider. `stream` issues one HTTP request (retrying per the provider's
+ * retry policy before any chunk was yielded) and yields chunks as they arrive.
+ * Errors are `ProviderError` (HTTP, network, timeout, protocol) or `AbortError`.
+ */
+export interface ModelProvider {
+  /** Stable id used for usage accounting, e.g. `openai:qwen`. */
+  readonly id: string;
+  stream(request: ModelRequest, options?: ModelCallOptions): AsyncIterable<ModelChunk>;
+}
+
+/** Retry policy for 429 and 5xx answers and network failures. */
+export interface RetryOptions {
+  /** Retries after the first attempt. Default 2. */
+  maxRetries?: number;
+  /** First backoff in ms, doubled each retry (with jitter); `Retry-After` wins when present. Default 500. */
+  initialDelayMs?: number;
+  /** Cap on a single backoff. Default 8000. */
+  maxDelayMs?: number;
+}
+
+/** Options every fetch-based provider takes. */
+export interface ProviderOptions {
+  model: string;
+  baseURL?: string;
+  apiKey?: string;
+  headers?: Record<string, string>;
+  /** Per-request timeout in ms (connect + full stream). Default 120000. */
+  timeoutMs?: number;
+  retry?: RetryOptions;
+  /** Use streaming (SSE / NDJSON). Default true. */
+  stream?: boolean;
+  /** Custom fetch (tests, proxies). Default `globalThis.fetch`. */
+  fetch?: typeof globalThis.fetch;
+}

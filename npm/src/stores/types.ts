@@ -1,0 +1,26 @@
+/**
+ * The store boundary (DESIGN decision 7): get, put, delete, prefix scan and an atomic batch.
+ * Values are plain JSON; every record the core writes carries a schema version field `v`.
+ * Mirrors the `Store` trait in `src/store/`.
+ */
+
+/** A JSON value as kept in a store. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** One operation of an atomic batch. */
+export type BatchOp = { type: 'put'; key: string; value: JsonValue } | { type: 'delete'; key: string };
+
+/**
+ * A key-value store with lexicographically ordered string keys.
+ * `batch` is all-or-nothing: after a crash either every op of it is visible or none is.
+ * A resolved promise means the write is durable to the store's guarantee.
+ */
+export interface Store {
+  get(key: string): Promise<JsonValue | undefined>;
+  put(key: string, value: JsonValue): Promise<void>;
+  delete(key: string): Promise<void>;
+  /** Every entry whose key starts with `prefix`, in key order. */
+  scan(prefix: string): Promise<Array<[string, JsonValue]>>;
+  batch(ops: BatchOp[]): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,113 @@
+//! Assembles streamed [`ModelChunk`]s into text and complete tool calls.
+//!
+//! Providers stream tool calls as indexed pieces (OpenAI `tool_calls[i]` deltas, Anthropic
+//! `input_json_delta`s); the first piece of a call carries its id and name. Pieces of different
+//! calls may interleave.
+
+use super::{ModelChunk, ToolCall, Usage};
+
+/// What one model response amounted to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssembledResponse {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+}
+
+/// Folds chunks into an [`AssembledResponse`].
+#[derive(Debug, Default)]
+pub struct ResponseAssembler {
+    response: AssembledResponse,
+    // (provider index, call) in first-seen order.
+    calls: Vec<(u32, ToolCall)>,
+    generated_ids: u32,
+}
+
+impl ResponseAssembler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, chunk: &ModelChunk) {
+        match chunk {
+            ModelChunk::Text { delta } => self.response.text.push_str(delta),
+            ModelChunk::ToolCall { index, id, name, arguments_delta } => {
+                let pos = match self.calls.iter().position(|(i, _)| i == index) {
+                    Some(pos) => pos,
+                    None => {
+                        self.calls.push((*index, ToolCall { id: String::new(), name: String::new(), arguments: String::new() }));
+                        self.calls.len() - 1
+                    }
+                };
+                let call = &mut self.calls[pos].1;
+                if let Some(id) = id.as_deref().filter(|s| !s.is_empty()) {
+                    call.id = id.to_string();
+                }
+                if let Some(name) = name.as_deref().filter(|s| !s.is_empty()) {
+                    call.name.push_str(name);
+                }
+                call.arguments.push_str(arguments_delta);
+            }
+            ModelChunk::Finish { finish_reason, usage } => {
+                self.response.finish_reason = Some(finish_reason.clone());
+                if usage.is_some() {
+                    self.response.usage = *usage;
+                }
+            }
+        }
+    }
+
+    /// Finishes assembly. Calls without an id (some servers omit it) get a generated one so
+    /// tool results can still be matched to their call.
+    pub fn finish(mut self, id_prefix: &str) -> AssembledResponse {
+        for (_, mut call) in self.calls.drain(..) {
+            if call.id.is_empty() {
+                self.generated_ids += 1;
+                call.id = format!("{id_prefix}-{}", self.generated_ids);
+            }
+            if call.arguments.trim().is_empty() {
+                call.arguments = "{}".to_string();
+            }
+            self.response.tool_calls.push(call);
+        }
+        self.response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> ModelChunk {
+        ModelChunk::ToolCall {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments_delta: args.to_string(),
+        }
+    }
+
+    #[test]
+    fn interleaved_tool_call_pieces_assemble_by_index() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some("c0"), Some("get_weather"), "{\"ci"));
+        a.push(&piece(1, Some("c1"), Some("get_time"), "{}"));
+        a.push(&piece(0, None, None, "ty\":\"Oslo\"}"));
+        a.push(&ModelChunk::Finish { finish_reason: "tool_calls".into(), usage: Some(Usage { input_tokens: 3, output_tokens: 4 }) });
+        let r = a.finish("call");
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+        assert_eq!(r.tool_calls[1].name, "get_time");
+        assert_eq!(r.usage, Some(Usage { input_tokens: 3, output_tokens: 4 }));
+    }
+
+    #[test]
+    fn missing_ids_and_empty_arguments_are_filled_in() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, None, Some("now"), ""));
+        let r = a.finish("run1-s1");
+        assert_eq!(r.tool_calls[0].id, "run1-s1-1");
+        assert_eq!(r.tool_calls[0].arguments, "{}");
+    }
+}

@@ -1,0 +1,148 @@
+//! Provider-neutral model messages, tool calls, usage, and the [`Model`] trait.
+//!
+//! The core never speaks HTTP: a [`Model`] streams [`ModelChunk`]s (text deltas, pieces of tool
+//! calls, a finish marker) and the loop assembles them. In wasm the model is a JS provider
+//! object adapted in `src/wasm/`; in native tests it is a scripted test double.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+mod assemble;
+pub use assemble::{AssembledResponse, ResponseAssembler};
+
+/// Token counts for one or more model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Adds another call's counts to this one.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// A tool call as the model produced it; `arguments` is the raw JSON text (possibly malformed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Assistant {
+        content: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Tool {
+        tool_call_id: String,
+        name: String,
+        content: String,
+    },
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+}
+
+/// One model call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRequest {
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolDefinition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+/// A streamed piece of a model's answer (see `npm/src/providers/types.ts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ModelChunk {
+    Text {
+        delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCall {
+        index: u32,
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        arguments_delta: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Finish {
+        finish_reason: String,
+        #[serde(default)]
+        usage: Option<Usage>,
+    },
+}
+
+/// Why a model call failed. `code` mirrors the TS `ProviderError` codes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+#[serde(rename_all = "camelCase")]
+pub struct ModelError {
+    /// `provider_http`, `provider_timeout`, `provider_network`, `provider_protocol`, `aborted`, …
+    pub code: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+impl ModelError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), message: message.into(), status: None }
+    }
+
+    /// Whether this error means the caller aborted the run.
+    pub fn is_abort(&self) -> bool {
+        self.code == "aborted"
+    }
+}
+
+/// Receives chunks as the model produces them. Returning is the back-pressure point.
+pub trait ChunkSink {
+    fn chunk(&mut self, chunk: &ModelChunk);
+}
+
+/// A model: one streamed call per request.
+///
+/// `?Send` because in wasm the implementation holds JS objects; natively the loop runs on a
+/// single-threaded executor too.
+#[async_trait(?Send)]
+pub trait Model {
+    /// Stable id used for usage accounting, e.g. `openai:qwen`.
+    fn id(&self) -> String;
+
+    /// Streams one response. Every chunk is passed to `sink` as it arrives; the call returns
+    /// after the stream ends, with an error if the provider failed.
+    async fn stream(&self, request: &ModelRequest, sink: &mut dyn ChunkSink) -> Result<(), ModelError>;
+}
