@@ -3,9 +3,11 @@
 //! and compiled natively for tests and to wasm32 for the npm package.
 #![warn(rust_2018_idioms, missing_debug_implementations)]
 
+pub mod agent;
 pub mod model;
 pub mod sandbox;
 pub mod store;
+pub mod tools;
 
 #[cfg(feature = "wasm")]
 mod wasm;

@@ -1,0 +1,50 @@
+//! Why a run failed. Tool failures are not here: they become results the model sees.
+
+use crate::model::ModelError;
+
+use super::events::ErrorInfo;
+
+/// A run-ending failure, with a stable [`AgentError::code`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentError {
+    #[error("the run used all {max} model turns without a final answer")]
+    MaxTurnsExceeded { max: u32 },
+    #[error("the run asked for more than {max} tool calls")]
+    MaxStepsExceeded { max: u32 },
+    #[error("the final answer does not match the `returns` schema after {attempts} attempts: {reason}")]
+    StructuredOutputInvalid { attempts: u32, reason: String },
+    #[error("model call failed: {0}")]
+    Model(ModelError),
+    #[error("the run was aborted")]
+    Aborted,
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl AgentError {
+    /// Stable machine-readable code (mirrored by the TS error classes).
+    pub fn code(&self) -> String {
+        match self {
+            Self::MaxTurnsExceeded { .. } => "max_turns_exceeded".into(),
+            Self::MaxStepsExceeded { .. } => "max_steps_exceeded".into(),
+            Self::StructuredOutputInvalid { .. } => "structured_output_invalid".into(),
+            Self::Model(e) => e.code.clone(),
+            Self::Aborted => "aborted".into(),
+            Self::InvalidConfig(_) => "invalid_config".into(),
+        }
+    }
+
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo { code: self.code(), message: self.to_string() }
+    }
+}
+
+impl From<ModelError> for AgentError {
+    fn from(e: ModelError) -> Self {
+        if e.is_abort() {
+            Self::Aborted
+        } else {
+            Self::Model(e)
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The one event stream (DESIGN decision 5): every event of a run, tagged by `type`, carrying
+//! the run id and run path. The TS `AgentEvent` union is generated from these types (tsify),
+//! so consumers narrow on `type` exhaustively.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::Usage;
+use crate::tools::ToolFailure;
+
+use super::usage::RunUsage;
+
+/// A typed error as carried by events and results: stable `code`, readable `message`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+pub struct ErrorInfo {
+    pub code: String,
+    pub message: String,
+}
+
+/// An event of a run. `runPath` lists the run ids from the outermost run to this one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEvent {
+    pub run_id: String,
+    pub run_path: Vec<String>,
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+/// What happened. Serialized with `type` as the tag (`"tool.execute.end"`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(tag = "type")]
+pub enum EventBody {
+    /// The run started.
+    #[serde(rename = "agent.start", rename_all = "camelCase")]
+    AgentStart { session_id: String, input: String, model: String },
+    /// A model turn starts (`step` counts turns from 0).
+    #[serde(rename = "step.start", rename_all = "camelCase")]
+    StepStart { step: u32 },
+    /// A piece of the model's text, as it streams.
+    #[serde(rename = "text.delta", rename_all = "camelCase")]
+    TextDelta { step: u32, delta: String },
+    /// The model asked for a tool call. `arguments` is the parsed JSON, or the raw text when
+    /// it did not parse.
+    #[serde(rename = "tool.call", rename_all = "camelCase")]
+    ToolCall { step: u32, call_id: String, name: String, arguments: Value },
+    /// A validated call starts executing.
+    #[serde(rename = "tool.execute.start", rename_all = "camelCase")]
+    ToolExecuteStart { step: u32, call_id: String, name: String },
+    /// A call finished with output.
+    #[serde(rename = "tool.execute.end", rename_all = "camelCase")]
+    ToolExecuteEnd { step: u32, call_id: String, name: String, result: Value, duration_ms: f64 },
+    /// A call failed (unknown tool, invalid arguments, thrown error, oversized result…); the
+    /// model receives the error and the loop goes on.
+    #[serde(rename = "tool.execute.error", rename_all = "camelCase")]
+    ToolExecuteError { step: u32, call_id: String, name: String, error: ToolFailure, duration_ms: f64 },
+    /// A model turn ended.
+    #[serde(rename = "step.end", rename_all = "camelCase")]
+    StepEnd { step: u32, finish_reason: String, usage: Usage, tool_calls: u32 },
+    /// The final answer did not validate against `returns`; the model is asked again.
+    #[serde(rename = "output.retry", rename_all = "camelCase")]
+    OutputRetry { step: u32, reason: String },
+    /// The run finished with a final answer (`output` is the parsed value when `returns` is
+    /// set, else the text).
+    #[serde(rename = "agent.end", rename_all = "camelCase")]
+    AgentEnd { output: Value, text: String, usage: RunUsage, turns: u32, steps: u32 },
+    /// The run failed (limit, model error, abort).
+    #[serde(rename = "agent.error", rename_all = "camelCase")]
+    AgentError { error: ErrorInfo, usage: RunUsage },
+}
+
+/// Receives events as they happen.
+pub trait EventSink {
+    fn emit(&mut self, event: AgentEvent);
+}
+
+/// Collects events in memory (tests, and `run()`-style callers).
+#[derive(Debug, Default)]
+pub struct CollectingSink {
+    pub events: Vec<AgentEvent>,
+}
+
+impl EventSink for CollectingSink {
+    fn emit(&mut self, event: AgentEvent) {
+        self.events.push(event);
+    }
+}
+
+impl<F: FnMut(AgentEvent)> EventSink for F {
+    fn emit(&mut self, event: AgentEvent) {
+        self(event)
+    }
+}

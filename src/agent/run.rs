@@ -1,0 +1,242 @@
+//! The loop: model turn → tool calls (validated, run concurrently, results in call order) →
+//! next turn, until a final answer, a limit, a model error or an abort.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use futures::stream::{self, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall};
+use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolSet};
+
+use super::config::AgentConfig;
+use super::env::{CancelSignal, Environment};
+use super::error::AgentError;
+use super::events::{AgentEvent, EventBody, EventSink};
+use super::structured::{check_final_answer, returns_instruction, returns_reminder};
+use super::usage::RunUsage;
+
+/// The loop's state: plain data, serializable, no I/O (so a run can be persisted and resumed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunState {
+    pub run_id: String,
+    pub run_path: Vec<String>,
+    pub session_id: String,
+    /// Conversation so far, without the system message (rebuilt from config each turn).
+    pub messages: Vec<Message>,
+    /// Model turns taken.
+    pub turns: u32,
+    /// Tool calls dispatched.
+    pub steps: u32,
+    /// Re-prompts spent on invalid structured answers.
+    pub output_retries: u32,
+    pub usage: RunUsage,
+}
+
+/// A finished run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOutput {
+    pub run_id: String,
+    /// The parsed answer when `returns` is set, else the text as a JSON string.
+    pub output: Value,
+    pub text: String,
+    pub usage: RunUsage,
+    pub turns: u32,
+    pub steps: u32,
+    /// The conversation including this run (without the system message).
+    pub messages: Vec<Message>,
+}
+
+/// Everything one run needs, borrowed from the agent.
+pub(crate) struct RunContext<'a> {
+    pub config: &'a AgentConfig,
+    pub returns: Option<&'a CompiledSchema>,
+    pub model: &'a dyn Model,
+    pub tools: &'a ToolSet,
+    pub env: &'a dyn Environment,
+    pub cancel: Option<&'a dyn CancelSignal>,
+}
+
+struct Emitter<'s> {
+    sink: RefCell<&'s mut dyn EventSink>,
+    run_id: String,
+    run_path: Vec<String>,
+}
+
+impl Emitter<'_> {
+    fn emit(&self, body: EventBody) {
+        let event = AgentEvent { run_id: self.run_id.clone(), run_path: self.run_path.clone(), body };
+        self.sink.borrow_mut().emit(event);
+    }
+}
+
+struct TextForwarder<'e, 's> {
+    emitter: &'e Emitter<'s>,
+    assembler: ResponseAssembler,
+    step: u32,
+}
+
+impl ChunkSink for TextForwarder<'_, '_> {
+    fn chunk(&mut self, chunk: &ModelChunk) {
+        if let ModelChunk::Text { delta } = chunk {
+            if !delta.is_empty() {
+                self.emitter.emit(EventBody::TextDelta { step: self.step, delta: delta.clone() });
+            }
+        }
+        self.assembler.push(chunk);
+    }
+}
+
+impl RunContext<'_> {
+    fn system_prompt(&self) -> Option<Message> {
+        let mut prompt = self.config.instructions.clone();
+        if let Some(schema) = &self.config.returns {
+            if !prompt.is_empty() {
+                prompt.push_str("\n\n");
+            }
+            prompt.push_str(&returns_instruction(schema));
+        }
+        (!prompt.is_empty()).then_some(Message::System { content: prompt })
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.is_cancelled())
+    }
+
+    /// Runs from `state` to the end. Emits `agent.end` or `agent.error` last.
+    pub(crate) async fn drive(&self, mut state: RunState, sink: &mut dyn EventSink) -> (RunState, Result<RunOutput, AgentError>) {
+        let emitter = Emitter { sink: RefCell::new(sink), run_id: state.run_id.clone(), run_path: state.run_path.clone() };
+        let result = self.turns(&mut state, &emitter).await;
+        match &result {
+            Ok(out) => emitter.emit(EventBody::AgentEnd {
+                output: out.output.clone(),
+                text: out.text.clone(),
+                usage: out.usage.clone(),
+                turns: out.turns,
+                steps: out.steps,
+            }),
+            Err(e) => emitter.emit(EventBody::AgentError { error: e.info(), usage: state.usage.clone() }),
+        }
+        (state, result)
+    }
+
+    async fn turns(&self, state: &mut RunState, emitter: &Emitter<'_>) -> Result<RunOutput, AgentError> {
+        let model_id = self.model.id();
+        loop {
+            if self.cancelled() {
+                return Err(AgentError::Aborted);
+            }
+            if state.turns >= self.config.max_turns {
+                return Err(AgentError::MaxTurnsExceeded { max: self.config.max_turns });
+            }
+            let step = state.turns;
+            state.turns += 1;
+            emitter.emit(EventBody::StepStart { step });
+
+            let mut messages = Vec::with_capacity(state.messages.len() + 1);
+            messages.extend(self.system_prompt());
+            messages.extend(state.messages.iter().cloned());
+            let request = ModelRequest {
+                messages,
+                tools: self.tools.definitions(),
+                temperature: self.config.temperature,
+                max_tokens: self.config.max_tokens,
+            };
+            let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
+            self.model.stream(&request, &mut forwarder).await?;
+            let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id));
+            let usage = response.usage.unwrap_or_default();
+            state.usage.record(&model_id, usage);
+            let finish_reason = response.finish_reason.clone().unwrap_or_else(|| "stop".into());
+
+            if response.tool_calls.is_empty() {
+                state.messages.push(Message::Assistant { content: response.text.clone(), tool_calls: vec![] });
+                emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: 0 });
+                let output = match self.returns {
+                    None => Value::String(response.text.clone()),
+                    Some(schema) => match check_final_answer(&response.text, schema) {
+                        Ok(value) => value,
+                        Err(reason) => {
+                            if state.output_retries >= self.config.max_output_retries {
+                                return Err(AgentError::StructuredOutputInvalid { attempts: state.output_retries + 1, reason });
+                            }
+                            state.output_retries += 1;
+                            emitter.emit(EventBody::OutputRetry { step, reason: reason.clone() });
+                            state.messages.push(Message::User { content: returns_reminder(&reason) });
+                            continue;
+                        }
+                    },
+                };
+                return Ok(RunOutput {
+                    run_id: state.run_id.clone(),
+                    output,
+                    text: response.text,
+                    usage: state.usage.clone(),
+                    turns: state.turns,
+                    steps: state.steps,
+                    messages: state.messages.clone(),
+                });
+            }
+
+            let calls = response.tool_calls;
+            if state.steps + calls.len() as u32 > self.config.max_steps {
+                return Err(AgentError::MaxStepsExceeded { max: self.config.max_steps });
+            }
+            state.steps += calls.len() as u32;
+            state.messages.push(Message::Assistant { content: response.text, tool_calls: calls.clone() });
+            for call in &calls {
+                let arguments = serde_json::from_str(&call.arguments).unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                emitter.emit(EventBody::ToolCall { step, call_id: call.id.clone(), name: call.name.clone(), arguments });
+            }
+            if self.cancelled() {
+                return Err(AgentError::Aborted);
+            }
+            let results = self.execute_calls(step, state, &calls, emitter).await;
+            state.messages.extend(results);
+            emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
+        }
+    }
+
+    /// Runs a step's calls concurrently (bounded), emitting end events in call order, and
+    /// returns the tool messages in call order.
+    async fn execute_calls(&self, step: u32, state: &RunState, calls: &[ToolCall], emitter: &Emitter<'_>) -> Vec<Message> {
+        let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
+        let env = self.env;
+        let tools = self.tools;
+        let run_id = &state.run_id;
+        let session_id = &state.session_id;
+        let mut ordered = stream::iter(calls.iter().map(|call| async move {
+            emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
+            let ctx = CallContext { run_id: run_id.clone(), call_id: call.id.clone(), session_id: session_id.clone() };
+            let started = env.now_ms();
+            let outcome = execute_call(tools, &call.name, &call.arguments, &ctx, limits).await;
+            (call, outcome, env.now_ms() - started)
+        }))
+        .buffered(self.config.max_parallel_tools);
+
+        let mut messages = Vec::with_capacity(calls.len());
+        while let Some((call, outcome, duration_ms)) = ordered.next().await {
+            let content = match outcome.result {
+                Ok(result) => {
+                    let content = serde_json::to_string(&result).unwrap_or_default();
+                    emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
+                    content
+                }
+                Err(error) => {
+                    let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
+                    emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
+                    content
+                }
+            };
+            messages.push(Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content });
+        }
+        messages
+    }
+}
+
+/// Shared handle type for models held by agents.
+pub type SharedModel = Rc<dyn Model>;

@@ -1,0 +1,86 @@
+//! One tool call, end to end: parse the model's raw arguments, validate them against the input
+//! schema, run the handler, bound and check the result. Every failure becomes a
+//! [`ToolFailure`] the model can read; nothing here aborts the run.
+
+use serde_json::Value;
+
+use super::{CallContext, ToolFailure, ToolSet};
+
+/// Bounds applied to every tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutionLimits {
+    /// Largest serialized result (bytes of JSON) passed back to the model.
+    pub max_result_bytes: usize,
+}
+
+impl Default for ExecutionLimits {
+    fn default() -> Self {
+        Self { max_result_bytes: 64 * 1024 }
+    }
+}
+
+/// Outcome of one call: the parsed arguments (when they parsed) and the result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    pub arguments: Option<Value>,
+    pub result: Result<Value, ToolFailure>,
+}
+
+/// Parses arguments text the way models actually produce it: JSON, possibly empty.
+fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_str(trimmed)
+        .map_err(|e| ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")))
+}
+
+/// Runs the call `name(raw_arguments)` against `tools`.
+pub async fn execute_call(
+    tools: &ToolSet,
+    name: &str,
+    raw_arguments: &str,
+    ctx: &CallContext,
+    limits: ExecutionLimits,
+) -> ToolOutcome {
+    let Some(tool) = tools.get(name) else {
+        let known: Vec<&str> = tools.names().collect();
+        return ToolOutcome {
+            arguments: None,
+            result: Err(ToolFailure::new(
+                "unknown_tool",
+                format!("no tool named `{name}`; available tools: {}", known.join(", ")),
+            )),
+        };
+    };
+    let args = match parse_arguments(raw_arguments) {
+        Ok(args) => args,
+        Err(failure) => return ToolOutcome { arguments: None, result: Err(failure) },
+    };
+    if let Err(violations) = tool.input_schema().check(&args) {
+        return ToolOutcome {
+            arguments: Some(args),
+            result: Err(ToolFailure::new(
+                "invalid_arguments",
+                format!("arguments do not match the input schema of `{name}`: {violations}"),
+            )),
+        };
+    }
+    let result = tool.handler().call(args.clone(), ctx).await.and_then(|output| {
+        if let Some(schema) = tool.output_schema() {
+            schema.check(&output).map_err(|violations| {
+                ToolFailure::new("invalid_output", format!("`{name}` returned output that violates its output schema: {violations}"))
+            })?;
+        }
+        let size = serde_json::to_string(&output).map(|s| s.len()).unwrap_or(usize::MAX);
+        if size > limits.max_result_bytes {
+            return Err(ToolFailure::new(
+                "result_too_large",
+                format!("`{name}` returned {size} bytes of JSON; the limit is {} bytes", limits.max_result_bytes),
+            ));
+        }
+        Ok(output)
+    });
+    ToolOutcome { arguments: Some(args), result }
+}

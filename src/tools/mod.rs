@@ -1,0 +1,156 @@
+//! Tools: specs, the handler trait, the per-agent tool set, and the executor that validates
+//! arguments, runs the handler and checks the result.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::ToolDefinition;
+
+mod executor;
+mod schema;
+
+pub use executor::{execute_call, ExecutionLimits, ToolOutcome};
+pub use schema::{CompiledSchema, SchemaError};
+
+/// Why a tool call produced an error result instead of output. The model sees `code` and
+/// `message`; the loop goes on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ToolFailure {
+    /// `unknown_tool`, `invalid_arguments`, `execution_failed`, `result_too_large`,
+    /// `invalid_output`, `aborted`, `denied`.
+    pub code: String,
+    pub message: String,
+}
+
+impl ToolFailure {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), message: message.into() }
+    }
+}
+
+/// Context a handler receives with each call.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    pub run_id: String,
+    pub call_id: String,
+    pub session_id: String,
+}
+
+/// Runs one tool. Host tools (TS `execute`), forged tools (sandbox or compose) and meta-tools
+/// all implement this.
+#[async_trait(?Send)]
+pub trait ToolHandler {
+    async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure>;
+}
+
+/// A tool the agent can call: its public contract plus its handler.
+#[derive(Clone)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    input: Rc<CompiledSchema>,
+    output: Option<Rc<CompiledSchema>>,
+    handler: Rc<dyn ToolHandler>,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// Builds a tool, compiling its schemas once. Fails if a schema is not JSON Schema.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: &Value,
+        output_schema: Option<&Value>,
+        handler: Rc<dyn ToolHandler>,
+    ) -> Result<Self, SchemaError> {
+        Ok(Self {
+            name: name.into(),
+            description: description.into(),
+            input: Rc::new(CompiledSchema::compile(input_schema)?),
+            output: output_schema.map(CompiledSchema::compile).transpose()?.map(Rc::new),
+            handler,
+        })
+    }
+
+    pub fn definition(&self) -> ToolDefinition {
+        ToolDefinition {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input.source().clone(),
+        }
+    }
+
+    pub fn input_schema(&self) -> &CompiledSchema {
+        &self.input
+    }
+
+    pub fn output_schema(&self) -> Option<&CompiledSchema> {
+        self.output.as_deref()
+    }
+
+    pub fn handler(&self) -> &Rc<dyn ToolHandler> {
+        &self.handler
+    }
+}
+
+/// The tools one agent offers the model, by name (ordered, so requests are deterministic).
+#[derive(Debug, Clone, Default)]
+pub struct ToolSet {
+    tools: BTreeMap<String, Tool>,
+}
+
+/// Tool names the model sees must be short identifiers (provider APIs enforce this).
+pub fn is_valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl ToolSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces a tool.
+    pub fn insert(&mut self, tool: Tool) {
+        self.tools.insert(tool.name.clone(), tool);
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<Tool> {
+        self.tools.remove(name)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.tools.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools.values().map(Tool::definition).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}

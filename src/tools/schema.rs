@@ -1,0 +1,82 @@
+//! Compiled JSON Schemas (the `jsonschema` crate) and readable violation reports.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// Most violations listed in one report; the model needs the first few, not hundreds.
+const MAX_REPORTED_VIOLATIONS: usize = 5;
+
+/// A compiled schema. Compile once per tool; validation is then allocation-light.
+pub struct CompiledSchema {
+    validator: jsonschema::Validator,
+    source: Value,
+}
+
+impl fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledSchema").field("source", &self.source).finish()
+    }
+}
+
+/// The schema itself is not valid JSON Schema.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid JSON Schema: {0}")]
+pub struct SchemaError(pub String);
+
+impl CompiledSchema {
+    pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
+        let validator = jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?;
+        Ok(Self { validator, source: schema.clone() })
+    }
+
+    pub fn source(&self) -> &Value {
+        &self.source
+    }
+
+    /// `Ok` when `instance` is valid; otherwise a readable list of violations with their paths.
+    pub fn check(&self, instance: &Value) -> Result<(), String> {
+        if self.validator.is_valid(instance) {
+            return Ok(());
+        }
+        let mut lines: Vec<String> = Vec::new();
+        let mut total = 0usize;
+        for error in self.validator.iter_errors(instance) {
+            total += 1;
+            if lines.len() < MAX_REPORTED_VIOLATIONS {
+                let path = error.instance_path().to_string();
+                let at = if path.is_empty() { "(root)".to_string() } else { path };
+                lines.push(format!("{at}: {error}"));
+            }
+        }
+        if total > lines.len() {
+            lines.push(format!("… and {} more", total - lines.len()));
+        }
+        Err(lines.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reports_path_and_reason_for_each_violation() {
+        let s = CompiledSchema::compile(&json!({
+            "type": "object",
+            "properties": { "city": { "type": "string" }, "days": { "type": "integer" } },
+            "required": ["city"]
+        }))
+        .unwrap();
+        assert!(s.check(&json!({ "city": "Oslo" })).is_ok());
+        let err = s.check(&json!({ "days": "x" })).unwrap_err();
+        assert!(err.contains("city"), "{err}");
+        assert!(err.contains("/days"), "{err}");
+    }
+
+    #[test]
+    fn rejects_a_schema_that_is_not_json_schema() {
+        assert!(CompiledSchema::compile(&json!({ "type": "no-such-type" })).is_err());
+    }
+}

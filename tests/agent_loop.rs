@@ -1,0 +1,292 @@
+//! The agent loop, specified through a scripted test-double model.
+
+mod support;
+
+use std::rc::Rc;
+
+use crucible::agent::{Agent, AgentConfig, AgentError, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions};
+use crucible::model::{Message, ModelError};
+use crucible::tools::{Tool, ToolFailure, ToolSet};
+use futures::executor::block_on;
+use serde_json::{json, Value};
+use support::*;
+
+fn weather_tool(handler: Rc<FnTool>) -> Tool {
+    Tool::new(
+        "get_weather",
+        "Current temperature for a city",
+        &json!({ "type": "object", "properties": { "city": { "type": "string" } }, "required": ["city"] }),
+        None,
+        handler,
+    )
+    .unwrap()
+}
+
+fn agent_with(model: Rc<ScriptedModel>, tools: Vec<Tool>, config: AgentConfig) -> Agent {
+    let mut set = ToolSet::new();
+    for t in tools {
+        set.insert(t);
+    }
+    Agent::new(config, model, set, Rc::new(NativeEnvironment::default())).unwrap()
+}
+
+fn types(sink: &CollectingSink) -> Vec<&'static str> {
+    sink.events
+        .iter()
+        .map(|e| match &e.body {
+            EventBody::AgentStart { .. } => "agent.start",
+            EventBody::StepStart { .. } => "step.start",
+            EventBody::TextDelta { .. } => "text.delta",
+            EventBody::ToolCall { .. } => "tool.call",
+            EventBody::ToolExecuteStart { .. } => "tool.execute.start",
+            EventBody::ToolExecuteEnd { .. } => "tool.execute.end",
+            EventBody::ToolExecuteError { .. } => "tool.execute.error",
+            EventBody::StepEnd { .. } => "step.end",
+            EventBody::OutputRetry { .. } => "output.retry",
+            EventBody::AgentEnd { .. } => "agent.end",
+            EventBody::AgentError { .. } => "agent.error",
+        })
+        .filter(|t| *t != "text.delta")
+        .collect()
+}
+
+fn tool_errors(sink: &CollectingSink) -> Vec<ToolFailure> {
+    sink.events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ToolExecuteError { error, .. } => Some(error.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn answers_without_tools_and_streams_text_deltas() {
+    let model = ScriptedModel::new(vec![text("Hello there, Oslo!")]);
+    let agent = agent_with(model, vec![], AgentConfig::default());
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("hi", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(out.output, json!("Hello there, Oslo!"));
+    let deltas: String = sink
+        .events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, "Hello there, Oslo!");
+    assert_eq!(types(&sink), ["agent.start", "step.start", "step.end", "agent.end"]);
+    assert!(sink.events.iter().all(|e| e.run_id == out.run_id && e.run_path == vec![out.run_id.clone()]));
+}
+
+#[test]
+fn calls_a_tool_feeds_the_result_back_and_finishes() {
+    let weather = FnTool::new(|args| Ok(json!({ "city": args["city"], "celsius": 21 })));
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("It is 21 °C in Oslo.")]);
+    let agent = agent_with(model.clone(), vec![weather_tool(weather.clone())], AgentConfig { instructions: "Be concise.".into(), ..Default::default() });
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("Weather in Oslo?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(out.text, "It is 21 °C in Oslo.");
+    assert_eq!((out.turns, out.steps), (2, 1));
+    assert_eq!(
+        types(&sink),
+        ["agent.start", "step.start", "tool.call", "tool.execute.start", "tool.execute.end", "step.end", "step.start", "step.end", "agent.end"]
+    );
+    let requests = model.requests.borrow();
+    assert_eq!(requests[0].messages[0], Message::System { content: "Be concise.".into() });
+    assert_eq!(requests[0].tools[0].name, "get_weather");
+    let Message::Tool { content, tool_call_id, .. } = requests[1].messages.last().unwrap() else { panic!("last message is not a tool result") };
+    assert_eq!(tool_call_id, "call_0");
+    assert_eq!(serde_json::from_str::<Value>(content).unwrap(), json!({ "city": "Oslo", "celsius": 21 }));
+}
+
+#[test]
+fn invalid_arguments_become_an_error_result_and_the_loop_goes_on() {
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"town":"Oslo"}"#), call("get_weather", "{not json"), text("Sorry.")]);
+    let agent = agent_with(model.clone(), vec![weather_tool(weather.clone())], AgentConfig::default());
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(out.text, "Sorry.");
+    assert_eq!(weather.calls.get(), 0, "execute must not run on invalid arguments");
+    let errors = tool_errors(&sink);
+    assert_eq!(errors.len(), 2);
+    assert!(errors.iter().all(|e| e.code == "invalid_arguments"));
+    assert!(errors[0].message.contains("city"), "{}", errors[0].message);
+    let Message::Tool { content, .. } = &model.requests.borrow()[1].messages.last().unwrap().clone() else { panic!() };
+    assert!(content.contains("invalid_arguments"));
+}
+
+#[test]
+fn unknown_tools_and_throwing_tools_become_error_results() {
+    let weather = FnTool::new(|_| Err(ToolFailure::new("execution_failed", "upstream weather service is down")));
+    let model = ScriptedModel::new(vec![calls(&[("no_such_tool", "{}"), ("get_weather", r#"{"city":"Oslo"}"#)]), text("Could not.")]);
+    let agent = agent_with(model, vec![weather_tool(weather)], AgentConfig::default());
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    let errors = tool_errors(&sink);
+    assert_eq!(errors[0].code, "unknown_tool");
+    assert!(errors[0].message.contains("get_weather"), "lists available tools: {}", errors[0].message);
+    assert_eq!(errors[1].code, "execution_failed");
+}
+
+#[test]
+fn oversized_results_are_refused_with_a_bounded_error() {
+    let big = FnTool::new(|_| Ok(json!({ "blob": "x".repeat(5000) })));
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("ok")]);
+    let agent = agent_with(model.clone(), vec![weather_tool(big)], AgentConfig { max_result_bytes: 1000, ..Default::default() });
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(tool_errors(&sink)[0].code, "result_too_large");
+    let Message::Tool { content, .. } = model.requests.borrow()[1].messages.last().unwrap().clone() else { panic!() };
+    assert!(content.len() < 1000);
+}
+
+#[test]
+fn max_turns_ends_the_run_with_a_typed_error() {
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let model = ScriptedModel::repeating(call("get_weather", r#"{"city":"Oslo"}"#));
+    let agent = agent_with(model, vec![weather_tool(weather)], AgentConfig { max_turns: 3, max_steps: 100, ..Default::default() });
+    let mut sink = CollectingSink::default();
+    let err = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap_err();
+    assert_eq!(err, AgentError::MaxTurnsExceeded { max: 3 });
+    assert_eq!(err.code(), "max_turns_exceeded");
+    assert!(matches!(&sink.events.last().unwrap().body, EventBody::AgentError { error, .. } if error.code == "max_turns_exceeded"));
+}
+
+#[test]
+fn max_steps_counts_tool_calls_across_turns() {
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let two = calls(&[("get_weather", r#"{"city":"A"}"#), ("get_weather", r#"{"city":"B"}"#)]);
+    let model = ScriptedModel::repeating(two);
+    let agent = agent_with(model, vec![weather_tool(weather.clone())], AgentConfig { max_steps: 5, ..Default::default() });
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err, AgentError::MaxStepsExceeded { max: 5 });
+    assert_eq!(weather.calls.get(), 4, "the third pair would exceed the budget and is not executed");
+}
+
+#[test]
+fn structured_returns_reprompt_until_the_answer_validates() {
+    let schema = json!({ "type": "object", "properties": { "celsius": { "type": "number" } }, "required": ["celsius"] });
+    let model = ScriptedModel::new(vec![text("It is warm."), text("```json\n{\"celsius\": 21}\n```")]);
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(schema), ..Default::default() });
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(out.output, json!({ "celsius": 21 }));
+    assert!(types(&sink).contains(&"output.retry"));
+    let Message::System { content } = &model.requests.borrow()[0].messages[0] else { panic!() };
+    assert!(content.contains("JSON Schema"));
+}
+
+#[test]
+fn structured_returns_give_up_after_the_bounded_retries() {
+    let schema = json!({ "type": "object", "required": ["celsius"] });
+    let model = ScriptedModel::repeating(text("{\"kelvin\": 3}"));
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(schema), max_output_retries: 2, ..Default::default() });
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert!(matches!(err, AgentError::StructuredOutputInvalid { attempts: 3, .. }), "{err:?}");
+    assert_eq!(model.requests.borrow().len(), 3);
+}
+
+#[test]
+fn parallel_calls_are_bounded_and_results_come_back_in_call_order() {
+    // The first call is slowest, so completion order differs from call order.
+    let tool = FnTool::with_delay(|args| Ok(json!({ "city": args["city"] })), |args| match args["city"].as_str() {
+        Some("A") => 6,
+        Some("B") => 1,
+        _ => 3,
+    });
+    let four = calls(&[("get_weather", r#"{"city":"A"}"#), ("get_weather", r#"{"city":"B"}"#), ("get_weather", r#"{"city":"C"}"#), ("get_weather", r#"{"city":"D"}"#)]);
+    let model = ScriptedModel::new(vec![four, text("done")]);
+    let agent = agent_with(model.clone(), vec![weather_tool(tool.clone())], AgentConfig { max_parallel_tools: 2, ..Default::default() });
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(tool.max_in_flight.get(), 2, "at most maxParallelTools calls run at once, and they do overlap");
+    assert_ne!(tool.finished_order.borrow()[0], "call_0", "the slow first call finishes later");
+    let ends: Vec<String> = sink
+        .events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ToolExecuteEnd { call_id, .. } => Some(call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, ["call_0", "call_1", "call_2", "call_3"]);
+    let request = &model.requests.borrow()[1];
+    let ids: Vec<&str> = request.messages.iter().filter_map(|m| match m {
+        Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+        _ => None,
+    }).collect();
+    assert_eq!(ids, ["call_0", "call_1", "call_2", "call_3"]);
+}
+
+#[test]
+fn usage_is_accounted_per_model() {
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("ok")]);
+    let agent = agent_with(model, vec![weather_tool(weather)], AgentConfig::default());
+    let out = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!((out.usage.input_tokens, out.usage.output_tokens), (20, 10));
+    assert_eq!(out.usage.by_model["scripted:test"].input_tokens, 20);
+}
+
+#[test]
+fn a_cancelled_run_stops_before_the_next_turn() {
+    let flag = Rc::new(CancelFlag::default());
+    let f2 = flag.clone();
+    let weather = FnTool::new(move |_| {
+        f2.cancel();
+        Ok(json!({}))
+    });
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("never")]);
+    let agent = agent_with(model.clone(), vec![weather_tool(weather)], AgentConfig::default());
+    let err = block_on(agent.run("?", RunOptions { cancel: Some(flag), ..Default::default() }, &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err, AgentError::Aborted);
+    assert_eq!(model.requests.borrow().len(), 1, "no model call after the abort");
+}
+
+#[test]
+fn a_model_abort_or_failure_ends_the_run_with_its_code() {
+    let model = ScriptedModel::new(vec![Reply::Fail(ModelError::new("aborted", "signal"))]);
+    let agent = agent_with(model, vec![], AgentConfig::default());
+    assert_eq!(block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err(), AgentError::Aborted);
+
+    let model = ScriptedModel::new(vec![Reply::Fail(ModelError { code: "provider_http".into(), message: "500".into(), status: Some(500) })]);
+    let agent = agent_with(model, vec![], AgentConfig::default());
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "provider_http");
+}
+
+#[test]
+fn a_session_remembers_earlier_runs_and_failed_runs_leave_it_unchanged() {
+    let model = ScriptedModel::new(vec![text("first answer"), Reply::Fail(ModelError::new("provider_http", "x")), text("second answer")]);
+    let agent = agent_with(model.clone(), vec![], AgentConfig::default());
+    block_on(agent.run("first", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert!(block_on(agent.run("broken", RunOptions::default(), &mut CollectingSink::default())).is_err());
+    block_on(agent.run("second", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let last = model.requests.borrow().last().unwrap().messages.clone();
+    assert_eq!(
+        last,
+        vec![
+            Message::User { content: "first".into() },
+            Message::Assistant { content: "first answer".into(), tool_calls: vec![] },
+            Message::User { content: "second".into() },
+        ]
+    );
+    let other = block_on(agent.run("x", RunOptions { session_id: Some("s2".into()), ..Default::default() }, &mut CollectingSink::default()));
+    assert!(other.is_err(), "script exhausted; s2 has its own empty history");
+}
+
+#[test]
+fn events_serialize_with_a_type_tag_and_camel_case_fields() {
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("ok")]);
+    let agent = agent_with(model, vec![weather_tool(FnTool::new(|_| Ok(json!({"celsius": 1}))))], AgentConfig::default());
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    let end = sink.events.iter().find(|e| matches!(e.body, EventBody::ToolExecuteEnd { .. })).unwrap();
+    let v = serde_json::to_value(end).unwrap();
+    assert_eq!(v["type"], "tool.execute.end");
+    assert_eq!(v["callId"], "call_0");
+    assert!(v["runId"].is_string() && v["runPath"].is_array() && v["durationMs"].is_number());
+}

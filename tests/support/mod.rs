@@ -1,0 +1,177 @@
+//! Test doubles for the core: a scripted model (replays canned responses, records requests)
+//! and simple tool handlers. Named as doubles; nothing here is an LLM.
+#![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use async_trait::async_trait;
+use crucible::model::{ChunkSink, Model, ModelChunk, ModelError, ModelRequest, Usage};
+use crucible::tools::{CallContext, ToolFailure, ToolHandler};
+use serde_json::Value;
+
+/// One scripted model response.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Text(String),
+    /// (name, raw arguments JSON)
+    Calls(Vec<(String, String)>),
+    Fail(ModelError),
+}
+
+pub fn text(s: &str) -> Reply {
+    Reply::Text(s.to_string())
+}
+
+pub fn call(name: &str, args: &str) -> Reply {
+    Reply::Calls(vec![(name.to_string(), args.to_string())])
+}
+
+pub fn calls(list: &[(&str, &str)]) -> Reply {
+    Reply::Calls(list.iter().map(|(n, a)| (n.to_string(), a.to_string())).collect())
+}
+
+/// A test double model that replays `replies` in order, streaming text in small pieces and
+/// tool arguments in two halves, and records every request it got.
+pub struct ScriptedModel {
+    replies: RefCell<VecDeque<Reply>>,
+    /// Reply used when the script runs out (None → a protocol error).
+    repeat_last: Option<Reply>,
+    pub requests: RefCell<Vec<ModelRequest>>,
+    pub usage_per_call: Usage,
+    id: String,
+}
+
+impl ScriptedModel {
+    pub fn new(replies: Vec<Reply>) -> Rc<Self> {
+        Rc::new(Self {
+            replies: RefCell::new(replies.into()),
+            repeat_last: None,
+            requests: RefCell::new(vec![]),
+            usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
+            id: "scripted:test".into(),
+        })
+    }
+
+    pub fn repeating(reply: Reply) -> Rc<Self> {
+        Rc::new(Self {
+            replies: RefCell::new(VecDeque::new()),
+            repeat_last: Some(reply),
+            requests: RefCell::new(vec![]),
+            usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
+            id: "scripted:test".into(),
+        })
+    }
+}
+
+#[async_trait(?Send)]
+impl Model for ScriptedModel {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    async fn stream(&self, request: &ModelRequest, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+        self.requests.borrow_mut().push(request.clone());
+        let reply = self.replies.borrow_mut().pop_front().or_else(|| self.repeat_last.clone());
+        let Some(reply) = reply else {
+            return Err(ModelError::new("provider_protocol", "scripted model ran out of replies"));
+        };
+        match reply {
+            Reply::Text(t) => {
+                let chars: Vec<char> = t.chars().collect();
+                for piece in chars.chunks(4) {
+                    sink.chunk(&ModelChunk::Text { delta: piece.iter().collect() });
+                    YieldOnce::default().await;
+                }
+                sink.chunk(&ModelChunk::Finish { finish_reason: "stop".into(), usage: Some(self.usage_per_call) });
+            }
+            Reply::Calls(list) => {
+                for (i, (name, args)) in list.iter().enumerate() {
+                    let mid = args.len() / 2;
+                    let mid = (0..=mid).rev().find(|m| args.is_char_boundary(*m)).unwrap_or(0);
+                    sink.chunk(&ModelChunk::ToolCall {
+                        index: i as u32,
+                        id: Some(format!("call_{i}")),
+                        name: Some(name.clone()),
+                        arguments_delta: args[..mid].to_string(),
+                    });
+                    sink.chunk(&ModelChunk::ToolCall { index: i as u32, id: None, name: None, arguments_delta: args[mid..].to_string() });
+                }
+                sink.chunk(&ModelChunk::Finish { finish_reason: "tool_calls".into(), usage: Some(self.usage_per_call) });
+            }
+            Reply::Fail(e) => return Err(e),
+        }
+        Ok(())
+    }
+}
+
+/// A future that returns Pending once (waking itself), so concurrent work interleaves.
+#[derive(Default)]
+pub struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// A handler computing its result with a closure after yielding `yields` times; tracks how
+/// many calls are in flight at once.
+pub struct FnTool {
+    pub f: Box<dyn Fn(Value) -> Result<Value, ToolFailure>>,
+    pub yields: Box<dyn Fn(&Value) -> usize>,
+    pub in_flight: Cell<usize>,
+    pub max_in_flight: Cell<usize>,
+    pub calls: Cell<usize>,
+    pub finished_order: RefCell<Vec<String>>,
+}
+
+impl FnTool {
+    pub fn new(f: impl Fn(Value) -> Result<Value, ToolFailure> + 'static) -> Rc<Self> {
+        Rc::new(Self {
+            f: Box::new(f),
+            yields: Box::new(|_| 0),
+            in_flight: Cell::new(0),
+            max_in_flight: Cell::new(0),
+            calls: Cell::new(0),
+            finished_order: RefCell::new(vec![]),
+        })
+    }
+
+    pub fn with_delay(f: impl Fn(Value) -> Result<Value, ToolFailure> + 'static, yields: impl Fn(&Value) -> usize + 'static) -> Rc<Self> {
+        Rc::new(Self {
+            f: Box::new(f),
+            yields: Box::new(yields),
+            in_flight: Cell::new(0),
+            max_in_flight: Cell::new(0),
+            calls: Cell::new(0),
+            finished_order: RefCell::new(vec![]),
+        })
+    }
+}
+
+#[async_trait(?Send)]
+impl ToolHandler for FnTool {
+    async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        self.calls.set(self.calls.get() + 1);
+        self.in_flight.set(self.in_flight.get() + 1);
+        self.max_in_flight.set(self.max_in_flight.get().max(self.in_flight.get()));
+        for _ in 0..(self.yields)(&args) {
+            YieldOnce::default().await;
+        }
+        self.in_flight.set(self.in_flight.get() - 1);
+        self.finished_order.borrow_mut().push(ctx.call_id.clone());
+        (self.f)(args)
+    }
+}
