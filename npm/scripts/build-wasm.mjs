@@ -19,10 +19,13 @@ const outDir = join(npmDir, 'wasm');
 const targetBase = process.env.CARGO_TARGET_DIR ? resolve(process.env.CARGO_TARGET_DIR) : join(root, 'target');
 const skipOpt = process.env.CRUCIBLE_SKIP_WASM_OPT === '1';
 
-const artifacts = [
+const allArtifacts = [
   { name: 'crucible_core', features: 'wasm-core' },
   { name: 'crucible_sandbox', features: 'wasm-sandbox' },
 ];
+// CRUCIBLE_WASM_ONLY=crucible_core builds one artifact (while iterating).
+const only = process.env.CRUCIBLE_WASM_ONLY;
+const artifacts = only ? allArtifacts.filter((a) => a.name === only) : allArtifacts;
 
 function run(cmd, args, opts = {}) {
   console.error(`$ ${cmd} ${args.join(' ')}`);
@@ -74,4 +77,6 @@ for (const { name, features } of artifacts) {
   const bytes = readFileSync(bg);
   console.error(`${name}: ${(statSync(bg).size / 1e6).toFixed(2)} MB raw, ${(gzipSync(bytes, { level: 9 }).length / 1e6).toFixed(2)} MB gzipped`);
 }
-if (!existsSync(join(outDir, 'crucible_core.js'))) throw new Error('wasm-bindgen output missing');
+for (const { name } of artifacts) {
+  if (!existsSync(join(outDir, `${name}.js`))) throw new Error(`wasm-bindgen output missing for ${name}`);
+}

@@ -34,6 +34,9 @@ pub struct RunOptions {
     pub cancel: Option<Rc<dyn CancelSignal>>,
     /// Run ids of enclosing runs (nested agents); empty for a top-level run.
     pub parent_path: Vec<String>,
+    /// Run id chosen by the host (it keys per-run state such as the abort signal); generated
+    /// when absent.
+    pub run_id: Option<String>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -101,7 +104,7 @@ impl Agent {
     /// session's conversation is extended with the run; on failure it is left unchanged.
     pub async fn run(&self, input: &str, options: RunOptions, sink: &mut dyn EventSink) -> Result<RunOutput, AgentError> {
         let session_id = options.session_id.unwrap_or_else(|| DEFAULT_SESSION.to_string());
-        let run_id = self.env.new_id("run");
+        let run_id = options.run_id.unwrap_or_else(|| self.env.new_id("run"));
         let mut run_path = options.parent_path;
         run_path.push(run_id.clone());
         let mut messages = self.history(&session_id);

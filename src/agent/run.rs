@@ -8,7 +8,7 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall};
+use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall};
 use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolSet};
 
 use super::config::AgentConfig;
@@ -147,7 +147,7 @@ impl RunContext<'_> {
                 max_tokens: self.config.max_tokens,
             };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
-            self.model.stream(&request, &mut forwarder).await?;
+            self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await?;
             let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id));
             let usage = response.usage.unwrap_or_default();
             state.usage.record(&model_id, usage);

@@ -133,6 +133,13 @@ pub trait ChunkSink {
     fn chunk(&mut self, chunk: &ModelChunk);
 }
 
+/// Per-call context: which run the call belongs to, so the host can apply that run's
+/// `AbortSignal` to the fetch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallInfo {
+    pub run_id: String,
+}
+
 /// A model: one streamed call per request.
 ///
 /// `?Send` because in wasm the implementation holds JS objects; natively the loop runs on a
@@ -144,5 +151,5 @@ pub trait Model {
 
     /// Streams one response. Every chunk is passed to `sink` as it arrives; the call returns
     /// after the stream ends, with an error if the provider failed.
-    async fn stream(&self, request: &ModelRequest, sink: &mut dyn ChunkSink) -> Result<(), ModelError>;
+    async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError>;
 }

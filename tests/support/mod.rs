@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
-use crucible::model::{ChunkSink, Model, ModelChunk, ModelError, ModelRequest, Usage};
+use crucible::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest, Usage};
 use crucible::tools::{CallContext, ToolFailure, ToolHandler};
 use serde_json::Value;
 
@@ -74,7 +74,7 @@ impl Model for ScriptedModel {
         self.id.clone()
     }
 
-    async fn stream(&self, request: &ModelRequest, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+    async fn stream(&self, request: &ModelRequest, _call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
         self.requests.borrow_mut().push(request.clone());
         let reply = self.replies.borrow_mut().pop_front().or_else(|| self.repeat_last.clone());
         let Some(reply) = reply else {

@@ -1,0 +1,103 @@
+//! Exports of the core artifact: `CoreAgent`, the wasm face of [`crate::agent::Agent`].
+
+use std::rc::Rc;
+
+use js_sys::{Function, Promise};
+use serde::Deserialize;
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::agent::{Agent, AgentConfig, AgentEvent, RunOptions};
+use crate::tools::{is_valid_tool_name, Tool, ToolSet};
+
+use super::interop::{error_object, from_js, to_js, JsAbortSignal, JsEnvironment, JsModel, JsTool};
+
+/// A host tool's public contract, as the TS layer passes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HostToolSpec {
+    name: String,
+    #[serde(default)]
+    description: String,
+    input_schema: Value,
+    #[serde(default)]
+    output_schema: Option<Value>,
+}
+
+/// The agent core. Built by the TS `createAgent`; not meant to be used directly.
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct CoreAgent {
+    agent: Rc<Agent>,
+}
+
+#[wasm_bindgen]
+impl CoreAgent {
+    /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
+    /// `tools`: `[{ name, description, inputSchema, outputSchema? }]`;
+    /// `call_tool`: `(name, args, { runId, callId, sessionId }) => Promise<json>`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(config: JsValue, model: JsValue, tools: JsValue, call_tool: Function) -> Result<CoreAgent, JsValue> {
+        let config: AgentConfig = from_js(config, "agent options")?;
+        let specs: Vec<HostToolSpec> = from_js(tools, "tools")?;
+        let call_tool = Rc::new(call_tool);
+        let mut set = ToolSet::new();
+        for spec in specs {
+            if !is_valid_tool_name(&spec.name) {
+                return Err(error_object("invalid_config", &format!("tool name `{}` must match ^[A-Za-z0-9_-]{{1,64}}$", spec.name)));
+            }
+            if set.contains(&spec.name) {
+                return Err(error_object("invalid_config", &format!("two tools are named `{}`", spec.name)));
+            }
+            let handler = Rc::new(JsTool { name: spec.name.clone(), call_tool: call_tool.clone() });
+            let tool = Tool::new(&spec.name, spec.description, &spec.input_schema, spec.output_schema.as_ref(), handler)
+                .map_err(|e| error_object("invalid_config", &format!("tool `{}`: {e}", spec.name)))?;
+            set.insert(tool);
+        }
+        let agent = Agent::new(config, Rc::new(JsModel::new(model)?), set, Rc::new(JsEnvironment::new()))
+            .map_err(|e| error_object(&e.code(), &e.to_string()))?;
+        Ok(CoreAgent { agent: Rc::new(agent) })
+    }
+
+    /// Runs `input`; calls `on_event(event)` for every event; resolves with the run output or
+    /// rejects with `{ code, message }`.
+    pub fn run(&self, input: String, run_id: String, session_id: Option<String>, on_event: Function, signal: Option<web_sys::AbortSignal>) -> Promise {
+        let agent = self.agent.clone();
+        future_to_promise(async move {
+            let mut emit = |event: AgentEvent| {
+                if let Ok(js) = to_js(&event) {
+                    // A throwing listener must not break the run.
+                    let _ = on_event.call1(&JsValue::NULL, &js);
+                }
+            };
+            let options = RunOptions {
+                session_id,
+                cancel: signal.map(|s| Rc::new(JsAbortSignal(s)) as _),
+                parent_path: vec![],
+                run_id: Some(run_id),
+            };
+            match agent.run(&input, options, &mut emit).await {
+                Ok(out) => to_js(&out),
+                Err(e) => Err(error_object(&e.code(), &e.to_string())),
+            }
+        })
+    }
+
+    /// The conversation of a session so far (JSON messages).
+    pub fn history(&self, session_id: String) -> Result<JsValue, JsValue> {
+        to_js(&self.agent.history(&session_id))
+    }
+
+    /// Forgets a session's conversation.
+    #[wasm_bindgen(js_name = endSession)]
+    pub fn end_session(&self, session_id: String) {
+        self.agent.end_session(&session_id);
+    }
+
+    /// Names of the tools the model is offered.
+    #[wasm_bindgen(js_name = toolNames)]
+    pub fn tool_names(&self) -> Vec<String> {
+        self.agent.tools().names().map(str::to_string).collect()
+    }
+}

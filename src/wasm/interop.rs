@@ -1,0 +1,176 @@
+//! Every JS ⇄ Rust conversion of the core artifact in one place: serde values, errors, and the
+//! adapters implementing the core's traits over JS objects (model, tools, clock, abort).
+
+use std::rc::Rc;
+
+use async_trait::async_trait;
+use js_sys::{Function, Object, Promise, Reflect};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use crate::agent::{CancelSignal, Environment};
+use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
+use crate::tools::{CallContext, ToolFailure, ToolHandler};
+
+/// Longest error message copied from a JS exception (host errors can be huge).
+const MAX_ERROR_MESSAGE: usize = 2000;
+
+/// Rust → JS with JSON semantics (maps become plain objects).
+pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| error_object("internal", &format!("serialization failed: {e}")))
+}
+
+/// JS → Rust.
+pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result<T, JsValue> {
+    serde_wasm_bindgen::from_value(value).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
+}
+
+/// A plain `{ code, message }` object; the TS layer turns it into a typed error class.
+pub(crate) fn error_object(code: &str, message: &str) -> JsValue {
+    let obj = Object::new();
+    let _ = Reflect::set(&obj, &"code".into(), &code.into());
+    let _ = Reflect::set(&obj, &"message".into(), &message.into());
+    obj.into()
+}
+
+fn bounded(mut s: String) -> String {
+    if s.len() > MAX_ERROR_MESSAGE {
+        let mut cut = MAX_ERROR_MESSAGE;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+fn string_field(obj: &JsValue, name: &str) -> Option<String> {
+    Reflect::get(obj, &name.into()).ok().and_then(|v| v.as_string())
+}
+
+/// `(code, message, status)` of a thrown JS value, whatever it is.
+fn describe_thrown(err: &JsValue) -> (Option<String>, String, Option<u16>) {
+    let code = string_field(err, "code");
+    let message = string_field(err, "message").or_else(|| err.as_string()).unwrap_or_else(|| "unknown error".into());
+    let status = Reflect::get(err, &"status".into()).ok().and_then(|v| v.as_f64()).map(|n| n as u16);
+    (code, bounded(message), status)
+}
+
+async fn await_promise(value: JsValue) -> Result<JsValue, JsValue> {
+    JsFuture::from(Promise::resolve(&value)).await
+}
+
+/// The JS side of a model: `{ id: string, stream(request, runId): AsyncIterator<ModelChunk> }`.
+pub(crate) struct JsModel {
+    id: String,
+    target: JsValue,
+    stream: Function,
+}
+
+impl JsModel {
+    pub(crate) fn new(target: JsValue) -> Result<Self, JsValue> {
+        let id = string_field(&target, "id").ok_or_else(|| error_object("invalid_config", "model.id must be a string"))?;
+        let stream = Reflect::get(&target, &"stream".into())?
+            .dyn_into::<Function>()
+            .map_err(|_| error_object("invalid_config", "model.stream must be a function"))?;
+        Ok(Self { id, target, stream })
+    }
+}
+
+#[async_trait(?Send)]
+impl Model for JsModel {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+        let to_model_error = |e: JsValue| {
+            let (code, message, status) = describe_thrown(&e);
+            ModelError { code: code.unwrap_or_else(|| "provider_protocol".into()), message, status }
+        };
+        let js_request = to_js(request).map_err(to_model_error)?;
+        let iterator = self.stream.call2(&self.target, &js_request, &JsValue::from_str(&call.run_id)).map_err(to_model_error)?;
+        let next = Reflect::get(&iterator, &"next".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<Function>().ok())
+            .ok_or_else(|| ModelError::new("provider_protocol", "model.stream did not return an async iterator"))?;
+        loop {
+            let step = await_promise(next.call0(&iterator).map_err(to_model_error)?).await.map_err(to_model_error)?;
+            if Reflect::get(&step, &"done".into()).ok().and_then(|d| d.as_bool()).unwrap_or(false) {
+                return Ok(());
+            }
+            let value = Reflect::get(&step, &"value".into()).map_err(to_model_error)?;
+            let chunk: ModelChunk = serde_wasm_bindgen::from_value(value)
+                .map_err(|e| ModelError::new("provider_protocol", format!("malformed model chunk: {e}")))?;
+            sink.chunk(&chunk);
+        }
+    }
+}
+
+/// A host tool: the TS side's `callTool(name, args, { runId, callId, sessionId })`.
+pub(crate) struct JsTool {
+    pub(crate) name: String,
+    pub(crate) call_tool: Rc<Function>,
+}
+
+#[async_trait(?Send)]
+impl ToolHandler for JsTool {
+    async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        let failure = |e: JsValue| {
+            let (code, message, _) = describe_thrown(&e);
+            ToolFailure::new(code.filter(|c| c == "aborted").unwrap_or_else(|| "execution_failed".into()), message)
+        };
+        let js_args = to_js(&args).map_err(failure)?;
+        let info = Object::new();
+        let _ = Reflect::set(&info, &"runId".into(), &ctx.run_id.as_str().into());
+        let _ = Reflect::set(&info, &"callId".into(), &ctx.call_id.as_str().into());
+        let _ = Reflect::set(&info, &"sessionId".into(), &ctx.session_id.as_str().into());
+        let returned = self.call_tool.call3(&JsValue::NULL, &self.name.as_str().into(), &js_args, &info).map_err(failure)?;
+        let result = await_promise(returned).await.map_err(failure)?;
+        if result.is_undefined() {
+            return Ok(Value::Null);
+        }
+        serde_wasm_bindgen::from_value(result)
+            .map_err(|e| ToolFailure::new("execution_failed", format!("the tool returned a value that is not JSON: {e}")))
+    }
+}
+
+/// Clock from `Date.now()`; ids from a counter plus a random suffix (ids must not collide
+/// across page reloads sharing one store).
+pub(crate) struct JsEnvironment {
+    counter: std::cell::Cell<u64>,
+    salt: String,
+}
+
+impl JsEnvironment {
+    pub(crate) fn new() -> Self {
+        let salt = format!("{:06x}", (js_sys::Math::random() * 16_777_215.0) as u32);
+        Self { counter: std::cell::Cell::new(0), salt }
+    }
+}
+
+impl Environment for JsEnvironment {
+    fn now_ms(&self) -> f64 {
+        js_sys::Date::now()
+    }
+
+    fn new_id(&self, prefix: &str) -> String {
+        self.counter.set(self.counter.get() + 1);
+        format!("{prefix}_{}{}", self.salt, self.counter.get())
+    }
+}
+
+/// The run's `AbortSignal`, polled between turns.
+pub(crate) struct JsAbortSignal(pub(crate) web_sys::AbortSignal);
+
+impl CancelSignal for JsAbortSignal {
+    fn is_cancelled(&self) -> bool {
+        self.0.aborted()
+    }
+}
