@@ -212,6 +212,16 @@ for (const { name, factory, baseURL, splitsArguments } of providers) {
       assert.equal(server.requests.length, 1);
     });
 
+    it('lets the consumer stop early without waiting for the rest of the stream', async () => {
+      server.enqueue({ text: ['first ', 'second'], hangMs: 10_000 });
+      const started = Date.now();
+      for await (const chunk of make().stream({ messages: hello, tools: [] })) {
+        assert.deepEqual(chunk, { type: 'text', delta: 'first ' });
+        break;
+      }
+      assert.ok(Date.now() - started < 2000);
+    });
+
     it('fails with provider_timeout when the server stalls past timeoutMs, without retrying', async () => {
       server.enqueue({ text: ['slow'], hangMs: 10_000 }, { text: 'not reached' });
       const started = Date.now();

@@ -57,7 +57,9 @@ export function joinUrl(baseURL: string, path: string): string {
  * Runs `attempt` with a fresh timeout signal, retrying retryable failures while no item has
  * been yielded yet. Failures come out mapped: `AbortError` when the caller aborted,
  * `provider_timeout` when the attempt's timeout fired, otherwise the `ProviderError` raised
- * by the attempt (raw network errors become `provider_network`).
+ * by the attempt (raw network errors become `provider_network`). A timeout is not retried:
+ * `timeoutMs` is the caller's budget for the call, and a stalled server rarely recovers
+ * within it.
  */
 export async function* withRetry<T>(
   ctx: HttpContext,
@@ -67,7 +69,7 @@ export async function* withRetry<T>(
   for (let attemptNo = 0; ; attemptNo++) {
     if (callerSignal?.aborted) throw abortError(callerSignal);
     const timeout = AbortSignal.timeout(ctx.timeoutMs);
-    const signal = callerSignal ? AbortSignal.any([callerSignal, timeout]) : timeout;
+    const signal = callerSignal ? anySignal(callerSignal, timeout) : timeout;
     let yielded = false;
     try {
       for await (const item of attempt(signal)) {
@@ -297,6 +299,20 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
   const date = Date.parse(trimmed);
   if (Number.isNaN(date)) return undefined;
   return Math.max(0, date - now);
+}
+
+/** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
+function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any([a, b]);
+  const controller = new AbortController();
+  for (const signal of [a, b]) {
+    if (signal.aborted) {
+      controller.abort(signal.reason);
+      break;
+    }
+    signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true, signal: controller.signal });
+  }
+  return controller.signal;
 }
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
