@@ -200,8 +200,8 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
       case 'message_delta':
         stopReason = event.delta?.stop_reason ?? stopReason;
         outputTokens = event.usage?.output_tokens ?? outputTokens;
-        // Newer API versions also report final input tokens here (cache-aware counts).
-        inputTokens = event.usage?.input_tokens ?? inputTokens;
+        // Newer API versions also report final input tokens here; a 0 would mean "unknown".
+        if (event.usage?.input_tokens) inputTokens = event.usage.input_tokens;
         break;
       case 'message_stop':
         yield finishChunk(stopReason, inputTokens, outputTokens);
