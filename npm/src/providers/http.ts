@@ -1,0 +1,335 @@
+/**
+ * The one place where providers touch the network: a JSON POST with a per-attempt timeout,
+ * retries with exponential backoff and jitter, and the mapping of every failure to a
+ * `ProviderError` or `AbortError`. Wire-format parsing stays in the provider files; the
+ * stream readers here (SSE, NDJSON, whole JSON) only turn bytes into messages.
+ *
+ * Retrying is done around a whole *attempt* (request + parsing) rather than around `fetch`
+ * alone, so an error that shows up in the body before anything was yielded (an `overloaded`
+ * event as the first SSE message, a connection reset before the first byte) is retried too.
+ * Once a chunk reached the consumer, a retry would duplicate output, so errors then propagate.
+ *
+ * @module
+ */
+
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { AbortError, CrucibleError, ProviderError } from '../errors.js';
+import type { ProviderOptions, RetryOptions } from './types.js';
+
+/** Bytes of an error body kept on `ProviderError.body`; enough to read a server's message. */
+const BODY_EXCERPT_LIMIT = 2048;
+const DEFAULT_TIMEOUT_MS = 120_000;
+const DEFAULT_RETRY: Required<RetryOptions> = { maxRetries: 2, initialDelayMs: 500, maxDelayMs: 8000 };
+
+/** Server-suggested wait (from `Retry-After`) per error; kept off the public error class. */
+const retryAfterByError = new WeakMap<ProviderError, number>();
+
+/** Resolved transport settings shared by one provider instance. */
+export interface HttpContext {
+  /** Provider id stamped on every error, e.g. `openai:gpt-4o-mini`. */
+  readonly provider: string;
+  readonly fetch: typeof globalThis.fetch;
+  readonly timeoutMs: number;
+  readonly retry: Required<RetryOptions>;
+}
+
+/** Fills the transport defaults from the user's options. */
+export function httpContext(provider: string, options: ProviderOptions): HttpContext {
+  if (typeof (options.fetch ?? globalThis.fetch) !== 'function') {
+    throw new CrucibleError('invalid_config', 'No fetch implementation: pass `fetch` in the provider options');
+  }
+  const retry = { ...DEFAULT_RETRY, ...definedOnly(options.retry ?? {}) };
+  return {
+    provider,
+    // Calling a detached `globalThis.fetch` throws "Illegal invocation" in browsers.
+    fetch: options.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+    timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    retry,
+  };
+}
+
+/** Joins a base URL and a path without doubling or dropping the slash between them. */
+export function joinUrl(baseURL: string, path: string): string {
+  return `${baseURL.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
+}
+
+/**
+ * Runs `attempt` with a fresh timeout signal, retrying retryable failures while no item has
+ * been yielded yet. Failures come out mapped: `AbortError` when the caller aborted,
+ * `provider_timeout` when the attempt's timeout fired, otherwise the `ProviderError` raised
+ * by the attempt (raw network errors become `provider_network`). A timeout is not retried:
+ * `timeoutMs` is the caller's budget for the call, and a stalled server rarely recovers
+ * within it.
+ */
+export async function* withRetry<T>(
+  ctx: HttpContext,
+  callerSignal: AbortSignal | undefined,
+  attempt: (signal: AbortSignal) => AsyncIterable<T>,
+): AsyncGenerator<T, void, undefined> {
+  for (let attemptNo = 0; ; attemptNo++) {
+    if (callerSignal?.aborted) throw abortError(callerSignal);
+    const timeout = AbortSignal.timeout(ctx.timeoutMs);
+    const signal = callerSignal ? anySignal(callerSignal, timeout) : timeout;
+    let yielded = false;
+    try {
+      for await (const item of attempt(signal)) {
+        yielded = true;
+        yield item;
+      }
+      return;
+    } catch (raw) {
+      const error = classify(ctx, raw, callerSignal, timeout);
+      const canRetry =
+        error instanceof ProviderError && error.retryable && error.code !== 'provider_timeout' && !yielded;
+      if (!canRetry || attemptNo >= ctx.retry.maxRetries) throw error;
+      await sleep(backoffMs(ctx.retry, attemptNo, retryAfterByError.get(error)), callerSignal);
+    }
+  }
+}
+
+/**
+ * POSTs `body` as JSON and returns the response once its status is 2xx. Non-2xx answers
+ * become `provider_http` errors carrying the status and a bounded body excerpt; 429 and 5xx
+ * are marked retryable and remember their `Retry-After`.
+ */
+export async function postJson(
+  ctx: HttpContext,
+  url: string,
+  headers: Record<string, string>,
+  body: unknown,
+  signal: AbortSignal,
+): Promise<Response> {
+  let response: Response;
+  try {
+    response = await ctx.fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(body),
+      signal,
+    });
+  } catch (cause) {
+    throw networkError(ctx, cause);
+  }
+  if (response.ok) return response;
+
+  const excerpt = await readExcerpt(response);
+  const retryable = response.status === 429 || response.status >= 500;
+  const error = new ProviderError(
+    'provider_http',
+    `${ctx.provider}: HTTP ${response.status}${excerpt ? `: ${excerpt.slice(0, 200)}` : ''}`,
+    { provider: ctx.provider, status: response.status, retryable, body: excerpt },
+  );
+  const retryAfter = parseRetryAfter(response.headers.get('retry-after'));
+  if (retryAfter !== undefined) retryAfterByError.set(error, retryAfter);
+  throw error;
+}
+
+/** Reads a whole JSON body (non-streaming mode); malformed JSON is `provider_protocol`. */
+export async function readJson(ctx: HttpContext, response: Response): Promise<unknown> {
+  let text = '';
+  for await (const piece of readText(ctx, response)) text += piece;
+  return parseJson(ctx, text);
+}
+
+/** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. */
+export async function* readSse(ctx: HttpContext, response: Response): AsyncGenerator<EventSourceMessage> {
+  const pending: EventSourceMessage[] = [];
+  const parser = createParser({ onEvent: (event) => pending.push(event) });
+  for await (const piece of readText(ctx, response)) {
+    parser.feed(piece);
+    while (pending.length > 0) yield pending.shift()!;
+  }
+  // Servers that close right after a last `data:` line without its blank line still mean
+  // that event; the spec would drop it, a lenient client should not.
+  parser.feed('\n\n');
+  while (pending.length > 0) yield pending.shift()!;
+}
+
+/** Yields one parsed JSON value per non-empty line of a newline-delimited JSON body. */
+export async function* readNdjson(ctx: HttpContext, response: Response): AsyncGenerator<unknown> {
+  let buffer = '';
+  for await (const piece of readText(ctx, response)) {
+    buffer += piece;
+    let newline: number;
+    while ((newline = buffer.indexOf('\n')) >= 0) {
+      const line = buffer.slice(0, newline).trim();
+      buffer = buffer.slice(newline + 1);
+      if (line) yield parseJson(ctx, line);
+    }
+  }
+  if (buffer.trim()) yield parseJson(ctx, buffer.trim());
+}
+
+/** Parses JSON text from the server, mapping a syntax error to `provider_protocol`. */
+export function parseJson(ctx: HttpContext, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw protocolError(ctx, `malformed JSON from the server: ${text.slice(0, 120)}`, cause, text);
+  }
+}
+
+/** Narrows a parsed value to a JSON object; anything else breaks the wire format. */
+export function expectObject(ctx: HttpContext, value: unknown, raw: string): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw protocolError(ctx, `expected a JSON object, got: ${raw.slice(0, 120)}`, undefined, raw);
+  }
+  return value as Record<string, unknown>;
+}
+
+/** A response that does not follow the provider's wire format. Never retried. */
+export function protocolError(ctx: HttpContext, message: string, cause?: unknown, body?: string): ProviderError {
+  return new ProviderError('provider_protocol', `${ctx.provider}: ${message}`, {
+    provider: ctx.provider,
+    retryable: false,
+    cause,
+    body: body?.slice(0, BODY_EXCERPT_LIMIT),
+  });
+}
+
+/**
+ * An error the server reported inside a 200 response (an SSE `error` event, an `error`
+ * field). `retryable` lets an overload reported before the first chunk be retried.
+ */
+export function streamedError(
+  ctx: HttpContext,
+  message: string,
+  details: { status?: number; retryable: boolean; body: string },
+): ProviderError {
+  return new ProviderError('provider_http', `${ctx.provider}: ${message}`, {
+    provider: ctx.provider,
+    status: details.status,
+    retryable: details.retryable,
+    body: details.body.slice(0, BODY_EXCERPT_LIMIT),
+  });
+}
+
+/** Decoded text pieces of a body; cancels the body when the consumer stops early. */
+async function* readText(ctx: HttpContext, response: Response): AsyncGenerator<string> {
+  if (!response.body) return;
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let done = false;
+  try {
+    for (;;) {
+      let result: ReadableStreamReadResult<Uint8Array>;
+      try {
+        result = await reader.read();
+      } catch (cause) {
+        throw networkError(ctx, cause);
+      }
+      if (result.done) {
+        done = true;
+        const tail = decoder.decode();
+        if (tail) yield tail;
+        return;
+      }
+      const text = decoder.decode(result.value, { stream: true });
+      if (text) yield text;
+    }
+  } finally {
+    // Frees the connection when the consumer broke out of the loop or parsing threw.
+    if (!done) await reader.cancel().catch(() => undefined);
+    reader.releaseLock();
+  }
+}
+
+async function readExcerpt(response: Response): Promise<string> {
+  if (!response.body) return '';
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  try {
+    while (text.length < BODY_EXCERPT_LIMIT) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+  } catch {
+    // The status already tells what happened; a lost error body is not worth a second error.
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  return text.slice(0, BODY_EXCERPT_LIMIT);
+}
+
+function classify(
+  ctx: HttpContext,
+  raw: unknown,
+  callerSignal: AbortSignal | undefined,
+  timeout: AbortSignal,
+): unknown {
+  // The signals decide first: an abort surfaces inside fetch as a network-looking error.
+  if (callerSignal?.aborted) return raw instanceof AbortError ? raw : abortError(callerSignal, raw);
+  if (timeout.aborted) {
+    return new ProviderError('provider_timeout', `${ctx.provider}: no complete answer within ${ctx.timeoutMs} ms`, {
+      provider: ctx.provider,
+      retryable: true,
+      cause: raw,
+    });
+  }
+  return raw;
+}
+
+function networkError(ctx: HttpContext, cause: unknown): ProviderError {
+  const detail = cause instanceof Error ? (cause.cause instanceof Error ? cause.cause.message : cause.message) : String(cause);
+  return new ProviderError('provider_network', `${ctx.provider}: network error: ${detail}`, {
+    provider: ctx.provider,
+    retryable: true,
+    cause,
+  });
+}
+
+function abortError(signal: AbortSignal, cause?: unknown): AbortError {
+  return new AbortError('The model call was aborted', { cause: cause ?? signal.reason });
+}
+
+/** Exponential backoff with "equal jitter": half fixed, half random, so retries spread out. */
+function backoffMs(retry: Required<RetryOptions>, attemptNo: number, retryAfterMs: number | undefined): number {
+  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, retry.maxDelayMs);
+  const exponential = Math.min(retry.initialDelayMs * 2 ** attemptNo, retry.maxDelayMs);
+  return exponential / 2 + Math.random() * (exponential / 2);
+}
+
+/** `Retry-After` is either delta-seconds or an HTTP-date (RFC 9110 §10.2.3). */
+export function parseRetryAfter(value: string | null, now = Date.now()): number | undefined {
+  if (value === null) return undefined;
+  const trimmed = value.trim();
+  if (/^\d+(\.\d+)?$/.test(trimmed)) return Math.round(Number(trimmed) * 1000);
+  const date = Date.parse(trimmed);
+  if (Number.isNaN(date)) return undefined;
+  return Math.max(0, date - now);
+}
+
+/** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
+function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any([a, b]);
+  const controller = new AbortController();
+  for (const signal of [a, b]) {
+    if (signal.aborted) {
+      controller.abort(signal.reason);
+      break;
+    }
+    signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true, signal: controller.signal });
+  }
+  return controller.signal;
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortError(signal));
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(abortError(signal!));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function definedOnly<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

@@ -1,0 +1,516 @@
+/**
+ * Providers against the mock LLM server over real `fetch`: streaming, tool calls, usage,
+ * request mapping, retries, aborts, timeouts and malformed answers, for each wire format.
+ */
+
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { AbortError, ProviderError } from '../src/errors.js';
+import { anthropic, ollama, openai } from '../src/providers/index.js';
+import { parseRetryAfter } from '../src/providers/http.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
+import { echoToolResponder, startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+interface Assembled {
+  chunks: ModelChunk[];
+  text: string;
+  calls: Array<{ id: string | undefined; name: string; arguments: string }>;
+  finish: Extract<ModelChunk, { type: 'finish' }> | undefined;
+}
+
+/** Folds chunks the way the core does: tool-call pieces by index, names and arguments concatenated. */
+async function collect(stream: AsyncIterable<ModelChunk>): Promise<Assembled> {
+  const chunks: ModelChunk[] = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  const byIndex = new Map<number, { id: string | undefined; name: string; arguments: string }>();
+  for (const chunk of chunks) {
+    if (chunk.type !== 'tool_call') continue;
+    const call = byIndex.get(chunk.index) ?? { id: undefined, name: '', arguments: '' };
+    if (chunk.id) call.id = chunk.id;
+    if (chunk.name) call.name += chunk.name;
+    call.arguments += chunk.argumentsDelta;
+    byIndex.set(chunk.index, call);
+  }
+  const last = chunks.at(-1);
+  return {
+    chunks,
+    text: chunks.map((c) => (c.type === 'text' ? c.delta : '')).join(''),
+    calls: [...byIndex.entries()].sort(([a], [b]) => a - b).map(([, call]) => call),
+    finish: last?.type === 'finish' ? last : undefined,
+  };
+}
+
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  assert.fail('expected the call to fail');
+}
+
+const weatherTool: ToolDefinition = {
+  name: 'get_weather',
+  description: 'Current weather for a city',
+  inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+};
+
+const hello: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
+
+/** A conversation that exercises every message kind, including two parallel tool results. */
+const toolConversation: ChatMessage[] = [
+  { role: 'system', content: 'Be brief.' },
+  { role: 'user', content: 'Weather in Paris and Rome?' },
+  {
+    role: 'assistant',
+    content: '',
+    toolCalls: [
+      { id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { id: 'call_2', name: 'get_weather', arguments: '{"city":"Rome"}' },
+    ],
+  },
+  { role: 'tool', toolCallId: 'call_1', name: 'get_weather', content: '18C' },
+  { role: 'tool', toolCallId: 'call_2', name: 'get_weather', content: '24C' },
+];
+
+type Factory = (options: ProviderOptions) => ModelProvider;
+
+const providers: Array<{ name: string; factory: Factory; baseURL: (s: MockLlmServer) => string; splitsArguments: boolean }> = [
+  { name: 'openai', factory: openai, baseURL: (s) => s.openaiBaseURL, splitsArguments: true },
+  { name: 'anthropic', factory: anthropic, baseURL: (s) => s.anthropicBaseURL, splitsArguments: true },
+  { name: 'ollama', factory: ollama, baseURL: (s) => s.ollamaBaseURL, splitsArguments: false },
+];
+
+let server: MockLlmServer;
+before(async () => {
+  server = await startMockLlmServer({ replies: [] });
+});
+after(async () => {
+  await server.close();
+});
+beforeEach(() => {
+  server.reset();
+  server.setResponder(undefined);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Behaviour shared by every provider
+
+for (const { name, factory, baseURL, splitsArguments } of providers) {
+  describe(`${name} provider`, () => {
+    const make = (options: Partial<ProviderOptions> = {}) =>
+      factory({ model: 'test-model', baseURL: baseURL(server), apiKey: 'sk-test', retry: { initialDelayMs: 5 }, ...options });
+
+    it('has the id "<provider>:<model>"', () => {
+      assert.equal(make().id, `${name}:test-model`);
+    });
+
+    it('streams text deltas in order and finishes last', async () => {
+      server.enqueue({ text: ['Hel', 'lo, ', 'world'] });
+      const result = await collect(make().stream({ messages: hello, tools: [] }));
+      const deltas = result.chunks.filter((c) => c.type === 'text').map((c) => (c as { delta: string }).delta);
+      assert.deepEqual(deltas, ['Hel', 'lo, ', 'world']);
+      assert.equal(result.finish?.finishReason, name === 'anthropic' ? 'end_turn' : 'stop');
+      assert.equal(result.chunks.filter((c) => c.type === 'finish').length, 1);
+      assert.equal(server.requests.length, 1);
+      assert.equal(server.requests[0]?.stream, true);
+    });
+
+    it('streams a tool call whose pieces assemble to the right name and arguments', async () => {
+      server.enqueue({ toolCalls: [{ name: 'get_weather', arguments: { city: 'Paris', unit: 'celsius' } }] });
+      const result = await collect(make().stream({ messages: hello, tools: [weatherTool] }));
+      assert.equal(result.calls.length, 1);
+      assert.equal(result.calls[0]?.name, 'get_weather');
+      assert.deepEqual(JSON.parse(result.calls[0]!.arguments), { city: 'Paris', unit: 'celsius' });
+      assert.ok(result.calls[0]?.id, 'the call has an id');
+      const pieces = result.chunks.filter((c) => c.type === 'tool_call');
+      // OpenAI and Anthropic stream arguments in pieces; Ollama sends each call whole.
+      if (splitsArguments) assert.ok(pieces.length > 2, `expected several pieces, got ${pieces.length}`);
+      else assert.equal(pieces.length, 1);
+      assert.equal(result.finish?.finishReason, { openai: 'tool_calls', anthropic: 'tool_use', ollama: 'stop' }[name]);
+    });
+
+    it('keeps parallel tool calls apart by index', async () => {
+      server.enqueue({
+        text: 'Checking both.',
+        toolCalls: [
+          { name: 'get_weather', arguments: { city: 'Paris' } },
+          { name: 'get_time', arguments: { zone: 'Europe/Rome' } },
+        ],
+      });
+      const result = await collect(make().stream({ messages: hello, tools: [weatherTool] }));
+      assert.equal(result.text, 'Checking both.');
+      assert.deepEqual(
+        result.calls.map((c) => [c.name, JSON.parse(c.arguments)]),
+        [
+          ['get_weather', { city: 'Paris' }],
+          ['get_time', { zone: 'Europe/Rome' }],
+        ],
+      );
+      assert.deepEqual(
+        [...new Set(result.chunks.filter((c) => c.type === 'tool_call').map((c) => (c as { index: number }).index))],
+        [0, 1],
+      );
+      assert.notEqual(result.calls[0]?.id, result.calls[1]?.id);
+    });
+
+    it('maps token usage onto the finish chunk', async () => {
+      server.enqueue({ text: 'ok', usage: { inputTokens: 123, outputTokens: 45 } });
+      const result = await collect(make().stream({ messages: hello, tools: [] }));
+      assert.deepEqual(result.finish?.usage, { inputTokens: 123, outputTokens: 45 });
+    });
+
+    it('retries a 429 and then succeeds', async () => {
+      server.enqueue({ status: 429 }, { status: 429 }, { text: 'finally' });
+      const result = await collect(make().stream({ messages: hello, tools: [] }));
+      assert.equal(result.text, 'finally');
+      assert.equal(server.requests.length, 3);
+    });
+
+    it('gives up on HTTP 500 after the bounded retries with a typed error', async () => {
+      server.enqueue(...Array.from({ length: 5 }, () => ({ status: 500, body: 'tool parse failure' })));
+      const error = await rejection(collect(make({ retry: { maxRetries: 2, initialDelayMs: 5 } }).stream({ messages: hello, tools: [weatherTool] })));
+      assert.ok(error instanceof ProviderError);
+      assert.equal(error.code, 'provider_http');
+      assert.equal(error.status, 500);
+      assert.equal(error.retryable, true);
+      assert.equal(error.provider, `${name}:test-model`);
+      assert.equal(error.body, 'tool parse failure');
+      assert.equal(server.requests.length, 3);
+    });
+
+    it('does not retry a 400', async () => {
+      server.enqueue({ status: 400 }, { text: 'never sent' });
+      const error = await rejection(collect(make().stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError);
+      assert.equal(error.status, 400);
+      assert.equal(error.retryable, false);
+      assert.match(error.body ?? '', /scripted HTTP 400/);
+      assert.equal(server.requests.length, 1);
+    });
+
+    it('throws AbortError quickly when aborted mid-stream', async () => {
+      server.enqueue({ text: ['first ', 'second'], hangMs: 10_000 });
+      const controller = new AbortController();
+      const seen: ModelChunk[] = [];
+      const started = Date.now();
+      const error = await rejection(
+        (async () => {
+          for await (const chunk of make().stream({ messages: hello, tools: [] }, { signal: controller.signal })) {
+            seen.push(chunk);
+            controller.abort();
+          }
+        })(),
+      );
+      assert.ok(error instanceof AbortError, `got ${String(error)}`);
+      assert.equal(error.code, 'aborted');
+      assert.deepEqual(seen, [{ type: 'text', delta: 'first ' }]);
+      assert.ok(Date.now() - started < 2000);
+      assert.equal(server.requests.length, 1);
+    });
+
+    it('lets the consumer stop early without waiting for the rest of the stream', async () => {
+      server.enqueue({ text: ['first ', 'second'], hangMs: 10_000 });
+      const started = Date.now();
+      for await (const chunk of make().stream({ messages: hello, tools: [] })) {
+        assert.deepEqual(chunk, { type: 'text', delta: 'first ' });
+        break;
+      }
+      assert.ok(Date.now() - started < 2000);
+    });
+
+    it('fails with provider_timeout when the server stalls past timeoutMs, without retrying', async () => {
+      server.enqueue({ text: ['slow'], hangMs: 10_000 }, { text: 'not reached' });
+      const started = Date.now();
+      const error = await rejection(collect(make({ timeoutMs: 150 }).stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+      assert.equal(error.code, 'provider_timeout');
+      assert.ok(Date.now() - started < 2000);
+      assert.equal(server.requests.length, 1);
+    });
+
+    it('fails with provider_protocol on malformed streamed JSON, without retrying', async () => {
+      server.enqueue({ text: ['a', 'b'], malformed: true }, { text: 'not reached' });
+      const error = await rejection(collect(make().stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+      assert.equal(error.code, 'provider_protocol');
+      assert.equal(server.requests.length, 1);
+    });
+
+    it('surfaces an error reported inside the stream as a ProviderError', async () => {
+      server.enqueue({ text: ['partial ', 'answer'], streamError: { type: 'server_error', message: 'model crashed' } });
+      const error = await rejection(collect(make().stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+      assert.equal(error.code, 'provider_http');
+      assert.match(error.message, /model crashed/);
+      // Text was already yielded, so even a retryable error must not be retried.
+      assert.equal(server.requests.length, 1);
+    });
+
+    it('answers in one response when stream is false, with the same chunk types', async () => {
+      server.enqueue({
+        text: 'Sure.',
+        toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }],
+        usage: { inputTokens: 9, outputTokens: 3 },
+      });
+      const result = await collect(make({ stream: false }).stream({ messages: hello, tools: [weatherTool] }));
+      assert.equal(result.text, 'Sure.');
+      assert.deepEqual(result.calls.map((c) => [c.name, JSON.parse(c.arguments)]), [['get_weather', { city: 'Oslo' }]]);
+      assert.deepEqual(result.finish?.usage, { inputTokens: 9, outputTokens: 3 });
+      assert.equal(server.requests[0]?.stream, false);
+      assert.equal(server.requests[0]?.body.stream, name === 'anthropic' ? undefined : false);
+    });
+
+    it('fails with provider_protocol on a malformed non-streaming body', async () => {
+      server.enqueue({ malformed: true });
+      const error = await rejection(collect(make({ stream: false }).stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError);
+      assert.equal(error.code, 'provider_protocol');
+    });
+
+    it('does not send a request when the signal is already aborted', async () => {
+      server.enqueue({ text: 'never' });
+      const error = await rejection(collect(make().stream({ messages: hello, tools: [] }, { signal: AbortSignal.abort() })));
+      assert.ok(error instanceof AbortError);
+      assert.equal(server.requests.length, 0);
+    });
+
+    it('stops waiting for a retry as soon as the caller aborts', async () => {
+      server.enqueue({ status: 503 }, { text: 'not reached' });
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 50);
+      const started = Date.now();
+      const slowRetry = make({ retry: { initialDelayMs: 5000, maxDelayMs: 5000 } });
+      const error = await rejection(collect(slowRetry.stream({ messages: hello, tools: [] }, { signal: controller.signal })));
+      assert.ok(error instanceof AbortError, `got ${String(error)}`);
+      assert.ok(Date.now() - started < 1000);
+      assert.equal(server.requests.length, 1);
+    });
+
+    it('maps a refused connection to a retryable provider_network error', async () => {
+      const closed = await startMockLlmServer();
+      const url = baseURL(closed);
+      await closed.close();
+      const error = await rejection(
+        collect(factory({ model: 'm', baseURL: url, retry: { maxRetries: 1, initialDelayMs: 5 } }).stream({ messages: hello, tools: [] })),
+      );
+      assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+      assert.equal(error.code, 'provider_network');
+      assert.equal(error.retryable, true);
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request mapping, per wire format
+
+describe('openai request mapping', () => {
+  it('sends messages, tool calls, tool results, tools and the streaming options', async () => {
+    server.enqueue({ text: 'ok' });
+    const model = openai({ model: 'gpt-test', baseURL: server.openaiBaseURL, apiKey: 'sk-123', headers: { 'x-extra': '1' } });
+    await collect(model.stream({ messages: toolConversation, tools: [weatherTool], temperature: 0.2, maxTokens: 64 }));
+    const request = server.requests[0]!;
+    assert.equal(request.path, '/v1/chat/completions');
+    assert.equal(request.headers.authorization, 'Bearer sk-123');
+    assert.equal(request.headers['x-extra'], '1');
+    assert.deepEqual(request.body, {
+      model: 'gpt-test',
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Weather in Paris and Rome?' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+            { id: 'call_2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } },
+          ],
+        },
+        { role: 'tool', tool_call_id: 'call_1', content: '18C' },
+        { role: 'tool', tool_call_id: 'call_2', content: '24C' },
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'get_weather', description: 'Current weather for a city', parameters: weatherTool.inputSchema },
+        },
+      ],
+      temperature: 0.2,
+      max_tokens: 64,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+  });
+
+  it('omits tools when there are none and the key when none is given', async () => {
+    server.enqueue({ text: 'ok' });
+    await collect(openai({ model: 'local', baseURL: server.openaiBaseURL }).stream({ messages: hello, tools: [] }));
+    const request = server.requests[0]!;
+    assert.equal('tools' in request.body, false);
+    assert.equal(request.headers.authorization, undefined);
+  });
+});
+
+describe('anthropic request mapping', () => {
+  it('moves system to the top level, merges tool results into one user message and sends tool_use blocks', async () => {
+    server.enqueue({ text: 'ok' });
+    const model = anthropic({ model: 'claude-test', baseURL: server.anthropicBaseURL, apiKey: 'sk-ant' });
+    await collect(model.stream({ messages: [...toolConversation, { role: 'user', content: 'Thanks' }], tools: [weatherTool] }));
+    const request = server.requests[0]!;
+    assert.equal(request.path, '/v1/messages');
+    assert.equal(request.headers['x-api-key'], 'sk-ant');
+    assert.equal(request.headers['anthropic-version'], '2023-06-01');
+    assert.deepEqual(request.body, {
+      model: 'claude-test',
+      max_tokens: 1024,
+      system: 'Be brief.',
+      messages: [
+        { role: 'user', content: 'Weather in Paris and Rome?' },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: 'Paris' } },
+            { type: 'tool_use', id: 'call_2', name: 'get_weather', input: { city: 'Rome' } },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'call_1', content: '18C' },
+            { type: 'tool_result', tool_use_id: 'call_2', content: '24C' },
+          ],
+        },
+        { role: 'user', content: 'Thanks' },
+      ],
+      tools: [{ name: 'get_weather', description: 'Current weather for a city', input_schema: weatherTool.inputSchema }],
+      stream: true,
+    });
+  });
+
+  it('retries an overloaded error event that arrives before any output', async () => {
+    server.enqueue({ streamError: { type: 'overloaded_error', message: 'Overloaded' } }, { text: 'recovered' });
+    const model = anthropic({ model: 'c', baseURL: server.anthropicBaseURL, retry: { initialDelayMs: 5 } });
+    const result = await collect(model.stream({ messages: hello, tools: [] }));
+    assert.equal(result.text, 'recovered');
+    assert.equal(server.requests.length, 2);
+  });
+
+  it('numbers tool calls from 0 even when a text block comes first', async () => {
+    server.enqueue({ text: 'Let me check.', toolCalls: [{ name: 'get_weather', arguments: { city: 'Lima' } }] });
+    const result = await collect(anthropic({ model: 'c', baseURL: server.anthropicBaseURL }).stream({ messages: hello, tools: [weatherTool] }));
+    const indices = result.chunks.filter((c) => c.type === 'tool_call').map((c) => (c as { index: number }).index);
+    assert.ok(indices.length > 1 && indices.every((i) => i === 0), `indices ${indices.join(',')}`);
+  });
+});
+
+describe('ollama request mapping', () => {
+  it('sends object arguments, tool_name on tool results and model options', async () => {
+    server.enqueue({ text: 'ok' });
+    const model = ollama({ model: 'qwen3:4b', baseURL: server.ollamaBaseURL });
+    await collect(model.stream({ messages: toolConversation, tools: [weatherTool], temperature: 0, maxTokens: 32 }));
+    const request = server.requests[0]!;
+    assert.equal(request.path, '/api/chat');
+    assert.deepEqual(request.body, {
+      model: 'qwen3:4b',
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Weather in Paris and Rome?' },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [
+            { function: { name: 'get_weather', arguments: { city: 'Paris' } } },
+            { function: { name: 'get_weather', arguments: { city: 'Rome' } } },
+          ],
+        },
+        { role: 'tool', content: '18C', tool_name: 'get_weather' },
+        { role: 'tool', content: '24C', tool_name: 'get_weather' },
+      ],
+      stream: true,
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'get_weather', description: 'Current weather for a city', parameters: weatherTool.inputSchema },
+        },
+      ],
+      options: { temperature: 0, num_predict: 32 },
+    });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Retry-After
+
+describe('Retry-After', () => {
+  it('waits the number of seconds the server asks for', async () => {
+    server.enqueue({ status: 429, retryAfter: 1 }, { text: 'ok' });
+    const started = Date.now();
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1 } });
+    await collect(model.stream({ messages: hello, tools: [] }));
+    const elapsed = Date.now() - started;
+    assert.ok(elapsed >= 950, `retried after ${elapsed} ms`);
+    assert.equal(server.requests.length, 2);
+  });
+
+  it('is capped by maxDelayMs', async () => {
+    server.enqueue({ status: 429, retryAfter: 30 }, { text: 'ok' });
+    const started = Date.now();
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1, maxDelayMs: 50 } });
+    await collect(model.stream({ messages: hello, tools: [] }));
+    assert.ok(Date.now() - started < 1000);
+    assert.equal(server.requests.length, 2);
+  });
+
+  it('parses delta-seconds and HTTP-dates', () => {
+    const now = Date.parse('2025-01-01T00:00:00Z');
+    assert.equal(parseRetryAfter('3', now), 3000);
+    assert.equal(parseRetryAfter('Wed, 01 Jan 2025 00:00:02 GMT', now), 2000);
+    assert.equal(parseRetryAfter('Tue, 31 Dec 2024 23:59:00 GMT', now), 0);
+    assert.equal(parseRetryAfter('soon', now), undefined);
+    assert.equal(parseRetryAfter(null, now), undefined);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The test double itself
+
+describe('mock LLM server', () => {
+  it('answers CORS preflights so browser pages on another origin can call it', async () => {
+    const response = await fetch(`${server.openaiBaseURL}/chat/completions`, {
+      method: 'OPTIONS',
+      headers: { origin: 'http://localhost:5173', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' },
+    });
+    assert.equal(response.status, 204);
+    assert.equal(response.headers.get('access-control-allow-origin'), '*');
+    assert.equal(response.headers.get('access-control-allow-headers'), 'authorization,content-type');
+    assert.equal(server.requests.length, 0);
+  });
+
+  it('runs a tool round trip with echoToolResponder', async () => {
+    server.setResponder(echoToolResponder());
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL });
+    const first = await collect(model.stream({ messages: [{ role: 'user', content: 'ping' }], tools: [weatherTool] }));
+    assert.deepEqual(first.calls.map((c) => [c.name, JSON.parse(c.arguments)]), [['get_weather', { input: 'ping' }]]);
+    const second = await collect(
+      model.stream({
+        messages: [
+          { role: 'user', content: 'ping' },
+          { role: 'assistant', content: '', toolCalls: [{ id: first.calls[0]!.id!, name: 'get_weather', arguments: first.calls[0]!.arguments }] },
+          { role: 'tool', toolCallId: first.calls[0]!.id!, name: 'get_weather', content: 'pong' },
+        ],
+        tools: [weatherTool],
+      }),
+    );
+    assert.equal(second.text, 'tool result: pong');
+  });
+
+  it('answers 500 once a script runs out, so a surplus request is visible', async () => {
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { maxRetries: 0 } });
+    const error = await rejection(collect(model.stream({ messages: hello, tools: [] })));
+    assert.ok(error instanceof ProviderError);
+    assert.match(error.body ?? '', /no scripted reply left/);
+  });
+});
