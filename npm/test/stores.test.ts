@@ -183,6 +183,9 @@ for (const kind of kinds) {
       ['NaN', Number.NaN],
       ['undefined', undefined],
       ['a Date', new Date(0)],
+      ['a Map', new Map([['a', 1]])],
+      ['an array hole', [1, , 3]],
+      ['nesting deeper than 1000', Array.from({ length: 1001 }).reduce((inner: unknown) => [inner], 0)],
       ['a cycle', (() => {
         const o: Record<string, unknown> = {};
         o.self = o;

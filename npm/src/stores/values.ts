@@ -14,58 +14,111 @@ export function checkKey(key: unknown): asserts key is string {
   }
 }
 
+/** Deepest nesting a stored value may have; also what turns a cycle into an error quickly. */
+export const MAX_JSON_DEPTH = 1000;
+
 /**
  * Throws `store_error` unless `value` is strict JSON: null, booleans, finite numbers, strings,
- * dense arrays and plain objects, without cycles. Rejects what `JSON.stringify` would silently
- * change or drop (undefined, functions, symbols, NaN, Infinity, Date, Map, class instances) and
- * what it would throw on (BigInt, cycles), so a value always reads back as it was written.
- * Iterative, so deeply nested input cannot overflow the call stack.
+ * dense arrays and plain objects, nested at most {@link MAX_JSON_DEPTH} deep, without cycles.
+ * Rejects what `JSON.stringify` would silently change or drop (undefined, functions, NaN,
+ * Infinity, Date, Map, class instances) and what it would throw on (BigInt, cycles), so a value
+ * reads back as it was written. Symbol-keyed properties are ignored, as by JSON and structured
+ * clone. Iterative, so deep input cannot overflow the call stack.
  */
 export function checkJson(value: unknown, key: string): asserts value is JsonValue {
-  // Depth-first walk; `exit` entries pop the ancestor set used to detect cycles.
-  const stack: Array<{ value: unknown; path: string } | { exit: object }> = [{ value, path: '' }];
-  const ancestors = new Set<object>();
+  // A fast pass without paths or cycle bookkeeping (a cycle just exceeds the depth limit);
+  // only a failing value pays for the second pass that names the problem and its place.
+  if (!hasProblem(value)) return;
+  throw new StoreError('store_error', `Value for key ${JSON.stringify(key)} is not JSON: ${describeProblem(value)}`);
+}
+
+function hasProblem(value: unknown): boolean {
+  const stack: unknown[] = [value];
+  const depths: number[] = [0];
   while (stack.length > 0) {
-    const item = stack.pop()!;
-    if ('exit' in item) {
-      ancestors.delete(item.exit);
-      continue;
-    }
-    const { value: v, path } = item;
-    const fail = (what: string): never => {
-      throw new StoreError('store_error', `Value for key ${JSON.stringify(key)} is not JSON: ${what} at ${path || '(root)'}`);
-    };
+    const v = stack.pop();
+    const depth = depths.pop()!;
     switch (typeof v) {
       case 'string':
       case 'boolean':
         continue;
       case 'number':
-        if (!Number.isFinite(v)) fail(String(v));
+        if (!Number.isFinite(v)) return true;
         continue;
       case 'object':
         break;
       default:
-        fail(typeof v);
+        return true;
     }
     if (v === null) continue;
-    const obj = v as object;
-    if (ancestors.has(obj)) fail('a cycle');
-    ancestors.add(obj);
-    stack.push({ exit: obj });
-    if (Array.isArray(obj)) {
-      for (let i = obj.length - 1; i >= 0; i--) {
-        if (!(i in obj)) fail(`a hole at index ${i}`);
-        stack.push({ value: obj[i], path: `${path}[${i}]` });
+    if (depth >= MAX_JSON_DEPTH) return true;
+    if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) {
+        if (!(i in v)) return true;
+        stack.push(v[i]);
+        depths.push(depth + 1);
       }
       continue;
     }
-    const proto = Object.getPrototypeOf(obj);
-    if (proto !== Object.prototype && proto !== null) fail(`a ${proto?.constructor?.name ?? 'non-plain'} object`);
-    if (Object.getOwnPropertySymbols(obj).length > 0) fail('a symbol-keyed property');
-    for (const k of Object.keys(obj)) {
-      stack.push({ value: (obj as Record<string, unknown>)[k], path: `${path}.${k}` });
+    const proto = Object.getPrototypeOf(v);
+    if (proto !== Object.prototype && proto !== null) return true;
+    const keys = Object.keys(v);
+    for (let i = 0; i < keys.length; i++) {
+      stack.push((v as Record<string, unknown>)[keys[i]!]);
+      depths.push(depth + 1);
     }
   }
+  return false;
+}
+
+const EXIT = Symbol('exit');
+
+/** "<what> at <path>" for the first problem of a value `hasProblem` rejected. */
+function describeProblem(value: unknown): string {
+  // Depth-first; an EXIT marker under each object's children removes it from `ancestors`.
+  const stack: Array<{ v: unknown; path: string; depth: number } | typeof EXIT> = [{ v: value, path: '', depth: 0 }];
+  const exits: object[] = [];
+  const ancestors = new Set<object>();
+  while (stack.length > 0) {
+    const item = stack.pop()!;
+    if (item === EXIT) {
+      ancestors.delete(exits.pop()!);
+      continue;
+    }
+    const { v, path, depth } = item;
+    const at = (what: string): string => `${what} at ${path || '(root)'}`;
+    switch (typeof v) {
+      case 'string':
+      case 'boolean':
+        continue;
+      case 'number':
+        if (!Number.isFinite(v)) return at(String(v));
+        continue;
+      case 'object':
+        break;
+      default:
+        return at(typeof v);
+    }
+    if (v === null) continue;
+    if (ancestors.has(v)) return at('a cycle');
+    if (depth >= MAX_JSON_DEPTH) return at(`nesting deeper than ${MAX_JSON_DEPTH}`);
+    ancestors.add(v);
+    exits.push(v);
+    stack.push(EXIT);
+    if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) {
+        if (!(i in v)) return at(`a hole at index ${i}`);
+        stack.push({ v: v[i], path: `${path}[${i}]`, depth: depth + 1 });
+      }
+      continue;
+    }
+    const proto = Object.getPrototypeOf(v);
+    if (proto !== Object.prototype && proto !== null) return at(`a ${proto?.constructor?.name ?? 'non-plain'} object`);
+    for (const k of Object.keys(v)) {
+      stack.push({ v: (v as Record<string, unknown>)[k], path: `${path}.${k}`, depth: depth + 1 });
+    }
+  }
+  return 'an unsupported value';
 }
 
 /** Checks every op of a batch (keys, op types, values) before any of it is written. */
