@@ -3,7 +3,7 @@
  * Chromium IndexedDB numbers come from there). It persists then reloads realistic records:
  * 1,000 forged-tool records (~2 KB JSON each) and 100 run states (~20 KB each).
  *
- * Phases, each timed per store (median of `rounds`):
+ * Phases, each timed per store (median of `rounds`, after one warm-up round):
  *   tools put   — 1,000 sequential awaited `put`s (a registry saving tools one by one)
  *   runs put    — 100 sequential awaited `put`s of run states
  *   tools batch — the same 1,000 tool records rewritten as 10 batches of 100
@@ -124,7 +124,8 @@ async function oneRound(subject: BenchSubject, tools: JsonValue[], runs: JsonVal
 }
 
 /**
- * Runs every subject `rounds` times (fresh store each time) and returns median timings.
+ * Runs every subject once to warm up, then `rounds` times in turn (a fresh store each time),
+ * and returns median timings.
  * `makeStores` is called once; subjects must create independent stores on each `create`.
  */
 export async function runStoreBench(
@@ -135,12 +136,16 @@ export async function runStoreBench(
   const tools = Array.from({ length: TOOL_COUNT }, (_, i) => toolRecord(i));
   const runs = Array.from({ length: RUN_COUNT }, (_, i) => runState(i));
   const subjects = await makeStores();
-  const rows: BenchRow[] = [];
-  for (const subject of subjects) {
-    const results: Array<Awaited<ReturnType<typeof oneRound>>> = [];
-    for (let r = 0; r < rounds; r++) results.push(await oneRound(subject, tools, runs));
-    const pick = (k: keyof (typeof results)[number]): number => median(results.map((x) => x[k]));
-    const row: BenchRow = {
+  // One discarded warm-up round each (JIT, first-open costs), then rounds in turn across
+  // subjects so that neither warm-up nor background load favours whoever runs later.
+  for (const subject of subjects) await oneRound(subject, tools, runs);
+  const results = subjects.map((): Array<Awaited<ReturnType<typeof oneRound>>> => []);
+  for (let r = 0; r < rounds; r++) {
+    for (const [n, subject] of subjects.entries()) results[n]!.push(await oneRound(subject, tools, runs));
+  }
+  const rows = subjects.map((subject, n): BenchRow => {
+    const pick = (k: keyof Awaited<ReturnType<typeof oneRound>>): number => median(results[n]!.map((x) => x[k]));
+    return {
       name: subject.name,
       group: subject.group,
       baseline: subject.baselineOf !== undefined,
@@ -150,9 +155,8 @@ export async function runStoreBench(
       reloadMs: pick('reloadMs'),
       totalMs: pick('totalMs'),
     };
-    rows.push(row);
-    options.log?.(`${subject.name}: total ${row.totalMs.toFixed(1)} ms`);
-  }
+  });
+  for (const row of rows) options.log?.(`${row.name}: total ${row.totalMs.toFixed(1)} ms`);
   return rows;
 }
 
