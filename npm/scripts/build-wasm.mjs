@@ -20,8 +20,10 @@ const targetBase = process.env.CARGO_TARGET_DIR ? resolve(process.env.CARGO_TARG
 const skipOpt = process.env.CRUCIBLE_SKIP_WASM_OPT === '1';
 
 const allArtifacts = [
-  { name: 'crucible_core', features: 'wasm-core' },
-  { name: 'crucible_sandbox', features: 'wasm-sandbox' },
+  // The core mostly moves JSON between JS and the loop: size beats raw speed there.
+  { name: 'crucible_core', features: 'wasm-core', optLevel: 's' },
+  // Boa's interpreter speed matters for every forged-tool call.
+  { name: 'crucible_sandbox', features: 'wasm-sandbox', optLevel: '3' },
 ];
 // CRUCIBLE_WASM_ONLY=crucible_core builds one artifact (while iterating).
 const only = process.env.CRUCIBLE_WASM_ONLY;
@@ -60,17 +62,17 @@ function wasmOptPath() {
 
 checkWasmBindgen();
 mkdirSync(outDir, { recursive: true });
-for (const { name, features } of artifacts) {
+for (const { name, features, optLevel } of artifacts) {
   const targetDir = join(targetBase, features);
   run('cargo', [
     'build', '--release', '--lib', '--target', 'wasm32-unknown-unknown',
     '--no-default-features', '--features', features, '--target-dir', targetDir,
-  ]);
+  ], { env: { ...process.env, CARGO_PROFILE_RELEASE_OPT_LEVEL: process.env.CRUCIBLE_OPT_LEVEL ?? optLevel } });
   const raw = join(targetDir, 'wasm32-unknown-unknown', 'release', 'crucible.wasm');
   run('wasm-bindgen', ['--target', 'web', '--out-dir', outDir, '--out-name', name, raw]);
   const bg = join(outDir, `${name}_bg.wasm`);
   if (!skipOpt) {
-    run(process.execPath, [wasmOptPath(), '-O3', '--enable-bulk-memory', '--enable-nontrapping-float-to-int',
+    run(process.execPath, [wasmOptPath(), optLevel === '3' ? '-O3' : '-Os', '--enable-bulk-memory', '--enable-nontrapping-float-to-int',
       '--enable-sign-ext', '--enable-mutable-globals', '--enable-reference-types', '--enable-multivalue',
       bg, '-o', bg]);
   }

@@ -19,8 +19,9 @@ pub struct ErrorInfo {
 }
 
 /// An event of a run. `runPath` lists the run ids from the outermost run to this one.
+/// (Its TS type, `EventBody & { runId; runPath }`, is declared in `src/wasm/core.rs`: tsify
+/// renders a flattened union as an invalid `interface … extends`.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentEvent {
     pub run_id: String,

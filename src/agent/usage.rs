@@ -13,6 +13,7 @@ use crate::model::Usage;
 pub struct RunUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[cfg_attr(feature = "wasm", tsify(type = "Record<string, Usage>"))]
     pub by_model: BTreeMap<String, Usage>,
 }
 

@@ -13,6 +13,14 @@ use crate::tools::{is_valid_tool_name, Tool, ToolSet};
 
 use super::interop::{error_object, from_js, to_js, JsAbortSignal, JsEnvironment, JsModel, JsTool};
 
+#[wasm_bindgen(typescript_custom_section)]
+const EVENT_TYPES: &'static str = r#"
+/** Any JSON value. */
+export type Value = null | boolean | number | string | Value[] | { [key: string]: Value };
+/** An event of a run: the body, tagged by `type`, plus the run id and run path. */
+export type AgentEvent = EventBody & { runId: string; runPath: string[] };
+"#;
+
 /// A host tool's public contract, as the TS layer passes it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

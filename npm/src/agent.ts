@@ -1,0 +1,237 @@
+/**
+ * The public agent API: `createAgent()`, `agent.stream()` (an `AsyncIterable` of typed events)
+ * and `agent.run()` (a thin collector over the stream). The loop itself runs in the wasm core;
+ * this file adapts providers and host tools to it and owns per-run abort signals.
+ */
+import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
+import { loadCore } from './core.js';
+import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
+import type { ModelProvider, ModelRequest } from './providers/types.js';
+import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+
+export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, Value } from '../wasm/crucible_core.js';
+
+/** Options of {@link createAgent}. */
+export interface AgentOptions {
+  model: ModelProvider;
+  /** System instructions. */
+  instructions?: string;
+  tools?: HostTool[];
+  /** Most model turns per run (default 30). */
+  maxTurns?: number;
+  /** Most tool calls per run, across turns (default 30). */
+  maxSteps?: number;
+  /** Most tool calls of one step running at once (default 8). */
+  maxParallelTools?: number;
+  /** Largest serialized tool result passed to the model, in bytes (default 65536). */
+  maxResultBytes?: number;
+  /** JSON Schema (or Standard Schema) the final answer must match; the run's `output` is the parsed value. */
+  returns?: JsonSchema | StandardJsonSchemaLike;
+  /** Re-prompts for a final answer that fails `returns` (default 2). */
+  maxOutputRetries?: number;
+  temperature?: number;
+  maxTokens?: number;
+}
+
+/** Per-run options. */
+export interface RunOptions {
+  signal?: AbortSignal;
+  /** Conversation to continue (default `"default"`). Each session remembers its messages. */
+  sessionId?: string;
+}
+
+/** A finished run. */
+export interface RunResult<Output = unknown> {
+  runId: string;
+  /** The parsed answer when `returns` is set, else the final text. */
+  output: Output;
+  text: string;
+  usage: RunUsage;
+  turns: number;
+  steps: number;
+}
+
+/** A run ended without a final answer: a limit, a model error or invalid structured output. */
+export class AgentRunError extends CrucibleError {
+  readonly runId: string;
+  readonly usage: RunUsage | undefined;
+  constructor(code: CrucibleErrorCode, message: string, runId: string, usage?: RunUsage) {
+    super(code, message);
+    this.name = 'AgentRunError';
+    this.runId = runId;
+    this.usage = usage;
+  }
+}
+
+interface CoreAgentHandle {
+  run(input: string, runId: string, sessionId: string | undefined, onEvent: (e: AgentEvent) => void, signal?: AbortSignal): Promise<unknown>;
+  history(sessionId: string): unknown;
+  endSession(sessionId: string): void;
+  toolNames(): string[];
+  free(): void;
+}
+
+let runCounter = 0;
+function newRunId(): string {
+  const random = typeof crypto !== 'undefined' && 'randomUUID' in crypto ? crypto.randomUUID().slice(0, 8) : Math.random().toString(16).slice(2, 10);
+  return `run_${random}${(++runCounter).toString(36)}`;
+}
+
+/** An agent: a model, tools and instructions; remembers each session's conversation. */
+export class Agent {
+  readonly #core: CoreAgentHandle;
+  readonly #signals: Map<string, AbortSignal>;
+
+  /** @internal use {@link createAgent} */
+  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>) {
+    this.#core = core;
+    this.#signals = signals;
+  }
+
+  /**
+   * Runs `input` and yields every event as it happens. The last event is `agent.end` or
+   * `agent.error`. Breaking out of the loop aborts the run.
+   */
+  async *stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
+    const controller = new AbortController();
+    const onOuterAbort = () => controller.abort(options.signal?.reason);
+    if (options.signal?.aborted) controller.abort(options.signal.reason);
+    options.signal?.addEventListener('abort', onOuterAbort, { once: true });
+
+    const runId = newRunId();
+    const queue: AgentEvent[] = [];
+    let head = 0;
+    let wake: (() => void) | undefined;
+    let finished = false;
+    let failure: unknown;
+    this.#signals.set(runId, controller.signal);
+    const done = this.#core
+      .run(input, runId, options.sessionId, (event) => {
+        queue.push(event);
+        wake?.();
+      }, controller.signal)
+      // Run-level failures arrive as an `agent.error` event; only unexpected core failures land here.
+      .catch((error: unknown) => {
+        if (!queue.some((e) => e.type === 'agent.error')) failure = error;
+      })
+      .finally(() => {
+        finished = true;
+        wake?.();
+      });
+    try {
+      for (;;) {
+        if (head < queue.length) {
+          const event = queue[head++]!;
+          if (head > 1024) {
+            queue.splice(0, head);
+            head = 0;
+          }
+          yield event;
+          continue;
+        }
+        if (finished) break;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+      if (failure !== undefined) throw toCrucibleError(failure, runId);
+    } finally {
+      if (!finished) controller.abort(new AbortError('The stream consumer stopped early'));
+      await done;
+      this.#signals.delete(runId);
+      options.signal?.removeEventListener('abort', onOuterAbort);
+    }
+  }
+
+  /**
+   * Runs `input` to a final answer. Rejects with {@link AgentRunError} (limits, model errors,
+   * invalid structured output) or {@link AbortError}.
+   */
+  async run<Output = unknown>(input: string, options: RunOptions = {}): Promise<RunResult<Output>> {
+    for await (const event of this.stream(input, options)) {
+      if (event.type === 'agent.end') {
+        return { runId: event.runId, output: event.output as Output, text: event.text, usage: event.usage, turns: event.turns, steps: event.steps };
+      }
+      if (event.type === 'agent.error') {
+        if (event.error.code === 'aborted') throw new AbortError(event.error.message);
+        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage);
+      }
+    }
+    throw new CrucibleError('internal', 'the run ended without a final event');
+  }
+
+  /** The conversation of a session so far. */
+  history(sessionId = 'default'): unknown[] {
+    return this.#core.history(sessionId) as unknown[];
+  }
+
+  /** Forgets a session's conversation. */
+  endSession(sessionId = 'default'): void {
+    this.#core.endSession(sessionId);
+  }
+
+  /** Names of the tools offered to the model. */
+  toolNames(): string[] {
+    return this.#core.toolNames();
+  }
+
+  /** Releases the wasm-side agent. */
+  dispose(): void {
+    this.#core.free();
+  }
+}
+
+function toCrucibleError(error: unknown, runId: string): CrucibleError {
+  if (error instanceof CrucibleError) return error;
+  const e = error as { code?: string; message?: string };
+  if (e?.code === 'aborted') return new AbortError(e.message);
+  return new AgentRunError((e?.code as CrucibleErrorCode) ?? 'internal', e?.message ?? String(error), runId);
+}
+
+/** Creates an agent. Rejects with a `CrucibleError` (`invalid_config`) on bad options. */
+export async function createAgent(options: AgentOptions): Promise<Agent> {
+  if (!options?.model || typeof options.model.stream !== 'function') {
+    throw new CrucibleError('invalid_config', 'createAgent: `model` must be a provider such as openai({...})');
+  }
+  const core = await loadCore();
+  const tools = options.tools ?? [];
+  const byName = new Map(tools.map((t) => [t.name, t]));
+  const signals = new Map<string, AbortSignal>();
+  const provider = options.model;
+  const modelAdapter = {
+    id: provider.id,
+    stream(request: ModelRequest, runId: string) {
+      return provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
+    },
+  };
+  const callTool = async (name: string, args: unknown, info: { runId: string; callId: string; sessionId: string }) => {
+    const hostTool = byName.get(name);
+    if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
+    const signal = signals.get(info.runId) ?? new AbortController().signal;
+    return await hostTool.execute(args, { signal, ...info });
+  };
+  const config = {
+    instructions: options.instructions ?? '',
+    maxTurns: options.maxTurns,
+    maxSteps: options.maxSteps,
+    maxParallelTools: options.maxParallelTools,
+    maxResultBytes: options.maxResultBytes,
+    returns: options.returns ? toJsonSchema(options.returns, 'returns') : undefined,
+    maxOutputRetries: options.maxOutputRetries,
+    temperature: options.temperature,
+    maxTokens: options.maxTokens,
+  };
+  const specs = tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema, outputSchema: t.outputSchema }));
+  let handle: CoreAgentHandle;
+  try {
+    handle = new core.CoreAgent(stripUndefined(config), modelAdapter, specs, callTool) as unknown as CoreAgentHandle;
+  } catch (error) {
+    const e = error as { code?: string; message?: string };
+    throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
+  }
+  return new Agent(handle, signals);
+}
+
+// serde's `default` fills absent fields; `undefined` would not deserialize as absent.
+function stripUndefined<T extends Record<string, unknown>>(obj: T): Partial<T> {
+  return Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

@@ -1,0 +1,41 @@
+/**
+ * Loads the agent core wasm once per process or page. The platform entry points
+ * (`node.ts`, `browser.ts`) register how the bytes are obtained; everything else awaits
+ * `loadCore()`.
+ */
+import initCore, { initSync as initCoreSync } from '../wasm/crucible_core.js';
+
+export type CoreModule = typeof import('../wasm/crucible_core.js');
+
+type Loader = () => Promise<void>;
+
+let loader: Loader | undefined;
+let loaded: Promise<CoreModule> | undefined;
+
+/** Called by a platform entry point: how to instantiate the core wasm there. */
+export function registerCoreLoader(load: Loader): void {
+  loader = load;
+}
+
+/** Instantiates from bytes (Node) — synchronous compile is fine off the main thread of a page. */
+export function instantiateCoreFromBytes(bytes: BufferSource): void {
+  initCoreSync({ module: bytes });
+}
+
+/** Instantiates by URL (browsers, bundlers): streaming compile. */
+export async function instantiateCoreFromUrl(url: URL): Promise<void> {
+  await initCore({ module_or_path: url });
+}
+
+/** The loaded core module. */
+export function loadCore(): Promise<CoreModule> {
+  if (!loaded) {
+    if (!loader) throw new Error('crucible-agents: no platform entry point loaded (import "crucible-agents", not a deep path)');
+    const load = loader;
+    loaded = (async () => {
+      await load();
+      return import('../wasm/crucible_core.js');
+    })();
+  }
+  return loaded;
+}

@@ -1,0 +1,13 @@
+/**
+ * crucible-agents: the API shared by every platform. Import the package itself
+ * (`import { createAgent } from 'crucible-agents'`); the `node` / `browser` entry points
+ * re-export this and register how the wasm is loaded there.
+ */
+export { createAgent, Agent, AgentRunError } from './agent.js';
+export type { AgentOptions, RunOptions, RunResult, AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, Value } from './agent.js';
+export { tool, toJsonSchema } from './tool.js';
+export type { HostTool, ToolOptions, ToolExecuteContext, JsonSchema, StandardJsonSchemaLike } from './tool.js';
+export { openai, anthropic, ollama } from './providers/index.js';
+export type * from './providers/types.js';
+export { CrucibleError, ProviderError, StoreError, AbortError } from './errors.js';
+export type { CrucibleErrorCode } from './errors.js';

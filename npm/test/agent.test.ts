@@ -1,0 +1,173 @@
+// The public agent API end to end in Node: the wasm core, real fetch providers, and the mock
+// LLM server (a test double speaking the real wire formats over HTTP).
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { z } from 'zod';
+import { AbortError, AgentRunError, createAgent, openai, anthropic, tool, type AgentEvent } from '../src/node.js';
+import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+
+let server: MockLlmServer;
+before(async () => {
+  server = await startMockLlmServer({ replies: [] });
+});
+after(() => server.close());
+
+const weatherCalls: string[] = [];
+const weather = tool({
+  name: 'get_weather',
+  description: 'Current temperature for a city',
+  inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  execute: async ({ city }: { city: string }) => {
+    weatherCalls.push(city);
+    return { city, celsius: 21 };
+  },
+});
+
+function model() {
+  return openai({ baseURL: server.openaiBaseURL, apiKey: 'none', model: 'qwen', retry: { maxRetries: 0 } });
+}
+
+async function collect(stream: AsyncIterable<AgentEvent>): Promise<AgentEvent[]> {
+  const events: AgentEvent[] = [];
+  for await (const e of stream) events.push(e);
+  return events;
+}
+
+describe('agent over an OpenAI-compatible server', () => {
+  test('streams typed events through a tool call to the final answer', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] }, { text: 'It is 21 degrees in Oslo.' });
+    const agent = await createAgent({ model: model(), instructions: 'You are concise.', tools: [weather] });
+    const events = await collect(agent.stream('What is the weather in Oslo?'));
+    const types = events.map((e) => e.type).filter((t) => t !== 'text.delta');
+    assert.deepEqual(types, ['agent.start', 'step.start', 'tool.call', 'tool.execute.start', 'tool.execute.end', 'step.end', 'step.start', 'step.end', 'agent.end']);
+    const text = events.flatMap((e) => (e.type === 'text.delta' ? [e.delta] : [])).join('');
+    assert.equal(text, 'It is 21 degrees in Oslo.');
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.ok(end && end.type === 'tool.execute.end');
+    assert.deepEqual(end.result, { city: 'Oslo', celsius: 21 });
+    const runIds = new Set(events.map((e) => e.runId));
+    assert.equal(runIds.size, 1);
+    assert.deepEqual(events[0]!.runPath, [events[0]!.runId]);
+    // The second request carried the tool result back, with the system prompt first.
+    const second = server.requests[1]!;
+    assert.equal(second.messages[0]!.role, 'system');
+    assert.equal(second.messages.at(-1)!.role, 'tool');
+    assert.match(second.messages.at(-1)!.content, /"celsius":21/);
+  });
+
+  test('run() collects the stream and continues the session conversation', async () => {
+    server.reset();
+    server.enqueue({ text: 'Sunny.', usage: { inputTokens: 7, outputTokens: 2 } }, { text: 'Rainy.', usage: { inputTokens: 9, outputTokens: 3 } });
+    const agent = await createAgent({ model: model(), tools: [weather] });
+    await agent.run('Weather in Oslo?');
+    const { output, usage } = await agent.run('And in Lima?', { signal: AbortSignal.timeout(60_000) });
+    assert.equal(output, 'Rainy.');
+    assert.equal(usage.inputTokens, 9);
+    assert.deepEqual(usage.byModel['openai:qwen'], { inputTokens: 9, outputTokens: 3 });
+    const users = server.requests[1]!.messages.filter((m) => m.role === 'user').map((m) => m.content);
+    assert.deepEqual(users, ['Weather in Oslo?', 'And in Lima?']);
+  });
+
+  test('invalid arguments and throwing tools become error results; the loop goes on', async () => {
+    server.reset();
+    const failing = tool({
+      name: 'flaky',
+      description: 'always fails',
+      inputSchema: { type: 'object', properties: {} },
+      execute: () => {
+        throw new Error('backend exploded');
+      },
+    });
+    server.enqueue(
+      { toolCalls: [{ name: 'get_weather', arguments: { town: 'Oslo' } }, { name: 'flaky', arguments: {} }, { name: 'nope', arguments: {} }] },
+      { text: 'Sorry.' },
+    );
+    weatherCalls.length = 0;
+    const agent = await createAgent({ model: model(), tools: [weather, failing] });
+    const events = await collect(agent.stream('?'));
+    const errors = events.flatMap((e) => (e.type === 'tool.execute.error' ? [e.error] : []));
+    assert.deepEqual(errors.map((e) => e.code), ['invalid_arguments', 'execution_failed', 'unknown_tool']);
+    assert.match(errors[1]!.message, /backend exploded/);
+    assert.equal(weatherCalls.length, 0);
+    assert.equal(events.at(-1)!.type, 'agent.end');
+  });
+
+  test('accepts a Zod 4 schema and validates with the JSON Schema it gives', async () => {
+    server.reset();
+    const add = tool({
+      name: 'add',
+      description: 'Adds two numbers',
+      inputSchema: z.object({ a: z.number(), b: z.number() }),
+      execute: ({ a, b }: { a: number; b: number }) => ({ sum: a + b }),
+    });
+    assert.equal((add.inputSchema as any).type, 'object');
+    server.enqueue({ toolCalls: [{ name: 'add', arguments: { a: 2, b: 'x' } }] }, { toolCalls: [{ name: 'add', arguments: { a: 2, b: 3 } }] }, { text: '5' });
+    const agent = await createAgent({ model: model(), tools: [add] });
+    const events = await collect(agent.stream('2+3?'));
+    assert.equal(events.find((e) => e.type === 'tool.execute.error')?.type, 'tool.execute.error');
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.deepEqual(end && end.type === 'tool.execute.end' && end.result, { sum: 5 });
+  });
+
+  test('structured returns give the parsed, validated value', async () => {
+    server.reset();
+    server.enqueue({ text: 'warm' }, { text: '```json\n{"celsius": 21}\n```' });
+    const agent = await createAgent({ model: model(), returns: z.object({ celsius: z.number() }) });
+    const { output } = await agent.run<{ celsius: number }>('?');
+    assert.deepEqual(output, { celsius: 21 });
+  });
+
+  test('limits end the run with a typed error', async () => {
+    server.reset();
+    server.setResponder(() => ({ toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] }));
+    const agent = await createAgent({ model: model(), tools: [weather], maxTurns: 2 });
+    await assert.rejects(agent.run('loop'), (e: unknown) => e instanceof AgentRunError && e.code === 'max_turns_exceeded');
+    server.setResponder(undefined as any);
+  });
+
+  test('an HTTP 500 from the provider ends the run with provider_http', async () => {
+    server.reset();
+    server.enqueue({ status: 500, body: '{"error":{"message":"boom"}}' });
+    const agent = await createAgent({ model: model() });
+    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.code === 'provider_http');
+    // The agent keeps serving.
+    server.enqueue({ text: 'fine' });
+    assert.equal((await agent.run('again?')).output, 'fine');
+  });
+
+  test('aborting stops the in-flight fetch and ends the run cleanly', async () => {
+    server.reset();
+    server.enqueue({ text: ['first ', 'second'], hangMs: 10_000 });
+    const agent = await createAgent({ model: model() });
+    const controller = new AbortController();
+    const started = Date.now();
+    const seen: AgentEvent[] = [];
+    for await (const e of agent.stream('?', { signal: controller.signal })) {
+      seen.push(e);
+      if (e.type === 'text.delta') controller.abort();
+    }
+    assert.ok(Date.now() - started < 3000, 'abort is prompt, not after the 10 s hang');
+    const last = seen.at(-1)!;
+    assert.ok(last.type === 'agent.error' && last.error.code === 'aborted', JSON.stringify(last));
+
+    server.enqueue({ text: 'slow', delayMs: 10_000 });
+    await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(200) }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
+    assert.ok(Date.now() - started < 5000);
+  });
+
+  test('rejects bad configuration with a typed error', async () => {
+    await assert.rejects(createAgent({ model: model(), tools: [tool({ name: 'bad name!', description: '', inputSchema: { type: 'object' }, execute: () => 1 })] }), /invalid|must match/);
+  });
+});
+
+describe('agent over the Anthropic Messages API', () => {
+  test('uses tool_use blocks and finishes', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'get_weather', arguments: { city: 'Lima' } }] }, { text: 'Lima: 21.' });
+    const agent = await createAgent({ model: anthropic({ baseURL: server.anthropicBaseURL, apiKey: 'k', model: 'claude' }), tools: [weather] });
+    const res = await agent.run('Lima?');
+    assert.equal(res.output, 'Lima: 21.');
+    assert.equal(res.steps, 1);
+  });
+});
