@@ -1,0 +1,149 @@
+/**
+ * The emergent-capabilities contract (issue 4): forge requests, verdicts, registry entries,
+ * stats and the forge/registry events. The Rust core (`src/forge/`, `src/registry/`) mirrors
+ * these shapes in camelCase JSON; the demo page renders them.
+ */
+
+/** A step of a compose pipeline. `inputMapping` values may reference `$input`, `$input.a.b`,
+ * `$prev`, `$prev.field`, `$steps.<name>`, `$steps.<name>.field`, or interpolate them inside
+ * strings ("Summarize: $prev.output"); anything else is a literal. */
+export interface ComposeStep {
+  name: string;
+  tool: string;
+  inputMapping: Record<string, unknown>;
+}
+
+export type Implementation =
+  | { mode: 'compose'; steps: ComposeStep[] }
+  | { mode: 'sandbox'; code: string; allowlist?: string[] };
+
+export interface ForgeTestCase {
+  input: Record<string, unknown>;
+  expectedOutput?: unknown;
+}
+
+/** What the model (or a caller of `agent.forge`) asks for. Messy input is normalized first. */
+export interface ForgeRequest {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+  outputSchema: Record<string, unknown>;
+  implementation: Implementation;
+  testCases: ForgeTestCase[];
+  /** Optional label grouping attempts (e.g. a task id). */
+  scope?: string;
+}
+
+/** The judge's review. Scores are 0..1. */
+export interface Verdict {
+  approved: boolean;
+  safety: number;
+  correctness: number;
+  determinism: number;
+  boundedness: number;
+  confidence: number;
+  reasoning: string;
+}
+
+export type RejectionCategory = 'schema_extra_field' | 'shape_check' | 'syntax_error' | 'parse_error' | 'judge_correctness' | 'other';
+
+export type Tier = 'session' | 'agent' | 'shared';
+
+export interface ToolStats {
+  calls: number;
+  successes: number;
+  failures: number;
+  /** successes / calls, 0 when never called. */
+  successRate: number;
+  avgLatencyMs: number;
+}
+
+/** One test's outcome at forge time. */
+export interface TestResult {
+  index: number;
+  passed: boolean;
+  input: unknown;
+  expectedOutput?: unknown;
+  actualOutput?: unknown;
+  error?: string;
+  durationMs: number;
+}
+
+/** A registered (verified) tool version. */
+export interface ToolInfo {
+  name: string;
+  description: string;
+  tier: Tier;
+  version: number;
+  /** sha256 of the canonical tool content, hex. */
+  hash: string;
+  mode: 'compose' | 'sandbox' | 'host';
+  inputSchema: Record<string, unknown>;
+  outputSchema: Record<string, unknown>;
+  /** Sandbox source (absent when redacted) or the compose steps. */
+  implementation?: Implementation;
+  stats: ToolStats;
+  verdict?: Verdict;
+  sessionId?: string;
+  createdAt: number;
+  /** Versions kept for rollback, oldest first. */
+  versions: number[];
+  status: 'active' | 'demoted';
+}
+
+export type ForgeResult =
+  | { success: true; tool: ToolInfo; verdict: Verdict; tests: TestResult[] }
+  | { success: false; reason: string; category: RejectionCategory; tests?: TestResult[]; verdict?: Verdict };
+
+export interface ForgeStats {
+  attempts: number;
+  approved: number;
+  rejected: number;
+  approvedConfidenceSum: number;
+  uniqueNames: number;
+  uniqueApproved: number;
+  uniqueTerminalRejections: number;
+  rejectionsByCategory: Record<RejectionCategory, number>;
+}
+
+export interface AuditEntry {
+  at: number;
+  action: 'forge' | 'verdict' | 'register' | 'reject' | 'promote' | 'demote' | 'rollback' | 'import' | 'approval.requested' | 'approval.approved' | 'approval.denied';
+  tool: string;
+  version?: number;
+  tier?: Tier;
+  detail: string;
+  sessionId?: string;
+}
+
+export interface PendingApproval {
+  id: string;
+  kind: 'promotion' | 'tool_call';
+  tool: string;
+  fromTier?: Tier;
+  toTier?: Tier;
+  requestedAt: number;
+  reason: string;
+}
+
+/**
+ * Events of the forge and registry, part of the one `AgentEvent` union (each also carries
+ * `runId` and `runPath`):
+ * - `forge.start` { name, mode, sessionId }
+ * - `forge.test` { name, test: TestResult }
+ * - `forge.judge` { name, verdict }
+ * - `forge.registered` { name, tier, version, hash }
+ * - `forge.rejected` { name, category, reason }
+ * - `tool.promoted` { name, fromTier, toTier, version }
+ * - `tool.demoted` { name, fromTier, toTier }
+ * - `approval.requested` { approval: PendingApproval }
+ */
+export type EmergentEventType =
+  | 'forge.start'
+  | 'forge.test'
+  | 'forge.judge'
+  | 'forge.registered'
+  | 'forge.rejected'
+  | 'tool.promoted'
+  | 'tool.demoted'
+  | 'approval.requested';
