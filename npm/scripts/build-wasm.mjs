@@ -6,7 +6,9 @@
 // Then wasm-bindgen (pinned to the crate's version) and wasm-opt from npm `binaryen`
 // (Debian's binaryen 108 emits wasm that fails to load).
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
@@ -60,9 +62,51 @@ function wasmOptPath() {
   return join(pkg, 'bin', 'wasm-opt');
 }
 
+// Content-addressed cache of finished artifacts: a fresh clone (CI) with unchanged Rust
+// sources copies the previous build instead of spending minutes in LTO.
+const cacheRoot = process.env.CRUCIBLE_WASM_CACHE ?? join(homedir(), '.cache', 'crucible', 'wasm');
+
+function listFiles(dir) {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const p = join(dir, e.name);
+    return e.isDirectory() ? listFiles(p) : [p];
+  });
+}
+
+function sourceKey(artifact) {
+  const h = createHash('sha256');
+  const files = ['Cargo.toml', 'Cargo.lock', 'build.rs', '.cargo/config.toml', ...listFiles(join(root, 'src')).map((p) => p.slice(root.length + 1))].sort();
+  for (const f of files) {
+    const p = join(root, f);
+    if (!existsSync(p)) continue;
+    h.update(f).update('\0').update(readFileSync(p)).update('\0');
+  }
+  h.update(JSON.stringify({ ...artifact, optLevel: process.env.CRUCIBLE_OPT_LEVEL ?? artifact.optLevel, skipOpt, bindgen: pinnedWasmBindgenVersion() }));
+  return h.digest('hex').slice(0, 24);
+}
+
+const outputsOf = (name) => [`${name}.js`, `${name}.d.ts`, `${name}_bg.wasm`, `${name}_bg.wasm.d.ts`];
+
+function restoreFromCache(name, key) {
+  const dir = join(cacheRoot, `${name}-${key}`);
+  if (!outputsOf(name).every((f) => existsSync(join(dir, f)))) return false;
+  for (const f of outputsOf(name)) copyFileSync(join(dir, f), join(outDir, f));
+  console.error(`${name}: unchanged sources, restored from ${dir}`);
+  return true;
+}
+
+function saveToCache(name, key) {
+  const dir = join(cacheRoot, `${name}-${key}`);
+  mkdirSync(dir, { recursive: true });
+  for (const f of outputsOf(name)) copyFileSync(join(outDir, f), join(dir, f));
+}
+
 checkWasmBindgen();
 mkdirSync(outDir, { recursive: true });
-for (const { name, features, optLevel } of artifacts) {
+for (const artifact of artifacts) {
+  const { name, features, optLevel } = artifact;
+  const key = sourceKey(artifact);
+  if (process.env.CRUCIBLE_WASM_NO_CACHE !== '1' && restoreFromCache(name, key)) continue;
   const targetDir = join(targetBase, features);
   run('cargo', [
     'build', '--release', '--lib', '--target', 'wasm32-unknown-unknown',
@@ -76,6 +120,7 @@ for (const { name, features, optLevel } of artifacts) {
       '--enable-sign-ext', '--enable-mutable-globals', '--enable-reference-types', '--enable-multivalue',
       bg, '-o', bg]);
   }
+  saveToCache(name, key);
   const bytes = readFileSync(bg);
   console.error(`${name}: ${(statSync(bg).size / 1e6).toFixed(2)} MB raw, ${(gzipSync(bytes, { level: 9 }).length / 1e6).toFixed(2)} MB gzipped`);
 }
