@@ -45,6 +45,8 @@ fn types(sink: &CollectingSink) -> Vec<&'static str> {
             EventBody::OutputRetry { .. } => "output.retry",
             EventBody::AgentEnd { .. } => "agent.end",
             EventBody::AgentError { .. } => "agent.error",
+            EventBody::ApprovalRequested { .. } => "approval.requested",
+            EventBody::AgentPaused { .. } => "agent.paused",
         })
         .filter(|t| *t != "text.delta")
         .collect()

@@ -1,6 +1,7 @@
 //! Why a run failed. Tool failures are not here: they become results the model sees.
 
 use crate::model::ModelError;
+use crate::store::StoreError;
 
 use super::events::ErrorInfo;
 
@@ -19,6 +20,12 @@ pub enum AgentError {
     Aborted,
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    #[error("cannot resume: {0}")]
+    InvalidResume(String),
+    #[error("run state could not be encoded or decoded: {0}")]
+    InvalidState(String),
+    #[error("store failed: {0}")]
+    Store(StoreError),
 }
 
 impl AgentError {
@@ -31,6 +38,9 @@ impl AgentError {
             Self::Model(e) => e.code.clone(),
             Self::Aborted => "aborted".into(),
             Self::InvalidConfig(_) => "invalid_config".into(),
+            Self::InvalidResume(_) => "invalid_resume".into(),
+            Self::InvalidState(_) => "invalid_state".into(),
+            Self::Store(e) => e.code.clone(),
         }
     }
 

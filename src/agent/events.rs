@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::model::Usage;
 use crate::tools::ToolFailure;
 
+use super::approval::ToolApproval;
 use super::usage::RunUsage;
 
 /// A typed error as carried by events and results: stable `code`, readable `message`.
@@ -68,6 +69,13 @@ pub enum EventBody {
     /// set, else the text).
     #[serde(rename = "agent.end", rename_all = "camelCase")]
     AgentEnd { output: Value, text: String, usage: RunUsage, turns: u32, steps: u32 },
+    /// A tool call waits for a human decision (`needsApproval`); the run pauses after
+    /// emitting one of these per waiting call.
+    #[serde(rename = "approval.requested", rename_all = "camelCase")]
+    ApprovalRequested { approval: ToolApproval },
+    /// The run paused for approvals; continue it with `resume`.
+    #[serde(rename = "agent.paused", rename_all = "camelCase")]
+    AgentPaused { approvals: Vec<ToolApproval>, usage: RunUsage },
     /// The run failed (limit, model error, abort).
     #[serde(rename = "agent.error", rename_all = "camelCase")]
     AgentError { error: ErrorInfo, usage: RunUsage },

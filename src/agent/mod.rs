@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+mod approval;
 mod config;
 mod env;
 mod error;
@@ -12,17 +13,19 @@ mod run;
 mod structured;
 mod usage;
 
+pub use approval::{ApprovalDecision, PendingStep, ToolApproval};
 pub use config::AgentConfig;
 pub use env::{CancelFlag, CancelSignal, Environment, NativeEnvironment};
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
-pub use run::{RunOutput, RunState, SharedModel};
+pub use run::{RunOutput, RunState, RunStatus, SharedModel};
 pub use structured::extract_json;
 pub use usage::RunUsage;
 
 use crate::model::{Message, Model};
+use crate::store::{Store, Versioned};
 use crate::tools::{CompiledSchema, Tool, ToolSet};
-use run::RunContext;
+use run::{RunContext, RunRecorder, RUN_STATE_VERSION};
 
 /// Session used when a run names none.
 pub const DEFAULT_SESSION: &str = "default";
@@ -53,6 +56,8 @@ pub struct Agent {
     tools: RefCell<ToolSet>,
     env: Rc<dyn Environment>,
     sessions: RefCell<HashMap<String, Vec<Message>>>,
+    store: Option<Rc<dyn Store>>,
+    agent_id: String,
 }
 
 impl std::fmt::Debug for Agent {
@@ -69,7 +74,98 @@ impl Agent {
             Some(schema) => Some(CompiledSchema::compile(schema).map_err(|e| AgentError::InvalidConfig(format!("returns: {e}")))?),
             None => None,
         };
-        Ok(Self { config, returns, model, tools: RefCell::new(tools), env, sessions: RefCell::new(HashMap::new()) })
+        Ok(Self {
+            config,
+            returns,
+            model,
+            tools: RefCell::new(tools),
+            env,
+            sessions: RefCell::new(HashMap::new()),
+            store: None,
+            agent_id: "default".into(),
+        })
+    }
+
+    /// Persists run states in `store` under `agent/<agent_id>/run/<runId>`: saved at every step
+    /// boundary and when paused, removed when the run completes.
+    pub fn with_store(mut self, store: Rc<dyn Store>, agent_id: impl Into<String>) -> Self {
+        self.store = Some(store);
+        self.agent_id = agent_id.into();
+        self
+    }
+
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    fn run_prefix(&self) -> String {
+        format!("agent/{}/run/", self.agent_id)
+    }
+
+    fn recorder(&self) -> Option<RunRecorder<'_>> {
+        self.store.as_deref().map(|store| RunRecorder { store, prefix: self.run_prefix() })
+    }
+
+    /// The persisted state of a paused or interrupted run.
+    pub async fn load_run(&self, run_id: &str) -> Result<RunState, AgentError> {
+        let store = self.store.as_deref().ok_or_else(|| AgentError::InvalidResume("this agent has no store".into()))?;
+        let value = store
+            .get(&format!("{}{run_id}", self.run_prefix()))
+            .await
+            .map_err(AgentError::Store)?
+            .ok_or_else(|| AgentError::InvalidResume(format!("no persisted run `{run_id}`")))?;
+        let record: Versioned<RunState> = serde_json::from_value(value).map_err(|e| AgentError::InvalidState(e.to_string()))?;
+        if record.kind != "run" || record.v > RUN_STATE_VERSION {
+            return Err(AgentError::InvalidState(format!("record kind `{}` version {} is not a run state this build reads", record.kind, record.v)));
+        }
+        Ok(record.data)
+    }
+
+    /// Continues a paused run (or one interrupted between steps) from `state`, applying
+    /// `decisions` to the calls that waited for approval. Denied calls become error results
+    /// the model sees.
+    pub async fn resume_state(
+        &self,
+        state: RunState,
+        decisions: &[ApprovalDecision],
+        cancel: Option<Rc<dyn CancelSignal>>,
+        sink: &mut dyn EventSink,
+    ) -> Result<RunOutput, AgentError> {
+        let session_id = state.session_id.clone();
+        let tools = self.tools();
+        let ctx = RunContext {
+            config: &self.config,
+            returns: self.returns.as_ref(),
+            model: self.model.as_ref(),
+            tools: &tools,
+            env: self.env.as_ref(),
+            cancel: cancel.as_deref(),
+            runs: self.recorder(),
+            decisions,
+        };
+        let (_state, result) = ctx.drive(state, sink).await;
+        self.remember(&session_id, &result);
+        result
+    }
+
+    /// [`Agent::resume_state`] from the state persisted in the agent's store.
+    pub async fn resume(
+        &self,
+        run_id: &str,
+        decisions: &[ApprovalDecision],
+        cancel: Option<Rc<dyn CancelSignal>>,
+        sink: &mut dyn EventSink,
+    ) -> Result<RunOutput, AgentError> {
+        let state = self.load_run(run_id).await?;
+        self.resume_state(state, decisions, cancel, sink).await
+    }
+
+    fn remember(&self, session_id: &str, result: &Result<RunOutput, AgentError>) {
+        if let Ok(out) = result {
+            if out.status == RunStatus::Completed {
+                self.sessions.borrow_mut().insert(session_id.to_string(), out.messages.clone());
+            }
+        }
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -123,6 +219,7 @@ impl Agent {
             steps: 0,
             output_retries: 0,
             usage: RunUsage::default(),
+            pending: None,
         };
         let tools = self.tools();
         let ctx = RunContext {
@@ -132,11 +229,11 @@ impl Agent {
             tools: &tools,
             env: self.env.as_ref(),
             cancel: options.cancel.as_deref(),
+            runs: self.recorder(),
+            decisions: &[],
         };
         let (_state, result) = ctx.drive(state, sink).await;
-        if let Ok(out) = &result {
-            self.sessions.borrow_mut().insert(session_id, out.messages.clone());
-        }
+        self.remember(&session_id, &result);
         result
     }
 }

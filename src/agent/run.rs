@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall};
-use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolSet};
+use crate::store::{Store, Versioned};
+use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
+
+use super::approval::{ApprovalDecision, CallDecision, PendingStep, ToolApproval};
 
 use super::config::AgentConfig;
 use super::env::{CancelSignal, Environment};
@@ -34,6 +37,19 @@ pub struct RunState {
     /// Re-prompts spent on invalid structured answers.
     pub output_retries: u32,
     pub usage: RunUsage,
+    /// The step a paused run waits in (calls awaiting approval); `None` between steps.
+    #[serde(default)]
+    pub pending: Option<PendingStep>,
+}
+
+/// How a run call ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// A final answer.
+    Completed,
+    /// Waiting for approvals; continue with `resume`.
+    Paused,
 }
 
 /// A finished run.
@@ -41,6 +57,7 @@ pub struct RunState {
 #[serde(rename_all = "camelCase")]
 pub struct RunOutput {
     pub run_id: String,
+    pub status: RunStatus,
     /// The parsed answer when `returns` is set, else the text as a JSON string.
     pub output: Value,
     pub text: String,
@@ -49,6 +66,29 @@ pub struct RunOutput {
     pub steps: u32,
     /// The conversation including this run (without the system message).
     pub messages: Vec<Message>,
+    /// Calls waiting for a decision (paused runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<ToolApproval>,
+    /// The run's state (paused runs): plain JSON, also persisted when the agent has a store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<RunState>,
+}
+
+impl RunOutput {
+    fn paused(state: &RunState) -> Self {
+        Self {
+            run_id: state.run_id.clone(),
+            status: RunStatus::Paused,
+            output: Value::Null,
+            text: String::new(),
+            usage: state.usage.clone(),
+            turns: state.turns,
+            steps: state.steps,
+            messages: state.messages.clone(),
+            pending_approvals: state.pending.as_ref().map(|p| p.approvals.clone()).unwrap_or_default(),
+            state: Some(state.clone()),
+        }
+    }
 }
 
 /// Everything one run needs, borrowed from the agent.
@@ -59,6 +99,35 @@ pub(crate) struct RunContext<'a> {
     pub tools: &'a ToolSet,
     pub env: &'a dyn Environment,
     pub cancel: Option<&'a dyn CancelSignal>,
+    /// Where run states are persisted at step boundaries (`None`: not persisted).
+    pub runs: Option<RunRecorder<'a>>,
+    /// Decisions for the pending step of a resumed run.
+    pub decisions: &'a [ApprovalDecision],
+}
+
+/// Persists run states under `<prefix><runId>` as versioned records.
+pub(crate) struct RunRecorder<'a> {
+    pub store: &'a dyn Store,
+    pub prefix: String,
+}
+
+/// Schema version of persisted run states.
+pub(crate) const RUN_STATE_VERSION: u32 = 1;
+
+impl RunRecorder<'_> {
+    pub(crate) fn key(&self, run_id: &str) -> String {
+        format!("{}{run_id}", self.prefix)
+    }
+
+    async fn save(&self, state: &RunState) -> Result<(), AgentError> {
+        let record = Versioned { kind: "run".to_string(), v: RUN_STATE_VERSION, data: state };
+        let value = serde_json::to_value(&record).map_err(|e| AgentError::InvalidState(e.to_string()))?;
+        self.store.put(&self.key(&state.run_id), value).await.map_err(AgentError::Store)
+    }
+
+    async fn forget(&self, run_id: &str) -> Result<(), AgentError> {
+        self.store.delete(&self.key(run_id)).await.map_err(AgentError::Store)
+    }
 }
 
 struct Emitter<'s> {
@@ -110,8 +179,20 @@ impl RunContext<'_> {
     /// Runs from `state` to the end. Emits `agent.end` or `agent.error` last.
     pub(crate) async fn drive(&self, mut state: RunState, sink: &mut dyn EventSink) -> (RunState, Result<RunOutput, AgentError>) {
         let emitter = Emitter { sink: RefCell::new(sink), run_id: state.run_id.clone(), run_path: state.run_path.clone() };
-        let result = self.turns(&mut state, &emitter).await;
+        let mut result = self.turns(&mut state, &emitter).await;
+        if let (Some(runs), Ok(out)) = (&self.runs, &result) {
+            // A finished run needs no resumable state; a paused one was saved when it paused.
+            if out.status == RunStatus::Completed {
+                if let Err(e) = runs.forget(&state.run_id).await {
+                    result = Err(e);
+                }
+            }
+        }
         match &result {
+            Ok(out) if out.status == RunStatus::Paused => emitter.emit(EventBody::AgentPaused {
+                approvals: out.pending_approvals.clone(),
+                usage: out.usage.clone(),
+            }),
             Ok(out) => emitter.emit(EventBody::AgentEnd {
                 output: out.output.clone(),
                 text: out.text.clone(),
@@ -126,6 +207,14 @@ impl RunContext<'_> {
 
     async fn turns(&self, state: &mut RunState, emitter: &Emitter<'_>) -> Result<RunOutput, AgentError> {
         let model_id = self.model.id();
+        if let Some(pending) = state.pending.clone() {
+            let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
+            let results = self.execute_calls(pending.step, state, &pending.calls, Some(&decisions), emitter).await;
+            state.messages.extend(results);
+            state.pending = None;
+            emitter.emit(EventBody::StepEnd { step: pending.step, finish_reason: pending.finish_reason, usage: Default::default(), tool_calls: pending.calls.len() as u32 });
+            self.save(state).await?;
+        }
         loop {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
@@ -173,6 +262,9 @@ impl RunContext<'_> {
                 };
                 return Ok(RunOutput {
                     run_id: state.run_id.clone(),
+                    status: RunStatus::Completed,
+                    pending_approvals: vec![],
+                    state: None,
                     output,
                     text: response.text,
                     usage: state.usage.clone(),
@@ -195,25 +287,75 @@ impl RunContext<'_> {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
-            let results = self.execute_calls(step, state, &calls, emitter).await;
+            let approvals = self.approvals_needed(state, &calls).await;
+            if !approvals.is_empty() {
+                for approval in &approvals {
+                    emitter.emit(EventBody::ApprovalRequested { approval: approval.clone() });
+                }
+                state.pending = Some(PendingStep { step, finish_reason, calls, approvals });
+                self.save(state).await?;
+                return Ok(RunOutput::paused(state));
+            }
+            let results = self.execute_calls(step, state, &calls, None, emitter).await;
             state.messages.extend(results);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
+            self.save(state).await?;
         }
+    }
+
+    async fn save(&self, state: &RunState) -> Result<(), AgentError> {
+        match &self.runs {
+            Some(runs) => runs.save(state).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The calls of a step that must wait for a human: known tools, arguments that parse, and
+    /// a handler that asks for approval of these arguments.
+    async fn approvals_needed(&self, state: &RunState, calls: &[ToolCall]) -> Vec<ToolApproval> {
+        let mut approvals = Vec::new();
+        for call in calls {
+            let Some(tool) = self.tools.get(&call.name) else { continue };
+            let Ok(arguments) = serde_json::from_str::<Value>(&call.arguments) else { continue };
+            if tool.handler().needs_approval(&arguments).await {
+                approvals.push(ToolApproval {
+                    id: self.env.new_id("approval"),
+                    run_id: state.run_id.clone(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments,
+                });
+            }
+        }
+        approvals
     }
 
     /// Runs a step's calls concurrently (bounded), emitting end events in call order, and
     /// returns the tool messages in call order.
-    async fn execute_calls(&self, step: u32, state: &RunState, calls: &[ToolCall], emitter: &Emitter<'_>) -> Vec<Message> {
+    async fn execute_calls(
+        &self,
+        step: u32,
+        state: &RunState,
+        calls: &[ToolCall],
+        decisions: Option<&[CallDecision]>,
+        emitter: &Emitter<'_>,
+    ) -> Vec<Message> {
         let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
         let env = self.env;
         let tools = self.tools;
         let run_id = &state.run_id;
         let session_id = &state.session_id;
-        let mut ordered = stream::iter(calls.iter().map(|call| async move {
+        let mut ordered = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
             let ctx = CallContext { run_id: run_id.clone(), call_id: call.id.clone(), session_id: session_id.clone() };
             let started = env.now_ms();
-            let outcome = execute_call(tools, &call.name, &call.arguments, &ctx, limits).await;
+            let outcome = match decisions.and_then(|d| d.get(i)) {
+                Some(CallDecision::Deny(reason)) => ToolOutcome {
+                    arguments: None,
+                    result: Err(ToolFailure::new("denied", format!("a human denied this call: {reason}"))),
+                },
+                _ => execute_call(tools, &call.name, &call.arguments, &ctx, limits).await,
+            };
             (call, outcome, env.now_ms() - started)
         }))
         .buffered(self.config.max_parallel_tools);

@@ -47,6 +47,11 @@ pub struct CallContext {
 #[async_trait(?Send)]
 pub trait ToolHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure>;
+
+    /// Whether a call with these (schema-valid) arguments must wait for a human decision.
+    async fn needs_approval(&self, _args: &Value) -> bool {
+        false
+    }
 }
 
 /// A tool the agent can call: its public contract plus its handler.

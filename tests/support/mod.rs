@@ -175,3 +175,20 @@ impl ToolHandler for FnTool {
         (self.f)(args)
     }
 }
+
+/// Wraps a handler so calls whose arguments satisfy `predicate` need human approval.
+pub struct NeedsApproval {
+    pub inner: Rc<FnTool>,
+    pub predicate: Box<dyn Fn(&Value) -> bool>,
+}
+
+#[async_trait(?Send)]
+impl ToolHandler for NeedsApproval {
+    async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        self.inner.call(args, ctx).await
+    }
+
+    async fn needs_approval(&self, args: &Value) -> bool {
+        (self.predicate)(args)
+    }
+}

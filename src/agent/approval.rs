@@ -1,0 +1,69 @@
+//! Human approval of tool calls: which calls of a step wait for a decision, and how decisions
+//! given at resume time are applied.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::ToolCall;
+
+/// A tool call waiting for a human decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolApproval {
+    /// Approval id, unique per request.
+    pub id: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+}
+
+/// A human decision on one approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalDecision {
+    pub id: String,
+    pub approved: bool,
+    /// Why it was denied; fed back to the model.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The step a paused run stopped in: its calls, and which of them wait for approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingStep {
+    pub step: u32,
+    pub finish_reason: String,
+    pub calls: Vec<ToolCall>,
+    pub approvals: Vec<ToolApproval>,
+}
+
+/// What to do with one call of a resumed step.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallDecision {
+    Run,
+    Deny(String),
+}
+
+impl PendingStep {
+    /// Resolves each call against `decisions`. Fails naming the first approval with no
+    /// decision, or a decision for an unknown approval id.
+    pub(crate) fn resolve(&self, decisions: &[ApprovalDecision]) -> Result<Vec<CallDecision>, String> {
+        if let Some(unknown) = decisions.iter().find(|d| !self.approvals.iter().any(|a| a.id == d.id)) {
+            return Err(format!("no pending approval with id `{}`", unknown.id));
+        }
+        self.calls
+            .iter()
+            .map(|call| match self.approvals.iter().find(|a| a.call_id == call.id) {
+                None => Ok(CallDecision::Run),
+                Some(approval) => match decisions.iter().find(|d| d.id == approval.id) {
+                    None => Err(format!("approval `{}` for `{}` has no decision", approval.id, approval.tool)),
+                    Some(d) if d.approved => Ok(CallDecision::Run),
+                    Some(d) => Ok(CallDecision::Deny(d.reason.clone().unwrap_or_else(|| "no reason given".into()))),
+                },
+            })
+            .collect()
+    }
+}
