@@ -7,9 +7,11 @@ import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
 import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest } from './providers/types.js';
+import type { Store } from './stores/types.js';
 import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
-export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, Value } from '../wasm/crucible_core.js';
+export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, ToolApproval, Value } from '../wasm/crucible_core.js';
+import type { ToolApproval } from '../wasm/crucible_core.js';
 
 /** Options of {@link createAgent}. */
 export interface AgentOptions {
@@ -31,6 +33,10 @@ export interface AgentOptions {
   maxOutputRetries?: number;
   temperature?: number;
   maxTokens?: number;
+  /** Where run states (and, with emergent tools, the registry) are persisted. */
+  store?: Store;
+  /** Namespaces this agent's records in the store (default `"default"`). */
+  agentId?: string;
 }
 
 /** Per-run options. */
@@ -40,9 +46,29 @@ export interface RunOptions {
   sessionId?: string;
 }
 
-/** A finished run. */
+/** A human decision on a pending tool call. */
+export interface ApprovalDecision {
+  id: string;
+  approved: boolean;
+  /** Why it was denied; the model sees it. */
+  reason?: string;
+}
+
+/** Options of {@link Agent.resume}. */
+export interface ResumeOptions {
+  approvals?: ApprovalDecision[];
+  signal?: AbortSignal;
+}
+
+/** A run that ended with a final answer or paused for approvals. */
 export interface RunResult<Output = unknown> {
   runId: string;
+  /** `paused`: tool calls wait for approval; continue with `agent.resume(runId, { approvals })`. */
+  status: 'completed' | 'paused';
+  /** Calls waiting for a decision (paused runs). */
+  pendingApprovals: ToolApproval[];
+  /** The resumable state (paused runs): plain JSON, already persisted when the agent has a store. */
+  state?: unknown;
   /** The parsed answer when `returns` is set, else the final text. */
   output: Output;
   text: string;
@@ -63,8 +89,11 @@ export class AgentRunError extends CrucibleError {
   }
 }
 
+type EventListener = (e: AgentEvent) => void;
+
 interface CoreAgentHandle {
-  run(input: string, runId: string, sessionId: string | undefined, onEvent: (e: AgentEvent) => void, signal?: AbortSignal): Promise<unknown>;
+  run(input: string, runId: string, sessionId: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
+  resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   history(sessionId: string): unknown;
   endSession(sessionId: string): void;
   toolNames(): string[];
@@ -92,21 +121,44 @@ export class Agent {
    * Runs `input` and yields every event as it happens. The last event is `agent.end` or
    * `agent.error`. Breaking out of the loop aborts the run.
    */
-  async *stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
+  stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
+    return this.#drive(newRunId(), options.signal, (runId, onEvent, signal) => this.#core.run(input, runId, options.sessionId, onEvent, signal));
+  }
+
+  /**
+   * Continues a paused run (or one interrupted between steps) and yields its events. `run`
+   * is the run id (its state is loaded from the agent's store) or the `state` of a paused
+   * {@link RunResult}.
+   */
+  resumeStream(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
+    const runId = typeof run === 'string' ? run : run.runId;
+    const state = typeof run === 'string' ? undefined : run.state;
+    return this.#drive(runId, options.signal, (id, onEvent, signal) => this.#core.resume(id, state, options.approvals, onEvent, signal));
+  }
+
+  /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
+  resume<Output = unknown>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<Output>> {
+    return collect<Output>(this.resumeStream(run, options));
+  }
+
+  async *#drive(
+    runId: string,
+    outerSignal: AbortSignal | undefined,
+    start: (runId: string, onEvent: EventListener, signal: AbortSignal) => Promise<unknown>,
+  ): AsyncGenerator<AgentEvent, void, undefined> {
+    const options = { signal: outerSignal };
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(options.signal?.reason);
     if (options.signal?.aborted) controller.abort(options.signal.reason);
     options.signal?.addEventListener('abort', onOuterAbort, { once: true });
 
-    const runId = newRunId();
     const queue: AgentEvent[] = [];
     let head = 0;
     let wake: (() => void) | undefined;
     let finished = false;
     let failure: unknown;
     this.#signals.set(runId, controller.signal);
-    const done = this.#core
-      .run(input, runId, options.sessionId, (event) => {
+    const done = start(runId, (event) => {
         queue.push(event);
         wake?.();
       }, controller.signal)
@@ -146,17 +198,8 @@ export class Agent {
    * Runs `input` to a final answer. Rejects with {@link AgentRunError} (limits, model errors,
    * invalid structured output) or {@link AbortError}.
    */
-  async run<Output = unknown>(input: string, options: RunOptions = {}): Promise<RunResult<Output>> {
-    for await (const event of this.stream(input, options)) {
-      if (event.type === 'agent.end') {
-        return { runId: event.runId, output: event.output as Output, text: event.text, usage: event.usage, turns: event.turns, steps: event.steps };
-      }
-      if (event.type === 'agent.error') {
-        if (event.error.code === 'aborted') throw new AbortError(event.error.message);
-        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage);
-      }
-    }
-    throw new CrucibleError('internal', 'the run ended without a final event');
+  run<Output = unknown>(input: string, options: RunOptions = {}): Promise<RunResult<Output>> {
+    return collect<Output>(this.stream(input, options));
   }
 
   /** The conversation of a session so far. */
@@ -178,6 +221,25 @@ export class Agent {
   dispose(): void {
     this.#core.free();
   }
+}
+
+async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
+  for await (const event of events) {
+    switch (event.type) {
+      case 'agent.end':
+        return { runId: event.runId, status: 'completed', pendingApprovals: [], output: event.output as Output, text: event.text, usage: event.usage, turns: event.turns, steps: event.steps };
+      case 'agent.paused': {
+        const state = event.state as { turns?: number; steps?: number };
+        return { runId: event.runId, status: 'paused', pendingApprovals: event.approvals, state: event.state, output: undefined as Output, text: '', usage: event.usage, turns: state.turns ?? 0, steps: state.steps ?? 0 };
+      }
+      case 'agent.error':
+        if (event.error.code === 'aborted') throw new AbortError(event.error.message);
+        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage);
+      default:
+        break;
+    }
+  }
+  throw new CrucibleError('internal', 'the run ended without a final event');
 }
 
 function toCrucibleError(error: unknown, runId: string): CrucibleError {
@@ -220,10 +282,21 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     temperature: options.temperature,
     maxTokens: options.maxTokens,
   };
-  const specs = tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema, outputSchema: t.outputSchema }));
+  const specs = tools.map((t) => ({
+    name: t.name,
+    description: t.description,
+    inputSchema: t.inputSchema,
+    outputSchema: t.outputSchema,
+    needsApproval: typeof t.needsApproval === 'function' ? 'predicate' : t.needsApproval === true,
+  }));
+  const checkApproval = async (name: string, args: unknown) => {
+    const predicate = byName.get(name)?.needsApproval;
+    // Anything but an explicit `false` waits for a human (fail closed).
+    return typeof predicate === 'function' ? (await predicate(args)) !== false : predicate === true;
+  };
   let handle: CoreAgentHandle;
   try {
-    handle = new core.CoreAgent(stripUndefined(config), modelAdapter, specs, callTool) as unknown as CoreAgentHandle;
+    handle = new core.CoreAgent(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId }) as unknown as CoreAgentHandle;
   } catch (error) {
     const e = error as { code?: string; message?: string };
     throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));

@@ -36,6 +36,12 @@ export interface ToolOptions<Args = any, Result = unknown> {
   /** When given, every result is validated against it (an invalid result is an error result). */
   outputSchema?: JsonSchema | StandardJsonSchemaLike;
   execute: (args: Args, context: ToolExecuteContext) => Result | Promise<Result>;
+  /**
+   * Calls wait for a human decision before executing: the run pauses (`status: 'paused'`)
+   * and continues with `agent.resume()`. A predicate decides per call; if it throws, the call
+   * waits for approval (fail closed).
+   */
+  needsApproval?: boolean | ((args: Args) => boolean | Promise<boolean>);
 }
 
 /** A host tool, ready to pass to `createAgent({ tools })`. */
@@ -46,6 +52,7 @@ export interface HostTool<Args = any, Result = unknown> {
   readonly inputSchema: JsonSchema;
   readonly outputSchema: JsonSchema | undefined;
   readonly execute: (args: Args, context: ToolExecuteContext) => Result | Promise<Result>;
+  readonly needsApproval: boolean | ((args: Args) => boolean | Promise<boolean>);
 }
 
 /** Resolves JSON Schema from a plain schema or a Standard Schema object. */
@@ -84,5 +91,6 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
     inputSchema: toJsonSchema(options.inputSchema, `tool ${options.name}: inputSchema`),
     outputSchema: options.outputSchema ? toJsonSchema(options.outputSchema, `tool ${options.name}: outputSchema`) : undefined,
     execute: options.execute,
+    needsApproval: options.needsApproval ?? false,
   });
 }

@@ -75,7 +75,12 @@ pub enum EventBody {
     ApprovalRequested { approval: ToolApproval },
     /// The run paused for approvals; continue it with `resume`.
     #[serde(rename = "agent.paused", rename_all = "camelCase")]
-    AgentPaused { approvals: Vec<ToolApproval>, usage: RunUsage },
+    AgentPaused {
+        approvals: Vec<ToolApproval>,
+        usage: RunUsage,
+        /// The run's resumable state (plain JSON; also persisted when the agent has a store).
+        state: Value,
+    },
     /// The run failed (limit, model error, abort).
     #[serde(rename = "agent.error", rename_all = "camelCase")]
     AgentError { error: ErrorInfo, usage: RunUsage },

@@ -192,6 +192,7 @@ impl RunContext<'_> {
             Ok(out) if out.status == RunStatus::Paused => emitter.emit(EventBody::AgentPaused {
                 approvals: out.pending_approvals.clone(),
                 usage: out.usage.clone(),
+                state: serde_json::to_value(&state).unwrap_or(Value::Null),
             }),
             Ok(out) => emitter.emit(EventBody::AgentEnd {
                 output: out.output.clone(),

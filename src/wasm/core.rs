@@ -8,10 +8,10 @@ use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::agent::{Agent, AgentConfig, AgentEvent, RunOptions};
+use crate::agent::{Agent, AgentConfig, AgentEvent, ApprovalDecision, RunOptions, RunState};
 use crate::tools::{is_valid_tool_name, Tool, ToolSet};
 
-use super::interop::{error_object, from_js, to_js, JsAbortSignal, JsEnvironment, JsModel, JsTool};
+use super::interop::{error_object, from_js, to_js, ApprovalMode, JsAbortSignal, JsEnvironment, JsModel, JsStore, JsTool};
 
 #[wasm_bindgen(typescript_custom_section)]
 const EVENT_TYPES: &'static str = r#"
@@ -31,6 +31,17 @@ struct HostToolSpec {
     input_schema: Value,
     #[serde(default)]
     output_schema: Option<Value>,
+    /// `true`, `false` or `"predicate"` (ask the TS side per call).
+    #[serde(default)]
+    needs_approval: Value,
+}
+
+/// Options of the core agent beyond [`AgentConfig`].
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct HostOptions {
+    #[serde(default)]
+    agent_id: Option<String>,
 }
 
 /// The agent core. Built by the TS `createAgent`; not meant to be used directly.
@@ -45,9 +56,21 @@ impl CoreAgent {
     /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
     /// `tools`: `[{ name, description, inputSchema, outputSchema? }]`;
     /// `call_tool`: `(name, args, { runId, callId, sessionId }) => Promise<json>`.
+    /// `check_approval`: `(name, args) => boolean | Promise<boolean>` for predicate tools;
+    /// `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`.
     #[wasm_bindgen(constructor)]
-    pub fn new(config: JsValue, model: JsValue, tools: JsValue, call_tool: Function) -> Result<CoreAgent, JsValue> {
+    pub fn new(
+        config: JsValue,
+        model: JsValue,
+        tools: JsValue,
+        call_tool: Function,
+        check_approval: Function,
+        store: JsValue,
+        host: JsValue,
+    ) -> Result<CoreAgent, JsValue> {
         let config: AgentConfig = from_js(config, "agent options")?;
+        let host: HostOptions = if host.is_undefined() { HostOptions::default() } else { from_js(host, "agent options")? };
+        let check_approval = Rc::new(check_approval);
         let specs: Vec<HostToolSpec> = from_js(tools, "tools")?;
         let call_tool = Rc::new(call_tool);
         let mut set = ToolSet::new();
@@ -58,13 +81,21 @@ impl CoreAgent {
             if set.contains(&spec.name) {
                 return Err(error_object("invalid_config", &format!("two tools are named `{}`", spec.name)));
             }
-            let handler = Rc::new(JsTool { name: spec.name.clone(), call_tool: call_tool.clone() });
+            let approval = match &spec.needs_approval {
+                Value::Bool(true) => ApprovalMode::Always,
+                Value::String(s) if s == "predicate" => ApprovalMode::Predicate,
+                _ => ApprovalMode::Never,
+            };
+            let handler = Rc::new(JsTool { name: spec.name.clone(), call_tool: call_tool.clone(), approval, check_approval: check_approval.clone() });
             let tool = Tool::new(&spec.name, spec.description, &spec.input_schema, spec.output_schema.as_ref(), handler)
                 .map_err(|e| error_object("invalid_config", &format!("tool `{}`: {e}", spec.name)))?;
             set.insert(tool);
         }
-        let agent = Agent::new(config, Rc::new(JsModel::new(model)?), set, Rc::new(JsEnvironment::new()))
+        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set, Rc::new(JsEnvironment::new()))
             .map_err(|e| error_object(&e.code(), &e.to_string()))?;
+        if !store.is_undefined() && !store.is_null() {
+            agent = agent.with_store(Rc::new(JsStore::new(store)?), host.agent_id.unwrap_or_else(|| "default".into()));
+        }
         Ok(CoreAgent { agent: Rc::new(agent) })
     }
 
@@ -86,6 +117,31 @@ impl CoreAgent {
                 run_id: Some(run_id),
             };
             match agent.run(&input, options, &mut emit).await {
+                Ok(out) => to_js(&out),
+                Err(e) => Err(error_object(&e.code(), &e.to_string())),
+            }
+        })
+    }
+
+    /// Continues a paused or interrupted run. `state`: the run's state object, or `undefined`
+    /// to load it from the store by `run_id`; `decisions`: `[{ id, approved, reason? }]`.
+    pub fn resume(&self, run_id: String, state: JsValue, decisions: JsValue, on_event: Function, signal: Option<web_sys::AbortSignal>) -> Promise {
+        let agent = self.agent.clone();
+        future_to_promise(async move {
+            let decisions: Vec<ApprovalDecision> = if decisions.is_undefined() { vec![] } else { from_js(decisions, "approvals")? };
+            let mut emit = |event: AgentEvent| {
+                if let Ok(js) = to_js(&event) {
+                    let _ = on_event.call1(&JsValue::NULL, &js);
+                }
+            };
+            let cancel = signal.map(|s| Rc::new(JsAbortSignal(s)) as _);
+            let result = if state.is_undefined() || state.is_null() {
+                agent.resume(&run_id, &decisions, cancel, &mut emit).await
+            } else {
+                let state: RunState = from_js(state, "state")?;
+                agent.resume_state(state, &decisions, cancel, &mut emit).await
+            };
+            match result {
                 Ok(out) => to_js(&out),
                 Err(e) => Err(error_object(&e.code(), &e.to_string())),
             }

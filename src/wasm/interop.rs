@@ -12,6 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::agent::{CancelSignal, Environment};
+use crate::store::{BatchOp, Store, StoreError};
 use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::tools::{CallContext, ToolFailure, ToolHandler};
 
@@ -113,10 +114,21 @@ impl Model for JsModel {
     }
 }
 
+/// Whether a host tool's calls wait for a human decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ApprovalMode {
+    Never,
+    Always,
+    /// Ask the TS predicate: `checkApproval(name, args) => boolean | Promise<boolean>`.
+    Predicate,
+}
+
 /// A host tool: the TS side's `callTool(name, args, { runId, callId, sessionId })`.
 pub(crate) struct JsTool {
     pub(crate) name: String,
     pub(crate) call_tool: Rc<Function>,
+    pub(crate) approval: ApprovalMode,
+    pub(crate) check_approval: Rc<Function>,
 }
 
 #[async_trait(?Send)]
@@ -138,6 +150,84 @@ impl ToolHandler for JsTool {
         }
         serde_wasm_bindgen::from_value(result)
             .map_err(|e| ToolFailure::new("execution_failed", format!("the tool returned a value that is not JSON: {e}")))
+    }
+
+    async fn needs_approval(&self, args: &Value) -> bool {
+        match self.approval {
+            ApprovalMode::Never => false,
+            ApprovalMode::Always => true,
+            // A predicate that throws or returns garbage asks for approval: fail closed.
+            ApprovalMode::Predicate => {
+                let Ok(js_args) = to_js(args) else { return true };
+                match self.check_approval.call2(&JsValue::NULL, &self.name.as_str().into(), &js_args) {
+                    Ok(v) => await_promise(v).await.ok().and_then(|v| v.as_bool()).unwrap_or(true),
+                    Err(_) => true,
+                }
+            }
+        }
+    }
+}
+
+/// A TS `Store` (`get`, `put`, `delete`, `scan`, `batch`, each returning a promise).
+pub(crate) struct JsStore {
+    target: JsValue,
+}
+
+impl JsStore {
+    pub(crate) fn new(target: JsValue) -> Result<Self, JsValue> {
+        for method in ["get", "put", "delete", "scan", "batch"] {
+            if !Reflect::get(&target, &method.into()).map(|f| f.is_function()).unwrap_or(false) {
+                return Err(error_object("invalid_config", &format!("store.{method} must be a function")));
+            }
+        }
+        Ok(Self { target })
+    }
+
+    async fn call(&self, method: &str, args: &[JsValue]) -> Result<JsValue, StoreError> {
+        let to_store_error = |e: JsValue| {
+            let (code, message, _) = describe_thrown(&e);
+            StoreError::new(code.filter(|c| c.starts_with("store_")).unwrap_or_else(|| "store_error".into()), message)
+        };
+        let f: Function = Reflect::get(&self.target, &method.into()).map_err(to_store_error)?.unchecked_into();
+        let array = js_sys::Array::new();
+        for a in args {
+            array.push(a);
+        }
+        let returned = f.apply(&self.target, &array).map_err(to_store_error)?;
+        await_promise(returned).await.map_err(to_store_error)
+    }
+}
+
+fn store_encoding_error(e: JsValue) -> StoreError {
+    let (_, message, _) = describe_thrown(&e);
+    StoreError::new("store_error", message)
+}
+
+#[async_trait(?Send)]
+impl Store for JsStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let v = self.call("get", &[key.into()]).await?;
+        if v.is_undefined() || v.is_null() {
+            return Ok(None);
+        }
+        serde_wasm_bindgen::from_value(v).map(Some).map_err(|e| StoreError::new("store_corrupt", e.to_string()))
+    }
+
+    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.call("put", &[key.into(), to_js(&value).map_err(store_encoding_error)?]).await.map(|_| ())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.call("delete", &[key.into()]).await.map(|_| ())
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        let v = self.call("scan", &[prefix.into()]).await?;
+        serde_wasm_bindgen::from_value(v).map_err(|e| StoreError::new("store_corrupt", e.to_string()))
+    }
+
+    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
+        self.call("batch", &[to_js(&ops).map_err(store_encoding_error)?]).await.map(|_| ())
     }
 }
 

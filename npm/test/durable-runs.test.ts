@@ -1,0 +1,75 @@
+// Durable runs: a tool with needsApproval pauses the run; the state survives the process and
+// another process resumes it by run id with the approval.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { createAgent, memoryStore, openai, tool } from '../src/node.js';
+import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+
+const run = promisify(execFile);
+let server: MockLlmServer;
+let dir: string;
+before(async () => {
+  server = await startMockLlmServer({ replies: [] });
+  dir = await mkdtemp(join(tmpdir(), 'crucible-durable-'));
+});
+after(async () => {
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function child(...args: string[]): Promise<any> {
+  const { stdout } = await run(process.execPath, ['--import', 'tsx', 'test/support/durable-run.ts', ...args], { timeout: 60_000 });
+  return JSON.parse(stdout.trim().split('\n').at(-1)!);
+}
+
+test('a paused run resumes in a fresh process with the approval', { timeout: 120_000 }, async () => {
+  server.reset();
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 42, amount: 99 } }] }, { text: 'Refunded order 42.' });
+  const path = join(dir, 'store');
+  const paused = await child('start', path, server.openaiBaseURL);
+  assert.equal(paused.status, 'paused');
+  assert.deepEqual(paused.refunds, [], 'nothing executed before approval');
+  assert.equal(paused.approvals.length, 1);
+  assert.deepEqual(paused.approvals[0].arguments, { order: 42, amount: 99 });
+
+  const resumed = await child('resume', path, server.openaiBaseURL, paused.runId, paused.approvals[0].id);
+  assert.equal(resumed.status, 'completed');
+  assert.equal(resumed.output, 'Refunded order 42.');
+  assert.deepEqual(resumed.refunds, [42]);
+  const last = server.requests.at(-1)!;
+  assert.ok(last.messages.some((m) => m.role === 'user' && m.content === 'Refund order 42'), 'the resumed model call carries the original conversation');
+});
+
+test('a denial reaches the model, and a small refund needs no approval', async () => {
+  server.reset();
+  const executed: number[] = [];
+  const refund = tool({
+    name: 'refund',
+    description: 'Refund an order',
+    inputSchema: { type: 'object', properties: { order: { type: 'integer' }, amount: { type: 'number' } }, required: ['order', 'amount'] },
+    needsApproval: ({ amount }: { amount: number }) => amount > 10,
+    execute: ({ order }: { order: number }) => {
+      executed.push(order);
+      return { refunded: order };
+    },
+  });
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }), tools: [refund], store: memoryStore() });
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 1, amount: 5 } }] }, { text: 'ok' });
+  const small = await agent.run('small');
+  assert.equal(small.status, 'completed');
+  assert.deepEqual(executed, [1]);
+
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 2, amount: 500 } }] }, { text: 'Denied, sorry.' });
+  const paused = await agent.run('big');
+  assert.equal(paused.status, 'paused');
+  const events: string[] = [];
+  for await (const e of agent.resumeStream(paused, { approvals: [{ id: paused.pendingApprovals[0]!.id, approved: false, reason: 'too large' }] })) events.push(e.type);
+  assert.deepEqual(executed, [1]);
+  assert.ok(events.includes('tool.execute.error'));
+  assert.match(server.requests.at(-1)!.messages.at(-1)!.content, /denied.*too large/);
+});
