@@ -109,8 +109,11 @@ describe('the packed tarball', () => {
     assert.ok(paths.filter((p) => /^dist\/.+\.d\.ts$/.test(p)).length > 5);
     // Every module has its declarations, and the entry points named in package.json exist.
     for (const js of paths.filter((p) => /^dist\/.+\.js$/.test(p))) assert.ok(paths.includes(js.replace(/\.js$/, '.d.ts')), `${js} has a .d.ts`);
-    const manifest = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { exports: Record<string, Record<string, string>> };
-    for (const target of Object.values(manifest.exports['.']!)) assert.ok(paths.includes(target.replace(/^\.\//, '')), `export target ${target} is packed`);
+    const manifest = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { main: string; types: string; exports: Record<string, unknown> };
+    const targets = (node: unknown): string[] => (typeof node === 'string' ? [node] : Object.values(node as object).flatMap(targets));
+    for (const target of [manifest.main, manifest.types, ...targets(manifest.exports)]) {
+      assert.ok(paths.includes(target.replace(/^\.\//, '')), `${target}, named in package.json, is packed`);
+    }
     const strays = paths.filter((p) => /^(src|test|scripts|node_modules)\//.test(p) || /\.(ts|tsx)$/.test(p.replace(/\.d\.ts$/, '')) || p.endsWith('.tgz'));
     assert.deepEqual(strays, [], 'no sources, tests, scripts or tarballs are packed');
 
@@ -182,31 +185,52 @@ console.log('\\n' + JSON.stringify({ types, output }));
       assert.equal(llm.requests.length, 4);
     });
 
-    test('its types check under TypeScript with NodeNext resolution', async () => {
-      const dir = await installedProject();
-      writeFileSync(
-        join(dir, 'check.ts'),
-        `import { createAgent, openai, tool, indexedDbStore, type AgentEvent } from 'crucible-agents';
+    // The public API of issue 5 includes the stores: each platform's types must name its own.
+    for (const [resolution, file, source] of [
+      [
+        'NodeNext (Node)',
+        'check-node.ts',
+        `import { createAgent, openai, tool, nodeStore, indexedDbStore, memoryStore, type AgentEvent } from 'crucible-agents';
 const t = tool({ name: 'n', description: 'd', inputSchema: { type: 'object' }, execute: async () => 1 });
 export async function go(): Promise<string> {
+  const store = await nodeStore({ path: './.crucible' });
   const agent = await createAgent({ model: openai({ baseURL: 'http://127.0.0.1:1/v1', apiKey: 'x', model: 'm' }), tools: [t] });
   for await (const ev of agent.stream('hi')) {
     const e: AgentEvent = ev;
     if (e.type === 'text.delta') return e.delta;
   }
-  void indexedDbStore;
+  void [store, indexedDbStore, memoryStore];
   const { output } = await agent.run('hi');
   return String(output);
 }
 `,
-      );
-      const tsc = join(packageRoot, 'node_modules/typescript/bin/tsc');
-      const args = [tsc, '--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--lib', 'es2022,dom', 'check.ts'];
-      const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-        execFile(process.execPath, args, { cwd: dir }, (error, out, err) => resolve({ code: error ? (error.code as number) : 0, stdout: out, stderr: err }));
+      ],
+      [
+        'Bundler (browser)',
+        'check-browser.ts',
+        `import { createAgent, openai, indexedDbStore, memoryStore } from 'crucible-agents';
+export async function go(): Promise<unknown> {
+  const store = indexedDbStore({ name: 'crucible' });
+  await store.put('k', { v: 1 });
+  void memoryStore;
+  const agent = await createAgent({ model: openai({ baseURL: 'http://127.0.0.1:1/v1', apiKey: 'x', model: 'm' }) });
+  return (await agent.run('hi')).output;
+}
+`,
+      ],
+    ] as const) {
+      test(`its types check under TypeScript with ${resolution} resolution`, async () => {
+        const dir = await installedProject();
+        writeFileSync(join(dir, file), source);
+        const tsc = join(packageRoot, 'node_modules/typescript/bin/tsc');
+        const mode = file === 'check-node.ts' ? ['--module', 'nodenext', '--moduleResolution', 'nodenext'] : ['--module', 'esnext', '--moduleResolution', 'bundler'];
+        const args = [tsc, '--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', ...mode, '--lib', 'es2022,dom', file];
+        const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+          execFile(process.execPath, args, { cwd: dir }, (error, out, err) => resolve({ code: error ? (error.code as number) : 0, stdout: out, stderr: err }));
+        });
+        assert.equal(code, 0, `tsc found errors:\n${stdout}${stderr}`);
       });
-      assert.equal(code, 0, `tsc found errors:\n${stdout}${stderr}`);
-    });
+    }
   });
 });
 
