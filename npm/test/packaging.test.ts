@@ -296,13 +296,22 @@ describeInBrowser('the packed tarball in Chromium', () => {
 
   test('as a plain ES module page: an import map points at the installed dist/browser.js', async () => {
     const app = await installedProject();
-    // Where a browser loads each bare specifier from: the ESM file each package.json exports.
-    const esmEntry = (name: string, condition: string): string => {
-      const meta = JSON.parse(readFileSync(join(app, 'node_modules', name, 'package.json'), 'utf8')) as { exports: Record<string, Record<string, string>> };
-      const dot = meta.exports['.']!;
-      return `/node_modules/${name}/${(dot[condition] ?? dot.import ?? dot.default)!.replace(/^\.\//, '')}`;
+    // Where a browser loads each bare specifier from: each package.json's `exports['.']`
+    // resolved with the conditions a browser import uses, as a bundler would.
+    const conditions = ['browser', 'import', 'default'];
+    const pick = (node: unknown): string | undefined => {
+      if (typeof node === 'string') return node;
+      if (node === null || typeof node !== 'object') return undefined;
+      for (const [key, value] of Object.entries(node)) if (conditions.includes(key)) return pick(value);
+      return undefined;
     };
-    const importMap = { imports: { 'crucible-agents': esmEntry('crucible-agents', 'browser'), 'eventsource-parser': esmEntry('eventsource-parser', 'import') } };
+    const esmEntry = (name: string): string => {
+      const meta = JSON.parse(readFileSync(join(app, 'node_modules', name, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+      const target = pick(meta.exports['.']);
+      assert.ok(target, `${name} exports a browser/import entry`);
+      return `/node_modules/${name}/${target.replace(/^\.\//, '')}`;
+    };
+    const importMap = { imports: { 'crucible-agents': esmEntry('crucible-agents'), 'eventsource-parser': esmEntry('eventsource-parser') } };
     const html = readFileSync(join(pagesRoot, 'weather-app.html'), 'utf8').replace(
       '<!--IMPORTMAP-->',
       `<script type="importmap">${JSON.stringify(importMap)}</script>`,
