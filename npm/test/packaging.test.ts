@@ -1,0 +1,326 @@
+// Packaging tests (in the style of Automerge's): `npm pack` the package as built, install the
+// tarball offline into tiny throwaway projects and prove it loads and runs an agent there —
+// (a) a Node ESM project (and its types under `tsc`), (b) a Vite 7 project in Chromium,
+// (c) a plain ES module page with an import map in Chromium. The model is the mock LLM
+// server (a test double speaking the OpenAI wire format) on 127.0.0.1.
+//
+// Assumes the package is built (`npm run build`, or `npm run build:ts` once the wasm exists).
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
+import { gzipSync } from 'node:zlib';
+import type { Browser } from 'playwright-core';
+import { startMockLlmServer, type MockLlmServer, type MockResponder } from './support/mock-llm-server.js';
+import { describeInBrowser, launchChromium, openPage, packageRoot, pagesRoot, startStaticServer, type StaticServer } from './browser/harness.js';
+
+const run = promisify(execFile);
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+const work = mkdtempSync(join(tmpdir(), 'crucible-packaging-'));
+after(() => rmSync(work, { recursive: true, force: true }));
+
+/** What the test double answers: call the weather tool, then answer from its result. */
+const weatherResponder: MockResponder = (request) => {
+  const last = request.messages.at(-1);
+  if (last?.role === 'tool') return { text: `It is ${JSON.parse(last.content).celsius} degrees in Oslo.` };
+  return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
+};
+const expectedAnswer = 'It is 21 degrees in Oslo.';
+
+interface Packed {
+  tarball: string;
+  size: number;
+  unpackedSize: number;
+  files: Array<{ path: string; size: number }>;
+}
+
+let packing: Promise<Packed> | undefined;
+/** `npm pack` once per run (the suites below share it). */
+function packed(): Promise<Packed> {
+  packing ??= (async () => {
+    const missing = ['dist/index.js', 'dist/index.d.ts', 'dist/node.js', 'dist/browser.js', 'wasm/crucible_core.js', 'wasm/crucible_core_bg.wasm'].filter(
+      (f) => !existsSync(join(packageRoot, f)),
+    );
+    assert.deepEqual(missing, [], `the package is not built (missing ${missing.join(', ')}): run \`npm run build\` in npm/ (or \`npm run build:ts\` when the wasm is built)`);
+    const { stdout } = await run(npm, ['pack', '--json', '--pack-destination', work], { cwd: packageRoot, maxBuffer: 16 << 20 });
+    const [info] = JSON.parse(stdout) as Array<{ filename: string; size: number; unpackedSize: number; files: Array<{ path: string; size: number }> }>;
+    return { tarball: join(work, info!.filename), size: info!.size, unpackedSize: info!.unpackedSize, files: info!.files };
+  })();
+  return packing;
+}
+
+let installing: Promise<string> | undefined;
+/**
+ * A project with only the tarball installed, offline (the dependencies come from npm's cache,
+ * which `npm install` in npm/ filled), install scripts off: the package needs none.
+ */
+function installedProject(): Promise<string> {
+  installing ??= (async () => {
+    const { tarball } = await packed();
+    const dir = join(work, 'app');
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'packaging-app', private: true, type: 'module' }, null, 2));
+    await run(npm, ['install', tarball, '--offline', '--ignore-scripts', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir }).catch(
+      (error: { stderr?: string }) => {
+        throw new Error(`offline install of the tarball failed (run \`npm install\` in npm/ first to fill the cache):\n${error.stderr}`);
+      },
+    );
+    return dir;
+  })();
+  return installing;
+}
+
+const kb = (n: number): string => `${(n / 1024).toFixed(1)} KiB`;
+
+/** Runs `node file` (asynchronously: the mock server in this process must keep answering). */
+function runNode(file: string, args: string[], cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [file, ...args], { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** The lowest version a `>=x.y.z` style engines range admits, or undefined for other forms. */
+function lowestAdmitted(range: string): number[] | undefined {
+  const m = /^>=\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(range.trim());
+  return m ? [Number(m[1]), Number(m[2] ?? 0), Number(m[3] ?? 0)] : undefined;
+}
+const atLeast = (a: number[], b: number[]): boolean => {
+  for (let i = 0; i < 3; i++) if (a[i]! !== b[i]!) return a[i]! > b[i]!;
+  return true;
+};
+
+describe('the packed tarball', () => {
+  test('holds the built JS, its types and the wasm, and no sources or tests', async () => {
+    const { tarball, size, unpackedSize, files } = await packed();
+    const paths = files.map((f) => f.path);
+    for (const required of ['package.json', 'dist/index.js', 'dist/index.d.ts', 'dist/node.js', 'dist/browser.js', 'wasm/crucible_core.js', 'wasm/crucible_core_bg.wasm']) {
+      assert.ok(paths.includes(required), `${required} is in the tarball`);
+    }
+    assert.ok(paths.filter((p) => /^dist\/.+\.js$/.test(p)).length > 5);
+    assert.ok(paths.filter((p) => /^dist\/.+\.d\.ts$/.test(p)).length > 5);
+    // Every module has its declarations, and the entry points named in package.json exist.
+    for (const js of paths.filter((p) => /^dist\/.+\.js$/.test(p))) assert.ok(paths.includes(js.replace(/\.js$/, '.d.ts')), `${js} has a .d.ts`);
+    const manifest = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { main: string; types: string; exports: Record<string, unknown> };
+    const targets = (node: unknown): string[] => (typeof node === 'string' ? [node] : Object.values(node as object).flatMap(targets));
+    for (const target of [manifest.main, manifest.types, ...targets(manifest.exports)]) {
+      assert.ok(paths.includes(target.replace(/^\.\//, '')), `${target}, named in package.json, is packed`);
+    }
+    const strays = paths.filter((p) => /^(src|test|scripts|node_modules)\//.test(p) || /\.(ts|tsx)$/.test(p.replace(/\.d\.ts$/, '')) || p.endsWith('.tgz'));
+    assert.deepEqual(strays, [], 'no sources, tests, scripts or tarballs are packed');
+
+    const wasm = paths.filter((p) => p.endsWith('.wasm'));
+    assert.ok(wasm.length >= 1);
+    console.log(`# tarball ${tarball.split('/').at(-1)}: ${kb(size)} packed, ${kb(unpackedSize)} unpacked, ${files.length} files`);
+    for (const p of wasm) {
+      const bytes = readFileSync(join(packageRoot, p));
+      console.log(`# ${p}: ${kb(bytes.length)} raw, ${kb(gzipSync(bytes, { level: 9 }).length)} gzipped`);
+    }
+  });
+
+  test("its runtime dependencies run on every Node its `engines` admits", async () => {
+    const dir = await installedProject();
+    const own = JSON.parse(readFileSync(join(dir, 'node_modules/crucible-agents/package.json'), 'utf8')) as { engines: { node: string }; dependencies: Record<string, string> };
+    const floor = lowestAdmitted(own.engines.node);
+    assert.ok(floor, `engines.node "${own.engines.node}" has the form >=x.y.z`);
+    const problems: string[] = [];
+    for (const dep of Object.keys(own.dependencies)) {
+      const meta = JSON.parse(readFileSync(join(dir, 'node_modules', dep, 'package.json'), 'utf8')) as { version: string; engines?: { node?: string } };
+      const range = meta.engines?.node;
+      if (range === undefined) continue;
+      const needs = lowestAdmitted(range);
+      if (needs === undefined) problems.push(`${dep}@${meta.version}: engines.node "${range}" not understood`);
+      else if (!atLeast(floor, needs)) problems.push(`${dep}@${meta.version} needs node ${range}, crucible-agents promises ${own.engines.node}`);
+    }
+    assert.deepEqual(problems, []);
+  });
+
+  describe('in a Node ESM project', () => {
+    let llm: MockLlmServer;
+    before(async () => {
+      llm = await startMockLlmServer({ replies: [], respond: weatherResponder });
+    });
+    after(() => llm?.close());
+
+    test('imports crucible-agents, runs a tool-calling conversation and prints the answer', async () => {
+      const dir = await installedProject();
+      writeFileSync(
+        join(dir, 'index.mjs'),
+        `import { createAgent, openai, tool } from 'crucible-agents';
+const weather = tool({
+  name: 'get_weather',
+  description: 'Current temperature for a city',
+  inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  execute: async ({ city }) => ({ city, celsius: 21 }),
+});
+const agent = await createAgent({
+  model: openai({ baseURL: process.argv[2], apiKey: 'none', model: 'qwen', retry: { maxRetries: 0 } }),
+  instructions: 'You are concise.',
+  tools: [weather],
+});
+const types = [];
+for await (const ev of agent.stream('What is the weather in Oslo?')) {
+  if (ev.type === 'text.delta') process.stdout.write(ev.delta);
+  else types.push(ev.type);
+}
+const { output } = await agent.run('And in Lima?', { signal: AbortSignal.timeout(60_000) });
+console.log('\\n' + JSON.stringify({ types, output }));
+`,
+      );
+      const { code, stdout, stderr } = await runNode('index.mjs', [llm.openaiBaseURL], dir);
+      assert.equal(code, 0, stderr);
+      const [streamed, summary] = stdout.trimEnd().split('\n');
+      assert.equal(streamed, expectedAnswer);
+      const { types, output } = JSON.parse(summary!) as { types: string[]; output: string };
+      assert.deepEqual(types, ['agent.start', 'step.start', 'tool.call', 'tool.execute.start', 'tool.execute.end', 'step.end', 'step.start', 'step.end', 'agent.end']);
+      assert.equal(output, expectedAnswer);
+      assert.equal(llm.requests.length, 4);
+    });
+
+    // The public API of issue 5 includes the stores: each platform's types must name its own.
+    for (const [resolution, file, source] of [
+      [
+        'NodeNext (Node)',
+        'check-node.ts',
+        `import { createAgent, openai, tool, nodeStore, indexedDbStore, memoryStore, type AgentEvent } from 'crucible-agents';
+const t = tool({ name: 'n', description: 'd', inputSchema: { type: 'object' }, execute: async () => 1 });
+export async function go(): Promise<string> {
+  const store = await nodeStore({ path: './.crucible' });
+  const agent = await createAgent({ model: openai({ baseURL: 'http://127.0.0.1:1/v1', apiKey: 'x', model: 'm' }), tools: [t] });
+  for await (const ev of agent.stream('hi')) {
+    const e: AgentEvent = ev;
+    if (e.type === 'text.delta') return e.delta;
+  }
+  void [store, indexedDbStore, memoryStore];
+  const { output } = await agent.run('hi');
+  return String(output);
+}
+`,
+      ],
+      [
+        'Bundler (browser)',
+        'check-browser.ts',
+        `import { createAgent, openai, indexedDbStore, memoryStore } from 'crucible-agents';
+export async function go(): Promise<unknown> {
+  const store = indexedDbStore({ name: 'crucible' });
+  await store.put('k', { v: 1 });
+  void memoryStore;
+  const agent = await createAgent({ model: openai({ baseURL: 'http://127.0.0.1:1/v1', apiKey: 'x', model: 'm' }) });
+  return (await agent.run('hi')).output;
+}
+`,
+      ],
+    ] as const) {
+      test(`its types check under TypeScript with ${resolution} resolution`, async () => {
+        const dir = await installedProject();
+        writeFileSync(join(dir, file), source);
+        const tsc = join(packageRoot, 'node_modules/typescript/bin/tsc');
+        const mode = file === 'check-node.ts' ? ['--module', 'nodenext', '--moduleResolution', 'nodenext'] : ['--module', 'esnext', '--moduleResolution', 'bundler'];
+        const args = [tsc, '--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', ...mode, '--lib', 'es2022,dom', file];
+        const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+          execFile(process.execPath, args, { cwd: dir }, (error, out, err) => resolve({ code: error ? (error.code as number) : 0, stdout: out, stderr: err }));
+        });
+        assert.equal(code, 0, `tsc found errors:\n${stdout}${stderr}`);
+      });
+    }
+  });
+});
+
+/**
+ * Serves `root` and opens the weather app page with `?llm=`; waits until the app says it is
+ * done or failed, asserts the streamed answer and a clean console, and saves a screenshot.
+ */
+async function assertWeatherAppWorks(browser: Browser, site: StaticServer, llm: MockLlmServer, path: string, shot: string): Promise<void> {
+  llm.reset();
+  const tab = await openPage(browser, `${site.url}${path}?llm=${encodeURIComponent(llm.openaiBaseURL)}`);
+  try {
+    await tab.page.waitForSelector('#status[data-state="done"], #status[data-state="failed"]', { timeout: 45_000 });
+    await tab.screenshot(shot);
+    const state = await tab.page.getAttribute('#status', 'data-state');
+    assert.equal(state, 'done', `${await tab.page.textContent('#status')}\n${tab.log.join('\n')}\nnot found: ${site.notFound.join(', ')}`);
+    assert.equal(await tab.page.textContent('#answer'), expectedAnswer);
+    const events = await tab.page.locator('#events li').allTextContents();
+    assert.ok(events.filter((e) => e === 'text.delta').length > 1, 'the answer was streamed in several deltas');
+    assert.deepEqual(events.filter((e) => e !== 'text.delta'), ['agent.start', 'step.start', 'tool.call', 'tool.execute.start', 'tool.execute.end', 'step.end', 'step.start', 'step.end', 'agent.end']);
+    assert.equal(await tab.page.getAttribute('body', 'data-tool-city'), 'Oslo', 'the host tool ran in the page');
+    assert.equal(llm.requests.length, 2);
+    tab.assertClean();
+  } finally {
+    await tab.page.close();
+  }
+}
+
+describeInBrowser('the packed tarball in Chromium', () => {
+  let browser: Browser;
+  let llm: MockLlmServer;
+  const servers: StaticServer[] = [];
+
+  before(async () => {
+    llm = await startMockLlmServer({ replies: [], respond: weatherResponder });
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    for (const s of servers) await s.close();
+    await llm?.close();
+  });
+
+  test('bundled by Vite 7: vite build, serve dist/, the agent answers in the page', async () => {
+    const app = await installedProject();
+    const dir = join(work, 'vite-app');
+    mkdirSync(dir);
+    cpSync(join(app, 'node_modules'), join(dir, 'node_modules'), { recursive: true });
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'vite-app', private: true, type: 'module' }, null, 2));
+    writeFileSync(join(dir, 'index.html'), readFileSync(join(pagesRoot, 'weather-app.html'), 'utf8'));
+    cpSync(join(pagesRoot, 'weather-app.js'), join(dir, 'weather-app.js'));
+    // Vite is this package's dev dependency; its CLI builds the app from the app's folder.
+    const vite = join(packageRoot, 'node_modules/vite/bin/vite.js');
+    const { code, stdout, stderr } = await runNode(vite, ['build', '--logLevel', 'warn'], dir);
+    assert.equal(code, 0, `vite build failed:\n${stdout}\n${stderr}`);
+    const assets = readdirSync(join(dir, 'dist/assets'));
+    const wasm = assets.filter((f) => f.endsWith('.wasm'));
+    assert.equal(wasm.length, 1, `the bundle emits the core wasm once as an asset: ${assets.join(', ')}`);
+    console.log(`# vite bundle: ${assets.map((f) => `${f} ${kb(statSync(join(dir, 'dist/assets', f)).size)}`).join(', ')}`);
+    const site = await startStaticServer({ mounts: { '/': join(dir, 'dist') } });
+    servers.push(site);
+    await assertWeatherAppWorks(browser, site, llm, '/', 'packaging-vite');
+  });
+
+  test('as a plain ES module page: an import map points at the installed dist/browser.js', async () => {
+    const app = await installedProject();
+    // Where a browser loads each bare specifier from: each package.json's `exports['.']`
+    // resolved with the conditions a browser import uses, as a bundler would.
+    const conditions = ['browser', 'import', 'default'];
+    const pick = (node: unknown): string | undefined => {
+      if (typeof node === 'string') return node;
+      if (node === null || typeof node !== 'object') return undefined;
+      for (const [key, value] of Object.entries(node)) if (conditions.includes(key)) return pick(value);
+      return undefined;
+    };
+    const esmEntry = (name: string): string => {
+      const meta = JSON.parse(readFileSync(join(app, 'node_modules', name, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+      const target = pick(meta.exports['.']);
+      assert.ok(target, `${name} exports a browser/import entry`);
+      return `/node_modules/${name}/${target.replace(/^\.\//, '')}`;
+    };
+    const importMap = { imports: { 'crucible-agents': esmEntry('crucible-agents'), 'eventsource-parser': esmEntry('eventsource-parser') } };
+    const html = readFileSync(join(pagesRoot, 'weather-app.html'), 'utf8').replace(
+      '<!--IMPORTMAP-->',
+      `<script type="importmap">${JSON.stringify(importMap)}</script>`,
+    );
+    const site = await startStaticServer({
+      mounts: { '/node_modules/': join(app, 'node_modules') },
+      files: { '/': html, '/weather-app.js': readFileSync(join(pagesRoot, 'weather-app.js')) },
+    });
+    servers.push(site);
+    await assertWeatherAppWorks(browser, site, llm, '/', 'packaging-importmap');
+  });
+});
