@@ -42,8 +42,8 @@ const versionOf = (name: string): string => {
   const root = main.slice(0, main.lastIndexOf(`node_modules/${name}/`) + `node_modules/${name}/`.length);
   return (JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { version: string }).version;
 };
-type AiModule = typeof import('ai');
-type CompatModule = typeof import('@ai-sdk/openai-compatible');
+type AiModule = typeof import('../npm/node_modules/ai');
+type CompatModule = typeof import('../npm/node_modules/@ai-sdk/openai-compatible');
 const ai = await load<AiModule>('ai');
 const compat = await load<CompatModule>('@ai-sdk/openai-compatible');
 (globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false;
@@ -99,8 +99,9 @@ function expectConversation(name: string, text: string, modelSteps: number, tool
 function rawFetchClient(): Client {
   const url = `${baseURL}/chat/completions`;
   const tools = [{ type: 'function', function: { name: TOOL_NAME, description: DESCRIPTION, parameters: STEP_SCHEMA } }];
+  const name = 'raw fetch (floor)';
   return {
-    name: 'raw fetch (floor)',
+    name,
     async run() {
       const before = toolRuns;
       const messages: unknown[] = [{ role: 'system', content: SYSTEM }, { role: 'user', content: PROMPT }];
@@ -114,7 +115,7 @@ function rawFetchClient(): Client {
         let buffer = '';
         let text = '';
         let id = '';
-        let name = '';
+        let toolName = '';
         let args = '';
         for await (const bytes of response.body as unknown as AsyncIterable<Uint8Array>) {
           buffer += decoder.decode(bytes, { stream: true });
@@ -127,19 +128,19 @@ function rawFetchClient(): Client {
             if (delta?.content) text += delta.content;
             for (const call of delta?.tool_calls ?? []) {
               if (call.id) id = call.id;
-              if (call.function?.name) name = call.function.name;
+              if (call.function?.name) toolName = call.function.name;
               args += call.function?.arguments ?? '';
             }
           }
         }
-        if (!name) {
-          expectConversation(this.name, text, request, before);
+        if (!toolName) {
+          expectConversation(name, text, request, before);
           return;
         }
         toolRuns++;
         const result = await executeStep(JSON.parse(args) as { n: number });
         messages.push(
-          { role: 'assistant', content: null, tool_calls: [{ id, type: 'function', function: { name, arguments: args } }] },
+          { role: 'assistant', content: null, tool_calls: [{ id, type: 'function', function: { name: toolName, arguments: args } }] },
           { role: 'tool', tool_call_id: id, content: JSON.stringify(result) },
         );
       }
@@ -159,13 +160,14 @@ function aiSdkClient(): Client {
       },
     }),
   };
+  const name = `AI SDK ${versionOf('ai')} streamText`;
   return {
-    name: `AI SDK ${versionOf('ai')} streamText`,
+    name,
     async run() {
       const before = toolRuns;
       const result = ai.streamText({ model, instructions: SYSTEM, prompt: PROMPT, tools, stopWhen: ai.stepCountIs(STEPS) });
       for await (const part of result.fullStream) if (part.type === 'error') throw part.error;
-      expectConversation(this.name, await result.text, (await result.steps).length, before);
+      expectConversation(name, await result.text, (await result.steps).length, before);
     },
   };
 }
@@ -181,14 +183,15 @@ async function crucibleClient(): Promise<Client> {
     },
   });
   const agent = await createAgent({ model: openai({ baseURL, apiKey: 'none', model: 'bench' }), instructions: SYSTEM, tools: [step] });
+  const name = 'Crucible agent.run';
   return {
-    name: 'Crucible agent.run',
+    name,
     async run(i) {
       const before = toolRuns;
       const sessionId = `bench-${i}`;
       const result = await agent.run(PROMPT, { sessionId });
       agent.endSession(sessionId);
-      expectConversation(this.name, result.text, result.turns, before);
+      expectConversation(name, result.text, result.turns, before);
     },
   };
 }
