@@ -13,7 +13,8 @@
  * message views, no fault injection) and runs in its own process, so its CPU time stays off
  * the measured client's event loop. Run: `node --import tsx bench/agent-loop-server.ts`;
  * prints `{"baseURL": …}` once listening. `GET /stats` answers
- * `{ requests, serverMs }` (time from request start to `end()`, summed) and resets them.
+ * `{ requests, connections, serverMs }` (TCP connections opened; time from request start to
+ * `end()`, summed) and resets them.
  */
 
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -31,6 +32,7 @@ const FINAL_DELTAS = ['Done ', 'after ', 'ten ', 'steps.'];
 const HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' };
 
 let requests = 0;
+let connections = 0;
 let serverNs = 0n;
 
 const server = createServer((req, res) => {
@@ -46,10 +48,13 @@ const server = createServer((req, res) => {
     });
 });
 
+server.on('connection', () => connections++);
+
 async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
   if (req.method === 'GET' && req.url === '/stats') {
-    const stats = { requests, serverMs: Number(serverNs) / 1e6 };
+    const stats = { requests, connections, serverMs: Number(serverNs) / 1e6 };
     requests = -1; // this GET is counted by `finally`
+    connections = 0;
     serverNs = 0n;
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
     return;

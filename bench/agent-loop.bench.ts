@@ -79,7 +79,7 @@ const baseURL = await new Promise<string>((resolve, reject) => {
   });
   serverProcess.once('exit', (code) => reject(new Error(`agent-loop-server exited with ${code}`)));
 });
-const serverStats = async () => (await (await fetch(`${baseURL.replace(/\/v1$/, '')}/stats`)).json()) as { requests: number; serverMs: number };
+const serverStats = async () => (await (await fetch(`${baseURL.replace(/\/v1$/, '')}/stats`)).json()) as { requests: number; connections: number; serverMs: number };
 
 // ---------------------------------------------------------------------------------------------
 // The three clients. Each `run()` does one whole conversation and checks that it really was one.
@@ -211,6 +211,7 @@ interface Sample {
   cpuMs: number;
 }
 const samples = new Map<Client, Sample[]>(clients.map((c) => [c, []]));
+const serverSide = new Map(clients.map((c) => [c, { requests: 0, connections: 0, serverMs: 0 }]));
 
 async function measure(client: Client, i: number): Promise<Sample> {
   const cpu = process.cpuUsage();
@@ -230,11 +231,15 @@ for (let round = 0; round < ROUNDS; round++) {
   for (let k = 0; k < clients.length; k++) {
     const client = clients[(round + k) % clients.length]!;
     samples.get(client)!.push(await measure(client, conversation++));
+    const stats = await serverStats(); // outside the timed part
+    const seen = serverSide.get(client)!;
+    seen.requests += stats.requests;
+    seen.connections += stats.connections;
+    seen.serverMs += stats.serverMs;
   }
   if ((round + 1) % 50 === 0) console.error(`round ${round + 1}/${ROUNDS}`);
 }
 const elapsedS = (performance.now() - started) / 1000;
-const server = await serverStats();
 serverProcess.kill('SIGTERM');
 
 const median = (xs: number[]): number => {
@@ -274,7 +279,14 @@ for (const client of clients) {
 }
 const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
 for (const row of rows) console.log(row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '));
-console.log(`\nserver (other process): ${server.requests} requests, ${us(server.serverMs / Math.max(1, server.requests))} per request from request start to end()`);
+console.log('\nserver side (other process), per conversation:');
+for (const client of clients) {
+  const seen = serverSide.get(client)!;
+  console.log(
+    `  ${client.name.padEnd(widths[0]!)}  ${(seen.requests / ROUNDS).toFixed(1)} requests, ${(seen.connections / ROUNDS).toFixed(1)} new TCP connections, ` +
+      `${us(seen.serverMs / Math.max(1, seen.requests))} server time per request`,
+  );
+}
 if (clients.includes(aiSdk) && clients.includes(crucible) && clients.includes(raw)) {
   const wall = overheadPerStep(crucible, 'wallMs') / overheadPerStep(aiSdk, 'wallMs');
   const cpu = overheadPerStep(crucible, 'cpuMs') / overheadPerStep(aiSdk, 'cpuMs');
