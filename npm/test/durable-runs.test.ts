@@ -52,8 +52,8 @@ test('a denial reaches the model, and a small refund needs no approval', async (
     name: 'refund',
     description: 'Refund an order',
     inputSchema: { type: 'object', properties: { order: { type: 'integer' }, amount: { type: 'number' } }, required: ['order', 'amount'] },
-    needsApproval: ({ amount }: { amount: number }) => amount > 10,
-    execute: ({ order }: { order: number }) => {
+    needsApproval: ({ amount }: { order: number; amount: number }) => amount > 10,
+    execute: ({ order }: { order: number; amount: number }) => {
       executed.push(order);
       return { refunded: order };
     },

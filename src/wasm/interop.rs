@@ -12,6 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::agent::{CancelSignal, Environment};
+use crate::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
 use crate::store::{BatchOp, Store, StoreError};
 use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::tools::{CallContext, ToolFailure, ToolHandler};
@@ -262,5 +263,50 @@ pub(crate) struct JsAbortSignal(pub(crate) web_sys::AbortSignal);
 impl CancelSignal for JsAbortSignal {
     fn is_cancelled(&self) -> bool {
         self.0.aborted()
+    }
+}
+
+/// The TS sandbox host (`createSandbox()`): `{ execute(request) => Promise<SandboxResult> }`.
+/// Forged code runs there, in a Worker, never in this instance (DESIGN decision 2).
+#[allow(dead_code)] // wired to the forge when it lands
+pub(crate) struct JsSandbox {
+    target: JsValue,
+    execute: Function,
+}
+
+impl JsSandbox {
+    pub(crate) fn new(target: JsValue) -> Result<Self, JsValue> {
+        let execute = Reflect::get(&target, &"execute".into())?
+            .dyn_into::<Function>()
+            .map_err(|_| error_object("invalid_config", "sandbox.execute must be a function"))?;
+        Ok(Self { target, execute })
+    }
+}
+
+#[async_trait(?Send)]
+impl SandboxRunner for JsSandbox {
+    async fn execute(&self, request: &SandboxRequest) -> SandboxResult {
+        let failed = |e: JsValue| {
+            let (_, message, _) = describe_thrown(&e);
+            SandboxResult {
+                status: SandboxStatus::Error,
+                output: None,
+                error: Some(SandboxFailure { code: "sandbox_host".into(), message }),
+                logs: vec![],
+                duration_ms: 0.0,
+            }
+        };
+        let js_request = match to_js(request) {
+            Ok(v) => v,
+            Err(e) => return failed(e),
+        };
+        let returned = match self.execute.call1(&self.target, &js_request) {
+            Ok(v) => v,
+            Err(e) => return failed(e),
+        };
+        match await_promise(returned).await {
+            Ok(v) => serde_wasm_bindgen::from_value(v).unwrap_or_else(|e| failed(JsValue::from_str(&format!("malformed sandbox result: {e}")))),
+            Err(e) => failed(e),
+        }
     }
 }

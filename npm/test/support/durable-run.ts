@@ -10,8 +10,8 @@ const refund = tool({
   name: 'refund',
   description: 'Refund an order',
   inputSchema: { type: 'object', properties: { order: { type: 'integer' }, amount: { type: 'number' } }, required: ['order', 'amount'] },
-  needsApproval: ({ amount }: { amount: number }) => amount > 10,
-  execute: ({ order }: { order: number }) => {
+  needsApproval: ({ amount }: { order: number; amount: number }) => amount > 10,
+  execute: ({ order }: { order: number; amount: number }) => {
     refunds.push(order);
     return { refunded: order };
   },
