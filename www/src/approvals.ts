@@ -11,15 +11,15 @@ export function mountApprovals(app: App): void {
   app.onRefresh(async () => {
     const runtime = app.runtime;
     if (!runtime) return;
-    let pending: PendingApproval[] = [];
     try {
-      pending = await runtime.pendingApprovals();
+      const pending = await runtime.pendingApprovals();
       note.hidden = true;
+      render(pending);
     } catch (error) {
+      clear(list);
       note.hidden = false;
       note.textContent = error instanceof EmergentUnavailable ? 'Emergent API not available in this build: no approvals to show.' : `Could not read approvals: ${errorText(error)}`;
     }
-    render(pending);
   });
 
   function render(pending: PendingApproval[]): void {

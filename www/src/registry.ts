@@ -28,6 +28,9 @@ export function mountRegistry(app: App): void {
   async function refresh(): Promise<void> {
     const runtime = app.runtime;
     if (!runtime) return;
+    const importButton = $<HTMLButtonElement>('#import-button');
+    importButton.disabled = !runtime.emergentAvailable;
+    importText.disabled = !runtime.emergentAvailable;
     try {
       [tools, audit] = await Promise.all([runtime.listTools(app.sessionId), runtime.audit().catch(() => [] as AuditEntry[])]);
       note.hidden = true;

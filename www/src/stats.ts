@@ -44,7 +44,7 @@ export function mountStats(app: App): void {
           ['Unique approved', stats.uniqueApproved],
           ['Terminal rejections', stats.uniqueTerminalRejections],
           ['Avg confidence', stats.approved ? `${Math.round(avg * 100)}%` : '—'],
-        ].flatMap(([k, v]) => [h('dt', {}, String(k)), h('dd', {}, String(v))]),
+        ].map(([k, v]) => h('div', {}, h('dt', {}, String(k)), h('dd', {}, String(v)))),
       ),
     );
   }

@@ -5,7 +5,7 @@
  */
 import type { App } from './app.ts';
 import { $, brief, h, pretty, time } from './dom.ts';
-import type { DemoEvent, EmergentEvent, TestResult, Verdict } from './runtime.ts';
+import { isEmergentEvent, type DemoEvent, type EmergentEvent, type TestResult, type Verdict } from './runtime.ts';
 
 interface Card {
   el: HTMLLIElement;
@@ -38,6 +38,7 @@ export function mountTimeline(app: App): void {
       return;
     }
     render(event);
+    if (isEmergentEvent(event)) follow();
   });
 
   function cardFor(name: string, create: boolean): Card | undefined {
@@ -73,12 +74,19 @@ export function mountTimeline(app: App): void {
     cards.push(card);
     list.append(el);
     empty.hidden = true;
+    follow();
     return card;
   }
 
   function entry(kind: string, ...content: (string | Node | null)[]): void {
     list.append(h('li', { class: `tl-entry tl-${kind}`, 'data-kind': kind }, ...content, ' ', h('time', { class: 'muted tl-time' }, time(Date.now()))));
     empty.hidden = true;
+    follow();
+  }
+
+  /** Keeps the newest entry in view (the list scrolls on its own). */
+  function follow(): void {
+    list.scrollTop = list.scrollHeight;
   }
 
   function render(event: DemoEvent): void {
