@@ -130,6 +130,8 @@ function suite(): void {
     interface Opened {
       page: Page;
       errors: string[];
+      /** Origins of every request the page made. */
+      origins: Set<string>;
     }
 
     async function open(query: Record<string, string> = {}, viewport = DESKTOP, context?: BrowserContext): Promise<Opened> {
@@ -142,10 +144,15 @@ function suite(): void {
         if (msg.type() === 'error') errors.push(msg.text());
       });
       page.on('pageerror', (error) => errors.push(`pageerror: ${error.message}`));
+      const origins = new Set<string>();
+      page.on('request', (request) => {
+        const url = new URL(request.url());
+        if (url.protocol.startsWith('http')) origins.add(url.origin);
+      });
       const params = new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', ...query });
       await page.goto(`${pageURL}?${params}`);
       await waitReady(page);
-      return { page, errors };
+      return { page, errors, origins };
     }
 
     async function waitReady(page: Page): Promise<{ emergent: boolean; error?: string }> {
@@ -239,6 +246,34 @@ function suite(): void {
       // The page is usable again: the next run completes.
       await send(page, 'hello again');
       await lastAgentStatus(page, 'done');
+      assert.deepEqual(errors, []);
+    });
+
+    test('settings persist; the API key only on opt-in, and only to its provider', async () => {
+      mock.reset();
+      const { page, errors, origins } = await open();
+      const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.settings.v1') ?? '');
+      await page.click('#settings-details > summary');
+      await page.fill('#api-key', 'sk-demo-not-remembered');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
+      assert.match(await stored(), new RegExp(mock.openaiBaseURL.replace(/[.:/]/g, '\\$&')));
+      assert.doesNotMatch(await stored(), /sk-demo/);
+      await send(page, 'hi');
+      await lastAgentStatus(page, 'done');
+      assert.equal(mock.requests.at(-1)!.headers.authorization, 'Bearer sk-demo-not-remembered');
+      await page.check('#remember-key');
+      await page.click('#settings-form button[type="submit"]');
+      assert.match(await stored(), /sk-demo-not-remembered/);
+      await page.uncheck('#remember-key');
+      assert.doesNotMatch(await stored(), /sk-demo/);
+      // Without the query parameters, a reload starts from what was stored.
+      await page.goto(pageURL);
+      await waitReady(page);
+      assert.match((await page.textContent('#provider-summary')) ?? '', /mock · 127\.0\.0\.1/);
+      assert.equal(await page.inputValue('#api-key'), '');
+      // The page talks to itself and to the configured provider, nothing else.
+      assert.deepEqual([...origins].sort(), [new URL(pageURL).origin, mock.url].sort());
       assert.deepEqual(errors, []);
     });
 
