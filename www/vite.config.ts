@@ -11,6 +11,7 @@ export default {
   // Without `npm install` here, point straight at the local package's browser entry.
   resolve: linked ? {} : { alias: { 'crucible-agents': fileURLToPath(new URL('../npm/dist/browser.js', import.meta.url)) } },
   build: { target: 'es2022', outDir: 'dist', emptyOutDir: true, sourcemap: true },
-  server: { host: '127.0.0.1' },
+  // The dev server must be allowed to read the linked package (its wasm lives in ../npm/wasm).
+  server: { host: '127.0.0.1', fs: { allow: [fileURLToPath(new URL('.', import.meta.url)), fileURLToPath(new URL('../npm', import.meta.url))] } },
   preview: { host: '127.0.0.1' },
 };
