@@ -1,0 +1,363 @@
+// Browser tests of the demo page (www/): built with Vite from the local package, served
+// statically on 127.0.0.1, opened in Debian's Chromium through playwright-core, with the model
+// played by the mock LLM server (a test double speaking the OpenAI wire format over HTTP).
+// Screenshots of each state go to <repo>/test-artifacts/demo-*.png (git-ignored).
+//
+// Without /usr/bin/chromium the suite is skipped, except under CI=true, where it fails.
+// The forge / promotion / reload tests skip themselves while the package has no emergent API
+// (the page reports it as `window.__crucibleDemo.emergent`).
+import { after, before, describe, test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
+
+declare global {
+  interface Window {
+    /** Set by the page (www/src/main.ts). */
+    __crucibleDemo?: { ready: boolean; emergent: boolean; sessionId: string; error?: string };
+  }
+}
+
+const CHROMIUM = '/usr/bin/chromium';
+const NPM_DIR = fileURLToPath(new URL('..', import.meta.url));
+const REPO = join(NPM_DIR, '..');
+const WWW = join(REPO, 'www');
+const ARTIFACTS = join(REPO, 'test-artifacts');
+const LOCAL_MODEL = process.env.CRUCIBLE_LOCAL_MODEL_URL ?? 'http://127.0.0.1:8089/v1';
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const DESKTOP = { width: 1280, height: 900 };
+const PHONE = { width: 375, height: 812 };
+
+const haveChromium = existsSync(CHROMIUM);
+const inCI = process.env.CI === 'true';
+
+if (!haveChromium) {
+  if (inCI) {
+    test('demo page: Chromium is required under CI', () => {
+      assert.fail(`${CHROMIUM} is missing; install Debian's chromium package`);
+    });
+  } else {
+    test('demo page', { skip: `${CHROMIUM} not found; install Debian's chromium package to run the browser tests` }, () => {});
+  }
+} else {
+  suite();
+}
+
+/** The scripted model: host-tool calls, a slow answer to stop, a forge, and a judge. */
+const VERDICT = { approved: true, safety: 0.95, correctness: 0.95, determinism: 1, boundedness: 0.95, confidence: 0.9, reasoning: 'Pure string transformation; both tests pass with the expected outputs.' };
+const SLUGIFY_REQUEST = {
+  name: 'slugify',
+  description: 'Turns a text into a URL slug: lower case, words joined by dashes',
+  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
+  implementation: {
+    mode: 'sandbox',
+    code: "function run(input) {\n  // keep letters and digits, join the words with dashes\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');\n  return { slug: slug };\n}",
+  },
+  testCases: [
+    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
+    { input: { text: '  Crucible  forges tools ' }, expectedOutput: { slug: 'crucible-forges-tools' } },
+  ],
+};
+
+function scriptedModel(request: MockRequest): MockReply {
+  // Judge and promotion reviewers: calls that offer no tools.
+  if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
+  const last = request.messages.at(-1);
+  if (last?.role === 'tool') {
+    const caller = [...request.messages].reverse().find((m) => m.role === 'assistant' && m.toolNames?.length);
+    const tool = caller?.toolNames?.at(-1);
+    if (tool === 'forge_tool' && request.toolNames.includes('slugify')) return { toolCalls: [{ name: 'slugify', arguments: { text: 'Hello World!' } }] };
+    if (tool === 'slugify') return { text: 'The slug of “Hello World!” is hello-world.', chunkDelayMs: 20 };
+    if (tool === 'get_weather') return { text: 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.', chunkDelayMs: 40 };
+    return { text: `Done: ${last.content.slice(0, 80)}` };
+  }
+  const text = last?.content ?? '';
+  if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
+  if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
+  if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
+  return { text: `echo: ${text}`, chunkDelayMs: 10 };
+}
+
+function suite(): void {
+  describe('demo page in Chromium', () => {
+    let mock: MockLlmServer;
+    let serveProcess: ChildProcess | undefined;
+    let pageURL = '';
+    let browser: Browser;
+    const contexts: BrowserContext[] = [];
+
+    before(async () => {
+      mkdirSync(ARTIFACTS, { recursive: true });
+      // Build the package (tsc) and the page (Vite) from the current sources.
+      const tsc = spawnSync(process.execPath, [join(NPM_DIR, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: NPM_DIR, encoding: 'utf8' });
+      assert.equal(tsc.status, 0, `tsc failed:\n${tsc.stdout}${tsc.stderr}`);
+      assert.ok(existsSync(join(NPM_DIR, 'wasm/crucible_core_bg.wasm')), 'npm/wasm is not built: run `npm run build:wasm` in npm/');
+      const { build } = await import('vite');
+      await build({ configFile: join(WWW, 'vite.config.ts'), root: WWW, logLevel: 'warn' });
+
+      serveProcess = spawn(process.execPath, [join(WWW, 'scripts/serve.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      pageURL = await new Promise<string>((resolve, reject) => {
+        const lines = createInterface({ input: serveProcess!.stdout! });
+        lines.once('line', (line) => {
+          const match = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(line);
+          if (match) resolve(match[1]!);
+          else reject(new Error(`serve.mjs printed no URL: ${line}`));
+        });
+        serveProcess!.once('exit', (code) => reject(new Error(`serve.mjs exited with ${code}`)));
+      });
+
+      mock = await startMockLlmServer({ respond: scriptedModel });
+      const { chromium } = await import('playwright-core');
+      browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+    });
+
+    after(async () => {
+      for (const c of contexts) await c.close().catch(() => {});
+      await browser?.close().catch(() => {});
+      await mock?.close();
+      if (serveProcess && serveProcess.exitCode === null) {
+        serveProcess.kill('SIGTERM');
+        await new Promise((resolve) => serveProcess!.once('exit', resolve));
+      }
+    });
+
+    interface Opened {
+      page: Page;
+      errors: string[];
+      /** Origins of every request the page made. */
+      origins: Set<string>;
+    }
+
+    async function open(query: Record<string, string> = {}, viewport = DESKTOP, context?: BrowserContext): Promise<Opened> {
+      const ctx = context ?? (await browser.newContext({ viewport }));
+      if (!context) contexts.push(ctx);
+      const page = await ctx.newPage();
+      await page.setViewportSize(viewport);
+      const errors: string[] = [];
+      page.on('console', (msg) => {
+        if (msg.type() === 'error') errors.push(msg.text());
+      });
+      page.on('pageerror', (error) => errors.push(`pageerror: ${error.message}`));
+      const origins = new Set<string>();
+      page.on('request', (request) => {
+        const url = new URL(request.url());
+        if (url.protocol.startsWith('http')) origins.add(url.origin);
+      });
+      const params = new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', ...query });
+      await page.goto(`${pageURL}?${params}`);
+      await waitReady(page);
+      return { page, errors, origins };
+    }
+
+    async function waitReady(page: Page): Promise<{ emergent: boolean; error?: string }> {
+      await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
+      const flag = await page.evaluate(() => window.__crucibleDemo!);
+      assert.equal(flag.error, undefined, `the agent did not start: ${flag.error}`);
+      return flag;
+    }
+
+    async function shot(page: Page, name: string, viewport = DESKTOP): Promise<void> {
+      await page.setViewportSize(viewport);
+      await page.screenshot({ path: join(ARTIFACTS, `demo-${name}.png`), fullPage: true });
+    }
+
+    async function send(page: Page, text: string): Promise<void> {
+      await page.fill('#chat-input', text);
+      await page.press('#chat-input', 'Enter');
+    }
+
+    async function lastAgentStatus(page: Page, status: string, timeout = 20_000): Promise<void> {
+      await page.waitForFunction((s) => document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') === s, status, { timeout });
+    }
+
+    async function skipWithoutEmergent(t: TestContext, page: Page): Promise<boolean> {
+      const emergent = await page.evaluate(() => window.__crucibleDemo?.emergent === true);
+      if (!emergent) t.skip('emergent API not yet in the package');
+      return !emergent;
+    }
+
+    test('loads with no console errors, at desktop and phone width', async () => {
+      const { page, errors } = await open();
+      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+      const hostTools = await page.$$eval('#host-tools code', (els) => els.map((e) => e.textContent));
+      for (const name of ['get_weather', 'current_time', 'word_count']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
+      assert.match((await page.textContent('#provider-summary')) ?? '', /127\.0\.0\.1/);
+      // Every form control has a label.
+      const unlabeled = await page.$$eval('input, select, textarea', (els) =>
+        els.filter((el) => !(el as HTMLInputElement).labels?.length && !el.getAttribute('aria-label')).map((el) => el.id || el.outerHTML.slice(0, 60)),
+      );
+      assert.deepEqual(unlabeled, []);
+      await page.click('#settings-details > summary');
+      await shot(page, 'load-desktop');
+      await shot(page, 'load-phone', PHONE);
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px)`);
+      assert.deepEqual(errors, []);
+    });
+
+    test('a chat run streams its answer and shows the tool events', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'What is the weather in Oslo?');
+      await page.waitForSelector('.msg-agent .tool-call code:text("get_weather")', { timeout: 20_000 });
+      await page.waitForSelector('.msg-agent .tool-result', { timeout: 20_000 });
+      // Streaming: the answer grows while the run is still going.
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0, undefined, { timeout: 20_000 });
+      const partial = await page.textContent('.msg-agent:last-of-type .msg-text');
+      const stateWhileStreaming = await page.getAttribute('body', 'data-state');
+      await lastAgentStatus(page, 'done');
+      const final = (await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '';
+      assert.equal(final, 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.');
+      assert.equal(stateWhileStreaming, 'running');
+      assert.ok(partial!.length < final.length, `saw a partial answer (${JSON.stringify(partial)})`);
+      assert.match((await page.textContent('.msg-agent .tool-result')) ?? '', /"celsius":4/);
+      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+      assert.equal(await page.isEnabled('#send-button'), true);
+      // The page sent the request to the configured provider only, with the host tools offered.
+      assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'word_count']);
+      await shot(page, 'chat-desktop');
+      await shot(page, 'chat-phone', PHONE);
+      assert.deepEqual(errors, []);
+    });
+
+    test('stop aborts a run mid-way and the page returns to idle', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Please hang for a minute');
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+      assert.equal(await page.getAttribute('body', 'data-state'), 'running');
+      assert.equal(await page.isEnabled('#stop-button'), true);
+      await shot(page, 'abort-running');
+      const started = Date.now();
+      await page.click('#stop-button');
+      await lastAgentStatus(page, 'stopped', 5000);
+      await page.waitForFunction(() => document.body.dataset.state === 'idle', undefined, { timeout: 5000 });
+      assert.ok(Date.now() - started < 5000, 'stopped promptly');
+      assert.match((await page.textContent('.msg-agent:last-of-type')) ?? '', /Stopped\./);
+      assert.equal(await page.isEnabled('#send-button'), true);
+      assert.equal(await page.isEnabled('#stop-button'), false);
+      await shot(page, 'abort-stopped');
+      // The page is usable again: the next run completes.
+      await send(page, 'hello again');
+      await lastAgentStatus(page, 'done');
+      assert.deepEqual(errors, []);
+    });
+
+    test('settings persist; the API key only on opt-in, and only to its provider', async () => {
+      mock.reset();
+      const { page, errors, origins } = await open();
+      const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.settings.v1') ?? '');
+      await page.click('#settings-details > summary');
+      await page.fill('#api-key', 'sk-demo-not-remembered');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
+      assert.match(await stored(), new RegExp(mock.openaiBaseURL.replace(/[.:/]/g, '\\$&')));
+      assert.doesNotMatch(await stored(), /sk-demo/);
+      await send(page, 'hi');
+      await lastAgentStatus(page, 'done');
+      assert.equal(mock.requests.at(-1)!.headers.authorization, 'Bearer sk-demo-not-remembered');
+      await page.check('#remember-key');
+      await page.click('#settings-form button[type="submit"]');
+      assert.match(await stored(), /sk-demo-not-remembered/);
+      await page.uncheck('#remember-key');
+      assert.doesNotMatch(await stored(), /sk-demo/);
+      // Without the query parameters, a reload starts from what was stored.
+      await page.goto(pageURL);
+      await waitReady(page);
+      assert.match((await page.textContent('#provider-summary')) ?? '', /mock · 127\.0\.0\.1/);
+      assert.equal(await page.inputValue('#api-key'), '');
+      // The page talks to itself and to the configured provider, nothing else.
+      assert.deepEqual([...origins].sort(), [new URL(pageURL).origin, mock.url].sort());
+      assert.deepEqual(errors, []);
+    });
+
+    describe('forge, promotion, reload (emergent API)', () => {
+      let opened: Opened;
+      let context: BrowserContext;
+
+      before(async () => {
+        context = await browser.newContext({ viewport: DESKTOP });
+        contexts.push(context);
+        opened = await open({ promotionUses: '1' }, DESKTOP, context);
+      });
+
+      test('a chat run forges a tool and shows its timeline', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        mock.reset();
+        await send(page, 'Slugify “Hello World!” for me');
+        const card = '.tl-card[data-name="slugify"]';
+        await page.waitForSelector(`${card}[data-status="registered"]`, { timeout: 60_000 });
+        assert.equal(await page.$$eval(`${card} .test[data-passed="true"]`, (els) => els.length), 2);
+        assert.match((await page.textContent(`${card} [data-step="judge"]`)) ?? '', /approves, confidence 90%/);
+        assert.match((await page.textContent(`${card} [data-step="registered"]`)) ?? '', /session tier, version 1/);
+        await lastAgentStatus(page, 'done', 60_000);
+        await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 10_000 });
+        await page.click('#registry-list [data-tool="slugify"]');
+        await page.waitForSelector('#registry-detail .code .tok-keyword');
+        await shot(page, 'forge-desktop');
+        await shot(page, 'forge-phone', PHONE);
+        await page.setViewportSize(DESKTOP);
+        assert.deepEqual(errors, []);
+      });
+
+      test('a shared promotion waits for approval and lands once approved', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        await page.click('#registry-list [data-tool="slugify"]');
+        await page.selectOption('#promote-tier', 'agent');
+        await page.click('#registry-detail [data-action="promote"]');
+        await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="agent"]', { timeout: 30_000 });
+        await page.click('#registry-list [data-tool="slugify"]');
+        await page.selectOption('#promote-tier', 'shared');
+        await page.click('#registry-detail [data-action="promote"]');
+        await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="approve"]', { timeout: 30_000 });
+        await shot(page, 'approval-pending');
+        await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
+        await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });
+        await page.waitForSelector('#timeline .tl-promoted', { timeout: 10_000 });
+        assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+        await shot(page, 'approval-done');
+        assert.deepEqual(errors, []);
+      });
+
+      test('reload keeps the registry, the stats and the audit trail', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        await page.reload();
+        await waitReady(page);
+        await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 20_000 });
+        const tier = await page.getAttribute('#registry-list [data-tool="slugify"]', 'data-tier');
+        assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
+        await page.click('#registry-list [data-tool="slugify"]');
+        assert.ok((await page.$$eval('#registry-detail .audit-list li', (els) => els.length)) > 0, 'audit trail kept');
+        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
+        await shot(page, 'reload-desktop');
+        assert.deepEqual(errors, []);
+      });
+    });
+
+    test('streams an answer from the real local model', async (t) => {
+      const reachable = await fetch(`${LOCAL_MODEL}/models`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok, () => false);
+      if (!reachable) {
+        if (process.env.CRUCIBLE_REQUIRE_LOCAL_MODEL === '1') assert.fail(`the local model is not reachable at ${LOCAL_MODEL}`);
+        t.skip(`the local model is not running at ${LOCAL_MODEL} (scripts/model/start.sh starts it)`);
+        return;
+      }
+      const { page, errors } = await open({ provider: 'local', baseURL: LOCAL_MODEL, model: 'qwen' });
+      await send(page, 'Reply with one short friendly sentence greeting the reader.');
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0 || document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') !== 'streaming', undefined, { timeout: 120_000 });
+      await lastAgentStatus(page, 'done', 180_000);
+      const answer = (await page.textContent('.msg-agent:last-of-type .msg-body')) ?? '';
+      assert.ok(answer.trim().length > 0, 'a non-empty answer');
+      await shot(page, 'local-model');
+      assert.deepEqual(errors, []);
+    });
+  });
+}

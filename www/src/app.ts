@@ -1,0 +1,80 @@
+/** Shared state of the page: the current runtime, the session, the event bus and refreshes. */
+import { isEmergentEvent, type DemoEvent, type Runtime } from './runtime.ts';
+
+type Listener<T> = (value: T) => void;
+
+export class App {
+  runtime: Runtime | undefined;
+  readonly sessionId: string;
+  running = false;
+  #eventListeners = new Set<Listener<DemoEvent>>();
+  #refreshListeners = new Set<() => Promise<void> | void>();
+  #runtimeListeners = new Set<Listener<Runtime | undefined>>();
+  #refreshTimer: ReturnType<typeof setTimeout> | undefined;
+  #unsubscribe: (() => void) | undefined;
+  // Emergent events may arrive twice (the run's stream and agent.on); show each once.
+  #seen: string[] = [];
+  #seenSet = new Set<string>();
+
+  constructor(sessionId: string) {
+    this.sessionId = sessionId;
+  }
+
+  setRuntime(runtime: Runtime | undefined): void {
+    this.#unsubscribe?.();
+    this.#unsubscribe = undefined;
+    const previous = this.runtime;
+    this.runtime = runtime;
+    if (previous && previous !== runtime) previous.dispose();
+    if (runtime) this.#unsubscribe = runtime.onEvent((event) => this.emit(event));
+    for (const listener of this.#runtimeListeners) listener(runtime);
+    this.refreshSoon(0);
+  }
+
+  onRuntime(listener: Listener<Runtime | undefined>): void {
+    this.#runtimeListeners.add(listener);
+  }
+
+  onEvent(listener: Listener<DemoEvent>): void {
+    this.#eventListeners.add(listener);
+  }
+
+  emit(event: DemoEvent): void {
+    if (isEmergentEvent(event)) {
+      const key = JSON.stringify(event);
+      if (this.#seenSet.has(key)) return;
+      this.#seenSet.add(key);
+      this.#seen.push(key);
+      if (this.#seen.length > 500) this.#seenSet.delete(this.#seen.shift()!);
+      this.refreshSoon();
+    }
+    for (const listener of this.#eventListeners) listener(event);
+  }
+
+  onRefresh(listener: () => Promise<void> | void): void {
+    this.#refreshListeners.add(listener);
+  }
+
+  refreshSoon(delayMs = 150): void {
+    clearTimeout(this.#refreshTimer);
+    this.#refreshTimer = setTimeout(() => void this.refresh(), delayMs);
+  }
+
+  async refresh(): Promise<void> {
+    await Promise.all([...this.#refreshListeners].map(async (listener) => {
+      try {
+        await listener();
+      } catch (error) {
+        console.warn('refresh failed', error);
+      }
+    }));
+  }
+
+  announce(message: string): void {
+    const el = document.getElementById('announcer');
+    if (!el) return;
+    el.textContent = '';
+    // A fresh text node so repeated messages are announced again.
+    setTimeout(() => (el.textContent = message), 30);
+  }
+}

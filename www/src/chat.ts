@@ -1,0 +1,145 @@
+/** The chat: streamed answers, tool events inline, a stop button that aborts cleanly. */
+import type { App } from './app.ts';
+import { $, brief, clear, errorText, h } from './dom.ts';
+import type { DemoEvent } from './runtime.ts';
+
+export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void } {
+  const transcript = $('#transcript');
+  const form = $<HTMLFormElement>('#chat-form');
+  const input = $<HTMLTextAreaElement>('#chat-input');
+  const send = $<HTMLButtonElement>('#send-button');
+  const stop = $<HTMLButtonElement>('#stop-button');
+  const hostList = $('#host-tools');
+  const runState = $('#run-state');
+  let controller: AbortController | undefined;
+
+  app.onRuntime((runtime) => {
+    clear(hostList);
+    if (!runtime) {
+      send.disabled = true;
+      return;
+    }
+    for (const t of runtime.hostTools) hostList.append(h('li', { class: 'chip', title: t.description }, h('code', {}, t.name), h('span', { class: 'chip-desc' }, ` — ${t.description}`)));
+    if (runtime.toolNames().includes('forge_tool')) hostList.append(h('li', { class: 'chip chip-meta', title: 'Builds a new tool when none fits' }, h('code', {}, 'forge_tool'), h('span', { class: 'chip-desc' }, ' — meta-tool: forges new tools')));
+    setState(app.running ? 'running' : 'idle');
+  });
+
+  function setState(state: 'idle' | 'running' | 'loading' | 'error'): void {
+    document.body.dataset.state = state;
+    app.running = state === 'running';
+    runState.textContent = state === 'running' ? 'running…' : state === 'idle' ? 'idle' : state === 'loading' ? 'loading…' : 'not ready';
+    runState.className = `badge badge-${state}`;
+    send.disabled = state !== 'idle';
+    stop.disabled = state !== 'running';
+  }
+
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const text = input.value.trim();
+    if (!text || app.running || !app.runtime) return;
+    input.value = '';
+    void run(text);
+  });
+  input.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  stop.addEventListener('click', () => controller?.abort(new DOMException('Stopped by the user', 'AbortError')));
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape' && app.running) controller?.abort(new DOMException('Stopped by the user', 'AbortError'));
+  });
+
+  async function run(text: string): Promise<void> {
+    const runtime = app.runtime!;
+    transcript.querySelector('.empty-note')?.remove();
+    transcript.append(h('div', { class: 'msg msg-user' }, h('span', { class: 'msg-role' }, 'You'), h('p', { class: 'msg-text' }, text)));
+    const body = h('div', { class: 'msg-body' });
+    const bubble = h('div', { class: 'msg msg-agent', 'data-status': 'streaming' }, h('span', { class: 'msg-role' }, 'Agent'), body);
+    transcript.append(bubble);
+    let segment: HTMLParagraphElement | undefined;
+    let sawText = false;
+    const scroll = () => (transcript.scrollTop = transcript.scrollHeight);
+    const addText = (delta: string) => {
+      if (!segment) {
+        segment = h('p', { class: 'msg-text' });
+        body.append(segment);
+      }
+      segment.append(delta);
+      sawText = true;
+      scroll();
+    };
+    const addEvent = (cls: string, ...content: (string | Node)[]) => {
+      segment = undefined;
+      body.append(h('div', { class: `tool-event ${cls}` }, ...content));
+      scroll();
+    };
+    const finish = (status: 'done' | 'stopped' | 'error', note?: string) => {
+      bubble.dataset.status = status;
+      if (note) body.append(h('p', { class: `run-note run-note-${status}` }, note));
+      scroll();
+    };
+
+    controller = new AbortController();
+    setState('running');
+    let ended = false;
+    try {
+      for await (const event of runtime.stream(text, { signal: controller.signal, sessionId: app.sessionId })) {
+        app.emit(event);
+        ended = onEvent(event) || ended;
+      }
+      if (!ended) finish(controller.signal.aborted ? 'stopped' : 'done', controller.signal.aborted ? 'Stopped.' : undefined);
+    } catch (error) {
+      if (controller.signal.aborted) finish('stopped', 'Stopped.');
+      else finish('error', `Error: ${errorText(error)}`);
+    } finally {
+      controller = undefined;
+      setState('idle');
+      app.announce(bubble.dataset.status === 'done' ? 'Answer complete.' : bubble.dataset.status === 'stopped' ? 'Run stopped.' : 'Run failed.');
+      app.refreshSoon(0);
+      input.focus();
+    }
+
+    function onEvent(event: DemoEvent): boolean {
+      switch (event.type) {
+        case 'text.delta':
+          addText(event.delta);
+          return false;
+        case 'tool.call':
+          addEvent('tool-call', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '→'), ' calls ', h('code', {}, event.name), h('span', { class: 'ev-args' }, ` ${brief(event.arguments, 120)}`));
+          return false;
+        case 'tool.execute.end':
+          addEvent('tool-result', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '✓'), ' ', h('code', {}, event.name), ` returned ${brief(event.result, 140)} `, h('span', { class: 'muted' }, `(${Math.round(event.durationMs)} ms)`));
+          return false;
+        case 'tool.execute.error':
+          addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '✗'), ' ', h('code', {}, event.name), ` failed: ${event.error.code}: ${brief(event.error.message, 200)}`);
+          return false;
+        case 'forge.registered':
+          addEvent('tool-forged', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forged ', h('code', {}, event.name), ` (${event.tier} tier, v${event.version})`);
+          return false;
+        case 'forge.rejected':
+          addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forge of ', h('code', {}, event.name), ` rejected: ${event.category}`);
+          return false;
+        case 'output.retry':
+          addEvent('tool-call', `retrying the answer: ${brief(event.reason, 160)}`);
+          return false;
+        case 'agent.end':
+          if (!sawText && event.text) addText(event.text);
+          if (!sawText && !event.text) addText(brief(event.output, 2000));
+          finish('done');
+          bubble.append(h('p', { class: 'usage muted' }, `${event.turns} turn${event.turns === 1 ? '' : 's'}, ${event.steps} tool call${event.steps === 1 ? '' : 's'}, ${event.usage.inputTokens}+${event.usage.outputTokens} tokens`));
+          return true;
+        case 'agent.error':
+          if (event.error.code === 'aborted') finish('stopped', 'Stopped.');
+          else finish('error', `Error (${event.error.code}): ${event.error.message}`);
+          return true;
+        default:
+          return false;
+      }
+    }
+  }
+
+  setState('loading');
+  return { setState };
+}

@@ -1,0 +1,62 @@
+/** Boots the demo page: settings → runtime → chat, timeline, registry, approvals, stats. */
+import { App } from './app.ts';
+import { mountApprovals } from './approvals.ts';
+import { mountChat } from './chat.ts';
+import { $, errorText } from './dom.ts';
+import { mountRegistry } from './registry.ts';
+import { Runtime, type ProviderSettings } from './runtime.ts';
+import { mountSettings } from './settings.ts';
+import { mountStats } from './stats.ts';
+import { mountTimeline } from './timeline.ts';
+
+declare global {
+  interface Window {
+    /** Read by the browser tests. */
+    __crucibleDemo?: { ready: boolean; emergent: boolean; sessionId: string; error?: string };
+  }
+}
+
+const params = new URLSearchParams(location.search);
+const sessionId = params.get('session') ?? `s-${Math.random().toString(36).slice(2, 10)}`;
+const app = new App(sessionId);
+const promotionUses = params.has('promotionUses') ? Number(params.get('promotionUses')) : undefined;
+window.__crucibleDemo = { ready: false, emergent: false, sessionId };
+
+const chat = mountChat(app);
+mountTimeline(app);
+mountRegistry(app);
+mountApprovals(app);
+mountStats(app);
+
+const emergentBadge = $('#emergent-state');
+const settingsStatus = $('#settings-status');
+
+async function start(settings: ProviderSettings): Promise<void> {
+  if (app.running) {
+    settingsStatus.textContent = 'Stop the current run first; the new provider applies to the next agent.';
+    return;
+  }
+  chat.setState('loading');
+  document.body.dataset.ready = 'false';
+  try {
+    const runtime = await Runtime.create(settings, { promotionUses });
+    app.setRuntime(runtime);
+    const emergent = runtime.emergentAvailable;
+    emergentBadge.hidden = false;
+    emergentBadge.textContent = emergent ? 'forge on' : 'forge unavailable in this build';
+    emergentBadge.className = `badge ${emergent ? 'badge-ok' : 'badge-muted'}`;
+    document.body.dataset.emergent = String(emergent);
+    window.__crucibleDemo = { ready: true, emergent, sessionId };
+    chat.setState('idle');
+  } catch (error) {
+    app.setRuntime(undefined);
+    chat.setState('error');
+    settingsStatus.textContent = `Could not start the agent: ${errorText(error)}`;
+    ($('#settings-details') as HTMLDetailsElement).open = true;
+    window.__crucibleDemo = { ready: true, emergent: false, sessionId, error: errorText(error) };
+  }
+  document.body.dataset.ready = 'true';
+}
+
+const settings = mountSettings((next) => void start(next));
+void start(settings.current());

@@ -1,0 +1,253 @@
+/**
+ * The registry: every tool with tier, version, hash, stats, code or pipeline, audit trail,
+ * and the actions (request promotion, demote, roll back, export, import).
+ */
+import type { App } from './app.ts';
+import { $, brief, clear, errorText, h, pretty, time } from './dom.ts';
+import { highlightJs } from './highlight.ts';
+import { EmergentUnavailable, type AuditEntry, type Tier, type ToolInfo } from './runtime.ts';
+
+const NEXT_TIERS: Record<Tier, Tier[]> = { session: ['agent', 'shared'], agent: ['shared'], shared: [] };
+
+export function mountRegistry(app: App): void {
+  const list = $<HTMLUListElement>('#registry-list');
+  const empty = $('#registry-empty');
+  const detail = $('#registry-detail');
+  const note = $('#registry-note');
+  const importForm = $<HTMLFormElement>('#import-form');
+  const importText = $<HTMLTextAreaElement>('#import-text');
+  const importStatus = $('#import-status');
+  let tools: ToolInfo[] = [];
+  let audit: AuditEntry[] = [];
+  let selected: string | undefined;
+  let exported: { name: string; yaml: string } | undefined;
+  let actionStatus = '';
+
+  app.onRefresh(refresh);
+
+  async function refresh(): Promise<void> {
+    const runtime = app.runtime;
+    if (!runtime) return;
+    const importButton = $<HTMLButtonElement>('#import-button');
+    importButton.disabled = !runtime.emergentAvailable;
+    importText.disabled = !runtime.emergentAvailable;
+    try {
+      [tools, audit] = await Promise.all([runtime.listTools(app.sessionId), runtime.audit().catch(() => [] as AuditEntry[])]);
+      note.hidden = true;
+    } catch (error) {
+      tools = [];
+      note.hidden = false;
+      note.textContent = error instanceof EmergentUnavailable ? 'Emergent API not available in this build: no registry to show yet. The host tools are listed in the chat panel.' : `Could not read the registry: ${errorText(error)}`;
+    }
+    const forged = tools.filter((t) => t.mode !== 'host');
+    renderList(forged);
+    renderDetail(forged.find((t) => t.name === selected));
+  }
+
+  function renderList(forged: ToolInfo[]): void {
+    clear(list);
+    empty.hidden = forged.length > 0;
+    if (selected && !forged.some((t) => t.name === selected)) selected = undefined;
+    if (!selected && forged.length > 0) selected = forged[0]!.name;
+    for (const t of forged) {
+      const button = h(
+        'button',
+        { type: 'button', class: 'tool-item', 'aria-pressed': String(t.name === selected), 'data-tool': t.name, 'data-tier': t.tier },
+        h('code', { class: 'tool-name' }, t.name),
+        h('span', { class: `badge tier tier-${t.tier}` }, t.tier),
+        h('span', { class: 'muted' }, `v${t.version}`),
+        t.status === 'demoted' ? h('span', { class: 'badge badge-warn' }, 'demoted') : null,
+      );
+      button.addEventListener('click', () => {
+        selected = t.name;
+        exported = undefined;
+        actionStatus = '';
+        renderList(forged);
+        renderDetail(t);
+        detail.focus();
+      });
+      list.append(h('li', {}, button));
+    }
+  }
+
+  function renderDetail(t: ToolInfo | undefined): void {
+    clear(detail);
+    if (!t) return;
+    const s = t.stats;
+    detail.dataset.tool = t.name;
+    detail.append(
+      h('h3', {}, h('code', {}, t.name), ' ', h('span', { class: `badge tier tier-${t.tier}` }, t.tier)),
+      h('p', {}, t.description),
+      h(
+        'dl',
+        { class: 'facts' },
+        fact('Tier', t.tier),
+        fact('Version', `${t.version}${t.versions.length > 1 ? ` (kept: ${t.versions.join(', ')})` : ''}`),
+        fact('Hash', h('code', { title: t.hash }, t.hash.slice(0, 16) + (t.hash.length > 16 ? '…' : ''))),
+        fact('Mode', t.mode),
+        fact('Status', t.status),
+        fact('Calls', String(s.calls)),
+        fact('Success rate', s.calls ? `${Math.round(s.successRate * 100)}% (${s.successes}/${s.calls})` : '—'),
+        fact('Avg latency', s.calls ? `${Math.round(s.avgLatencyMs * 10) / 10} ms` : '—'),
+        t.verdict ? fact('Judge confidence', `${Math.round(t.verdict.confidence * 100)}%`) : null,
+        fact('Created', new Date(t.createdAt).toLocaleString()),
+      ),
+      implementationBlock(t),
+      h('details', { class: 'schemas' }, h('summary', {}, 'Schemas'), h('h4', {}, 'Input'), h('pre', {}, pretty(t.inputSchema)), h('h4', {}, 'Output'), h('pre', {}, pretty(t.outputSchema))),
+      actions(t),
+      auditBlock(t.name),
+    );
+  }
+
+  function implementationBlock(t: ToolInfo): HTMLElement {
+    const impl = t.implementation;
+    if (impl?.mode === 'sandbox') {
+      const code = h('code', { class: 'language-js' });
+      code.append(highlightJs(impl.code));
+      return h('div', { class: 'impl' }, h('h4', {}, 'Code ', h('span', { class: 'muted' }, '(read-only, runs in the sandbox)')), h('pre', { class: 'code', tabindex: '0', 'aria-label': `Source of ${t.name}` }, code), impl.allowlist?.length ? h('p', { class: 'muted' }, `Allowed APIs: ${impl.allowlist.join(', ')}`) : null);
+    }
+    if (impl?.mode === 'compose') {
+      return h(
+        'div',
+        { class: 'impl' },
+        h('h4', {}, 'Compose pipeline'),
+        h('ol', { class: 'pipeline' }, ...impl.steps.map((step) => h('li', {}, h('strong', {}, step.name), ': ', h('code', {}, step.tool), h('pre', {}, pretty(step.inputMapping))))),
+      );
+    }
+    return h('div', { class: 'impl' }, h('h4', {}, 'Code'), h('p', { class: 'muted' }, 'Source redacted (not persisted).'));
+  }
+
+  function actions(t: ToolInfo): HTMLElement {
+    const box = h('div', { class: 'actions' }, h('h4', {}, 'Actions'));
+    const status = h('p', { class: 'hint action-status', role: 'status' }, actionStatus);
+    const act = async (label: string, fn: () => Promise<unknown>) => {
+      actionStatus = `${label}…`;
+      status.textContent = actionStatus;
+      try {
+        const result = await fn();
+        actionStatus = `${label}: done${result && typeof result === 'object' && 'status' in result ? ` (${String((result as { status: unknown }).status)})` : ''}.`;
+      } catch (error) {
+        actionStatus = `${label} failed: ${errorText(error)}`;
+      }
+      status.textContent = actionStatus;
+      app.announce(actionStatus);
+      app.refreshSoon(0);
+    };
+    const runtime = app.runtime!;
+
+    const targets = NEXT_TIERS[t.tier];
+    if (targets.length > 0) {
+      const select = h('select', { id: 'promote-tier', 'aria-label': 'Promote to tier' }, ...targets.map((tier) => h('option', { value: tier }, tier)));
+      box.append(
+        h(
+          'div',
+          { class: 'row' },
+          h('label', { for: 'promote-tier' }, 'Promote to'),
+          select,
+          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value} requested`, () => runtime.requestPromotion(t.name, select.value as Tier)) }, 'Request promotion'),
+        ),
+      );
+    }
+    const row = h('div', { class: 'row' });
+    if (t.tier !== 'session' || t.status !== 'demoted') {
+      row.append(h('button', { type: 'button', 'data-action': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name)) }, 'Demote'));
+    }
+    const older = t.versions.filter((v) => v !== t.version);
+    if (older.length > 0) {
+      const select = h('select', { id: 'rollback-version', 'aria-label': 'Version to roll back to' }, ...older.map((v) => h('option', { value: String(v) }, `v${v}`)));
+      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value))) }, 'Roll back'));
+    }
+    row.append(
+      h('button', {
+        type: 'button',
+        'data-action': 'export',
+        onclick: () =>
+          void act(`Export ${t.name}`, async () => {
+            exported = { name: t.name, yaml: await runtime.exportTool(t.name) };
+            renderDetail(t);
+          }),
+      }, 'Export'),
+    );
+    box.append(row, status);
+    if (exported?.name === t.name) box.append(exportBlock(exported.name, exported.yaml));
+    return box;
+  }
+
+  function exportBlock(name: string, yaml: string): HTMLElement {
+    const area = h('textarea', { id: 'export-text', readonly: true, rows: '8', spellcheck: 'false' });
+    area.value = yaml;
+    const done = h('span', { class: 'hint', role: 'status' });
+    return h(
+      'div',
+      { class: 'export stack' },
+      h('label', { for: 'export-text' }, `Package of ${name} (YAML)`),
+      area,
+      h(
+        'div',
+        { class: 'row' },
+        h('button', {
+          type: 'button',
+          onclick: () => {
+            const url = URL.createObjectURL(new Blob([yaml], { type: 'application/yaml' }));
+            const a = h('a', { href: url, download: `${name}.tool.yaml` });
+            document.body.append(a);
+            a.click();
+            a.remove();
+            setTimeout(() => URL.revokeObjectURL(url), 1000);
+            done.textContent = 'Downloaded.';
+          },
+        }, 'Download'),
+        h('button', {
+          type: 'button',
+          onclick: async () => {
+            try {
+              await navigator.clipboard.writeText(yaml);
+              done.textContent = 'Copied.';
+            } catch {
+              area.select();
+              done.textContent = 'Selected: press Ctrl+C to copy.';
+            }
+          },
+        }, 'Copy'),
+        done,
+      ),
+    );
+  }
+
+  function auditBlock(name: string): HTMLElement {
+    const entries = audit.filter((e) => e.tool === name).slice(-50).reverse();
+    return h(
+      'div',
+      { class: 'audit' },
+      h('h4', {}, 'Audit trail'),
+      entries.length === 0
+        ? h('p', { class: 'muted' }, 'No entries.')
+        : h('ol', { class: 'audit-list' }, ...entries.map((e) => h('li', { 'data-action': e.action }, h('time', { class: 'muted' }, time(e.at)), ' ', h('strong', {}, e.action), e.tier ? ` · ${e.tier}` : '', e.version !== undefined ? ` · v${e.version}` : '', e.detail ? ` — ${brief(e.detail, 240)}` : ''))),
+    );
+  }
+
+  importForm.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const pkg = importText.value.trim();
+    if (!pkg || !app.runtime) return;
+    importStatus.textContent = 'Importing (hash check, tests, judge)…';
+    try {
+      const result = (await app.runtime.importTool(pkg, app.sessionId)) as { success?: boolean; reason?: string; category?: string; tool?: { name?: string } } | undefined;
+      if (result && result.success === false) importStatus.textContent = `Rejected (${result.category ?? 'other'}): ${result.reason ?? ''}`;
+      else {
+        importStatus.textContent = `Imported${result?.tool?.name ? ` ${result.tool.name}` : ''} into the session tier.`;
+        importText.value = '';
+      }
+    } catch (error) {
+      importStatus.textContent = `Import failed: ${errorText(error)}`;
+    }
+    app.announce(importStatus.textContent ?? '');
+    app.refreshSoon(0);
+  });
+}
+
+function fact(term: string, value: string | Node): DocumentFragment {
+  const frag = document.createDocumentFragment();
+  frag.append(h('dt', {}, term), h('dd', {}, value));
+  return frag;
+}
