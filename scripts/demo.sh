@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Sets up and runs the demo: an agent with host tools answering in the terminal. It uses the
-# local model (started here, stopped on exit) unless OPENAI_BASE_URL/OPENAI_API_KEY or
-# ANTHROPIC_API_KEY are set. Pass a question as the first argument to ask something else.
+# Sets up and runs the demo:
+#   1. in the terminal, an agent with host tools answers a question, streaming its events;
+#   2. the demo page (www/) is built and served on 127.0.0.1, its URL printed; Ctrl-C stops it.
+# It uses the local model (started here, stopped on exit) unless OPENAI_BASE_URL/OPENAI_API_KEY
+# or ANTHROPIC_API_KEY are set. Pass a question as the first argument to ask something else;
+# CRUCIBLE_DEMO_NO_SERVE=1 skips the page.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -12,5 +15,14 @@ if [ -z "${OPENAI_BASE_URL:-}${OPENAI_API_KEY:-}${ANTHROPIC_API_KEY:-}" ]; then
   export CRUCIBLE_MODEL_URL="$(bash scripts/model/start.sh)"
   [ "$started_here" = 1 ] && trap 'bash scripts/model/stop.sh >/dev/null 2>&1 || true' EXIT
 fi
-cd npm
-node --import tsx examples/demo.ts "$@"
+
+printf '\n== the agent, in the terminal\n'
+(cd npm && node --import tsx examples/demo.ts "$@")
+
+[ "${CRUCIBLE_DEMO_NO_SERVE:-0}" = 1 ] && exit 0
+printf '\n== the demo page\n'
+cd www
+npm ci --no-audit --no-fund --loglevel=error
+npm run build --silent
+echo "Open the page below; it talks to ${CRUCIBLE_MODEL_URL:-your configured provider} from the browser. Ctrl-C stops it."
+npm run serve --silent
