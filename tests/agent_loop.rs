@@ -45,6 +45,14 @@ fn types(sink: &CollectingSink) -> Vec<&'static str> {
             EventBody::OutputRetry { .. } => "output.retry",
             EventBody::AgentEnd { .. } => "agent.end",
             EventBody::AgentError { .. } => "agent.error",
+            EventBody::ForgeStart { .. } => "forge.start",
+            EventBody::ForgeTest { .. } => "forge.test",
+            EventBody::ForgeJudge { .. } => "forge.judge",
+            EventBody::ForgeRegistered { .. } => "forge.registered",
+            EventBody::ForgeRejected { .. } => "forge.rejected",
+            EventBody::ToolPromoted { .. } => "tool.promoted",
+            EventBody::ToolDemoted { .. } => "tool.demoted",
+            EventBody::ApprovalRequested { .. } => "approval.requested",
         })
         .filter(|t| *t != "text.delta")
         .collect()

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::forge::{RejectionCategory, TestResult, Verdict};
 use crate::model::Usage;
+use crate::registry::{PendingApproval, Tier};
 use crate::tools::ToolFailure;
 
 use super::usage::RunUsage;
@@ -71,6 +73,30 @@ pub enum EventBody {
     /// The run failed (limit, model error, abort).
     #[serde(rename = "agent.error", rename_all = "camelCase")]
     AgentError { error: ErrorInfo, usage: RunUsage },
+    /// A forge attempt passed normalization (`mode`: `compose` or `sandbox`).
+    #[serde(rename = "forge.start", rename_all = "camelCase")]
+    ForgeStart { name: String, mode: String, session_id: String },
+    /// One forge-time test ran.
+    #[serde(rename = "forge.test", rename_all = "camelCase")]
+    ForgeTest { name: String, test: TestResult },
+    /// The judge returned a verdict.
+    #[serde(rename = "forge.judge", rename_all = "camelCase")]
+    ForgeJudge { name: String, verdict: Verdict },
+    /// A verified tool was registered.
+    #[serde(rename = "forge.registered", rename_all = "camelCase")]
+    ForgeRegistered { name: String, tier: Tier, version: u32, hash: String },
+    /// A forge was rejected, with its category.
+    #[serde(rename = "forge.rejected", rename_all = "camelCase")]
+    ForgeRejected { name: String, category: RejectionCategory, reason: String },
+    /// A tool moved up a tier.
+    #[serde(rename = "tool.promoted", rename_all = "camelCase")]
+    ToolPromoted { name: String, from_tier: Tier, to_tier: Tier, version: u32 },
+    /// A tool moved down a tier.
+    #[serde(rename = "tool.demoted", rename_all = "camelCase")]
+    ToolDemoted { name: String, from_tier: Tier, to_tier: Tier },
+    /// A human decision is needed (`approve`/`deny`).
+    #[serde(rename = "approval.requested", rename_all = "camelCase")]
+    ApprovalRequested { approval: PendingApproval },
 }
 
 /// Receives events as they happen.

@@ -24,6 +24,13 @@ use crate::model::{Message, Model};
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use run::RunContext;
 
+/// Supplies the tools of each model turn. The agent asks before every turn, so a tool
+/// registered during turn 1 (e.g. by `forge_tool`) is offered and callable in turn 2.
+/// `host` is the agent's own tool set.
+pub trait ToolProvider {
+    fn tools(&self, session_id: &str, host: &ToolSet) -> ToolSet;
+}
+
 /// Session used when a run names none.
 pub const DEFAULT_SESSION: &str = "default";
 
@@ -53,6 +60,7 @@ pub struct Agent {
     tools: RefCell<ToolSet>,
     env: Rc<dyn Environment>,
     sessions: RefCell<HashMap<String, Vec<Message>>>,
+    provider: RefCell<Option<Rc<dyn ToolProvider>>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -69,7 +77,7 @@ impl Agent {
             Some(schema) => Some(CompiledSchema::compile(schema).map_err(|e| AgentError::InvalidConfig(format!("returns: {e}")))?),
             None => None,
         };
-        Ok(Self { config, returns, model, tools: RefCell::new(tools), env, sessions: RefCell::new(HashMap::new()) })
+        Ok(Self { config, returns, model, tools: RefCell::new(tools), env, sessions: RefCell::new(HashMap::new()), provider: RefCell::new(None) })
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -83,6 +91,11 @@ impl Agent {
 
     pub fn remove_tool(&self, name: &str) -> bool {
         self.tools.borrow_mut().remove(name).is_some()
+    }
+
+    /// Asks `provider` for the tools of every turn (e.g. the emergent tool registry).
+    pub fn set_tool_provider(&self, provider: Option<Rc<dyn ToolProvider>>) {
+        *self.provider.borrow_mut() = provider;
     }
 
     /// A snapshot of the current tools.
@@ -125,7 +138,9 @@ impl Agent {
             usage: RunUsage::default(),
         };
         let tools = self.tools();
+        let provider = self.provider.borrow().clone();
         let ctx = RunContext {
+            provider: provider.as_deref(),
             config: &self.config,
             returns: self.returns.as_ref(),
             model: self.model.as_ref(),

@@ -57,6 +57,8 @@ pub(crate) struct RunContext<'a> {
     pub returns: Option<&'a CompiledSchema>,
     pub model: &'a dyn Model,
     pub tools: &'a ToolSet,
+    /// When set, asked for the tool set before every turn.
+    pub provider: Option<&'a dyn super::ToolProvider>,
     pub env: &'a dyn Environment,
     pub cancel: Option<&'a dyn CancelSignal>,
 }
@@ -137,12 +139,14 @@ impl RunContext<'_> {
             state.turns += 1;
             emitter.emit(EventBody::StepStart { step });
 
+            let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
+            let turn_tools = provided.as_ref().unwrap_or(self.tools);
             let mut messages = Vec::with_capacity(state.messages.len() + 1);
             messages.extend(self.system_prompt());
             messages.extend(state.messages.iter().cloned());
             let request = ModelRequest {
                 messages,
-                tools: self.tools.definitions(),
+                tools: turn_tools.definitions(),
                 temperature: self.config.temperature,
                 max_tokens: self.config.max_tokens,
             };
@@ -195,7 +199,7 @@ impl RunContext<'_> {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
-            let results = self.execute_calls(step, state, &calls, emitter).await;
+            let results = self.execute_calls(step, state, &calls, turn_tools, emitter).await;
             state.messages.extend(results);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
         }
@@ -203,10 +207,9 @@ impl RunContext<'_> {
 
     /// Runs a step's calls concurrently (bounded), emitting end events in call order, and
     /// returns the tool messages in call order.
-    async fn execute_calls(&self, step: u32, state: &RunState, calls: &[ToolCall], emitter: &Emitter<'_>) -> Vec<Message> {
+    async fn execute_calls(&self, step: u32, state: &RunState, calls: &[ToolCall], tools: &ToolSet, emitter: &Emitter<'_>) -> Vec<Message> {
         let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
         let env = self.env;
-        let tools = self.tools;
         let run_id = &state.run_id;
         let session_id = &state.session_id;
         let mut ordered = stream::iter(calls.iter().map(|call| async move {
