@@ -175,3 +175,4 @@ impl ToolHandler for FnTool {
         (self.f)(args)
     }
 }
+pub mod emergent;
