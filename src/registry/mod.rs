@@ -336,6 +336,7 @@ impl Registry {
 
     /// Appends to the audit ring (dropping the oldest beyond capacity) and returns the op
     /// persisting the ring.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn audit(&self, state: &mut State, action: &str, tool: &str, version: Option<u32>, tier: Option<Tier>, detail: String, session: Option<&str>) -> BatchOp {
         state.audit.push_back(AuditEntry {
             at: self.now(),

@@ -192,9 +192,7 @@ impl Registry {
             let name = approval.tool.clone();
             let Some(entry) = state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) else {
                 ops.push(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
-                drop(state);
-                self.persist(ops).await?;
-                return Err(RegistryError::NotFound(name));
+                (Err(RegistryError::NotFound(name)), ops)
             };
             ops.extend(self.delete_ops(Tier::Agent, &name));
             let mut record = entry.record;
@@ -206,9 +204,10 @@ impl Registry {
             state.generation += 1;
             ops.push(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
             ops.push(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
-            (info, ops)
+            (Ok(info), ops)
         };
         self.persist(ops).await?;
+        let info = info?;
         self.emit("", EventBody::ToolPromoted { name: info.name.clone(), from_tier: Tier::Agent, to_tier: Tier::Shared, version: info.version });
         Ok(info)
     }
