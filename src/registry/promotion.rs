@@ -190,21 +190,25 @@ impl Registry {
             let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
             let name = approval.tool.clone();
-            let Some(entry) = state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) else {
-                ops.push(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
-                (Err(RegistryError::NotFound(name)), ops)
-            };
-            ops.extend(self.delete_ops(Tier::Agent, &name));
-            let mut record = entry.record;
-            record.tier = Tier::Shared;
-            let entry = Entry::new(record, entry.stats);
-            ops.extend(self.entry_ops(&entry));
-            let info = tool_info(&entry);
-            state.shared.insert(name.clone(), entry);
-            state.generation += 1;
-            ops.push(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
-            ops.push(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
-            (Ok(info), ops)
+            match state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) {
+                None => {
+                    ops.push(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
+                    (Err(RegistryError::NotFound(name)), ops)
+                }
+                Some(entry) => {
+                    ops.extend(self.delete_ops(Tier::Agent, &name));
+                    let mut record = entry.record;
+                    record.tier = Tier::Shared;
+                    let entry = Entry::new(record, entry.stats);
+                    ops.extend(self.entry_ops(&entry));
+                    let info = tool_info(&entry);
+                    state.shared.insert(name.clone(), entry);
+                    state.generation += 1;
+                    ops.push(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
+                    ops.push(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
+                    (Ok(info), ops)
+                }
+            }
         };
         self.persist(ops).await?;
         let info = info?;
