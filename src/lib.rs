@@ -4,7 +4,9 @@
 #![warn(rust_2018_idioms, missing_debug_implementations)]
 
 pub mod agent;
+pub mod forge;
 pub mod model;
+pub mod registry;
 pub mod sandbox;
 pub mod store;
 pub mod tools;

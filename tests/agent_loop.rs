@@ -47,6 +47,13 @@ fn types(sink: &CollectingSink) -> Vec<&'static str> {
             EventBody::AgentError { .. } => "agent.error",
             EventBody::ApprovalRequested { .. } => "approval.requested",
             EventBody::AgentPaused { .. } => "agent.paused",
+            EventBody::ForgeStart { .. } => "forge.start",
+            EventBody::ForgeTest { .. } => "forge.test",
+            EventBody::ForgeJudge { .. } => "forge.judge",
+            EventBody::ForgeRegistered { .. } => "forge.registered",
+            EventBody::ForgeRejected { .. } => "forge.rejected",
+            EventBody::ToolPromoted { .. } => "tool.promoted",
+            EventBody::ToolDemoted { .. } => "tool.demoted",
         })
         .filter(|t| *t != "text.delta")
         .collect()

@@ -45,7 +45,8 @@ fn a_call_needing_approval_pauses_before_executing_and_persists_the_state() {
     assert_eq!(refunds.calls.get(), 0, "nothing executes before the decision");
     assert_eq!(out.pending_approvals.len(), 1);
     assert_eq!(out.pending_approvals[0].tool, "refund");
-    assert_eq!(out.pending_approvals[0].arguments, json!({ "order": 42, "amount": 99 }));
+    assert_eq!(out.pending_approvals[0].arguments, Some(json!({ "order": 42, "amount": 99 })));
+    assert_eq!(out.pending_approvals[0].kind, "tool_call");
     assert!(matches!(sink.events.last().unwrap().body, EventBody::AgentPaused { .. }));
     assert!(sink.events.iter().any(|e| matches!(&e.body, EventBody::ApprovalRequested { approval } if approval.tool == "refund")));
     // The state is plain JSON and is in the store.

@@ -10,8 +10,8 @@ import type { ModelProvider, ModelRequest } from './providers/types.js';
 import type { Store } from './stores/types.js';
 import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
-export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, ToolApproval, Value } from '../wasm/crucible_core.js';
-import type { ToolApproval } from '../wasm/crucible_core.js';
+export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from '../wasm/crucible_core.js';
+import type { PendingApproval } from '../wasm/crucible_core.js';
 
 /** Options of {@link createAgent}. */
 export interface AgentOptions {
@@ -66,7 +66,7 @@ export interface RunResult<Output = unknown> {
   /** `paused`: tool calls wait for approval; continue with `agent.resume(runId, { approvals })`. */
   status: 'completed' | 'paused';
   /** Calls waiting for a decision (paused runs). */
-  pendingApprovals: ToolApproval[];
+  pendingApprovals: PendingApproval[];
   /** The resumable state (paused runs): plain JSON, already persisted when the agent has a store. */
   state?: unknown;
   /** The parsed answer when `returns` is set, else the final text. */

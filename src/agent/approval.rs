@@ -2,22 +2,15 @@
 //! given at resume time are applied.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::model::ToolCall;
 
-/// A tool call waiting for a human decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
-#[serde(rename_all = "camelCase")]
-pub struct ToolApproval {
-    /// Approval id, unique per request.
-    pub id: String,
-    pub run_id: String,
-    pub call_id: String,
-    pub tool: String,
-    pub arguments: Value,
-}
+/// Approvals (tool calls waiting for a human, and shared-tier promotions) share one type and
+/// one event, `approval.requested`; tool-call approvals have kind `tool_call`.
+pub use crate::registry::PendingApproval;
+
+/// Kind of a tool-call approval.
+pub const TOOL_CALL_APPROVAL: &str = "tool_call";
 
 /// A human decision on one approval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,7 +30,7 @@ pub struct PendingStep {
     pub step: u32,
     pub finish_reason: String,
     pub calls: Vec<ToolCall>,
-    pub approvals: Vec<ToolApproval>,
+    pub approvals: Vec<PendingApproval>,
 }
 
 /// What to do with one call of a resumed step.
@@ -56,7 +49,7 @@ impl PendingStep {
         }
         self.calls
             .iter()
-            .map(|call| match self.approvals.iter().find(|a| a.call_id == call.id) {
+            .map(|call| match self.approvals.iter().find(|a| a.call_id.as_deref() == Some(call.id.as_str())) {
                 None => Ok(CallDecision::Run),
                 Some(approval) => match decisions.iter().find(|d| d.id == approval.id) {
                     None => Err(format!("approval `{}` for `{}` has no decision", approval.id, approval.tool)),

@@ -5,10 +5,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::forge::{RejectionCategory, TestResult, Verdict};
 use crate::model::Usage;
+use crate::registry::{PendingApproval, Tier};
 use crate::tools::ToolFailure;
 
-use super::approval::ToolApproval;
 use super::usage::RunUsage;
 
 /// A typed error as carried by events and results: stable `code`, readable `message`.
@@ -69,14 +70,10 @@ pub enum EventBody {
     /// set, else the text).
     #[serde(rename = "agent.end", rename_all = "camelCase")]
     AgentEnd { output: Value, text: String, usage: RunUsage, turns: u32, steps: u32 },
-    /// A tool call waits for a human decision (`needsApproval`); the run pauses after
-    /// emitting one of these per waiting call.
-    #[serde(rename = "approval.requested", rename_all = "camelCase")]
-    ApprovalRequested { approval: ToolApproval },
     /// The run paused for approvals; continue it with `resume`.
     #[serde(rename = "agent.paused", rename_all = "camelCase")]
     AgentPaused {
-        approvals: Vec<ToolApproval>,
+        approvals: Vec<PendingApproval>,
         usage: RunUsage,
         /// The run's resumable state (plain JSON; also persisted when the agent has a store).
         state: Value,
@@ -84,6 +81,31 @@ pub enum EventBody {
     /// The run failed (limit, model error, abort).
     #[serde(rename = "agent.error", rename_all = "camelCase")]
     AgentError { error: ErrorInfo, usage: RunUsage },
+    /// A forge attempt passed normalization (`mode`: `compose` or `sandbox`).
+    #[serde(rename = "forge.start", rename_all = "camelCase")]
+    ForgeStart { name: String, mode: String, session_id: String },
+    /// One forge-time test ran.
+    #[serde(rename = "forge.test", rename_all = "camelCase")]
+    ForgeTest { name: String, test: TestResult },
+    /// The judge returned a verdict.
+    #[serde(rename = "forge.judge", rename_all = "camelCase")]
+    ForgeJudge { name: String, verdict: Verdict },
+    /// A verified tool was registered.
+    #[serde(rename = "forge.registered", rename_all = "camelCase")]
+    ForgeRegistered { name: String, tier: Tier, version: u32, hash: String },
+    /// A forge was rejected, with its category.
+    #[serde(rename = "forge.rejected", rename_all = "camelCase")]
+    ForgeRejected { name: String, category: RejectionCategory, reason: String },
+    /// A tool moved up a tier.
+    #[serde(rename = "tool.promoted", rename_all = "camelCase")]
+    ToolPromoted { name: String, from_tier: Tier, to_tier: Tier, version: u32 },
+    /// A tool moved down a tier.
+    #[serde(rename = "tool.demoted", rename_all = "camelCase")]
+    ToolDemoted { name: String, from_tier: Tier, to_tier: Tier },
+    /// A human decision is needed: a tool call with `needsApproval` (kind `tool_call`; the
+    /// run pauses) or a shared-tier promotion (kind `promotion`; `approve`/`deny`).
+    #[serde(rename = "approval.requested", rename_all = "camelCase")]
+    ApprovalRequested { approval: PendingApproval },
 }
 
 /// Receives events as they happen.

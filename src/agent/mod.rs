@@ -13,7 +13,7 @@ mod run;
 mod structured;
 mod usage;
 
-pub use approval::{ApprovalDecision, PendingStep, ToolApproval};
+pub use approval::{ApprovalDecision, PendingApproval, PendingStep, TOOL_CALL_APPROVAL};
 pub use config::AgentConfig;
 pub use env::{CancelFlag, CancelSignal, Environment, NativeEnvironment};
 pub use error::AgentError;
@@ -26,6 +26,13 @@ use crate::model::{Message, Model};
 use crate::store::{Store, Versioned};
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use run::{RunContext, RunRecorder, RUN_STATE_VERSION};
+
+/// Supplies the tools of each model turn. The agent asks before every turn, so a tool
+/// registered during turn 1 (e.g. by `forge_tool`) is offered and callable in turn 2.
+/// `host` is the agent's own tool set.
+pub trait ToolProvider {
+    fn tools(&self, session_id: &str, host: &ToolSet) -> ToolSet;
+}
 
 /// Session used when a run names none.
 pub const DEFAULT_SESSION: &str = "default";
@@ -58,6 +65,7 @@ pub struct Agent {
     sessions: RefCell<HashMap<String, Vec<Message>>>,
     store: Option<Rc<dyn Store>>,
     agent_id: String,
+    provider: RefCell<Option<Rc<dyn ToolProvider>>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -83,6 +91,7 @@ impl Agent {
             sessions: RefCell::new(HashMap::new()),
             store: None,
             agent_id: "default".into(),
+            provider: RefCell::new(None),
         })
     }
 
@@ -133,7 +142,9 @@ impl Agent {
     ) -> Result<RunOutput, AgentError> {
         let session_id = state.session_id.clone();
         let tools = self.tools();
+        let provider = self.provider.borrow().clone();
         let ctx = RunContext {
+            provider: provider.as_deref(),
             config: &self.config,
             returns: self.returns.as_ref(),
             model: self.model.as_ref(),
@@ -181,6 +192,11 @@ impl Agent {
         self.tools.borrow_mut().remove(name).is_some()
     }
 
+    /// Asks `provider` for the tools of every turn (e.g. the emergent tool registry).
+    pub fn set_tool_provider(&self, provider: Option<Rc<dyn ToolProvider>>) {
+        *self.provider.borrow_mut() = provider;
+    }
+
     /// A snapshot of the current tools.
     pub fn tools(&self) -> ToolSet {
         self.tools.borrow().clone()
@@ -222,7 +238,9 @@ impl Agent {
             pending: None,
         };
         let tools = self.tools();
+        let provider = self.provider.borrow().clone();
         let ctx = RunContext {
+            provider: provider.as_deref(),
             config: &self.config,
             returns: self.returns.as_ref(),
             model: self.model.as_ref(),

@@ -12,7 +12,7 @@ use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest
 use crate::store::{Store, Versioned};
 use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
 
-use super::approval::{ApprovalDecision, CallDecision, PendingStep, ToolApproval};
+use super::approval::{ApprovalDecision, CallDecision, PendingApproval, PendingStep, TOOL_CALL_APPROVAL};
 
 use super::config::AgentConfig;
 use super::env::{CancelSignal, Environment};
@@ -68,7 +68,7 @@ pub struct RunOutput {
     pub messages: Vec<Message>,
     /// Calls waiting for a decision (paused runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending_approvals: Vec<ToolApproval>,
+    pub pending_approvals: Vec<PendingApproval>,
     /// The run's state (paused runs): plain JSON, also persisted when the agent has a store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<RunState>,
@@ -97,6 +97,8 @@ pub(crate) struct RunContext<'a> {
     pub returns: Option<&'a CompiledSchema>,
     pub model: &'a dyn Model,
     pub tools: &'a ToolSet,
+    /// When set, asked for the tool set before every turn.
+    pub provider: Option<&'a dyn super::ToolProvider>,
     pub env: &'a dyn Environment,
     pub cancel: Option<&'a dyn CancelSignal>,
     /// Where run states are persisted at step boundaries (`None`: not persisted).
@@ -210,7 +212,9 @@ impl RunContext<'_> {
         let model_id = self.model.id();
         if let Some(pending) = state.pending.clone() {
             let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
-            let results = self.execute_calls(pending.step, state, &pending.calls, Some(&decisions), emitter).await;
+            let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
+            let step_tools = provided.as_ref().unwrap_or(self.tools);
+            let results = self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter).await;
             state.messages.extend(results);
             state.pending = None;
             emitter.emit(EventBody::StepEnd { step: pending.step, finish_reason: pending.finish_reason, usage: Default::default(), tool_calls: pending.calls.len() as u32 });
@@ -227,12 +231,14 @@ impl RunContext<'_> {
             state.turns += 1;
             emitter.emit(EventBody::StepStart { step });
 
+            let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
+            let turn_tools = provided.as_ref().unwrap_or(self.tools);
             let mut messages = Vec::with_capacity(state.messages.len() + 1);
             messages.extend(self.system_prompt());
             messages.extend(state.messages.iter().cloned());
             let request = ModelRequest {
                 messages,
-                tools: self.tools.definitions(),
+                tools: turn_tools.definitions(),
                 temperature: self.config.temperature,
                 max_tokens: self.config.max_tokens,
             };
@@ -288,7 +294,7 @@ impl RunContext<'_> {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
-            let approvals = self.approvals_needed(state, &calls).await;
+            let approvals = self.approvals_needed(state, &calls, turn_tools).await;
             if !approvals.is_empty() {
                 for approval in &approvals {
                     emitter.emit(EventBody::ApprovalRequested { approval: approval.clone() });
@@ -297,7 +303,7 @@ impl RunContext<'_> {
                 self.save(state).await?;
                 return Ok(RunOutput::paused(state));
             }
-            let results = self.execute_calls(step, state, &calls, None, emitter).await;
+            let results = self.execute_calls(step, state, &calls, turn_tools, None, emitter).await;
             state.messages.extend(results);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
             self.save(state).await?;
@@ -313,18 +319,23 @@ impl RunContext<'_> {
 
     /// The calls of a step that must wait for a human: known tools, arguments that parse, and
     /// a handler that asks for approval of these arguments.
-    async fn approvals_needed(&self, state: &RunState, calls: &[ToolCall]) -> Vec<ToolApproval> {
+    async fn approvals_needed(&self, state: &RunState, calls: &[ToolCall], tools: &ToolSet) -> Vec<PendingApproval> {
         let mut approvals = Vec::new();
         for call in calls {
-            let Some(tool) = self.tools.get(&call.name) else { continue };
+            let Some(tool) = tools.get(&call.name) else { continue };
             let Ok(arguments) = serde_json::from_str::<Value>(&call.arguments) else { continue };
             if tool.handler().needs_approval(&arguments).await {
-                approvals.push(ToolApproval {
+                approvals.push(PendingApproval {
                     id: self.env.new_id("approval"),
-                    run_id: state.run_id.clone(),
-                    call_id: call.id.clone(),
+                    kind: TOOL_CALL_APPROVAL.to_string(),
                     tool: call.name.clone(),
-                    arguments,
+                    from_tier: None,
+                    to_tier: None,
+                    requested_at: self.env.now_ms(),
+                    reason: format!("`{}` needs approval before it runs", call.name),
+                    run_id: Some(state.run_id.clone()),
+                    call_id: Some(call.id.clone()),
+                    arguments: Some(arguments),
                 });
             }
         }
@@ -338,12 +349,12 @@ impl RunContext<'_> {
         step: u32,
         state: &RunState,
         calls: &[ToolCall],
+        tools: &ToolSet,
         decisions: Option<&[CallDecision]>,
         emitter: &Emitter<'_>,
     ) -> Vec<Message> {
         let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
         let env = self.env;
-        let tools = self.tools;
         let run_id = &state.run_id;
         let session_id = &state.session_id;
         let mut ordered = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{CallContext, ToolFailure, ToolSet};
+use super::{CallContext, Tool, ToolFailure, ToolSet};
 
 /// Bounds applied to every tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,21 +58,7 @@ pub async fn execute_call(
         Ok(args) => args,
         Err(failure) => return ToolOutcome { arguments: None, result: Err(failure) },
     };
-    if let Err(violations) = tool.input_schema().check(&args) {
-        return ToolOutcome {
-            arguments: Some(args),
-            result: Err(ToolFailure::new(
-                "invalid_arguments",
-                format!("arguments do not match the input schema of `{name}`: {violations}"),
-            )),
-        };
-    }
-    let result = tool.handler().call(args.clone(), ctx).await.and_then(|output| {
-        if let Some(schema) = tool.output_schema() {
-            schema.check(&output).map_err(|violations| {
-                ToolFailure::new("invalid_output", format!("`{name}` returned output that violates its output schema: {violations}"))
-            })?;
-        }
+    let result = invoke(tool, args.clone(), ctx).await.and_then(|output| {
         let size = serde_json::to_string(&output).map(|s| s.len()).unwrap_or(usize::MAX);
         if size > limits.max_result_bytes {
             return Err(ToolFailure::new(
@@ -83,4 +69,24 @@ pub async fn execute_call(
         Ok(output)
     });
     ToolOutcome { arguments: Some(args), result }
+}
+
+/// Runs `tool` with already-parsed `args`: validates them against the input schema, runs the
+/// handler and checks the output against the output schema (an invalid output is never a
+/// success). Used by the executor, compose pipelines and forge tests.
+pub async fn invoke(tool: &Tool, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+    let name = &tool.name;
+    if let Err(violations) = tool.input_schema().check(&args) {
+        return Err(ToolFailure::new(
+            "invalid_arguments",
+            format!("arguments do not match the input schema of `{name}`: {violations}"),
+        ));
+    }
+    let output = tool.handler().call(args, ctx).await?;
+    if let Some(schema) = tool.output_schema() {
+        schema.check(&output).map_err(|violations| {
+            ToolFailure::new("invalid_output", format!("`{name}` returned output that violates its output schema: {violations}"))
+        })?;
+    }
+    Ok(output)
 }

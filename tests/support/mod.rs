@@ -192,3 +192,4 @@ impl ToolHandler for NeedsApproval {
         (self.predicate)(args)
     }
 }
+pub mod emergent;

@@ -1,0 +1,298 @@
+//! Compose mode (spec scope item 4): a forged tool that is a pipeline over registered tools.
+//!
+//! Each step's `inputMapping` is resolved against the pipeline state before the step runs:
+//! - a string that is exactly one reference — `$input`, `$input.a.b`, `$prev`, `$prev.field`,
+//!   `$steps.<name>`, `$steps.<name>.field` — becomes the referenced value with its JSON type;
+//! - references inside a longer string are interpolated (`"Summarize: $prev.output"`): strings
+//!   are inserted as-is, other values as compact JSON;
+//! - arrays and objects are resolved element by element; anything else is a literal.
+//!
+//! Paths walk object fields and array indices (`$prev.items.0.id`). `$prev` in the first step
+//! is the pipeline input. A reference that does not resolve fails the call (`execution_failed`)
+//! rather than passing `null` silently. The pipeline's output is the last step's output.
+//! Unknown tools, empty pipelines, self-reference, duplicate step names and `$steps.<name>`
+//! pointing at a later or unknown step are rejected when the pipeline is built.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::tools::{invoke, CallContext, Tool, ToolFailure, ToolHandler, ToolSet};
+
+use super::request::ComposeStep;
+
+/// Why a pipeline could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ComposeBuildError {
+    #[error("a compose pipeline needs at least one step")]
+    Empty,
+    #[error("step `{step}` uses unknown tool `{tool}`; available tools: {available}")]
+    UnknownTool { step: String, tool: String, available: String },
+    #[error("step `{step}` calls `{tool}` itself; a tool cannot compose itself")]
+    SelfReference { step: String, tool: String },
+    #[error("two steps are named `{0}`")]
+    DuplicateStep(String),
+    #[error("step `{step}` references `$steps.{target}`, which is not an earlier step")]
+    UnknownStepReference { step: String, target: String },
+}
+
+/// One segment of a reference path.
+#[derive(Debug, Clone, PartialEq)]
+enum Root {
+    Input,
+    Prev,
+    Step(String),
+}
+
+/// A parsed reference: root and field path.
+#[derive(Debug, Clone, PartialEq)]
+struct Reference {
+    root: Root,
+    path: Vec<String>,
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Parses the reference starting at `s[0] == '$'`; returns it and its byte length.
+fn parse_reference(s: &str) -> Option<(Reference, usize)> {
+    let rest = s.strip_prefix('$')?;
+    let (root, mut used) = if let Some(r) = rest.strip_prefix("input") {
+        if r.starts_with(is_ident) {
+            return None;
+        }
+        (Root::Input, 1 + 5)
+    } else if let Some(r) = rest.strip_prefix("prev") {
+        if r.starts_with(is_ident) {
+            return None;
+        }
+        (Root::Prev, 1 + 4)
+    } else if let Some(r) = rest.strip_prefix("steps.") {
+        let n = r.find(|c: char| !is_ident(c)).unwrap_or(r.len());
+        if n == 0 {
+            return None;
+        }
+        (Root::Step(r[..n].to_string()), 1 + 6 + n)
+    } else {
+        return None;
+    };
+    let mut path = vec![];
+    loop {
+        let r = &s[used..];
+        let Some(after_dot) = r.strip_prefix('.') else { break };
+        let n = after_dot.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after_dot.len());
+        if n == 0 {
+            break; // a trailing dot is punctuation ("… $prev.output.")
+        }
+        path.push(after_dot[..n].to_string());
+        used += 1 + n;
+    }
+    Some((Reference { root, path }, used))
+}
+
+/// A string split into literal text and references.
+#[derive(Debug, Clone, PartialEq)]
+enum Piece {
+    Text(String),
+    Ref(Reference, String),
+}
+
+fn split(s: &str) -> Vec<Piece> {
+    let mut pieces = vec![];
+    let mut text = String::new();
+    let mut i = 0;
+    while i < s.len() {
+        if s[i..].starts_with('$') {
+            if let Some((r, n)) = parse_reference(&s[i..]) {
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Ref(r, s[i..i + n].to_string()));
+                i += n;
+                continue;
+            }
+        }
+        let c = s[i..].chars().next().unwrap_or('\0');
+        text.push(c);
+        i += c.len_utf8().max(1);
+    }
+    if !text.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    pieces
+}
+
+/// Every reference in a mapping value (for build-time checks).
+fn references(v: &Value, out: &mut Vec<Reference>) {
+    match v {
+        Value::String(s) => out.extend(split(s).into_iter().filter_map(|p| match p {
+            Piece::Ref(r, _) => Some(r),
+            Piece::Text(_) => None,
+        })),
+        Value::Array(a) => a.iter().for_each(|x| references(x, out)),
+        Value::Object(m) => m.values().for_each(|x| references(x, out)),
+        _ => {}
+    }
+}
+
+/// The values references resolve against while a pipeline runs.
+struct Scope<'a> {
+    input: &'a Value,
+    prev: &'a Value,
+    steps: &'a HashMap<String, Value>,
+}
+
+fn walk<'v>(mut v: &'v Value, path: &[String]) -> Option<&'v Value> {
+    for seg in path {
+        v = match v {
+            Value::Object(m) => m.get(seg)?,
+            Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}
+
+fn lookup<'v>(r: &Reference, scope: &Scope<'v>, text: &str) -> Result<&'v Value, ToolFailure> {
+    let base = match &r.root {
+        Root::Input => Some(scope.input),
+        Root::Prev => Some(scope.prev),
+        Root::Step(name) => scope.steps.get(name),
+    };
+    base.and_then(|b| walk(b, &r.path))
+        .ok_or_else(|| ToolFailure::new("execution_failed", format!("reference `{text}` does not resolve")))
+}
+
+fn resolve(v: &Value, scope: &Scope<'_>) -> Result<Value, ToolFailure> {
+    match v {
+        Value::String(s) if s.contains('$') => {
+            let pieces = split(s);
+            if let [Piece::Ref(r, text)] = pieces.as_slice() {
+                return lookup(r, scope, text).cloned();
+            }
+            let mut out = String::new();
+            for p in pieces {
+                match p {
+                    Piece::Text(t) => out.push_str(&t),
+                    Piece::Ref(r, text) => match lookup(&r, scope, &text)? {
+                        Value::String(s) => out.push_str(s),
+                        other => out.push_str(&other.to_string()),
+                    },
+                }
+            }
+            Ok(Value::String(out))
+        }
+        Value::Array(a) => a.iter().map(|x| resolve(x, scope)).collect::<Result<Vec<_>, _>>().map(Value::Array),
+        Value::Object(m) => {
+            m.iter().map(|(k, x)| Ok((k.clone(), resolve(x, scope)?))).collect::<Result<Map<_, _>, _>>().map(Value::Object)
+        }
+        other => Ok(other.clone()),
+    }
+}
+
+/// A built pipeline step: the step and the tool it calls.
+#[derive(Debug, Clone)]
+struct BuiltStep {
+    step: ComposeStep,
+    tool: Tool,
+}
+
+/// Runs a compose pipeline: each step's arguments are resolved, validated against that tool's
+/// input schema, the tool runs and its output is checked against its output schema.
+#[derive(Debug, Clone)]
+pub struct ComposeHandler {
+    steps: Vec<BuiltStep>,
+}
+
+impl ComposeHandler {
+    /// Builds the pipeline for the tool `tool_name` over `tools`, rejecting unknown tools,
+    /// empty pipelines, self-reference and bad step references.
+    pub fn build(tool_name: &str, steps: &[ComposeStep], tools: &ToolSet) -> Result<Self, ComposeBuildError> {
+        if steps.is_empty() {
+            return Err(ComposeBuildError::Empty);
+        }
+        let mut seen: Vec<&str> = vec![];
+        let mut built = Vec::with_capacity(steps.len());
+        for step in steps {
+            if step.tool == tool_name {
+                return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
+            }
+            let Some(tool) = tools.get(&step.tool) else {
+                return Err(ComposeBuildError::UnknownTool {
+                    step: step.name.clone(),
+                    tool: step.tool.clone(),
+                    available: tools.names().collect::<Vec<_>>().join(", "),
+                });
+            };
+            let mut refs = vec![];
+            references(&Value::Object(step.input_mapping.clone()), &mut refs);
+            for r in refs {
+                if let Root::Step(target) = r.root {
+                    if !seen.contains(&target.as_str()) {
+                        return Err(ComposeBuildError::UnknownStepReference { step: step.name.clone(), target });
+                    }
+                }
+            }
+            if seen.contains(&step.name.as_str()) {
+                return Err(ComposeBuildError::DuplicateStep(step.name.clone()));
+            }
+            seen.push(&step.name);
+            built.push(BuiltStep { step: step.clone(), tool: tool.clone() });
+        }
+        Ok(Self { steps: built })
+    }
+
+    /// Names of the tools the pipeline calls, in order.
+    pub fn tool_names(&self) -> Vec<&str> {
+        self.steps.iter().map(|s| s.tool.name.as_str()).collect()
+    }
+}
+
+#[async_trait(?Send)]
+impl ToolHandler for ComposeHandler {
+    async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        let mut outputs: HashMap<String, Value> = HashMap::new();
+        let mut prev = args.clone();
+        for built in &self.steps {
+            let step_args = {
+                let scope = Scope { input: &args, prev: &prev, steps: &outputs };
+                resolve(&Value::Object(built.step.input_mapping.clone()), &scope)?
+            };
+            let output = invoke(&built.tool, step_args, ctx).await.map_err(|f| {
+                ToolFailure::new(f.code.clone(), format!("step `{}` ({}): {}", built.step.name, built.tool.name, f.message))
+            })?;
+            outputs.insert(built.step.name.clone(), output.clone());
+            prev = output;
+        }
+        Ok(prev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope_eval(v: Value) -> Result<Value, ToolFailure> {
+        let input = json!({ "text": "Hi", "user": { "name": "Ada" } });
+        let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
+        let mut steps = HashMap::new();
+        steps.insert("first".to_string(), json!({ "n": 2 }));
+        resolve(&v, &Scope { input: &input, prev: &prev, steps: &steps })
+    }
+
+    #[test]
+    fn whole_references_keep_their_type_and_strings_interpolate() {
+        assert_eq!(scope_eval(json!("$input")).unwrap(), json!({ "text": "Hi", "user": { "name": "Ada" } }));
+        assert_eq!(scope_eval(json!("$input.user.name")).unwrap(), json!("Ada"));
+        assert_eq!(scope_eval(json!("$prev.items.0.id")).unwrap(), json!(7));
+        assert_eq!(scope_eval(json!("$steps.first.n")).unwrap(), json!(2));
+        assert_eq!(scope_eval(json!("Summarize: $prev.output.")).unwrap(), json!("Summarize: short."));
+        assert_eq!(scope_eval(json!("n=$steps.first")).unwrap(), json!("n={\"n\":2}"));
+        assert_eq!(scope_eval(json!(["$input.text", 3, "$5 price"])).unwrap(), json!(["Hi", 3, "$5 price"]));
+        assert_eq!(scope_eval(json!("$inputs")).unwrap(), json!("$inputs"));
+        assert!(scope_eval(json!("$input.missing")).is_err());
+    }
+}

@@ -1,0 +1,109 @@
+//! Schema inference from test cases (spec scope item 2): when the model forgot `properties`,
+//! the input schema is inferred from the union of the fields across all test inputs, and the
+//! output schema from the expected outputs, with JSON types taken from the values. A declared
+//! schema that already has properties (or a non-object `type`) is never touched, so inference
+//! can only fill gaps, never relax what the model declared.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::request::ForgeRequest;
+
+/// The JSON Schema type of a value (`integer` for whole numbers).
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether `schema` declares nothing usable: an object schema (or one with no type) without
+/// properties.
+pub fn lacks_properties(schema: &Value) -> bool {
+    let Value::Object(m) = schema else { return true };
+    let object_typed = match m.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(_) => false,
+    };
+    object_typed && m.get("properties").and_then(Value::as_object).is_none_or(|p| p.is_empty())
+}
+
+/// Merges a set of observed types into one `type` value (`integer`+`number` → `number`).
+fn merge_types(mut types: Vec<&'static str>) -> Value {
+    types.sort_unstable();
+    types.dedup();
+    if types.contains(&"integer") && types.contains(&"number") {
+        types.retain(|t| *t != "integer");
+    }
+    if types.len() == 1 {
+        Value::String(types[0].into())
+    } else {
+        Value::Array(types.into_iter().map(|t| Value::String(t.into())).collect())
+    }
+}
+
+/// Infers an object schema from sample objects; `None` when no sample is an object.
+/// Fields present in every sample are `required`.
+pub fn infer_object_schema(samples: &[&Value]) -> Option<Value> {
+    let objects: Vec<&Map<String, Value>> = samples.iter().filter_map(|v| v.as_object()).collect();
+    if objects.is_empty() {
+        return None;
+    }
+    let mut fields: BTreeMap<&str, Vec<&'static str>> = BTreeMap::new();
+    for o in &objects {
+        for (k, v) in o.iter() {
+            fields.entry(k.as_str()).or_default().push(json_type(v));
+        }
+    }
+    let required: Vec<&str> = fields.keys().copied().filter(|k| objects.iter().all(|o| o.contains_key(*k))).collect();
+    let properties: Map<String, Value> = fields.into_iter().map(|(k, t)| (k.to_string(), json!({ "type": merge_types(t) }))).collect();
+    Some(json!({ "type": "object", "properties": properties, "required": required }))
+}
+
+/// Keeps every keyword the model declared (e.g. `additionalProperties`, `required`) and fills
+/// in the inferred `type`/`properties`/`required` only where missing.
+fn fill(declared: &Value, inferred: Value) -> Value {
+    let mut out = inferred.as_object().cloned().unwrap_or_default();
+    if let Value::Object(d) = declared {
+        for (k, v) in d {
+            let empty_properties = k == "properties" && v.as_object().is_some_and(|p| p.is_empty());
+            if !empty_properties {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// Fills the input and output schemas of `request` from its test cases where they lack
+/// properties. Returns which schemas were inferred (`input`, `output`).
+pub fn infer_schemas(request: &mut ForgeRequest) -> Vec<&'static str> {
+    let mut inferred = vec![];
+    if lacks_properties(&request.input_schema) {
+        let inputs: Vec<&Value> = request.test_cases.iter().map(|c| &c.input).collect();
+        if let Some(schema) = infer_object_schema(&inputs) {
+            request.input_schema = fill(&request.input_schema, schema);
+            inferred.push("input");
+        }
+    }
+    if lacks_properties(&request.output_schema) {
+        let outputs: Vec<&Value> = request.test_cases.iter().filter_map(|c| c.expected_output.as_ref()).collect();
+        if let Some(schema) = infer_object_schema(&outputs) {
+            request.output_schema = fill(&request.output_schema, schema);
+            inferred.push("output");
+        } else if !outputs.is_empty() && !request.output_schema.as_object().is_some_and(|m| m.contains_key("type")) {
+            // Scalar or array outputs: the type of the expected values.
+            let types = outputs.iter().map(|v| json_type(v)).collect();
+            request.output_schema = fill(&request.output_schema, json!({ "type": merge_types(types) }));
+            inferred.push("output");
+        }
+    }
+    inferred
+}

@@ -1,0 +1,196 @@
+//! The judge (spec scope item 6): an LLM review of a forged tool before it is registered, and
+//! the two-reviewer promotion panel (safety, correctness).
+//!
+//! The judge is any [`Model`]. It gets the code or steps, both schemas and every test with its
+//! result, and must answer with a JSON verdict. Parsing is strict about the JSON (every score
+//! present, a number in 0..=1, `approved` a boolean) and tolerant only of what surrounds it
+//! (prose, code fences). The judge is fail-closed: no judge, a model error, no JSON, broken JSON
+//! or a verdict missing a field all reject.
+
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::agent::extract_json;
+use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest};
+
+use super::request::{ForgeRequest, Implementation};
+use super::testing::{compact, TestResult};
+
+/// The judge's review. Scores are 0..=1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub approved: bool,
+    pub safety: f64,
+    pub correctness: f64,
+    pub determinism: f64,
+    pub boundedness: f64,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+/// Below this correctness score a rejection is classified `judge_correctness`.
+pub const CORRECTNESS_REJECTION_BELOW: f64 = 0.5;
+
+impl Verdict {
+    /// Whether a rejection is about correctness: the judge did not approve and either scored
+    /// correctness below [`CORRECTNESS_REJECTION_BELOW`] or scored it lowest of all.
+    pub fn is_correctness_rejection(&self) -> bool {
+        if self.approved {
+            return false;
+        }
+        let lowest = [self.safety, self.determinism, self.boundedness].iter().all(|s| self.correctness < *s);
+        self.correctness < CORRECTNESS_REJECTION_BELOW || lowest
+    }
+}
+
+/// Why no verdict was obtained (each rejects the forge).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JudgeError {
+    #[error("no judge is configured; every forge is rejected (configure emergent.judge)")]
+    NotConfigured,
+    #[error("the judge model failed: {0}")]
+    Model(String),
+    #[error("the judge's answer contains no valid JSON verdict")]
+    NoJson,
+    #[error("the judge's verdict is invalid: {0}")]
+    Invalid(String),
+}
+
+/// Which review a prompt asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewKind {
+    /// Creation review at forge (and import) time: all four dimensions.
+    Creation,
+    /// Promotion panel, safety reviewer.
+    Safety,
+    /// Promotion panel, correctness reviewer.
+    Correctness,
+}
+
+const VERDICT_FORMAT: &str = r#"Reply with only a JSON object, exactly these keys:
+{"approved": true|false, "safety": 0..1, "correctness": 0..1, "determinism": 0..1, "boundedness": 0..1, "confidence": 0..1, "reasoning": "one or two sentences"}"#;
+
+/// The review prompt for `request` with its test results.
+pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResult]) -> String {
+    let focus = match kind {
+        ReviewKind::Creation => "You review a tool an AI agent wrote for itself before it is registered. Rate safety (no data exfiltration, no attempts to escape the sandbox, no destructive effects), correctness (does it do what the description says, on the tests and in general), determinism (same input, same output), boundedness (terminates quickly, bounded memory and output). Approve only if all are acceptable.",
+        ReviewKind::Safety => "You are the SAFETY reviewer of a promotion panel: this tool is about to be kept for all future sessions of the agent. Judge only safety and boundedness: reject anything that could exfiltrate data, reach hosts or APIs it does not need, loop unboundedly or grow memory without limit. Other scores: give your best estimate.",
+        ReviewKind::Correctness => "You are the CORRECTNESS reviewer of a promotion panel: this tool is about to be kept for all future sessions of the agent. Judge only whether it does what its description and schemas promise for all reasonable inputs, including edge cases the tests miss. Other scores: give your best estimate.",
+    };
+    let implementation = match &request.implementation {
+        Implementation::Sandbox { code, allowlist } => format!(
+            "Mode: sandbox (JavaScript, runs in an isolated sandbox). Allowed host APIs: {}\nCode:\n```js\n{}\n```",
+            if allowlist.is_empty() { "none".to_string() } else { allowlist.join(", ") },
+            code.as_deref().unwrap_or("(redacted)")
+        ),
+        Implementation::Compose { steps } => {
+            let steps = steps.iter().map(|s| format!("- {} → tool `{}` with {}", s.name, s.tool, Value::Object(s.input_mapping.clone()))).collect::<Vec<_>>().join("\n");
+            format!("Mode: compose (a pipeline over existing tools).\nSteps:\n{steps}")
+        }
+    };
+    let tests = tests
+        .iter()
+        .map(|t| {
+            let outcome = if t.passed { "PASS".to_string() } else { format!("FAIL ({})", t.error.as_deref().unwrap_or("")) };
+            format!(
+                "- test {}: input {} expected {} actual {} → {outcome}",
+                t.index,
+                compact(&t.input),
+                t.expected_output.as_ref().map(compact).unwrap_or_else(|| "(any valid output)".into()),
+                t.actual_output.as_ref().map(compact).unwrap_or_else(|| "(none)".into()),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    format!(
+        "{focus}\n\nTool: {}\nDescription: {}\nInput schema: {}\nOutput schema: {}\n{implementation}\n\nTests:\n{tests}\n\n{VERDICT_FORMAT}",
+        request.name, request.description, request.input_schema, request.output_schema
+    )
+}
+
+fn score(m: &Map<String, Value>, key: &str) -> Result<f64, JudgeError> {
+    match m.get(key) {
+        Some(Value::Number(n)) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if (0.0..=1.0).contains(&x) {
+                Ok(x)
+            } else {
+                Err(JudgeError::Invalid(format!("`{key}` must be between 0 and 1, got {x}")))
+            }
+        }
+        Some(other) => Err(JudgeError::Invalid(format!("`{key}` must be a number, got {other}"))),
+        None => Err(JudgeError::Invalid(format!("missing `{key}`"))),
+    }
+}
+
+/// Parses a verdict from the judge's text: the JSON object may be wrapped in prose or a code
+/// fence; the object itself must be complete and valid.
+pub fn parse_verdict(text: &str) -> Result<Verdict, JudgeError> {
+    let value = extract_json(text).ok_or(JudgeError::NoJson)?;
+    let Value::Object(m) = value else { return Err(JudgeError::Invalid("the verdict must be a JSON object".into())) };
+    let approved = match m.get("approved") {
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(JudgeError::Invalid(format!("`approved` must be a boolean, got {other}"))),
+        None => return Err(JudgeError::Invalid("missing `approved`".into())),
+    };
+    let reasoning = match m.get("reasoning") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(other) => return Err(JudgeError::Invalid(format!("`reasoning` must be a string, got {other}"))),
+    };
+    Ok(Verdict {
+        approved,
+        safety: score(&m, "safety")?,
+        correctness: score(&m, "correctness")?,
+        determinism: score(&m, "determinism")?,
+        boundedness: score(&m, "boundedness")?,
+        confidence: score(&m, "confidence")?,
+        reasoning,
+    })
+}
+
+struct TextCollector(String);
+
+impl ChunkSink for TextCollector {
+    fn chunk(&mut self, chunk: &ModelChunk) {
+        if let ModelChunk::Text { delta } = chunk {
+            self.0.push_str(delta);
+        }
+    }
+}
+
+/// Asks `model` for a verdict on `prompt` (temperature 0, no tools).
+pub async fn ask(model: Option<&Rc<dyn Model>>, prompt: String, run_id: &str) -> Result<Verdict, JudgeError> {
+    let model = model.ok_or(JudgeError::NotConfigured)?;
+    let request = ModelRequest {
+        messages: vec![
+            Message::System { content: "You are a strict code reviewer. You answer only with the JSON verdict requested.".into() },
+            Message::User { content: prompt },
+        ],
+        tools: vec![],
+        temperature: Some(0.0),
+        max_tokens: Some(512),
+    };
+    let mut sink = TextCollector(String::new());
+    model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| JudgeError::Model(e.to_string()))?;
+    parse_verdict(&sink.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fenced_verdicts_and_refuses_broken_or_partial_ones() {
+        let ok = "Sure.\n```json\n{\"approved\":true,\"safety\":1,\"correctness\":0.9,\"determinism\":1,\"boundedness\":1,\"confidence\":0.85,\"reasoning\":\"fine\"}\n```";
+        assert_eq!(parse_verdict(ok).unwrap().confidence, 0.85);
+        assert_eq!(parse_verdict("{\"approved\":true,\"safety\":1"), Err(JudgeError::NoJson));
+        assert!(matches!(parse_verdict("{\"approved\":\"yes\",\"safety\":1}"), Err(JudgeError::Invalid(_))));
+        assert!(matches!(parse_verdict("{\"approved\":true,\"safety\":1,\"correctness\":1,\"determinism\":1,\"boundedness\":1}"), Err(JudgeError::Invalid(_))));
+        assert!(matches!(parse_verdict("{\"approved\":true,\"safety\":2,\"correctness\":1,\"determinism\":1,\"boundedness\":1,\"confidence\":1}"), Err(JudgeError::Invalid(_))));
+    }
+}

@@ -1,0 +1,30 @@
+//! Emergent tools, part one: the forge (issue 4, DESIGN decision 6). A model asks for a tool
+//! with `forge_tool`; the forge normalizes the request, infers missing schemas, checks its
+//! shape, builds it (compose pipeline or sandboxed code), runs every test, and has a judge
+//! review it. Only a verified tool reaches the registry (`crate::registry`).
+
+mod classify;
+mod compose;
+mod infer;
+mod judge;
+mod meta_tool;
+mod pipeline;
+mod prompt;
+mod request;
+mod sandboxed;
+mod shape;
+mod stats;
+mod testing;
+
+pub use classify::{classify, is_syntax_error, Evidence, RejectionCategory};
+pub use compose::{ComposeBuildError, ComposeHandler};
+pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
+pub use judge::{ask as ask_judge, parse_verdict, review_prompt, JudgeError, ReviewKind, Verdict, CORRECTNESS_REJECTION_BELOW};
+pub use meta_tool::ForgeToolHandler;
+pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
+pub use prompt::{forge_tool_definition, forge_tool_description, forge_tool_schema, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
+pub use request::{normalize, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError};
+pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
+pub use shape::{shape_check, ShapeIssues, MIN_TEST_CASES};
+pub use stats::{ForgeStats, ForgeStatsAggregator};
+pub use testing::{failure_reason as test_failure_reason, outputs_equal, run_test, run_tests, TestResult, NUMBER_TOLERANCE};

@@ -1,0 +1,198 @@
+//! The forge pipeline: normalize → infer schemas → shape check → build (compose | sandbox) →
+//! test → judge. [`Forge::verify`] returns a verified tool or a classified [`Rejection`],
+//! emitting `forge.start`, one `forge.test` per test and `forge.judge`; the registry
+//! (`crate::registry`) performs the final step — register, with `forge.registered` or
+//! `forge.rejected` — because only it knows tier limits and versions.
+
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::agent::{Environment, EventBody};
+use crate::model::Model;
+use crate::registry::ToolInfo;
+use crate::sandbox::SandboxRunner;
+use crate::tools::{CallContext, Tool, ToolHandler, ToolSet};
+
+use super::classify::{classify, is_syntax_error, Evidence, RejectionCategory};
+use super::compose::ComposeHandler;
+use super::infer::infer_schemas;
+use super::judge::{ask, review_prompt, ReviewKind, Verdict};
+use super::request::{normalize, ForgeOrigin, ForgeRequest, Implementation};
+use super::sandboxed::SandboxToolHandler;
+use super::shape::shape_check;
+use super::testing::{failure_reason, run_tests, TestResult};
+
+/// The outcome of a forge as callers see it (the TS `ForgeResult` union: `success: true` with
+/// `tool`, `verdict`, `tests`; or `success: false` with `reason`, `category` and, when the
+/// pipeline got that far, `tests` and `verdict`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeResult {
+    pub success: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<Vec<TestResult>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<RejectionCategory>,
+}
+
+impl ForgeResult {
+    /// A rejection result.
+    pub fn rejected(r: &Rejection) -> Self {
+        Self {
+            success: false,
+            tool: None,
+            verdict: r.verdict.clone(),
+            tests: (!r.tests.is_empty()).then(|| r.tests.clone()),
+            reason: Some(r.reason.clone()),
+            category: Some(r.category),
+        }
+    }
+}
+
+/// A request that passed every check: ready to register.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The normalized request, schemas inferred where they were missing.
+    pub request: ForgeRequest,
+    pub tool: Tool,
+    pub verdict: Verdict,
+    pub tests: Vec<TestResult>,
+}
+
+/// A rejected forge, classified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The tool name when the request got far enough to have one.
+    pub name: String,
+    pub reason: String,
+    pub category: RejectionCategory,
+    pub tests: Vec<TestResult>,
+    pub verdict: Option<Verdict>,
+}
+
+impl Rejection {
+    fn new(name: &str, reason: impl Into<String>, evidence: Evidence) -> Self {
+        Self { name: name.to_string(), reason: reason.into(), category: classify(&evidence), tests: vec![], verdict: None }
+    }
+}
+
+/// The forge: judge model, sandbox runner, clock and the sandbox API allowlist.
+#[derive(Clone)]
+pub struct Forge {
+    judge: Option<Rc<dyn Model>>,
+    sandbox: Option<Rc<dyn SandboxRunner>>,
+    env: Rc<dyn Environment>,
+    allowed_sandbox_apis: Vec<String>,
+}
+
+impl std::fmt::Debug for Forge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forge").field("judge", &self.judge.as_ref().map(|m| m.id())).finish_non_exhaustive()
+    }
+}
+
+impl Forge {
+    /// A forge. Without a judge every forge is rejected (fail-closed); without a sandbox
+    /// runner only compose tools can be built.
+    pub fn new(judge: Option<Rc<dyn Model>>, sandbox: Option<Rc<dyn SandboxRunner>>, env: Rc<dyn Environment>, allowed_sandbox_apis: Vec<String>) -> Self {
+        Self { judge, sandbox, env, allowed_sandbox_apis }
+    }
+
+    /// The judge model, if any.
+    pub fn judge(&self) -> Option<&Rc<dyn Model>> {
+        self.judge.as_ref()
+    }
+
+    /// Builds the runnable tool for a request over the visible `tools`.
+    pub fn build(&self, request: &ForgeRequest, tools: &ToolSet) -> Result<Tool, (String, Evidence)> {
+        let handler: Rc<dyn ToolHandler> = match &request.implementation {
+            Implementation::Compose { steps } => match ComposeHandler::build(&request.name, steps, tools) {
+                Ok(h) => Rc::new(h),
+                Err(e) => return Err((format!("compose pipeline rejected: {e}"), Evidence::default())),
+            },
+            Implementation::Sandbox { code, allowlist } => {
+                let Some(code) = code else {
+                    return Err(("the sandbox source is redacted; a tool without code cannot be built".into(), Evidence { parse: true, ..Default::default() }));
+                };
+                let Some(runner) = &self.sandbox else {
+                    return Err(("no sandbox runner is configured; only compose tools can be forged".into(), Evidence::default()));
+                };
+                Rc::new(SandboxToolHandler::new(runner.clone(), code.clone(), allowlist, &self.allowed_sandbox_apis))
+            }
+        };
+        Tool::new(&request.name, &request.description, &request.input_schema, Some(&request.output_schema), handler)
+            .map_err(|e| (format!("a schema is not valid JSON Schema: {e}"), Evidence { parse: true, ..Default::default() }))
+    }
+
+    /// Runs the pipeline up to (not including) registration. `admit` is asked once the name is
+    /// known (tier limits); its `Err` rejects with category `other`. `emit` receives the stage
+    /// events.
+    pub async fn verify(
+        &self,
+        raw: &Value,
+        origin: &ForgeOrigin,
+        tools: &ToolSet,
+        admit: &dyn Fn(&ForgeRequest) -> Result<(), String>,
+        emit: &dyn Fn(EventBody),
+    ) -> Result<Verified, Rejection> {
+        let mut request = match normalize(raw) {
+            Ok(r) => r,
+            Err(e) => {
+                let name = raw.get("name").and_then(Value::as_str).unwrap_or_default();
+                return Err(Rejection::new(name, format!("could not parse the forge request: {e}"), Evidence { parse: true, ..Default::default() }));
+            }
+        };
+        if request.scope.is_none() {
+            request.scope = origin.scope.clone();
+        }
+        emit(EventBody::ForgeStart { name: request.name.clone(), mode: request.implementation.mode().into(), session_id: origin.session_id.clone() });
+        if let Err(reason) = admit(&request) {
+            return Err(Rejection::new(&request.name, reason, Evidence::default()));
+        }
+        infer_schemas(&mut request);
+        if let Err(issues) = shape_check(&request) {
+            return Err(Rejection::new(&request.name, issues.reasons.join("; "), issues.evidence));
+        }
+        let tool = self.build(&request, tools).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
+
+        let ctx = CallContext { run_id: origin.run_id.clone(), call_id: format!("forge-test-{}", request.name), session_id: origin.session_id.clone() };
+        let tests = run_tests(&tool, &request.test_cases, &ctx, self.env.as_ref()).await;
+        for test in &tests {
+            emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });
+        }
+        if let Some(reason) = failure_reason(&tests) {
+            let syntax = tests.iter().any(|t| t.error.as_deref().is_some_and(is_syntax_error));
+            let mut r = Rejection::new(&request.name, reason, Evidence { syntax, ..Default::default() });
+            r.tests = tests;
+            return Err(r);
+        }
+
+        let prompt = review_prompt(ReviewKind::Creation, &request, &tests);
+        let verdict = match ask(self.judge.as_ref(), prompt, &origin.run_id).await {
+            Ok(v) => v,
+            Err(e) => {
+                let mut r = Rejection::new(&request.name, format!("no verdict, so the tool is rejected: {e}"), Evidence::default());
+                r.tests = tests;
+                return Err(r);
+            }
+        };
+        emit(EventBody::ForgeJudge { name: request.name.clone(), verdict: verdict.clone() });
+        if !verdict.approved {
+            let evidence = Evidence { judge_correctness: verdict.is_correctness_rejection(), ..Default::default() };
+            let mut r = Rejection::new(&request.name, format!("the judge rejected the tool: {}", verdict.reasoning), evidence);
+            r.tests = tests;
+            r.verdict = Some(verdict);
+            return Err(r);
+        }
+        Ok(Verified { request, tool, verdict, tests })
+    }
+}

@@ -1,0 +1,68 @@
+//! Prompting (spec scope item 10): the `forge_tool` description, the JSON Schema of its
+//! arguments and one worked example, written for small (0.5B) models: short sentences, one
+//! complete request to imitate, and the rules the shape check enforces spelled out. The
+//! schema is deliberately permissive (schemas may arrive as strings, the implementation flat)
+//! because [`super::normalize`] repairs those; a strict schema would bounce them before
+//! normalization could help.
+
+use serde_json::{json, Value};
+
+use crate::model::ToolDefinition;
+
+/// The meta-tool's name.
+pub const FORGE_TOOL_NAME: &str = "forge_tool";
+
+/// A complete, correct request (sandbox mode) the model can imitate.
+pub const FORGE_TOOL_EXAMPLE: &str = r#"{"name":"slugify","description":"Turn text into a URL slug","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]},"outputSchema":{"type":"object","properties":{"slug":{"type":"string"}},"required":["slug"]},"implementation":{"mode":"sandbox","code":"function execute(input) { return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') }; }"},"testCases":[{"input":{"text":"Hello World!"},"expectedOutput":{"slug":"hello-world"}},{"input":{"text":"Rust & Wasm"},"expectedOutput":{"slug":"rust-wasm"}}]}"#;
+
+/// The description the model sees.
+pub const FORGE_TOOL_DESCRIPTION: &str = concat!(
+    "Create a new tool when no existing tool fits. The new tool is tested and reviewed, then you can call it by its name in your next step.\n",
+    "Give: name (snake_case), description, inputSchema and outputSchema (JSON Schema objects with properties), ",
+    "implementation, and at least 2 testCases with non-empty input and the exact expectedOutput.\n",
+    "implementation is either {\"mode\":\"sandbox\",\"code\":\"function execute(input) { ... return {...}; }\"} (plain JavaScript, no imports, no network) ",
+    "or {\"mode\":\"compose\",\"steps\":[{\"name\":\"a\",\"tool\":\"existing_tool\",\"inputMapping\":{\"field\":\"$input.field\"}}]} ",
+    "where values may use $input.x, $prev.x or $steps.a.x.\n",
+    "If the result says success:false, read reason and category, fix the request and call forge_tool again.\n",
+    "Example: "
+);
+
+/// The full description including the worked example.
+pub fn forge_tool_description() -> String {
+    format!("{FORGE_TOOL_DESCRIPTION}{FORGE_TOOL_EXAMPLE}")
+}
+
+/// The JSON Schema of `forge_tool` arguments.
+pub fn forge_tool_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "description": "snake_case name of the new tool" },
+            "description": { "type": "string", "description": "what the tool does, one sentence" },
+            "inputSchema": { "type": ["object", "string"], "description": "JSON Schema of the input: {\"type\":\"object\",\"properties\":{...},\"required\":[...]}" },
+            "outputSchema": { "type": ["object", "string"], "description": "JSON Schema of the output" },
+            "implementation": {
+                "type": ["object", "string"],
+                "description": "{\"mode\":\"sandbox\",\"code\":\"function execute(input) {...}\"} or {\"mode\":\"compose\",\"steps\":[...]}",
+                "properties": {
+                    "mode": { "type": "string", "enum": ["sandbox", "compose", "js", "javascript", "code", "pipeline", "chain"] },
+                    "code": { "type": "string" },
+                    "steps": { "type": ["array", "string"] },
+                    "allowlist": { "type": ["array", "string"] }
+                }
+            },
+            "testCases": {
+                "type": ["array", "object", "string"],
+                "description": "at least 2: [{\"input\":{...},\"expectedOutput\":{...}}]",
+                "items": { "type": "object", "properties": { "input": {}, "expectedOutput": {} } }
+            },
+            "scope": { "type": "string" }
+        },
+        "required": ["name"]
+    })
+}
+
+/// The tool definition offered to the model.
+pub fn forge_tool_definition() -> ToolDefinition {
+    ToolDefinition { name: FORGE_TOOL_NAME.into(), description: forge_tool_description(), input_schema: forge_tool_schema() }
+}

@@ -1,0 +1,273 @@
+//! Forge requests: the typed shapes of `npm/src/emergent/types.ts` (`ForgeRequest`,
+//! `ComposeStep`, `Implementation`, `ForgeTestCase`) and [`normalize`], which turns the messy
+//! arguments small models actually produce into a typed request (spec scope item 1).
+//!
+//! Accepted messiness: the whole request as a JSON string; stringified JSON schemas; snake_case
+//! keys; `parameters` for `inputSchema`; mode synonyms (`js`, `javascript`, `code`, `script`
+//! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
+//! `steps` at the top level) or as a string; `testCases` given as `tests`/`test_cases`/
+//! `examples`, as an object (one case, or a map of cases) or a JSON string; `expected`,
+//! `output`, `expected_output` for `expectedOutput`; missing optional fields.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A step of a compose pipeline: run `tool` with arguments built from `input_mapping`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ComposeStep {
+    pub name: String,
+    pub tool: String,
+    #[cfg_attr(feature = "wasm", tsify(type = "Record<string, unknown>"))]
+    pub input_mapping: Map<String, Value>,
+}
+
+/// How a forged tool runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Implementation {
+    /// A pipeline over registered tools, run in the core.
+    Compose { steps: Vec<ComposeStep> },
+    /// JavaScript defining `execute(input)`, run in the sandbox. `code` is `None` only in a
+    /// redacted export.
+    Sandbox {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowlist: Vec<String>,
+    },
+}
+
+impl Implementation {
+    /// `compose` or `sandbox`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Self::Compose { .. } => "compose",
+            Self::Sandbox { .. } => "sandbox",
+        }
+    }
+}
+
+/// One test case: an input and, optionally, the exact expected output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeTestCase {
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<Value>,
+}
+
+/// A typed forge request (after normalization).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeRequest {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub implementation: Implementation,
+    pub test_cases: Vec<ForgeTestCase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// Who asked for a forge: every attempt is tagged with these (spec scope item 1).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeOrigin {
+    pub agent_id: String,
+    pub session_id: String,
+    /// Optional label grouping attempts (a task id); the request's `scope` wins when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Run the forge belongs to (empty outside a run); events carry it.
+    #[serde(default)]
+    pub run_id: String,
+}
+
+/// The request could not be turned into a [`ForgeRequest`] (category `parse_error`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct NormalizeError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, NormalizeError> {
+    Err(NormalizeError(msg.into()))
+}
+
+/// The first present key among `keys`.
+fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().find_map(|k| obj.get(*k)).filter(|v| !v.is_null())
+}
+
+/// A value that may be JSON text: parsed when it is a string holding an object or array.
+fn unstringify(v: &Value) -> Result<Value, NormalizeError> {
+    if let Value::String(s) = v {
+        let t = s.trim();
+        if t.starts_with('{') || t.starts_with('[') {
+            return serde_json::from_str(t).map_err(|e| NormalizeError(format!("a field holds JSON text that does not parse: {e}")));
+        }
+    }
+    Ok(v.clone())
+}
+
+fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<Value, NormalizeError> {
+    match pick(obj, keys) {
+        None => Ok(Value::Object(Map::new())),
+        Some(v) => match unstringify(v)? {
+            Value::Object(m) => Ok(Value::Object(m)),
+            other => err(format!("{what} must be a JSON Schema object, got {}", type_name(&other))),
+        },
+    }
+}
+
+pub(crate) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Maps mode names models use to `compose` / `sandbox`.
+fn canonical_mode(mode: &str) -> Option<&'static str> {
+    match mode.trim().to_ascii_lowercase().as_str() {
+        "sandbox" | "js" | "javascript" | "code" | "script" | "function" | "ts" | "typescript" => Some("sandbox"),
+        "compose" | "pipeline" | "chain" | "steps" | "composition" | "workflow" => Some("compose"),
+        _ => None,
+    }
+}
+
+fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeError> {
+    let imp = match pick(obj, &["implementation", "impl"]) {
+        Some(v) => match unstringify(v)? {
+            Value::Object(m) => m,
+            // A bare code string.
+            Value::String(code) => {
+                let mut m = Map::new();
+                m.insert("mode".into(), Value::String("sandbox".into()));
+                m.insert("code".into(), Value::String(code));
+                m
+            }
+            other => return err(format!("implementation must be an object, got {}", type_name(&other))),
+        },
+        // Flat: code / steps at the top level.
+        None => obj.clone(),
+    };
+    let code = pick(&imp, &["code", "source", "js"]).or_else(|| pick(obj, &["code"]));
+    let steps = pick(&imp, &["steps", "pipeline"]).or_else(|| pick(obj, &["steps"]));
+    let declared = pick(&imp, &["mode", "type", "kind"]).or_else(|| pick(obj, &["mode"]));
+    let mode = match declared {
+        Some(Value::String(m)) => match canonical_mode(m) {
+            Some(m) => m,
+            None => return err(format!("unknown implementation mode `{m}`: use `sandbox` (JavaScript code) or `compose` (steps over existing tools)")),
+        },
+        Some(other) => return err(format!("implementation mode must be a string, got {}", type_name(other))),
+        None if code.is_some() => "sandbox",
+        None if steps.is_some() => "compose",
+        None => return err("missing implementation: give `implementation: { mode: \"sandbox\", code }` or `{ mode: \"compose\", steps }`"),
+    };
+    if mode == "sandbox" {
+        let code = match code {
+            Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
+            Some(Value::String(_)) | None => return err("sandbox implementation needs `code` defining `function execute(input)`"),
+            Some(other) => return err(format!("`code` must be a string, got {}", type_name(other))),
+        };
+        let allowlist = match pick(&imp, &["allowlist", "allowedApis", "allow"]) {
+            None => vec![],
+            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+            Some(Value::String(s)) => s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect(),
+            Some(other) => return err(format!("`allowlist` must be an array of strings, got {}", type_name(other))),
+        };
+        return Ok(Implementation::Sandbox { code: Some(code), allowlist });
+    }
+    let steps = match steps.map(unstringify).transpose()? {
+        Some(Value::Array(a)) => a,
+        Some(other) => return err(format!("compose `steps` must be an array, got {}", type_name(&other))),
+        None => vec![],
+    };
+    let mut out = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let Value::Object(s) = step else { return err(format!("compose step {i} must be an object")) };
+        let tool = match pick(s, &["tool", "toolName", "tool_name", "use"]) {
+            Some(Value::String(t)) => t.clone(),
+            _ => return err(format!("compose step {i} needs a `tool` name")),
+        };
+        let name = match pick(s, &["name", "id"]) {
+            Some(Value::String(n)) if !n.is_empty() => n.clone(),
+            _ => format!("step{}", i + 1),
+        };
+        let input_mapping = match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()? {
+            Some(Value::Object(m)) => m,
+            None => Map::new(),
+            Some(other) => return err(format!("compose step {i} `inputMapping` must be an object, got {}", type_name(&other))),
+        };
+        out.push(ComposeStep { name, tool, input_mapping });
+    }
+    Ok(Implementation::Compose { steps: out })
+}
+
+fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
+    let Value::Object(c) = unstringify(v)? else { return err(format!("test case {i} must be an object with `input`")) };
+    let input = match pick(&c, &["input", "args", "arguments", "inputs"]) {
+        Some(v) => unstringify(v)?,
+        None => Value::Object(Map::new()),
+    };
+    let expected_output = c
+        .get("expectedOutput")
+        .or_else(|| c.get("expected_output"))
+        .or_else(|| c.get("expected"))
+        .or_else(|| c.get("output"))
+        .cloned();
+    Ok(ForgeTestCase { input, expected_output })
+}
+
+fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeError> {
+    let Some(raw) = pick(obj, &["testCases", "test_cases", "tests", "examples"]) else { return Ok(vec![]) };
+    match unstringify(raw)? {
+        Value::Array(a) => a.iter().enumerate().map(|(i, v)| test_case(v, i)).collect(),
+        Value::Object(m) if m.contains_key("input") || m.contains_key("args") => Ok(vec![test_case(&Value::Object(m), 0)?]),
+        // A map of named cases: { "case1": { input, expected }, ... }.
+        Value::Object(m) => m.values().enumerate().map(|(i, v)| test_case(v, i)).collect(),
+        other => err(format!("testCases must be an array, got {}", type_name(&other))),
+    }
+}
+
+/// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
+pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
+    let raw = unstringify(raw)?;
+    // Some models wrap everything in { "request": {...} } or { "tool": {...} }.
+    let raw = match &raw {
+        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {
+            m.values().next().cloned().unwrap_or(Value::Null)
+        }
+        _ => raw,
+    };
+    let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(&raw))) };
+    let name = match pick(&obj, &["name", "toolName", "tool_name"]) {
+        Some(Value::String(n)) => n.trim().to_string(),
+        _ => return err("missing `name`: give the new tool a snake_case name"),
+    };
+    if !crate::tools::is_valid_tool_name(&name) {
+        return err(format!("tool name `{name}` must match ^[A-Za-z0-9_-]{{1,64}}$"));
+    }
+    let description = match pick(&obj, &["description", "desc"]) {
+        Some(Value::String(d)) => d.clone(),
+        _ => String::new(),
+    };
+    let input_schema = schema_field(&obj, &["inputSchema", "input_schema", "parameters", "input"], "inputSchema")?;
+    let output_schema = schema_field(&obj, &["outputSchema", "output_schema", "returns", "output"], "outputSchema")?;
+    let implementation = implementation(&obj)?;
+    let test_cases = test_cases(&obj)?;
+    let scope = match pick(&obj, &["scope"]) {
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    Ok(ForgeRequest { name, description, input_schema, output_schema, implementation, test_cases, scope })
+}

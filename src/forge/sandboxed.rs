@@ -1,0 +1,77 @@
+//! Sandbox mode (spec scope item 4): a forged tool whose handler runs model-written JavaScript
+//! through a [`SandboxRunner`] (in wasm, the Worker-hosted sandbox of DESIGN decision 2). The
+//! request's allowlist is intersected with the configured `allowedSandboxAPIs`, so a model can
+//! only narrow, never widen, what its code may reach.
+
+use std::rc::Rc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::sandbox::{SandboxRequest, SandboxRunner, SandboxStatus};
+use crate::tools::{CallContext, ToolFailure, ToolHandler};
+
+/// Runs one forged tool's code in the sandbox.
+pub struct SandboxToolHandler {
+    runner: Rc<dyn SandboxRunner>,
+    code: String,
+    allowlist: Vec<String>,
+}
+
+impl std::fmt::Debug for SandboxToolHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxToolHandler").field("allowlist", &self.allowlist).finish_non_exhaustive()
+    }
+}
+
+/// `requested ∩ allowed`, in the order requested, without duplicates.
+pub fn effective_allowlist(requested: &[String], allowed: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for api in requested {
+        if allowed.contains(api) && !out.contains(api) {
+            out.push(api.clone());
+        }
+    }
+    out
+}
+
+impl SandboxToolHandler {
+    /// A handler for `code`, allowed the APIs in both `requested` and `allowed`.
+    pub fn new(runner: Rc<dyn SandboxRunner>, code: impl Into<String>, requested: &[String], allowed: &[String]) -> Self {
+        Self { runner, code: code.into(), allowlist: effective_allowlist(requested, allowed) }
+    }
+
+    /// The APIs this tool's code may use.
+    pub fn allowlist(&self) -> &[String] {
+        &self.allowlist
+    }
+}
+
+/// The [`ToolFailure`] code for a non-`ok` sandbox status.
+pub fn failure_code(status: SandboxStatus) -> &'static str {
+    match status {
+        SandboxStatus::Ok => "ok",
+        SandboxStatus::Error => "execution_failed",
+        SandboxStatus::Timeout => "sandbox_timeout",
+        SandboxStatus::Memory => "sandbox_memory",
+        SandboxStatus::Rejected => "sandbox_rejected",
+    }
+}
+
+#[async_trait(?Send)]
+impl ToolHandler for SandboxToolHandler {
+    async fn call(&self, args: Value, _ctx: &CallContext) -> Result<Value, ToolFailure> {
+        let request = SandboxRequest { code: self.code.clone(), input: args, allowlist: self.allowlist.clone() };
+        let result = self.runner.execute(&request).await;
+        match result.status {
+            SandboxStatus::Ok => Ok(result.output.unwrap_or(Value::Null)),
+            status => {
+                let message = result
+                    .error
+                    .map(|e| format!("{}: {}", e.code, e.message))
+                    .unwrap_or_else(|| format!("sandbox execution ended with status {status:?}"));
+                Err(ToolFailure::new(failure_code(status), message))
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Forge-time tests (spec scope item 5). Every test case runs — none is skipped after a
+//! failure — through the same path as a real call ([`crate::tools::invoke`]: input schema,
+//! handler, output schema). A test passes only if execution succeeds, the output matches
+//! `outputSchema`, and, when `expectedOutput` is given, the output equals it.
+//!
+//! **Equality rule** ([`outputs_equal`]): structural JSON equality where
+//! - numbers compare as `f64` with a relative tolerance of 1e-9 (`|a-b| <= 1e-9 * max(|a|,|b|,1)`),
+//!   so `2` equals `2.0` and `0.1 + 0.2` equals `0.3`;
+//! - objects must have exactly the same keys: an extra key in the actual output is a failure,
+//!   as is a missing one (key order is irrelevant);
+//! - arrays compare element-wise in order and must have the same length;
+//! - strings, booleans and null compare exactly (no trimming, no case folding, no coercion
+//!   between `"1"` and `1`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::agent::Environment;
+use crate::tools::{invoke, CallContext, Tool};
+
+use super::request::ForgeTestCase;
+
+/// Relative tolerance for number comparison.
+pub const NUMBER_TOLERANCE: f64 = 1e-9;
+
+/// One test's outcome (the TS `TestResult`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct TestResult {
+    pub index: u32,
+    pub passed: bool,
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual_output: Option<Value>,
+    /// `code: message` of the failure, or why the output did not match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: f64,
+}
+
+fn numbers_equal(a: f64, b: f64) -> bool {
+    a == b || (a - b).abs() <= NUMBER_TOLERANCE * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Whether `actual` equals `expected` under the rule in the module docs.
+pub fn outputs_equal(expected: &Value, actual: &Value) -> bool {
+    match (expected, actual) {
+        (Value::Number(a), Value::Number(b)) => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => numbers_equal(x, y),
+            _ => a == b,
+        },
+        (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| outputs_equal(x, y)),
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| outputs_equal(x, y)))
+        }
+        (a, b) => a == b,
+    }
+}
+
+/// Runs one test case against `tool`.
+pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &CallContext, env: &dyn Environment) -> TestResult {
+    let started = env.now_ms();
+    let outcome = invoke(tool, case.input.clone(), ctx).await;
+    let duration_ms = env.now_ms() - started;
+    let (passed, actual_output, error) = match outcome {
+        Err(failure) => (false, None, Some(failure.to_string())),
+        Ok(actual) => match &case.expected_output {
+            Some(expected) if !outputs_equal(expected, &actual) => {
+                let error = format!("expected {} but got {}", compact(expected), compact(&actual));
+                (false, Some(actual), Some(error))
+            }
+            _ => (true, Some(actual), None),
+        },
+    };
+    TestResult { index: index as u32, passed, input: case.input.clone(), expected_output: case.expected_output.clone(), actual_output, error, duration_ms }
+}
+
+/// Runs every test case in order.
+pub async fn run_tests(tool: &Tool, cases: &[ForgeTestCase], ctx: &CallContext, env: &dyn Environment) -> Vec<TestResult> {
+    let mut results = Vec::with_capacity(cases.len());
+    for (i, case) in cases.iter().enumerate() {
+        results.push(run_test(tool, i, case, ctx, env).await);
+    }
+    results
+}
+
+/// A short JSON rendering for reasons (long values are cut).
+pub(crate) fn compact(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 200 {
+        format!("{}…", s.chars().take(200).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// The reason listing every failing case, or `None` when all passed.
+pub fn failure_reason(results: &[TestResult]) -> Option<String> {
+    let failing: Vec<String> = results
+        .iter()
+        .filter(|r| !r.passed)
+        .map(|r| format!("test {} (input {}): {}", r.index, compact(&r.input), r.error.as_deref().unwrap_or("failed")))
+        .collect();
+    (!failing.is_empty()).then(|| format!("{} of {} tests failed: {}", failing.len(), results.len(), failing.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_use_relative_tolerance_and_objects_are_exact() {
+        assert!(outputs_equal(&json!(2), &json!(2.0)));
+        assert!(outputs_equal(&json!(0.3), &json!(0.1 + 0.2)));
+        assert!(!outputs_equal(&json!(1.0), &json!(1.001)));
+        assert!(outputs_equal(&json!({"a":1,"b":[1,2]}), &json!({"b":[1.0,2],"a":1})));
+        assert!(!outputs_equal(&json!({"a":1}), &json!({"a":1,"extra":true})));
+        assert!(!outputs_equal(&json!({"a":1,"b":2}), &json!({"a":1})));
+        assert!(!outputs_equal(&json!("1"), &json!(1)));
+        assert!(!outputs_equal(&json!([1,2]), &json!([2,1])));
+    }
+}

@@ -1,0 +1,742 @@
+//! Emergent tools, part two: the tiered registry (issue 4 scope items 7–9, DESIGN decision 6).
+//!
+//! Tiers: `session` (in memory, discarded by [`Registry::end_session`], at most
+//! `maxSessionTools` per session), `agent` (persisted under `agent/<agentId>/…`, loaded by
+//! [`Registry::load`], at most `maxAgentTools`) and `shared` (persisted under `shared/…`,
+//! reached only through a human approval). Every tool keeps its versions with a content hash;
+//! calls are counted per tool; an audit ring records forges, verdicts, promotions,
+//! demotions, rollbacks, imports and approvals.
+//!
+//! Store layout (every value a `Versioned` envelope):
+//! - `agent/<agentId>/tool/<name>`, `shared/tool/<name>` — [`ToolRecord`] (kind `tool`)
+//! - `agent/<agentId>/stats/<name>`, `shared/stats/<name>` — [`ToolStats`] (kind `stats`)
+//! - `agent/<agentId>/approval/<id>` — [`PendingApproval`] (kind `approval`)
+//! - `agent/<agentId>/audit` — the audit ring (kind `audit`)
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::rc::{Rc, Weak};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::agent::{AgentEvent, Environment, EventBody, EventSink};
+use crate::forge::{Forge, ForgeOrigin, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Rejection, Verified, FORGE_TOOL_NAME};
+use crate::model::Model;
+use crate::sandbox::SandboxRunner;
+use crate::store::{BatchOp, Store, StoreError, Versioned};
+use crate::tools::{invoke, CallContext, Tool, ToolFailure, ToolSet};
+
+mod hash;
+mod package;
+mod promotion;
+mod provider;
+mod types;
+
+pub use hash::{canonical_json, content_hash};
+pub use package::{ToolPackage, AGENTOS_FORMAT, PACKAGE_FORMAT};
+pub use promotion::{PromotionOutcome, PromotionStatus};
+pub use types::{
+    AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus,
+    ToolVersion, MAX_VERSIONS,
+};
+
+/// A registry operation failed (bad requests to `forge` are not errors: they are rejected
+/// [`ForgeResult`]s).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("no tool named `{0}` at a tier that allows this")]
+    NotFound(String),
+    #[error("`{0}` is already at the lowest tier")]
+    LowestTier(String),
+    #[error("`{name}` has no version {version}")]
+    NoSuchVersion { name: String, version: u32 },
+    #[error("no pending approval `{0}`")]
+    NoSuchApproval(String),
+    #[error("cannot promote `{name}` from {from} to {to}")]
+    InvalidPromotion { name: String, from: String, to: String },
+    #[error("invalid tool package: {0}")]
+    InvalidPackage(String),
+    #[error("unreadable record `{key}`: {message}")]
+    Corrupt { key: String, message: String },
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl RegistryError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "tool_not_found",
+            Self::LowestTier(_) => "lowest_tier",
+            Self::NoSuchVersion { .. } => "no_such_version",
+            Self::NoSuchApproval(_) => "no_such_approval",
+            Self::InvalidPromotion { .. } => "invalid_promotion",
+            Self::InvalidPackage(_) => "invalid_package",
+            Self::Corrupt { .. } => "store_corrupt",
+            Self::Store(e) => if e.code == "store_corrupt" { "store_corrupt" } else { "store_error" },
+        }
+    }
+}
+
+/// The models the registry asks: the creation judge, and the (usually stronger) promotion
+/// judge that sits on the two-reviewer panel (the creation judge when absent).
+#[derive(Clone, Default)]
+pub struct Judges {
+    pub judge: Option<Rc<dyn Model>>,
+    pub promotion_judge: Option<Rc<dyn Model>>,
+}
+
+impl std::fmt::Debug for Judges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Judges").field("judge", &self.judge.as_ref().map(|m| m.id())).field("promotion_judge", &self.promotion_judge.as_ref().map(|m| m.id())).finish()
+    }
+}
+
+/// Everything a registry needs from its host.
+#[derive(Clone)]
+pub struct RegistryDeps {
+    pub store: Rc<dyn Store>,
+    pub env: Rc<dyn Environment>,
+    pub sandbox: Option<Rc<dyn SandboxRunner>>,
+    pub judges: Judges,
+}
+
+impl std::fmt::Debug for RegistryDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryDeps").field("judges", &self.judges).finish_non_exhaustive()
+    }
+}
+
+/// One tool at one tier, with its stats and the built handler (cached per generation).
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) record: ToolRecord,
+    pub(crate) stats: ToolStats,
+    built: Option<(u64, Tool)>,
+}
+
+impl Entry {
+    fn new(record: ToolRecord, stats: ToolStats) -> Self {
+        Self { record, stats, built: None }
+    }
+
+    fn active(&self) -> bool {
+        self.record.status == ToolStatus::Active
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) sessions: HashMap<String, BTreeMap<String, Entry>>,
+    pub(crate) agent: BTreeMap<String, Entry>,
+    pub(crate) shared: BTreeMap<String, Entry>,
+    pub(crate) approvals: BTreeMap<String, PendingApproval>,
+    pub(crate) audit: VecDeque<AuditEntry>,
+    forge_stats: ForgeStatsAggregator,
+    dirty: BTreeSet<(Tier, String)>,
+    calls_since_flush: u32,
+    /// Bumped by every change of the tool population; invalidates built handlers.
+    generation: u64,
+}
+
+impl State {
+    pub(crate) fn tier(&self, tier: Tier, session: &str) -> Option<&BTreeMap<String, Entry>> {
+        match tier {
+            Tier::Session => self.sessions.get(session),
+            Tier::Agent => Some(&self.agent),
+            Tier::Shared => Some(&self.shared),
+        }
+    }
+
+    pub(crate) fn tier_mut(&mut self, tier: Tier, session: &str) -> &mut BTreeMap<String, Entry> {
+        match tier {
+            Tier::Session => self.sessions.entry(session.to_string()).or_default(),
+            Tier::Agent => &mut self.agent,
+            Tier::Shared => &mut self.shared,
+        }
+    }
+
+    /// The active entry callers of `session` reach for `name`: session, then agent, then shared.
+    pub(crate) fn resolve(&self, name: &str, session: &str) -> Option<(Tier, &Entry)> {
+        [Tier::Session, Tier::Agent, Tier::Shared]
+            .into_iter()
+            .find_map(|t| self.tier(t, session).and_then(|m| m.get(name)).filter(|e| e.active()).map(|e| (t, e)))
+    }
+
+    fn active_count(&self, tier: Tier, session: &str, except: &str) -> usize {
+        self.tier(tier, session).map(|m| m.values().filter(|e| e.active() && e.record.name != except).count()).unwrap_or(0)
+    }
+}
+
+/// The tiered tool registry of one agent. Create with [`Registry::load`]; it is shared as
+/// `Rc<Registry>` (the `forge_tool` meta-tool and the tool wrappers hold it weakly).
+pub struct Registry {
+    agent_id: String,
+    config: EmergentConfig,
+    store: Rc<dyn Store>,
+    env: Rc<dyn Environment>,
+    forge: Forge,
+    promotion_judge: Option<Rc<dyn Model>>,
+    host_tools: RefCell<ToolSet>,
+    pub(crate) state: RefCell<State>,
+    sink: RefCell<Option<Box<dyn EventSink>>>,
+    me: Weak<Registry>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("agent_id", &self.agent_id).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+fn versioned<T: Serialize>(kind: &str, data: &T) -> Value {
+    serde_json::to_value(Versioned { kind: kind.to_string(), v: 1, data }).unwrap_or(Value::Null)
+}
+
+fn unversioned<T: DeserializeOwned>(key: &str, value: Value) -> Result<T, RegistryError> {
+    serde_json::from_value::<Versioned<T>>(value).map(|v| v.data).map_err(|e| RegistryError::Corrupt { key: key.to_string(), message: e.to_string() })
+}
+
+impl Registry {
+    /// Loads the agent and shared tiers, stats, pending approvals and the audit trail of
+    /// `agent_id` from `deps.store`.
+    pub async fn load(config: EmergentConfig, deps: RegistryDeps, agent_id: &str) -> Result<Rc<Registry>, RegistryError> {
+        let mut state = State::default();
+        let prefixes = [(Tier::Agent, format!("agent/{agent_id}/")), (Tier::Shared, "shared/".to_string())];
+        for (tier, prefix) in &prefixes {
+            let mut stats: HashMap<String, ToolStats> = HashMap::new();
+            for (key, value) in deps.store.scan(&format!("{prefix}stats/")).await? {
+                let name = key[prefix.len() + 6..].to_string();
+                stats.insert(name, unversioned(&key, value)?);
+            }
+            for (key, value) in deps.store.scan(&format!("{prefix}tool/")).await? {
+                let record: ToolRecord = unversioned(&key, value)?;
+                let s = stats.remove(&record.name).unwrap_or_default();
+                state.tier_mut(*tier, "").insert(record.name.clone(), Entry::new(record, s));
+            }
+        }
+        for (key, value) in deps.store.scan(&format!("agent/{agent_id}/approval/")).await? {
+            let approval: PendingApproval = unversioned(&key, value)?;
+            state.approvals.insert(approval.id.clone(), approval);
+        }
+        let audit_key = format!("agent/{agent_id}/audit");
+        if let Some(value) = deps.store.get(&audit_key).await? {
+            let entries: Vec<AuditEntry> = unversioned(&audit_key, value)?;
+            state.audit = entries.into();
+        }
+        let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
+        let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
+        Ok(Rc::new_cyclic(|me| Registry {
+            agent_id: agent_id.to_string(),
+            config,
+            store: deps.store,
+            env: deps.env,
+            forge,
+            promotion_judge,
+            host_tools: RefCell::new(ToolSet::new()),
+            state: RefCell::new(state),
+            sink: RefCell::new(None),
+            me: me.clone(),
+        }))
+    }
+
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    pub fn config(&self) -> &EmergentConfig {
+        &self.config
+    }
+
+    /// Where registry events go (forge stages, promotions, approvals). Events of forges made
+    /// inside a run carry that run's id.
+    pub fn set_event_sink(&self, sink: Box<dyn EventSink>) {
+        *self.sink.borrow_mut() = Some(sink);
+    }
+
+    /// The host tools compose pipelines may use (the agent's own tools).
+    pub fn set_host_tools(&self, tools: ToolSet) {
+        *self.host_tools.borrow_mut() = tools;
+        self.state.borrow_mut().generation += 1;
+    }
+
+    pub(crate) fn host_tool_names(&self) -> Vec<String> {
+        self.host_tools.borrow().names().map(str::to_string).collect()
+    }
+
+    pub(crate) fn emit(&self, run_id: &str, body: EventBody) {
+        if let Some(sink) = self.sink.borrow_mut().as_mut() {
+            let run_path = if run_id.is_empty() { vec![] } else { vec![run_id.to_string()] };
+            sink.emit(AgentEvent { run_id: run_id.to_string(), run_path, body });
+        }
+    }
+
+    pub(crate) fn now(&self) -> f64 {
+        self.env.now_ms()
+    }
+
+    pub(crate) fn env(&self) -> &Rc<dyn Environment> {
+        &self.env
+    }
+
+    pub(crate) fn forge_engine(&self) -> &Forge {
+        &self.forge
+    }
+
+    pub(crate) fn promotion_judge(&self) -> Option<&Rc<dyn Model>> {
+        self.promotion_judge.as_ref()
+    }
+
+    // ---- persistence -------------------------------------------------------------------
+
+    fn prefix(&self, tier: Tier) -> String {
+        match tier {
+            Tier::Shared => "shared/".to_string(),
+            _ => format!("agent/{}/", self.agent_id),
+        }
+    }
+
+    pub(crate) fn tool_key(&self, tier: Tier, name: &str) -> String {
+        format!("{}tool/{name}", self.prefix(tier))
+    }
+
+    pub(crate) fn stats_key(&self, tier: Tier, name: &str) -> String {
+        format!("{}stats/{name}", self.prefix(tier))
+    }
+
+    pub(crate) fn approval_key(&self, id: &str) -> String {
+        format!("agent/{}/approval/{id}", self.agent_id)
+    }
+
+    /// Ops writing `entry` (record and stats) when its tier is persisted.
+    pub(crate) fn entry_ops(&self, entry: &Entry) -> Vec<BatchOp> {
+        let tier = entry.record.tier;
+        if tier == Tier::Session {
+            return vec![];
+        }
+        vec![
+            BatchOp::Put { key: self.tool_key(tier, &entry.record.name), value: versioned("tool", &entry.record) },
+            BatchOp::Put { key: self.stats_key(tier, &entry.record.name), value: versioned("stats", &entry.stats) },
+        ]
+    }
+
+    /// Ops deleting a persisted entry.
+    pub(crate) fn delete_ops(&self, tier: Tier, name: &str) -> Vec<BatchOp> {
+        if tier == Tier::Session {
+            return vec![];
+        }
+        vec![BatchOp::Delete { key: self.tool_key(tier, name) }, BatchOp::Delete { key: self.stats_key(tier, name) }]
+    }
+
+    pub(crate) fn approval_op(&self, approval: &PendingApproval) -> BatchOp {
+        BatchOp::Put { key: self.approval_key(&approval.id), value: versioned("approval", approval) }
+    }
+
+    /// Appends to the audit ring (dropping the oldest beyond capacity) and returns the op
+    /// persisting the ring.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn audit(&self, state: &mut State, action: &str, tool: &str, version: Option<u32>, tier: Option<Tier>, detail: String, session: Option<&str>) -> BatchOp {
+        state.audit.push_back(AuditEntry {
+            at: self.now(),
+            action: action.to_string(),
+            tool: tool.to_string(),
+            version,
+            tier,
+            detail,
+            session_id: session.filter(|s| !s.is_empty()).map(str::to_string),
+        });
+        while state.audit.len() > self.config.audit_capacity.max(1) {
+            state.audit.pop_front();
+        }
+        let entries: Vec<&AuditEntry> = state.audit.iter().collect();
+        BatchOp::Put { key: format!("agent/{}/audit", self.agent_id), value: versioned("audit", &entries) }
+    }
+
+    /// Writes a batch, keeping only the last write per key (the audit ring is re-put often).
+    pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
+        let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
+        let mut order: Vec<String> = vec![];
+        for op in ops {
+            let key = match &op {
+                BatchOp::Put { key, .. } | BatchOp::Delete { key } => key.clone(),
+            };
+            if !last.contains_key(&key) {
+                order.push(key.clone());
+            }
+            last.insert(key, op);
+        }
+        let ops: Vec<BatchOp> = order.into_iter().filter_map(|k| last.remove(&k)).collect();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.store.batch(ops).await?;
+        Ok(())
+    }
+
+    /// Writes the stats of agent/shared tools called since the last flush, in one batch.
+    pub async fn flush_stats(&self) -> Result<(), RegistryError> {
+        let ops: Vec<BatchOp> = {
+            let mut state = self.state.borrow_mut();
+            let dirty = std::mem::take(&mut state.dirty);
+            state.calls_since_flush = 0;
+            dirty
+                .into_iter()
+                .filter_map(|(tier, name)| {
+                    state.tier(tier, "").and_then(|m| m.get(&name)).map(|e| BatchOp::Put { key: self.stats_key(tier, &name), value: versioned("stats", &e.stats) })
+                })
+                .collect()
+        };
+        self.persist(ops).await
+    }
+
+    /// Counts one call of `name` at `tier`; returns whether a stats flush is due.
+    pub(crate) fn record_call(&self, tier: Tier, session: &str, name: &str, ok: bool, latency_ms: f64) -> bool {
+        let mut state = self.state.borrow_mut();
+        let Some(entry) = state.tier_mut(tier, session).get_mut(name) else { return false };
+        entry.stats.record(ok, latency_ms);
+        if tier == Tier::Session {
+            return false;
+        }
+        state.dirty.insert((tier, name.to_string()));
+        state.calls_since_flush += 1;
+        state.calls_since_flush >= self.config.stats_flush_every.max(1)
+    }
+
+    // ---- forging -----------------------------------------------------------------------
+
+    /// Forges a tool for `session` outside any run. Never fails: a bad request is a rejected
+    /// [`ForgeResult`] with a reason and category.
+    pub async fn forge(&self, request: &Value, session: &str) -> ForgeResult {
+        self.forge_in_run(request, session, "").await
+    }
+
+    /// Forges within the run `run_id` (events carry it); used by the `forge_tool` meta-tool.
+    pub async fn forge_in_run(&self, request: &Value, session: &str, run_id: &str) -> ForgeResult {
+        let origin = ForgeOrigin { agent_id: self.agent_id.clone(), session_id: session.to_string(), scope: None, run_id: run_id.to_string() };
+        let tools = self.tool_set(session);
+        match self.verify(request, &origin, &tools).await {
+            Ok(verified) => self.register_session(verified, &origin, "forge").await,
+            Err(rejection) => self.reject(&rejection, &origin).await,
+        }
+    }
+
+    pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &ToolSet) -> Result<Verified, Rejection> {
+        let session = origin.session_id.clone();
+        let max = self.config.max_session_tools;
+        let admit = |req: &crate::forge::ForgeRequest| {
+            if req.name == FORGE_TOOL_NAME {
+                return Err(format!("`{FORGE_TOOL_NAME}` is reserved"));
+            }
+            let count = self.state.borrow().active_count(Tier::Session, &session, &req.name);
+            if count >= max {
+                return Err(format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"));
+            }
+            Ok(())
+        };
+        let run_id = origin.run_id.clone();
+        let emit = |body: EventBody| self.emit(&run_id, body);
+        self.forge.verify(request, origin, tools, &admit, &emit).await
+    }
+
+    pub(crate) async fn reject(&self, rejection: &Rejection, origin: &ForgeOrigin) -> ForgeResult {
+        let ops = {
+            let mut state = self.state.borrow_mut();
+            state.forge_stats.record_rejected(&rejection.name, rejection.category);
+            let mut ops = vec![];
+            if let Some(v) = &rejection.verdict {
+                ops.push(self.audit(&mut state, "verdict", &rejection.name, None, None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(&origin.session_id)));
+            }
+            ops.push(self.audit(&mut state, "reject", &rejection.name, None, None, format!("{}: {}", rejection.category.as_str(), rejection.reason), Some(&origin.session_id)));
+            ops
+        };
+        self.emit(&origin.run_id, EventBody::ForgeRejected { name: rejection.name.clone(), category: rejection.category, reason: rejection.reason.clone() });
+        let _ = self.persist(ops).await; // the audit write is best effort; the rejection stands
+        ForgeResult::rejected(rejection)
+    }
+
+    /// Registers a verified tool in the session tier (a new version when the name exists).
+    pub(crate) async fn register_session(&self, verified: Verified, origin: &ForgeOrigin, action: &str) -> ForgeResult {
+        let session = origin.session_id.as_str();
+        let hash = content_hash(&verified.request);
+        let now = self.now();
+        let (info, ops) = {
+            let mut state = self.state.borrow_mut();
+            let previous = state.resolve(&verified.request.name, session).map(|(_, e)| e.record.clone());
+            let own = state.tier(Tier::Session, session).and_then(|m| m.get(&verified.request.name)).map(|e| e.record.clone());
+            let version = previous.as_ref().map(|r| r.history.iter().map(|v| v.version).max().unwrap_or(r.current.version) + 1).unwrap_or(1);
+            let current = ToolVersion { version, hash: hash.clone(), request: verified.request.clone(), verdict: Some(verified.verdict.clone()), created_at: now };
+            let mut history = own.map(|r| r.history).unwrap_or_default();
+            history.push(current.clone());
+            if history.len() > MAX_VERSIONS {
+                history.remove(0);
+            }
+            let record = ToolRecord {
+                name: verified.request.name.clone(),
+                tier: Tier::Session,
+                status: ToolStatus::Active,
+                current,
+                history,
+                session_id: Some(session.to_string()),
+                origin: ForgeOrigin { scope: verified.request.scope.clone(), ..origin.clone() },
+                promotion: PromotionMemo::default(),
+            };
+            let entry = Entry::new(record, ToolStats::default());
+            let info = tool_info(&entry);
+            state.tier_mut(Tier::Session, session).insert(verified.request.name.clone(), entry);
+            state.generation += 1;
+            state.forge_stats.record_approved(&verified.request.name, verified.verdict.confidence);
+            let v = &verified.verdict;
+            let ops = vec![
+                self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)),
+                self.audit(&mut state, "verdict", &info.name, Some(version), None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(session)),
+                self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), Some(session)),
+            ];
+            (info, ops)
+        };
+        self.emit(&origin.run_id, EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone() });
+        let _ = self.persist(ops).await;
+        ForgeResult { success: true, tool: Some(info), verdict: Some(verified.verdict), tests: Some(verified.tests), reason: None, category: None }
+    }
+
+    /// The forge stats snapshot.
+    pub fn stats(&self) -> ForgeStats {
+        self.state.borrow().forge_stats.snapshot()
+    }
+
+    // ---- tool sets and calls -----------------------------------------------------------
+
+    /// The tools a run of `session` sees: host tools, then shared, agent and session tiers
+    /// (the more specific tier wins a name), plus `forge_tool` when emergent is enabled.
+    /// Demoted entries are left out.
+    pub fn tool_set(&self, session: &str) -> ToolSet {
+        let mut set = self.host_tools.borrow().clone();
+        let mut placed: HashMap<String, Tier> = HashMap::new();
+        let mut pending: Vec<(Tier, ToolRecord)> = vec![];
+        {
+            let state = self.state.borrow();
+            let gen = state.generation;
+            for tier in [Tier::Shared, Tier::Agent, Tier::Session] {
+                let Some(map) = state.tier(tier, session) else { continue };
+                for entry in map.values().filter(|e| e.active()) {
+                    match &entry.built {
+                        Some((g, tool)) if *g == gen => {
+                            set.insert(tool.clone());
+                            placed.insert(entry.record.name.clone(), tier);
+                        }
+                        _ => pending.push((tier, entry.record.clone())),
+                    }
+                }
+            }
+        }
+        let mut built: Vec<(Tier, String, Tool)> = vec![];
+        loop {
+            let before = pending.len();
+            pending.retain(|(tier, record)| {
+                if placed.get(&record.name).is_some_and(|t| specificity(*t) > specificity(*tier)) {
+                    return false; // a more specific tier already provides this name
+                }
+                match self.build(record, *tier, session, &set) {
+                    Some(tool) => {
+                        set.insert(tool.clone());
+                        placed.insert(record.name.clone(), *tier);
+                        built.push((*tier, record.name.clone(), tool));
+                        false
+                    }
+                    None => true,
+                }
+            });
+            if pending.is_empty() || pending.len() == before {
+                break;
+            }
+        }
+        if !built.is_empty() {
+            let mut state = self.state.borrow_mut();
+            let gen = state.generation;
+            for (tier, name, tool) in built {
+                if let Some(e) = state.tier_mut(tier, session).get_mut(&name) {
+                    e.built = Some((gen, tool));
+                }
+            }
+        }
+        if self.config.enabled {
+            if let Ok(tool) = Tool::new(
+                FORGE_TOOL_NAME,
+                crate::forge::forge_tool_description(),
+                &crate::forge::forge_tool_schema(),
+                None,
+                Rc::new(ForgeToolHandler::new(self.me.clone())),
+            ) {
+                set.insert(tool);
+            }
+        }
+        set
+    }
+
+    /// Builds the callable tool for a record: the forged handler wrapped so every call is
+    /// counted. `None` when it cannot be built now (e.g. a compose step's tool is missing).
+    fn build(&self, record: &ToolRecord, tier: Tier, session: &str, visible: &ToolSet) -> Option<Tool> {
+        let inner = self.forge.build(&record.current.request, visible).ok()?;
+        provider::tracked(inner, self.me.clone(), tier, session)
+    }
+
+    /// Calls the tool `name` as a run of `session` would reach it (session, agent, shared,
+    /// then host tools). Arguments and output are checked against the schemas; an output
+    /// that violates the output schema is an `invalid_output` failure, never a success.
+    pub async fn call(&self, name: &str, args: Value, session: &str) -> Result<Value, ToolFailure> {
+        let set = self.tool_set(session);
+        let Some(tool) = set.get(name) else {
+            let demoted = {
+                let state = self.state.borrow();
+                [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.tier(t, session).and_then(|m| m.get(name)).is_some())
+            };
+            return Err(if demoted {
+                ToolFailure::new("denied", format!("`{name}` is demoted and cannot be called at its old tier"))
+            } else {
+                ToolFailure::new("unknown_tool", format!("no tool named `{name}`"))
+            });
+        };
+        let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string() };
+        invoke(tool, args, &ctx).await
+    }
+
+    /// Calls `name` at exactly `tier`: fails with `denied` when the tool there is demoted.
+    pub async fn call_at(&self, name: &str, tier: Tier, args: Value, session: &str) -> Result<Value, ToolFailure> {
+        let status = self.state.borrow().tier(tier, session).and_then(|m| m.get(name)).map(|e| e.record.status);
+        match status {
+            None => Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}` at the {} tier", tier.as_str()))),
+            Some(ToolStatus::Demoted) => Err(ToolFailure::new("denied", format!("`{name}` was demoted from the {} tier and cannot be called there", tier.as_str()))),
+            Some(ToolStatus::Active) => {
+                let set = self.tool_set(session);
+                let tool = self.state.borrow().tier(tier, session).and_then(|m| m.get(name)).and_then(|e| e.built.as_ref().map(|(_, t)| t.clone()));
+                let Some(tool) = tool.or_else(|| set.get(name).cloned()) else {
+                    return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
+                };
+                let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string() };
+                invoke(&tool, args, &ctx).await
+            }
+        }
+    }
+
+    /// Every registered tool `session` can see, demoted tombstones included (session tier
+    /// first, then agent, then shared).
+    pub fn list(&self, session: &str) -> Vec<ToolInfo> {
+        let state = self.state.borrow();
+        [Tier::Session, Tier::Agent, Tier::Shared]
+            .into_iter()
+            .filter_map(|t| state.tier(t, session))
+            .flat_map(|m| m.values().map(tool_info))
+            .collect()
+    }
+
+    /// The audit trail, oldest first.
+    pub fn audit_trail(&self) -> Vec<AuditEntry> {
+        self.state.borrow().audit.iter().cloned().collect()
+    }
+
+    /// Approvals waiting for `approve`/`deny`.
+    pub fn pending_approvals(&self) -> Vec<PendingApproval> {
+        self.state.borrow().approvals.values().cloned().collect()
+    }
+
+    /// Discards the session tier of `session` and flushes pending stats.
+    pub async fn end_session(&self, session: &str) -> Result<(), RegistryError> {
+        {
+            let mut state = self.state.borrow_mut();
+            state.sessions.remove(session);
+            state.generation += 1;
+        }
+        self.flush_stats().await
+    }
+
+    // ---- lifecycle ---------------------------------------------------------------------
+
+    /// Moves `name` down one tier (shared → agent, agent → session of `session`). The old
+    /// tier keeps a demoted tombstone that cannot be called. The highest active tier holding
+    /// the name is demoted.
+    pub async fn demote(&self, name: &str, session: &str) -> Result<ToolInfo, RegistryError> {
+        let (info, ops, from, to) = {
+            let mut state = self.state.borrow_mut();
+            let from = [Tier::Shared, Tier::Agent, Tier::Session]
+                .into_iter()
+                .find(|t| state.tier(*t, session).and_then(|m| m.get(name)).is_some_and(Entry::active))
+                .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+            let to = from.lower().ok_or_else(|| RegistryError::LowestTier(name.to_string()))?;
+            let old = state.tier_mut(from, session).get_mut(name).expect("found above");
+            old.record.status = ToolStatus::Demoted;
+            old.built = None;
+            let mut ops = self.entry_ops(old);
+            let mut record = old.record.clone();
+            let stats = old.stats.clone();
+            record.tier = to;
+            record.status = ToolStatus::Active;
+            if to == Tier::Session {
+                record.session_id = Some(session.to_string());
+            }
+            let entry = Entry::new(record, stats);
+            ops.extend(self.entry_ops(&entry));
+            let info = tool_info(&entry);
+            state.tier_mut(to, session).insert(name.to_string(), entry);
+            state.generation += 1;
+            ops.push(self.audit(&mut state, "demote", name, Some(info.version), Some(to), format!("demoted from {} to {}", from.as_str(), to.as_str()), Some(session)));
+            (info, ops, from, to)
+        };
+        self.persist(ops).await?;
+        self.emit("", EventBody::ToolDemoted { name: name.to_string(), from_tier: from, to_tier: to });
+        Ok(info)
+    }
+
+    /// Restores version `version` of `name` (the entry `session` reaches) as its current
+    /// version.
+    pub async fn rollback(&self, name: &str, version: u32, session: &str) -> Result<ToolInfo, RegistryError> {
+        let (info, ops) = {
+            let mut state = self.state.borrow_mut();
+            let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+            let entry = state.tier_mut(tier, session).get_mut(name).expect("resolved above");
+            let target = entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
+            let from = entry.record.current.version;
+            entry.record.current = target;
+            entry.built = None;
+            let mut ops = self.entry_ops(entry);
+            let info = tool_info(entry);
+            state.generation += 1;
+            ops.push(self.audit(&mut state, "rollback", name, Some(version), Some(tier), format!("rolled back from version {from} to {version}"), Some(session)));
+            (info, ops)
+        };
+        self.persist(ops).await?;
+        Ok(info)
+    }
+}
+
+/// How specific a tier is for name resolution (session wins).
+fn specificity(t: Tier) -> u8 {
+    match t {
+        Tier::Session => 2,
+        Tier::Agent => 1,
+        Tier::Shared => 0,
+    }
+}
+
+/// The listed view of an entry.
+pub(crate) fn tool_info(entry: &Entry) -> ToolInfo {
+    let r = &entry.record;
+    let req = &r.current.request;
+    ToolInfo {
+        name: r.name.clone(),
+        description: req.description.clone(),
+        tier: r.tier,
+        version: r.current.version,
+        hash: r.current.hash.clone(),
+        mode: req.implementation.mode().to_string(),
+        input_schema: req.input_schema.clone(),
+        output_schema: req.output_schema.clone(),
+        implementation: Some(req.implementation.clone()),
+        stats: entry.stats.clone(),
+        verdict: r.current.verdict.clone(),
+        session_id: r.session_id.clone(),
+        created_at: r.current.created_at,
+        versions: r.history.iter().map(|v| v.version).collect(),
+        status: r.status,
+    }
+}

@@ -1,0 +1,137 @@
+//! Export and import of a tool as a portable YAML package, format id `crucible.tool.v1`.
+//!
+//! A package carries the tool's content (name, description, schemas, implementation, test
+//! cases), its content hash, version, verdict and provenance. Sandbox source is redacted
+//! (`redacted: true`, no `code`) unless `persistSandboxSource` is set; a redacted package
+//! cannot be imported. Import verifies the content hash, re-runs the whole forge pipeline
+//! (tests and judge) and lands the tool in the session tier.
+//!
+//! Packages of the `agentos.emergent-tool.v1` shape are read where fields match: the same
+//! content fields at the top level or under `tool`, snake_case accepted, the hash under
+//! `hash`/`contentHash`/`content_hash` (optionally `sha256:`-prefixed). Such a package
+//! without a hash is accepted, since it is fully re-verified by tests and judge anyway; a
+//! hash that is present must match.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::forge::{normalize, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict};
+
+use super::{content_hash, Registry, RegistryError};
+
+/// This crate's package format id.
+pub const PACKAGE_FORMAT: &str = "crucible.tool.v1";
+/// The peer format read on import.
+pub const AGENTOS_FORMAT: &str = "agentos.emergent-tool.v1";
+
+/// A portable tool package (serialized as YAML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolPackage {
+    pub format: String,
+    pub name: String,
+    pub description: String,
+    pub version: u32,
+    /// sha256 hex of the canonical content (computed with the source present).
+    pub hash: String,
+    pub mode: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub implementation: Implementation,
+    pub test_cases: Vec<ForgeTestCase>,
+    /// True when the sandbox source was left out.
+    #[serde(default)]
+    pub redacted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    #[serde(default)]
+    pub provenance: Value,
+}
+
+fn invalid(msg: impl Into<String>) -> RegistryError {
+    RegistryError::InvalidPackage(msg.into())
+}
+
+impl Registry {
+    /// Exports the tool `session` reaches as `name` as a YAML package.
+    pub fn export(&self, name: &str, session: &str) -> Result<String, RegistryError> {
+        let package = {
+            let state = self.state.borrow();
+            let (tier, entry) = state.resolve(name, session).ok_or_else(|| RegistryError::NotFound(name.into()))?;
+            let r = &entry.record;
+            let req = &r.current.request;
+            let mut implementation = req.implementation.clone();
+            let mut redacted = false;
+            if let Implementation::Sandbox { code, .. } = &mut implementation {
+                if !self.config().persist_sandbox_source {
+                    *code = None;
+                    redacted = true;
+                }
+            }
+            ToolPackage {
+                format: PACKAGE_FORMAT.into(),
+                name: r.name.clone(),
+                description: req.description.clone(),
+                version: r.current.version,
+                hash: r.current.hash.clone(),
+                mode: req.implementation.mode().into(),
+                input_schema: req.input_schema.clone(),
+                output_schema: req.output_schema.clone(),
+                implementation,
+                test_cases: req.test_cases.clone(),
+                redacted,
+                verdict: r.current.verdict.clone(),
+                provenance: json!({
+                    "agentId": r.origin.agent_id,
+                    "sessionId": r.origin.session_id,
+                    "scope": r.origin.scope,
+                    "tier": tier,
+                    "createdAt": r.current.created_at,
+                }),
+            }
+        };
+        serde_norway::to_string(&package).map_err(|e| invalid(format!("cannot serialize: {e}")))
+    }
+
+    /// Imports a package into the session tier of `session`: rejects redacted packages and
+    /// content hash mismatches, then re-runs normalization, tests and the judge. Package
+    /// problems are errors; a failed verification is a rejected [`ForgeResult`].
+    pub async fn import(&self, package: &str, session: &str) -> Result<ForgeResult, RegistryError> {
+        let raw: Value = serde_norway::from_str(package).map_err(|e| invalid(format!("not YAML: {e}")))?;
+        let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
+        let format = ["format", "schemaVersion", "schema_version", "kind"]
+            .iter()
+            .find_map(|k| top.get(*k).and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_string();
+        if format != PACKAGE_FORMAT && format != AGENTOS_FORMAT {
+            return Err(invalid(format!("unknown format `{format}`; expected `{PACKAGE_FORMAT}` or `{AGENTOS_FORMAT}`")));
+        }
+        if let Some(Value::Object(tool)) = top.remove("tool") {
+            for (k, v) in tool {
+                top.entry(k).or_insert(v);
+            }
+        }
+        let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false);
+        let body = Value::Object(top.clone());
+        let request = normalize(&body).map_err(|e| invalid(if redacted { "the sandbox source is redacted; a redacted package cannot be imported".to_string() } else { e.to_string() }))?;
+        if redacted || matches!(&request.implementation, Implementation::Sandbox { code: None, .. }) {
+            return Err(invalid("the sandbox source is redacted; a redacted package cannot be imported"));
+        }
+        let declared = ["hash", "contentHash", "content_hash"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).map(|h| h.trim_start_matches("sha256:").to_ascii_lowercase());
+        let actual = content_hash(&request);
+        match declared {
+            Some(h) if h != actual => return Err(invalid(format!("content hash mismatch: the package says {h}, the content hashes to {actual}"))),
+            None if format == PACKAGE_FORMAT => return Err(invalid("the package has no content hash")),
+            _ => {}
+        }
+        let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), run_id: String::new() };
+        let tools = self.tool_set(session);
+        let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
+        Ok(match self.verify(&request_value, &origin, &tools).await {
+            Ok(verified) => self.register_session(verified, &origin, "import").await,
+            Err(rejection) => self.reject(&rejection, &origin).await,
+        })
+    }
+}
+

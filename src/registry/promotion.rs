@@ -1,0 +1,234 @@
+//! Promotion between tiers.
+//!
+//! session → agent: the tool needs `promotionThreshold.uses` successful calls and a creation
+//! verdict with confidence at or above `promotionThreshold.confidence`; its tests are re-run;
+//! then a two-reviewer panel (a safety reviewer and a correctness reviewer: two judge calls with
+//! different prompts) must both approve. A panel or test rejection is remembered: the same
+//! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
+//! tool changed (new hash). agent → shared: emits `approval.requested` and waits for
+//! [`Registry::approve`] / [`Registry::deny`]; pending approvals are persisted.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::EventBody;
+use crate::forge::{ask_judge, review_prompt, run_tests, ReviewKind, Verdict};
+use crate::tools::CallContext;
+
+use super::{tool_info, Entry, PendingApproval, Registry, RegistryError, Tier, ToolInfo, ToolStatus};
+
+/// How a promotion request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromotionStatus {
+    /// The tool moved up.
+    Promoted,
+    /// Waiting for a human (`approve`/`deny`).
+    Pending,
+    /// Refused (thresholds, tests, panel, limits); see `reason`.
+    Rejected,
+    /// Not re-asked: the same version was rejected and not enough uses passed since.
+    Suppressed,
+}
+
+/// The outcome of [`Registry::request_promotion`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionOutcome {
+    pub status: PromotionStatus,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<PendingApproval>,
+    /// The panel's verdicts (safety, correctness) when it was asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<Verdict>,
+}
+
+impl PromotionOutcome {
+    fn new(status: PromotionStatus, reason: impl Into<String>) -> Self {
+        Self { status, reason: reason.into(), tool: None, approval: None, verdicts: vec![] }
+    }
+}
+
+impl Registry {
+    /// Asks to move `name` up to `to` (`agent` from the session tier of `session`, or
+    /// `shared` from the agent tier).
+    pub async fn request_promotion(&self, name: &str, to: Tier, session: &str) -> Result<PromotionOutcome, RegistryError> {
+        match to {
+            Tier::Agent => self.promote_to_agent(name, session).await,
+            Tier::Shared => self.request_shared(name, session).await,
+            Tier::Session => Err(RegistryError::InvalidPromotion { name: name.into(), from: "any".into(), to: "session".into() }),
+        }
+    }
+
+    async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
+        let ops = {
+            let mut state = self.state.borrow_mut();
+            if let Some(e) = state.tier_mut(Tier::Session, session).get_mut(name) {
+                e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
+                e.record.promotion.rejected_at_successes = e.stats.successes;
+            }
+            vec![self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))]
+        };
+        self.persist(ops).await?;
+        let mut out = PromotionOutcome::new(PromotionStatus::Rejected, reason);
+        out.verdicts = verdicts;
+        Ok(out)
+    }
+
+    async fn promote_to_agent(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
+        let threshold = self.config().promotion_threshold;
+        let (record, successes) = {
+            let state = self.state.borrow();
+            let e = state.tier(Tier::Session, session).and_then(|m| m.get(name)).filter(|e| e.record.status == ToolStatus::Active).ok_or_else(|| RegistryError::NotFound(name.into()))?;
+            (e.record.clone(), e.stats.successes)
+        };
+        let memo = &record.promotion;
+        if memo.rejected_hash.as_deref() == Some(record.current.hash.as_str()) && successes < memo.rejected_at_successes + self.config().promotion_retry_uses {
+            let needed = memo.rejected_at_successes + self.config().promotion_retry_uses - successes;
+            return Ok(PromotionOutcome::new(PromotionStatus::Suppressed, format!("this version's promotion was rejected; {needed} more successful uses (or a new version) before asking again")));
+        }
+        if successes < threshold.uses {
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("needs {} successful uses, has {successes}", threshold.uses)));
+        }
+        let confidence = record.current.verdict.as_ref().map(|v| v.confidence).unwrap_or(0.0);
+        if confidence < threshold.confidence {
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("verdict confidence {confidence} is below the threshold {}", threshold.confidence)));
+        }
+        let agent_count = self.state.borrow().active_count(Tier::Agent, "", name);
+        if agent_count >= self.config().max_agent_tools {
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("the agent tier is full ({agent_count} of maxAgentTools {})", self.config().max_agent_tools)));
+        }
+
+        // Re-run the tests against the tool as it is built now.
+        let request = record.current.request.clone();
+        let tools = self.tool_set(session);
+        let tool = match self.forge_engine().build(&request, &tools) {
+            Ok(t) => t,
+            Err((reason, _)) => return self.remember_rejection(name, session, format!("cannot rebuild: {reason}"), vec![]).await,
+        };
+        let ctx = CallContext { run_id: String::new(), call_id: format!("promotion-test-{name}"), session_id: session.to_string() };
+        let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
+        if let Some(reason) = crate::forge::test_failure_reason(&tests) {
+            return self.remember_rejection(name, session, format!("tests failed on re-run: {reason}"), vec![]).await;
+        }
+
+        // The two-reviewer panel.
+        let mut verdicts = vec![];
+        for kind in [ReviewKind::Safety, ReviewKind::Correctness] {
+            match ask_judge(self.promotion_judge(), review_prompt(kind, &request, &tests), "").await {
+                Ok(v) => verdicts.push(v),
+                Err(e) => return self.remember_rejection(name, session, format!("panel: no verdict ({e})"), verdicts).await,
+            }
+        }
+        if let Some(no) = verdicts.iter().position(|v| !v.approved) {
+            let who = if no == 0 { "safety" } else { "correctness" };
+            let reason = format!("the {who} reviewer rejected: {}", verdicts[no].reasoning);
+            return self.remember_rejection(name, session, reason, verdicts).await;
+        }
+
+        let (info, ops, version) = {
+            let mut state = self.state.borrow_mut();
+            let Some(entry) = state.tier_mut(Tier::Session, session).remove(name) else { return Err(RegistryError::NotFound(name.into())) };
+            let mut record = entry.record;
+            record.tier = Tier::Agent;
+            record.status = ToolStatus::Active;
+            record.promotion = Default::default();
+            let entry = Entry::new(record, entry.stats);
+            let mut ops = self.entry_ops(&entry);
+            let info = tool_info(&entry);
+            state.agent.insert(name.to_string(), entry);
+            state.generation += 1;
+            ops.push(self.audit(&mut state, "promote", name, Some(info.version), Some(Tier::Agent), "promoted session → agent; panel approved".into(), Some(session)));
+            (info.clone(), ops, info.version)
+        };
+        self.persist(ops).await?;
+        self.emit("", EventBody::ToolPromoted { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, version });
+        let mut out = PromotionOutcome::new(PromotionStatus::Promoted, "promoted to the agent tier");
+        out.tool = Some(info);
+        out.verdicts = verdicts;
+        Ok(out)
+    }
+
+    async fn request_shared(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
+        let (approval, ops) = {
+            let mut state = self.state.borrow_mut();
+            let active = state.agent.get(name).is_some_and(|e| e.record.status == ToolStatus::Active);
+            if !active {
+                return Err(RegistryError::InvalidPromotion { name: name.into(), from: "a tier other than agent".into(), to: "shared".into() });
+            }
+            if let Some(existing) = state.approvals.values().find(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).cloned() {
+                let mut out = PromotionOutcome::new(PromotionStatus::Pending, "already waiting for approval");
+                out.approval = Some(existing);
+                return Ok(out);
+            }
+            let approval = PendingApproval {
+                id: self.env().new_id("approval"),
+                kind: "promotion".into(),
+                tool: name.into(),
+                from_tier: Some(Tier::Agent),
+                to_tier: Some(Tier::Shared),
+                requested_at: self.now(),
+                reason: format!("promote `{name}` to the shared tier (all agents of this runtime)"),
+                run_id: None,
+                call_id: None,
+                arguments: None,
+            };
+            state.approvals.insert(approval.id.clone(), approval.clone());
+            let ops = vec![self.approval_op(&approval), self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session))];
+            (approval, ops)
+        };
+        self.persist(ops).await?;
+        self.emit("", EventBody::ApprovalRequested { approval: approval.clone() });
+        let mut out = PromotionOutcome::new(PromotionStatus::Pending, "waiting for human approval");
+        out.approval = Some(approval);
+        Ok(out)
+    }
+
+    /// Grants a pending approval: the tool moves from the agent to the shared tier.
+    pub async fn approve(&self, id: &str) -> Result<ToolInfo, RegistryError> {
+        let (info, ops) = {
+            let mut state = self.state.borrow_mut();
+            let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
+            let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
+            let name = approval.tool.clone();
+            match state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) {
+                None => {
+                    ops.push(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
+                    (Err(RegistryError::NotFound(name)), ops)
+                }
+                Some(entry) => {
+                    ops.extend(self.delete_ops(Tier::Agent, &name));
+                    let mut record = entry.record;
+                    record.tier = Tier::Shared;
+                    let entry = Entry::new(record, entry.stats);
+                    ops.extend(self.entry_ops(&entry));
+                    let info = tool_info(&entry);
+                    state.shared.insert(name.clone(), entry);
+                    state.generation += 1;
+                    ops.push(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
+                    ops.push(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
+                    (Ok(info), ops)
+                }
+            }
+        };
+        self.persist(ops).await?;
+        let info = info?;
+        self.emit("", EventBody::ToolPromoted { name: info.name.clone(), from_tier: Tier::Agent, to_tier: Tier::Shared, version: info.version });
+        Ok(info)
+    }
+
+    /// Refuses a pending approval; the tool stays where it is.
+    pub async fn deny(&self, id: &str, reason: &str) -> Result<(), RegistryError> {
+        let ops = {
+            let mut state = self.state.borrow_mut();
+            let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
+            vec![
+                crate::store::BatchOp::Delete { key: self.approval_key(id) },
+                self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None),
+            ]
+        };
+        self.persist(ops).await
+    }
+}

@@ -1,0 +1,60 @@
+//! The registry as the agent's per-turn tool provider, and the call-counting wrapper every
+//! registered tool runs through (stats: calls, success rate, average latency; agent/shared
+//! stats written in batches every `statsFlushEvery` calls and at session end).
+
+use std::rc::{Rc, Weak};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::agent::ToolProvider;
+use crate::tools::{invoke, CallContext, Tool, ToolFailure, ToolHandler, ToolSet};
+
+use super::{Registry, Tier};
+
+/// Runs a registered tool and counts the call. Validation (input and output schema) happens
+/// inside, so an output that violates the schema counts as a failure.
+struct TrackedHandler {
+    inner: Tool,
+    registry: Weak<Registry>,
+    tier: Tier,
+    session: String,
+}
+
+#[async_trait(?Send)]
+impl ToolHandler for TrackedHandler {
+    async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        let registry = self.registry.upgrade();
+        let started = registry.as_ref().map(|r| r.now()).unwrap_or(0.0);
+        let result = invoke(&self.inner, args, ctx).await;
+        if let Some(registry) = registry {
+            let latency = registry.now() - started;
+            if registry.record_call(self.tier, &self.session, &self.inner.name, result.is_ok(), latency) {
+                // Best effort: failed stats writes stay dirty and are retried at the next flush.
+                let _ = registry.flush_stats().await;
+            }
+        }
+        result
+    }
+}
+
+/// Wraps a built forged tool so its calls are counted for (`tier`, `session`).
+pub(super) fn tracked(inner: Tool, registry: Weak<Registry>, tier: Tier, session: &str) -> Option<Tool> {
+    let input = inner.input_schema().source().clone();
+    let output = inner.output_schema().map(|s| s.source().clone());
+    let name = inner.name.clone();
+    let description = inner.description.clone();
+    let handler = Rc::new(TrackedHandler { inner, registry, tier, session: session.to_string() });
+    Tool::new(name, description, &input, output.as_ref(), handler).ok()
+}
+
+impl ToolProvider for Registry {
+    /// The agent's own tools are the host tools; the registry adds its tiers and `forge_tool`.
+    fn tools(&self, session_id: &str, host: &ToolSet) -> ToolSet {
+        let known: Vec<String> = self.host_tool_names();
+        if !known.iter().map(String::as_str).eq(host.names()) {
+            self.set_host_tools(host.clone());
+        }
+        self.tool_set(session_id)
+    }
+}

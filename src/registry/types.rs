@@ -1,0 +1,248 @@
+//! The registry's data: tiers, per-tool stats, tool records with their versions, audit
+//! entries, pending approvals (the TS shapes of `npm/src/emergent/types.ts`), and the
+//! emergent configuration.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::forge::{ForgeOrigin, ForgeRequest, Implementation, Verdict};
+
+/// Where a tool lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// One session; discarded when the session ends.
+    Session,
+    /// One agent; persisted through the store.
+    Agent,
+    /// Every agent of the runtime; reached only with human approval.
+    Shared,
+}
+
+impl Tier {
+    /// The tier below (`None` for session).
+    pub fn lower(self) -> Option<Tier> {
+        match self {
+            Tier::Session => None,
+            Tier::Agent => Some(Tier::Session),
+            Tier::Shared => Some(Tier::Agent),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Session => "session",
+            Tier::Agent => "agent",
+            Tier::Shared => "shared",
+        }
+    }
+}
+
+/// Usage of one tool (the TS `ToolStats`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolStats {
+    pub calls: u64,
+    pub successes: u64,
+    pub failures: u64,
+    /// successes / calls, 0 when never called.
+    pub success_rate: f64,
+    pub avg_latency_ms: f64,
+}
+
+impl ToolStats {
+    /// Adds one call.
+    pub fn record(&mut self, ok: bool, latency_ms: f64) {
+        let total = self.avg_latency_ms * self.calls as f64 + latency_ms;
+        self.calls += 1;
+        if ok {
+            self.successes += 1;
+        } else {
+            self.failures += 1;
+        }
+        self.avg_latency_ms = total / self.calls as f64;
+        self.success_rate = self.successes as f64 / self.calls as f64;
+    }
+}
+
+/// Whether a tool may be called at its tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "lowercase")]
+pub enum ToolStatus {
+    Active,
+    /// Moved down a tier; this tier's entry is kept as a tombstone and cannot be called.
+    Demoted,
+}
+
+/// One version of a tool: its full content, hash and verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolVersion {
+    pub version: u32,
+    /// sha256 (hex) of the canonical content (see `hash.rs`).
+    pub hash: String,
+    pub request: ForgeRequest,
+    pub verdict: Option<Verdict>,
+    pub created_at: f64,
+}
+
+/// What a rejected promotion remembers so it is not re-asked too soon.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionMemo {
+    /// Hash of the version whose promotion was rejected.
+    pub rejected_hash: Option<String>,
+    /// Successful uses when it was rejected.
+    pub rejected_at_successes: u64,
+}
+
+/// A registered tool at one tier: current version, history, provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRecord {
+    pub name: String,
+    pub tier: Tier,
+    pub status: ToolStatus,
+    pub current: ToolVersion,
+    /// Every version kept for rollback, oldest first (the current one included).
+    pub history: Vec<ToolVersion>,
+    /// Session that forged or imported it.
+    pub session_id: Option<String>,
+    pub origin: ForgeOrigin,
+    #[serde(default)]
+    pub promotion: PromotionMemo,
+}
+
+/// Most versions a record keeps.
+pub const MAX_VERSIONS: usize = 20;
+
+/// A registered tool as listed (the TS `ToolInfo`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    pub tier: Tier,
+    pub version: u32,
+    pub hash: String,
+    /// `compose`, `sandbox` or `host`.
+    pub mode: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<Implementation>,
+    pub stats: ToolStats,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    pub created_at: f64,
+    pub versions: Vec<u32>,
+    pub status: ToolStatus,
+}
+
+/// An audit trail entry (the TS `AuditEntry`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    pub at: f64,
+    /// `forge`, `verdict`, `register`, `reject`, `promote`, `demote`, `rollback`, `import`,
+    /// `approval.requested`, `approval.approved`, `approval.denied`.
+    pub action: String,
+    pub tool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// A request waiting for a human (the TS `PendingApproval`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApproval {
+    pub id: String,
+    /// `promotion` or `tool_call`.
+    pub kind: String,
+    pub tool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_tier: Option<Tier>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_tier: Option<Tier>,
+    pub requested_at: f64,
+    pub reason: String,
+    /// Tool-call approvals: the paused run, the call, and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
+}
+
+/// Promotion thresholds: successful uses and minimum verdict confidence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PromotionThreshold {
+    pub uses: u64,
+    pub confidence: f64,
+}
+
+impl Default for PromotionThreshold {
+    fn default() -> Self {
+        Self { uses: 5, confidence: 0.8 }
+    }
+}
+
+/// `emergent` options of `createAgent` (models are passed separately, see [`super::Judges`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EmergentConfig {
+    pub enabled: bool,
+    pub max_session_tools: usize,
+    pub max_agent_tools: usize,
+    /// Applied by the host's sandbox runner.
+    pub sandbox_timeout_ms: u64,
+    /// Applied by the host's sandbox runner.
+    pub sandbox_memory_mb: u64,
+    pub promotion_threshold: PromotionThreshold,
+    /// After a rejected promotion, successful uses needed before asking again (unless the
+    /// tool changes first).
+    pub promotion_retry_uses: u64,
+    #[serde(rename = "allowedSandboxAPIs")]
+    pub allowed_sandbox_apis: Vec<String>,
+    /// Applied by the host's fetch bridge.
+    pub fetch_domain_allowlist: Vec<String>,
+    pub persist_sandbox_source: bool,
+    /// Most audit entries kept (oldest dropped first).
+    pub audit_capacity: usize,
+    /// Calls between batched writes of agent/shared tool stats.
+    pub stats_flush_every: u32,
+}
+
+impl Default for EmergentConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_session_tools: 10,
+            max_agent_tools: 50,
+            sandbox_timeout_ms: 5000,
+            sandbox_memory_mb: 128,
+            promotion_threshold: PromotionThreshold::default(),
+            promotion_retry_uses: 5,
+            allowed_sandbox_apis: vec![],
+            fetch_domain_allowlist: vec![],
+            persist_sandbox_source: false,
+            audit_capacity: 500,
+            stats_flush_every: 16,
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! `forge_tool` inside a full agent run: the scripted model forges a tool in turn 1, calls
+//! the new tool in turn 2 (the registry is the agent's per-turn tool provider), then answers.
+
+mod support;
+
+use std::rc::Rc;
+
+use crucible::agent::{Agent, AgentConfig, CollectingSink, EventBody, NativeEnvironment, RunOptions, ToolProvider};
+use crucible::model::Message;
+use futures::executor::block_on;
+use serde_json::{json, Value};
+use support::emergent::*;
+use support::{call, text, ScriptedModel};
+
+fn agent_with_registry(model: Rc<ScriptedModel>, rig: &Rig) -> Agent {
+    let agent = Agent::new(AgentConfig::default(), model, host_tools(), Rc::new(NativeEnvironment::default())).unwrap();
+    agent.set_tool_provider(Some(rig.registry.clone() as Rc<dyn ToolProvider>));
+    agent
+}
+
+fn tool_result(model: &ScriptedModel, request: usize) -> Value {
+    let requests = model.requests.borrow();
+    let Message::Tool { content, .. } = requests[request].messages.last().unwrap() else { panic!("no tool result") };
+    serde_json::from_str(content).unwrap()
+}
+
+#[test]
+fn a_model_forges_a_tool_then_calls_it_next_turn_then_answers() {
+    let r = rig();
+    let forge_args = slugify_request("slugify", SLUGIFY_JS).to_string();
+    let model = ScriptedModel::new(vec![
+        call("forge_tool", &forge_args),
+        call("slugify", r#"{"text":"Hello World!"}"#),
+        text("The slug is hello-world."),
+    ]);
+    let agent = agent_with_registry(model.clone(), &r);
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("Make a slug of 'Hello World!'", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();
+    assert_eq!(out.text, "The slug is hello-world.");
+
+    let requests = model.requests.borrow();
+    let names = |i: usize| requests[i].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    assert!(names(0).contains(&"forge_tool".to_string()) && !names(0).contains(&"slugify".to_string()));
+    assert!(names(1).contains(&"slugify".to_string()), "the forged tool is offered in the next turn");
+    drop(requests);
+    let forged = tool_result(&model, 1);
+    assert_eq!(forged["success"], true);
+    assert_eq!(forged["name"], "slugify");
+    assert_eq!(tool_result(&model, 2), json!({ "slug": "hello-world" }));
+
+    // The loop saw two successful tool executions; the registry emitted the forge events
+    // carrying the run id.
+    let ends = sink.events.iter().filter(|e| matches!(e.body, EventBody::ToolExecuteEnd { .. })).count();
+    assert_eq!(ends, 2);
+    assert_eq!(r.events.types(), ["forge.start", "forge.test", "forge.test", "forge.judge", "forge.registered"]);
+    assert!(r.events.0.borrow().iter().all(|e| e.run_id == out.run_id));
+    assert_eq!(r.registry.list("s1")[0].stats.calls, 1, "calls from the loop are counted");
+}
+
+#[test]
+fn a_rejected_forge_is_a_readable_tool_result_so_the_model_can_retry() {
+    let r = rig();
+    let mut bad = slugify_request("slugify", SLUGIFY_JS);
+    bad["testCases"].as_array_mut().unwrap().pop();
+    let model = ScriptedModel::new(vec![
+        call("forge_tool", &bad.to_string()),
+        call("forge_tool", &slugify_request("slugify", SLUGIFY_JS).to_string()),
+        text("done"),
+    ]);
+    let agent = agent_with_registry(model.clone(), &r);
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();
+    let first = tool_result(&model, 1);
+    assert_eq!(first["success"], false);
+    assert_eq!(first["category"], "shape_check");
+    assert!(first["reason"].as_str().unwrap().contains("at least 2"));
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ToolExecuteError { .. })), "a bad request is not a tool failure");
+    assert_eq!(tool_result(&model, 2)["success"], true);
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.approved, stats.rejected, stats.unique_terminal_rejections), (2, 1, 1, 0));
+}
+
+#[test]
+fn messy_small_model_arguments_still_forge() {
+    let r = rig();
+    // Stringified schemas, a mode synonym, flat-ish tests under `tests` with `expected`.
+    let messy = json!({
+        "name": "slugify",
+        "inputSchema": "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}}}",
+        "outputSchema": "{\"type\":\"object\",\"properties\":{\"slug\":{\"type\":\"string\"}}}",
+        "implementation": { "mode": "javascript", "code": SLUGIFY_JS },
+        "tests": [{ "input": { "text": "A B" }, "expected": { "slug": "a-b" } }, { "input": { "text": "C" }, "expected": { "slug": "c" } }]
+    });
+    let model = ScriptedModel::new(vec![call("forge_tool", &messy.to_string()), text("ok")]);
+    let agent = agent_with_registry(model.clone(), &r);
+    block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
+    assert_eq!(tool_result(&model, 1)["success"], true, "{}", tool_result(&model, 1));
+}

@@ -1,0 +1,421 @@
+//! The forge pipeline (issue 4 scope items 1–6, 8, 10), specified through test doubles: a
+//! scripted judge model and a scripted sandbox runner.
+
+mod support;
+
+use std::rc::Rc;
+
+use crucible::agent::EventBody;
+use crucible::forge::{
+    classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE,
+};
+use crucible::model::ModelError;
+use crucible::registry::EmergentConfig;
+use crucible::store::MemoryStore;
+use futures::executor::block_on;
+use serde_json::{json, Value};
+use support::emergent::*;
+use support::{text, Reply};
+
+// ---- 1. normalization --------------------------------------------------------------------
+
+#[test]
+fn normalize_parses_stringified_schemas_and_a_stringified_request() {
+    let raw = json!({
+        "name": "slugify",
+        "inputSchema": "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}}}",
+        "outputSchema": "{\"type\":\"object\",\"properties\":{\"slug\":{\"type\":\"string\"}}}",
+        "implementation": { "mode": "sandbox", "code": "x" },
+        "testCases": []
+    });
+    let req = normalize(&raw).unwrap();
+    assert_eq!(req.input_schema["properties"]["text"]["type"], "string");
+    assert_eq!(req.description, "", "missing optional fields get defaults");
+    let as_text = Value::String(raw.to_string());
+    assert_eq!(normalize(&as_text).unwrap(), req);
+}
+
+#[test]
+fn normalize_maps_mode_synonyms_and_flat_implementations() {
+    for mode in ["js", "javascript", "code", "sandbox"] {
+        let req = normalize(&json!({ "name": "t", "implementation": { "mode": mode, "code": "c" } })).unwrap();
+        assert_eq!(req.implementation, Implementation::Sandbox { code: Some("c".into()), allowlist: vec![] }, "{mode}");
+    }
+    for mode in ["pipeline", "chain", "compose"] {
+        let req = normalize(&json!({ "name": "t", "implementation": { "mode": mode, "steps": [{ "tool": "upper_case", "inputMapping": { "text": "$input.text" } }] } })).unwrap();
+        let Implementation::Compose { steps } = req.implementation else { panic!("{mode}") };
+        assert_eq!(steps[0].name, "step1", "unnamed steps get names");
+    }
+    let flat = normalize(&json!({ "name": "t", "code": "function execute(i) { return i; }" })).unwrap();
+    assert_eq!(flat.implementation.mode(), "sandbox");
+    let flat_steps = normalize(&json!({ "name": "t", "steps": [{ "tool": "upper_case" }] })).unwrap();
+    assert_eq!(flat_steps.implementation.mode(), "compose");
+    assert!(normalize(&json!({ "name": "t", "implementation": { "mode": "python", "code": "x" } })).unwrap_err().0.contains("python"));
+}
+
+#[test]
+fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
+    let base = |cases: Value, key: &str| {
+        let mut v = json!({ "name": "t", "code": "c" });
+        v[key] = cases;
+        normalize(&v).unwrap().test_cases
+    };
+    let map = base(json!({ "a": { "input": { "x": 1 }, "expected": 2 }, "b": { "input": { "x": 2 }, "output": 3 } }), "testCases");
+    assert_eq!(map.len(), 2);
+    assert_eq!(map[0].expected_output, Some(json!(2)));
+    assert_eq!(map[1].expected_output, Some(json!(3)));
+    let single = base(json!({ "input": { "x": 1 }, "expected_output": 5 }), "tests");
+    assert_eq!(single.len(), 1);
+    assert_eq!(single[0].expected_output, Some(json!(5)));
+    let stringly = base(json!("[{\"input\":\"{\\\"x\\\":1}\"}]"), "test_cases");
+    assert_eq!(stringly[0].input, json!({ "x": 1 }));
+    assert_eq!(stringly[0].expected_output, None);
+}
+
+#[test]
+fn attempts_are_tagged_with_agent_session_and_scope() {
+    let r = rig();
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["scope"] = json!("task-7");
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "{res:?}");
+    let exported: Value = serde_norway::from_str(&r.registry.export("slugify", "s1").unwrap()).unwrap();
+    assert_eq!(exported["provenance"]["agentId"], "agent1");
+    assert_eq!(exported["provenance"]["sessionId"], "s1");
+    assert_eq!(exported["provenance"]["scope"], "task-7");
+    assert_eq!(res.tool.unwrap().session_id.as_deref(), Some("s1"));
+}
+
+// ---- 2. schema inference -----------------------------------------------------------------
+
+#[test]
+fn missing_properties_are_inferred_from_the_union_of_test_cases() {
+    let mut req = normalize(&json!({
+        "name": "t", "code": "c",
+        "inputSchema": { "type": "object" },
+        "testCases": [
+            { "input": { "text": "a", "n": 1 }, "expectedOutput": { "ok": true } },
+            { "input": { "text": "b", "ratio": 0.5, "n": 2.5 }, "expectedOutput": { "ok": false, "note": "x" } }
+        ]
+    }))
+    .unwrap();
+    assert_eq!(infer_schemas(&mut req), vec!["input", "output"]);
+    let p = &req.input_schema["properties"];
+    assert_eq!(p["text"]["type"], "string");
+    assert_eq!(p["n"]["type"], "number", "integer and number merge to number");
+    assert_eq!(p["ratio"]["type"], "number");
+    assert_eq!(req.input_schema["required"], json!(["n", "text"]), "fields present in every case are required");
+    assert_eq!(req.output_schema["properties"]["ok"]["type"], "boolean");
+    assert_eq!(req.output_schema["properties"]["note"]["type"], "string");
+}
+
+#[test]
+fn declared_schemas_are_never_relaxed_by_inference() {
+    let declared = json!({ "type": "object", "properties": { "text": { "type": "string", "maxLength": 5 } }, "required": ["text"], "additionalProperties": false });
+    let mut req = normalize(&json!({ "name": "t", "code": "c", "inputSchema": declared, "outputSchema": { "type": "string" },
+        "testCases": [{ "input": { "text": "a", "extra": 1 }, "expectedOutput": "A" }] })).unwrap();
+    assert!(infer_schemas(&mut req).is_empty());
+    assert_eq!(req.input_schema, declared);
+    assert_eq!(req.output_schema, json!({ "type": "string" }));
+    // Inference keeps declared keywords such as additionalProperties.
+    let mut req = normalize(&json!({ "name": "t", "code": "c", "inputSchema": { "type": "object", "properties": {}, "additionalProperties": false },
+        "testCases": [{ "input": { "a": 1 } }] })).unwrap();
+    infer_schemas(&mut req);
+    assert_eq!(req.input_schema["additionalProperties"], false);
+    assert_eq!(req.input_schema["properties"]["a"]["type"], "integer");
+}
+
+#[test]
+fn a_request_without_schemas_forges_once_inference_fills_them() {
+    let r = rig();
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req.as_object_mut().unwrap().remove("inputSchema");
+    req.as_object_mut().unwrap().remove("outputSchema");
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "{res:?}");
+    assert_eq!(res.tool.unwrap().output_schema["properties"]["slug"]["type"], "string");
+}
+
+// ---- 3. shape check ----------------------------------------------------------------------
+
+fn assert_shape_rejected_without_judge(req: Value, category: RejectionCategory, needle: &str) {
+    let judge = approving_judge();
+    let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(!res.success);
+    assert_eq!(res.category, Some(category), "{:?}", res.reason);
+    assert!(res.reason.as_deref().unwrap().contains(needle), "{:?}", res.reason);
+    assert_eq!(judge.requests.borrow().len(), 0, "the judge is never asked about a malformed request");
+    assert!(r.sandbox.requests.borrow().is_empty(), "nothing is built or run either");
+}
+
+#[test]
+fn shape_check_rejects_before_the_judge() {
+    let mut one_case = slugify_request("slugify", SLUGIFY_JS);
+    one_case["testCases"].as_array_mut().unwrap().pop();
+    assert_shape_rejected_without_judge(one_case, RejectionCategory::ShapeCheck, "at least 2");
+
+    let mut empty_input = slugify_request("slugify", SLUGIFY_JS);
+    empty_input["testCases"][1]["input"] = json!({});
+    assert_shape_rejected_without_judge(empty_input, RejectionCategory::ShapeCheck, "empty input");
+
+    let mut no_props = slugify_request("slugify", SLUGIFY_JS);
+    no_props["outputSchema"] = json!({ "type": "object" });
+    for c in no_props["testCases"].as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("expectedOutput");
+    }
+    assert_shape_rejected_without_judge(no_props, RejectionCategory::ShapeCheck, "outputSchema has no properties");
+}
+
+#[test]
+fn extra_test_input_fields_against_a_closed_schema_are_schema_extra_field() {
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["inputSchema"]["additionalProperties"] = json!(false);
+    req["testCases"][0]["input"]["lang"] = json!("en");
+    req["testCases"].as_array_mut().unwrap().pop(); // also a shape problem: extra field wins
+    assert_shape_rejected_without_judge(req, RejectionCategory::SchemaExtraField, "`lang`");
+}
+
+// ---- 4. build: compose -------------------------------------------------------------------
+
+fn compose_request(name: &str, steps: Value, cases: Value) -> Value {
+    json!({
+        "name": name, "description": "compose test",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" }, "meta": { "type": "object" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "count": { "type": "integer" } }, "required": ["count"] },
+        "implementation": { "mode": "compose", "steps": steps },
+        "testCases": cases
+    })
+}
+
+#[test]
+fn compose_resolves_references_interpolation_and_nested_paths() {
+    let r = rig();
+    let steps = json!([
+        { "name": "up", "tool": "upper_case", "inputMapping": { "text": "$input.meta.prefix: $input.text" } },
+        { "name": "count", "tool": "word_count", "inputMapping": { "text": "$prev.text and $steps.up.text" } }
+    ]);
+    let cases = json!([
+        { "input": { "text": "a b", "meta": { "prefix": "say" } }, "expectedOutput": { "count": 7 } },
+        { "input": { "text": "one", "meta": { "prefix": "x" } }, "expectedOutput": { "count": 5 } }
+    ]);
+    let res = block_on(r.registry.forge(&compose_request("shout_count", steps, cases), "s1"));
+    assert!(res.success, "{res:?}");
+    let out = block_on(r.registry.call("shout_count", json!({ "text": "hi there", "meta": { "prefix": "p" } }), "s1")).unwrap();
+    assert_eq!(out, json!({ "count": 7 }), "\"P: HI THERE and P: HI THERE\"");
+}
+
+#[test]
+fn compose_whole_references_keep_json_types_and_literals_pass_through() {
+    let r = rig();
+    let steps = json!([{ "name": "up", "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
+                       { "name": "count", "tool": "word_count", "inputMapping": { "text": "$steps.up.text" } }]);
+    let cases = json!([{ "input": { "text": "a b c" }, "expectedOutput": { "count": 3 } }, { "input": { "text": "$5 off" }, "expectedOutput": { "count": 2 } }]);
+    assert!(block_on(r.registry.forge(&compose_request("c2", steps, cases), "s1")).success);
+    // A literal that merely contains `$` is not a reference.
+    let steps = json!([{ "name": "count", "tool": "word_count", "inputMapping": { "text": "costs $5 now" } }]);
+    let cases = json!([{ "input": { "text": "x" }, "expectedOutput": { "count": 3 } }, { "input": { "text": "y" }, "expectedOutput": { "count": 3 } }]);
+    assert!(block_on(r.registry.forge(&compose_request("c3", steps, cases), "s1")).success);
+}
+
+#[test]
+fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
+    let cases = json!([{ "input": { "text": "a" } }, { "input": { "text": "b" } }]);
+    for (steps, needle) in [
+        (json!([{ "name": "a", "tool": "no_such_tool", "inputMapping": {} }]), "unknown tool `no_such_tool`"),
+        (json!([]), "at least one step"),
+        (json!([{ "name": "a", "tool": "selfie", "inputMapping": { "text": "$input.text" } }]), "cannot compose itself"),
+        (json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "$steps.later.text" } }]), "not an earlier step"),
+    ] {
+        let judge = approving_judge();
+        let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+        let res = block_on(r.registry.forge(&compose_request("selfie", steps, cases.clone()), "s1"));
+        assert!(!res.success);
+        assert!(res.reason.as_deref().unwrap().contains(needle), "{:?}", res.reason);
+        assert_eq!(judge.requests.borrow().len(), 0);
+    }
+}
+
+// ---- 4. build: sandbox allowlist ---------------------------------------------------------
+
+#[test]
+fn sandbox_allowlist_is_the_request_intersected_with_allowed_apis() {
+    let config = EmergentConfig { allowed_sandbox_apis: vec!["crypto".into()], ..Default::default() };
+    let r = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["implementation"]["allowlist"] = json!(["fetch", "crypto"]);
+    assert!(block_on(r.registry.forge(&req, "s1")).success);
+    assert!(r.sandbox.requests.borrow().iter().all(|q| q.allowlist == vec!["crypto".to_string()]));
+}
+
+// ---- 5. tests ----------------------------------------------------------------------------
+
+#[test]
+fn a_wrong_expected_output_rejects_and_lists_every_failing_case() {
+    let r = rig();
+    let res = block_on(r.registry.forge(&slugify_request("slugify", WRONG_JS), "s1"));
+    assert!(!res.success);
+    let reason = res.reason.unwrap();
+    assert!(reason.contains("2 of 2 tests failed") && reason.contains("test 0") && reason.contains("test 1"), "{reason}");
+    assert_eq!(res.tests.unwrap().len(), 2, "every test runs");
+    assert_eq!(res.category, Some(RejectionCategory::Other));
+}
+
+#[test]
+fn an_output_violating_the_output_schema_fails_even_without_expected_output() {
+    let r = rig();
+    let mut req = slugify_request("slugify", BADTYPE_JS);
+    for c in req["testCases"].as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("expectedOutput");
+    }
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(!res.success);
+    assert!(res.reason.unwrap().contains("invalid_output"));
+}
+
+#[test]
+fn numbers_compare_with_tolerance_and_extra_keys_fail() {
+    let r = rig();
+    let add = |expected: Value| json!({
+        "name": "add", "description": "adds",
+        "inputSchema": { "type": "object", "properties": { "a": { "type": "number" }, "b": { "type": "number" } } },
+        "outputSchema": { "type": "object", "properties": { "sum": { "type": "number" } } },
+        "code": ADD_JS,
+        "testCases": [{ "input": { "a": 0.1, "b": 0.2 }, "expectedOutput": expected }, { "input": { "a": 1, "b": 1 }, "expectedOutput": { "sum": 2 } }]
+    });
+    assert!(block_on(r.registry.forge(&add(json!({ "sum": 0.3 })), "s1")).success, "0.1 + 0.2 equals 0.3 within 1e-9");
+    let res = block_on(r.registry.forge(&add(json!({ "sum": 0.3, "extra": 1 })), "s1"));
+    assert!(!res.success, "a missing/extra key is a failure");
+}
+
+#[test]
+fn later_calls_check_the_output_schema_too() {
+    let r = rig();
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
+    let err = block_on(r.registry.call("slugify", json!({ "text": 5 }), "s1")).unwrap_err();
+    assert_eq!(err.code, "invalid_arguments");
+}
+
+// ---- 6. judge ----------------------------------------------------------------------------
+
+fn forge_with_judge(judge: Option<Rc<support::ScriptedModel>>) -> crucible::forge::ForgeResult {
+    let r = rig_with(EmergentConfig::default(), judge, None, Rc::new(MemoryStore::new()));
+    block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1"))
+}
+
+#[test]
+fn no_judge_rejects_every_forge_with_a_clear_reason() {
+    let res = forge_with_judge(None);
+    assert!(!res.success);
+    assert!(res.reason.unwrap().contains("no judge is configured"));
+}
+
+#[test]
+fn broken_json_a_model_error_or_a_partial_verdict_reject() {
+    for reply in [
+        text("{\"approved\": true, \"safety\": 1, \"correctness\": 1"),
+        text("Looks good to me!"),
+        Reply::Fail(ModelError::new("provider_http", "500")),
+        text("{\"approved\": true, \"confidence\": 0.9}"),
+    ] {
+        let res = forge_with_judge(Some(judge_replying(vec![reply.clone()])));
+        assert!(!res.success, "{reply:?}");
+        assert!(res.reason.unwrap().contains("no verdict"), "{reply:?}");
+    }
+}
+
+#[test]
+fn a_judge_that_says_no_rejects_and_a_correctness_no_is_judge_correctness() {
+    let res = forge_with_judge(Some(judge_replying(vec![text(&verdict(false, 0.2, 0.9))])));
+    assert_eq!(res.category, Some(RejectionCategory::JudgeCorrectness));
+    assert!(res.verdict.is_some());
+    let safety_no = "{\"approved\":false,\"safety\":0.1,\"correctness\":0.9,\"determinism\":1,\"boundedness\":1,\"confidence\":0.9,\"reasoning\":\"exfiltrates\"}";
+    let res = forge_with_judge(Some(judge_replying(vec![text(safety_no)])));
+    assert_eq!(res.category, Some(RejectionCategory::Other));
+    assert!(res.reason.unwrap().contains("exfiltrates"));
+}
+
+#[test]
+fn the_review_prompt_carries_code_schemas_and_every_test_result() {
+    let judge = approving_judge();
+    let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
+    let requests = judge.requests.borrow();
+    let crucible::model::Message::User { content } = &requests[0].messages[1] else { panic!() };
+    for needle in ["/*SLUGIFY*/", "\"slug\"", "test 0", "test 1", "PASS", "safety", "boundedness", "confidence"] {
+        assert!(content.contains(needle), "missing {needle}");
+    }
+}
+
+// ---- 8. classification, events, stats ----------------------------------------------------
+
+#[test]
+fn classification_picks_the_most_specific_category() {
+    let all = Evidence { extra_field: true, shape: true, syntax: true, parse: true, judge_correctness: true };
+    assert_eq!(classify(&all), RejectionCategory::SchemaExtraField);
+    assert_eq!(classify(&Evidence { extra_field: false, ..all }), RejectionCategory::ShapeCheck);
+    assert_eq!(classify(&Evidence { syntax: true, parse: true, judge_correctness: true, ..Default::default() }), RejectionCategory::SyntaxError);
+    assert_eq!(classify(&Evidence { parse: true, judge_correctness: true, ..Default::default() }), RejectionCategory::ParseError);
+    assert_eq!(classify(&Evidence { judge_correctness: true, ..Default::default() }), RejectionCategory::JudgeCorrectness);
+    assert_eq!(classify(&Evidence::default()), RejectionCategory::Other);
+}
+
+#[test]
+fn syntax_errors_and_unparseable_requests_are_classified() {
+    let r = rig();
+    let res = block_on(r.registry.forge(&slugify_request("slugify", SYNTAX_JS), "s1"));
+    assert_eq!(res.category, Some(RejectionCategory::SyntaxError), "{:?}", res.reason);
+    let res = block_on(r.registry.forge(&json!("{not json"), "s1"));
+    assert_eq!(res.category, Some(RejectionCategory::ParseError));
+    let res = block_on(r.registry.forge(&json!({ "description": "no name" }), "s1"));
+    assert_eq!(res.category, Some(RejectionCategory::ParseError));
+}
+
+#[test]
+fn each_stage_emits_its_event() {
+    let r = rig();
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
+    assert_eq!(r.events.types(), ["forge.start", "forge.test", "forge.test", "forge.judge", "forge.registered"]);
+    r.events.0.borrow_mut().clear();
+    block_on(r.registry.forge(&slugify_request("bad", WRONG_JS), "s1"));
+    assert_eq!(r.events.types(), ["forge.start", "forge.test", "forge.test", "forge.rejected"]);
+    let v = serde_json::to_value(r.events.0.borrow().last().unwrap()).unwrap();
+    assert_eq!(v["category"], "other");
+    assert!(matches!(r.events.bodies()[1], EventBody::ForgeTest { ref test, .. } if !test.passed));
+}
+
+#[test]
+fn stats_aggregate_attempts_approvals_and_terminal_rejections() {
+    let r = rig();
+    let forge = |req: Value| block_on(r.registry.forge(&req, "s1"));
+    forge(slugify_request("a", WRONG_JS)); // a: rejected (other)
+    forge(slugify_request("a", SLUGIFY_JS)); // a: approved on retry
+    forge(slugify_request("b", SYNTAX_JS)); // b: rejected, never approved
+    forge(json!({ "name": "c", "code": "x", "testCases": [] })); // c: shape_check, never approved
+    forge(slugify_request("d", SLUGIFY_JS)); // d: approved
+    let s = r.registry.stats();
+    assert_eq!((s.attempts, s.approved, s.rejected), (5, 2, 3));
+    assert!((s.approved_confidence_sum - 1.8).abs() < 1e-9);
+    assert_eq!((s.unique_names, s.unique_approved, s.unique_terminal_rejections), (4, 2, 2));
+    assert_eq!(s.rejections_by_category["other"], 1);
+    assert_eq!(s.rejections_by_category["syntax_error"], 1);
+    assert_eq!(s.rejections_by_category["shape_check"], 1);
+    assert_eq!(s.rejections_by_category["judge_correctness"], 0);
+    assert_eq!(s.rejections_by_category.len(), 6);
+}
+
+// ---- 10. prompting -----------------------------------------------------------------------
+
+#[test]
+fn the_worked_example_is_itself_a_request_that_forges() {
+    let def = forge_tool_definition();
+    assert!(def.description.contains(FORGE_TOOL_EXAMPLE));
+    assert!(def.description.contains("success:false"));
+    let example: Value = serde_json::from_str(FORGE_TOOL_EXAMPLE).unwrap();
+    let schema = crucible::tools::CompiledSchema::compile(&def.input_schema).unwrap();
+    assert!(schema.check(&example).is_ok(), "the example matches the forge_tool schema");
+    let mut req = example.clone();
+    req["implementation"]["code"] = json!(SLUGIFY_JS); // the scripted sandbox knows it by marker
+    let r = rig();
+    assert!(block_on(r.registry.forge(&req, "s1")).success);
+}

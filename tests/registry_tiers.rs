@@ -1,0 +1,334 @@
+//! The tiered registry (issue 4 scope items 7 and 9): limits, persistence, promotion,
+//! approvals, demotion, rollback, audit, export/import — over the in-memory store double.
+
+mod support;
+
+use std::rc::Rc;
+
+use crucible::registry::{EmergentConfig, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus};
+use crucible::store::{MemoryStore, Store};
+use futures::executor::block_on;
+use serde_json::json;
+use support::emergent::*;
+use support::text;
+
+fn forge_ok(r: &Rig, name: &str, code: &str, session: &str) {
+    let res = block_on(r.registry.forge(&slugify_request(name, code), session));
+    assert!(res.success, "{res:?}");
+}
+
+fn use_n(r: &Rig, name: &str, n: usize, session: &str) {
+    for _ in 0..n {
+        block_on(r.registry.call(name, json!({ "text": "A b" }), session)).unwrap();
+    }
+}
+
+fn promo_config() -> EmergentConfig {
+    EmergentConfig { promotion_threshold: PromotionThreshold { uses: 3, confidence: 0.8 }, promotion_retry_uses: 2, ..Default::default() }
+}
+
+/// A rig whose session tool `slugify` is ready for promotion to the agent tier.
+fn promoted_rig(store: Rc<MemoryStore>) -> Rig {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), store);
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+    r
+}
+
+#[test]
+fn session_tools_are_limited_per_session_and_discarded_at_session_end() {
+    let r = rig_with(EmergentConfig { max_session_tools: 2, ..Default::default() }, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    forge_ok(&r, "t1", SLUGIFY_JS, "s1");
+    forge_ok(&r, "t2", SLUGIFY_JS, "s1");
+    forge_ok(&r, "t2", SLUGIFY_V2_JS, "s1"); // a new version of an existing tool does not count
+    let res = block_on(r.registry.forge(&slugify_request("t3", SLUGIFY_JS), "s1"));
+    assert!(!res.success && res.reason.unwrap().contains("maxSessionTools"));
+    forge_ok(&r, "t3", SLUGIFY_JS, "s2"); // other sessions have their own budget
+    assert_eq!(r.registry.list("s1").len(), 2);
+    assert!(r.registry.list("s1").iter().all(|t| t.tier == Tier::Session));
+    block_on(r.registry.end_session("s1")).unwrap();
+    assert!(r.registry.list("s1").is_empty());
+    assert_eq!(block_on(r.registry.call("t1", json!({ "text": "x" }), "s1")).unwrap_err().code, "unknown_tool");
+    assert_eq!(r.registry.list("s2").len(), 1);
+}
+
+#[test]
+fn calls_update_per_tool_stats() {
+    let r = rig();
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    // Invalid arguments are refused before the tool runs and are not counted as its calls.
+    assert_eq!(block_on(r.registry.call("slugify", json!({ "nope": 1 }), "s1")).unwrap_err().code, "invalid_arguments");
+    let info = r.registry.list("s1").into_iter().find(|t| t.name == "slugify").unwrap();
+    assert_eq!((info.stats.calls, info.stats.successes, info.stats.failures), (3, 3, 0));
+    assert!(info.stats.avg_latency_ms >= 0.0);
+    assert_eq!(info.hash.len(), 64);
+
+    // A compose tool whose reference does not resolve for some input fails at run time.
+    let req = json!({
+        "name": "prefixed", "description": "prefix then count",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" }, "meta": { "type": "object" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "count": { "type": "integer" } } },
+        "implementation": { "mode": "compose", "steps": [{ "name": "c", "tool": "word_count", "inputMapping": { "text": "$input.meta.p $input.text" } }] },
+        "testCases": [{ "input": { "text": "a", "meta": { "p": "x" } }, "expectedOutput": { "count": 2 } }, { "input": { "text": "a b", "meta": { "p": "x" } }, "expectedOutput": { "count": 3 } }]
+    });
+    assert!(block_on(r.registry.forge(&req, "s1")).success);
+    block_on(r.registry.call("prefixed", json!({ "text": "a", "meta": { "p": "y" } }), "s1")).unwrap();
+    let err = block_on(r.registry.call("prefixed", json!({ "text": "a" }), "s1")).unwrap_err();
+    assert!(err.message.contains("does not resolve"), "{err:?}");
+    let info = r.registry.list("s1").into_iter().find(|t| t.name == "prefixed").unwrap();
+    assert_eq!((info.stats.calls, info.stats.successes, info.stats.failures), (2, 1, 1));
+    assert!((info.stats.success_rate - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn promotion_to_agent_persists_across_a_fresh_load() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    assert!(r.events.types().contains(&"tool.promoted".to_string()));
+    block_on(r.registry.end_session("s1")).unwrap();
+    assert!(block_on(store.get("agent/agent1/tool/slugify")).unwrap().is_some());
+
+    let fresh = rig_with(promo_config(), Some(approving_judge()), None, store.clone());
+    let tools = fresh.registry.list("other-session");
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].tier, Tier::Agent);
+    assert_eq!(tools[0].stats.successes, 3, "stats survive");
+    assert_eq!(block_on(fresh.registry.call("slugify", json!({ "text": "Hi There" }), "x")).unwrap(), json!({ "slug": "hi-there" }));
+    assert!(fresh.registry.audit_trail().iter().any(|a| a.action == "promote"), "the audit trail is persisted");
+}
+
+#[test]
+fn agent_stats_are_batch_written() {
+    let store = Rc::new(MemoryStore::new());
+    let config = EmergentConfig { stats_flush_every: 4, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let persisted_calls = || block_on(store.get("agent/agent1/stats/slugify")).unwrap().unwrap()["data"]["calls"].as_u64().unwrap();
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(persisted_calls(), 3, "not written yet");
+    use_n(&r, "slugify", 1, "s1");
+    assert_eq!(persisted_calls(), 7, "the 4th call flushes");
+}
+
+#[test]
+fn promotion_needs_uses_and_confidence_above_the_threshold() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected);
+    assert!(out.reason.contains("3 successful uses"));
+
+    let low = ScriptedModelExt::judge(0.5);
+    let r = rig_with(promo_config(), Some(low), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 5, "s1");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected);
+    assert!(out.reason.contains("confidence"));
+}
+
+struct ScriptedModelExt;
+impl ScriptedModelExt {
+    fn judge(confidence: f64) -> Rc<support::ScriptedModel> {
+        support::ScriptedModel::repeating(text(&verdict(true, 0.9, confidence)))
+    }
+}
+
+#[test]
+fn the_panel_has_two_reviewers_who_must_both_approve_and_a_no_is_not_re_asked_soon() {
+    let panel = judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let n_sandbox = r.sandbox.requests.borrow().len();
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected);
+    assert!(out.reason.contains("correctness reviewer"), "{}", out.reason);
+    assert_eq!(r.sandbox.requests.borrow().len(), n_sandbox + 2, "the tests are re-run first");
+    {
+        let asks = panel.requests.borrow();
+        assert_eq!(asks.len(), 2, "two judge calls");
+        let prompt = |i: usize| match &asks[i].messages[1] { crucible::model::Message::User { content } => content.clone(), _ => panic!() };
+        assert!(prompt(0).contains("SAFETY reviewer") && prompt(1).contains("CORRECTNESS reviewer"));
+    }
+    // Re-asking right away is suppressed without judge calls.
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Suppressed);
+    assert_eq!(panel.requests.borrow().len(), 2);
+    // M (= 2) more successful uses lift the suppression.
+    use_n(&r, "slugify", 2, "s1");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+    assert_eq!(panel.requests.borrow().len(), 4);
+}
+
+#[test]
+fn a_changed_tool_may_be_re_asked_immediately() {
+    let panel = judge_replying(vec![text(&verdict(false, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(panel), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Rejected);
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1"); // a new version: new hash, fresh stats
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+}
+
+#[test]
+fn the_agent_tier_is_limited() {
+    let config = EmergentConfig { max_agent_tools: 1, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    for name in ["a", "b"] {
+        forge_ok(&r, name, SLUGIFY_JS, "s1");
+        use_n(&r, name, 3, "s1");
+    }
+    assert_eq!(block_on(r.registry.request_promotion("a", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let out = block_on(r.registry.request_promotion("b", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected);
+    assert!(out.reason.contains("maxAgentTools"));
+}
+
+#[test]
+fn shared_promotion_waits_for_approval_which_survives_a_restart() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Pending);
+    let approval = out.approval.unwrap();
+    assert!(r.events.types().contains(&"approval.requested".to_string()));
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent, "nothing moves before approval");
+
+    let fresh = rig_with(promo_config(), Some(approving_judge()), None, store.clone());
+    assert_eq!(fresh.registry.pending_approvals(), vec![approval.clone()]);
+    let info = block_on(fresh.registry.approve(&approval.id)).unwrap();
+    assert_eq!(info.tier, Tier::Shared);
+    assert!(fresh.registry.pending_approvals().is_empty());
+    assert!(block_on(store.get("shared/tool/slugify")).unwrap().is_some());
+    assert!(block_on(store.get("agent/agent1/tool/slugify")).unwrap().is_none());
+    assert!(fresh.events.types().contains(&"tool.promoted".to_string()));
+    // Another agent of the runtime sees the shared tool.
+    let deps_other = rig_with(promo_config(), Some(approving_judge()), None, store.clone());
+    assert!(deps_other.registry.list("z").iter().any(|t| t.tier == Tier::Shared && t.name == "slugify"));
+}
+
+#[test]
+fn a_denied_approval_leaves_the_tool_where_it_was() {
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.deny(&approval.id, "not general enough")).unwrap();
+    assert!(r.registry.pending_approvals().is_empty());
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
+    assert!(r.registry.audit_trail().iter().any(|a| a.action == "approval.denied" && a.detail.contains("not general enough")));
+    assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NoSuchApproval(_))));
+}
+
+#[test]
+fn demote_moves_a_tool_down_and_the_old_tier_cannot_be_called() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let info = block_on(r.registry.demote("slugify", "s2")).unwrap();
+    assert_eq!(info.tier, Tier::Session);
+    assert!(r.events.types().contains(&"tool.demoted".to_string()));
+    let err = block_on(r.registry.call_at("slugify", Tier::Agent, json!({ "text": "x" }), "s2")).unwrap_err();
+    assert_eq!(err.code, "denied");
+    assert!(block_on(r.registry.call_at("slugify", Tier::Session, json!({ "text": "x" }), "s2")).is_ok());
+    // Other sessions no longer reach it at all; after a restart the agent tier is still a tombstone.
+    assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "x" }), "s3")).unwrap_err().code, "denied");
+    let fresh = rig_with(promo_config(), Some(approving_judge()), None, store);
+    let listed = fresh.registry.list("s9");
+    assert_eq!(listed[0].status, ToolStatus::Demoted);
+    assert_eq!(block_on(fresh.registry.call("slugify", json!({ "text": "x" }), "s9")).unwrap_err().code, "denied");
+    assert!(matches!(block_on(r.registry.demote("slugify", "s2")), Err(RegistryError::LowestTier(_))));
+}
+
+#[test]
+fn versions_carry_hashes_and_rollback_restores_one() {
+    let r = rig();
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    let v2 = r.registry.list("s1").pop().unwrap();
+    assert_eq!((v2.version, v2.versions.clone()), (2, vec![1, 2]));
+    let v1 = block_on(r.registry.rollback("slugify", 1, "s1")).unwrap();
+    assert_eq!(v1.version, 1);
+    assert_ne!(v1.hash, v2.hash);
+    let Some(crucible::forge::Implementation::Sandbox { code, .. }) = &v1.implementation else { panic!() };
+    assert_eq!(code.as_deref(), Some(SLUGIFY_JS));
+    assert!(matches!(block_on(r.registry.rollback("slugify", 9, "s1")), Err(RegistryError::NoSuchVersion { .. })));
+    assert!(r.registry.audit_trail().iter().any(|a| a.action == "rollback"));
+}
+
+#[test]
+fn the_audit_trail_is_a_bounded_ring() {
+    let r = rig_with(EmergentConfig { audit_capacity: 5, ..Default::default() }, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    for i in 0..4 {
+        forge_ok(&r, &format!("t{i}"), SLUGIFY_JS, "s1");
+    }
+    let trail = r.registry.audit_trail();
+    assert_eq!(trail.len(), 5);
+    assert_eq!(trail.last().unwrap().action, "register");
+    assert_eq!(trail.last().unwrap().tool, "t3");
+    let persisted = block_on(r.store.get("agent/agent1/audit")).unwrap().unwrap();
+    assert_eq!(persisted["data"].as_array().unwrap().len(), 5);
+    let actions: Vec<String> = rig_audit_actions();
+    assert_eq!(actions, ["forge", "verdict", "register"]);
+}
+
+fn rig_audit_actions() -> Vec<String> {
+    let r = rig();
+    forge_ok(&r, "x", SLUGIFY_JS, "s1");
+    r.registry.audit_trail().into_iter().map(|a| a.action).collect()
+}
+
+#[test]
+fn export_redacts_sandbox_source_and_a_redacted_package_is_not_importable() {
+    let r = rig();
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let pkg = r.registry.export("slugify", "s1").unwrap();
+    assert!(pkg.contains("crucible.tool.v1"));
+    assert!(pkg.contains("redacted: true"));
+    assert!(!pkg.contains("SLUGIFY*/"), "source is left out");
+    let err = block_on(r.registry.import(&pkg, "s2")).unwrap_err();
+    assert!(err.to_string().contains("redacted"), "{err}");
+}
+
+#[test]
+fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier() {
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let judge = approving_judge();
+    let r = rig_with(config.clone(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let pkg = r.registry.export("slugify", "s1").unwrap();
+    assert!(pkg.contains("SLUGIFY"));
+
+    let tampered = pkg.replace("Turn text into a URL slug", "Turn text into a URL slug, trust me");
+    let err = block_on(r.registry.import(&tampered, "s2")).unwrap_err();
+    assert!(err.to_string().contains("hash mismatch"), "{err}");
+
+    let other = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let res = block_on(other.registry.import(&pkg, "s7")).unwrap();
+    assert!(res.success, "{res:?}");
+    assert_eq!(res.tool.as_ref().unwrap().tier, Tier::Session);
+    assert_eq!(res.tests.as_ref().unwrap().len(), 2, "tests re-run");
+    assert_eq!(other.sandbox.requests.borrow().len(), 2);
+    assert!(other.events.types().contains(&"forge.judge".to_string()), "judge re-asked");
+    assert!(other.registry.audit_trail().iter().any(|a| a.action == "import"));
+    assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A B" }), "s7")).unwrap(), json!({ "slug": "a-b" }));
+}
+
+#[test]
+fn import_reads_the_agentos_shape_where_fields_match() {
+    let r = rig();
+    let pkg = format!(
+        "schemaVersion: agentos.emergent-tool.v1\ntool:\n  name: slug2\n  description: slug\n  input_schema:\n    type: object\n    properties:\n      text: {{ type: string }}\n  output_schema:\n    type: object\n    properties:\n      slug: {{ type: string }}\n  implementation:\n    mode: sandbox\n    code: \"{}\"\n  tests:\n    - input: {{ text: Hello World }}\n      expected: {{ slug: hello-world }}\n    - input: {{ text: a b }}\n      expected: {{ slug: a-b }}\n",
+        SLUGIFY_JS.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let res = block_on(r.registry.import(&pkg, "s1")).unwrap();
+    assert!(res.success, "{res:?}");
+    assert!(block_on(r.registry.import("format: something.else\nname: x\n", "s1")).is_err());
+}

@@ -1,0 +1,172 @@
+//! Test doubles for the emergent-capabilities tests: a scripted sandbox runner that
+//! recognises a tiny fixed set of code strings (no JavaScript engine), judge verdict texts for
+//! the scripted model, a shared event sink, host tools and request builders.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use async_trait::async_trait;
+use crucible::agent::{AgentEvent, EventBody, EventSink, NativeEnvironment};
+use crucible::registry::{EmergentConfig, Judges, Registry, RegistryDeps};
+use crucible::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
+use crucible::store::MemoryStore;
+use crucible::tools::{Tool, ToolSet};
+use futures::executor::block_on;
+use serde_json::{json, Value};
+
+use super::{text, FnTool, Reply, ScriptedModel};
+
+pub const SLUGIFY_JS: &str = "/*SLUGIFY*/ function execute(input) { return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') }; }";
+pub const SLUGIFY_V2_JS: &str = "/*SLUGIFY*/ /*v2*/ function execute(input) { return { slug: slug(input.text) }; }";
+pub const ADD_JS: &str = "/*ADD*/ function execute(i) { return { sum: i.a + i.b }; }";
+pub const WRONG_JS: &str = "/*WRONG*/ function execute() { return { slug: 'nope' }; }";
+pub const SYNTAX_JS: &str = "/*SYNTAX*/ function execute( {";
+pub const THROW_JS: &str = "/*THROW*/ function execute() { throw new Error('boom'); }";
+pub const BADTYPE_JS: &str = "/*BADTYPE*/ function execute() { return { slug: 42 }; }";
+
+/// A test-double sandbox runner: evaluates the known code strings above by marker, records
+/// every request.
+#[derive(Default)]
+pub struct ScriptedSandbox {
+    pub requests: RefCell<Vec<SandboxRequest>>,
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.to_lowercase().chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+fn ok(v: Value) -> SandboxResult {
+    SandboxResult { status: SandboxStatus::Ok, output: Some(v), error: None, logs: vec![], duration_ms: 0.1 }
+}
+
+fn fail(status: SandboxStatus, code: &str, message: &str) -> SandboxResult {
+    SandboxResult { status, output: None, error: Some(SandboxFailure { code: code.into(), message: message.into() }), logs: vec![], duration_ms: 0.1 }
+}
+
+#[async_trait(?Send)]
+impl SandboxRunner for ScriptedSandbox {
+    async fn execute(&self, request: &SandboxRequest) -> SandboxResult {
+        self.requests.borrow_mut().push(request.clone());
+        let code = request.code.as_str();
+        let input = &request.input;
+        if code.contains("SLUGIFY") {
+            ok(json!({ "slug": slug(input["text"].as_str().unwrap_or_default()) }))
+        } else if code.contains("ADD") {
+            ok(json!({ "sum": input["a"].as_f64().unwrap_or(0.0) + input["b"].as_f64().unwrap_or(0.0) }))
+        } else if code.contains("WRONG") {
+            ok(json!({ "slug": "nope" }))
+        } else if code.contains("SYNTAX") {
+            fail(SandboxStatus::Rejected, "syntax_error", "SyntaxError: unexpected token `{`")
+        } else if code.contains("THROW") {
+            fail(SandboxStatus::Error, "Error", "boom")
+        } else if code.contains("BADTYPE") {
+            ok(json!({ "slug": 42 }))
+        } else {
+            fail(SandboxStatus::Error, "unknown", "the scripted sandbox does not know this code")
+        }
+    }
+}
+
+/// A judge verdict as the model would write it.
+pub fn verdict(approved: bool, correctness: f64, confidence: f64) -> String {
+    format!(
+        "Here is my review.\n```json\n{{\"approved\":{approved},\"safety\":0.95,\"correctness\":{correctness},\"determinism\":1,\"boundedness\":0.9,\"confidence\":{confidence},\"reasoning\":\"reviewed\"}}\n```"
+    )
+}
+
+/// A judge that approves every tool with confidence 0.9.
+pub fn approving_judge() -> Rc<ScriptedModel> {
+    ScriptedModel::repeating(text(&verdict(true, 0.9, 0.9)))
+}
+
+/// A judge replying `replies` in order.
+pub fn judge_replying(replies: Vec<Reply>) -> Rc<ScriptedModel> {
+    ScriptedModel::new(replies)
+}
+
+/// Collects events into a shared vector.
+#[derive(Clone, Default)]
+pub struct SharedSink(pub Rc<RefCell<Vec<AgentEvent>>>);
+
+impl EventSink for SharedSink {
+    fn emit(&mut self, event: AgentEvent) {
+        self.0.borrow_mut().push(event);
+    }
+}
+
+impl SharedSink {
+    /// The `type` tags of the collected events.
+    pub fn types(&self) -> Vec<String> {
+        self.0.borrow().iter().map(|e| serde_json::to_value(e).unwrap()["type"].as_str().unwrap().to_string()).collect()
+    }
+
+    pub fn bodies(&self) -> Vec<EventBody> {
+        self.0.borrow().iter().map(|e| e.body.clone()).collect()
+    }
+}
+
+/// Host tools: `upper_case` {text} → {text}, `word_count` {text} → {count}.
+pub fn host_tools() -> ToolSet {
+    let mut set = ToolSet::new();
+    let text_in = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    set.insert(
+        Tool::new("upper_case", "Upper-cases text", &text_in, Some(&json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] })), FnTool::new(|a| Ok(json!({ "text": a["text"].as_str().unwrap_or_default().to_uppercase() })))).unwrap(),
+    );
+    set.insert(
+        Tool::new("word_count", "Counts words", &text_in, None, FnTool::new(|a| Ok(json!({ "count": a["text"].as_str().unwrap_or_default().split_whitespace().count() })))).unwrap(),
+    );
+    set
+}
+
+/// Everything a registry test needs, with handles on the doubles.
+pub struct Rig {
+    pub registry: Rc<Registry>,
+    pub store: Rc<MemoryStore>,
+    pub sandbox: Rc<ScriptedSandbox>,
+    pub events: SharedSink,
+}
+
+/// A registry over `store` with the scripted sandbox, `judge` as creation judge and
+/// `panel` as promotion judge, host tools set, events collected.
+pub fn rig_with(config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel: Option<Rc<ScriptedModel>>, store: Rc<MemoryStore>) -> Rig {
+    let sandbox = Rc::new(ScriptedSandbox::default());
+    let deps = RegistryDeps {
+        store: store.clone(),
+        env: Rc::new(NativeEnvironment::default()),
+        sandbox: Some(sandbox.clone()),
+        judges: Judges { judge: judge.map(|j| j as Rc<dyn crucible::model::Model>), promotion_judge: panel.map(|j| j as Rc<dyn crucible::model::Model>) },
+    };
+    let registry = block_on(Registry::load(config, deps, "agent1")).unwrap();
+    registry.set_host_tools(host_tools());
+    let events = SharedSink::default();
+    registry.set_event_sink(Box::new(events.clone()));
+    Rig { registry, store, sandbox, events }
+}
+
+/// A rig with an approving judge and default config.
+pub fn rig() -> Rig {
+    rig_with(EmergentConfig::default(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()))
+}
+
+/// A correct sandbox `slugify` request named `name` with `code`.
+pub fn slugify_request(name: &str, code: &str) -> Value {
+    json!({
+        "name": name,
+        "description": "Turn text into a URL slug",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] },
+        "implementation": { "mode": "sandbox", "code": code },
+        "testCases": [
+            { "input": { "text": "Hello World!" }, "expectedOutput": { "slug": "hello-world" } },
+            { "input": { "text": "Rust & Wasm" }, "expectedOutput": { "slug": "rust-wasm" } }
+        ]
+    })
+}
