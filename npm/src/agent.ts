@@ -8,6 +8,7 @@ import { loadCore } from './core.js';
 import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest } from './providers/types.js';
 import type { Store } from './stores/types.js';
+import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
 import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from '../wasm/crucible_core.js';
@@ -37,6 +38,36 @@ export interface AgentOptions {
   store?: Store;
   /** Namespaces this agent's records in the store (default `"default"`). */
   agentId?: string;
+  /** Emergent capabilities: the `forge_tool` meta-tool and the tiered registry. */
+  emergent?: EmergentOptions;
+}
+
+/** Something that runs forged JavaScript: `createSandbox()` or a compatible host. */
+export interface SandboxHost {
+  execute(request: { code: string; input: unknown; allowlist?: string[] }): Promise<unknown>;
+  close?(): Promise<void>;
+}
+
+/** Options of emergent capabilities (issue-4 contract). */
+export interface EmergentOptions {
+  enabled: boolean;
+  /** Reviews every forge. Absent: every forge is rejected (fail-closed). */
+  judge?: { model: ModelProvider };
+  /** Reviews promotions (a two-reviewer panel); defaults to `judge`. */
+  promotionJudge?: { model: ModelProvider };
+  maxSessionTools?: number;
+  maxAgentTools?: number;
+  sandboxTimeoutMs?: number;
+  sandboxMemoryMB?: number;
+  promotionThreshold?: { uses?: number; confidence?: number };
+  /** Successful uses after a rejected promotion before it is asked again. */
+  promotionRetryUses?: number;
+  allowedSandboxAPIs?: string[];
+  fetchDomainAllowlist?: string[];
+  /** Keep sandbox source in exported packages (a redacted package cannot be imported). */
+  persistSandboxSource?: boolean;
+  /** Runs forged code. Default: `createSandbox()` with the limits above. */
+  sandbox?: SandboxHost;
 }
 
 /** Per-run options. */
@@ -92,10 +123,25 @@ export class AgentRunError extends CrucibleError {
 type EventListener = (e: AgentEvent) => void;
 
 interface CoreAgentHandle {
+  readonly emergentEnabled: boolean;
+  forge(request: unknown, sessionId: string): Promise<ForgeResult>;
+  callTool(name: string, args: unknown, sessionId: string): Promise<unknown>;
+  listTools(sessionId: string): ToolInfo[];
+  forgeStats(): ForgeStats;
+  requestPromotion(name: string, tier: string, sessionId: string): Promise<unknown>;
+  approve(id: string): Promise<ToolInfo>;
+  deny(id: string, reason: string): Promise<void>;
+  demote(name: string, sessionId: string): Promise<ToolInfo>;
+  rollback(name: string, version: number, sessionId: string): Promise<ToolInfo>;
+  exportTool(name: string, sessionId: string): string;
+  importTool(pkg: string, sessionId: string): Promise<ForgeResult>;
+  pendingApprovals(): EmergentApproval[];
+  audit(): AuditEntry[];
+  flushStats(): Promise<void>;
   run(input: string, runId: string, sessionId: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   history(sessionId: string): unknown;
-  endSession(sessionId: string): void;
+  endSession(sessionId: string): Promise<void>;
   toolNames(): string[];
   free(): void;
 }
@@ -106,15 +152,124 @@ function newRunId(): string {
   return `run_${random}${(++runCounter).toString(36)}`;
 }
 
+/** Session options of registry calls. */
+export interface SessionOptions {
+  sessionId?: string;
+}
+
+/** Routes events: run events to their stream, registry events to the stream of the run that
+ * caused them, and every event to `agent.on` listeners. */
+class EventHub {
+  readonly listeners = new Set<EventListener>();
+  readonly streams = new Map<string, EventListener>();
+
+  dispatch = (event: AgentEvent): void => {
+    this.streams.get(event.runId)?.(event);
+    for (const listener of this.listeners) {
+      try {
+        listener(event);
+      } catch {
+        // A throwing listener must not break the run or other listeners.
+      }
+    }
+  };
+}
+
 /** An agent: a model, tools and instructions; remembers each session's conversation. */
 export class Agent {
   readonly #core: CoreAgentHandle;
   readonly #signals: Map<string, AbortSignal>;
+  readonly #hub: EventHub;
+  readonly #sandbox: SandboxHost | undefined;
+
+  /** Forged tools (the emergent registry). */
+  readonly tools: {
+    /** Calls a forged tool as `sessionId` sees it. Output is checked against its schema. */
+    call(name: string, args: unknown, options?: SessionOptions): Promise<unknown>;
+    /** The forged tools a session sees: name, tier, version, hash, stats. */
+    list(options?: SessionOptions): ToolInfo[];
+  };
+
+  /** Registry management: stats, promotion, approvals, demotion, rollback, export/import. */
+  readonly emergent: {
+    stats(): ForgeStats;
+    requestPromotion(name: string, tier: Tier, options?: SessionOptions): Promise<unknown>;
+    approve(approvalId: string): Promise<ToolInfo>;
+    deny(approvalId: string, reason?: string): Promise<void>;
+    demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
+    rollback(name: string, version: number, options?: SessionOptions): Promise<ToolInfo>;
+    export(name: string, options?: SessionOptions): Promise<string>;
+    import(pkg: string, options?: SessionOptions): Promise<ForgeResult>;
+    pendingApprovals(): EmergentApproval[];
+    audit(): AuditEntry[];
+    flushStats(): Promise<void>;
+  };
 
   /** @internal use {@link createAgent} */
-  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>) {
+  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost) {
     this.#core = core;
     this.#signals = signals;
+    this.#hub = hub;
+    this.#sandbox = sandbox;
+    const session = (o?: SessionOptions) => o?.sessionId ?? 'default';
+    const wrap = <T>(f: () => T): T => {
+      try {
+        return f();
+      } catch (error) {
+        throw toCrucibleError(error, '');
+      }
+    };
+    const wrapAsync = async <T>(f: () => Promise<T>): Promise<T> => {
+      try {
+        return await f();
+      } catch (error) {
+        throw toCrucibleError(error, '');
+      }
+    };
+    this.tools = {
+      call: (name, args, o) => wrapAsync(() => core.callTool(name, args, session(o))),
+      list: (o) => wrap(() => core.listTools(session(o))),
+    };
+    this.emergent = {
+      stats: () => wrap(() => core.forgeStats()),
+      requestPromotion: (name, tier, o) => wrapAsync(() => core.requestPromotion(name, tier, session(o))),
+      approve: (id) => wrapAsync(() => core.approve(id)),
+      deny: (id, reason = 'denied') => wrapAsync(() => core.deny(id, reason)),
+      demote: (name, o) => wrapAsync(() => core.demote(name, session(o))),
+      rollback: (name, version, o) => wrapAsync(() => core.rollback(name, version, session(o))),
+      export: (name, o) => wrapAsync(async () => core.exportTool(name, session(o))),
+      import: (pkg, o) => wrapAsync(() => core.importTool(pkg, session(o))),
+      pendingApprovals: () => wrap(() => core.pendingApprovals()),
+      audit: () => wrap(() => core.audit()),
+      flushStats: () => wrapAsync(() => core.flushStats()),
+    };
+  }
+
+  /** Whether `forge_tool` and the registry are enabled. */
+  get emergentEnabled(): boolean {
+    return this.#core.emergentEnabled;
+  }
+
+  /**
+   * Listens to every event of this agent: runs, and registry events outside runs (forges
+   * through {@link Agent.forge}, promotions, approvals). Returns the unsubscribe function.
+   */
+  on(listener: (event: AgentEvent) => void): () => void {
+    this.#hub.listeners.add(listener);
+    return () => this.#hub.listeners.delete(listener);
+  }
+
+  /**
+   * Forges a tool: normalize → shape check → build → test → judge → register. Resolves with
+   * `{ success: true, tool, verdict, tests }` or `{ success: false, reason, category }`; never
+   * throws for a bad request.
+   */
+  async forge(request: ForgeRequest | Record<string, unknown>, options: SessionOptions = {}): Promise<ForgeResult> {
+    try {
+      return await this.#core.forge(request, options.sessionId ?? 'default');
+    } catch (error) {
+      throw toCrucibleError(error, '');
+    }
   }
 
   /**
@@ -158,10 +313,13 @@ export class Agent {
     let finished = false;
     let failure: unknown;
     this.#signals.set(runId, controller.signal);
-    const done = start(runId, (event) => {
-        queue.push(event);
-        wake?.();
-      }, controller.signal)
+    const push = (event: AgentEvent) => {
+      queue.push(event);
+      wake?.();
+    };
+    // Registry events of this run (forge stages) arrive through the hub.
+    this.#hub.streams.set(runId, push);
+    const done = start(runId, this.#hub.dispatch, controller.signal)
       // Run-level failures arrive as an `agent.error` event; only unexpected core failures land here.
       .catch((error: unknown) => {
         if (!queue.some((e) => e.type === 'agent.error')) failure = error;
@@ -189,6 +347,7 @@ export class Agent {
     } finally {
       if (!finished) controller.abort(new AbortError('The stream consumer stopped early'));
       await done;
+      this.#hub.streams.delete(runId);
       this.#signals.delete(runId);
       options.signal?.removeEventListener('abort', onOuterAbort);
     }
@@ -207,9 +366,9 @@ export class Agent {
     return this.#core.history(sessionId) as unknown[];
   }
 
-  /** Forgets a session's conversation. */
-  endSession(sessionId = 'default'): void {
-    this.#core.endSession(sessionId);
+  /** Forgets a session's conversation and discards its session-tier tools. */
+  async endSession(sessionId = 'default'): Promise<void> {
+    await this.#core.endSession(sessionId);
   }
 
   /** Names of the tools offered to the model. */
@@ -217,8 +376,10 @@ export class Agent {
     return this.#core.toolNames();
   }
 
-  /** Releases the wasm-side agent. */
-  dispose(): void {
+  /** Writes buffered stats, stops the sandbox this agent created, releases the wasm agent. */
+  async close(): Promise<void> {
+    if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
+    await this.#sandbox?.close?.();
     this.#core.free();
   }
 }
@@ -258,13 +419,14 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   const tools = options.tools ?? [];
   const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
-  const provider = options.model;
-  const modelAdapter = {
+  const adapt = (provider: ModelProvider) => ({
     id: provider.id,
     stream(request: ModelRequest, runId: string) {
       return provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
     },
-  };
+  });
+  const modelAdapter = adapt(options.model);
+  const hub = new EventHub();
   const callTool = async (name: string, args: unknown, info: { runId: string; callId: string; sessionId: string }) => {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
@@ -294,14 +456,44 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     // Anything but an explicit `false` waits for a human (fail closed).
     return typeof predicate === 'function' ? (await predicate(args)) !== false : predicate === true;
   };
+  const em = options.emergent;
+  let sandbox: SandboxHost | undefined;
+  let emergent: Record<string, unknown> | undefined;
+  if (em?.enabled) {
+    sandbox = em.sandbox ?? (await defaultSandbox(em));
+    const { judge, promotionJudge, sandbox: _s, ...rest } = em;
+    emergent = {
+      config: stripUndefined({ ...rest }),
+      judge: judge ? adapt(judge.model) : undefined,
+      promotionJudge: promotionJudge ? adapt(promotionJudge.model) : judge ? adapt(judge.model) : undefined,
+      sandbox,
+      onEvent: hub.dispatch,
+    };
+  }
   let handle: CoreAgentHandle;
   try {
-    handle = new core.CoreAgent(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId }) as unknown as CoreAgentHandle;
+    handle = (await core.CoreAgent.create(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId }, emergent)) as unknown as CoreAgentHandle;
   } catch (error) {
+    await (em?.sandbox ? undefined : sandbox?.close?.());
     const e = error as { code?: string; message?: string };
     throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
   }
-  return new Agent(handle, signals);
+  return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox);
+}
+
+/** The platform's sandbox (registered by the entry point), with the agent's limits. */
+async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost | undefined> {
+  const factory = sandboxFactory;
+  if (!factory) return undefined;
+  return factory({ timeoutMs: em.sandboxTimeoutMs, memoryMB: em.sandboxMemoryMB, fetchDomainAllowlist: em.fetchDomainAllowlist });
+}
+
+type SandboxFactory = (options: { timeoutMs?: number; memoryMB?: number; fetchDomainAllowlist?: string[] }) => Promise<SandboxHost>;
+let sandboxFactory: SandboxFactory | undefined;
+
+/** @internal Called by the platform entry points: how to create the default sandbox there. */
+export function registerSandboxFactory(factory: SandboxFactory): void {
+  sandboxFactory = factory;
 }
 
 // serde's `default` fills absent fields; `undefined` would not deserialize as absent.

@@ -8,9 +8,12 @@ use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::agent::{Agent, AgentConfig, AgentEvent, ApprovalDecision, RunOptions, RunState};
+use crate::agent::{Agent, AgentConfig, AgentEvent, ApprovalDecision, Environment, RunOptions, RunState};
+use crate::registry::{Registry, RegistryError};
+use crate::store::Store;
 use crate::tools::{is_valid_tool_name, Tool, ToolSet};
 
+use super::emergent::load_registry;
 use super::interop::{error_object, from_js, to_js, ApprovalMode, JsAbortSignal, JsEnvironment, JsModel, JsStore, JsTool};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -20,6 +23,11 @@ export type Value = null | boolean | number | string | Value[] | { [key: string]
 /** An event of a run: the body, tagged by `type`, plus the run id and run path. */
 export type AgentEvent = EventBody & { runId: string; runPath: string[] };
 "#;
+
+/// `{ code, message }` of a registry failure.
+pub(crate) fn registry_error(e: RegistryError) -> JsValue {
+    error_object(e.code(), &e.to_string())
+}
 
 /// A host tool's public contract, as the TS layer passes it.
 #[derive(Deserialize)]
@@ -48,7 +56,8 @@ struct HostOptions {
 #[wasm_bindgen]
 #[derive(Debug)]
 pub struct CoreAgent {
-    agent: Rc<Agent>,
+    pub(super) agent: Rc<Agent>,
+    pub(super) registry: Option<Rc<Registry>>,
 }
 
 #[wasm_bindgen]
@@ -56,10 +65,13 @@ impl CoreAgent {
     /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
     /// `tools`: `[{ name, description, inputSchema, outputSchema? }]`;
     /// `call_tool`: `(name, args, { runId, callId, sessionId }) => Promise<json>`.
-    /// `check_approval`: `(name, args) => boolean | Promise<boolean>` for predicate tools;
-    /// `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`.
-    #[wasm_bindgen(constructor)]
-    pub fn new(
+    /// Builds the agent. `check_approval`: `(name, args) => boolean | Promise<boolean>` for
+    /// predicate tools; `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`;
+    /// `emergent`: `undefined`, or `{ config, judge?, promotionJudge?, sandbox?, onEvent }` where
+    /// judges are model adapters, `sandbox` is `{ execute(request) }` and `onEvent` receives the
+    /// registry's events (forge stages, promotions, approvals).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create(
         config: JsValue,
         model: JsValue,
         tools: JsValue,
@@ -67,9 +79,11 @@ impl CoreAgent {
         check_approval: Function,
         store: JsValue,
         host: JsValue,
+        emergent: JsValue,
     ) -> Result<CoreAgent, JsValue> {
         let config: AgentConfig = from_js(config, "agent options")?;
         let host: HostOptions = if host.is_undefined() { HostOptions::default() } else { from_js(host, "agent options")? };
+        let agent_id = host.agent_id.unwrap_or_else(|| "default".into());
         let check_approval = Rc::new(check_approval);
         let specs: Vec<HostToolSpec> = from_js(tools, "tools")?;
         let call_tool = Rc::new(call_tool);
@@ -91,12 +105,23 @@ impl CoreAgent {
                 .map_err(|e| error_object("invalid_config", &format!("tool `{}`: {e}", spec.name)))?;
             set.insert(tool);
         }
-        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set, Rc::new(JsEnvironment::new()))
+        let env: Rc<dyn Environment> = Rc::new(JsEnvironment::new());
+        let store: Option<Rc<dyn Store>> =
+            if store.is_undefined() || store.is_null() { None } else { Some(Rc::new(JsStore::new(store)?)) };
+        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone())
             .map_err(|e| error_object(&e.code(), &e.to_string()))?;
-        if !store.is_undefined() && !store.is_null() {
-            agent = agent.with_store(Rc::new(JsStore::new(store)?), host.agent_id.unwrap_or_else(|| "default".into()));
+        if let Some(store) = &store {
+            agent = agent.with_store(store.clone(), agent_id.clone());
         }
-        Ok(CoreAgent { agent: Rc::new(agent) })
+        let registry = if emergent.is_undefined() || emergent.is_null() {
+            None
+        } else {
+            Some(load_registry(emergent, store, env, &agent_id, set).await?)
+        };
+        if let Some(registry) = &registry {
+            agent.set_tool_provider(Some(registry.clone()));
+        }
+        Ok(CoreAgent { agent: Rc::new(agent), registry })
     }
 
     /// Runs `input`; calls `on_event(event)` for every event; resolves with the run output or
@@ -153,10 +178,17 @@ impl CoreAgent {
         to_js(&self.agent.history(&session_id))
     }
 
-    /// Forgets a session's conversation.
+    /// Forgets a session's conversation and discards its session-tier tools.
     #[wasm_bindgen(js_name = endSession)]
-    pub fn end_session(&self, session_id: String) {
+    pub fn end_session(&self, session_id: String) -> Promise {
         self.agent.end_session(&session_id);
+        let registry = self.registry.clone();
+        future_to_promise(async move {
+            if let Some(registry) = registry {
+                registry.end_session(&session_id).await.map_err(registry_error)?;
+            }
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     /// Names of the tools the model is offered.

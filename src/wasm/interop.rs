@@ -268,7 +268,6 @@ impl CancelSignal for JsAbortSignal {
 
 /// The TS sandbox host (`createSandbox()`): `{ execute(request) => Promise<SandboxResult> }`.
 /// Forged code runs there, in a Worker, never in this instance (DESIGN decision 2).
-#[allow(dead_code)] // wired to the forge when it lands
 pub(crate) struct JsSandbox {
     target: JsValue,
     execute: Function,

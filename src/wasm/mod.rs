@@ -4,4 +4,6 @@
 #[cfg(feature = "wasm-core")]
 mod core;
 #[cfg(feature = "wasm-core")]
+mod emergent;
+#[cfg(feature = "wasm-core")]
 mod interop;

@@ -1,0 +1,172 @@
+//! Exports of the emergent-capabilities API on `CoreAgent`: forge, registry calls, promotion,
+//! approvals, export/import. Each method only converts values and delegates to
+//! [`crate::registry::Registry`].
+
+use std::rc::Rc;
+
+use js_sys::{Function, Promise};
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::agent::{AgentEvent, Environment, EventSink};
+use crate::registry::{EmergentConfig, Judges, Registry, RegistryDeps, Tier};
+use crate::store::{MemoryStore, Store};
+use crate::tools::ToolSet;
+
+use super::core::{registry_error, CoreAgent};
+use super::interop::{error_object, from_js, to_js, JsModel, JsSandbox};
+
+/// Forwards registry events to the TS listener.
+struct JsEventSink(Function);
+
+impl EventSink for JsEventSink {
+    fn emit(&mut self, event: AgentEvent) {
+        if let Ok(js) = to_js(&event) {
+            let _ = self.0.call1(&JsValue::NULL, &js);
+        }
+    }
+}
+
+fn field(obj: &JsValue, name: &str) -> Option<JsValue> {
+    js_sys::Reflect::get(obj, &name.into()).ok().filter(|v| !v.is_undefined() && !v.is_null())
+}
+
+/// Builds the registry from the TS `emergent` object (see `CoreAgent::create`).
+pub(super) async fn load_registry(
+    emergent: JsValue,
+    store: Option<Rc<dyn Store>>,
+    env: Rc<dyn Environment>,
+    agent_id: &str,
+    host_tools: ToolSet,
+) -> Result<Rc<Registry>, JsValue> {
+    let config: EmergentConfig = match field(&emergent, "config") {
+        Some(c) => from_js(c, "emergent")?,
+        None => EmergentConfig::default(),
+    };
+    let judge = field(&emergent, "judge").map(JsModel::new).transpose()?.map(|m| Rc::new(m) as _);
+    let promotion_judge = field(&emergent, "promotionJudge").map(JsModel::new).transpose()?.map(|m| Rc::new(m) as _);
+    let sandbox = field(&emergent, "sandbox").map(JsSandbox::new).transpose()?.map(|s| Rc::new(s) as _);
+    // Without a store the registry still works, for this process only.
+    let store = store.unwrap_or_else(|| Rc::new(MemoryStore::new()));
+    let deps = RegistryDeps { store, env, sandbox, judges: Judges { judge, promotion_judge } };
+    let registry = Registry::load(config, deps, agent_id).await.map_err(registry_error)?;
+    if let Some(listener) = field(&emergent, "onEvent").and_then(|f| f.dyn_into::<Function>().ok()) {
+        registry.set_event_sink(Box::new(JsEventSink(listener)));
+    }
+    registry.set_host_tools(host_tools);
+    Ok(registry)
+}
+
+fn parse_tier(tier: &str) -> Result<Tier, JsValue> {
+    serde_json::from_value(Value::String(tier.to_string()))
+        .map_err(|_| error_object("invalid_argument", &format!("unknown tier `{tier}`: use session, agent or shared")))
+}
+
+#[wasm_bindgen]
+impl CoreAgent {
+    fn registry(&self) -> Result<Rc<Registry>, JsValue> {
+        self.registry.clone().ok_or_else(|| error_object("emergent_disabled", "emergent capabilities are not enabled for this agent (createAgent({ emergent: { enabled: true } }))"))
+    }
+
+    /// Forges a tool. Resolves with a ForgeResult; never rejects for a bad request.
+    pub fn forge(&self, request: JsValue, session_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        let request: Value = from_js(request, "forge request")?;
+        Ok(future_to_promise(async move { to_js(&registry.forge(&request, &session_id).await) }))
+    }
+
+    /// Calls a registered (forged) tool by name as the session sees it.
+    #[wasm_bindgen(js_name = callTool)]
+    pub fn call_tool(&self, name: String, args: JsValue, session_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        let args: Value = from_js(args, "arguments")?;
+        Ok(future_to_promise(async move {
+            match registry.call(&name, args, &session_id).await {
+                Ok(v) => to_js(&v),
+                Err(failure) => Err(error_object(&failure.code, &failure.message)),
+            }
+        }))
+    }
+
+    /// The forged tools a session sees (ToolInfo[]).
+    #[wasm_bindgen(js_name = listTools)]
+    pub fn list_tools(&self, session_id: String) -> Result<JsValue, JsValue> {
+        to_js(&self.registry()?.list(&session_id))
+    }
+
+    /// ForgeStats snapshot.
+    #[wasm_bindgen(js_name = forgeStats)]
+    pub fn forge_stats(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.registry()?.stats())
+    }
+
+    /// Asks to promote a tool to `tier`; shared promotions wait for `approve`.
+    #[wasm_bindgen(js_name = requestPromotion)]
+    pub fn request_promotion(&self, name: String, tier: String, session_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        let tier = parse_tier(&tier)?;
+        Ok(future_to_promise(async move { to_js(&registry.request_promotion(&name, tier, &session_id).await.map_err(registry_error)?) }))
+    }
+
+    pub fn approve(&self, approval_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move { to_js(&registry.approve(&approval_id).await.map_err(registry_error)?) }))
+    }
+
+    pub fn deny(&self, approval_id: String, reason: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move {
+            registry.deny(&approval_id, &reason).await.map_err(registry_error)?;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
+    pub fn demote(&self, name: String, session_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move { to_js(&registry.demote(&name, &session_id).await.map_err(registry_error)?) }))
+    }
+
+    pub fn rollback(&self, name: String, version: u32, session_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move { to_js(&registry.rollback(&name, version, &session_id).await.map_err(registry_error)?) }))
+    }
+
+    /// A portable YAML package (`crucible.tool.v1`).
+    #[wasm_bindgen(js_name = exportTool)]
+    pub fn export_tool(&self, name: String, session_id: String) -> Result<String, JsValue> {
+        self.registry()?.export(&name, &session_id).map_err(registry_error)
+    }
+
+    /// Imports a package into the session tier after re-verifying it (hash, tests, judge).
+    #[wasm_bindgen(js_name = importTool)]
+    pub fn import_tool(&self, package: String, session_id: String) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move { to_js(&registry.import(&package, &session_id).await.map_err(registry_error)?) }))
+    }
+
+    #[wasm_bindgen(js_name = pendingApprovals)]
+    pub fn pending_approvals(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.registry()?.pending_approvals())
+    }
+
+    pub fn audit(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.registry()?.audit_trail())
+    }
+
+    /// Writes buffered tool stats to the store.
+    #[wasm_bindgen(js_name = flushStats)]
+    pub fn flush_stats(&self) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move {
+            registry.flush_stats().await.map_err(registry_error)?;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
+    /// Whether emergent capabilities are enabled.
+    #[wasm_bindgen(getter, js_name = emergentEnabled)]
+    pub fn emergent_enabled(&self) -> bool {
+        self.registry.is_some()
+    }
+}
