@@ -6,7 +6,8 @@ use crucible::sandbox::{SandboxRequest, SandboxResult, SandboxRunner, SandboxSta
 use serde_json::{json, Value};
 
 pub fn runner() -> BoaRunner {
-    BoaRunner::new(SandboxLimits { timeout_ms: 2_000, ..SandboxLimits::default() })
+    // Smaller CPU budgets than production: debug-build Boa is ~20x slower.
+    BoaRunner::new(SandboxLimits { timeout_ms: 2_000, loop_iteration_limit: 1_000_000, max_jobs: 5_000, ..SandboxLimits::default() })
 }
 
 pub fn request(code: &str, input: Value) -> SandboxRequest {

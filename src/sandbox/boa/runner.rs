@@ -283,15 +283,14 @@ impl BoaRunner {
 /// Maps a thrown error: engine limits become `timeout`/`error` with their own codes.
 fn error_outcome(error: JsError, context: &mut Context) -> Outcome {
     let message = describe_error(&error, context);
-    if let Some(native) = error.as_native() {
-        let text = native.message().to_string();
-        if text.contains("loop iteration limit") {
+    if error.as_opaque().is_none() {
+        if message.contains("iteration loops") {
             return Outcome::fail(SandboxStatus::Timeout, "loop_limit", message).discarding();
         }
-        if text.contains("recursion limit") || text.contains("stack size") || text.contains("Maximum call stack") {
+        if message.contains("recursive calls") || message.contains("stack size") {
             return Outcome::fail(SandboxStatus::Error, "stack_overflow", message).discarding();
         }
-        if text.contains("string compilation") {
+        if message.contains("string compilation") {
             return Outcome::fail(SandboxStatus::Error, "compile_denied", message);
         }
     }
