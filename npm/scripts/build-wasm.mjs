@@ -19,10 +19,15 @@ const outDir = join(npmDir, 'wasm');
 const targetBase = process.env.CARGO_TARGET_DIR ? resolve(process.env.CARGO_TARGET_DIR) : join(root, 'target');
 const skipOpt = process.env.CRUCIBLE_SKIP_WASM_OPT === '1';
 
-const artifacts = [
+const allArtifacts = [
   { name: 'crucible_core', features: 'wasm-core' },
   { name: 'crucible_sandbox', features: 'wasm-sandbox' },
 ];
+// `--only crucible_sandbox` (or CRUCIBLE_WASM_ONLY=crucible_sandbox) builds one artifact.
+const onlyArg = process.argv.indexOf('--only');
+const only = onlyArg >= 0 ? process.argv[onlyArg + 1] : process.env.CRUCIBLE_WASM_ONLY;
+const artifacts = only ? allArtifacts.filter((a) => a.name === only) : allArtifacts;
+if (artifacts.length === 0) throw new Error(`unknown artifact '${only}'`);
 
 function run(cmd, args, opts = {}) {
   console.error(`$ ${cmd} ${args.join(' ')}`);
@@ -74,4 +79,6 @@ for (const { name, features } of artifacts) {
   const bytes = readFileSync(bg);
   console.error(`${name}: ${(statSync(bg).size / 1e6).toFixed(2)} MB raw, ${(gzipSync(bytes, { level: 9 }).length / 1e6).toFixed(2)} MB gzipped`);
 }
-if (!existsSync(join(outDir, 'crucible_core.js'))) throw new Error('wasm-bindgen output missing');
+for (const { name } of artifacts) {
+  if (!existsSync(join(outDir, `${name}.js`))) throw new Error(`wasm-bindgen output missing for ${name}`);
+}
