@@ -61,6 +61,11 @@ fn syntax_errors_are_rejected_readably() {
 
 #[test]
 fn deep_nesting_is_rejected_before_parsing() {
+    // The wasm artifact has an 8 MiB stack (build.rs); give the parser the same here.
+    std::thread::Builder::new().stack_size(8 << 20).spawn(deep_nesting_body).unwrap().join().unwrap();
+}
+
+fn deep_nesting_body() {
     for code in [
         format!("function execute(){{ return {}1{}; }}", "[".repeat(5000), "]".repeat(5000)),
         format!("function execute(){{ return {}1{}; }}", "(".repeat(5000), ")".repeat(5000)),
