@@ -95,3 +95,22 @@ fn closures_and_state_from_a_previous_execution_are_unreachable() {
     let r = run(&runner, "function execute(){ return Symbol.for('k') === Symbol.for('k'); }", json!({}));
     assert_ok(&r, json!(true));
 }
+
+#[test]
+fn cached_code_reruns_with_fresh_declarations() {
+    let runner = runner();
+    let code = "function helper(){} let n = 0; function execute(){ helper.count = (helper.count || 0) + 1; n++; execute.calls = (execute.calls || 0) + 1; return [helper.count, n, execute.calls]; }";
+    for _ in 0..3 {
+        assert_ok(&run(&runner, code, json!({})), json!([1, 1, 1]));
+    }
+}
+
+#[test]
+fn the_validation_cache_is_keyed_by_allowlist_too() {
+    let runner = runner();
+    let code = "function execute(){ return crypto.sha256(''); }";
+    let r = run_with(&runner, code, json!({}), &["crypto"]);
+    assert_eq!(r.status, SandboxStatus::Ok, "{r:?}");
+    let r = run(&runner, code, json!({}));
+    assert_status(&r, SandboxStatus::Rejected, "not_allowlisted");
+}

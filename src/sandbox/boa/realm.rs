@@ -147,6 +147,10 @@ pub(crate) struct HardenedRealm {
     pub fetch: JsObject,
     /// Number of objects frozen at build time (for diagnostics and tests).
     pub frozen_objects: usize,
+    /// Compiled wrapper functions by source (validated already), most recent last. Calling a
+    /// cached wrapper re-runs the code's top level in a new activation, so every declaration is
+    /// fresh; the wrapper itself is frozen and unreachable from guest code.
+    pub compiled: Vec<(String, JsObject)>,
 }
 
 impl std::fmt::Debug for HardenedRealm {
@@ -194,6 +198,6 @@ impl HardenedRealm {
         let frozen = helpers.get(js_string!("frozen"), &mut context)?.as_number().unwrap_or(0.0) as usize;
         *host.make_response.borrow_mut() = make_response.as_object().map(|o| o.clone());
         executor.clear();
-        Ok(Self { context, executor, host, console, crypto, fetch, frozen_objects: frozen })
+        Ok(Self { context, executor, host, console, crypto, fetch, frozen_objects: frozen, compiled: Vec::new() })
     }
 }

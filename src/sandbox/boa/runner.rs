@@ -177,9 +177,6 @@ impl BoaRunner {
             max_nesting: l.max_nesting,
             max_operator_chain: l.max_operator_chain,
         };
-        if let Err(rejection) = validate(&request.code, &request.allowlist, &source_limits) {
-            return Outcome::fail(SandboxStatus::Rejected, rejection.code, rejection.message);
-        }
         let Ok(mut slot) = self.realm.try_borrow_mut() else {
             return Outcome::fail(SandboxStatus::Error, "busy", "the runner executes one request at a time");
         };
@@ -190,6 +187,14 @@ impl BoaRunner {
             }
         }
         let realm = slot.as_mut().expect("realm was just built");
+        // Code seen before was validated (validation depends on the allowlist too: cached
+        // entries are keyed by both).
+        let key = cache_key(request);
+        if !realm.compiled.iter().any(|(k, _)| *k == key) {
+            if let Err(rejection) = validate(&request.code, &request.allowlist, &source_limits) {
+                return Outcome::fail(SandboxStatus::Rejected, rejection.code, rejection.message);
+            }
+        }
         realm.executor.clear();
         *realm.host.exec.borrow_mut() = ExecState {
             allow_fetch: request.allowlist.iter().any(|a| a == "fetch"),
@@ -208,23 +213,44 @@ impl BoaRunner {
 
     async fn run_in(&self, realm: &mut HardenedRealm, request: &SandboxRequest, deadline: f64) -> Outcome {
         let l = &self.limits;
+        let key = cache_key(request);
+        let cached = realm.compiled.iter().position(|(k, _)| *k == key);
+        let factory = match cached {
+            Some(i) => {
+                let entry = realm.compiled.remove(i);
+                let factory = entry.1.clone();
+                realm.compiled.push(entry);
+                factory
+            }
+            None => {
+                let context = &mut realm.context;
+                // The code becomes the body of a strict function: its declarations are locals.
+                let wrapped = format!(
+                    "(function (fetch, crypto) {{ 'use strict';\n{}\n;return typeof execute === 'function' ? execute : undefined; }})",
+                    request.code
+                );
+                let script = match Script::parse(Source::from_bytes(&wrapped), None, context) {
+                    Ok(s) => s,
+                    Err(e) => return Outcome::fail(SandboxStatus::Rejected, "syntax", describe_error(&e, context)),
+                };
+                let factory = match script.evaluate(context) {
+                    Ok(v) => v,
+                    Err(e) => return error_outcome(e, context),
+                };
+                let Some(factory) = factory.as_callable() else {
+                    return Outcome::fail(SandboxStatus::Error, "internal", "wrapper did not produce a function");
+                };
+                if let Err(e) = factory.set_integrity_level(boa_engine::object::IntegrityLevel::Frozen, context) {
+                    return error_outcome(e, context);
+                }
+                if realm.compiled.len() >= COMPILED_CACHE {
+                    realm.compiled.remove(0);
+                }
+                realm.compiled.push((key, factory.clone()));
+                factory
+            }
+        };
         let context = &mut realm.context;
-        // The code becomes the body of a strict function: its declarations are locals.
-        let wrapped = format!(
-            "(function (fetch, crypto) {{ 'use strict';\n{}\n;return typeof execute === 'function' ? execute : undefined; }})",
-            request.code
-        );
-        let script = match Script::parse(Source::from_bytes(&wrapped), None, context) {
-            Ok(s) => s,
-            Err(e) => return Outcome::fail(SandboxStatus::Rejected, "syntax", describe_error(&e, context)),
-        };
-        let factory = match script.evaluate(context) {
-            Ok(v) => v,
-            Err(e) => return error_outcome(e, context),
-        };
-        let Some(factory) = factory.as_callable() else {
-            return Outcome::fail(SandboxStatus::Error, "internal", "wrapper did not produce a function");
-        };
         let fetch: JsValue = if request.allowlist.iter().any(|a| a == "fetch") { realm.fetch.clone().into() } else { JsValue::undefined() };
         let crypto: JsValue = if request.allowlist.iter().any(|a| a == "crypto") { realm.crypto.clone().into() } else { JsValue::undefined() };
         let execute = match factory.call(&JsValue::undefined(), &[fetch, crypto], context) {
@@ -278,6 +304,16 @@ impl BoaRunner {
             Err(e) => Outcome::fail(SandboxStatus::Error, "output", format!("return value is not plain JSON data: {e}")),
         }
     }
+}
+
+/// Wrapper functions kept per realm.
+const COMPILED_CACHE: usize = 32;
+
+fn cache_key(request: &SandboxRequest) -> String {
+    let mut key = request.allowlist.join(",");
+    key.push('\n');
+    key.push_str(&request.code);
+    key
 }
 
 /// Maps a thrown error: engine limits become `timeout`/`error` with their own codes.
