@@ -27,9 +27,11 @@ const allArtifacts = [
   // Boa's interpreter speed matters for every forged-tool call.
   { name: 'crucible_sandbox', features: 'wasm-sandbox', optLevel: '3' },
 ];
-// CRUCIBLE_WASM_ONLY=crucible_core builds one artifact (while iterating).
-const only = process.env.CRUCIBLE_WASM_ONLY;
+// `--only crucible_sandbox` (or CRUCIBLE_WASM_ONLY=crucible_sandbox) builds one artifact.
+const onlyArg = process.argv.indexOf('--only');
+const only = onlyArg >= 0 ? process.argv[onlyArg + 1] : process.env.CRUCIBLE_WASM_ONLY;
 const artifacts = only ? allArtifacts.filter((a) => a.name === only) : allArtifacts;
+if (artifacts.length === 0) throw new Error(`unknown artifact '${only}'`);
 
 function run(cmd, args, opts = {}) {
   console.error(`$ ${cmd} ${args.join(' ')}`);

@@ -481,19 +481,15 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox);
 }
 
-/** The platform's sandbox (registered by the entry point), with the agent's limits. */
-async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost | undefined> {
-  const factory = sandboxFactory;
-  if (!factory) return undefined;
-  return factory({ timeoutMs: em.sandboxTimeoutMs, memoryMB: em.sandboxMemoryMB, fetchDomainAllowlist: em.fetchDomainAllowlist });
-}
-
-type SandboxFactory = (options: { timeoutMs?: number; memoryMB?: number; fetchDomainAllowlist?: string[] }) => Promise<SandboxHost>;
-let sandboxFactory: SandboxFactory | undefined;
-
-/** @internal Called by the platform entry points: how to create the default sandbox there. */
-export function registerSandboxFactory(factory: SandboxFactory): void {
-  sandboxFactory = factory;
+/** The default sandbox: a Worker pool with the agent's limits, loaded only when emergent
+ * capabilities are enabled (a separate chunk for bundlers). */
+async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
+  const { createSandbox } = await import('./sandbox/index.js');
+  return createSandbox({
+    timeoutMs: em.sandboxTimeoutMs,
+    memoryMB: em.sandboxMemoryMB,
+    fetchDomainAllowlist: em.fetchDomainAllowlist,
+  });
 }
 
 // serde's `default` fills absent fields; `undefined` would not deserialize as absent.

@@ -74,3 +74,11 @@ export class AbortError extends CrucibleError {
     this.name = 'AbortError';
   }
 }
+
+/** The sandbox host could not start or was misconfigured (guest failures are results, not errors). */
+export class SandboxError extends CrucibleError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('sandbox_error', message, options);
+    this.name = 'SandboxError';
+  }
+}

@@ -58,3 +58,6 @@ pub struct SandboxResult {
 pub trait SandboxRunner {
     async fn execute(&self, request: &SandboxRequest) -> SandboxResult;
 }
+
+#[cfg(feature = "sandbox")]
+pub mod boa;

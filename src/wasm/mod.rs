@@ -1,5 +1,6 @@
 //! The thin wasm-bindgen layer (DESIGN decision 1): exported classes and the adapters that
-//! turn JS objects into the core's traits. No logic of its own lives here.
+//! turn JS objects into the core's traits, one set per artifact (DESIGN decision 2). No logic
+//! of its own lives here.
 
 #[cfg(feature = "wasm-core")]
 mod core;
@@ -7,3 +8,5 @@ mod core;
 mod emergent;
 #[cfg(feature = "wasm-core")]
 mod interop;
+#[cfg(feature = "wasm-sandbox")]
+mod sandbox;

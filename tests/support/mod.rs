@@ -193,3 +193,8 @@ impl ToolHandler for NeedsApproval {
     }
 }
 pub mod emergent;
+
+#[cfg(feature = "sandbox")]
+pub mod sandbox;
+#[cfg(feature = "sandbox")]
+pub use sandbox::*;

@@ -1,0 +1,318 @@
+/**
+ * The Worker pool: warm Workers, one execution each at a time, preemption by termination.
+ * On deadline the Worker is terminated and replaced (`timeout`); on a trap the instance is
+ * discarded and replaced (`memory` when an allocation failed, else `error`).
+ */
+import { bridgedFetch } from './fetch-bridge.js';
+import type { HostToWorker, WorkerToHost } from './protocol.js';
+import type { SandboxOptions, SandboxRequest, SandboxResult, SandboxStats } from './types.js';
+
+const isNode =
+  typeof process !== 'undefined' && !!process.versions?.node && typeof (globalThis as { window?: unknown }).window === 'undefined';
+
+/** A runtime-neutral handle on one Worker. */
+interface WorkerHandle {
+  post(message: HostToWorker): void;
+  onMessage(handler: (message: WorkerToHost) => void): void;
+  onExit(handler: (reason: string) => void): void;
+  terminate(): void;
+}
+
+async function nodeImport<T>(name: string): Promise<T> {
+  return (await import(/* @vite-ignore */ name)) as T;
+}
+
+async function spawnWorker(workerUrl: string | URL | undefined): Promise<WorkerHandle> {
+  if (isNode) {
+    const { Worker } = await nodeImport<typeof import('node:worker_threads')>('node:worker_threads');
+    // From source (tsx) the script is worker.ts; from the package it is dist/sandbox/worker.js.
+    const fromSource = import.meta.url.endsWith('.ts') && !workerUrl;
+    const url = workerUrl ?? new URL(fromSource ? './worker.ts' : './worker.js', import.meta.url);
+    const resourceLimits = { maxOldGenerationSizeMb: 64 };
+    // Running the TypeScript sources (tests, benchmarks): register the tsx loader in the worker
+    // first (Node 20 does not apply `--import` hooks to a worker's entry script).
+    const w = fromSource
+      ? new Worker(
+          `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(String(url))}); });`,
+          { eval: true, resourceLimits },
+        )
+      : new Worker(url instanceof URL ? url : new URL(url), { resourceLimits });
+    return {
+      post: (m) => w.postMessage(m),
+      onMessage: (h) => w.on('message', h),
+      onExit: (h) => {
+        w.on('error', (e) => h(`worker error: ${e instanceof Error ? e.message : String(e)}`));
+        w.on('exit', (code) => h(`worker exited with code ${code}`));
+      },
+      terminate: () => void w.terminate(),
+    };
+  }
+  // The literal `new URL('./worker.js', import.meta.url)` lets Vite and other bundlers find it.
+  const w = workerUrl
+    ? new Worker(workerUrl, { type: 'module' })
+    : new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+  return {
+    post: (m) => w.postMessage(m),
+    onMessage: (h) => w.addEventListener('message', (e) => h(e.data as WorkerToHost)),
+    onExit: (h) => w.addEventListener('error', (e) => h(`worker error: ${e.message}`)),
+    terminate: () => w.terminate(),
+  };
+}
+
+const modules = new Map<string, Promise<WebAssembly.Module>>();
+
+/** Compiles the sandbox wasm once per location; the Module is posted to every Worker. */
+export function loadSandboxModule(source: SandboxOptions['wasm']): Promise<WebAssembly.Module> {
+  if (source instanceof WebAssembly.Module) return Promise.resolve(source);
+  const url = source ? new URL(String(source), import.meta.url) : new URL('../../wasm/crucible_sandbox_bg.wasm', import.meta.url);
+  let cached = modules.get(url.href);
+  if (!cached) {
+    cached = (async () => {
+      if (url.protocol === 'file:') {
+        const fs = await nodeImport<typeof import('node:fs/promises')>('node:fs/promises');
+        return WebAssembly.compile(await fs.readFile(url));
+      }
+      const response = await fetch(url);
+      if (!response.ok) throw new Error(`cannot load sandbox wasm from ${url.href}: HTTP ${response.status}`);
+      return WebAssembly.compile(await response.arrayBuffer());
+    })();
+    modules.set(url.href, cached);
+    cached.catch(() => modules.delete(url.href));
+  }
+  return cached;
+}
+
+interface Job {
+  id: number;
+  request: string;
+  resolve: (result: SandboxResult) => void;
+  started: number;
+}
+
+interface Slot {
+  handle: WorkerHandle;
+  state: 'starting' | 'idle' | 'busy' | 'dead';
+  ready: Promise<void>;
+  job: Job | undefined;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  fetchAbort: AbortController | undefined;
+}
+
+export interface PoolConfig {
+  timeoutMs: number;
+  memoryMB: number;
+  poolSize: number;
+  fetchDomainAllowlist: string[];
+  allowHttp: boolean;
+  maxFetchBodyBytes: number;
+  workerUrl: string | URL | undefined;
+  fetch: typeof globalThis.fetch;
+}
+
+export class WorkerPool {
+  private readonly slots: Slot[] = [];
+  private readonly queue: Job[] = [];
+  private nextId = 1;
+  private closed = false;
+  private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, lastReplacementMs: undefined };
+
+  constructor(
+    private readonly module: WebAssembly.Module,
+    private readonly config: PoolConfig,
+  ) {}
+
+  async start(): Promise<void> {
+    const slots = await Promise.all(Array.from({ length: this.config.poolSize }, () => this.spawn()));
+    this.slots.push(...slots);
+    await Promise.all(slots.map((s) => s.ready));
+  }
+
+  stats(): SandboxStats {
+    return { ...this.counters };
+  }
+
+  execute(request: SandboxRequest): Promise<SandboxResult> {
+    const started = performance.now();
+    if (this.closed) return Promise.resolve(failure('error', 'closed', 'the sandbox is closed', started));
+    if (typeof request?.code !== 'string') {
+      return Promise.resolve(failure('rejected', 'bad_request', 'request.code must be a string', started));
+    }
+    let json: string;
+    try {
+      json = JSON.stringify({ code: request.code, input: request.input ?? null, allowlist: request.allowlist ?? [] });
+    } catch (error) {
+      return Promise.resolve(failure('rejected', 'bad_request', `input is not JSON-serialisable: ${String(error)}`, started));
+    }
+    return new Promise((resolve) => {
+      this.queue.push({ id: this.nextId++, request: json, resolve, started });
+      this.pump();
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const job of this.queue.splice(0)) job.resolve(failure('error', 'closed', 'the sandbox was closed', job.started));
+    for (const slot of this.slots) {
+      if (slot.job) slot.job.resolve(failure('error', 'closed', 'the sandbox was closed', slot.job.started));
+      this.retire(slot);
+    }
+    this.slots.length = 0;
+  }
+
+  private async spawn(): Promise<Slot> {
+    const handle = await spawnWorker(this.config.workerUrl);
+    this.counters.workersStarted++;
+    let markReady!: () => void;
+    let markFailed!: (e: Error) => void;
+    const slot: Slot = {
+      handle,
+      state: 'starting',
+      ready: new Promise<void>((res, rej) => {
+        markReady = res;
+        markFailed = rej;
+      }),
+      job: undefined,
+      timer: undefined,
+      fetchAbort: undefined,
+    };
+    slot.ready.catch(() => {});
+    handle.onMessage((message) => {
+      switch (message.type) {
+        case 'ready':
+          slot.state = 'idle';
+          markReady();
+          this.pump();
+          return;
+        case 'init-error':
+          markFailed(new Error(`sandbox worker failed to start: ${message.message}`));
+          this.retire(slot);
+          return;
+        case 'result':
+          return this.finish(slot, message.id, () => JSON.parse(message.result) as SandboxResult);
+        case 'trap':
+          return this.onTrap(slot, message);
+        case 'fetch':
+          return this.onFetch(slot, message.id, message.request);
+      }
+    });
+    handle.onExit((reason) => {
+      if (slot.state === 'dead') return;
+      markFailed(new Error(reason));
+      const job = slot.job;
+      this.replace(slot);
+      if (job) job.resolve(failure('error', 'worker_exit', reason, job.started));
+    });
+    const limits = JSON.stringify({ timeoutMs: this.config.timeoutMs, memoryMB: this.config.memoryMB, maxFetchBodyBytes: this.config.maxFetchBodyBytes });
+    handle.post({ type: 'init', module: this.module, memoryMB: this.config.memoryMB, limits });
+    return slot;
+  }
+
+  private pump(): void {
+    if (this.closed) return;
+    for (const slot of this.slots) {
+      if (this.queue.length === 0) return;
+      if (slot.state !== 'idle') continue;
+      const job = this.queue.shift()!;
+      slot.state = 'busy';
+      slot.job = job;
+      slot.timer = setTimeout(() => this.onDeadline(slot), this.config.timeoutMs);
+      slot.handle.post({ type: 'execute', id: job.id, request: job.request });
+    }
+  }
+
+  private finish(slot: Slot, id: number, produce: () => SandboxResult): void {
+    const job = slot.job;
+    if (!job || job.id !== id) return;
+    clearTimeout(slot.timer);
+    slot.job = undefined;
+    slot.fetchAbort?.abort();
+    slot.fetchAbort = undefined;
+    slot.state = 'idle';
+    let result: SandboxResult;
+    try {
+      result = produce();
+    } catch {
+      result = failure('error', 'internal', 'malformed result from the sandbox worker', job.started);
+    }
+    result.durationMs = performance.now() - job.started;
+    job.resolve(result);
+    this.pump();
+  }
+
+  private onDeadline(slot: Slot): void {
+    const job = slot.job;
+    if (!job) return;
+    this.replace(slot);
+    job.resolve(failure('timeout', 'deadline', `execution exceeded ${this.config.timeoutMs} ms; the worker was terminated`, job.started));
+  }
+
+  private onTrap(slot: Slot, trap: Extract<WorkerToHost, { type: 'trap' }>): void {
+    const job = slot.job;
+    this.replace(slot);
+    if (!job) return;
+    const nearCap = trap.memoryBytes >= this.config.memoryMB * 1048576 * 0.9;
+    const memory = trap.allocationFailed || (nearCap && /unreachable/i.test(trap.message));
+    if (memory) {
+      job.resolve(failure('memory', 'out_of_memory', `the execution exceeded the ${this.config.memoryMB} MB memory budget; the instance was discarded`, job.started));
+    } else if (/call stack/i.test(trap.message)) {
+      job.resolve(failure('error', 'stack_overflow', 'the engine ran out of native stack; the instance was discarded', job.started));
+    } else {
+      job.resolve(failure('error', 'trap', `the sandbox instance trapped (${trap.message.slice(0, 200)}); it was discarded`, job.started));
+    }
+  }
+
+  private onFetch(slot: Slot, id: number, request: string): void {
+    if (!slot.job || slot.state !== 'busy') return;
+    slot.fetchAbort ??= new AbortController();
+    const signal = slot.fetchAbort.signal;
+    bridgedFetch(request, {
+      allowlist: this.config.fetchDomainAllowlist,
+      allowHttp: this.config.allowHttp,
+      maxBodyBytes: this.config.maxFetchBodyBytes,
+      maxRedirects: 5,
+      fetch: this.config.fetch,
+      signal,
+    }).then(
+      (payload) => slot.state === 'busy' && slot.handle.post({ type: 'fetch-result', id, ok: true, payload }),
+      (error: unknown) =>
+        slot.state === 'busy' &&
+        slot.handle.post({ type: 'fetch-result', id, ok: false, payload: error instanceof Error ? error.message : 'fetch failed' }),
+    );
+  }
+
+  private retire(slot: Slot): void {
+    clearTimeout(slot.timer);
+    slot.fetchAbort?.abort();
+    slot.state = 'dead';
+    slot.job = undefined;
+    slot.handle.terminate();
+  }
+
+  /** Discards a Worker and starts its replacement in the same pool position. */
+  private replace(slot: Slot): void {
+    if (slot.state === 'dead') return;
+    this.retire(slot);
+    this.counters.workersKilled++;
+    if (this.closed) return;
+    const killedAt = performance.now();
+    const index = this.slots.indexOf(slot);
+    void this.spawn().then(
+      (fresh) => {
+        if (this.closed) return this.retire(fresh);
+        if (index >= 0) this.slots[index] = fresh;
+        else this.slots.push(fresh);
+        fresh.ready.then(
+          () => {
+            this.counters.lastReplacementMs = performance.now() - killedAt;
+          },
+          () => {},
+        );
+      },
+      () => {},
+    );
+  }
+}
+
+function failure(status: SandboxResult['status'], code: string, message: string, started: number): SandboxResult {
+  return { status, error: { code, message }, logs: [], durationMs: performance.now() - started };
+}

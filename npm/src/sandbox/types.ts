@@ -1,0 +1,65 @@
+/**
+ * Public types of the sandbox: `createSandbox(options)` → `{ execute(request), close() }`.
+ * Mirrors the Rust `SandboxRequest`/`SandboxResult` (src/sandbox/mod.rs).
+ */
+
+/** Options of {@link createSandbox}. */
+export interface SandboxOptions {
+  /** Wall clock per execution, async work included. The Worker is terminated when it passes. Default 5000. */
+  timeoutMs?: number;
+  /** Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, minimum 32. */
+  memoryMB?: number;
+  /** Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. */
+  fetchDomainAllowlist?: string[];
+  /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
+  allowHttp?: boolean;
+  /** Warm Workers kept ready. Default 2. */
+  poolSize?: number;
+  /** Cap on a fetched response body. Default 4 MiB. */
+  maxFetchBodyBytes?: number;
+  /** Override where the Worker script is loaded from (unusual bundlers). */
+  workerUrl?: string | URL;
+  /** Override the sandbox wasm: a compiled module, or where to load its bytes from. */
+  wasm?: WebAssembly.Module | string | URL;
+  /** `fetch` implementation used by the bridge (default `globalThis.fetch`). */
+  fetch?: typeof globalThis.fetch;
+}
+
+/** One execution of model-written code. */
+export interface SandboxRequest {
+  /** Source defining `function execute(input)` (sync or async). */
+  code: string;
+  /** JSON input passed to `execute`. */
+  input?: unknown;
+  /** Opt-in host APIs: `'fetch'`, `'crypto'`. Default `[]`. */
+  allowlist?: Array<'fetch' | 'crypto'>;
+}
+
+export type SandboxStatus = 'ok' | 'error' | 'timeout' | 'memory' | 'rejected';
+
+/** The result of one execution. `execute` never rejects for guest behaviour. */
+export interface SandboxResult {
+  status: SandboxStatus;
+  /** JSON output when `status === 'ok'`. */
+  output?: unknown;
+  /** Detail when `status !== 'ok'`. */
+  error?: { code: string; message: string };
+  /** Bounded console output. */
+  logs: string[];
+  /** Host-measured wall-clock duration. */
+  durationMs: number;
+}
+
+/** Pool counters (for benchmarks and diagnostics). */
+export interface SandboxStats {
+  workersStarted: number;
+  workersKilled: number;
+  /** Milliseconds from the last kill until its replacement was ready. */
+  lastReplacementMs: number | undefined;
+}
+
+export interface Sandbox {
+  execute(request: SandboxRequest): Promise<SandboxResult>;
+  close(): Promise<void>;
+  stats(): SandboxStats;
+}

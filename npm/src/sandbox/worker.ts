@@ -1,0 +1,119 @@
+/**
+ * The sandbox Worker: one `crucible_sandbox` wasm instance with a capped `WebAssembly.Memory`.
+ * Runs in Node `worker_threads` and in browser Web Workers (module workers). It executes one
+ * request at a time; on a trap it reports and stops serving (the host terminates it).
+ */
+import { initSync, init, execute, allocationFailed } from '../../wasm/crucible_sandbox.js';
+import type { HostToWorker, WorkerToHost } from './protocol.js';
+
+interface Port {
+  post(message: WorkerToHost): void;
+  onMessage(handler: (message: HostToWorker) => void): void;
+}
+
+async function port(): Promise<Port> {
+  const isNode = typeof process !== 'undefined' && !!process.versions?.node && typeof (globalThis as { WorkerGlobalScope?: unknown }).WorkerGlobalScope === 'undefined';
+  if (isNode) {
+    const name = 'node:worker_threads';
+    const { parentPort } = (await import(/* @vite-ignore */ name)) as typeof import('node:worker_threads');
+    if (!parentPort) throw new Error('sandbox worker must run in a worker thread');
+    return {
+      post: (m) => parentPort.postMessage(m),
+      onMessage: (h) => parentPort.on('message', h),
+    };
+  }
+  const scope = globalThis as unknown as { postMessage(m: unknown): void; addEventListener(t: string, h: (e: MessageEvent) => void): void };
+  return {
+    post: (m) => scope.postMessage(m),
+    onMessage: (h) => scope.addEventListener('message', (e) => h(e.data as HostToWorker)),
+  };
+}
+
+const p = await port();
+let memory: WebAssembly.Memory | undefined;
+let current: number | undefined;
+let dead = false;
+let nextFetch = 1;
+const fetches = new Map<number, { resolve: (v: string) => void; reject: (e: Error) => void }>();
+
+function trap(error: unknown): void {
+  if (dead) return;
+  dead = true;
+  let failed = false;
+  try {
+    failed = allocationFailed();
+  } catch {
+    failed = false;
+  }
+  p.post({
+    type: 'trap',
+    id: current,
+    message: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    allocationFailed: failed,
+    memoryBytes: memory?.buffer.byteLength ?? 0,
+  });
+}
+
+// A trap inside a wasm-bindgen-futures poll surfaces as an uncaught error, not a rejection.
+if (typeof process !== 'undefined' && typeof process.on === 'function' && typeof (globalThis as { WorkerGlobalScope?: unknown }).WorkerGlobalScope === 'undefined') {
+  process.on('uncaughtException', trap);
+  process.on('unhandledRejection', trap);
+} else {
+  (globalThis as unknown as { addEventListener(t: string, h: (e: { error?: unknown; reason?: unknown; preventDefault(): void }) => void): void })
+    .addEventListener('error', (e) => { e.preventDefault(); trap(e.error); });
+  (globalThis as unknown as { addEventListener(t: string, h: (e: { reason?: unknown; preventDefault(): void }) => void): void })
+    .addEventListener('unhandledrejection', (e) => { e.preventDefault(); trap(e.reason); });
+}
+
+function bridgeFetch(requestJson: string): Promise<string> {
+  const id = nextFetch++;
+  return new Promise((resolve, reject) => {
+    fetches.set(id, { resolve, reject });
+    p.post({ type: 'fetch', id, request: requestJson });
+  });
+}
+
+p.onMessage((message) => {
+  if (dead) return;
+  switch (message.type) {
+    case 'init': {
+      try {
+        // 64 KiB pages; the module declares a 16 MiB minimum (build.rs).
+        memory = new WebAssembly.Memory({ initial: 256, maximum: Math.max(256, message.memoryMB * 16) });
+        initSync({ module: message.module, memory });
+        init(message.limits, bridgeFetch);
+        p.post({ type: 'ready' });
+      } catch (error) {
+        p.post({ type: 'init-error', message: error instanceof Error ? error.message : String(error) });
+      }
+      return;
+    }
+    case 'execute': {
+      current = message.id;
+      let pending: Promise<string>;
+      try {
+        pending = execute(message.request);
+      } catch (error) {
+        trap(error);
+        return;
+      }
+      pending.then(
+        (result) => {
+          if (dead) return;
+          current = undefined;
+          p.post({ type: 'result', id: message.id, result });
+        },
+        (error) => trap(error),
+      );
+      return;
+    }
+    case 'fetch-result': {
+      const waiter = fetches.get(message.id);
+      if (!waiter) return;
+      fetches.delete(message.id);
+      if (message.ok) waiter.resolve(message.payload);
+      else waiter.reject(new Error(message.payload));
+      return;
+    }
+  }
+});

@@ -1,0 +1,138 @@
+/**
+ * Adversarial tests of the sandbox host in Node. They load the built wasm from `npm/wasm/`:
+ * run `npm run build:wasm` (or `node scripts/build-wasm.mjs --only crucible_sandbox`) first.
+ * Every case asserts containment: the expected status, no host object or secret reached, the
+ * call ended within the deadline + 100 ms, the next execution succeeds, host heap unaffected.
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+
+import { createSandbox, type Sandbox } from '../src/sandbox/index.js';
+import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
+
+const wasmBuilt = existsSync(new URL('../wasm/crucible_sandbox_bg.wasm', import.meta.url));
+const HOST_SECRET = 'host-secret-7f3a';
+(globalThis as Record<string, unknown>).HOST_SECRET = HOST_SECRET;
+
+let server: Server;
+let ctx: CaseContext;
+const hostsSeen: string[] = [];
+
+function startServer(): Promise<void> {
+  server = createServer((req: IncomingMessage, res) => {
+    hostsSeen.push(req.headers.host ?? '');
+    const url = new URL(req.url ?? '/', 'http://x');
+    if (url.pathname === '/ok') {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ ok: true, path: '/ok' }));
+    } else if (url.pathname === '/redirect') {
+      res.statusCode = 302;
+      res.setHeader('location', url.searchParams.get('to') ?? '/ok');
+      res.end();
+    } else if (url.pathname === '/big') {
+      res.end('x'.repeat(2 * 1024 * 1024));
+    } else {
+      res.statusCode = 404;
+      res.end();
+    }
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => {
+    const port = (server.address() as AddressInfo).port;
+    ctx = { origin: `http://127.0.0.1:${port}`, port };
+    resolve();
+  }));
+}
+
+describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing: run npm run build:wasm' }, () => {
+  let sandbox: Sandbox;
+
+  before(async () => {
+    await startServer();
+    sandbox = await createSandbox({ ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
+  });
+
+  after(async () => {
+    await sandbox?.close();
+    server?.close();
+  });
+
+  test('the public API runs sync and async execute with input, logs and duration', async () => {
+    const r = await sandbox.execute({ code: 'async function execute(input) { console.log("hi", input.n); return { n: input.n + 1 }; }', input: { n: 1 } });
+    assert.equal(r.status, 'ok');
+    assert.deepEqual(r.output, { n: 2 });
+    assert.deepEqual(r.logs, ['hi 1']);
+    assert.ok(r.durationMs > 0);
+    const c = await sandbox.execute({ code: 'function execute(){ return crypto.sha256("abc"); }', allowlist: ['crypto'] });
+    assert.equal(c.output, 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+  });
+
+  for (const c of SANDBOX_CASES) {
+    test(`[${c.category}] ${c.name}`, async () => {
+      const heapBefore = process.memoryUsage().heapUsed;
+      const started = performance.now();
+      const r = await sandbox.execute(c.request(ctx));
+      const wall = performance.now() - started;
+      const statuses = Array.isArray(c.status) ? c.status : [c.status];
+      assert.ok(statuses.includes(r.status), `status ${r.status} not in ${statuses.join('|')}: ${JSON.stringify(r)}`);
+      if (c.code) {
+        const codes = Array.isArray(c.code) ? c.code : [c.code];
+        assert.ok(codes.includes(r.error?.code ?? ''), `code ${r.error?.code} not in ${codes.join('|')}: ${JSON.stringify(r)}`);
+      }
+      c.check?.(r, ctx);
+      const text = JSON.stringify(r);
+      assert.ok(!text.includes(HOST_SECRET), 'a host secret reached the result');
+      assert.ok(wall <= CASE_OPTIONS.timeoutMs + 100, `took ${wall.toFixed(0)} ms`);
+      const probe = await sandbox.execute(PROBE);
+      assert.equal(probe.status, 'ok', JSON.stringify(probe));
+      assert.deepEqual(probe.output, PROBE_OUTPUT);
+      const heapGrowth = process.memoryUsage().heapUsed - heapBefore;
+      assert.ok(heapGrowth < 32 * 1024 * 1024, `host heap grew by ${(heapGrowth / 1048576).toFixed(1)} MB`);
+    });
+  }
+
+  test('refused fetches never reach a non-allowlisted host', () => {
+    assert.ok(hostsSeen.length > 0);
+    for (const host of hostsSeen) assert.equal(host, `127.0.0.1:${ctx.port}`, `request reached host '${host}'`);
+  });
+
+  test('http is refused unless allowHttp is set', async () => {
+    const strict = await createSandbox({ poolSize: 1, fetchDomainAllowlist: ['127.0.0.1'] });
+    try {
+      const r = await strict.execute({ code: `async function execute(){ try { await fetch('${ctx.origin}/ok'); return 'fetched'; } catch (e) { return e.message; } }`, allowlist: ['fetch'] });
+      assert.match(String(r.output), /scheme 'http:' is not allowed/);
+    } finally {
+      await strict.close();
+    }
+  });
+
+  test('a reused worker shows no trace of a previous execution', async () => {
+    const one = await createSandbox({ poolSize: 1 });
+    try {
+      const polluter = await one.execute({
+        code: "let leaked = 1; function execute(){ for (const f of [() => { Object.prototype.p = 1; }, () => { Array.prototype.push = null; }, () => { String.prototype.trim = () => 'x'; }]) { try { f(); } catch {} } const again = () => Promise.resolve().then(() => { console.log('leftover'); again(); }); again(); return 1; }",
+      });
+      assert.equal(polluter.status, 'ok');
+      const probe = await one.execute({ code: 'function execute(){ const a = []; a.push(1); return [typeof leaked, ({}).p, a.length, " y ".trim()]; }' });
+      // `({}).p` is undefined, which JSON renders as null inside an array.
+      assert.deepEqual(probe.output, ['undefined', null, 1, 'y']);
+      assert.deepEqual(probe.logs, []);
+    } finally {
+      await one.close();
+    }
+  });
+
+  test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
+    const results = await Promise.all([
+      sandbox.execute({ code: 'function execute(){ for(;;){} }' }),
+      sandbox.execute({ code: 'function execute(){ return 1; }' }),
+      sandbox.execute({ code: 'function execute(){ return 2; }' }),
+      sandbox.execute({ code: 'function execute(){ return 3; }' }),
+    ]);
+    assert.equal(results[0]!.status, 'timeout');
+    assert.deepEqual(results.slice(1).map((r) => r.output), [1, 2, 3]);
+    assert.ok(sandbox.stats().workersKilled >= 1);
+  });
+});

@@ -1,0 +1,302 @@
+//! Our own value converter between guest values and JSON, both ways.
+//!
+//! Guest → JSON is iterative (an explicit stack, never Rust recursion) and checks depth, node
+//! count and byte caps *before* allocating. It reads only own data properties straight from the
+//! object's property storage: it never calls getters, `toJSON`, `valueOf`, Proxy traps or
+//! `then`. Proxies, own accessors, BigInts and cycles are errors; shared references (a DAG)
+//! are copied and bounded by the node cap. JSON semantics otherwise: `undefined`, functions and
+//! symbols are omitted from objects and become `null` in arrays; non-finite numbers are `null`;
+//! holes are `null`; symbol-keyed and non-enumerable properties are skipped.
+//!
+//! JSON → guest builds plain objects with `CreateDataProperty`, so `__proto__` in input is an
+//! ordinary own key and never a prototype change.
+
+use boa_engine::{
+    builtins::proxy::Proxy,
+    js_string,
+    object::{builtins::JsArray, JsObject},
+    property::PropertyKey,
+    Context, JsResult, JsString, JsValue,
+};
+use serde_json::{Map, Number, Value};
+
+/// Caps for one conversion.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    pub max_depth: usize,
+    pub max_nodes: usize,
+    pub max_bytes: usize,
+}
+
+/// Why a guest value could not become JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ConvertError(pub String);
+
+impl std::fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConvertError> {
+    Err(ConvertError(msg.into()))
+}
+
+enum Kind {
+    Array { len: u32, next: u32, out: Vec<Value> },
+    Object { keys: Vec<PropertyKey>, next: usize, out: Map<String, Value>, pending: Option<String> },
+}
+
+struct Frame {
+    obj: JsObject,
+    kind: Kind,
+}
+
+/// What a single value is, before descending.
+enum Classified {
+    Leaf(Value),
+    /// `undefined`, a function or a symbol: omitted from objects, `null` in arrays.
+    Skip,
+    Container(JsObject),
+}
+
+struct Budget {
+    caps: Caps,
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    fn node(&mut self, bytes: usize) -> Result<(), ConvertError> {
+        self.nodes += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.nodes > self.caps.max_nodes {
+            return err(format!("value has more than {} nodes", self.caps.max_nodes));
+        }
+        if self.bytes > self.caps.max_bytes {
+            return err(format!("value is larger than {} bytes", self.caps.max_bytes));
+        }
+        Ok(())
+    }
+}
+
+fn number(n: f64) -> Value {
+    if !n.is_finite() {
+        return Value::Null;
+    }
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+        return Value::Number(Number::from(n as i64));
+    }
+    Number::from_f64(n).map_or(Value::Null, Value::Number)
+}
+
+fn string(s: &JsString, budget: &mut Budget) -> Result<Value, ConvertError> {
+    // Up to 3 UTF-8 bytes per UTF-16 unit: check the bound before converting.
+    let bound = s.len().saturating_mul(3);
+    budget.node(2)?;
+    if budget.bytes.saturating_add(s.len()) > budget.caps.max_bytes {
+        return err(format!("value is larger than {} bytes", budget.caps.max_bytes));
+    }
+    let text = s.to_std_string_lossy();
+    budget.bytes = budget.bytes.saturating_add(text.len().min(bound));
+    if budget.bytes > budget.caps.max_bytes {
+        return err(format!("value is larger than {} bytes", budget.caps.max_bytes));
+    }
+    Ok(Value::String(text))
+}
+
+fn classify(value: &JsValue, budget: &mut Budget) -> Result<Classified, ConvertError> {
+    if value.is_undefined() || value.is_symbol() {
+        return Ok(Classified::Skip);
+    }
+    if value.is_null() {
+        budget.node(4)?;
+        return Ok(Classified::Leaf(Value::Null));
+    }
+    if let Some(b) = value.as_boolean() {
+        budget.node(5)?;
+        return Ok(Classified::Leaf(Value::Bool(b)));
+    }
+    if let Some(n) = value.as_number() {
+        budget.node(8)?;
+        return Ok(Classified::Leaf(number(n)));
+    }
+    if let Some(s) = value.as_string() {
+        return Ok(Classified::Leaf(string(&s, budget)?));
+    }
+    if value.is_bigint() {
+        return err("BigInt values cannot be converted to JSON");
+    }
+    if let Some(obj) = value.as_object() {
+        if obj.is::<Proxy>() {
+            return err("Proxy objects cannot be converted to JSON");
+        }
+        if obj.is_callable() {
+            return Ok(Classified::Skip);
+        }
+        return Ok(Classified::Container(obj.clone()));
+    }
+    err("unsupported value")
+}
+
+/// Reads an own property's value without running guest code. `Ok(None)`: absent, or present
+/// but not enumerable. Accessors are an error.
+fn own_data(obj: &JsObject, key: &PropertyKey) -> Result<Option<JsValue>, ConvertError> {
+    let desc = obj.borrow().properties().get(key);
+    let Some(desc) = desc else { return Ok(None) };
+    if desc.is_accessor_descriptor() {
+        return err(format!("property '{key}' is an accessor (getter/setter); return plain data"));
+    }
+    if !desc.expect_enumerable() {
+        return Ok(None);
+    }
+    Ok(Some(desc.value().cloned().unwrap_or_default()))
+}
+
+fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Frame, ConvertError> {
+    if obj.is_array() {
+        let len = obj
+            .borrow()
+            .properties()
+            .get(&js_string!("length").into())
+            .and_then(|d| d.value().and_then(JsValue::as_number))
+            .unwrap_or(0.0);
+        let len = len as u64;
+        if len > (budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes)) as u64 {
+            return err(format!("array length {len} exceeds the node limit of {}", budget.caps.max_nodes));
+        }
+        budget.node(2)?;
+        return Ok(Frame { obj, kind: Kind::Array { len: len as u32, next: 0, out: Vec::with_capacity(len as usize) } });
+    }
+    let keys = obj
+        .own_property_keys(context)
+        .map_err(|e| ConvertError(format!("cannot list properties: {e}")))?;
+    if keys.len() > budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes) {
+        return err(format!("object with {} keys exceeds the node limit of {}", keys.len(), budget.caps.max_nodes));
+    }
+    budget.node(2)?;
+    Ok(Frame { obj, kind: Kind::Object { keys, next: 0, out: Map::new(), pending: None } })
+}
+
+/// Converts a guest value to JSON without running guest code.
+pub(crate) fn to_json(value: &JsValue, caps: Caps, context: &mut Context) -> Result<Value, ConvertError> {
+    let mut budget = Budget { caps, nodes: 0, bytes: 0 };
+    let root = match classify(value, &mut budget)? {
+        Classified::Leaf(v) => return Ok(v),
+        Classified::Skip => return Ok(Value::Null),
+        Classified::Container(obj) => obj,
+    };
+    let mut stack: Vec<Frame> = vec![open(root, &mut budget, context)?];
+    loop {
+        // Next child of the top frame, or None when the frame is complete.
+        let child: Option<(JsValue, bool)> = {
+            let top = stack.last_mut().expect("stack is non-empty");
+            match &mut top.kind {
+                Kind::Array { len, next, .. } => {
+                    if *next < *len {
+                        let key = PropertyKey::from(*next);
+                        *next += 1;
+                        let v = own_data(&top.obj, &key)?.unwrap_or(JsValue::null());
+                        Some((v, true))
+                    } else {
+                        None
+                    }
+                }
+                Kind::Object { keys, next, pending, .. } => {
+                    let mut found = None;
+                    while *next < keys.len() {
+                        let key = keys[*next].clone();
+                        *next += 1;
+                        let name = match &key {
+                            PropertyKey::String(s) => s.to_std_string_lossy(),
+                            PropertyKey::Index(i) => i.get().to_string(),
+                            PropertyKey::Symbol(_) => continue,
+                        };
+                        if let Some(v) = own_data(&top.obj, &key)? {
+                            budget.bytes = budget.bytes.saturating_add(name.len() + 4);
+                            *pending = Some(name);
+                            found = Some((v, false));
+                            break;
+                        }
+                    }
+                    found
+                }
+            }
+        };
+        let done_value = match child {
+            None => {
+                let frame = stack.pop().expect("stack is non-empty");
+                match frame.kind {
+                    Kind::Array { out, .. } => Value::Array(out),
+                    Kind::Object { out, .. } => Value::Object(out),
+                }
+            }
+            Some((v, in_array)) => match classify(&v, &mut budget)? {
+                Classified::Leaf(leaf) => leaf,
+                Classified::Skip if in_array => Value::Null,
+                Classified::Skip => {
+                    if let Some(Frame { kind: Kind::Object { pending, .. }, .. }) = stack.last_mut() {
+                        *pending = None;
+                    }
+                    continue;
+                }
+                Classified::Container(obj) => {
+                    if stack.iter().any(|f| JsObject::equals(&f.obj, &obj)) {
+                        return err("value contains a cycle");
+                    }
+                    if stack.len() >= caps.max_depth {
+                        return err(format!("value is nested deeper than {}", caps.max_depth));
+                    }
+                    let frame = open(obj, &mut budget, context)?;
+                    stack.push(frame);
+                    continue;
+                }
+            },
+        };
+        match stack.last_mut() {
+            None => return Ok(done_value),
+            Some(parent) => match &mut parent.kind {
+                Kind::Array { out, .. } => out.push(done_value),
+                Kind::Object { out, pending, .. } => {
+                    if let Some(key) = pending.take() {
+                        out.insert(key, done_value);
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Builds a guest value from JSON with plain objects and arrays. Depth is capped (the host's
+/// JSON parser caps it as well), so the recursion is bounded.
+pub(crate) fn from_json(value: &Value, max_depth: usize, context: &mut Context) -> JsResult<JsValue> {
+    fn build(value: &Value, depth: usize, max_depth: usize, context: &mut Context) -> JsResult<JsValue> {
+        if depth > max_depth {
+            return Err(boa_engine::JsNativeError::range()
+                .with_message(format!("input is nested deeper than {max_depth}"))
+                .into());
+        }
+        Ok(match value {
+            Value::Null => JsValue::null(),
+            Value::Bool(b) => JsValue::from(*b),
+            Value::Number(n) => JsValue::from(n.as_f64().unwrap_or(f64::NAN)),
+            Value::String(s) => JsValue::from(JsString::from(s.as_str())),
+            Value::Array(items) => {
+                let mut values = Vec::with_capacity(items.len());
+                for item in items {
+                    values.push(build(item, depth + 1, max_depth, context)?);
+                }
+                JsArray::from_iter(values, context).into()
+            }
+            Value::Object(map) => {
+                let obj = JsObject::with_object_proto(context.intrinsics());
+                for (k, v) in map {
+                    let v = build(v, depth + 1, max_depth, context)?;
+                    obj.create_data_property_or_throw(JsString::from(k.as_str()), v, context)?;
+                }
+                obj.into()
+            }
+        })
+    }
+    build(value, 0, max_depth, context)
+}

@@ -1,0 +1,84 @@
+//! The value converter: never runs guest code, bounded before allocating.
+mod support;
+use crucible::sandbox::SandboxStatus;
+use serde_json::json;
+use support::*;
+#![cfg(feature = "sandbox")]
+
+#[test]
+fn getters_to_json_value_of_and_then_are_never_called() {
+    let runner = runner();
+    // Counters live in the input object; if any trap ran, a log line would appear.
+    let r = run(&runner, "function execute(){ return { a: 1, toJSON(){ console.log('toJSON'); return 'x'; }, valueOf(){ console.log('valueOf'); return 2; }, then(r){ console.log('then'); r(3); } }; }", json!({}));
+    assert_ok(&r, json!({"a": 1}));
+    assert!(r.logs.is_empty(), "{:?}", r.logs);
+    let r = run(&runner, "function execute(){ return { get secret(){ console.log('getter'); return 1; } }; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    assert!(r.logs.is_empty());
+    assert!(r.error.unwrap().message.contains("accessor"));
+}
+
+#[test]
+fn proxies_are_refused_without_running_traps() {
+    let r = run(&runner(), "function execute(){ const h = { ownKeys(){ console.log('trap'); return []; }, get(){ console.log('trap'); } }; return { p: new Proxy({}, h) }; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    assert!(r.logs.is_empty());
+    assert!(r.error.unwrap().message.contains("Proxy"));
+}
+
+#[test]
+fn thenable_returned_from_sync_execute_is_data() {
+    let r = run(&runner(), "function execute(){ return { then: 5, x: 1 }; }", json!({}));
+    assert_ok(&r, json!({"then": 5, "x": 1}));
+}
+
+#[test]
+fn cycles_are_errors_and_dags_are_bounded_by_the_node_cap() {
+    let runner = runner();
+    let r = run(&runner, "function execute(){ const a = {}; a.self = a; return a; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    assert!(r.error.unwrap().message.contains("cycle"));
+    // A DAG whose expansion is 2^40 nodes: refused by the node cap, quickly.
+    let r = run(&runner, "function execute(){ let x = [1]; for (let i = 0; i < 40; i++) x = [x, x]; return x; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    // A small DAG is copied.
+    let r = run(&runner, "function execute(){ const s = { v: 1 }; return [s, s]; }", json!({}));
+    assert_ok(&r, json!([{"v": 1}, {"v": 1}]));
+}
+
+#[test]
+fn huge_sparse_arrays_are_refused_before_allocating() {
+    let r = run(&runner(), "function execute(){ const a = []; a.length = 2**32 - 1; return a; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    assert!(r.error.unwrap().message.contains("length"));
+    let r = run(&runner(), "function execute(){ const a = [1]; a[5] = 2; return a; }", json!({}));
+    assert_ok(&r, json!([1, null, null, null, null, 2]));
+}
+
+#[test]
+fn deep_values_are_refused_by_the_depth_cap() {
+    let r = run(&runner(), "function execute(){ let x = {}; for (let i = 0; i < 100000; i++) x = { x }; return x; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    assert!(r.error.unwrap().message.contains("deeper"));
+}
+
+#[test]
+fn huge_strings_are_refused_by_the_byte_cap() {
+    let r = run(&runner(), "function execute(){ const s = 'x'.repeat(900000); return s + s + s + s + s + s; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+}
+
+#[test]
+fn json_semantics_for_odd_values() {
+    let r = run(&runner(), "function execute(){ return { u: undefined, f(){}, s: Symbol('x'), n: NaN, i: -Infinity, arr: [undefined, () => 1], [Symbol('k')]: 1, big: 2**60, neg0: -0, frac: 0.5 }; }", json!({}));
+    assert_ok(&r, json!({"n": null, "i": null, "arr": [null, null], "big": 1152921504606846976.0, "neg0": 0, "frac": 0.5}));
+    let r = run(&runner(), "function execute(){ return 10n; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+}
+
+#[test]
+fn proto_in_input_is_an_own_key_not_a_prototype() {
+    let input: serde_json::Value = serde_json::from_str(r#"{"__proto__": {"polluted": true}, "a": 1}"#).unwrap();
+    let r = run(&runner(), "function execute(i){ return [i.polluted === undefined, Object.getPrototypeOf(i) === Object.prototype, Object.keys(i), ({}).polluted === undefined]; }", input);
+    assert_ok(&r, json!([true, true, ["__proto__", "a"], true]));
+}
