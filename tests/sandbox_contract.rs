@@ -1,9 +1,9 @@
 //! The runner contract: `execute(input)` sync or async, JSON in and out, bounded logs.
+#![cfg(feature = "sandbox")]
 mod support;
 use crucible::sandbox::SandboxStatus;
 use serde_json::json;
 use support::*;
-#![cfg(feature = "sandbox")]
 
 #[test]
 fn sync_execute_returns_json_output() {

@@ -1,9 +1,9 @@
 //! The value converter: never runs guest code, bounded before allocating.
+#![cfg(feature = "sandbox")]
 mod support;
 use crucible::sandbox::SandboxStatus;
 use serde_json::json;
 use support::*;
-#![cfg(feature = "sandbox")]
 
 #[test]
 fn getters_to_json_value_of_and_then_are_never_called() {

@@ -1,7 +1,7 @@
 //! The fetch bridge: plain request out, plain response in, through a host test double.
+#![cfg(feature = "sandbox")]
 mod support;
 use std::{cell::RefCell, rc::Rc};
-#![cfg(feature = "sandbox")]
 
 use crucible::sandbox::boa::{BoaRunner, FetchFuture, FetchHost, FetchRequest, FetchResponse, SandboxLimits};
 use crucible::sandbox::{SandboxRequest, SandboxRunner, SandboxStatus};

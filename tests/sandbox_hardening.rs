@@ -1,9 +1,9 @@
 //! Runtime hardening holds even when static validation is bypassed (computed names, prototypes).
+#![cfg(feature = "sandbox")]
 mod support;
 use crucible::sandbox::SandboxStatus;
 use serde_json::json;
 use support::*;
-#![cfg(feature = "sandbox")]
 
 #[test]
 fn string_compilation_is_denied_through_constructor_chains() {

@@ -1,11 +1,11 @@
 //! Reusing the realm is indistinguishable from a fresh context: nothing one execution changes
+#![cfg(feature = "sandbox")]
 //! is visible to the next.
 mod support;
 use crucible::sandbox::boa::{BoaRunner, SandboxLimits};
 use crucible::sandbox::SandboxStatus;
 use serde_json::json;
 use support::*;
-#![cfg(feature = "sandbox")]
 
 const POLLUTER: &str = r#"
 let leakedLet = 1; var leakedVar = 2; function leakedFn(){}

@@ -1,9 +1,9 @@
 //! Static validation rejects blocked constructs with readable reasons, before running anything.
+#![cfg(feature = "sandbox")]
 mod support;
 use crucible::sandbox::SandboxStatus;
 use serde_json::json;
 use support::*;
-#![cfg(feature = "sandbox")]
 
 fn rejected(code: &str) -> (String, String) {
     let r = run(&runner(), code, json!({}));
