@@ -7,6 +7,7 @@ import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
 import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest } from './providers/types.js';
+import type { SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
 import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
@@ -44,7 +45,7 @@ export interface AgentOptions {
 
 /** Something that runs forged JavaScript: `createSandbox()` or a compatible host. */
 export interface SandboxHost {
-  execute(request: { code: string; input: unknown; allowlist?: string[] }): Promise<unknown>;
+  execute(request: SandboxRequest): Promise<SandboxResult>;
   close?(): Promise<void>;
 }
 

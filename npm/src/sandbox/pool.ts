@@ -16,6 +16,9 @@ interface WorkerHandle {
   onMessage(handler: (message: WorkerToHost) => void): void;
   onExit(handler: (reason: string) => void): void;
   terminate(): void;
+  /** Node: whether this worker keeps the process alive. Idle workers must not, so a service
+   * that never calls `close()` can still exit; a busy one must, or an awaited result is lost. */
+  setBusy(busy: boolean): void;
 }
 
 async function nodeImport<T>(name: string): Promise<T> {
@@ -45,6 +48,7 @@ async function spawnWorker(workerUrl: string | URL | undefined): Promise<WorkerH
         w.on('exit', (code) => h(`worker exited with code ${code}`));
       },
       terminate: () => void w.terminate(),
+      setBusy: (busy) => (busy ? w.ref() : w.unref()),
     };
   }
   // The literal `new URL('./worker.js', import.meta.url)` lets Vite and other bundlers find it.
@@ -56,6 +60,7 @@ async function spawnWorker(workerUrl: string | URL | undefined): Promise<WorkerH
     onMessage: (h) => w.addEventListener('message', (e) => h(e.data as WorkerToHost)),
     onExit: (h) => w.addEventListener('error', (e) => h(`worker error: ${e.message}`)),
     terminate: () => w.terminate(),
+    setBusy: () => undefined,
   };
 }
 
@@ -182,6 +187,7 @@ export class WorkerPool {
           slot.state = 'idle';
           markReady();
           this.pump();
+          if (slot.state === 'idle') handle.setBusy(false);
           return;
         case 'init-error':
           markFailed(new Error(`sandbox worker failed to start: ${message.message}`));
@@ -216,6 +222,7 @@ export class WorkerPool {
       slot.state = 'busy';
       slot.job = job;
       slot.timer = setTimeout(() => this.onDeadline(slot), this.config.timeoutMs);
+      slot.handle.setBusy(true);
       slot.handle.post({ type: 'execute', id: job.id, request: job.request });
     }
   }
@@ -228,6 +235,7 @@ export class WorkerPool {
     slot.fetchAbort?.abort();
     slot.fetchAbort = undefined;
     slot.state = 'idle';
+    slot.handle.setBusy(false);
     let result: SandboxResult;
     try {
       result = produce();

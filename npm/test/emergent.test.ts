@@ -1,0 +1,185 @@
+// Emergent capabilities through the package: forges run their tests in the real sandbox
+// Workers, judges are real providers (fetch) against a mock LLM server (a test double), and
+// the registry persists through a store.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createAgent, memoryStore, openai, tool, type AgentEvent, type ForgeRequest, type Store } from '../src/node.js';
+import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+
+let chat: MockLlmServer;
+let judge: MockLlmServer;
+const verdict = (approved: boolean, correctness = 0.95) => ({
+  text: JSON.stringify({ approved, safety: 0.95, correctness, determinism: 0.95, boundedness: 0.9, confidence: 0.9, reasoning: approved ? 'ok' : 'wrong output' }),
+});
+before(async () => {
+  chat = await startMockLlmServer({ replies: [] });
+  judge = await startMockLlmServer({ respond: () => verdict(true) });
+});
+after(async () => {
+  await chat.close();
+  await judge.close();
+});
+
+const slugify: ForgeRequest = {
+  name: 'slugify',
+  description: 'Turn text into a URL slug',
+  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
+  implementation: {
+    mode: 'sandbox',
+    code: "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}",
+  },
+  testCases: [
+    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
+    { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
+  ],
+};
+
+const upper = tool({
+  name: 'upper',
+  description: 'Uppercases text',
+  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+  execute: ({ text }: { text: string }) => ({ text: text.toUpperCase() }),
+});
+
+async function makeAgent(store: Store, extra: Record<string, unknown> = {}) {
+  return createAgent({
+    model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
+    tools: [upper],
+    store,
+    agentId: 'bot',
+    emergent: {
+      enabled: true,
+      judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) },
+      promotionThreshold: { uses: 2, confidence: 0.8 },
+      persistSandboxSource: true,
+      ...extra,
+    },
+  });
+}
+
+describe('forge through the package', () => {
+  test('a sandbox tool is tested in the sandbox, judged, registered and callable', async () => {
+    const agent = await makeAgent(memoryStore());
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
+    const res = await agent.forge(slugify, { sessionId: 's1' });
+    assert.equal(res.success, true, JSON.stringify(res));
+    if (!res.success) return;
+    assert.equal(res.tool.tier, 'session');
+    assert.equal(res.tool.version, 1);
+    assert.match(res.tool.hash, /^[0-9a-f]{64}$/);
+    assert.equal(res.tests.length, 2);
+    assert.ok(res.tests.every((t) => t.passed));
+    const types = seen.map((e) => e.type);
+    assert.deepEqual(types, ['forge.start', 'forge.test', 'forge.test', 'forge.judge', 'forge.registered']);
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Hello World!' }, { sessionId: 's1' }), { slug: 'hello-world' });
+    const [info] = agent.tools.list({ sessionId: 's1' });
+    assert.equal(info!.name, 'slugify');
+    assert.equal(info!.stats.calls, 1);
+    assert.equal(info!.stats.successRate, 1);
+    assert.deepEqual(agent.tools.list({ sessionId: 'other' }), [], 'session tools stay in their session');
+    const stats = agent.emergent.stats();
+    assert.equal(stats.attempts, 1);
+    assert.equal(stats.approved, 1);
+    await agent.close();
+  });
+
+  test('failing tests, a shape problem and a missing judge reject with their category', async () => {
+    const agent = await makeAgent(memoryStore());
+    const wrong = await agent.forge({ ...slugify, name: 'bad_slug', testCases: [{ input: { text: 'A B' }, expectedOutput: { slug: 'nope' } }, slugify.testCases[0]!] });
+    assert.equal(wrong.success, false);
+    if (!wrong.success) assert.match(wrong.reason, /nope|test/i);
+    const shape = await agent.forge({ ...slugify, name: 'one_test', testCases: [slugify.testCases[0]!] });
+    assert.ok(!shape.success && shape.category === 'shape_check', JSON.stringify(shape));
+    const hostile = await agent.forge({ ...slugify, name: 'evil', implementation: { mode: 'sandbox', code: 'function execute(i){ return eval("1"); }' } });
+    assert.equal(hostile.success, false);
+    await agent.close();
+
+    const noJudge = await createAgent({ model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat' }), emergent: { enabled: true } });
+    const res = await noJudge.forge(slugify);
+    assert.ok(!res.success && /judge/i.test(res.reason), 'fail-closed without a judge');
+    await noJudge.close();
+  });
+
+  test('the model forges a tool with forge_tool and calls it in the next turn, in one run', async () => {
+    chat.reset();
+    chat.enqueue(
+      { toolCalls: [{ name: 'forge_tool', arguments: slugify }] },
+      { toolCalls: [{ name: 'slugify', arguments: { text: 'Crucible Forges Tools' } }] },
+      { text: 'The slug is crucible-forges-tools.' },
+    );
+    const agent = await makeAgent(memoryStore());
+    const events: AgentEvent[] = [];
+    for await (const e of agent.stream('Make a slug of "Crucible Forges Tools"', { sessionId: 's1' })) events.push(e);
+    const types = events.map((e) => e.type).filter((t) => t !== 'text.delta');
+    const forged = types.indexOf('forge.registered');
+    assert.ok(forged > 0, types.join(','));
+    assert.ok(events.slice(0, forged).some((e) => e.type === 'tool.execute.start'), 'forge events arrive inside the forge_tool call');
+    const end = events.find((e) => e.type === 'tool.execute.end' && e.name === 'slugify');
+    assert.deepEqual(end && end.type === 'tool.execute.end' && end.result, { slug: 'crucible-forges-tools' });
+    assert.ok(events.filter((e) => e.type.startsWith('forge.')).every((e) => e.runId === events[0]!.runId), 'forge events carry the run id');
+    assert.ok(chat.requests[1]!.toolNames?.includes('slugify'), 'the new tool is offered in the next turn');
+    assert.equal(events.at(-1)!.type, 'agent.end');
+    await agent.close();
+  });
+
+  test('promotion: agent tier survives a restart; shared tier waits for approval', async () => {
+    const store = memoryStore();
+    const agent = await makeAgent(store);
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    for (const text of ['a b', 'c d']) await agent.tools.call('slugify', { text }, { sessionId: 's1' });
+    const promoted = (await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' })) as { status: string };
+    assert.equal(promoted.status, 'promoted', JSON.stringify(promoted));
+    await agent.close();
+
+    const restarted = await makeAgent(store);
+    const tools = restarted.tools.list({ sessionId: 'fresh' });
+    assert.deepEqual(tools.map((t) => [t.name, t.tier]), [['slugify', 'agent']]);
+    assert.deepEqual(await restarted.tools.call('slugify', { text: 'Still Here' }, { sessionId: 'fresh' }), { slug: 'still-here' });
+
+    const approvals: AgentEvent[] = [];
+    restarted.on((e) => e.type === 'approval.requested' && approvals.push(e));
+    const pending = (await restarted.emergent.requestPromotion('slugify', 'shared')) as { status: string };
+    assert.equal(pending.status, 'pending', JSON.stringify(pending));
+    assert.equal(approvals.length, 1);
+    const [approval] = restarted.emergent.pendingApprovals();
+    assert.equal(approval!.kind, 'promotion');
+    const shared = await restarted.emergent.approve(approval!.id);
+    assert.equal(shared.tier, 'shared');
+    assert.ok(restarted.emergent.audit().some((a) => a.action === 'promote'));
+    await restarted.close();
+  });
+
+  test('export and import round-trip re-verify; redacted packages are refused', async () => {
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's1' });
+    assert.match(pkg, /crucible\.tool\.v1/);
+    const other = await makeAgent(memoryStore());
+    const imported = await other.emergent.import(pkg, { sessionId: 's2' });
+    assert.equal(imported.success, true, JSON.stringify(imported));
+    assert.deepEqual(await other.tools.call('slugify', { text: 'X Y' }, { sessionId: 's2' }), { slug: 'x-y' });
+    const tampered = pkg.replace('hello-world', 'hello-there');
+    await assert.rejects(other.emergent.import(tampered, { sessionId: 's3' }).then((r) => { if (!r.success) throw new Error(r.reason); }));
+
+    const redacting = await makeAgent(memoryStore(), { persistSandboxSource: false });
+    assert.ok((await redacting.forge(slugify)).success);
+    const redacted = await redacting.emergent.export('slugify');
+    assert.doesNotMatch(redacted, /toLowerCase/);
+    await assert.rejects(other.emergent.import(redacted).then((r) => { if (!r.success) throw new Error(r.reason); }));
+    await Promise.all([agent.close(), other.close(), redacting.close()]);
+  });
+
+  test('a judge that does not approve rejects; broken judge JSON rejects (fail-closed)', async () => {
+    judge.setResponder(() => verdict(false, 0.1));
+    const agent = await makeAgent(memoryStore());
+    const res = await agent.forge(slugify);
+    assert.ok(!res.success && res.category === 'judge_correctness', JSON.stringify(res));
+    judge.setResponder(() => ({ text: '{"approved": true, "safety": ' }));
+    const broken = await agent.forge({ ...slugify, name: 'slugify_two' });
+    assert.equal(broken.success, false);
+    judge.setResponder(() => verdict(true));
+    await agent.close();
+  });
+});
