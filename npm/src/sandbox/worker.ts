@@ -29,7 +29,14 @@ async function port(): Promise<Port> {
   };
 }
 
-const p = await port();
+// No top-level await: bundlers (Vite) emit workers as classic scripts by default. Messages
+// sent before the listener exists are queued by the port (Node) or arrive after this
+// evaluation's microtasks (browsers).
+let p: Port | undefined;
+void port().then((ready) => {
+  p = ready;
+  ready.onMessage(handle);
+});
 let memory: WebAssembly.Memory | undefined;
 let current: number | undefined;
 let dead = false;
@@ -45,7 +52,7 @@ function trap(error: unknown): void {
   } catch {
     failed = false;
   }
-  p.post({
+  p?.post({
     type: 'trap',
     id: current,
     message: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
@@ -69,12 +76,13 @@ function bridgeFetch(requestJson: string): Promise<string> {
   const id = nextFetch++;
   return new Promise((resolve, reject) => {
     fetches.set(id, { resolve, reject });
-    p.post({ type: 'fetch', id, request: requestJson });
+    p?.post({ type: 'fetch', id, request: requestJson });
   });
 }
 
-p.onMessage((message) => {
-  if (dead) return;
+function handle(message: HostToWorker): void {
+  if (dead || !p) return;
+  const out = p;
   switch (message.type) {
     case 'init': {
       try {
@@ -82,9 +90,9 @@ p.onMessage((message) => {
         memory = new WebAssembly.Memory({ initial: 256, maximum: Math.max(256, message.memoryMB * 16) });
         initSync({ module: message.module, memory });
         init(message.limits, bridgeFetch);
-        p.post({ type: 'ready' });
+        out.post({ type: 'ready' });
       } catch (error) {
-        p.post({ type: 'init-error', message: error instanceof Error ? error.message : String(error) });
+        out.post({ type: 'init-error', message: error instanceof Error ? error.message : String(error) });
       }
       return;
     }
@@ -101,7 +109,7 @@ p.onMessage((message) => {
         (result) => {
           if (dead) return;
           current = undefined;
-          p.post({ type: 'result', id: message.id, result });
+          out.post({ type: 'result', id: message.id, result });
         },
         (error) => trap(error),
       );
@@ -116,4 +124,4 @@ p.onMessage((message) => {
       return;
     }
   }
-});
+}
