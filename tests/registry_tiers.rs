@@ -24,7 +24,27 @@ fn use_n(r: &Rig, name: &str, n: usize, session: &str) {
 }
 
 fn promo_config() -> EmergentConfig {
-    EmergentConfig { promotion_threshold: PromotionThreshold { uses: 3, confidence: 0.8 }, promotion_retry_uses: 2, ..Default::default() }
+    // Explicit requests only: these tests drive each promotion step themselves.
+    EmergentConfig { promotion_threshold: PromotionThreshold { uses: 3, confidence: 0.8 }, promotion_retry_uses: 2, auto_promote: false, ..Default::default() }
+}
+
+#[test]
+fn a_session_tool_promotes_itself_after_n_successful_uses_and_a_no_is_not_re_asked_soon() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let panel = judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    assert_eq!(panel.requests.borrow().len(), 0, "below the threshold nobody is asked");
+    use_n(&r, "slugify", 1, "s1");
+    assert_eq!(panel.requests.borrow().len(), 2, "the third use asks the two-reviewer panel, which says no");
+    use_n(&r, "slugify", 1, "s1");
+    assert_eq!(panel.requests.borrow().len(), 2, "a rejected promotion is not re-asked before M more uses");
+    use_n(&r, "slugify", 1, "s1");
+    assert_eq!(panel.requests.borrow().len(), 4, "after M = 2 more uses it is asked again and approves");
+    let tiers: Vec<_> = r.registry.list("s1").into_iter().map(|t| (t.name, t.tier)).collect();
+    assert_eq!(tiers, vec![("slugify".to_string(), Tier::Agent)]);
+    assert!(r.events.0.borrow().iter().any(|e| matches!(&e.body, crucible::agent::EventBody::ToolPromoted { .. })));
 }
 
 /// A rig whose session tool `slugify` is ready for promotion to the agent tier.

@@ -61,6 +61,8 @@ export interface EmergentOptions {
   sandboxTimeoutMs?: number;
   sandboxMemoryMB?: number;
   promotionThreshold?: { uses?: number; confidence?: number };
+  /** Promote a session tool to the agent tier by itself once it reaches the threshold (default true). */
+  autoPromote?: boolean;
   /** Successful uses after a rejected promotion before it is asked again. */
   promotionRetryUses?: number;
   allowedSandboxAPIs?: string[];

@@ -62,6 +62,26 @@ impl Registry {
         }
     }
 
+    /// Whether a session tool just became eligible for automatic promotion: enough successful
+    /// uses, a confident verdict, and no rejected promotion of this version waiting for more
+    /// uses. Cheap; the promotion itself re-runs tests and asks the panel.
+    pub(crate) fn auto_promotion_due(&self, name: &str, session: &str) -> bool {
+        let config = self.config();
+        if !config.enabled || !config.auto_promote {
+            return false;
+        }
+        let state = self.state.borrow();
+        let Some(e) = state.tier(Tier::Session, session).and_then(|m| m.get(name)) else { return false };
+        if e.record.status != ToolStatus::Active || e.stats.successes < config.promotion_threshold.uses {
+            return false;
+        }
+        let confidence = e.record.current.verdict.as_ref().map(|v| v.confidence).unwrap_or(0.0);
+        let memo = &e.record.promotion;
+        let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
+            && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
+        confidence >= config.promotion_threshold.confidence && !suppressed
+    }
+
     async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
         let ops = {
             let mut state = self.state.borrow_mut();

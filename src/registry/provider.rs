@@ -33,6 +33,11 @@ impl ToolHandler for TrackedHandler {
                 // Best effort: failed stats writes stay dirty and are retried at the next flush.
                 let _ = registry.flush_stats().await;
             }
+            // The call that reaches the threshold promotes the tool (its outcome is in the
+            // events and the audit trail; the caller gets its result either way).
+            if self.tier == Tier::Session && result.is_ok() && registry.auto_promotion_due(&self.inner.name, &self.session) {
+                let _ = registry.request_promotion(&self.inner.name, Tier::Agent, &self.session).await;
+            }
         }
         result
     }

@@ -214,6 +214,9 @@ pub struct EmergentConfig {
     /// Applied by the host's sandbox runner.
     pub sandbox_memory_mb: u64,
     pub promotion_threshold: PromotionThreshold,
+    /// Promote a session tool to the agent tier by itself once its successful uses reach the
+    /// threshold (same checks and panel as `request_promotion`).
+    pub auto_promote: bool,
     /// After a rejected promotion, successful uses needed before asking again (unless the
     /// tool changes first).
     pub promotion_retry_uses: u64,
@@ -237,6 +240,7 @@ impl Default for EmergentConfig {
             sandbox_timeout_ms: 5000,
             sandbox_memory_mb: 128,
             promotion_threshold: PromotionThreshold::default(),
+            auto_promote: true,
             promotion_retry_uses: 5,
             allowed_sandbox_apis: vec![],
             fetch_domain_allowlist: vec![],
