@@ -197,4 +197,5 @@ pub mod emergent;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
 #[cfg(feature = "sandbox")]
+#[allow(unused_imports)] // each test binary uses a different part of the support module
 pub use sandbox::*;
