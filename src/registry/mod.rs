@@ -182,6 +182,7 @@ pub struct Registry {
     host_tools: RefCell<ToolSet>,
     pub(crate) state: RefCell<State>,
     sink: RefCell<Option<Box<dyn EventSink>>>,
+    forge_tool: RefCell<Option<Tool>>,
     me: Weak<Registry>,
 }
 
@@ -238,6 +239,7 @@ impl Registry {
             host_tools: RefCell::new(ToolSet::new()),
             state: RefCell::new(state),
             sink: RefCell::new(None),
+            forge_tool: RefCell::new(None),
             me: me.clone(),
         }))
     }
@@ -561,17 +563,28 @@ impl Registry {
             }
         }
         if self.config.enabled {
-            if let Ok(tool) = Tool::new(
-                FORGE_TOOL_NAME,
-                crate::forge::forge_tool_description(),
-                &crate::forge::forge_tool_schema(),
-                None,
-                Rc::new(ForgeToolHandler::new(self.me.clone())),
-            ) {
+            if let Some(tool) = self.forge_tool() {
                 set.insert(tool);
             }
         }
         set
+    }
+
+    /// The `forge_tool` meta-tool, built once (it never changes for a registry).
+    fn forge_tool(&self) -> Option<Tool> {
+        if let Some(tool) = self.forge_tool.borrow().as_ref() {
+            return Some(tool.clone());
+        }
+        let tool = Tool::new(
+            FORGE_TOOL_NAME,
+            crate::forge::forge_tool_description(),
+            &crate::forge::forge_tool_schema(),
+            None,
+            Rc::new(ForgeToolHandler::new(self.me.clone())),
+        )
+        .ok()?;
+        *self.forge_tool.borrow_mut() = Some(tool.clone());
+        Some(tool)
     }
 
     /// Builds the callable tool for a record: the forged handler wrapped so every call is

@@ -1,15 +1,27 @@
 //! Compiled JSON Schemas (the `jsonschema` crate) and readable violation reports.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
+use std::rc::Rc;
 
 use serde_json::Value;
 
 /// Most violations listed in one report; the model needs the first few, not hundreds.
 const MAX_REPORTED_VIOLATIONS: usize = 5;
 
+/// Distinct schemas kept compiled per thread. Compiling checks the schema against the draft
+/// 2020-12 meta-schema, and on wasm jsonschema rebuilds that meta-validator for every compile
+/// (milliseconds each); registries rebuild tools often, with the same few schemas.
+const SCHEMA_CACHE_CAPACITY: usize = 1024;
+
+thread_local! {
+    static SCHEMA_CACHE: RefCell<HashMap<String, Rc<jsonschema::Validator>>> = RefCell::new(HashMap::new());
+}
+
 /// A compiled schema. Compile once per tool; validation is then allocation-light.
 pub struct CompiledSchema {
-    validator: jsonschema::Validator,
+    validator: Rc<jsonschema::Validator>,
     source: Value,
 }
 
@@ -26,7 +38,18 @@ pub struct SchemaError(pub String);
 
 impl CompiledSchema {
     pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
-        let validator = jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?;
+        let key = schema.to_string();
+        if let Some(validator) = SCHEMA_CACHE.with(|c| c.borrow().get(&key).cloned()) {
+            return Ok(Self { validator, source: schema.clone() });
+        }
+        let validator = Rc::new(jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?);
+        SCHEMA_CACHE.with(|c| {
+            let mut cache = c.borrow_mut();
+            if cache.len() >= SCHEMA_CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(key, validator.clone());
+        });
         Ok(Self { validator, source: schema.clone() })
     }
 

@@ -196,7 +196,7 @@ impl HardenedRealm {
             .ok_or_else(|| JsNativeError::typ().with_message("bootstrap returned no helpers"))?;
         let make_response = helpers.get(js_string!("makeResponse"), &mut context)?;
         let frozen = helpers.get(js_string!("frozen"), &mut context)?.as_number().unwrap_or(0.0) as usize;
-        *host.make_response.borrow_mut() = make_response.as_object().cloned();
+        *host.make_response.borrow_mut() = make_response.as_object();
         executor.clear();
         Ok(Self { context, executor, host, console, crypto, fetch, frozen_objects: frozen, compiled: Vec::new() })
     }
