@@ -57,7 +57,7 @@ const SLUGIFY_REQUEST = {
   outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
   implementation: {
     mode: 'sandbox',
-    code: "function run(input) {\n  // keep letters and digits, join the words with dashes\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');\n  return { slug: slug };\n}",
+    code: "function execute(input) {\n  // keep letters and digits, join the words with dashes\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');\n  return { slug: slug };\n}",
   },
   testCases: [
     { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
