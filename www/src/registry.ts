@@ -124,8 +124,12 @@ export function mountRegistry(app: App): void {
       actionStatus = `${label}…`;
       status.textContent = actionStatus;
       try {
-        const result = await fn();
-        actionStatus = `${label}: done${result && typeof result === 'object' && 'status' in result ? ` (${String((result as { status: unknown }).status)})` : ''}.`;
+        const result = (await fn()) as { status?: unknown; reason?: unknown } | undefined;
+        // requestPromotion resolves with { status: promoted | pending | rejected | suppressed, reason }.
+        actionStatus =
+          result && typeof result === 'object' && typeof result.status === 'string'
+            ? `${label}: ${result.status}${typeof result.reason === 'string' && result.reason ? ` — ${brief(result.reason, 300)}` : ''}`
+            : `${label}: done.`;
       } catch (error) {
         actionStatus = `${label} failed: ${errorText(error)}`;
       }
@@ -144,18 +148,18 @@ export function mountRegistry(app: App): void {
           { class: 'row' },
           h('label', { for: 'promote-tier' }, 'Promote to'),
           select,
-          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value} requested`, () => runtime.requestPromotion(t.name, select.value as Tier)) }, 'Request promotion'),
+          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId)) }, 'Request promotion'),
         ),
       );
     }
     const row = h('div', { class: 'row' });
     if (t.tier !== 'session' || t.status !== 'demoted') {
-      row.append(h('button', { type: 'button', 'data-action': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name)) }, 'Demote'));
+      row.append(h('button', { type: 'button', 'data-action': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name, app.sessionId)) }, 'Demote'));
     }
     const older = t.versions.filter((v) => v !== t.version);
     if (older.length > 0) {
       const select = h('select', { id: 'rollback-version', 'aria-label': 'Version to roll back to' }, ...older.map((v) => h('option', { value: String(v) }, `v${v}`)));
-      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value))) }, 'Roll back'));
+      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value), app.sessionId)) }, 'Roll back'));
     }
     row.append(
       h('button', {
@@ -163,7 +167,7 @@ export function mountRegistry(app: App): void {
         'data-action': 'export',
         onclick: () =>
           void act(`Export ${t.name}`, async () => {
-            exported = { name: t.name, yaml: await runtime.exportTool(t.name) };
+            exported = { name: t.name, yaml: await runtime.exportTool(t.name, app.sessionId) };
             renderDetail(t);
           }),
       }, 'Export'),
