@@ -322,6 +322,7 @@ function suite(): void {
         await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
         await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });
         await page.waitForSelector('#timeline .tl-promoted', { timeout: 10_000 });
+        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
         assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
         await shot(page, 'approval-done');
         assert.deepEqual(errors, []);
@@ -337,7 +338,11 @@ function suite(): void {
         assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
         await page.click('#registry-list [data-tool="slugify"]');
         assert.ok((await page.$$eval('#registry-detail .audit-list li', (els) => els.length)) > 0, 'audit trail kept');
-        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
+        // Per-tool stats are persisted (flushed to IndexedDB); the forge aggregate (chart) is kept
+        // in memory by the core, so after a reload it counts this page's agent only.
+        assert.match((await page.textContent('#registry-detail [data-fact="calls"]')) ?? '', /^[1-9]/, 'slugify call count kept');
+        assert.match((await page.textContent('#registry-detail [data-fact="success-rate"]')) ?? '', /100%/);
+        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /attempts/);
         await shot(page, 'reload-desktop');
         assert.deepEqual(errors, []);
       });

@@ -252,6 +252,6 @@ export function mountRegistry(app: App): void {
 
 function fact(term: string, value: string | Node): DocumentFragment {
   const frag = document.createDocumentFragment();
-  frag.append(h('dt', {}, term), h('dd', {}, value));
+  frag.append(h('dt', {}, term), h('dd', { 'data-fact': term.toLowerCase().replace(/\s+/g, '-') }, value));
   return frag;
 }
