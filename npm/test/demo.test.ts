@@ -164,6 +164,8 @@ function suite(): void {
 
     async function shot(page: Page, name: string, viewport = DESKTOP): Promise<void> {
       await page.setViewportSize(viewport);
+      // Let the resized layout paint (SVG charts came out blank when shot in the same frame).
+      await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
       await page.screenshot({ path: join(ARTIFACTS, `demo-${name}.png`), fullPage: true });
     }
 

@@ -20,7 +20,8 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       return;
     }
     for (const t of runtime.hostTools) hostList.append(h('li', { class: 'chip', title: t.description }, h('code', {}, t.name), h('span', { class: 'chip-desc' }, ` — ${t.description}`)));
-    if (runtime.toolNames().includes('forge_tool')) hostList.append(h('li', { class: 'chip chip-meta', title: 'Builds a new tool when none fits' }, h('code', {}, 'forge_tool'), h('span', { class: 'chip-desc' }, ' — meta-tool: forges new tools')));
+    // forge_tool is offered per run by the registry, not listed among the agent's own tools.
+    if (runtime.emergentAvailable || runtime.toolNames().includes('forge_tool')) hostList.append(h('li', { class: 'chip chip-meta', title: 'Builds a new tool when none fits' }, h('code', {}, 'forge_tool'), h('span', { class: 'chip-desc' }, ' — meta-tool: forges new tools')));
     setState(app.running ? 'running' : 'idle');
   });
 
