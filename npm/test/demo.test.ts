@@ -74,11 +74,13 @@ function scriptedModel(request: MockRequest): MockReply {
     const tool = caller?.toolNames?.at(-1);
     if (tool === 'forge_tool' && request.toolNames.includes('slugify')) return { toolCalls: [{ name: 'slugify', arguments: { text: 'Hello World!' } }] };
     if (tool === 'slugify') return { text: 'The slug of “Hello World!” is hello-world.', chunkDelayMs: 20 };
+    if (tool === 'save_note') return { text: last.content.includes('"saved":true') ? 'Saved your note.' : `Not saved: ${last.content.slice(0, 80)}`, chunkDelayMs: 10 };
     if (tool === 'get_weather') return { text: 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.', chunkDelayMs: 40 };
     return { text: `Done: ${last.content.slice(0, 80)}` };
   }
   const text = last?.content ?? '';
   if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
+  if (/note/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy milk' } }] };
   if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
   if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
   return { text: `echo: ${text}`, chunkDelayMs: 10 };
@@ -188,7 +190,7 @@ function suite(): void {
       const { page, errors } = await open();
       assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
       const hostTools = await page.$$eval('#host-tools code', (els) => els.map((e) => e.textContent));
-      for (const name of ['get_weather', 'current_time', 'word_count']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
+      for (const name of ['get_weather', 'current_time', 'word_count', 'save_note']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
       assert.match((await page.textContent('#provider-summary')) ?? '', /127\.0\.0\.1/);
       // Every form control has a label.
       const unlabeled = await page.$$eval('input, select, textarea', (els) =>
@@ -222,7 +224,7 @@ function suite(): void {
       assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
       assert.equal(await page.isEnabled('#send-button'), true);
       // The page sent the request to the configured provider only, with the host tools offered.
-      assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'word_count']);
+      assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'save_note', 'word_count']);
       await shot(page, 'chat-desktop');
       await shot(page, 'chat-phone', PHONE);
       assert.deepEqual(errors, []);
@@ -276,6 +278,34 @@ function suite(): void {
       assert.equal(await page.inputValue('#api-key'), '');
       // The page talks to itself and to the configured provider, nothing else.
       assert.deepEqual([...origins].sort(), [new URL(pageURL).origin, mock.url].sort());
+      assert.deepEqual(errors, []);
+    });
+
+    test('a tool call that needs approval pauses the run; approving resumes it', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Save a note: buy milk');
+      await lastAgentStatus(page, 'paused');
+      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+      assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy milk/);
+      await shot(page, 'toolcall-pending');
+      await shot(page, 'toolcall-pending-phone', PHONE);
+      await page.setViewportSize(DESKTOP);
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      // Denied calls reach the model as a refusal; nothing is saved.
+      await send(page, 'Another note please');
+      await lastAgentStatus(page, 'paused');
+      await page.fill('#approvals [data-tool="save_note"] .deny-reason', 'not today');
+      await page.click('#approvals [data-tool="save_note"] [data-action="deny"]');
+      await lastAgentStatus(page, 'done');
+      assert.match((await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '', /^Not saved/);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      await shot(page, 'toolcall-done');
       assert.deepEqual(errors, []);
     });
 

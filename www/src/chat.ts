@@ -150,7 +150,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           return true;
         case 'agent.paused': {
           const now = Date.now();
-          for (const a of event.approvals) addEvent('tool-paused', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⏸'), ' ', h('code', {}, a.tool), ` waits for approval ${brief(a.arguments, 120)}`);
+          for (const a of event.approvals) addEvent('tool-paused', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '‖'), ' ', h('code', {}, a.tool), ` waits for approval ${brief(a.arguments, 120)}`);
           const fresh: RunApproval[] = event.approvals.map((a) => ({ id: a.id, kind: 'tool_call', tool: a.tool, runId: event.runId, callId: a.callId, arguments: a.arguments, reason: a.reason ?? '', requestedAt: now }));
           app.setRunApprovals([...app.runApprovals.filter((a) => a.runId !== event.runId), ...fresh]);
           finish('paused', 'Paused: approve or deny the tool call under “Pending approvals”.');

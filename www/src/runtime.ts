@@ -81,7 +81,7 @@ export const AGENT_ID = 'demo-agent';
 
 const INSTRUCTIONS = [
   'You are the Crucible demo agent. Answer briefly.',
-  'Use the host tools when they fit: get_weather, current_time, word_count.',
+  'Use the host tools when they fit: get_weather, current_time, word_count, save_note.',
   'When no tool covers a task, call forge_tool to build one (with at least two test cases), then call the new tool.',
 ].join(' ');
 
@@ -129,6 +129,25 @@ export const hostTools: HostTool[] = [
         throw new Error(`unknown time zone ${zone}`);
       }
       return { iso: now.toISOString(), timeZone: zone, local };
+    },
+  }),
+  tool({
+    name: 'save_note',
+    description: 'Saves a short note in this browser tab (asks a human first)',
+    inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+    // Every call pauses the run until someone approves or denies it under "Pending approvals".
+    needsApproval: true,
+    execute: ({ text }: { text: string }) => {
+      const key = 'crucible-demo.notes.v1';
+      let notes: string[] = [];
+      try {
+        notes = JSON.parse(localStorage.getItem(key) ?? '[]') as string[];
+      } catch {
+        notes = [];
+      }
+      notes.push(String(text));
+      localStorage.setItem(key, JSON.stringify(notes.slice(-50)));
+      return { saved: true, notes: notes.length };
     },
   }),
   tool({

@@ -138,7 +138,15 @@ export function mountTimeline(app: App): void {
         entry('demoted', h('span', { class: 'badge badge-warn' }, 'demoted'), ' ', h('code', {}, e.name), ` ${e.fromTier} → ${e.toTier}`);
         break;
       case 'approval.requested':
-        entry('approval', h('span', { class: 'badge badge-warn' }, 'approval requested'), ' ', h('code', {}, e.approval.tool), ` ${e.approval.fromTier ?? ''} → ${e.approval.toTier ?? ''}: ${brief(e.approval.reason, 200)}`);
+        entry(
+          'approval',
+          h('span', { class: 'badge badge-warn' }, 'approval requested'),
+          ' ',
+          e.approval.kind === 'tool_call' ? 'call of ' : 'promotion of ',
+          h('code', {}, e.approval.tool),
+          e.approval.fromTier || e.approval.toTier ? ` ${e.approval.fromTier ?? '?'} → ${e.approval.toTier ?? '?'}` : '',
+          e.approval.reason ? `: ${brief(e.approval.reason, 200)}` : '',
+        );
         break;
       default:
         break;
