@@ -378,6 +378,43 @@ function suite(): void {
         await shot(page, 'reload-desktop');
         assert.deepEqual(errors, []);
       });
+
+      test('demote, deny a promotion, export and import a package', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        const item = '#registry-list [data-tool="slugify"]';
+        await page.click(item);
+        const before = await page.getAttribute(item, 'data-tier');
+        await page.click('#registry-detail [data-action="demote"]');
+        const lower = before === 'shared' ? 'agent' : 'session';
+        await page.waitForSelector(`${item}[data-tier="${lower}"]`, { timeout: 10_000 });
+        await page.waitForSelector('#timeline .tl-demoted', { timeout: 10_000 });
+        // A shared promotion denied by the human: nothing moves.
+        await page.click(item);
+        await page.selectOption('#promote-tier', 'shared');
+        await page.click('#registry-detail [data-action="promote"]');
+        await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="deny"]', { timeout: 30_000 });
+        await page.fill('#approvals [data-tool="slugify"] .deny-reason', 'not for everyone yet');
+        await page.click('#approvals [data-tool="slugify"] [data-action="deny"]');
+        await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
+        assert.equal(await page.getAttribute(item, 'data-tier'), lower);
+        await page.click(item);
+        await page.waitForSelector('#registry-detail .audit-list li[data-action="approval.denied"]', { timeout: 10_000 });
+        // Export shows the portable package (source kept: persistSandboxSource).
+        await page.click('#registry-detail [data-action="export"]');
+        await page.waitForFunction(() => /crucible\.tool\.v1/.test((document.querySelector('#export-text') as HTMLTextAreaElement | null)?.value ?? ''), undefined, { timeout: 10_000 });
+        const pkg = await page.inputValue('#export-text');
+        assert.match(pkg, /toLowerCase/);
+        await shot(page, 'export');
+        // Import re-verifies (hash, tests, judge) and lands in the session tier.
+        await page.fill('#import-text', pkg);
+        await page.click('#import-button');
+        await page.waitForFunction(() => !/Importing/.test(document.querySelector('#import-status')?.textContent ?? 'Importing'), undefined, { timeout: 30_000 });
+        const status = (await page.textContent('#import-status')) ?? '';
+        assert.match(status, /^Imported slugify/, status);
+        await shot(page, 'import');
+        assert.deepEqual(errors, []);
+      });
     });
 
     test('streams an answer from the real local model', async (t) => {
