@@ -61,7 +61,7 @@ export function isEmergentEvent(event: { type: string }): event is EmergentEvent
   return EMERGENT_TYPES.has(event.type);
 }
 
-/** Thrown by panels when the agent runs without the emergent API. */
+/** Thrown by registry reads when the agent runs without emergent capabilities; the panels say so. */
 export class EmergentUnavailable extends Error {
   constructor(what: string) {
     super(`emergent API not available in this build (${what})`);
@@ -291,18 +291,22 @@ export class Runtime {
   }
 
   async listTools(sessionId: string): Promise<ToolInfo[]> {
+    this.#requireEmergent('tools.list');
     return this.#agent.tools.list({ sessionId });
   }
 
   async stats(): Promise<ForgeStats> {
+    this.#requireEmergent('emergent.stats');
     return this.#agent.emergent.stats();
   }
 
   async pendingApprovals(): Promise<PendingApproval[]> {
+    this.#requireEmergent('emergent.pendingApprovals');
     return this.#agent.emergent.pendingApprovals();
   }
 
   async audit(): Promise<AuditEntry[]> {
+    this.#requireEmergent('emergent.audit');
     return this.#agent.emergent.audit();
   }
 
@@ -332,6 +336,10 @@ export class Runtime {
 
   async importTool(pkg: string, sessionId: string): Promise<ForgeResult> {
     return await this.#agent.emergent.import(pkg, { sessionId });
+  }
+
+  #requireEmergent(what: string): void {
+    if (!this.emergentAvailable) throw new EmergentUnavailable(what);
   }
 
   /** Writes buffered tool stats to IndexedDB (the core batches them). */

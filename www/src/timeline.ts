@@ -145,7 +145,7 @@ export function mountTimeline(app: App): void {
           e.approval.kind === 'tool_call' ? 'call of ' : 'promotion of ',
           h('code', {}, e.approval.tool),
           e.approval.fromTier || e.approval.toTier ? ` ${e.approval.fromTier ?? '?'} → ${e.approval.toTier ?? '?'}` : '',
-          e.approval.reason ? `: ${brief(e.approval.reason, 200)}` : '',
+          e.approval.reason ? h('div', { class: 'muted' }, brief(e.approval.reason, 200)) : '',
         );
         break;
       default:
