@@ -65,6 +65,16 @@ const SLUGIFY_REQUEST = {
   ],
 };
 
+/** A second version of slugify: words joined by underscores. */
+const SLUGIFY_UNDERSCORE = {
+  ...SLUGIFY_REQUEST,
+  implementation: { mode: 'sandbox', code: "function execute(input) {\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '_').replace(/^_+|_+$/g, '');\n  return { slug: slug };\n}" },
+  testCases: [
+    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello_world' } },
+    { input: { text: '  Crucible  forges tools ' }, expectedOutput: { slug: 'crucible_forges_tools' } },
+  ],
+};
+
 function scriptedModel(request: MockRequest): MockReply {
   // Judge and promotion reviewers: calls that offer no tools.
   if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
@@ -82,6 +92,7 @@ function scriptedModel(request: MockRequest): MockReply {
   if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
   if (/note/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy milk' } }] };
   if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
+  if (/underscore/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_UNDERSCORE } ] };
   if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
   return { text: `echo: ${text}`, chunkDelayMs: 10 };
 }
@@ -413,6 +424,27 @@ function suite(): void {
         const status = (await page.textContent('#import-status')) ?? '';
         assert.match(status, /^Imported slugify/, status);
         await shot(page, 'import');
+        assert.deepEqual(errors, []);
+      });
+
+      test('a re-forged tool gets a new version; rollback restores the old one', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        await send(page, 'Slugify with underscores instead');
+        await lastAgentStatus(page, 'done', 60_000);
+        const item = '#registry-list [data-tool="slugify"][data-tier="session"]';
+        await page.waitForFunction((sel) => /v[3-9]/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 10_000 });
+        await page.click(item);
+        await page.waitForSelector('#rollback-version');
+        const newest = (await page.textContent(`${item} .muted`))!.trim();
+        const target = await page.$eval('#rollback-version', (el) => (el as HTMLSelectElement).options[(el as HTMLSelectElement).options.length - 1]!.value);
+        await page.selectOption('#rollback-version', target);
+        await page.click('#registry-detail [data-action="rollback"]');
+        await page.waitForFunction(([sel, v]) => (document.querySelector(sel!)?.textContent ?? '').includes(`v${v}`), [item, target], { timeout: 10_000 });
+        assert.notEqual(`v${target}`, newest);
+        await page.click(item);
+        await page.waitForSelector('#registry-detail .audit-list li[data-action="rollback"]');
+        await shot(page, 'rollback');
         assert.deepEqual(errors, []);
       });
     });
