@@ -57,11 +57,21 @@ const SLUGIFY_REQUEST = {
   outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
   implementation: {
     mode: 'sandbox',
-    code: "function run(input) {\n  // keep letters and digits, join the words with dashes\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');\n  return { slug: slug };\n}",
+    code: "function execute(input) {\n  // keep letters and digits, join the words with dashes\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');\n  return { slug: slug };\n}",
   },
   testCases: [
     { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
     { input: { text: '  Crucible  forges tools ' }, expectedOutput: { slug: 'crucible-forges-tools' } },
+  ],
+};
+
+/** A second version of slugify: words joined by underscores. */
+const SLUGIFY_UNDERSCORE = {
+  ...SLUGIFY_REQUEST,
+  implementation: { mode: 'sandbox', code: "function execute(input) {\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '_').replace(/^_+|_+$/g, '');\n  return { slug: slug };\n}" },
+  testCases: [
+    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello_world' } },
+    { input: { text: '  Crucible  forges tools ' }, expectedOutput: { slug: 'crucible_forges_tools' } },
   ],
 };
 
@@ -74,12 +84,15 @@ function scriptedModel(request: MockRequest): MockReply {
     const tool = caller?.toolNames?.at(-1);
     if (tool === 'forge_tool' && request.toolNames.includes('slugify')) return { toolCalls: [{ name: 'slugify', arguments: { text: 'Hello World!' } }] };
     if (tool === 'slugify') return { text: 'The slug of “Hello World!” is hello-world.', chunkDelayMs: 20 };
+    if (tool === 'save_note') return { text: last.content.includes('"saved":true') ? 'Saved your note.' : `Not saved: ${last.content.slice(0, 80)}`, chunkDelayMs: 10 };
     if (tool === 'get_weather') return { text: 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.', chunkDelayMs: 40 };
     return { text: `Done: ${last.content.slice(0, 80)}` };
   }
   const text = last?.content ?? '';
   if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
+  if (/note/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy milk' } }] };
   if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
+  if (/underscore/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_UNDERSCORE } ] };
   if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
   return { text: `echo: ${text}`, chunkDelayMs: 10 };
 }
@@ -164,6 +177,8 @@ function suite(): void {
 
     async function shot(page: Page, name: string, viewport = DESKTOP): Promise<void> {
       await page.setViewportSize(viewport);
+      // Let the resized layout paint (SVG charts came out blank when shot in the same frame).
+      await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
       await page.screenshot({ path: join(ARTIFACTS, `demo-${name}.png`), fullPage: true });
     }
 
@@ -186,7 +201,7 @@ function suite(): void {
       const { page, errors } = await open();
       assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
       const hostTools = await page.$$eval('#host-tools code', (els) => els.map((e) => e.textContent));
-      for (const name of ['get_weather', 'current_time', 'word_count']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
+      for (const name of ['get_weather', 'current_time', 'word_count', 'save_note']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
       assert.match((await page.textContent('#provider-summary')) ?? '', /127\.0\.0\.1/);
       // Every form control has a label.
       const unlabeled = await page.$$eval('input, select, textarea', (els) =>
@@ -220,7 +235,7 @@ function suite(): void {
       assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
       assert.equal(await page.isEnabled('#send-button'), true);
       // The page sent the request to the configured provider only, with the host tools offered.
-      assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'word_count']);
+      assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'save_note', 'word_count']);
       await shot(page, 'chat-desktop');
       await shot(page, 'chat-phone', PHONE);
       assert.deepEqual(errors, []);
@@ -277,6 +292,34 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a tool call that needs approval pauses the run; approving resumes it', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Save a note: buy milk');
+      await lastAgentStatus(page, 'paused');
+      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+      assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy milk/);
+      await shot(page, 'toolcall-pending');
+      await shot(page, 'toolcall-pending-phone', PHONE);
+      await page.setViewportSize(DESKTOP);
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      // Denied calls reach the model as a refusal; nothing is saved.
+      await send(page, 'Another note please');
+      await lastAgentStatus(page, 'paused');
+      await page.fill('#approvals [data-tool="save_note"] .deny-reason', 'not today');
+      await page.click('#approvals [data-tool="save_note"] [data-action="deny"]');
+      await lastAgentStatus(page, 'done');
+      assert.match((await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '', /^Not saved/);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      await shot(page, 'toolcall-done');
+      assert.deepEqual(errors, []);
+    });
+
     describe('forge, promotion, reload (emergent API)', () => {
       let opened: Opened;
       let context: BrowserContext;
@@ -322,6 +365,7 @@ function suite(): void {
         await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
         await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });
         await page.waitForSelector('#timeline .tl-promoted', { timeout: 10_000 });
+        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
         assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
         await shot(page, 'approval-done');
         assert.deepEqual(errors, []);
@@ -337,8 +381,70 @@ function suite(): void {
         assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
         await page.click('#registry-list [data-tool="slugify"]');
         assert.ok((await page.$$eval('#registry-detail .audit-list li', (els) => els.length)) > 0, 'audit trail kept');
-        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
+        // Per-tool stats are persisted (flushed to IndexedDB); the forge aggregate (chart) is kept
+        // in memory by the core, so after a reload it counts this page's agent only.
+        assert.match((await page.textContent('#registry-detail [data-fact="calls"]')) ?? '', /^[1-9]/, 'slugify call count kept');
+        assert.match((await page.textContent('#registry-detail [data-fact="success-rate"]')) ?? '', /100%/);
+        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /attempts/);
         await shot(page, 'reload-desktop');
+        assert.deepEqual(errors, []);
+      });
+
+      test('demote, deny a promotion, export and import a package', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        const item = '#registry-list [data-tool="slugify"]';
+        await page.click(item);
+        const before = await page.getAttribute(item, 'data-tier');
+        await page.click('#registry-detail [data-action="demote"]');
+        const lower = before === 'shared' ? 'agent' : 'session';
+        await page.waitForSelector(`${item}[data-tier="${lower}"]`, { timeout: 10_000 });
+        await page.waitForSelector('#timeline .tl-demoted', { timeout: 10_000 });
+        // A shared promotion denied by the human: nothing moves.
+        await page.click(item);
+        await page.selectOption('#promote-tier', 'shared');
+        await page.click('#registry-detail [data-action="promote"]');
+        await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="deny"]', { timeout: 30_000 });
+        await page.fill('#approvals [data-tool="slugify"] .deny-reason', 'not for everyone yet');
+        await page.click('#approvals [data-tool="slugify"] [data-action="deny"]');
+        await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
+        assert.equal(await page.getAttribute(item, 'data-tier'), lower);
+        await page.click(item);
+        await page.waitForSelector('#registry-detail .audit-list li[data-action="approval.denied"]', { timeout: 10_000 });
+        // Export shows the portable package (source kept: persistSandboxSource).
+        await page.click('#registry-detail [data-action="export"]');
+        await page.waitForFunction(() => /crucible\.tool\.v1/.test((document.querySelector('#export-text') as HTMLTextAreaElement | null)?.value ?? ''), undefined, { timeout: 10_000 });
+        const pkg = await page.inputValue('#export-text');
+        assert.match(pkg, /toLowerCase/);
+        await shot(page, 'export');
+        // Import re-verifies (hash, tests, judge) and lands in the session tier.
+        await page.fill('#import-text', pkg);
+        await page.click('#import-button');
+        await page.waitForFunction(() => !/Importing/.test(document.querySelector('#import-status')?.textContent ?? 'Importing'), undefined, { timeout: 30_000 });
+        const status = (await page.textContent('#import-status')) ?? '';
+        assert.match(status, /^Imported slugify/, status);
+        await shot(page, 'import');
+        assert.deepEqual(errors, []);
+      });
+
+      test('a re-forged tool gets a new version; rollback restores the old one', async (t) => {
+        const { page, errors } = opened;
+        if (await skipWithoutEmergent(t, page)) return;
+        await send(page, 'Slugify with underscores instead');
+        await lastAgentStatus(page, 'done', 60_000);
+        const item = '#registry-list [data-tool="slugify"][data-tier="session"]';
+        await page.waitForFunction((sel) => /v[3-9]/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 10_000 });
+        await page.click(item);
+        await page.waitForSelector('#rollback-version');
+        const newest = (await page.textContent(`${item} .muted`))!.trim();
+        const target = await page.$eval('#rollback-version', (el) => (el as HTMLSelectElement).options[(el as HTMLSelectElement).options.length - 1]!.value);
+        await page.selectOption('#rollback-version', target);
+        await page.click('#registry-detail [data-action="rollback"]');
+        await page.waitForFunction(([sel, v]) => (document.querySelector(sel!)?.textContent ?? '').includes(`v${v}`), [item, target], { timeout: 10_000 });
+        assert.notEqual(`v${target}`, newest);
+        await page.click(item);
+        await page.waitForSelector('#registry-detail .audit-list li[data-action="rollback"]');
+        await shot(page, 'rollback');
         assert.deepEqual(errors, []);
       });
     });

@@ -1,5 +1,7 @@
 /** Shared state of the page: the current runtime, the session, the event bus and refreshes. */
-import { isEmergentEvent, type DemoEvent, type Runtime } from './runtime.ts';
+import { isEmergentEvent, type ApprovalDecision, type DemoEvent, type RunApproval, type Runtime } from './runtime.ts';
+
+const PAUSED_KEY = 'crucible-demo.paused.v1';
 
 type Listener<T> = (value: T) => void;
 
@@ -16,8 +18,31 @@ export class App {
   #seen: string[] = [];
   #seenSet = new Set<string>();
 
+  /** Tool calls of paused runs waiting for a human; the run states live in IndexedDB, so
+   * these survive a reload and the run can be resumed by id. */
+  runApprovals: RunApproval[] = [];
+  /** Set by the chat: continues a paused run with decisions and streams it into the transcript. */
+  resumeRun: ((runId: string, decisions: ApprovalDecision[]) => Promise<void>) | undefined;
+
   constructor(sessionId: string) {
     this.sessionId = sessionId;
+    try {
+      const stored = JSON.parse(localStorage.getItem(PAUSED_KEY) ?? '[]') as unknown;
+      if (Array.isArray(stored)) this.runApprovals = stored as RunApproval[];
+    } catch {
+      this.runApprovals = [];
+    }
+  }
+
+  setRunApprovals(next: RunApproval[]): void {
+    this.runApprovals = next;
+    try {
+      if (next.length) localStorage.setItem(PAUSED_KEY, JSON.stringify(next));
+      else localStorage.removeItem(PAUSED_KEY);
+    } catch {
+      // Storage full or disabled: the approvals stay for this page's lifetime.
+    }
+    this.refreshSoon(0);
   }
 
   setRuntime(runtime: Runtime | undefined): void {
@@ -25,8 +50,10 @@ export class App {
     this.#unsubscribe = undefined;
     const previous = this.runtime;
     this.runtime = runtime;
-    if (previous && previous !== runtime) previous.dispose();
-    if (runtime) this.#unsubscribe = runtime.onEvent((event) => this.emit(event));
+    if (previous && previous !== runtime) void previous.close();
+    // Registry events outside runs (and those of runs, deduplicated in emit); run events reach
+    // the page through the stream the chat consumes.
+    if (runtime) this.#unsubscribe = runtime.onEvent((event) => isEmergentEvent(event) && this.emit(event));
     for (const listener of this.#runtimeListeners) listener(runtime);
     this.refreshSoon(0);
   }

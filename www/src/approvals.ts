@@ -1,20 +1,22 @@
 /** Pending approvals (shared promotions, tool calls): approve or deny with a reason. */
 import type { App } from './app.ts';
-import { $, clear, errorText, h, time } from './dom.ts';
-import { EmergentUnavailable, type PendingApproval } from './runtime.ts';
+import { $, brief, clear, errorText, h, time } from './dom.ts';
+import { EmergentUnavailable, type ApprovalDecision, type PendingApproval, type RunApproval } from './runtime.ts';
 
 export function mountApprovals(app: App): void {
   const list = $<HTMLUListElement>('#approvals');
   const note = $('#approvals-note');
   let status = '';
+  // Decisions on tool calls of a paused run, sent together once every call of the run is decided.
+  const decided = new Map<string, ApprovalDecision>();
 
   app.onRefresh(async () => {
     const runtime = app.runtime;
     if (!runtime) return;
     try {
-      const pending = await runtime.pendingApprovals();
+      const pending = runtime.emergentAvailable ? await runtime.pendingApprovals() : [];
       note.hidden = true;
-      render(pending);
+      render([...pending, ...app.runApprovals.filter((a) => !decided.has(a.id))]);
     } catch (error) {
       clear(list);
       note.hidden = false;
@@ -22,7 +24,21 @@ export function mountApprovals(app: App): void {
     }
   });
 
-  function render(pending: PendingApproval[]): void {
+  async function decideCall(p: RunApproval, approved: boolean, reason: string): Promise<void> {
+    decided.set(p.id, { id: p.id, approved, ...(approved ? {} : { reason }) });
+    const ofRun = app.runApprovals.filter((a) => a.runId === p.runId);
+    if (!ofRun.every((a) => decided.has(a.id))) return;
+    const decisions = ofRun.map((a) => decided.get(a.id)!);
+    if (!app.resumeRun) throw new Error('the chat is not ready');
+    try {
+      await app.resumeRun(p.runId, decisions);
+      app.setRunApprovals(app.runApprovals.filter((a) => a.runId !== p.runId));
+    } finally {
+      for (const a of ofRun) decided.delete(a.id);
+    }
+  }
+
+  function render(pending: Array<PendingApproval | RunApproval>): void {
     clear(list);
     if (pending.length === 0) list.append(h('li', { class: 'muted' }, 'Nothing waits for a human.'));
     for (const p of pending) {
@@ -32,8 +48,10 @@ export function mountApprovals(app: App): void {
         const runtime = app.runtime;
         if (!runtime) return;
         try {
-          if (approve) await runtime.approve(p.id);
-          else await runtime.deny(p.id, reason.value.trim() || 'denied in the demo page');
+          const why = reason.value.trim() || 'denied in the demo page';
+          if (p.kind === 'tool_call' && 'runId' in p && p.runId) await decideCall(p as RunApproval, approve, why);
+          else if (approve) await runtime.approve(p.id);
+          else await runtime.deny(p.id, why);
           status = `${approve ? 'Approved' : 'Denied'}: ${p.tool}.`;
         } catch (error) {
           status = `Could not ${approve ? 'approve' : 'deny'}: ${errorText(error)}`;
@@ -47,6 +65,7 @@ export function mountApprovals(app: App): void {
           { class: 'approval', 'data-approval': p.id, 'data-tool': p.tool },
           h('div', {}, h('strong', {}, p.kind === 'promotion' ? 'Promote ' : 'Call '), h('code', {}, p.tool), p.fromTier || p.toTier ? ` ${p.fromTier ?? '?'} → ${p.toTier ?? '?'}` : '', ' ', h('time', { class: 'muted' }, time(p.requestedAt))),
           p.reason ? h('p', { class: 'muted' }, p.reason) : null,
+          p.kind === 'tool_call' && 'arguments' in p && p.arguments !== undefined ? h('pre', { class: 'approval-args' }, brief(p.arguments, 400)) : null,
           h(
             'div',
             { class: 'row' },

@@ -1,7 +1,7 @@
 /** The chat: streamed answers, tool events inline, a stop button that aborts cleanly. */
 import type { App } from './app.ts';
 import { $, brief, clear, errorText, h } from './dom.ts';
-import type { DemoEvent } from './runtime.ts';
+import type { DemoEvent, RunApproval } from './runtime.ts';
 
 export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void } {
   const transcript = $('#transcript');
@@ -20,7 +20,8 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       return;
     }
     for (const t of runtime.hostTools) hostList.append(h('li', { class: 'chip', title: t.description }, h('code', {}, t.name), h('span', { class: 'chip-desc' }, ` — ${t.description}`)));
-    if (runtime.toolNames().includes('forge_tool')) hostList.append(h('li', { class: 'chip chip-meta', title: 'Builds a new tool when none fits' }, h('code', {}, 'forge_tool'), h('span', { class: 'chip-desc' }, ' — meta-tool: forges new tools')));
+    // forge_tool is offered per run by the registry, not listed among the agent's own tools.
+    if (runtime.emergentAvailable || runtime.toolNames().includes('forge_tool')) hostList.append(h('li', { class: 'chip chip-meta', title: 'Builds a new tool when none fits' }, h('code', {}, 'forge_tool'), h('span', { class: 'chip-desc' }, ' — meta-tool: forges new tools')));
     setState(app.running ? 'running' : 'idle');
   });
 
@@ -55,8 +56,22 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     const runtime = app.runtime!;
     transcript.querySelector('.empty-note')?.remove();
     transcript.append(h('div', { class: 'msg msg-user' }, h('span', { class: 'msg-role' }, 'You'), h('p', { class: 'msg-text' }, text)));
+    await drive('Agent', (signal) => runtime.stream(text, { signal, sessionId: app.sessionId }));
+  }
+
+  // Approving or denying a tool call of a paused run continues it here.
+  app.resumeRun = async (runId, decisions) => {
+    const runtime = app.runtime;
+    if (!runtime || app.running) throw new Error(app.running ? 'a run is in progress; stop it first' : 'the agent is not ready');
+    transcript.querySelector('.empty-note')?.remove();
+    const summary = decisions.map((d) => `${d.approved ? 'approved' : 'denied'}${d.reason ? ` (${d.reason})` : ''}`).join(', ');
+    transcript.append(h('div', { class: 'msg msg-user' }, h('span', { class: 'msg-role' }, 'You'), h('p', { class: 'msg-text' }, `Tool call ${summary}.`)));
+    await drive('Agent (resumed)', (signal) => runtime.resume(runId, decisions, signal));
+  };
+
+  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<void> {
     const body = h('div', { class: 'msg-body' });
-    const bubble = h('div', { class: 'msg msg-agent', 'data-status': 'streaming' }, h('span', { class: 'msg-role' }, 'Agent'), body);
+    const bubble = h('div', { class: 'msg msg-agent', 'data-status': 'streaming' }, h('span', { class: 'msg-role' }, role), body);
     transcript.append(bubble);
     let segment: HTMLParagraphElement | undefined;
     let sawText = false;
@@ -75,7 +90,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       body.append(h('div', { class: `tool-event ${cls}` }, ...content));
       scroll();
     };
-    const finish = (status: 'done' | 'stopped' | 'error', note?: string) => {
+    const finish = (status: 'done' | 'stopped' | 'error' | 'paused', note?: string) => {
       bubble.dataset.status = status;
       if (note) body.append(h('p', { class: `run-note run-note-${status}` }, note));
       scroll();
@@ -85,7 +100,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     setState('running');
     let ended = false;
     try {
-      for await (const event of runtime.stream(text, { signal: controller.signal, sessionId: app.sessionId })) {
+      for await (const event of start(controller.signal)) {
         app.emit(event);
         ended = onEvent(event) || ended;
       }
@@ -96,7 +111,10 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     } finally {
       controller = undefined;
       setState('idle');
-      app.announce(bubble.dataset.status === 'done' ? 'Answer complete.' : bubble.dataset.status === 'stopped' ? 'Run stopped.' : 'Run failed.');
+      const said: Record<string, string> = { done: 'Answer complete.', stopped: 'Run stopped.', paused: 'Run paused: a tool call waits for approval.' };
+      app.announce(said[bubble.dataset.status ?? ''] ?? 'Run failed.');
+      // Tool stats are batched by the core; write them so a reload shows them.
+      void app.runtime?.flushStats().catch((error: unknown) => console.warn('flushing stats failed', error));
       app.refreshSoon(0);
       input.focus();
     }
@@ -130,6 +148,14 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           finish('done');
           bubble.append(h('p', { class: 'usage muted' }, `${event.turns} turn${event.turns === 1 ? '' : 's'}, ${event.steps} tool call${event.steps === 1 ? '' : 's'}, ${event.usage.inputTokens}+${event.usage.outputTokens} tokens`));
           return true;
+        case 'agent.paused': {
+          const now = Date.now();
+          for (const a of event.approvals) addEvent('tool-paused', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '‖'), ' ', h('code', {}, a.tool), ` waits for approval ${brief(a.arguments, 120)}`);
+          const fresh: RunApproval[] = event.approvals.map((a) => ({ id: a.id, kind: 'tool_call', tool: a.tool, runId: event.runId, callId: a.callId, arguments: a.arguments, reason: a.reason ?? '', requestedAt: now }));
+          app.setRunApprovals([...app.runApprovals.filter((a) => a.runId !== event.runId), ...fresh]);
+          finish('paused', 'Paused: approve or deny the tool call under “Pending approvals”.');
+          return true;
+        }
         case 'agent.error':
           if (event.error.code === 'aborted') finish('stopped', 'Stopped.');
           else finish('error', `Error (${event.error.code}): ${event.error.message}`);

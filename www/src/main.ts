@@ -58,5 +58,8 @@ async function start(settings: ProviderSettings): Promise<void> {
   document.body.dataset.ready = 'true';
 }
 
+// Buffered tool stats go to IndexedDB before the page goes away.
+addEventListener('pagehide', () => void app.runtime?.flushStats().catch(() => undefined));
+
 const settings = mountSettings((next) => void start(next));
 void start(settings.current());

@@ -19,6 +19,8 @@ export function mountRegistry(app: App): void {
   const importStatus = $('#import-status');
   let tools: ToolInfo[] = [];
   let audit: AuditEntry[] = [];
+  // One name may exist in several tiers (a session copy over an agent or shared one): select by both.
+  const keyOf = (t: ToolInfo) => `${t.tier}:${t.name}`;
   let selected: string | undefined;
   let exported: { name: string; yaml: string } | undefined;
   let actionStatus = '';
@@ -41,25 +43,30 @@ export function mountRegistry(app: App): void {
     }
     const forged = tools.filter((t) => t.mode !== 'host');
     renderList(forged);
-    renderDetail(forged.find((t) => t.name === selected));
+    renderDetail(forged.find((t) => keyOf(t) === selected));
   }
 
   function renderList(forged: ToolInfo[]): void {
     clear(list);
     empty.hidden = forged.length > 0;
-    if (selected && !forged.some((t) => t.name === selected)) selected = undefined;
-    if (!selected && forged.length > 0) selected = forged[0]!.name;
+    if (selected && !forged.some((t) => keyOf(t) === selected)) {
+      // The selected tool moved tier (promotion, demotion): follow it by name.
+      const name = selected.slice(selected.indexOf(':') + 1);
+      const moved = forged.find((t) => t.name === name);
+      selected = moved ? keyOf(moved) : undefined;
+    }
+    if (!selected && forged.length > 0) selected = keyOf(forged[0]!);
     for (const t of forged) {
       const button = h(
         'button',
-        { type: 'button', class: 'tool-item', 'aria-pressed': String(t.name === selected), 'data-tool': t.name, 'data-tier': t.tier },
+        { type: 'button', class: 'tool-item', 'aria-pressed': String(keyOf(t) === selected), 'data-tool': t.name, 'data-tier': t.tier, 'aria-label': `${t.name}, ${t.tier} tier, version ${t.version}${t.status === 'demoted' ? ', demoted' : ''}` },
         h('code', { class: 'tool-name' }, t.name),
         h('span', { class: `badge tier tier-${t.tier}` }, t.tier),
         h('span', { class: 'muted' }, `v${t.version}`),
         t.status === 'demoted' ? h('span', { class: 'badge badge-warn' }, 'demoted') : null,
       );
       button.addEventListener('click', () => {
-        selected = t.name;
+        selected = keyOf(t);
         exported = undefined;
         actionStatus = '';
         renderList(forged);
@@ -124,8 +131,12 @@ export function mountRegistry(app: App): void {
       actionStatus = `${label}…`;
       status.textContent = actionStatus;
       try {
-        const result = await fn();
-        actionStatus = `${label}: done${result && typeof result === 'object' && 'status' in result ? ` (${String((result as { status: unknown }).status)})` : ''}.`;
+        const result = (await fn()) as { status?: unknown; reason?: unknown } | undefined;
+        // requestPromotion resolves with { status: promoted | pending | rejected | suppressed, reason }.
+        actionStatus =
+          result && typeof result === 'object' && typeof result.status === 'string'
+            ? `${label}: ${result.status}${typeof result.reason === 'string' && result.reason ? ` — ${brief(result.reason, 300)}` : ''}`
+            : `${label}: done.`;
       } catch (error) {
         actionStatus = `${label} failed: ${errorText(error)}`;
       }
@@ -135,7 +146,8 @@ export function mountRegistry(app: App): void {
     };
     const runtime = app.runtime!;
 
-    const targets = NEXT_TIERS[t.tier];
+    // A demoted entry stays listed for its audit trail and versions; it cannot move any more.
+    const targets = t.status === 'active' ? NEXT_TIERS[t.tier] : [];
     if (targets.length > 0) {
       const select = h('select', { id: 'promote-tier', 'aria-label': 'Promote to tier' }, ...targets.map((tier) => h('option', { value: tier }, tier)));
       box.append(
@@ -144,18 +156,19 @@ export function mountRegistry(app: App): void {
           { class: 'row' },
           h('label', { for: 'promote-tier' }, 'Promote to'),
           select,
-          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value} requested`, () => runtime.requestPromotion(t.name, select.value as Tier)) }, 'Request promotion'),
+          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId)) }, 'Request promotion'),
         ),
       );
     }
     const row = h('div', { class: 'row' });
-    if (t.tier !== 'session' || t.status !== 'demoted') {
-      row.append(h('button', { type: 'button', 'data-action': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name)) }, 'Demote'));
+    // Session is the lowest tier: demoting moves shared → agent and agent → this session.
+    if (t.tier !== 'session' && t.status === 'active') {
+      row.append(h('button', { type: 'button', 'data-action': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name, app.sessionId)) }, 'Demote'));
     }
     const older = t.versions.filter((v) => v !== t.version);
     if (older.length > 0) {
       const select = h('select', { id: 'rollback-version', 'aria-label': 'Version to roll back to' }, ...older.map((v) => h('option', { value: String(v) }, `v${v}`)));
-      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value))) }, 'Roll back'));
+      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value), app.sessionId)) }, 'Roll back'));
     }
     row.append(
       h('button', {
@@ -163,7 +176,7 @@ export function mountRegistry(app: App): void {
         'data-action': 'export',
         onclick: () =>
           void act(`Export ${t.name}`, async () => {
-            exported = { name: t.name, yaml: await runtime.exportTool(t.name) };
+            exported = { name: t.name, yaml: await runtime.exportTool(t.name, app.sessionId) };
             renderDetail(t);
           }),
       }, 'Export'),
@@ -248,6 +261,6 @@ export function mountRegistry(app: App): void {
 
 function fact(term: string, value: string | Node): DocumentFragment {
   const frag = document.createDocumentFragment();
-  frag.append(h('dt', {}, term), h('dd', {}, value));
+  frag.append(h('dt', {}, term), h('dd', { 'data-fact': term.toLowerCase().replace(/\s+/g, '-') }, value));
   return frag;
 }

@@ -1,10 +1,11 @@
 /**
  * The one module of the page that talks to `crucible-agents`. Everything else renders what
- * this returns. The emergent API (forge, registry, approvals) is feature-detected: until the
- * package ships it, those calls throw {@link EmergentUnavailable} and the panels say so.
+ * this returns: the real events of `agent.stream` / `agent.on` and the real registry of
+ * `agent.tools` / `agent.emergent`, persisted in IndexedDB under one agent id.
  */
 import * as crucible from 'crucible-agents';
-import { anthropic, createAgent, ollama, openai, tool, type Agent, type AgentEvent, type HostTool } from 'crucible-agents';
+import { anthropic, createAgent, ollama, openai, tool, type Agent, type AgentEvent, type ApprovalDecision, type HostTool } from 'crucible-agents';
+import type { Store } from '../../npm/src/stores/types.ts';
 import type {
   AuditEntry,
   ForgeRequest,
@@ -18,6 +19,7 @@ import type {
   Verdict,
 } from '../../npm/src/emergent/types.ts';
 
+export type { ApprovalDecision };
 export type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval, RejectionCategory, TestResult, Tier, ToolInfo, Verdict };
 
 export type ProviderKind = 'local' | 'openai' | 'anthropic' | 'ollama';
@@ -59,6 +61,7 @@ export function isEmergentEvent(event: { type: string }): event is EmergentEvent
   return EMERGENT_TYPES.has(event.type);
 }
 
+/** Thrown by registry reads when the agent runs without emergent capabilities; the panels say so. */
 export class EmergentUnavailable extends Error {
   constructor(what: string) {
     super(`emergent API not available in this build (${what})`);
@@ -78,7 +81,7 @@ export const AGENT_ID = 'demo-agent';
 
 const INSTRUCTIONS = [
   'You are the Crucible demo agent. Answer briefly.',
-  'Use the host tools when they fit: get_weather, current_time, word_count.',
+  'Use the host tools when they fit: get_weather, current_time, word_count, save_note.',
   'When no tool covers a task, call forge_tool to build one (with at least two test cases), then call the new tool.',
 ].join(' ');
 
@@ -129,6 +132,25 @@ export const hostTools: HostTool[] = [
     },
   }),
   tool({
+    name: 'save_note',
+    description: 'Saves a short note in this browser tab (asks a human first)',
+    inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+    // Every call pauses the run until someone approves or denies it under "Pending approvals".
+    needsApproval: true,
+    execute: ({ text }: { text: string }) => {
+      const key = 'crucible-demo.notes.v1';
+      let notes: string[] = [];
+      try {
+        notes = JSON.parse(localStorage.getItem(key) ?? '[]') as string[];
+      } catch {
+        notes = [];
+      }
+      notes.push(String(text));
+      localStorage.setItem(key, JSON.stringify(notes.slice(-50)));
+      return { saved: true, notes: notes.length };
+    },
+  }),
+  tool({
     name: 'word_count',
     description: 'Counts the words and characters of a text',
     inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
@@ -165,43 +187,43 @@ export interface RuntimeOptions {
   promotionUses?: number;
 }
 
-/** The emergent surface as issue 4 defines it; every member optional until it lands. */
-interface EmergentAgent {
-  forge?: (request: unknown, options?: { sessionId?: string }) => ForgeResult | Promise<ForgeResult>;
-  on?: (listener: (event: DemoEvent) => void) => () => void;
-  tools?: {
-    list?: (options?: { sessionId?: string }) => ToolInfo[] | Promise<ToolInfo[]>;
-    call?: (name: string, args: unknown, options?: { sessionId?: string }) => unknown;
-  };
-  emergent?: {
-    stats?: () => ForgeStats | Promise<ForgeStats>;
-    requestPromotion?: (name: string, tier: Tier) => unknown;
-    approve?: (id: string) => unknown;
-    deny?: (id: string, reason: string) => unknown;
-    demote?: (name: string) => unknown;
-    rollback?: (name: string, version: number) => unknown;
-    export?: (name: string) => string | Promise<string>;
-    import?: (pkg: string, options?: { sessionId?: string }) => unknown;
-    pendingApprovals?: () => PendingApproval[] | Promise<PendingApproval[]>;
-    audit?: () => AuditEntry[] | Promise<AuditEntry[]>;
-  };
+/** What `agent.emergent.requestPromotion` resolves with (`PromotionOutcome` of the core). */
+export interface PromotionOutcome {
+  status: 'promoted' | 'pending' | 'rejected' | 'suppressed';
+  reason: string;
+  tool?: ToolInfo;
+  approval?: PendingApproval;
+  verdicts?: Verdict[];
+}
+
+/** A tool-call approval of a paused run (`agent.paused`). */
+export interface RunApproval {
+  id: string;
+  kind: 'tool_call';
+  tool: string;
+  fromTier?: undefined;
+  toTier?: undefined;
+  runId: string;
+  callId?: string;
+  arguments?: unknown;
+  reason: string;
+  requestedAt: number;
 }
 
 /** The IndexedDB store of the browser entry. (The package's `types` point at the shared
  * `index.d.ts`, which does not declare the browser stores, hence the cast.) */
-function openStore(): unknown {
-  const factory = (crucible as unknown as { indexedDbStore?: (o: { name: string }) => unknown }).indexedDbStore;
+function openStore(): Store | undefined {
+  const factory = (crucible as unknown as { indexedDbStore?: (o: { name: string }) => Store }).indexedDbStore;
   return typeof factory === 'function' && typeof indexedDB !== 'undefined' ? factory({ name: DATABASE_NAME }) : undefined;
 }
 
 export class Runtime {
   readonly #agent: Agent;
-  readonly #emergent: EmergentAgent;
   readonly settings: ProviderSettings;
+  #closed = false;
 
   private constructor(agent: Agent, settings: ProviderSettings) {
     this.#agent = agent;
-    this.#emergent = agent as unknown as EmergentAgent;
     this.settings = settings;
   }
 
@@ -212,39 +234,36 @@ export class Runtime {
       instructions: INSTRUCTIONS,
       tools: hostTools,
       maxTurns: 12,
-      // Accepted once the emergent API lands; ignored by builds without it.
-      ...({
-        store: openStore(),
-        agentId: AGENT_ID,
-        emergent: {
-          enabled: true,
-          judge: { model },
-          promotionJudge: { model },
-          maxSessionTools: 10,
-          maxAgentTools: 50,
-          sandboxTimeoutMs: 5000,
-          sandboxMemoryMB: 128,
-          promotionThreshold: { uses: options.promotionUses ?? 5, confidence: 0.8 },
-          allowedSandboxAPIs: [],
-          fetchDomainAllowlist: [],
-          // The demo shows forged code and exports importable packages.
-          persistSandboxSource: true,
-        },
-      } as object),
+      store: openStore(),
+      agentId: AGENT_ID,
+      emergent: {
+        enabled: true,
+        judge: { model },
+        promotionJudge: { model },
+        maxSessionTools: 10,
+        maxAgentTools: 50,
+        sandboxTimeoutMs: 5000,
+        sandboxMemoryMB: 128,
+        promotionThreshold: { uses: options.promotionUses ?? 5, confidence: 0.8 },
+        allowedSandboxAPIs: [],
+        fetchDomainAllowlist: [],
+        // The demo shows forged code and exports importable packages.
+        persistSandboxSource: true,
+      },
     });
     return new Runtime(agent, settings);
   }
 
-  /** Whether the package build has the emergent API (forge, registry, approvals). */
+  /** Whether the agent has `forge_tool` and the registry. */
   get emergentAvailable(): boolean {
-    return typeof this.#emergent.forge === 'function' && typeof this.#emergent.emergent === 'object' && this.#emergent.emergent !== null;
+    return this.#agent.emergentEnabled;
   }
 
   get hostTools(): Array<{ name: string; description: string }> {
     return hostTools.map((t) => ({ name: t.name, description: t.description }));
   }
 
-  /** Names the model is offered (host tools, and `forge_tool` with emergent on). */
+  /** Names the model is offered (host tools, forged tools, and `forge_tool`). */
   toolNames(): string[] {
     return this.#agent.toolNames();
   }
@@ -253,79 +272,85 @@ export class Runtime {
     return this.#agent.stream(input, options) as AsyncIterable<DemoEvent>;
   }
 
-  /** Events outside runs too (promotions after approval, `forge()` calls). No-op without it. */
+  /** Continues a paused run with the human decisions on its tool calls. */
+  resume(runId: string, approvals: ApprovalDecision[], signal: AbortSignal): AsyncIterable<DemoEvent> {
+    return this.#agent.resumeStream(runId, { approvals, signal }) as AsyncIterable<DemoEvent>;
+  }
+
+  /** Every event of the agent, including registry events outside runs (promotions, approvals). */
   onEvent(listener: (event: DemoEvent) => void): () => void {
-    if (typeof this.#emergent.on !== 'function') return () => {};
-    return this.#emergent.on.call(this.#agent, listener);
+    return this.#agent.on(listener as (event: AgentEvent) => void);
   }
 
   async forge(request: ForgeRequest, sessionId: string): Promise<ForgeResult> {
-    return await this.#method(this.#emergent, 'forge')(request, { sessionId });
+    return await this.#agent.forge(request, { sessionId });
   }
 
   async callTool(name: string, args: unknown, sessionId: string): Promise<unknown> {
-    return await this.#method(this.#emergent.tools, 'call', 'tools.call')(name, args, { sessionId });
+    return await this.#agent.tools.call(name, args, { sessionId });
   }
 
   async listTools(sessionId: string): Promise<ToolInfo[]> {
-    return await this.#method(this.#emergent.tools, 'list', 'tools.list')({ sessionId });
+    this.#requireEmergent('tools.list');
+    return this.#agent.tools.list({ sessionId });
   }
 
   async stats(): Promise<ForgeStats> {
-    return await this.#em('stats')();
+    this.#requireEmergent('emergent.stats');
+    return this.#agent.emergent.stats();
   }
 
   async pendingApprovals(): Promise<PendingApproval[]> {
-    return await this.#em('pendingApprovals')();
+    this.#requireEmergent('emergent.pendingApprovals');
+    return this.#agent.emergent.pendingApprovals();
   }
 
   async audit(): Promise<AuditEntry[]> {
-    return await this.#em('audit')();
+    this.#requireEmergent('emergent.audit');
+    return this.#agent.emergent.audit();
   }
 
-  async requestPromotion(name: string, tier: Tier): Promise<unknown> {
-    return await this.#em('requestPromotion')(name, tier);
+  async requestPromotion(name: string, tier: Tier, sessionId: string): Promise<PromotionOutcome> {
+    return (await this.#agent.emergent.requestPromotion(name, tier, { sessionId })) as PromotionOutcome;
   }
 
-  async approve(id: string): Promise<void> {
-    await this.#em('approve')(id);
+  async approve(id: string): Promise<ToolInfo> {
+    return await this.#agent.emergent.approve(id);
   }
 
   async deny(id: string, reason: string): Promise<void> {
-    await this.#em('deny')(id, reason);
+    await this.#agent.emergent.deny(id, reason);
   }
 
-  async demote(name: string): Promise<void> {
-    await this.#em('demote')(name);
+  async demote(name: string, sessionId: string): Promise<ToolInfo> {
+    return await this.#agent.emergent.demote(name, { sessionId });
   }
 
-  async rollback(name: string, version: number): Promise<void> {
-    await this.#em('rollback')(name, version);
+  async rollback(name: string, version: number, sessionId: string): Promise<ToolInfo> {
+    return await this.#agent.emergent.rollback(name, version, { sessionId });
   }
 
-  async exportTool(name: string): Promise<string> {
-    return await this.#em('export')(name);
+  async exportTool(name: string, sessionId: string): Promise<string> {
+    return await this.#agent.emergent.export(name, { sessionId });
   }
 
-  async importTool(pkg: string, sessionId: string): Promise<unknown> {
-    return await this.#em('import')(pkg, { sessionId });
+  async importTool(pkg: string, sessionId: string): Promise<ForgeResult> {
+    return await this.#agent.emergent.import(pkg, { sessionId });
   }
 
-  dispose(): void {
-    try {
-      this.#agent.dispose();
-    } catch {
-      // Already released.
-    }
+  #requireEmergent(what: string): void {
+    if (!this.emergentAvailable) throw new EmergentUnavailable(what);
   }
 
-  #em<K extends keyof NonNullable<EmergentAgent['emergent']>>(key: K): NonNullable<NonNullable<EmergentAgent['emergent']>[K]> {
-    return this.#method(this.#emergent.emergent, key, `emergent.${String(key)}`);
+  /** Writes buffered tool stats to IndexedDB (the core batches them). */
+  async flushStats(): Promise<void> {
+    if (!this.#closed && this.emergentAvailable) await this.#agent.emergent.flushStats();
   }
 
-  #method<T extends object, K extends keyof T>(owner: T | undefined, key: K, label = String(key)): NonNullable<T[K]> {
-    const fn = owner?.[key];
-    if (typeof fn !== 'function') throw new EmergentUnavailable(label);
-    return fn.bind(owner) as NonNullable<T[K]>;
+  /** Flushes stats, stops the sandbox workers and releases the wasm agent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#agent.close().catch((error: unknown) => console.warn('closing the agent failed', error));
   }
 }

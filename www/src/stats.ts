@@ -34,6 +34,8 @@ export function mountStats(app: App): void {
     const avg = stats.approved ? stats.approvedConfidenceSum / stats.approved : 0;
     const summary = `${stats.attempts} attempts: ${stats.approved} approved, ${stats.rejected} rejected. ` + CATEGORIES.filter((c) => (stats.rejectionsByCategory?.[c] ?? 0) > 0).map((c) => `${c} ${stats.rejectionsByCategory[c]}`).join(', ');
     box.append(chart(rows, summary));
+    // The core keeps the forge aggregate in memory (per-tool stats are persisted, this is not).
+    box.append(h('p', { class: 'hint' }, 'Forges of this page’s agent since it started; per-tool calls and success rates are in the registry and survive a reload.'));
     box.append(
       h(
         'dl',

@@ -14,6 +14,8 @@ interface Card {
   body: HTMLDivElement;
   status: HTMLSpanElement;
   open: boolean;
+  requestStep: HTMLElement;
+  request?: boolean;
 }
 
 export function mountTimeline(app: App): void {
@@ -33,8 +35,12 @@ export function mountTimeline(app: App): void {
   app.onEvent((event) => {
     if (event.type === 'tool.call' && event.name === 'forge_tool') {
       const args = event.arguments as { name?: unknown } | null;
-      if (args && typeof args === 'object' && typeof args.name === 'string') requests.set(args.name, args);
-      else requests.set('?', event.arguments);
+      const name = args && typeof args === 'object' && typeof args.name === 'string' ? args.name : undefined;
+      // Registry events reach agent.on synchronously, before the run's stream yields the
+      // tool call: a card already forging this name gets the request now.
+      const open = name ? cardFor(name, false) : undefined;
+      if (open && !open.request) attachRequest(open, event.arguments);
+      else requests.set(name ?? '?', event.arguments);
       return;
     }
     render(event);
@@ -60,22 +66,24 @@ export function mountTimeline(app: App): void {
     const request = requests.get(name) ?? requests.get('?');
     requests.delete(name);
     requests.delete('?');
-    if (request !== undefined) {
-      const r = request as { description?: unknown };
-      body.append(
-        h('div', { class: 'tl-step', 'data-step': 'request' }, h('span', { class: 'step-label' }, 'Request'), ' ', typeof r.description === 'string' ? r.description : ''),
-        h('details', { class: 'tl-json' }, h('summary', {}, 'forge_tool arguments'), h('pre', {}, pretty(request))),
-      );
-    } else {
-      body.append(h('div', { class: 'tl-step', 'data-step': 'request' }, h('span', { class: 'step-label' }, 'Request'), ' ', mode ? `${mode} tool` : 'tool'));
-    }
-    body.append(h('div', { class: 'step-label' }, 'Tests'), tests);
-    const card: Card = { el, name, tests, body, status, open: true };
+    const requestStep = h('div', { class: 'tl-step', 'data-step': 'request' }, h('span', { class: 'step-label' }, 'Request'), ' ', mode ? `${mode} tool` : 'tool');
+    body.append(requestStep, h('div', { class: 'step-label' }, 'Tests'), tests);
+    const card: Card = { el, name, tests, body, status, open: true, requestStep };
+    if (request !== undefined) attachRequest(card, request);
     cards.push(card);
     list.append(el);
     empty.hidden = true;
     follow();
     return card;
+  }
+
+  /** The forge_tool arguments as the model sent them (absent for agent.forge() and imports). */
+  function attachRequest(card: Card, request: unknown): void {
+    card.request = true;
+    const r = request as { description?: unknown };
+    const step = h('div', { class: 'tl-step', 'data-step': 'request' }, h('span', { class: 'step-label' }, 'Request'), ' ', typeof r?.description === 'string' ? r.description : '');
+    card.requestStep.replaceWith(step, h('details', { class: 'tl-json' }, h('summary', {}, 'forge_tool arguments'), h('pre', {}, pretty(request))));
+    card.requestStep = step;
   }
 
   function entry(kind: string, ...content: (string | Node | null)[]): void {
@@ -130,7 +138,15 @@ export function mountTimeline(app: App): void {
         entry('demoted', h('span', { class: 'badge badge-warn' }, 'demoted'), ' ', h('code', {}, e.name), ` ${e.fromTier} → ${e.toTier}`);
         break;
       case 'approval.requested':
-        entry('approval', h('span', { class: 'badge badge-warn' }, 'approval requested'), ' ', h('code', {}, e.approval.tool), ` ${e.approval.fromTier ?? ''} → ${e.approval.toTier ?? ''}: ${brief(e.approval.reason, 200)}`);
+        entry(
+          'approval',
+          h('span', { class: 'badge badge-warn' }, 'approval requested'),
+          ' ',
+          e.approval.kind === 'tool_call' ? 'call of ' : 'promotion of ',
+          h('code', {}, e.approval.tool),
+          e.approval.fromTier || e.approval.toTier ? ` ${e.approval.fromTier ?? '?'} → ${e.approval.toTier ?? '?'}` : '',
+          e.approval.reason ? h('div', { class: 'muted' }, brief(e.approval.reason, 200)) : '',
+        );
         break;
       default:
         break;
