@@ -352,3 +352,16 @@ fn import_reads_the_agentos_shape_where_fields_match() {
     assert!(res.success, "{res:?}");
     assert!(block_on(r.registry.import("format: something.else\nname: x\n", "s1")).is_err());
 }
+
+#[test]
+fn forge_statistics_survive_a_fresh_load_on_the_same_store() {
+    let store = Rc::new(MemoryStore::new());
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let rejected = block_on(r.registry.forge(&json!({ "name": "bad" }), "s1"));
+    assert!(!rejected.success);
+    let before = r.registry.stats();
+    assert_eq!((before.attempts, before.approved, before.rejected), (2, 1, 1));
+    let again = rig_with(EmergentConfig::default(), Some(approving_judge()), Some(approving_judge()), store);
+    assert_eq!(again.registry.stats(), before);
+}

@@ -227,6 +227,10 @@ impl Registry {
             let entries: Vec<AuditEntry> = unversioned(&audit_key, value)?;
             state.audit = entries.into();
         }
+        let forge_stats_key = format!("agent/{agent_id}/forge-stats");
+        if let Some(value) = deps.store.get(&forge_stats_key).await? {
+            state.forge_stats = unversioned(&forge_stats_key, value)?;
+        }
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
         Ok(Rc::new_cyclic(|me| Registry {
@@ -356,6 +360,12 @@ impl Registry {
         BatchOp::Put { key: format!("agent/{}/audit", self.agent_id), value: versioned("audit", &entries) }
     }
 
+    /// The forge statistics record (persisted with every forge outcome, so the numbers survive
+    /// restarts and page reloads).
+    fn forge_stats_op(&self, state: &State) -> BatchOp {
+        BatchOp::Put { key: format!("agent/{}/forge-stats", self.agent_id), value: versioned("forge-stats", &state.forge_stats) }
+    }
+
     /// Writes a batch, keeping only the last write per key (the audit ring is re-put often).
     pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
@@ -451,6 +461,7 @@ impl Registry {
                 ops.push(self.audit(&mut state, "verdict", &rejection.name, None, None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(&origin.session_id)));
             }
             ops.push(self.audit(&mut state, "reject", &rejection.name, None, None, format!("{}: {}", rejection.category.as_str(), rejection.reason), Some(&origin.session_id)));
+            ops.push(self.forge_stats_op(&state));
             ops
         };
         self.emit(&origin.run_id, EventBody::ForgeRejected { name: rejection.name.clone(), category: rejection.category, reason: rejection.reason.clone() });
@@ -494,6 +505,7 @@ impl Registry {
                 self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)),
                 self.audit(&mut state, "verdict", &info.name, Some(version), None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(session)),
                 self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), Some(session)),
+                self.forge_stats_op(&state),
             ];
             (info, ops)
         };
