@@ -140,6 +140,18 @@ impl Agent {
         cancel: Option<Rc<dyn CancelSignal>>,
         sink: &mut dyn EventSink,
     ) -> Result<RunOutput, AgentError> {
+        self.drive(state, cancel.as_deref(), decisions, sink).await
+    }
+
+    /// Runs the loop from `state` with this agent's model, tools and store, and on completion
+    /// extends the session's conversation.
+    async fn drive(
+        &self,
+        state: RunState,
+        cancel: Option<&dyn CancelSignal>,
+        decisions: &[ApprovalDecision],
+        sink: &mut dyn EventSink,
+    ) -> Result<RunOutput, AgentError> {
         let session_id = state.session_id.clone();
         let tools = self.tools();
         let provider = self.provider.borrow().clone();
@@ -150,7 +162,7 @@ impl Agent {
             model: self.model.as_ref(),
             tools: &tools,
             env: self.env.as_ref(),
-            cancel: cancel.as_deref(),
+            cancel,
             runs: self.recorder(),
             decisions,
         };
@@ -237,21 +249,6 @@ impl Agent {
             usage: RunUsage::default(),
             pending: None,
         };
-        let tools = self.tools();
-        let provider = self.provider.borrow().clone();
-        let ctx = RunContext {
-            provider: provider.as_deref(),
-            config: &self.config,
-            returns: self.returns.as_ref(),
-            model: self.model.as_ref(),
-            tools: &tools,
-            env: self.env.as_ref(),
-            cancel: options.cancel.as_deref(),
-            runs: self.recorder(),
-            decisions: &[],
-        };
-        let (_state, result) = ctx.drive(state, sink).await;
-        self.remember(&session_id, &result);
-        result
+        self.drive(state, options.cancel.as_deref(), &[], sink).await
     }
 }

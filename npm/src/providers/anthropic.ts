@@ -10,15 +10,12 @@
 import type { EventSourceMessage } from 'eventsource-parser';
 import {
   expectObject,
-  httpContext,
-  joinUrl,
   parseJson,
-  postJson,
   protocolError,
   readJson,
   readSse,
   streamedError,
-  withRetry,
+  postProvider,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
@@ -39,24 +36,20 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 1024;
  * ```
  */
 export function anthropic(options: ProviderOptions): ModelProvider {
-  const id = `anthropic:${options.model}`;
-  const ctx = httpContext(id, options);
-  const url = joinUrl(options.baseURL ?? ANTHROPIC_DEFAULT_BASE_URL, 'v1/messages');
-  const streaming = options.stream ?? true;
   const headers: Record<string, string> = { 'anthropic-version': ANTHROPIC_VERSION, ...options.headers };
   if (options.apiKey) headers['x-api-key'] = options.apiKey;
-
-  return {
-    id,
-    stream(request, callOptions) {
-      const body = toWireRequest(options.model, request, streaming);
-      return withRetry(ctx, callOptions?.signal, async function* (signal) {
-        const response = await postJson(ctx, url, headers, body, signal);
-        if (streaming) yield* parseStream(ctx, readSse(ctx, response));
-        else yield* parseMessage(ctx, await readJson(ctx, response));
-      });
+  return postProvider({
+    name: 'anthropic',
+    options,
+    defaultBaseURL: ANTHROPIC_DEFAULT_BASE_URL,
+    path: 'v1/messages',
+    headers,
+    toWire: toWireRequest,
+    parse: async function* (ctx, response, streaming) {
+      if (streaming) yield* parseStream(ctx, readSse(ctx, response));
+      else yield* parseMessage(ctx, await readJson(ctx, response));
     },
-  };
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

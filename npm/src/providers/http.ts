@@ -14,7 +14,7 @@
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { AbortError, CrucibleError, ProviderError } from '../errors.js';
-import type { ProviderOptions, RetryOptions } from './types.js';
+import type { ModelChunk, ModelProvider, ModelRequest, ProviderOptions, RetryOptions, ToolDefinition } from './types.js';
 
 /** Bytes of an error body kept on `ProviderError.body`; enough to read a server's message. */
 const BODY_EXCERPT_LIMIT = 2048;
@@ -49,6 +49,43 @@ export function httpContext(provider: string, options: ProviderOptions): HttpCon
 }
 
 /** Joins a base URL and a path without doubling or dropping the slash between them. */
+/** What distinguishes one fetch provider from another; the rest is {@link postProvider}. */
+export interface ProviderSpec {
+  /** Provider name, the first half of the id (`openai` → `openai:<model>`). */
+  name: string;
+  options: ProviderOptions;
+  defaultBaseURL: string;
+  /** Endpoint path under the base URL. */
+  path: string;
+  headers: Record<string, string>;
+  toWire(model: string, request: ModelRequest, streaming: boolean): unknown;
+  /** Turns the HTTP response (streamed or whole) into chunks. */
+  parse(ctx: HttpContext, response: Response, streaming: boolean): AsyncIterable<ModelChunk>;
+}
+
+/** A provider that POSTs one JSON request per call, retried per its policy, then parsed. */
+export function postProvider(spec: ProviderSpec): ModelProvider {
+  const id = `${spec.name}:${spec.options.model}`;
+  const ctx = httpContext(id, spec.options);
+  const url = joinUrl(spec.options.baseURL ?? spec.defaultBaseURL, spec.path);
+  const streaming = spec.options.stream ?? true;
+  return {
+    id,
+    stream(request, callOptions) {
+      const body = spec.toWire(spec.options.model, request, streaming);
+      return withRetry(ctx, callOptions?.signal, async function* (signal) {
+        const response = await postJson(ctx, url, spec.headers, body, signal);
+        yield* spec.parse(ctx, response, streaming);
+      });
+    },
+  };
+}
+
+/** Tools in the OpenAI `function` shape (OpenAI-compatible servers and Ollama). */
+export function functionTools(tools: ToolDefinition[]): unknown[] {
+  return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.inputSchema } }));
+}
+
 export function joinUrl(baseURL: string, path: string): string {
   return `${baseURL.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
 }

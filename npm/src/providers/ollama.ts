@@ -10,14 +10,12 @@
 
 import {
   expectObject,
-  httpContext,
-  joinUrl,
-  postJson,
   protocolError,
   readJson,
   readNdjson,
   streamedError,
-  withRetry,
+  functionTools,
+  postProvider,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions } from './types.js';
@@ -34,25 +32,21 @@ export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
  * ```
  */
 export function ollama(options: ProviderOptions): ModelProvider {
-  const id = `ollama:${options.model}`;
-  const ctx = httpContext(id, options);
-  const url = joinUrl(options.baseURL ?? OLLAMA_DEFAULT_BASE_URL, 'api/chat');
-  const streaming = options.stream ?? true;
   const headers: Record<string, string> = { ...options.headers };
   // Ollama itself needs no key; hosted Ollama-compatible gateways take a Bearer token.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
-
-  return {
-    id,
-    stream(request, callOptions) {
-      const body = toWireRequest(options.model, request, streaming);
-      return withRetry(ctx, callOptions?.signal, async function* (signal) {
-        const response = await postJson(ctx, url, headers, body, signal);
-        const lines = streaming ? readNdjson(ctx, response) : single(await readJson(ctx, response));
-        yield* parseLines(ctx, lines);
-      });
+  return postProvider({
+    name: 'ollama',
+    options,
+    defaultBaseURL: OLLAMA_DEFAULT_BASE_URL,
+    path: 'api/chat',
+    headers,
+    toWire: toWireRequest,
+    parse: async function* (ctx, response, streaming) {
+      const lines = streaming ? readNdjson(ctx, response) : single(await readJson(ctx, response));
+      yield* parseLines(ctx, lines);
     },
-  };
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -61,10 +55,7 @@ export function ollama(options: ProviderOptions): ModelProvider {
 function toWireRequest(model: string, request: ModelRequest, streaming: boolean): Record<string, unknown> {
   const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage), stream: streaming };
   if (request.tools.length > 0) {
-    body.tools = request.tools.map((tool) => ({
-      type: 'function',
-      function: { name: tool.name, description: tool.description, parameters: tool.inputSchema },
-    }));
+    body.tools = functionTools(request.tools);
   }
   const modelOptions: Record<string, number> = {};
   if (request.temperature !== undefined) modelOptions.temperature = request.temperature;

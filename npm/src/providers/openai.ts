@@ -11,15 +11,13 @@
 import type { EventSourceMessage } from 'eventsource-parser';
 import {
   expectObject,
-  httpContext,
-  joinUrl,
   parseJson,
-  postJson,
   protocolError,
   readJson,
   readSse,
   streamedError,
-  withRetry,
+  functionTools,
+  postProvider,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
@@ -37,25 +35,21 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
  * ```
  */
 export function openai(options: ProviderOptions): ModelProvider {
-  const id = `openai:${options.model}`;
-  const ctx = httpContext(id, options);
-  const url = joinUrl(options.baseURL ?? OPENAI_DEFAULT_BASE_URL, 'chat/completions');
-  const streaming = options.stream ?? true;
   const headers: Record<string, string> = { ...options.headers };
   // Local servers (llama-server, vLLM) need no key; sending an empty Bearer confuses some proxies.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
-
-  return {
-    id,
-    stream(request, callOptions) {
-      const body = toWireRequest(options.model, request, streaming);
-      return withRetry(ctx, callOptions?.signal, async function* (signal) {
-        const response = await postJson(ctx, url, headers, body, signal);
-        if (streaming) yield* parseStream(ctx, readSse(ctx, response));
-        else yield* parseCompletion(ctx, await readJson(ctx, response));
-      });
+  return postProvider({
+    name: 'openai',
+    options,
+    defaultBaseURL: OPENAI_DEFAULT_BASE_URL,
+    path: 'chat/completions',
+    headers,
+    toWire: toWireRequest,
+    parse: async function* (ctx, response, streaming) {
+      if (streaming) yield* parseStream(ctx, readSse(ctx, response));
+      else yield* parseCompletion(ctx, await readJson(ctx, response));
     },
-  };
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -65,10 +59,7 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage) };
   // Some servers reject an empty `tools` array, and it means the same as no tools.
   if (request.tools.length > 0) {
-    body.tools = request.tools.map((tool) => ({
-      type: 'function',
-      function: { name: tool.name, description: tool.description, parameters: tool.inputSchema },
-    }));
+    body.tools = functionTools(request.tools);
   }
   if (request.temperature !== undefined) body.temperature = request.temperature;
   if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens;
