@@ -6,37 +6,22 @@
 // Also measures the warm-pool latency of the slugify tool and the time to replace a killed
 // worker, printed as `# ...` lines.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Browser } from 'playwright-core';
 import type { SandboxRequest, SandboxResult, SandboxStats } from '../src/sandbox/index.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
-import {
-  callInPage,
-  describeInBrowser,
-  launchChromium,
-  modulePage,
-  openPage,
-  packageRoot,
-  pagesRoot,
-  startStaticServer,
-  type StaticServer,
-  type WatchedPage,
-} from './browser/harness.js';
+import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
+import { importMapSandboxSite, viteSandboxSite } from './browser/sandbox-sites.js';
 
 const HOST_SECRET = 'host-secret-7f3a';
 /** Chromium's timers, worker termination and message hops are slower than Node's. */
 const BROWSER_SLACK_MS = 250;
 const SLUGIFY = "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}";
 
-const work = mkdtempSync(join(tmpdir(), 'crucible-bsandbox-'));
-after(() => rmSync(work, { recursive: true, force: true }));
 
 /** The fetch target of the cases, with CORS (the page's origin is the static server's). */
 function startFetchServer(hostsSeen: string[]): Promise<{ server: Server; ctx: CaseContext }> {
@@ -70,56 +55,6 @@ function startFetchServer(hostsSeen: string[]): Promise<{ server: Server; ctx: C
       resolve({ server, ctx: { origin: `http://127.0.0.1:${port}`, port } });
     }),
   );
-}
-
-function runNode(file: string, args: string[], cwd: string): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [file, ...args], { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d));
-    child.stderr.on('data', (d: Buffer) => (out += d));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, out }));
-  });
-}
-
-/** Builds test/browser/pages/sandbox-app.js with Vite 7 against the built dist/. */
-export async function viteSandboxSite(): Promise<{ site: StaticServer; assets: string[] }> {
-  const dir = join(work, `vite-${Math.random().toString(36).slice(2)}`);
-  mkdirSync(dir);
-  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'sandbox-vite-app', private: true, type: 'module' }));
-  writeFileSync(join(dir, 'sandbox-app.js'), readFileSync(join(pagesRoot, 'sandbox-app.js')));
-  writeFileSync(join(dir, 'main.js'), "import './sandbox-app.js';\nwindow.__readyOk();\n");
-  writeFileSync(
-    join(dir, 'index.html'),
-    `<!doctype html><html><head><meta charset="utf-8"><title>sandbox (vite)</title><link rel="icon" href="data:,">
-<script>window.__ready = new Promise((ok, fail) => { window.__readyOk = ok; window.__readyFail = fail; });</script>
-</head><body><script type="module" src="/main.js"></script></body></html>`,
-  );
-  writeFileSync(
-    join(dir, 'vite.config.mjs'),
-    `export default { logLevel: 'warn', resolve: { alias: { 'crucible-agents': ${JSON.stringify(join(packageRoot, 'dist/browser.js'))} } } };\n`,
-  );
-  const vite = join(packageRoot, 'node_modules/vite/bin/vite.js');
-  const { code, out } = await runNode(vite, ['build'], dir);
-  assert.equal(code, 0, `vite build failed:\n${out}`);
-  const assets = readdirSync(join(dir, 'dist/assets')).map((f) => `${f} ${(statSync(join(dir, 'dist/assets', f)).size / 1024).toFixed(1)} KiB`);
-  return { site: await startStaticServer({ mounts: { '/': join(dir, 'dist') } }), assets };
-}
-
-/** Serves dist/ and wasm/ as they are, behind an import map. */
-export async function importMapSandboxSite(): Promise<StaticServer> {
-  const parser = dirname(createRequire(join(packageRoot, 'package.json')).resolve('eventsource-parser'));
-  return startStaticServer({
-    mounts: { '/pkg/': packageRoot, '/deps/eventsource-parser/': parser, '/pages/': pagesRoot },
-    files: {
-      '/': modulePage({
-        title: 'sandbox (import map)',
-        imports: { 'crucible-agents': '/pkg/dist/browser.js', 'eventsource-parser': '/deps/eventsource-parser/index.js' },
-        module: '/pages/sandbox-app.js',
-      }),
-    },
-  });
 }
 
 interface RunOutcome {

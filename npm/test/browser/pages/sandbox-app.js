@@ -126,7 +126,7 @@ window.reopenAndCall = async (config, name, text) => {
   const agent = await makeAgent(config);
   try {
     const listed = agent.tools.list({ sessionId: 'after-reload' }).map((t) => ({ name: t.name, tier: t.tier }));
-    const output = await agent.tools.call(name, { text }, { sessionId: 'after-reload' });
+    const output = text === null ? undefined : await agent.tools.call(name, { text }, { sessionId: 'after-reload' });
     return { listed, output };
   } finally {
     await agent.close();
