@@ -87,6 +87,8 @@ describeInBrowser('the sandbox in Chromium', () => {
     describe(`loaded ${setup === 'vite' ? 'from a Vite 7 bundle' : 'as ES modules behind an import map'}`, () => {
       let site: StaticServer;
       let tab: WatchedPage;
+      /** Import-map setup: a worker entry the test can make disappear (`delete`). */
+      const flaky: Record<string, string> = { '/flaky/worker.js': "import '/pkg/dist/sandbox/worker.js';\n" };
 
       before(async () => {
         if (setup === 'vite') {
@@ -94,7 +96,7 @@ describeInBrowser('the sandbox in Chromium', () => {
           site = built.site;
           console.log(`# vite sandbox bundle: ${built.assets.join(', ')}`);
         } else {
-          site = await importMapSandboxSite();
+          site = await importMapSandboxSite(flaky);
         }
         tab = await openPage(browser, `${site.url}/`);
         const { startMs } = await callInPage<{ startMs: number }>(tab.page, 'sandboxStart', { ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
@@ -122,10 +124,10 @@ describeInBrowser('the sandbox in Chromium', () => {
         test(`[${c.category}] ${c.name}`, async () => {
           const request: SandboxRequest = c.request(ctx);
           const { result: r, wallMs, probe, heapGrowth } = await callInPage<RunOutcome>(tab.page, 'sandboxRun', JSON.stringify(request), PROBE);
-          const statuses = Array.isArray(c.status) ? c.status : [c.status];
+          const statuses = c.browser?.status ?? (Array.isArray(c.status) ? c.status : [c.status]);
           assert.ok(statuses.includes(r.status), `status ${r.status} not in ${statuses.join('|')}: ${JSON.stringify(r)}`);
           if (c.code) {
-            const codes = Array.isArray(c.code) ? c.code : [c.code];
+            const codes = [...(Array.isArray(c.code) ? c.code : [c.code]), ...(r.status === 'timeout' ? ['deadline'] : [])];
             assert.ok(codes.includes(r.error?.code ?? ''), `code ${r.error?.code} not in ${codes.join('|')}: ${JSON.stringify(r)}`);
           }
           (c.browser?.check ?? c.check)?.(r, ctx);
@@ -177,9 +179,47 @@ describeInBrowser('the sandbox in Chromium', () => {
         });
       }
 
+      if (setup === 'import map') {
+        test('a worker script that does not load fails createSandbox fast with a clear reason', async () => {
+          const r = await callInPage<{ failed: boolean; name: string; cause: string; ms: number }>(tab.page, 'sandboxStartError', { workerUrl: '/missing/worker.js', poolSize: 1 });
+          assert.equal(r.failed, true);
+          assert.equal(r.name, 'SandboxError');
+          assert.match(r.cause, /failed to load or run \(\/missing\/worker\.js\)/);
+          assert.ok(r.ms < 5000, `${r.ms} ms`);
+        });
+
+        test('a worker that never reports ready fails createSandbox at startTimeoutMs instead of hanging', async () => {
+          const r = await callInPage<{ failed: boolean; cause: string; ms: number }>(tab.page, 'sandboxStartError', { workerUrl: 'data:text/javascript,', poolSize: 1, startTimeoutMs: 1500 });
+          assert.equal(r.failed, true);
+          assert.match(r.cause, /did not start within 1500 ms/);
+          assert.ok(r.ms >= 1400 && r.ms < 4000, `${r.ms} ms`);
+        });
+
+        test('replacements that keep failing stop respawning and fail requests instead of queueing them for ever', async () => {
+          await callInPage(tab.page, 'sandboxStart', { poolSize: 1, timeoutMs: 300, workerUrl: '/flaky/worker.js' });
+          const ok = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(ok.result.output, 1);
+          delete flaky['/flaky/worker.js'];
+          const killed = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ for(;;){} }' });
+          assert.equal(killed.result.status, 'timeout');
+          const started = Date.now();
+          const next = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(next.result.status, 'error', JSON.stringify(next.result));
+          assert.equal(next.result.error?.code, 'worker_start');
+          assert.match(next.result.error!.message, /keep failing to start/);
+          assert.ok(Date.now() - started < 10_000);
+          const later = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(later.result.error?.code, 'worker_start', 'fails at once, no respawn loop');
+          assert.ok(later.stats.workersStarted <= 5, `workers started: ${later.stats.workersStarted}`);
+          await callInPage(tab.page, 'sandboxStart', { ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
+        });
+      }
+
       test('the page stayed clean (no page errors, no failed asset loads)', () => {
         // Refused fetches never leave the page; the redirect responses are opaque, not failures.
-        const problems = [...tab.pageErrors, ...tab.consoleErrors, ...tab.failedRequests.filter((r) => !r.includes(`:${ctx.port}/`))];
+        const problems = [...tab.pageErrors, ...tab.consoleErrors, ...tab.failedRequests.filter((r) => !r.includes(`:${ctx.port}/`) && !/\/(missing|flaky)\/worker\.js/.test(r))].filter(
+          (e) => !/status of 404/.test(e),
+        );
         assert.deepEqual(problems, [], tab.log.join('\n'));
       });
     });

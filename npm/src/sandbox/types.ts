@@ -21,6 +21,8 @@ export interface SandboxOptions {
   workerUrl?: string | URL;
   /** Override the sandbox wasm: a compiled module, or where to load its bytes from. */
   wasm?: WebAssembly.Module | string | URL;
+  /** A Worker that has not started within this many ms is discarded as failed. Default 20000. */
+  startTimeoutMs?: number;
   /** `fetch` implementation used by the bridge (default `globalThis.fetch`). */
   fetch?: typeof globalThis.fetch;
 }

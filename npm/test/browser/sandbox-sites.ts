@@ -51,17 +51,18 @@ export async function viteSandboxSite(): Promise<{ site: StaticServer; assets: s
 }
 
 /** Serves dist/ and wasm/ as they are, behind an import map. */
-export async function importMapSandboxSite(): Promise<StaticServer> {
+export async function importMapSandboxSite(extraFiles: Record<string, string> = {}): Promise<StaticServer> {
   const parser = dirname(createRequire(join(packageRoot, 'package.json')).resolve('eventsource-parser'));
   return startStaticServer({
     mounts: { '/pkg/': packageRoot, '/deps/eventsource-parser/': parser, '/pages/': pagesRoot },
-    files: {
+    // The same object stays live in the server: tests may delete entries to break a path.
+    files: Object.assign(extraFiles, {
       '/': modulePage({
         title: 'sandbox (import map)',
         imports: { 'crucible-agents': '/pkg/dist/browser.js', 'eventsource-parser': '/deps/eventsource-parser/index.js' },
         module: '/pages/sandbox-app.js',
       }),
-    },
+    }),
   });
 }
 

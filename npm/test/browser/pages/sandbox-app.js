@@ -132,3 +132,15 @@ window.reopenAndCall = async (config, name, text) => {
     await agent.close();
   }
 };
+
+/** createSandbox that is expected to fail: reports the error and how long failing took. */
+window.sandboxStartError = async (options) => {
+  const started = performance.now();
+  try {
+    const s = await createSandbox(options);
+    await s.close();
+    return { failed: false, ms: performance.now() - started };
+  } catch (error) {
+    return { failed: true, name: error.name, message: error.message, cause: String(error.cause?.message ?? error.cause), ms: performance.now() - started };
+  }
+};
