@@ -9,7 +9,11 @@ export interface SandboxOptions {
   timeoutMs?: number;
   /** Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, minimum 32. */
   memoryMB?: number;
-  /** Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. */
+  /**
+   * Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. Every redirect
+   * hop is re-checked in Node; browsers hide redirect targets (`opaqueredirect`), so there a
+   * redirect is refused with "redirects cannot be checked in this environment".
+   */
   fetchDomainAllowlist?: string[];
   /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
   allowHttp?: boolean;
