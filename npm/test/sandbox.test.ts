@@ -124,6 +124,18 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('a worker that never becomes ready fails createSandbox promptly instead of hanging', async () => {
+    for (const workerUrl of [new URL('data:text/javascript,'), new URL('data:text/javascript,setInterval(()=>{},1000)')]) {
+      const started = performance.now();
+      await assert.rejects(createSandbox({ poolSize: 1, workerUrl, startTimeoutMs: 1000 }), (e: Error & { cause?: Error }) => {
+        assert.equal(e.name, 'SandboxError');
+        assert.match(String(e.cause?.message), /exited with code|did not start within 1000 ms/);
+        return true;
+      });
+      assert.ok(performance.now() - started < 3000);
+    }
+  });
+
   test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
     const results = await Promise.all([
       sandbox.execute({ code: 'function execute(){ for(;;){} }' }),

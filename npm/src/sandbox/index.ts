@@ -41,6 +41,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     maxFetchBodyBytes: options.maxFetchBodyBytes ?? 4 * 1024 * 1024,
     workerUrl: options.workerUrl,
     fetch: fetchImpl,
+    startTimeoutMs: options.startTimeoutMs ?? 20_000,
   });
   try {
     await pool.start();

@@ -55,10 +55,18 @@ async function spawnWorker(workerUrl: string | URL | undefined): Promise<WorkerH
   const w = workerUrl
     ? new Worker(workerUrl, { type: 'module' })
     : new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+  const where = workerUrl ? String(workerUrl) : 'the bundled sandbox worker';
   return {
     post: (m) => w.postMessage(m),
     onMessage: (h) => w.addEventListener('message', (e) => h(e.data as WorkerToHost)),
-    onExit: (h) => w.addEventListener('error', (e) => h(`worker error: ${e.message}`)),
+    onExit: (h) => {
+      // A script that fails to load or evaluate fires an ErrorEvent without a message.
+      w.addEventListener('error', (e) => {
+        e.preventDefault();
+        h(e.message ? `worker error: ${e.message}` : `the sandbox worker script failed to load or run (${where})`);
+      });
+      w.addEventListener('messageerror', () => h('a message from the sandbox worker could not be deserialised'));
+    },
     terminate: () => w.terminate(),
     setBusy: () => undefined,
   };
@@ -112,13 +120,22 @@ export interface PoolConfig {
   maxFetchBodyBytes: number;
   workerUrl: string | URL | undefined;
   fetch: typeof globalThis.fetch;
+  /** A Worker that has not reported ready by then is discarded as failed. */
+  startTimeoutMs: number;
 }
+
+/** Consecutive Worker start failures after which the pool stops respawning and fails requests. */
+const MAX_START_FAILURES = 3;
 
 export class WorkerPool {
   private readonly slots: Slot[] = [];
   private readonly queue: Job[] = [];
   private nextId = 1;
   private closed = false;
+  /** Consecutive failed Worker starts; reset when one reports ready. */
+  private startFailures = 0;
+  /** Set when Workers keep failing to start: the reason every request now fails with. */
+  private broken: string | undefined;
   private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, lastReplacementMs: undefined };
 
   constructor(
@@ -139,6 +156,7 @@ export class WorkerPool {
   execute(request: SandboxRequest): Promise<SandboxResult> {
     const started = performance.now();
     if (this.closed) return Promise.resolve(failure('error', 'closed', 'the sandbox is closed', started));
+    if (this.broken) return Promise.resolve(failure('error', 'worker_start', this.broken, started));
     if (typeof request?.code !== 'string') {
       return Promise.resolve(failure('rejected', 'bad_request', 'request.code must be a string', started));
     }
@@ -181,17 +199,30 @@ export class WorkerPool {
       fetchAbort: undefined,
     };
     slot.ready.catch(() => {});
+    // A Worker that never answers (a wrong script, a Module the browser would not deliver)
+    // must not hang createSandbox or a replacement forever.
+    const startTimer = setTimeout(() => {
+      if (slot.state !== 'starting') return;
+      const reason = `the sandbox worker did not start within ${this.config.startTimeoutMs} ms`;
+      markFailed(new Error(reason));
+      this.startFailed(slot, reason);
+    }, this.config.startTimeoutMs);
+    (startTimer as { unref?: () => void }).unref?.();
     handle.onMessage((message) => {
       switch (message.type) {
         case 'ready':
+          clearTimeout(startTimer);
+          if (slot.state !== 'starting') return;
           slot.state = 'idle';
+          this.startFailures = 0;
           markReady();
           this.pump();
           if (slot.state === 'idle') handle.setBusy(false);
           return;
         case 'init-error':
+          clearTimeout(startTimer);
           markFailed(new Error(`sandbox worker failed to start: ${message.message}`));
-          this.retire(slot);
+          this.startFailed(slot, `sandbox worker failed to start: ${message.message}`);
           return;
         case 'result':
           return this.finish(slot, message.id, () => JSON.parse(message.result) as SandboxResult);
@@ -202,8 +233,10 @@ export class WorkerPool {
       }
     });
     handle.onExit((reason) => {
+      clearTimeout(startTimer);
       if (slot.state === 'dead') return;
       markFailed(new Error(reason));
+      if (slot.state === 'starting') return this.startFailed(slot, reason);
       const job = slot.job;
       this.replace(slot);
       if (job) job.resolve(failure('error', 'worker_exit', reason, job.started));
@@ -294,6 +327,23 @@ export class WorkerPool {
     slot.state = 'dead';
     slot.job = undefined;
     slot.handle.terminate();
+  }
+
+  /**
+   * A Worker failed before it was ready: replace it, unless starts keep failing — then stop
+   * respawning (no crash loop) and fail queued and later requests with the reason.
+   */
+  private startFailed(slot: Slot, reason: string): void {
+    if (slot.state === 'dead') return;
+    this.startFailures++;
+    if (this.startFailures < MAX_START_FAILURES) {
+      this.replace(slot);
+      return;
+    }
+    this.retire(slot);
+    if (this.closed || this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
+    this.broken = `sandbox workers keep failing to start (${reason})`;
+    for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', this.broken, job.started));
   }
 
   /** Discards a Worker and starts its replacement in the same pool position. */

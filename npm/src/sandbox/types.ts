@@ -9,7 +9,11 @@ export interface SandboxOptions {
   timeoutMs?: number;
   /** Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, minimum 32. */
   memoryMB?: number;
-  /** Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. */
+  /**
+   * Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. Every redirect
+   * hop is re-checked in Node; browsers hide redirect targets (`opaqueredirect`), so there a
+   * redirect is refused with "redirects cannot be checked in this environment".
+   */
   fetchDomainAllowlist?: string[];
   /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
   allowHttp?: boolean;
@@ -21,6 +25,8 @@ export interface SandboxOptions {
   workerUrl?: string | URL;
   /** Override the sandbox wasm: a compiled module, or where to load its bytes from. */
   wasm?: WebAssembly.Module | string | URL;
+  /** A Worker that has not started within this many ms is discarded as failed. Default 20000. */
+  startTimeoutMs?: number;
   /** `fetch` implementation used by the bridge (default `globalThis.fetch`). */
   fetch?: typeof globalThis.fetch;
 }

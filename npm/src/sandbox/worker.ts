@@ -19,14 +19,27 @@ async function port(): Promise<Port> {
     if (!parentPort) throw new Error('sandbox worker must run in a worker thread');
     return {
       post: (m) => parentPort.postMessage(m),
-      onMessage: (h) => parentPort.on('message', h),
+      onMessage: (h) => {
+        parentPort.on('message', h);
+        parentPort.on('messageerror', () => undelivered());
+      },
     };
   }
   const scope = globalThis as unknown as { postMessage(m: unknown): void; addEventListener(t: string, h: (e: MessageEvent) => void): void };
   return {
     post: (m) => scope.postMessage(m),
-    onMessage: (h) => scope.addEventListener('message', (e) => h(e.data as HostToWorker)),
+    onMessage: (h) => {
+      scope.addEventListener('message', (e) => h(e.data as HostToWorker));
+      scope.addEventListener('messageerror', () => undelivered());
+    },
   };
+}
+
+/** A host message this Worker could not deserialise (e.g. a WebAssembly.Module a browser
+ * will not share with it): report it instead of waiting silently for ever. */
+function undelivered(): void {
+  if (memory === undefined) p?.post({ type: 'init-error', message: 'the init message (the compiled sandbox module) could not be received by the worker' });
+  else trap(new Error('a message from the host could not be deserialised'));
 }
 
 // No top-level await: bundlers (Vite) emit workers as classic scripts by default. Messages

@@ -1,0 +1,85 @@
+// Issue 5 in Chromium: an agent with an IndexedDB store and emergent capabilities forges a
+// sandbox tool (tested in the browser's sandbox Workers, judged by a mock LLM server over
+// fetch), calls it, promotes it to the agent tier; after a page RELOAD a freshly created agent
+// lists the agent-tier tool and calls it. The page is a Vite 7 bundle of the built package.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import type { Browser } from 'playwright-core';
+import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
+import { viteSandboxSite } from './browser/sandbox-sites.js';
+
+const slugify = {
+  name: 'slugify',
+  description: 'Turn text into a URL slug',
+  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
+  implementation: {
+    mode: 'sandbox',
+    code: "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}",
+  },
+  testCases: [
+    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
+    { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
+  ],
+};
+
+const verdict = {
+  text: JSON.stringify({ approved: true, safety: 0.95, correctness: 0.95, determinism: 0.95, boundedness: 0.9, confidence: 0.9, reasoning: 'ok' }),
+};
+
+describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chromium)', () => {
+  let browser: Browser;
+  let site: StaticServer;
+  let tab: WatchedPage;
+  let chat: MockLlmServer;
+  let judge: MockLlmServer;
+
+  before(async () => {
+    for (const built of ['dist/browser.js', 'dist/sandbox/worker.js', 'wasm/crucible_sandbox_bg.wasm', 'wasm/crucible_core_bg.wasm']) {
+      assert.ok(existsSync(join(packageRoot, built)), `${built} is missing: run \`npm run build\` first`);
+    }
+    chat = await startMockLlmServer({ replies: [] });
+    judge = await startMockLlmServer({ respond: () => verdict });
+    ({ site } = await viteSandboxSite());
+    browser = await launchChromium();
+    tab = await openPage(browser, `${site.url}/`);
+  });
+  after(async () => {
+    await browser?.close();
+    await site?.close();
+    await chat?.close();
+    await judge?.close();
+  });
+
+  test('forge → call → promote to agent tier → reload → listed and callable', async () => {
+    const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-emergent-${Date.now()}`, agentId: 'support-bot' };
+    const first = await callInPage<{
+      forged: { success: boolean; tier?: string; tests?: boolean[] };
+      calls?: unknown[];
+      promoted?: { status: string };
+      listed?: Array<{ name: string; tier: string; calls: number }>;
+    }>(tab.page, 'forgeAndPromote', config, slugify);
+    assert.equal(first.forged.success, true, `${JSON.stringify(first)}\n${tab.log.join('\n')}`);
+    assert.equal(first.forged.tier, 'session');
+    assert.deepEqual(first.forged.tests, [true, true], 'the tests ran in the browser sandbox');
+    assert.deepEqual(first.calls, [{ slug: 'hello-world' }, { slug: 'rust-wasm' }]);
+    assert.equal(first.promoted?.status, 'promoted', JSON.stringify(first.promoted));
+    assert.deepEqual(first.listed?.map((t) => [t.name, t.tier]), [['slugify', 'agent']]);
+    assert.ok(judge.requests.length >= 1, 'the judge was asked over fetch');
+
+    await tab.page.reload({ waitUntil: 'load' });
+    const again = await callInPage<{ listed: Array<{ name: string; tier: string }>; output: unknown }>(tab.page, 'reopenAndCall', config, 'slugify', 'Still Here After Reload');
+    assert.deepEqual(again.listed, [{ name: 'slugify', tier: 'agent' }]);
+    assert.deepEqual(again.output, { slug: 'still-here-after-reload' });
+
+    // Another agent id on the same database does not see it (keys are namespaced by agent).
+    const other = await callInPage<{ listed: unknown[] }>(tab.page, 'reopenAndCall', { ...config, agentId: 'other-bot' }, 'slugify', null);
+    assert.deepEqual(other.listed, []);
+    const problems = [...tab.pageErrors, ...tab.consoleErrors, ...tab.failedRequests];
+    assert.deepEqual(problems, [], tab.log.join('\n'));
+    await tab.screenshot('browser-emergent');
+  });
+});

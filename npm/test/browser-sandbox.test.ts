@@ -1,0 +1,227 @@
+// The sandbox in Chromium: `createSandbox()` from the built package, loaded (a) as a Vite 7
+// bundle — how the demo page and most apps load it — and (b) as plain ES modules behind an
+// import map over dist/. Every adversarial case of test/support/sandbox-cases.ts runs in the
+// page and must be contained as in Node: the expected status and code, no host secret in the
+// result, the call ended within the deadline + browser slack, the next execution succeeds.
+// Also measures the warm-pool latency of the slugify tool and the time to replace a killed
+// worker, printed as `# ...` lines.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { Browser } from 'playwright-core';
+import type { SandboxRequest, SandboxResult, SandboxStats } from '../src/sandbox/index.js';
+import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
+import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
+import { importMapSandboxSite, viteSandboxSite } from './browser/sandbox-sites.js';
+
+const HOST_SECRET = 'host-secret-7f3a';
+/** Chromium's timers, worker termination and message hops are slower than Node's. */
+const BROWSER_SLACK_MS = 250;
+const SLUGIFY = "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}";
+
+
+/** The fetch target of the cases, with CORS (the page's origin is the static server's). */
+function startFetchServer(hostsSeen: string[]): Promise<{ server: Server; ctx: CaseContext }> {
+  const server = createServer((req: IncomingMessage, res) => {
+    res.setHeader('access-control-allow-origin', '*');
+    res.setHeader('access-control-allow-headers', '*');
+    if (req.method === 'OPTIONS') {
+      res.statusCode = 204;
+      res.end();
+      return;
+    }
+    hostsSeen.push(req.headers.host ?? '');
+    const url = new URL(req.url ?? '/', 'http://x');
+    if (url.pathname === '/ok') {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ ok: true, path: '/ok' }));
+    } else if (url.pathname === '/redirect') {
+      res.statusCode = 302;
+      res.setHeader('location', url.searchParams.get('to') ?? '/ok');
+      res.end();
+    } else if (url.pathname === '/big') {
+      res.end('x'.repeat(2 * 1024 * 1024));
+    } else {
+      res.statusCode = 404;
+      res.end();
+    }
+  });
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => {
+      const port = (server.address() as AddressInfo).port;
+      resolve({ server, ctx: { origin: `http://127.0.0.1:${port}`, port } });
+    }),
+  );
+}
+
+interface RunOutcome {
+  result: SandboxResult;
+  wallMs: number;
+  probe?: SandboxResult;
+  heapGrowth: number;
+  stats: SandboxStats;
+}
+
+describeInBrowser('the sandbox in Chromium', () => {
+  let browser: Browser;
+  let fetchServer: Server;
+  let ctx: CaseContext;
+  const hostsSeen: string[] = [];
+
+  before(async () => {
+    for (const built of ['dist/browser.js', 'dist/sandbox/worker.js', 'wasm/crucible_sandbox_bg.wasm']) {
+      assert.ok(existsSync(join(packageRoot, built)), `${built} is missing: run \`npm run build\` first`);
+    }
+    ({ server: fetchServer, ctx } = await startFetchServer(hostsSeen));
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    fetchServer?.close();
+  });
+
+  for (const setup of ['vite', 'import map'] as const) {
+    describe(`loaded ${setup === 'vite' ? 'from a Vite 7 bundle' : 'as ES modules behind an import map'}`, () => {
+      let site: StaticServer;
+      let tab: WatchedPage;
+      /** Import-map setup: a worker entry the test can make disappear (`delete`). */
+      const flaky: Record<string, string> = { '/flaky/worker.js': "import '/pkg/dist/sandbox/worker.js';\n" };
+
+      before(async () => {
+        if (setup === 'vite') {
+          const built = await viteSandboxSite();
+          site = built.site;
+          console.log(`# vite sandbox bundle: ${built.assets.join(', ')}`);
+        } else {
+          site = await importMapSandboxSite(flaky);
+        }
+        tab = await openPage(browser, `${site.url}/`);
+        const { startMs } = await callInPage<{ startMs: number }>(tab.page, 'sandboxStart', { ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
+        console.log(`# [${setup}] createSandbox (2 warm workers, wasm compiled) in ${startMs.toFixed(1)} ms`);
+      });
+      after(async () => {
+        if (tab) await callInPage(tab.page, 'sandboxClose').catch(() => {});
+        await tab?.page.close();
+        await site?.close();
+      });
+
+      test('the public API runs sync and async execute with input, logs and crypto', async () => {
+        const { result: r } = await callInPage<RunOutcome>(tab.page, 'sandboxRun', {
+          code: 'async function execute(input) { console.log("hi", input.n); return { n: input.n + 1 }; }',
+          input: { n: 1 },
+        });
+        assert.equal(r.status, 'ok', JSON.stringify(r) + `\n${tab.log.join('\n')}\nnot found: ${site.notFound.join(', ')}`);
+        assert.deepEqual(r.output, { n: 2 });
+        assert.deepEqual(r.logs, ['hi 1']);
+        const { result: c } = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return crypto.sha256("abc"); }', allowlist: ['crypto'] });
+        assert.equal(c.output, 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+      });
+
+      for (const c of SANDBOX_CASES) {
+        test(`[${c.category}] ${c.name}`, async () => {
+          const request: SandboxRequest = c.request(ctx);
+          const { result: r, wallMs, probe, heapGrowth } = await callInPage<RunOutcome>(tab.page, 'sandboxRun', JSON.stringify(request), PROBE);
+          const statuses = c.browser?.status ?? (Array.isArray(c.status) ? c.status : [c.status]);
+          assert.ok(statuses.includes(r.status), `status ${r.status} not in ${statuses.join('|')}: ${JSON.stringify(r)}`);
+          if (c.code) {
+            const codes = [...(Array.isArray(c.code) ? c.code : [c.code]), ...(r.status === 'timeout' ? ['deadline'] : [])];
+            assert.ok(codes.includes(r.error?.code ?? ''), `code ${r.error?.code} not in ${codes.join('|')}: ${JSON.stringify(r)}`);
+          }
+          (c.browser?.check ?? c.check)?.(r, ctx);
+          assert.ok(!JSON.stringify(r).includes(HOST_SECRET), 'a host secret reached the result');
+          assert.ok(wallMs <= CASE_OPTIONS.timeoutMs + BROWSER_SLACK_MS, `took ${wallMs.toFixed(0)} ms`);
+          assert.equal(probe?.status, 'ok', JSON.stringify(probe));
+          assert.deepEqual(probe.output, PROBE_OUTPUT);
+          assert.ok(heapGrowth < 32 * 1024 * 1024, `page heap grew by ${(heapGrowth / 1048576).toFixed(1)} MB`);
+        });
+      }
+
+      test('refused fetches never reached a non-allowlisted host', () => {
+        assert.ok(hostsSeen.length > 0);
+        for (const host of hostsSeen) assert.equal(host, `127.0.0.1:${ctx.port}`, `request reached host '${host}'`);
+      });
+
+      test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
+        const { results, stats } = await callInPage<{ results: SandboxResult[]; stats: SandboxStats }>(tab.page, 'sandboxRunAll', [
+          { code: 'function execute(){ for(;;){} }' },
+          { code: 'function execute(){ return 1; }' },
+          { code: 'function execute(){ return 2; }' },
+          { code: 'function execute(){ return 3; }' },
+        ]);
+        assert.equal(results[0]!.status, 'timeout');
+        assert.deepEqual(results.slice(1).map((r) => r.output), [1, 2, 3]);
+        assert.ok(stats.workersKilled >= 1);
+      });
+
+      if (setup === 'vite') {
+        test('measures: median warm-pool latency of slugify over 300 calls, and worker replacement', async () => {
+          const inputs = ['Hello World!', 'Rust & Wasm', '  Crucible: Forged Tools, Safely  ', 'a-b-c'].map((text) => ({ text }));
+          await callInPage(tab.page, 'sandboxStart', { poolSize: 2, timeoutMs: 5000, memoryMB: 128 });
+          const bench = await callInPage<{ meanMs: number; crossOriginIsolated: boolean; medianMs: number; p90Ms: number; minMs: number; failures: number; sample: unknown }>(tab.page, 'sandboxBench', {
+            code: SLUGIFY,
+            inputs,
+            n: 300,
+            warmup: 30,
+          });
+          assert.equal(bench.failures, 0);
+          assert.deepEqual(bench.sample, { slug: 'hello-world' });
+          console.log(`# chromium sandbox slugify (warm pool of 2, 300 calls): median ${bench.medianMs.toFixed(3)} ms, p90 ${bench.p90Ms.toFixed(3)} ms, min ${bench.minMs.toFixed(3)} ms, mean ${bench.meanMs.toFixed(3)} ms (performance.now() is coarsened to 0.1 ms in a page that is not cross-origin isolated: crossOriginIsolated=${bench.crossOriginIsolated})`);
+          const replace = await callInPage<{ replacementMedianMs: number; nextCallMedianMs: number; replacement: number[] }>(tab.page, 'sandboxReplaceTimes', { rounds: 5, timeoutMs: 300 });
+          console.log(
+            `# chromium worker replacement after a kill (5 rounds): median ${replace.replacementMedianMs.toFixed(1)} ms until the new worker is ready ` +
+              `[${replace.replacement.map((x) => x.toFixed(1)).join(', ')}]; median ${replace.nextCallMedianMs.toFixed(1)} ms from the timeout result to the next call's result (1-worker pool)`,
+          );
+          // Leave the case sandbox as it was for anything that runs later.
+          await callInPage(tab.page, 'sandboxStart', { ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
+        });
+      }
+
+      if (setup === 'import map') {
+        test('a worker script that does not load fails createSandbox fast with a clear reason', async () => {
+          const r = await callInPage<{ failed: boolean; name: string; cause: string; ms: number }>(tab.page, 'sandboxStartError', { workerUrl: '/missing/worker.js', poolSize: 1 });
+          assert.equal(r.failed, true);
+          assert.equal(r.name, 'SandboxError');
+          assert.match(r.cause, /failed to load or run \(\/missing\/worker\.js\)/);
+          assert.ok(r.ms < 5000, `${r.ms} ms`);
+        });
+
+        test('a worker that never reports ready fails createSandbox at startTimeoutMs instead of hanging', async () => {
+          const r = await callInPage<{ failed: boolean; cause: string; ms: number }>(tab.page, 'sandboxStartError', { workerUrl: 'data:text/javascript,', poolSize: 1, startTimeoutMs: 1500 });
+          assert.equal(r.failed, true);
+          assert.match(r.cause, /did not start within 1500 ms/);
+          assert.ok(r.ms >= 1400 && r.ms < 4000, `${r.ms} ms`);
+        });
+
+        test('replacements that keep failing stop respawning and fail requests instead of queueing them for ever', async () => {
+          await callInPage(tab.page, 'sandboxStart', { poolSize: 1, timeoutMs: 300, workerUrl: '/flaky/worker.js' });
+          const ok = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(ok.result.output, 1);
+          delete flaky['/flaky/worker.js'];
+          const killed = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ for(;;){} }' });
+          assert.equal(killed.result.status, 'timeout');
+          const started = Date.now();
+          const next = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(next.result.status, 'error', JSON.stringify(next.result));
+          assert.equal(next.result.error?.code, 'worker_start');
+          assert.match(next.result.error!.message, /keep failing to start/);
+          assert.ok(Date.now() - started < 10_000);
+          const later = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(later.result.error?.code, 'worker_start', 'fails at once, no respawn loop');
+          assert.ok(later.stats.workersStarted <= 5, `workers started: ${later.stats.workersStarted}`);
+          await callInPage(tab.page, 'sandboxStart', { ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
+        });
+      }
+
+      test('the page stayed clean (no page errors, no failed asset loads)', () => {
+        // Refused fetches never leave the page; the redirect responses are opaque, not failures.
+        const problems = [...tab.pageErrors, ...tab.consoleErrors, ...tab.failedRequests.filter((r) => !r.includes(`:${ctx.port}/`) && !/\/(missing|flaky)\/worker\.js/.test(r))].filter(
+          (e) => !/status of 404/.test(e),
+        );
+        assert.deepEqual(problems, [], tab.log.join('\n'));
+      });
+    });
+  }
+});

@@ -1,0 +1,146 @@
+// Sandbox page for test/browser-sandbox.test.ts and test/browser-emergent.test.ts: called by
+// name through `callInPage` with JSON arguments. Loaded behind an import map that points
+// `crucible-agents` at dist/browser.js, or bundled by Vite. Plain JavaScript on purpose.
+import { createAgent, createSandbox, indexedDbStore, openai } from 'crucible-agents';
+
+// A secret on the host realm: no sandbox result may ever contain it.
+window.HOST_SECRET = 'host-secret-7f3a';
+
+let sandbox;
+const heap = () => performance.memory?.usedJSHeapSize ?? 0;
+
+window.sandboxStart = async (options) => {
+  await sandbox?.close();
+  const started = performance.now();
+  sandbox = await createSandbox(options);
+  return { startMs: performance.now() - started };
+};
+
+window.sandboxClose = async () => {
+  await sandbox?.close();
+  sandbox = undefined;
+};
+
+/**
+ * One execution, timed in the page, then the probe that must succeed afterwards. `request` may
+ * be JSON text: `callInPage` passes arguments as JavaScript source, where a `"__proto__"` key
+ * would set a prototype instead of staying an own key as JSON input must.
+ */
+window.sandboxRun = async (request, probe) => {
+  if (typeof request === 'string') request = JSON.parse(request);
+  const heapBefore = heap();
+  const started = performance.now();
+  const result = await sandbox.execute(request);
+  const wallMs = performance.now() - started;
+  const after = probe ? await sandbox.execute(probe) : undefined;
+  return { result, wallMs, probe: after, heapGrowth: heap() - heapBefore, stats: sandbox.stats() };
+};
+
+/** Several executions at once (the pool serves them in parallel). */
+window.sandboxRunAll = async (requests) => {
+  const results = await Promise.all(requests.map((r) => sandbox.execute(r)));
+  return { results, stats: sandbox.stats() };
+};
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+/** Median per-call latency of `code` over `n` sequential calls (after `warmup` calls). */
+window.sandboxBench = async ({ code, inputs, n, warmup }) => {
+  for (let i = 0; i < warmup; i++) await sandbox.execute({ code, input: inputs[i % inputs.length] });
+  const times = [];
+  let failures = 0;
+  let sample;
+  const all = performance.now();
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const r = await sandbox.execute({ code, input: inputs[i % inputs.length] });
+    times.push(performance.now() - t);
+    if (r.status !== 'ok') failures++;
+    sample ??= r.output;
+  }
+  const meanMs = (performance.now() - all) / n;
+  const sorted = [...times].sort((a, b) => a - b);
+  return { meanMs, crossOriginIsolated: self.crossOriginIsolated, medianMs: median(times), p90Ms: sorted[Math.floor(n * 0.9)], minMs: sorted[0], failures, sample };
+};
+
+/**
+ * Kills a worker with an infinite loop `rounds` times; for each, the time from the timeout
+ * result until the pool's replacement worker reported ready (`stats().lastReplacementMs`,
+ * measured by the pool from the kill) and until the next execution on a 1-worker pool succeeded.
+ */
+window.sandboxReplaceTimes = async ({ rounds, timeoutMs }) => {
+  await sandbox?.close();
+  sandbox = await createSandbox({ poolSize: 1, timeoutMs });
+  const replacement = [];
+  const nextCall = [];
+  for (let i = 0; i < rounds; i++) {
+    const killed = sandbox.stats().workersKilled;
+    const r = await sandbox.execute({ code: 'function execute(){ for(;;){} }' });
+    if (r.status !== 'timeout' || sandbox.stats().workersKilled !== killed + 1) throw new Error(`not killed: ${JSON.stringify(r)}`);
+    const t = performance.now();
+    const next = await sandbox.execute({ code: 'function execute(){ return 1; }' });
+    nextCall.push(performance.now() - t);
+    if (next.output !== 1) throw new Error(`next call failed: ${JSON.stringify(next)}`);
+    replacement.push(sandbox.stats().lastReplacementMs);
+  }
+  return { replacementMedianMs: median(replacement), nextCallMedianMs: median(nextCall), replacement, nextCall };
+};
+
+// ---- issue 5: an agent forges a sandbox tool, promotes it, and finds it again after a reload
+
+const model = (baseURL, name) => openai({ baseURL, apiKey: 'x', model: name, retry: { maxRetries: 0 } });
+
+async function makeAgent({ chatURL, judgeURL, storeName, agentId }) {
+  return createAgent({
+    model: model(chatURL, 'chat'),
+    store: indexedDbStore({ name: storeName }),
+    agentId,
+    emergent: {
+      enabled: true,
+      judge: { model: model(judgeURL, 'judge') },
+      promotionThreshold: { uses: 2, confidence: 0.8 },
+      persistSandboxSource: true,
+    },
+  });
+}
+
+window.forgeAndPromote = async (config, forgeRequest) => {
+  const agent = await makeAgent(config);
+  try {
+    const forged = await agent.forge(forgeRequest, { sessionId: 's1' });
+    if (!forged.success) return { forged };
+    const calls = [];
+    for (const text of ['Hello World!', 'Rust & Wasm']) calls.push(await agent.tools.call(forgeRequest.name, { text }, { sessionId: 's1' }));
+    const promoted = await agent.emergent.requestPromotion(forgeRequest.name, 'agent', { sessionId: 's1' });
+    const listed = agent.tools.list({ sessionId: 's1' }).map((t) => ({ name: t.name, tier: t.tier, calls: t.stats.calls }));
+    return { forged: { success: forged.success, tier: forged.tool.tier, tests: forged.tests.map((t) => t.passed) }, calls, promoted, listed };
+  } finally {
+    await agent.close();
+  }
+};
+
+window.reopenAndCall = async (config, name, text) => {
+  const agent = await makeAgent(config);
+  try {
+    const listed = agent.tools.list({ sessionId: 'after-reload' }).map((t) => ({ name: t.name, tier: t.tier }));
+    const output = text === null ? undefined : await agent.tools.call(name, { text }, { sessionId: 'after-reload' });
+    return { listed, output };
+  } finally {
+    await agent.close();
+  }
+};
+
+/** createSandbox that is expected to fail: reports the error and how long failing took. */
+window.sandboxStartError = async (options) => {
+  const started = performance.now();
+  try {
+    const s = await createSandbox(options);
+    await s.close();
+    return { failed: false, ms: performance.now() - started };
+  } catch (error) {
+    return { failed: true, name: error.name, message: error.message, cause: String(error.cause?.message ?? error.cause), ms: performance.now() - started };
+  }
+};
