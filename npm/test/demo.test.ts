@@ -327,7 +327,7 @@ function suite(): void {
       before(async () => {
         context = await browser.newContext({ viewport: DESKTOP });
         contexts.push(context);
-        opened = await open({ promotionUses: '1' }, DESKTOP, context);
+        opened = await open({ promotionUses: '1', autoPromote: '0' }, DESKTOP, context);
       });
 
       test('a chat run forges a tool and shows its timeline', async (t) => {

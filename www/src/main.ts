@@ -20,6 +20,8 @@ const params = new URLSearchParams(location.search);
 const sessionId = params.get('session') ?? `s-${Math.random().toString(36).slice(2, 10)}`;
 const app = new App(sessionId);
 const promotionUses = params.has('promotionUses') ? Number(params.get('promotionUses')) : undefined;
+// `?autoPromote=0` leaves every promotion to the buttons (the package promotes by itself by default).
+const autoPromote = params.get('autoPromote') === '0' ? false : undefined;
 window.__crucibleDemo = { ready: false, emergent: false, sessionId };
 
 const chat = mountChat(app);
@@ -39,7 +41,7 @@ async function start(settings: ProviderSettings): Promise<void> {
   chat.setState('loading');
   document.body.dataset.ready = 'false';
   try {
-    const runtime = await Runtime.create(settings, { promotionUses });
+    const runtime = await Runtime.create(settings, { promotionUses, autoPromote });
     app.setRuntime(runtime);
     const emergent = runtime.emergentAvailable;
     emergentBadge.hidden = false;

@@ -185,6 +185,8 @@ function provider(settings: ProviderSettings) {
 export interface RuntimeOptions {
   /** Uses before a session tool may be promoted to the agent tier (default 5). */
   promotionUses?: number;
+  /** Promote session tools to the agent tier by themselves after `promotionUses` (default true). */
+  autoPromote?: boolean;
 }
 
 /** What `agent.emergent.requestPromotion` resolves with (`PromotionOutcome` of the core). */
@@ -245,6 +247,7 @@ export class Runtime {
         sandboxTimeoutMs: 5000,
         sandboxMemoryMB: 128,
         promotionThreshold: { uses: options.promotionUses ?? 5, confidence: 0.8 },
+        autoPromote: options.autoPromote,
         allowedSandboxAPIs: [],
         fetchDomainAllowlist: [],
         // The demo shows forged code and exports importable packages.
