@@ -568,7 +568,7 @@ impl Registry {
                 None,
                 Rc::new(ForgeToolHandler::new(self.me.clone())),
             ) {
-                set.insert(tool);
+                set.insert(tool.advertising(crate::forge::forge_tool_advertised_schema()));
             }
         }
         set
