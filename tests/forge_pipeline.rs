@@ -419,3 +419,60 @@ fn the_worked_example_is_itself_a_request_that_forges() {
     let r = rig();
     assert!(block_on(r.registry.forge(&req, "s1")).success);
 }
+
+/// Walks a schema the way the local model's chat template builds its call skeleton: every
+/// field has one concrete `type` (a union renders as `<value>`, which made the 0.5B model
+/// write unparseable `testCases`).
+fn assert_single_typed(schema: &Value, path: &str) {
+    if let Some(t) = schema.get("type") {
+        assert!(t.is_string(), "{path}: type {t} is not a single type");
+    }
+    if let Some(Value::Object(props)) = schema.get("properties") {
+        for (k, sub) in props {
+            assert_single_typed(sub, &format!("{path}.{k}"));
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        assert_single_typed(items, &format!("{path}[]"));
+    }
+}
+
+#[test]
+fn the_model_is_shown_one_concrete_shape_while_validation_stays_permissive() {
+    let shown = forge_tool_definition().input_schema;
+    assert_single_typed(&shown, "forge_tool");
+    assert_eq!(shown["properties"]["implementation"]["properties"]["mode"]["enum"][0], "sandbox");
+    assert_eq!(shown["properties"]["testCases"]["type"], "array");
+    assert_eq!(shown["properties"]["testCases"]["items"]["properties"]["input"]["type"], "object");
+    let keys: Vec<&str> = shown["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["name", "description", "inputSchema", "outputSchema", "implementation", "testCases"], "the example's order");
+    // The example matches what the model is shown.
+    let example: Value = serde_json::from_str(FORGE_TOOL_EXAMPLE).unwrap();
+    assert!(crucible::tools::CompiledSchema::compile(&shown).unwrap().check(&example).is_ok());
+
+    // The registry offers exactly this definition, but the tool still accepts the messy shapes
+    // normalize repairs (stringified schema, bare code string, testCases as an object).
+    let r = rig();
+    let set = r.registry.tool_set("s1");
+    let tool = set.get("forge_tool").expect("forge_tool offered");
+    assert_eq!(tool.definition().input_schema, shown);
+    let messy = json!({
+        "name": "slugify",
+        "inputSchema": "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}}}",
+        "implementation": SLUGIFY_JS,
+        "testCases": { "input": { "text": "Hello World!" }, "expected": { "slug": "hello-world" } },
+    });
+    assert!(tool.input_schema().check(&messy).is_ok(), "validation accepts what normalize repairs");
+    assert!(normalize(&messy).is_ok());
+}
+
+#[test]
+fn normalize_turns_spaced_or_punctuated_names_into_tool_names() {
+    let req = |name: &str| json!({ "name": name, "implementation": { "mode": "sandbox", "code": SLUGIFY_JS } });
+    // Seen from Qwen2.5-Coder-0.5B: the name copied from the question.
+    assert_eq!(normalize(&req("programming language")).unwrap().name, "programming_language");
+    assert_eq!(normalize(&req(" Count Vowels! ")).unwrap().name, "Count_Vowels");
+    assert_eq!(normalize(&req("word-count.v2")).unwrap().name, "word-count_v2");
+    assert_eq!(normalize(&req("slugify")).unwrap().name, "slugify");
+    assert!(normalize(&req("!!!")).is_err(), "nothing usable is still an error");
+}

@@ -62,7 +62,53 @@ pub fn forge_tool_schema() -> Value {
     })
 }
 
-/// The tool definition offered to the model.
+/// The schema of `forge_tool` arguments as shown to the model: one concrete type per field
+/// and the nested shape spelled out, in the order of the worked example. Chat templates that
+/// render a call skeleton from the parameters (ours for the local Qwen model does) turn this
+/// into `{"name": <string>, ..., "implementation": {"mode": "sandbox", "code": <string>},
+/// "testCases": [{"input": <object>, "expectedOutput": <object>}]}`; with the permissive
+/// validation schema ([`forge_tool_schema`], union types) every field rendered as `<value>`
+/// and the 0.5B model wrote `"testCases": [["input": 212], ...]`, which the server cannot
+/// parse (HTTP 500). Arguments are still validated against the permissive schema.
+pub fn forge_tool_advertised_schema() -> Value {
+    let schema = || {
+        json!({
+            "type": "object",
+            "properties": { "type": { "type": "string", "enum": ["object"] }, "properties": { "type": "object" } },
+        })
+    };
+    let mut input = schema();
+    input["description"] = json!("JSON Schema of the input: {\"type\":\"object\",\"properties\":{...}}");
+    let mut output = schema();
+    output["description"] = json!("JSON Schema of the output");
+    json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "description": "snake_case name of the new tool (not forge_tool)" },
+            "description": { "type": "string", "description": "what the tool does, one sentence" },
+            "inputSchema": input,
+            "outputSchema": output,
+            "implementation": {
+                "type": "object",
+                "description": "{\"mode\":\"sandbox\",\"code\":\"function execute(input) {...}\"} or {\"mode\":\"compose\",\"steps\":[...]}",
+                "properties": {
+                    "mode": { "type": "string", "enum": ["sandbox", "compose"] },
+                    "code": { "type": "string" }
+                }
+            },
+            "testCases": {
+                "type": "array",
+                "description": "at least 2 test cases: [{\"input\":{...},\"expectedOutput\":{...}}, {\"input\":{...},\"expectedOutput\":{...}}]",
+                "minItems": 2,
+                "items": { "type": "object", "properties": { "input": { "type": "object" }, "expectedOutput": { "type": "object" } } }
+            }
+        },
+        "required": ["name", "description", "inputSchema", "implementation", "testCases"]
+    })
+}
+
+/// The tool definition offered to the model (the advertised schema; see
+/// [`forge_tool_advertised_schema`]).
 pub fn forge_tool_definition() -> ToolDefinition {
-    ToolDefinition { name: FORGE_TOOL_NAME.into(), description: forge_tool_description(), input_schema: forge_tool_schema() }
+    ToolDefinition { name: FORGE_TOOL_NAME.into(), description: forge_tool_description(), input_schema: forge_tool_advertised_schema() }
 }

@@ -7,7 +7,8 @@
 //! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
 //! `steps` at the top level) or as a string; `testCases` given as `tests`/`test_cases`/
 //! `examples`, as an object (one case, or a map of cases) or a JSON string; `expected`,
-//! `output`, `expected_output` for `expectedOutput`; missing optional fields.
+//! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
+//! or punctuation (`"Count Vowels"` → `Count_Vowels`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -239,6 +240,26 @@ fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeE
     }
 }
 
+/// A name as small models write it ("Count Vowels", "word-count.v2", "programming language")
+/// made a tool name: runs of characters outside `[A-Za-z0-9_-]` become one `_`, trimmed at the
+/// ends. A name that is already valid is kept as is; one with nothing usable stays empty and is
+/// rejected by the caller.
+fn snake_name(raw: &str) -> String {
+    let raw = raw.trim();
+    if crate::tools::is_valid_tool_name(raw) {
+        return raw.to_string();
+    }
+    let mut out = String::new();
+    for c in raw.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            out.push(c);
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_matches('_').chars().take(64).collect()
+}
+
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let raw = unstringify(raw)?;
@@ -251,7 +272,7 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     };
     let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(&raw))) };
     let name = match pick(&obj, &["name", "toolName", "tool_name"]) {
-        Some(Value::String(n)) => n.trim().to_string(),
+        Some(Value::String(n)) => snake_name(n),
         _ => return err("missing `name`: give the new tool a snake_case name"),
     };
     if !crate::tools::is_valid_tool_name(&name) {

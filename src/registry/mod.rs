@@ -594,7 +594,10 @@ impl Registry {
             None,
             Rc::new(ForgeToolHandler::new(self.me.clone())),
         )
-        .ok()?;
+        .ok()?
+        // The model sees one concrete argument shape; validation stays permissive so the
+        // messy arguments `normalize` repairs still arrive.
+        .advertising(crate::forge::forge_tool_advertised_schema());
         *self.forge_tool.borrow_mut() = Some(tool.clone());
         Some(tool)
     }

@@ -62,6 +62,9 @@ pub struct Tool {
     input: Rc<CompiledSchema>,
     output: Option<Rc<CompiledSchema>>,
     handler: Rc<dyn ToolHandler>,
+    /// The input schema shown to the model when it differs from the one arguments are checked
+    /// against (see [`Tool::advertising`]).
+    advertised: Option<Rc<Value>>,
 }
 
 impl std::fmt::Debug for Tool {
@@ -85,14 +88,27 @@ impl Tool {
             input: Rc::new(CompiledSchema::compile(input_schema)?),
             output: output_schema.map(CompiledSchema::compile).transpose()?.map(Rc::new),
             handler,
+            advertised: None,
         })
+    }
+
+    /// Shows the model `schema` instead of the (more permissive) schema the arguments are
+    /// validated against. Used by `forge_tool`: validation accepts the messy shapes
+    /// [`crate::forge::normalize`] repairs, while the model is shown one concrete shape, which
+    /// chat templates render as a call skeleton.
+    pub fn advertising(mut self, schema: Value) -> Self {
+        self.advertised = Some(Rc::new(schema));
+        self
     }
 
     pub fn definition(&self) -> ToolDefinition {
         ToolDefinition {
             name: self.name.clone(),
             description: self.description.clone(),
-            input_schema: self.input.source().clone(),
+            input_schema: match &self.advertised {
+                Some(schema) => (**schema).clone(),
+                None => self.input.source().clone(),
+            },
         }
     }
 
