@@ -241,6 +241,7 @@ impl RunContext<'_> {
                 tools: turn_tools.definitions(),
                 temperature: self.config.temperature,
                 max_tokens: self.config.max_tokens,
+                response_format: None,
             };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
             self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await?;

@@ -79,6 +79,17 @@ pub struct ModelRequest {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Ask for a JSON object answer (constrained decoding where the provider supports it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// The answer format a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseFormat {
+    /// A JSON object (e.g. a judge's verdict).
+    Json,
 }
 
 /// A streamed piece of a model's answer (see `npm/src/providers/types.ts`).

@@ -57,6 +57,7 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   if (request.tools.length > 0) {
     body.tools = functionTools(request.tools);
   }
+  if (request.responseFormat === 'json') body.format = 'json';
   const modelOptions: Record<string, number> = {};
   if (request.temperature !== undefined) modelOptions.temperature = request.temperature;
   if (request.maxTokens !== undefined) modelOptions.num_predict = request.maxTokens;

@@ -63,6 +63,7 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   }
   if (request.temperature !== undefined) body.temperature = request.temperature;
   if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens;
+  if (request.responseFormat === 'json') body.response_format = { type: 'json_object' };
   body.stream = streaming;
   // Without this, streamed answers carry no token counts at all.
   if (streaming) body.stream_options = { include_usage: true };

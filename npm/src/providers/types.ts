@@ -37,6 +37,11 @@ export interface ModelRequest {
   tools: ToolDefinition[];
   temperature?: number;
   maxTokens?: number;
+  /**
+   * `json`: ask for a JSON object answer (OpenAI-compatible `response_format: json_object`,
+   * Ollama `format: "json"`; Anthropic has no such switch and relies on the prompt).
+   */
+  responseFormat?: 'json';
 }
 
 /**
