@@ -407,14 +407,14 @@ describe('anthropic request mapping', () => {
 });
 
 describe('JSON answers (responseFormat)', () => {
-  it('asks OpenAI-compatible servers for a json_object and Ollama for format json', async () => {
+  it('asks OpenAI-compatible servers for a JSON object (json_schema) and Ollama for format json', async () => {
     server.reset();
     server.enqueue({ text: '{}' }, { text: '{}' }, { text: '{}' });
     const request = { messages: [{ role: 'user' as const, content: 'verdict?' }], tools: [], responseFormat: 'json' as const };
     await collect(openai({ model: 'm', baseURL: server.openaiBaseURL }).stream(request));
     await collect(ollama({ model: 'm', baseURL: server.ollamaBaseURL }).stream(request));
     await collect(openai({ model: 'm', baseURL: server.openaiBaseURL }).stream({ ...request, responseFormat: undefined }));
-    assert.deepEqual((server.requests[0]!.body as Record<string, unknown>).response_format, { type: 'json_object' });
+    assert.deepEqual((server.requests[0]!.body as Record<string, unknown>).response_format, { type: 'json_schema', json_schema: { name: 'response', schema: { type: 'object' } } });
     assert.equal((server.requests[1]!.body as Record<string, unknown>).format, 'json');
     assert.equal('response_format' in (server.requests[2]!.body as Record<string, unknown>), false);
   });

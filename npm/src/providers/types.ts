@@ -38,7 +38,8 @@ export interface ModelRequest {
   temperature?: number;
   maxTokens?: number;
   /**
-   * `json`: ask for a JSON object answer (OpenAI-compatible `response_format: json_object`,
+   * `json`: ask for a JSON object answer (OpenAI-compatible `response_format` `json_schema` with an
+   * object schema,
    * Ollama `format: "json"`; Anthropic has no such switch and relies on the prompt).
    */
   responseFormat?: 'json';
