@@ -381,11 +381,10 @@ function suite(): void {
         assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
         await page.click('#registry-list [data-tool="slugify"]');
         assert.ok((await page.$$eval('#registry-detail .audit-list li', (els) => els.length)) > 0, 'audit trail kept');
-        // Per-tool stats are persisted (flushed to IndexedDB); the forge aggregate (chart) is kept
-        // in memory by the core, so after a reload it counts this page's agent only.
+        // Per-tool stats and the forge statistics are persisted in IndexedDB.
         assert.match((await page.textContent('#registry-detail [data-fact="calls"]')) ?? '', /^[1-9]/, 'slugify call count kept');
         assert.match((await page.textContent('#registry-detail [data-fact="success-rate"]')) ?? '', /100%/);
-        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /attempts/);
+        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /[1-9]\d* approved/, 'forge statistics kept');
         await shot(page, 'reload-desktop');
         assert.deepEqual(errors, []);
       });
