@@ -10,6 +10,7 @@ import { after, before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -213,8 +214,26 @@ function suite(): void {
       await shot(page, 'load-phone', PHONE);
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px)`);
+      assert.deepEqual(await accessibilityViolations(page), [], 'axe-core: WCAG 2 A/AA (contrast, labels, names, roles)');
+      // Keyboard: the prompt is reachable with Tab and Enter sends.
+      await page.setViewportSize(DESKTOP);
+      await page.keyboard.press('Tab');
+      let hops = 0;
+      while (!(await page.evaluate(() => document.activeElement?.id === 'chat-input')) && hops++ < 40) await page.keyboard.press('Tab');
+      assert.ok(hops < 40, 'the prompt is reachable by keyboard');
       assert.deepEqual(errors, []);
     });
+
+    /** WCAG 2 A/AA violations axe-core finds on the page as it is now (ids and first targets). */
+    async function accessibilityViolations(page: Page): Promise<string[]> {
+      await page.addScriptTag({ path: createRequire(import.meta.url).resolve('axe-core/axe.min.js') });
+      const found = await page.evaluate(async () => {
+        const axe = (window as unknown as { axe: { run(ctx: Document, opts: unknown): Promise<{ violations: { id: string; nodes: { target: string[] }[] }[] }> } }).axe;
+        const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa'] } });
+        return result.violations.map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+      });
+      return found;
+    }
 
     test('a chat run streams its answer and shows the tool events', async () => {
       mock.reset();
@@ -345,6 +364,7 @@ function suite(): void {
         await page.click('#registry-list [data-tool="slugify"]');
         await page.waitForSelector('#registry-detail .code .tok-keyword');
         await shot(page, 'forge-desktop');
+        assert.deepEqual(await accessibilityViolations(page), [], 'axe-core after a forge: timeline, chart, registry, code');
         await shot(page, 'forge-phone', PHONE);
         await page.setViewportSize(DESKTOP);
         assert.deepEqual(errors, []);
