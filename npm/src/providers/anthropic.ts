@@ -15,6 +15,7 @@ import {
   readJson,
   readSse,
   streamedError,
+  argumentsObject,
   postProvider,
   type HttpContext,
 } from './http.js';
@@ -112,23 +113,9 @@ function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant
   // The API rejects empty text blocks.
   if (message.content) blocks.push({ type: 'text', text: message.content });
   for (const call of message.toolCalls) {
-    blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: parseArguments(call.arguments) });
+    blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: argumentsObject(call.arguments) });
   }
   return { role: 'assistant', content: blocks };
-}
-
-/**
- * `tool_use.input` must be an object. A call whose arguments were not valid JSON was already
- * answered with an error result by the core; the history must still be sendable, so it
- * becomes `{}` rather than failing the whole conversation.
- */
-function parseArguments(text: string): Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(text);
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
-  } catch {
-    return {};
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

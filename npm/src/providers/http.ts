@@ -86,6 +86,21 @@ export function functionTools(tools: ToolDefinition[]): unknown[] {
   return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.inputSchema } }));
 }
 
+/**
+ * Tool-call arguments as an object, for wire formats that need one (Anthropic `tool_use.input`,
+ * Ollama `tool_calls[].function.arguments`). Arguments that were not valid JSON were already
+ * answered with an error result by the core; the history must still be sendable, so they
+ * become `{}` rather than failing the whole conversation.
+ */
+export function argumentsObject(text: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
 export function joinUrl(baseURL: string, path: string): string {
   return `${baseURL.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
 }

@@ -15,6 +15,7 @@ import {
   readNdjson,
   streamedError,
   functionTools,
+  argumentsObject,
   postProvider,
   type HttpContext,
 } from './http.js';
@@ -77,21 +78,11 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
         content: message.content,
         // Ollama takes arguments as an object, not as JSON text.
         tool_calls: message.toolCalls.map((call) => ({
-          function: { name: call.name, arguments: parseArguments(call.arguments) },
+          function: { name: call.name, arguments: argumentsObject(call.arguments) },
         })),
       };
     case 'tool':
       return { role: 'tool', content: message.content, tool_name: message.name };
-  }
-}
-
-/** Invalid argument text was already reported to the model by the core; keep history sendable. */
-function parseArguments(text: string): Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(text);
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
-  } catch {
-    return {};
   }
 }
 
