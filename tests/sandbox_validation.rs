@@ -86,3 +86,17 @@ fn oversized_source_is_rejected() {
     let code = format!("function execute(){{ return 1; }} //{}", "x".repeat(300_000));
     assert_eq!(rejected(&code).0, "too_large");
 }
+
+#[test]
+fn braces_inside_template_text_are_not_nesting_but_template_substitutions_are() {
+    let r = runner();
+    // 100 literal braces in template text: text, not nesting.
+    let braces = "{".repeat(100);
+    let code = format!("function execute(input) {{ return {{ s: `{braces} ${{input.a}} ${{`inner ${{input.a}}`}}` }}; }}");
+    assert_ok(&run(&r, &code, json!({ "a": 1 })), json!({ "s": format!("{braces} 1 inner 1") }));
+    // Substitutions nested past the limit are nesting, and are refused before parsing.
+    let deep = (0..80).fold("input.a".to_string(), |inner, _| format!("`${{{inner}}}`"));
+    let code = format!("function execute(input) {{ return {{ s: {deep} }}; }}");
+    let (code_, reason) = rejected(&code);
+    assert_eq!(code_, "too_deep", "{reason}");
+}

@@ -121,6 +121,27 @@ pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) 
 
 /// Conservative pre-parse scan bounding the parser's recursion depth. Strings, template text
 /// and comments are skipped; regex literals are not recognised, which can only over-count.
+/// Scans template-literal text from `i` to the closing backtick (returning its index) or to the
+/// next `${`, which opens a nesting level (returning the index of its `{`).
+fn scan_template_text(bytes: &[u8], mut i: usize, depth: &mut usize, max_depth: &mut usize, template_stack: &mut Vec<usize>) -> usize {
+    loop {
+        if i >= bytes.len() || bytes[i] == b'`' {
+            return i;
+        }
+        if bytes[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'{') {
+            template_stack.push(*depth);
+            *depth += 1;
+            *max_depth = (*max_depth).max(*depth);
+            return i + 1;
+        }
+        i += 1;
+    }
+}
+
 fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
     let bytes = code.as_bytes();
     let mut depth = 0usize;
@@ -161,25 +182,7 @@ fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
                 }
             }
             b'`' => {
-                // Template text until the closing backtick or a `${`.
-                i += 1;
-                loop {
-                    if i >= bytes.len() || bytes[i] == b'`' {
-                        break;
-                    }
-                    if bytes[i] == b'\\' {
-                        i += 2;
-                        continue;
-                    }
-                    if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'{') {
-                        template_stack.push(depth);
-                        depth += 1;
-                        max_depth = max_depth.max(depth);
-                        i += 1;
-                        break;
-                    }
-                    i += 1;
-                }
+                i = scan_template_text(bytes, i + 1, &mut depth, &mut max_depth, &mut template_stack);
             }
             b'(' | b'[' | b'{' => {
                 depth += 1;
@@ -191,24 +194,7 @@ fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
                 if template_stack.last() == Some(&depth) {
                     // Back in template text: resume scanning it.
                     template_stack.pop();
-                    i += 1;
-                    loop {
-                        if i >= bytes.len() || bytes[i] == b'`' {
-                            break;
-                        }
-                        if bytes[i] == b'\\' {
-                            i += 2;
-                            continue;
-                        }
-                        if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'{') {
-                            template_stack.push(depth);
-                            depth += 1;
-                            max_depth = max_depth.max(depth);
-                            i += 1;
-                            break;
-                        }
-                        i += 1;
-                    }
+                    i = scan_template_text(bytes, i + 1, &mut depth, &mut max_depth, &mut template_stack);
                 }
             }
             b'?' if !matches!(bytes.get(i + 1), Some(b'?' | b'.')) => chain += 1,
