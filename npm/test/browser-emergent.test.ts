@@ -10,25 +10,11 @@ import type { Browser } from 'playwright-core';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
 import { viteSandboxSite } from './browser/sandbox-sites.js';
+import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 
-const slugify = {
-  name: 'slugify',
-  description: 'Turn text into a URL slug',
-  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
-  implementation: {
-    mode: 'sandbox',
-    code: "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}",
-  },
-  testCases: [
-    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
-    { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
-  ],
-};
+const slugify = SLUGIFY_FORGE;
 
-const verdict = {
-  text: JSON.stringify({ approved: true, safety: 0.95, correctness: 0.95, determinism: 0.95, boundedness: 0.9, confidence: 0.9, reasoning: 'ok' }),
-};
+const verdict = verdictReply(true);
 
 describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chromium)', () => {
   let browser: Browser;

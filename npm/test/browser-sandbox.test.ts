@@ -7,12 +7,12 @@
 // worker, printed as `# ...` lines.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Browser } from 'playwright-core';
 import type { SandboxRequest, SandboxResult, SandboxStats } from '../src/sandbox/index.js';
+import { startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
 import { importMapSandboxSite, viteSandboxSite } from './browser/sandbox-sites.js';
@@ -22,40 +22,6 @@ const HOST_SECRET = 'host-secret-7f3a';
 const BROWSER_SLACK_MS = 250;
 const SLUGIFY = "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}";
 
-
-/** The fetch target of the cases, with CORS (the page's origin is the static server's). */
-function startFetchServer(hostsSeen: string[]): Promise<{ server: Server; ctx: CaseContext }> {
-  const server = createServer((req: IncomingMessage, res) => {
-    res.setHeader('access-control-allow-origin', '*');
-    res.setHeader('access-control-allow-headers', '*');
-    if (req.method === 'OPTIONS') {
-      res.statusCode = 204;
-      res.end();
-      return;
-    }
-    hostsSeen.push(req.headers.host ?? '');
-    const url = new URL(req.url ?? '/', 'http://x');
-    if (url.pathname === '/ok') {
-      res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ ok: true, path: '/ok' }));
-    } else if (url.pathname === '/redirect') {
-      res.statusCode = 302;
-      res.setHeader('location', url.searchParams.get('to') ?? '/ok');
-      res.end();
-    } else if (url.pathname === '/big') {
-      res.end('x'.repeat(2 * 1024 * 1024));
-    } else {
-      res.statusCode = 404;
-      res.end();
-    }
-  });
-  return new Promise((resolve) =>
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as AddressInfo).port;
-      resolve({ server, ctx: { origin: `http://127.0.0.1:${port}`, port } });
-    }),
-  );
-}
 
 interface RunOutcome {
   result: SandboxResult;

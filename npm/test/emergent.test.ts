@@ -3,14 +3,13 @@
 // the registry persists through a store.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createAgent, memoryStore, openai, tool, type AgentEvent, type ForgeRequest, type Store } from '../src/node.js';
+import { createAgent, memoryStore, openai, tool, type AgentEvent, type Store } from '../src/node.js';
+import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let chat: MockLlmServer;
 let judge: MockLlmServer;
-const verdict = (approved: boolean, correctness = 0.95) => ({
-  text: JSON.stringify({ approved, safety: 0.95, correctness, determinism: 0.95, boundedness: 0.9, confidence: 0.9, reasoning: approved ? 'ok' : 'wrong output' }),
-});
+const verdict = verdictReply;
 before(async () => {
   chat = await startMockLlmServer({ replies: [] });
   judge = await startMockLlmServer({ respond: () => verdict(true) });
@@ -20,20 +19,7 @@ after(async () => {
   await judge.close();
 });
 
-const slugify: ForgeRequest = {
-  name: 'slugify',
-  description: 'Turn text into a URL slug',
-  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
-  implementation: {
-    mode: 'sandbox',
-    code: "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}",
-  },
-  testCases: [
-    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
-    { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
-  ],
-};
+const slugify = SLUGIFY_FORGE;
 
 const upper = tool({
   name: 'upper',

@@ -6,51 +6,26 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 
 import { createSandbox, type Sandbox } from '../src/sandbox/index.js';
+import { startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 
 const wasmBuilt = existsSync(new URL('../wasm/crucible_sandbox_bg.wasm', import.meta.url));
 const HOST_SECRET = 'host-secret-7f3a';
 (globalThis as Record<string, unknown>).HOST_SECRET = HOST_SECRET;
 
-let server: Server;
+let server: Server | undefined;
 let ctx: CaseContext;
 const hostsSeen: string[] = [];
-
-function startServer(): Promise<void> {
-  server = createServer((req: IncomingMessage, res) => {
-    hostsSeen.push(req.headers.host ?? '');
-    const url = new URL(req.url ?? '/', 'http://x');
-    if (url.pathname === '/ok') {
-      res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ ok: true, path: '/ok' }));
-    } else if (url.pathname === '/redirect') {
-      res.statusCode = 302;
-      res.setHeader('location', url.searchParams.get('to') ?? '/ok');
-      res.end();
-    } else if (url.pathname === '/big') {
-      res.end('x'.repeat(2 * 1024 * 1024));
-    } else {
-      res.statusCode = 404;
-      res.end();
-    }
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => {
-    const port = (server.address() as AddressInfo).port;
-    ctx = { origin: `http://127.0.0.1:${port}`, port };
-    resolve();
-  }));
-}
 
 describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing: run npm run build:wasm' }, () => {
   let sandbox: Sandbox;
 
   before(async () => {
-    await startServer();
+    ({ server, ctx } = await startFetchServer(hostsSeen));
     sandbox = await createSandbox({ ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
   });
 
