@@ -13,7 +13,7 @@ if [ -z "${OPENAI_BASE_URL:-}${OPENAI_API_KEY:-}${ANTHROPIC_API_KEY:-}" ]; then
   started_here=0
   curl -sf "http://127.0.0.1:${CRUCIBLE_MODEL_PORT:-8089}/health" >/dev/null 2>&1 || started_here=1
   export CRUCIBLE_MODEL_URL="$(bash scripts/model/start.sh)"
-  [ "$started_here" = 1 ] && trap 'bash scripts/model/stop.sh >/dev/null 2>&1 || true' EXIT
+  [ "$started_here" = 1 ] && trap 'bash "$root/scripts/model/stop.sh" >/dev/null 2>&1 || true' EXIT
 fi
 
 printf '\n== the agent, in the terminal\n'

@@ -25,7 +25,7 @@ if [ "${CRUCIBLE_SKIP_E2E:-0}" != 1 ]; then
   started_here=0
   curl -sf "http://127.0.0.1:${CRUCIBLE_MODEL_PORT:-8089}/health" >/dev/null 2>&1 || started_here=1
   export CRUCIBLE_E2E_BASE_URL="$(bash scripts/model/start.sh)"
-  [ "$started_here" = 1 ] && trap 'bash scripts/model/stop.sh >/dev/null 2>&1 || true' EXIT
+  [ "$started_here" = 1 ] && trap 'bash "$root/scripts/model/stop.sh" >/dev/null 2>&1 || true' EXIT
 fi
 
 printf '\n== tiers 2 and 3: node --test (Node, Chromium, real local model)\n'
