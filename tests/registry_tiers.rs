@@ -293,10 +293,28 @@ fn the_audit_trail_is_a_bounded_ring() {
     assert_eq!(trail.len(), 5);
     assert_eq!(trail.last().unwrap().action, "register");
     assert_eq!(trail.last().unwrap().tool, "t3");
-    let persisted = block_on(r.store.get("agent/agent1/audit")).unwrap().unwrap();
-    assert_eq!(persisted["data"].as_array().unwrap().len(), 5);
+    // One key per entry; the entries dropped from the ring are deleted from the store too.
+    let persisted = block_on(r.store.scan("agent/agent1/audit/")).unwrap();
+    assert_eq!(persisted.len(), 5);
+    assert_eq!(persisted.last().unwrap().1["data"]["tool"], "t3");
+    let reloaded = rig_with(EmergentConfig { audit_capacity: 5, ..Default::default() }, Some(approving_judge()), None, r.store.clone());
+    assert_eq!(reloaded.registry.audit_trail(), trail);
     let actions: Vec<String> = rig_audit_actions();
     assert_eq!(actions, ["forge", "verdict", "register"]);
+}
+
+#[test]
+fn an_audit_ring_stored_in_the_old_single_key_format_is_read_and_migrated() {
+    let store = Rc::new(MemoryStore::new());
+    let old = |tool: &str| json!({ "at": 1.0, "action": "forge", "tool": tool, "detail": "hash x" });
+    block_on(store.put("agent/agent1/audit", json!({ "kind": "audit", "v": 1, "data": [old("a"), old("b")] }))).unwrap();
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
+    forge_ok(&r, "c", SLUGIFY_JS, "s1");
+    let tools: Vec<String> = r.registry.audit_trail().into_iter().map(|a| a.tool).collect();
+    assert_eq!(tools, ["a", "b", "c", "c", "c"]);
+    assert!(block_on(store.get("agent/agent1/audit")).unwrap().is_none(), "the old key is replaced");
+    let again = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
+    assert_eq!(again.registry.audit_trail().len(), 5);
 }
 
 fn rig_audit_actions() -> Vec<String> {
@@ -362,6 +380,21 @@ fn forge_statistics_survive_a_fresh_load_on_the_same_store() {
     assert!(!rejected.success);
     let before = r.registry.stats();
     assert_eq!((before.attempts, before.approved, before.rejected), (2, 1, 1));
-    let again = rig_with(EmergentConfig::default(), Some(approving_judge()), Some(approving_judge()), store);
+    let again = rig_with(EmergentConfig::default(), Some(approving_judge()), Some(approving_judge()), store.clone());
     assert_eq!(again.registry.stats(), before);
+    assert_eq!((before.unique_names, before.unique_approved, before.unique_terminal_rejections), (2, 1, 1));
+    // Each name is written once, not the whole set with every forge.
+    assert_eq!(block_on(store.scan("agent/agent1/forge-name/")).unwrap().len(), 2);
+}
+
+#[test]
+fn forge_statistics_in_the_old_format_with_name_sets_are_read() {
+    let store = Rc::new(MemoryStore::new());
+    let old = json!({ "attempts": 3, "approved": 1, "rejected": 2, "approved_confidence_sum": 0.9,
+        "names": ["a", "b"], "approved_names": ["a"], "histogram": { "shape_check": 2 } });
+    block_on(store.put("agent/agent1/forge-stats", json!({ "kind": "forge-stats", "v": 1, "data": old }))).unwrap();
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
+    let s = r.registry.stats();
+    assert_eq!((s.attempts, s.unique_names, s.unique_approved, s.unique_terminal_rejections), (3, 2, 1, 1));
+    assert_eq!(s.rejections_by_category["shape_check"], 2);
 }

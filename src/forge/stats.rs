@@ -26,13 +26,20 @@ pub struct ForgeStats {
 }
 
 /// Accumulates forge outcomes.
+///
+/// Serializing it writes the counters and the histogram only: the name sets grow with every
+/// new name, so the registry persists each name once, when it changes (see `record_*`), and
+/// hands them back with [`ForgeStatsAggregator::restore_name`]. Records written before that
+/// split still carry the sets; they are read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ForgeStatsAggregator {
     attempts: u64,
     approved: u64,
     rejected: u64,
     approved_confidence_sum: f64,
+    #[serde(default, skip_serializing)]
     names: BTreeSet<String>,
+    #[serde(default, skip_serializing)]
     approved_names: BTreeSet<String>,
     histogram: BTreeMap<RejectionCategory, u64>,
 }
@@ -42,24 +49,31 @@ impl ForgeStatsAggregator {
         Self::default()
     }
 
-    /// Records an approved attempt for `name` with the verdict's confidence.
-    pub fn record_approved(&mut self, name: &str, confidence: f64) {
+    /// Records an approved attempt for `name` with the verdict's confidence. Returns whether
+    /// this is the name's first approval.
+    pub fn record_approved(&mut self, name: &str, confidence: f64) -> bool {
         self.attempts += 1;
         self.approved += 1;
         self.approved_confidence_sum += confidence;
         self.names.insert(name.to_string());
-        self.approved_names.insert(name.to_string());
+        self.approved_names.insert(name.to_string())
     }
 
     /// Records a rejected attempt for `name` (which may be empty when the request did not
-    /// even name a tool).
-    pub fn record_rejected(&mut self, name: &str, category: RejectionCategory) {
+    /// even name a tool). Returns whether the name is new.
+    pub fn record_rejected(&mut self, name: &str, category: RejectionCategory) -> bool {
         self.attempts += 1;
         self.rejected += 1;
-        if !name.is_empty() {
-            self.names.insert(name.to_string());
-        }
         *self.histogram.entry(category).or_default() += 1;
+        !name.is_empty() && self.names.insert(name.to_string())
+    }
+
+    /// Puts back a name read from the store (`approved`: it has been approved at least once).
+    pub fn restore_name(&mut self, name: &str, approved: bool) {
+        self.names.insert(name.to_string());
+        if approved {
+            self.approved_names.insert(name.to_string());
+        }
     }
 
     /// The current numbers.

@@ -11,7 +11,14 @@
 //! - `agent/<agentId>/tool/<name>`, `shared/tool/<name>` — [`ToolRecord`] (kind `tool`)
 //! - `agent/<agentId>/stats/<name>`, `shared/stats/<name>` — [`ToolStats`] (kind `stats`)
 //! - `agent/<agentId>/approval/<id>` — [`PendingApproval`] (kind `approval`)
-//! - `agent/<agentId>/audit` — the audit ring (kind `audit`)
+//! - `agent/<agentId>/audit/<seq>` — one audit entry each (kind `audit-entry`; `seq` is
+//!   zero-padded so key order is append order). Appending writes one key and trimming deletes
+//!   the oldest, so a forge costs the same with 5 or 500 entries in the ring. Stores written
+//!   before per-entry keys hold the whole ring under `agent/<agentId>/audit`; it is read and
+//!   migrated on load.
+//! - `agent/<agentId>/forge-stats` — forge counters and histogram (kind `forge-stats`), and
+//!   `agent/<agentId>/forge-name/<name>` — whether a name attempted was ever approved (written
+//!   only when that changes)
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -134,6 +141,9 @@ pub(crate) struct State {
     pub(crate) shared: BTreeMap<String, Entry>,
     pub(crate) approvals: BTreeMap<String, PendingApproval>,
     pub(crate) audit: VecDeque<AuditEntry>,
+    /// Store sequence number of each entry in `audit` (same order).
+    audit_seqs: VecDeque<u64>,
+    next_audit_seq: u64,
     forge_stats: ForgeStatsAggregator,
     dirty: BTreeSet<(Tier, String)>,
     calls_since_flush: u32,
@@ -222,14 +232,36 @@ impl Registry {
             let approval: PendingApproval = unversioned(&key, value)?;
             state.approvals.insert(approval.id.clone(), approval);
         }
-        let audit_key = format!("agent/{agent_id}/audit");
-        if let Some(value) = deps.store.get(&audit_key).await? {
-            let entries: Vec<AuditEntry> = unversioned(&audit_key, value)?;
-            state.audit = entries.into();
+        let audit_prefix = format!("agent/{agent_id}/audit/");
+        for (key, value) in deps.store.scan(&audit_prefix).await? {
+            let Ok(seq) = key[audit_prefix.len()..].parse::<u64>() else { continue };
+            state.audit.push_back(unversioned(&key, value)?);
+            state.audit_seqs.push_back(seq);
+            state.next_audit_seq = seq + 1;
+        }
+        let legacy_audit_key = format!("agent/{agent_id}/audit");
+        if let Some(value) = deps.store.get(&legacy_audit_key).await? {
+            let entries: Vec<AuditEntry> = unversioned(&legacy_audit_key, value)?;
+            let mut ops = vec![BatchOp::Delete { key: legacy_audit_key }];
+            // The legacy ring is older than any per-entry key.
+            let first = state.audit_seqs.front().copied().unwrap_or(state.next_audit_seq).saturating_sub(entries.len() as u64);
+            for (i, entry) in entries.into_iter().enumerate().rev() {
+                let seq = first + i as u64;
+                ops.push(BatchOp::Put { key: audit_entry_key(agent_id, seq), value: versioned("audit-entry", &entry) });
+                state.audit.push_front(entry);
+                state.audit_seqs.push_front(seq);
+            }
+            state.next_audit_seq = state.next_audit_seq.max(first + state.audit.len() as u64);
+            deps.store.batch(ops).await?;
         }
         let forge_stats_key = format!("agent/{agent_id}/forge-stats");
         if let Some(value) = deps.store.get(&forge_stats_key).await? {
             state.forge_stats = unversioned(&forge_stats_key, value)?;
+        }
+        let names_prefix = format!("agent/{agent_id}/forge-name/");
+        for (key, value) in deps.store.scan(&names_prefix).await? {
+            let record: ForgeNameRecord = unversioned(&key, value)?;
+            state.forge_stats.restore_name(&key[names_prefix.len()..], record.approved);
         }
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
@@ -340,11 +372,11 @@ impl Registry {
         BatchOp::Put { key: self.approval_key(&approval.id), value: versioned("approval", approval) }
     }
 
-    /// Appends to the audit ring (dropping the oldest beyond capacity) and returns the op
-    /// persisting the ring.
+    /// Appends to the audit ring, dropping the oldest entries beyond capacity, and returns the
+    /// ops persisting that change (one put, and a delete per dropped entry).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn audit(&self, state: &mut State, action: &str, tool: &str, version: Option<u32>, tier: Option<Tier>, detail: String, session: Option<&str>) -> BatchOp {
-        state.audit.push_back(AuditEntry {
+    pub(crate) fn audit(&self, state: &mut State, action: &str, tool: &str, version: Option<u32>, tier: Option<Tier>, detail: String, session: Option<&str>) -> Vec<BatchOp> {
+        let entry = AuditEntry {
             at: self.now(),
             action: action.to_string(),
             tool: tool.to_string(),
@@ -352,21 +384,32 @@ impl Registry {
             tier,
             detail,
             session_id: session.filter(|s| !s.is_empty()).map(str::to_string),
-        });
+        };
+        let seq = state.next_audit_seq;
+        state.next_audit_seq += 1;
+        let mut ops = vec![BatchOp::Put { key: audit_entry_key(&self.agent_id, seq), value: versioned("audit-entry", &entry) }];
+        state.audit.push_back(entry);
+        state.audit_seqs.push_back(seq);
         while state.audit.len() > self.config.audit_capacity.max(1) {
             state.audit.pop_front();
+            if let Some(old) = state.audit_seqs.pop_front() {
+                ops.push(BatchOp::Delete { key: audit_entry_key(&self.agent_id, old) });
+            }
         }
-        let entries: Vec<&AuditEntry> = state.audit.iter().collect();
-        BatchOp::Put { key: format!("agent/{}/audit", self.agent_id), value: versioned("audit", &entries) }
+        ops
     }
 
-    /// The forge statistics record (persisted with every forge outcome, so the numbers survive
-    /// restarts and page reloads).
-    fn forge_stats_op(&self, state: &State) -> BatchOp {
-        BatchOp::Put { key: format!("agent/{}/forge-stats", self.agent_id), value: versioned("forge-stats", &state.forge_stats) }
+    /// Ops persisting a forge outcome for `name`: the counters, and the name's record when
+    /// this outcome changed it (first attempt, first approval).
+    fn forge_stats_ops(&self, state: &State, name_changed: Option<(&str, bool)>) -> Vec<BatchOp> {
+        let mut ops = vec![BatchOp::Put { key: format!("agent/{}/forge-stats", self.agent_id), value: versioned("forge-stats", &state.forge_stats) }];
+        if let Some((name, approved)) = name_changed {
+            ops.push(BatchOp::Put { key: format!("agent/{}/forge-name/{name}", self.agent_id), value: versioned("forge-name", &ForgeNameRecord { approved }) });
+        }
+        ops
     }
 
-    /// Writes a batch, keeping only the last write per key (the audit ring is re-put often).
+    /// Writes a batch, keeping only the last write per key.
     pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
         let mut order: Vec<String> = vec![];
@@ -455,13 +498,12 @@ impl Registry {
     pub(crate) async fn reject(&self, rejection: &Rejection, origin: &ForgeOrigin) -> ForgeResult {
         let ops = {
             let mut state = self.state.borrow_mut();
-            state.forge_stats.record_rejected(&rejection.name, rejection.category);
-            let mut ops = vec![];
+            let name_changed = state.forge_stats.record_rejected(&rejection.name, rejection.category);
+            let mut ops = self.forge_stats_ops(&state, name_changed.then_some((rejection.name.as_str(), false)));
             if let Some(v) = &rejection.verdict {
-                ops.push(self.audit(&mut state, "verdict", &rejection.name, None, None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(&origin.session_id)));
+                ops.extend(self.audit(&mut state, "verdict", &rejection.name, None, None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(&origin.session_id)));
             }
-            ops.push(self.audit(&mut state, "reject", &rejection.name, None, None, format!("{}: {}", rejection.category.as_str(), rejection.reason), Some(&origin.session_id)));
-            ops.push(self.forge_stats_op(&state));
+            ops.extend(self.audit(&mut state, "reject", &rejection.name, None, None, format!("{}: {}", rejection.category.as_str(), rejection.reason), Some(&origin.session_id)));
             ops
         };
         self.emit(&origin.run_id, EventBody::ForgeRejected { name: rejection.name.clone(), category: rejection.category, reason: rejection.reason.clone() });
@@ -499,14 +541,12 @@ impl Registry {
             let info = tool_info(&entry);
             state.tier_mut(Tier::Session, session).insert(verified.request.name.clone(), entry);
             state.generation += 1;
-            state.forge_stats.record_approved(&verified.request.name, verified.verdict.confidence);
+            let name_changed = state.forge_stats.record_approved(&verified.request.name, verified.verdict.confidence);
             let v = &verified.verdict;
-            let ops = vec![
-                self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)),
-                self.audit(&mut state, "verdict", &info.name, Some(version), None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(session)),
-                self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), Some(session)),
-                self.forge_stats_op(&state),
-            ];
+            let mut ops = self.forge_stats_ops(&state, name_changed.then_some((info.name.as_str(), true)));
+            ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)));
+            ops.extend(self.audit(&mut state, "verdict", &info.name, Some(version), None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(session)));
+            ops.extend(self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), Some(session)));
             (info, ops)
         };
         self.emit(&origin.run_id, EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone() });
@@ -707,7 +747,7 @@ impl Registry {
             let info = tool_info(&entry);
             state.tier_mut(to, session).insert(name.to_string(), entry);
             state.generation += 1;
-            ops.push(self.audit(&mut state, "demote", name, Some(info.version), Some(to), format!("demoted from {} to {}", from.as_str(), to.as_str()), Some(session)));
+            ops.extend(self.audit(&mut state, "demote", name, Some(info.version), Some(to), format!("demoted from {} to {}", from.as_str(), to.as_str()), Some(session)));
             (info, ops, from, to)
         };
         self.persist(ops).await?;
@@ -729,12 +769,23 @@ impl Registry {
             let mut ops = self.entry_ops(entry);
             let info = tool_info(entry);
             state.generation += 1;
-            ops.push(self.audit(&mut state, "rollback", name, Some(version), Some(tier), format!("rolled back from version {from} to {version}"), Some(session)));
+            ops.extend(self.audit(&mut state, "rollback", name, Some(version), Some(tier), format!("rolled back from version {from} to {version}"), Some(session)));
             (info, ops)
         };
         self.persist(ops).await?;
         Ok(info)
     }
+}
+
+/// The store key of audit entry `seq` (zero-padded: key order is append order).
+fn audit_entry_key(agent_id: &str, seq: u64) -> String {
+    format!("agent/{agent_id}/audit/{seq:012}")
+}
+
+/// The persisted part of a forged name's stats: whether any attempt under it was approved.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct ForgeNameRecord {
+    approved: bool,
 }
 
 /// How specific a tier is for name resolution (session wins).

@@ -89,7 +89,7 @@ impl Registry {
                 e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
                 e.record.promotion.rejected_at_successes = e.stats.successes;
             }
-            vec![self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))]
+            self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))
         };
         self.persist(ops).await?;
         let mut out = PromotionOutcome::new(PromotionStatus::Rejected, reason);
@@ -160,7 +160,7 @@ impl Registry {
             let info = tool_info(&entry);
             state.agent.insert(name.to_string(), entry);
             state.generation += 1;
-            ops.push(self.audit(&mut state, "promote", name, Some(info.version), Some(Tier::Agent), "promoted session → agent; panel approved".into(), Some(session)));
+            ops.extend(self.audit(&mut state, "promote", name, Some(info.version), Some(Tier::Agent), "promoted session → agent; panel approved".into(), Some(session)));
             (info.clone(), ops, info.version)
         };
         self.persist(ops).await?;
@@ -196,7 +196,8 @@ impl Registry {
                 arguments: None,
             };
             state.approvals.insert(approval.id.clone(), approval.clone());
-            let ops = vec![self.approval_op(&approval), self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session))];
+            let mut ops = vec![self.approval_op(&approval)];
+            ops.extend(self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session)));
             (approval, ops)
         };
         self.persist(ops).await?;
@@ -215,7 +216,7 @@ impl Registry {
             let name = approval.tool.clone();
             match state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) {
                 None => {
-                    ops.push(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
+                    ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
                     (Err(RegistryError::NotFound(name)), ops)
                 }
                 Some(entry) => {
@@ -227,8 +228,8 @@ impl Registry {
                     let info = tool_info(&entry);
                     state.shared.insert(name.clone(), entry);
                     state.generation += 1;
-                    ops.push(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
-                    ops.push(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
+                    ops.extend(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
+                    ops.extend(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
                     (Ok(info), ops)
                 }
             }
@@ -244,10 +245,9 @@ impl Registry {
         let ops = {
             let mut state = self.state.borrow_mut();
             let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
-            vec![
-                crate::store::BatchOp::Delete { key: self.approval_key(id) },
-                self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None),
-            ]
+            let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
+            ops.extend(self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None));
+            ops
         };
         self.persist(ops).await
     }
