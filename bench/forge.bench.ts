@@ -26,7 +26,8 @@
  *
  * Run: cd npm && npm run bench:forge   (= node --import tsx ../bench/forge.bench.ts)
  * Env: BENCH_FORGES (default 20), BENCH_CALLS (default 1000), BENCH_ONLY=crucible|agentos
- *      (profile one engine: node --cpu-prof --import tsx ../bench/forge.bench.ts).
+ *      (profile one engine: node --cpu-prof --import tsx ../bench/forge.bench.ts),
+ *      BENCH_TOOLS=shout,slugify (a subset of the four tools).
  */
 
 import { readFileSync } from 'node:fs';
@@ -160,6 +161,11 @@ const SPECS: Spec[] = [
     expect: { text: 'CRUCIBLE FORGES TOOLS!' },
   },
 ];
+
+if (process.env.BENCH_TOOLS) {
+  const keep = new Set(process.env.BENCH_TOOLS.split(','));
+  SPECS.splice(0, SPECS.length, ...SPECS.filter((s) => keep.has(s.base)));
+}
 
 // The two host tools behind the compose tool (same functions for both engines).
 const HOST = {

@@ -236,6 +236,46 @@ fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
     }
 }
 
+/// A compose tool `{text} -> {text}` with one step calling `tool`, tested on "a" -> `expected`.
+fn relay_request(name: &str, tool: &str, expected: &str) -> Value {
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    json!({
+        "name": name, "description": "relay", "inputSchema": text, "outputSchema": text,
+        "implementation": { "mode": "compose", "steps": [{ "name": "s", "tool": tool, "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "a" }, "expectedOutput": { "text": expected } }, { "input": { "text": "b" } }]
+    })
+}
+
+#[test]
+fn compose_steps_are_looked_up_at_call_time_and_a_missing_step_tool_fails_the_call() {
+    let r = rig();
+    assert!(block_on(r.registry.forge(&relay_request("relay", "upper_case", "A"), "s1")).success);
+    assert!(r.registry.tool_set("s1").contains("relay"));
+    // The host tool goes away: the pipeline is no longer offered, and a direct call says why.
+    r.registry.set_host_tools(crucible::tools::ToolSet::new());
+    assert!(!r.registry.tool_set("s1").contains("relay"));
+    let err = block_on(r.registry.call("relay", json!({ "text": "x" }), "s1")).unwrap_err();
+    assert_eq!(err.code, "unknown_tool", "{err:?}");
+    assert!(err.message.contains("step `s` (upper_case)"), "{err:?}");
+    // It comes back: the same built pipeline reaches it again.
+    r.registry.set_host_tools(host_tools());
+    assert_eq!(block_on(r.registry.call("relay", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "X" }));
+}
+
+#[test]
+fn a_pipeline_that_reaches_itself_through_another_stops_at_the_depth_limit() {
+    let r = rig();
+    assert!(block_on(r.registry.forge(&relay_request("b", "upper_case", "A"), "s1")).success);
+    assert!(block_on(r.registry.forge(&relay_request("a", "b", "A"), "s1")).success);
+    // b v2 calls a, which calls b: during b's own forge tests `b` is still v1, so it passes.
+    assert!(block_on(r.registry.forge(&relay_request("b", "a", "A"), "s1")).success);
+    let err = block_on(r.registry.call("b", json!({ "text": "x" }), "s1")).unwrap_err();
+    assert_eq!(err.code, "execution_failed", "{err:?}");
+    assert!(err.message.contains("nested 8 deep"), "{err:?}");
+    // The registry keeps serving.
+    assert_eq!(block_on(r.registry.call("upper_case", json!({ "text": "ok" }), "s1")).unwrap(), json!({ "text": "OK" }));
+}
+
 // ---- 4. build: sandbox allowlist ---------------------------------------------------------
 
 #[test]

@@ -15,6 +15,10 @@ import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLi
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from '../wasm/crucible_core.js';
 import type { PendingApproval } from '../wasm/crucible_core.js';
 
+/** The signal of host tool calls made outside a run (nothing can abort them); one shared
+ * instance, since creating an AbortController per call shows up in call latency. */
+const NEVER_ABORTED: AbortSignal = new AbortController().signal;
+
 /** Options of {@link createAgent}. */
 export interface AgentOptions {
   model: ModelProvider;
@@ -176,6 +180,9 @@ class EventHub {
       }
     }
   };
+
+  /** Whether an event of `runId` would reach anyone (the core skips building the rest). */
+  isObserved = (runId: string): boolean => this.listeners.size > 0 || this.streams.has(runId);
 }
 
 /** An agent: a model, tools and instructions; remembers each session's conversation. */
@@ -430,11 +437,13 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   });
   const modelAdapter = adapt(options.model);
   const hub = new EventHub();
-  const callTool = async (name: string, args: unknown, info: { runId: string; callId: string; sessionId: string }) => {
+  // Returns what `execute` returns: a value or a promise. The core awaits only promises, so a
+  // synchronous tool costs no promise round trip.
+  const callTool = (name: string, args: unknown, info: { runId: string; callId: string; sessionId: string }) => {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
-    const signal = signals.get(info.runId) ?? new AbortController().signal;
-    return await hostTool.execute(args, { signal, ...info });
+    const signal = signals.get(info.runId) ?? NEVER_ABORTED;
+    return hostTool.execute(args, { signal, ...info });
   };
   const config = {
     instructions: options.instructions ?? '',
@@ -471,6 +480,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       promotionJudge: promotionJudge ? adapt(promotionJudge.model) : judge ? adapt(judge.model) : undefined,
       sandbox,
       onEvent: hub.dispatch,
+      isObserved: hub.isObserved,
     };
   }
   let handle: CoreAgentHandle;

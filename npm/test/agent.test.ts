@@ -93,6 +93,27 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.equal(events.at(-1)!.type, 'agent.end');
   });
 
+
+  test('a tool result with no JSON form is an error result; sync and async results both arrive', async () => {
+    server.reset();
+    const results: Record<string, unknown> = { sync: { ok: 1 }, bigint: { n: 10n }, fn: () => 1, cyclic: (() => { const o: Record<string, unknown> = {}; o.self = o; return o; })() };
+    const make = (name: string, isAsync: boolean) =>
+      tool({ name, description: name, inputSchema: { type: 'object', properties: {} }, execute: isAsync ? async () => results[name] : () => results[name] });
+    server.enqueue(
+      { toolCalls: [{ name: 'sync', arguments: {} }, { name: 'bigint', arguments: {} }, { name: 'fn', arguments: {} }, { name: 'cyclic', arguments: {} }, { name: 'weather_async', arguments: {} }] },
+      { text: 'Done.' },
+    );
+    const agent = await createAgent({
+      model: model(),
+      tools: [make('sync', false), make('bigint', true), make('fn', false), make('cyclic', false), tool({ name: 'weather_async', description: 'w', inputSchema: { type: 'object', properties: {} }, execute: async () => ({ celsius: 21 }) })],
+    });
+    const events = await collect(agent.stream('?'));
+    const outcome = Object.fromEntries(
+      events.flatMap((e) => (e.type === 'tool.execute.end' ? [[e.name, e.result]] : e.type === 'tool.execute.error' ? [[e.name, e.error.code]] : [])),
+    );
+    assert.deepEqual(outcome, { sync: { ok: 1 }, bigint: 'execution_failed', fn: 'execution_failed', cyclic: 'execution_failed', weather_async: { celsius: 21 } });
+    assert.equal(events.at(-1)!.type, 'agent.end');
+  });
   test('accepts a Zod 4 schema and validates with the JSON Schema it gives', async () => {
     server.reset();
     const add = tool({

@@ -12,15 +12,22 @@
 //! rather than passing `null` silently. The pipeline's output is the last step's output.
 //! Unknown tools, empty pipelines, self-reference, duplicate step names and `$steps.<name>`
 //! pointing at a later or unknown step are rejected when the pipeline is built.
+//!
+//! Step tools are looked up when the pipeline runs, as the caller's session sees them then
+//! (a demoted step tool fails the call with `unknown_tool`). A pipeline that reaches itself
+//! through other pipelines stops at [`MAX_COMPOSE_DEPTH`] nested pipelines.
 
-use std::collections::HashMap;
+use std::rc::Rc;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::tools::{invoke, CallContext, Tool, ToolFailure, ToolHandler, ToolSet};
+use crate::tools::{invoke, CallContext, ToolFailure, ToolHandler, ToolLookup};
 
 use super::request::ComposeStep;
+
+/// Most compose pipelines one call may be nested in.
+pub const MAX_COMPOSE_DEPTH: u32 = 8;
 
 /// Why a pipeline could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -137,11 +144,13 @@ fn references(v: &Value, out: &mut Vec<Reference>) {
     }
 }
 
-/// The values references resolve against while a pipeline runs.
+/// The values references resolve against while a pipeline runs: `steps[i]` produced
+/// `outputs[i]` (only the steps run so far have outputs).
 struct Scope<'a> {
     input: &'a Value,
     prev: &'a Value,
-    steps: &'a HashMap<String, Value>,
+    steps: &'a [ComposeStep],
+    outputs: &'a [Value],
 }
 
 fn walk<'v>(mut v: &'v Value, path: &[String]) -> Option<&'v Value> {
@@ -159,7 +168,7 @@ fn lookup<'v>(r: &Reference, scope: &Scope<'v>, text: &str) -> Result<&'v Value,
     let base = match &r.root {
         Root::Input => Some(scope.input),
         Root::Prev => Some(scope.prev),
-        Root::Step(name) => scope.steps.get(name),
+        Root::Step(name) => scope.steps.iter().zip(scope.outputs).find(|(s, _)| &s.name == name).map(|(_, v)| v),
     };
     base.and_then(|b| walk(b, &r.path))
         .ok_or_else(|| ToolFailure::new("execution_failed", format!("reference `{text}` does not resolve")))
@@ -185,47 +194,44 @@ fn resolve(v: &Value, scope: &Scope<'_>) -> Result<Value, ToolFailure> {
             Ok(Value::String(out))
         }
         Value::Array(a) => a.iter().map(|x| resolve(x, scope)).collect::<Result<Vec<_>, _>>().map(Value::Array),
-        Value::Object(m) => {
-            m.iter().map(|(k, x)| Ok((k.clone(), resolve(x, scope)?))).collect::<Result<Map<_, _>, _>>().map(Value::Object)
-        }
+        Value::Object(m) => resolve_map(m, scope).map(Value::Object),
         other => Ok(other.clone()),
     }
 }
 
-/// A built pipeline step: the step and the tool it calls.
-#[derive(Debug, Clone)]
-struct BuiltStep {
-    step: ComposeStep,
-    tool: Tool,
+fn resolve_map(m: &Map<String, Value>, scope: &Scope<'_>) -> Result<Map<String, Value>, ToolFailure> {
+    m.iter().map(|(k, x)| Ok((k.clone(), resolve(x, scope)?))).collect()
 }
 
-/// Runs a compose pipeline: each step's arguments are resolved, validated against that tool's
-/// input schema, the tool runs and its output is checked against its output schema.
-#[derive(Debug, Clone)]
+/// Runs a compose pipeline: each step's arguments are resolved, the step's tool is looked up
+/// for the caller's session, its arguments are validated against its input schema, it runs
+/// and its output is checked against its output schema.
 pub struct ComposeHandler {
-    steps: Vec<BuiltStep>,
+    steps: Vec<ComposeStep>,
+    tools: Rc<dyn ToolLookup>,
+}
+
+impl std::fmt::Debug for ComposeHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComposeHandler").field("steps", &self.steps).finish_non_exhaustive()
+    }
 }
 
 impl ComposeHandler {
-    /// Builds the pipeline for the tool `tool_name` over `tools`, rejecting unknown tools,
-    /// empty pipelines, self-reference and bad step references.
-    pub fn build(tool_name: &str, steps: &[ComposeStep], tools: &ToolSet) -> Result<Self, ComposeBuildError> {
+    /// Builds the pipeline for the tool `tool_name` over the tools `session` reaches,
+    /// rejecting unknown tools, empty pipelines, self-reference and bad step references.
+    pub fn build(tool_name: &str, steps: &[ComposeStep], tools: Rc<dyn ToolLookup>, session: &str) -> Result<Self, ComposeBuildError> {
         if steps.is_empty() {
             return Err(ComposeBuildError::Empty);
         }
         let mut seen: Vec<&str> = vec![];
-        let mut built = Vec::with_capacity(steps.len());
         for step in steps {
             if step.tool == tool_name {
                 return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
             }
-            let Some(tool) = tools.get(&step.tool) else {
-                return Err(ComposeBuildError::UnknownTool {
-                    step: step.name.clone(),
-                    tool: step.tool.clone(),
-                    available: tools.names().collect::<Vec<_>>().join(", "),
-                });
-            };
+            if !tools.contains(&step.tool, session) {
+                return Err(ComposeBuildError::UnknownTool { step: step.name.clone(), tool: step.tool.clone(), available: tools.available(session).join(", ") });
+            }
             let mut refs = vec![];
             references(&Value::Object(step.input_mapping.clone()), &mut refs);
             for r in refs {
@@ -239,34 +245,37 @@ impl ComposeHandler {
                 return Err(ComposeBuildError::DuplicateStep(step.name.clone()));
             }
             seen.push(&step.name);
-            built.push(BuiltStep { step: step.clone(), tool: tool.clone() });
         }
-        Ok(Self { steps: built })
+        Ok(Self { steps: steps.to_vec(), tools })
     }
 
     /// Names of the tools the pipeline calls, in order.
     pub fn tool_names(&self) -> Vec<&str> {
-        self.steps.iter().map(|s| s.tool.name.as_str()).collect()
+        self.steps.iter().map(|s| s.tool.as_str()).collect()
     }
 }
 
 #[async_trait(?Send)]
 impl ToolHandler for ComposeHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
-        let mut outputs: HashMap<String, Value> = HashMap::new();
-        let mut prev = args.clone();
-        for built in &self.steps {
-            let step_args = {
-                let scope = Scope { input: &args, prev: &prev, steps: &outputs };
-                resolve(&Value::Object(built.step.input_mapping.clone()), &scope)?
-            };
-            let output = invoke(&built.tool, step_args, ctx).await.map_err(|f| {
-                ToolFailure::new(f.code.clone(), format!("step `{}` ({}): {}", built.step.name, built.tool.name, f.message))
-            })?;
-            outputs.insert(built.step.name.clone(), output.clone());
-            prev = output;
+        if ctx.depth >= MAX_COMPOSE_DEPTH {
+            return Err(ToolFailure::new("execution_failed", format!("compose pipelines nested {MAX_COMPOSE_DEPTH} deep; a pipeline that reaches itself is stopped here")));
         }
-        Ok(prev)
+        let inner = CallContext { depth: ctx.depth + 1, ..ctx.clone() };
+        let mut outputs: Vec<Value> = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            let step_args = {
+                let prev = outputs.last().unwrap_or(&args);
+                let scope = Scope { input: &args, prev, steps: &self.steps, outputs: &outputs };
+                Value::Object(resolve_map(&step.input_mapping, &scope)?)
+            };
+            let fail = |f: ToolFailure| ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message));
+            let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
+                return Err(fail(ToolFailure::new("unknown_tool", "the tool is no longer available to this session")));
+            };
+            outputs.push(invoke(&tool, step_args, &inner).await.map_err(fail)?);
+        }
+        Ok(outputs.pop().unwrap_or(args))
     }
 }
 
@@ -278,9 +287,8 @@ mod tests {
     fn scope_eval(v: Value) -> Result<Value, ToolFailure> {
         let input = json!({ "text": "Hi", "user": { "name": "Ada" } });
         let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
-        let mut steps = HashMap::new();
-        steps.insert("first".to_string(), json!({ "n": 2 }));
-        resolve(&v, &Scope { input: &input, prev: &prev, steps: &steps })
+        let steps: Vec<ComposeStep> = serde_json::from_value(json!([{ "name": "first", "tool": "t", "inputMapping": {} }])).unwrap();
+        resolve(&v, &Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] })
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::agent::{Environment, EventBody};
 use crate::model::Model;
 use crate::registry::ToolInfo;
 use crate::sandbox::SandboxRunner;
-use crate::tools::{CallContext, Tool, ToolHandler, ToolSet};
+use crate::tools::{CallContext, Tool, ToolHandler, ToolLookup};
 
 use super::classify::{classify, is_syntax_error, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
@@ -113,9 +113,9 @@ impl Forge {
     }
 
     /// Builds the runnable tool for a request over the visible `tools`.
-    pub fn build(&self, request: &ForgeRequest, tools: &ToolSet) -> Result<Tool, (String, Evidence)> {
+    pub fn build(&self, request: &ForgeRequest, tools: &Rc<dyn ToolLookup>, session: &str) -> Result<Tool, (String, Evidence)> {
         let handler: Rc<dyn ToolHandler> = match &request.implementation {
-            Implementation::Compose { steps } => match ComposeHandler::build(&request.name, steps, tools) {
+            Implementation::Compose { steps } => match ComposeHandler::build(&request.name, steps, tools.clone(), session) {
                 Ok(h) => Rc::new(h),
                 Err(e) => return Err((format!("compose pipeline rejected: {e}"), Evidence::default())),
             },
@@ -140,7 +140,7 @@ impl Forge {
         &self,
         raw: &Value,
         origin: &ForgeOrigin,
-        tools: &ToolSet,
+        tools: &Rc<dyn ToolLookup>,
         admit: &dyn Fn(&ForgeRequest) -> Result<(), String>,
         emit: &dyn Fn(EventBody),
     ) -> Result<Verified, Rejection> {
@@ -162,9 +162,9 @@ impl Forge {
         if let Err(issues) = shape_check(&request) {
             return Err(Rejection::new(&request.name, issues.reasons.join("; "), issues.evidence));
         }
-        let tool = self.build(&request, tools).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
+        let tool = self.build(&request, tools, &origin.session_id).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
 
-        let ctx = CallContext { run_id: origin.run_id.clone(), call_id: format!("forge-test-{}", request.name), session_id: origin.session_id.clone() };
+        let ctx = CallContext { run_id: origin.run_id.clone(), call_id: format!("forge-test-{}", request.name), session_id: origin.session_id.clone(), depth: 0 };
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env.as_ref()).await;
         for test in &tests {
             emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });

@@ -78,13 +78,10 @@ pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &Cal
     TestResult { index: index as u32, passed, input: case.input.clone(), expected_output: case.expected_output.clone(), actual_output, error, duration_ms }
 }
 
-/// Runs every test case in order.
+/// Runs every test case, concurrently (test cases are independent calls; a sandbox pool runs
+/// them on its workers side by side), and returns the results in case order.
 pub async fn run_tests(tool: &Tool, cases: &[ForgeTestCase], ctx: &CallContext, env: &dyn Environment) -> Vec<TestResult> {
-    let mut results = Vec::with_capacity(cases.len());
-    for (i, case) in cases.iter().enumerate() {
-        results.push(run_test(tool, i, case, ctx, env).await);
-    }
-    results
+    futures::future::join_all(cases.iter().enumerate().map(|(i, case)| run_test(tool, i, case, ctx, env))).await
 }
 
 /// A short JSON rendering for reasons (long values are cut).

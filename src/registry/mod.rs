@@ -116,12 +116,13 @@ impl std::fmt::Debug for RegistryDeps {
     }
 }
 
-/// One tool at one tier, with its stats and the built handler (cached per generation).
+/// One tool at one tier, with its stats and its built handler (built on first use; an entry
+/// whose record changes is replaced or has `built` cleared).
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) record: ToolRecord,
     pub(crate) stats: ToolStats,
-    built: Option<(u64, Tool)>,
+    built: Option<Tool>,
 }
 
 impl Entry {
@@ -147,8 +148,6 @@ pub(crate) struct State {
     forge_stats: ForgeStatsAggregator,
     dirty: BTreeSet<(Tier, String)>,
     calls_since_flush: u32,
-    /// Bumped by every change of the tool population; invalidates built handlers.
-    generation: u64,
 }
 
 impl State {
@@ -297,7 +296,6 @@ impl Registry {
     /// The host tools compose pipelines may use (the agent's own tools).
     pub fn set_host_tools(&self, tools: ToolSet) {
         *self.host_tools.borrow_mut() = tools;
-        self.state.borrow_mut().generation += 1;
     }
 
     pub(crate) fn host_tool_names(&self) -> Vec<String> {
@@ -470,14 +468,13 @@ impl Registry {
     /// Forges within the run `run_id` (events carry it); used by the `forge_tool` meta-tool.
     pub async fn forge_in_run(&self, request: &Value, session: &str, run_id: &str) -> ForgeResult {
         let origin = ForgeOrigin { agent_id: self.agent_id.clone(), session_id: session.to_string(), scope: None, run_id: run_id.to_string() };
-        let tools = self.tool_set(session);
-        match self.verify(request, &origin, &tools).await {
+        match self.verify(request, &origin, &self.lookup()).await {
             Ok(verified) => self.register_session(verified, &origin, "forge").await,
             Err(rejection) => self.reject(&rejection, &origin).await,
         }
     }
 
-    pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &ToolSet) -> Result<Verified, Rejection> {
+    pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &Rc<dyn crate::tools::ToolLookup>) -> Result<Verified, Rejection> {
         let session = origin.session_id.clone();
         let max = self.config.max_session_tools;
         let admit = |req: &crate::forge::ForgeRequest| {
@@ -540,7 +537,6 @@ impl Registry {
             let entry = Entry::new(record, ToolStats::default());
             let info = tool_info(&entry);
             state.tier_mut(Tier::Session, session).insert(verified.request.name.clone(), entry);
-            state.generation += 1;
             let name_changed = state.forge_stats.record_approved(&verified.request.name, verified.verdict.confidence);
             let v = &verified.verdict;
             let mut ops = self.forge_stats_ops(&state, name_changed.then_some((info.name.as_str(), true)));
@@ -563,54 +559,23 @@ impl Registry {
 
     /// The tools a run of `session` sees: host tools, then shared, agent and session tiers
     /// (the more specific tier wins a name), plus `forge_tool` when emergent is enabled.
-    /// Demoted entries are left out.
+    /// Demoted entries are left out, and so are compose tools whose step tools the session
+    /// does not reach now.
     pub fn tool_set(&self, session: &str) -> ToolSet {
         let mut set = self.host_tools.borrow().clone();
-        let mut placed: HashMap<String, Tier> = HashMap::new();
-        let mut pending: Vec<(Tier, ToolRecord)> = vec![];
-        {
+        let names: BTreeSet<String> = {
             let state = self.state.borrow();
-            let gen = state.generation;
-            for tier in [Tier::Shared, Tier::Agent, Tier::Session] {
-                let Some(map) = state.tier(tier, session) else { continue };
-                for entry in map.values().filter(|e| e.active()) {
-                    match &entry.built {
-                        Some((g, tool)) if *g == gen => {
-                            set.insert(tool.clone());
-                            placed.insert(entry.record.name.clone(), tier);
-                        }
-                        _ => pending.push((tier, entry.record.clone())),
-                    }
-                }
-            }
-        }
-        let mut built: Vec<(Tier, String, Tool)> = vec![];
-        loop {
-            let before = pending.len();
-            pending.retain(|(tier, record)| {
-                if placed.get(&record.name).is_some_and(|t| specificity(*t) > specificity(*tier)) {
-                    return false; // a more specific tier already provides this name
-                }
-                match self.build(record, *tier, session, &set) {
-                    Some(tool) => {
-                        set.insert(tool.clone());
-                        placed.insert(record.name.clone(), *tier);
-                        built.push((*tier, record.name.clone(), tool));
-                        false
-                    }
-                    None => true,
-                }
-            });
-            if pending.is_empty() || pending.len() == before {
-                break;
-            }
-        }
-        if !built.is_empty() {
-            let mut state = self.state.borrow_mut();
-            let gen = state.generation;
-            for (tier, name, tool) in built {
-                if let Some(e) = state.tier_mut(tier, session).get_mut(&name) {
-                    e.built = Some((gen, tool));
+            [Tier::Shared, Tier::Agent, Tier::Session]
+                .into_iter()
+                .filter_map(|t| state.tier(t, session))
+                .flat_map(|m| m.values().filter(|e| e.active()).map(|e| e.record.name.clone()))
+                .collect()
+        };
+        let lookup = self.lookup();
+        for name in names {
+            if let Some((tool, steps)) = self.forged_tool(&name, session) {
+                if steps.iter().all(|step| lookup.contains(step, session)) {
+                    set.insert(tool);
                 }
             }
         }
@@ -620,6 +585,56 @@ impl Registry {
             }
         }
         set
+    }
+
+    /// The tools compose pipelines reach, resolved per call for the caller's session.
+    pub(crate) fn lookup(&self) -> Rc<dyn crate::tools::ToolLookup> {
+        Rc::new(RegistryTools(self.me.clone()))
+    }
+
+    /// The tool `session` reaches under `name`: forged (session, agent, shared), then host
+    /// tools, then `forge_tool`. Only that tool is built (and cached on its entry).
+    pub fn resolve_tool(&self, name: &str, session: &str) -> Option<Tool> {
+        if let Some((tool, _)) = self.forged_tool(name, session) {
+            return Some(tool);
+        }
+        if let Some(tool) = self.host_tools.borrow().get(name) {
+            return Some(tool.clone());
+        }
+        (self.config.enabled && name == FORGE_TOOL_NAME).then(|| self.forge_tool()).flatten()
+    }
+
+    /// Whether `session` reaches a tool `name`, without building anything.
+    fn reaches(&self, name: &str, session: &str) -> bool {
+        self.state.borrow().resolve(name, session).is_some() || self.host_tools.borrow().contains(name) || (self.config.enabled && name == FORGE_TOOL_NAME)
+    }
+
+    /// The built forged tool `session` reaches under `name` (the most specific tier that
+    /// builds), with the names of its compose steps.
+    fn forged_tool(&self, name: &str, session: &str) -> Option<(Tool, Vec<String>)> {
+        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().find_map(|tier| self.built_at(tier, name, session))
+    }
+
+    /// The built tool of the active entry `name` at `tier`, building and caching it on first
+    /// use; `None` when there is none or it cannot be built now.
+    fn built_at(&self, tier: Tier, name: &str, session: &str) -> Option<(Tool, Vec<String>)> {
+        let record = {
+            let state = self.state.borrow();
+            let entry = state.tier(tier, session)?.get(name).filter(|e| e.active())?;
+            let steps = compose_steps(&entry.record);
+            if let Some(tool) = &entry.built {
+                return Some((tool.clone(), steps));
+            }
+            entry.record.clone()
+        };
+        let inner = self.forge.build(&record.current.request, &self.lookup(), session).ok()?;
+        let tool = provider::tracked(inner, self.me.clone(), tier, session)?;
+        if let Some(entry) = self.state.borrow_mut().tier_mut(tier, session).get_mut(name) {
+            if entry.record.current.hash == record.current.hash {
+                entry.built = Some(tool.clone());
+            }
+        }
+        Some((tool, compose_steps(&record)))
     }
 
     /// The `forge_tool` meta-tool, built once (it never changes for a registry).
@@ -642,19 +657,11 @@ impl Registry {
         Some(tool)
     }
 
-    /// Builds the callable tool for a record: the forged handler wrapped so every call is
-    /// counted. `None` when it cannot be built now (e.g. a compose step's tool is missing).
-    fn build(&self, record: &ToolRecord, tier: Tier, session: &str, visible: &ToolSet) -> Option<Tool> {
-        let inner = self.forge.build(&record.current.request, visible).ok()?;
-        provider::tracked(inner, self.me.clone(), tier, session)
-    }
-
     /// Calls the tool `name` as a run of `session` would reach it (session, agent, shared,
     /// then host tools). Arguments and output are checked against the schemas; an output
     /// that violates the output schema is an `invalid_output` failure, never a success.
     pub async fn call(&self, name: &str, args: Value, session: &str) -> Result<Value, ToolFailure> {
-        let set = self.tool_set(session);
-        let Some(tool) = set.get(name) else {
+        let Some(tool) = self.resolve_tool(name, session) else {
             let demoted = {
                 let state = self.state.borrow();
                 [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.tier(t, session).and_then(|m| m.get(name)).is_some())
@@ -665,8 +672,8 @@ impl Registry {
                 ToolFailure::new("unknown_tool", format!("no tool named `{name}`"))
             });
         };
-        let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string() };
-        invoke(tool, args, &ctx).await
+        let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string(), depth: 0 };
+        invoke(&tool, args, &ctx).await
     }
 
     /// Calls `name` at exactly `tier`: fails with `denied` when the tool there is demoted.
@@ -676,12 +683,10 @@ impl Registry {
             None => Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}` at the {} tier", tier.as_str()))),
             Some(ToolStatus::Demoted) => Err(ToolFailure::new("denied", format!("`{name}` was demoted from the {} tier and cannot be called there", tier.as_str()))),
             Some(ToolStatus::Active) => {
-                let set = self.tool_set(session);
-                let tool = self.state.borrow().tier(tier, session).and_then(|m| m.get(name)).and_then(|e| e.built.as_ref().map(|(_, t)| t.clone()));
-                let Some(tool) = tool.or_else(|| set.get(name).cloned()) else {
+                let Some((tool, _)) = self.built_at(tier, name, session) else {
                     return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
                 };
-                let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string() };
+                let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string(), depth: 0 };
                 invoke(&tool, args, &ctx).await
             }
         }
@@ -713,7 +718,6 @@ impl Registry {
         {
             let mut state = self.state.borrow_mut();
             state.sessions.remove(session);
-            state.generation += 1;
         }
         self.flush_stats().await
     }
@@ -746,7 +750,6 @@ impl Registry {
             ops.extend(self.entry_ops(&entry));
             let info = tool_info(&entry);
             state.tier_mut(to, session).insert(name.to_string(), entry);
-            state.generation += 1;
             ops.extend(self.audit(&mut state, "demote", name, Some(info.version), Some(to), format!("demoted from {} to {}", from.as_str(), to.as_str()), Some(session)));
             (info, ops, from, to)
         };
@@ -768,12 +771,37 @@ impl Registry {
             entry.built = None;
             let mut ops = self.entry_ops(entry);
             let info = tool_info(entry);
-            state.generation += 1;
             ops.extend(self.audit(&mut state, "rollback", name, Some(version), Some(tier), format!("rolled back from version {from} to {version}"), Some(session)));
             (info, ops)
         };
         self.persist(ops).await?;
         Ok(info)
+    }
+}
+
+/// The registry as the [`crate::tools::ToolLookup`] of compose pipelines (held weakly: tools
+/// live inside the registry).
+struct RegistryTools(Weak<Registry>);
+
+impl crate::tools::ToolLookup for RegistryTools {
+    fn lookup(&self, name: &str, session_id: &str) -> Option<Tool> {
+        self.0.upgrade()?.resolve_tool(name, session_id)
+    }
+
+    fn contains(&self, name: &str, session_id: &str) -> bool {
+        self.0.upgrade().is_some_and(|r| r.reaches(name, session_id))
+    }
+
+    fn available(&self, session_id: &str) -> Vec<String> {
+        self.0.upgrade().map(|r| r.tool_set(session_id).names().map(str::to_string).collect()).unwrap_or_default()
+    }
+}
+
+/// The tools a compose record's steps call (empty for sandbox tools).
+fn compose_steps(record: &ToolRecord) -> Vec<String> {
+    match &record.current.request.implementation {
+        crate::forge::Implementation::Compose { steps } => steps.iter().map(|s| s.tool.clone()).collect(),
+        _ => vec![],
     }
 }
 
@@ -786,15 +814,6 @@ fn audit_entry_key(agent_id: &str, seq: u64) -> String {
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct ForgeNameRecord {
     approved: bool,
-}
-
-/// How specific a tier is for name resolution (session wins).
-fn specificity(t: Tier) -> u8 {
-    match t {
-        Tier::Session => 2,
-        Tier::Agent => 1,
-        Tier::Shared => 0,
-    }
 }
 
 /// The listed view of an entry.

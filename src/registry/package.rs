@@ -126,9 +126,8 @@ impl Registry {
             _ => {}
         }
         let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), run_id: String::new() };
-        let tools = self.tool_set(session);
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
-        Ok(match self.verify(&request_value, &origin, &tools).await {
+        Ok(match self.verify(&request_value, &origin, &self.lookup()).await {
             Ok(verified) => self.register_session(verified, &origin, "import").await,
             Err(rejection) => self.reject(&rejection, &origin).await,
         })

@@ -123,12 +123,11 @@ impl Registry {
 
         // Re-run the tests against the tool as it is built now.
         let request = record.current.request.clone();
-        let tools = self.tool_set(session);
-        let tool = match self.forge_engine().build(&request, &tools) {
+        let tool = match self.forge_engine().build(&request, &self.lookup(), session) {
             Ok(t) => t,
             Err((reason, _)) => return self.remember_rejection(name, session, format!("cannot rebuild: {reason}"), vec![]).await,
         };
-        let ctx = CallContext { run_id: String::new(), call_id: format!("promotion-test-{name}"), session_id: session.to_string() };
+        let ctx = CallContext { run_id: String::new(), call_id: format!("promotion-test-{name}"), session_id: session.to_string(), depth: 0 };
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
         if let Some(reason) = crate::forge::test_failure_reason(&tests) {
             return self.remember_rejection(name, session, format!("tests failed on re-run: {reason}"), vec![]).await;
@@ -159,7 +158,6 @@ impl Registry {
             let mut ops = self.entry_ops(&entry);
             let info = tool_info(&entry);
             state.agent.insert(name.to_string(), entry);
-            state.generation += 1;
             ops.extend(self.audit(&mut state, "promote", name, Some(info.version), Some(Tier::Agent), "promoted session → agent; panel approved".into(), Some(session)));
             (info.clone(), ops, info.version)
         };
@@ -227,7 +225,6 @@ impl Registry {
                     ops.extend(self.entry_ops(&entry));
                     let info = tool_info(&entry);
                     state.shared.insert(name.clone(), entry);
-                    state.generation += 1;
                     ops.extend(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
                     ops.extend(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
                     (Ok(info), ops)

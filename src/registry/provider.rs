@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::agent::ToolProvider;
-use crate::tools::{invoke, CallContext, Tool, ToolFailure, ToolHandler, ToolSet};
+use crate::tools::{check_output, CallContext, Tool, ToolFailure, ToolHandler, ToolSet};
 
 use super::{Registry, Tier};
 
-/// Runs a registered tool and counts the call. Validation (input and output schema) happens
-/// inside, so an output that violates the schema counts as a failure.
+/// Runs a registered tool and counts the call. The wrapping tool checks the input; the output
+/// is checked here, once, so an output that violates the schema counts as a failure.
 struct TrackedHandler {
     inner: Tool,
     registry: Weak<Registry>,
@@ -26,7 +26,10 @@ impl ToolHandler for TrackedHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         let registry = self.registry.upgrade();
         let started = registry.as_ref().map(|r| r.now()).unwrap_or(0.0);
-        let result = invoke(&self.inner, args, ctx).await;
+        let result = match self.inner.handler().call(args, ctx).await {
+            Ok(output) => check_output(&self.inner, output),
+            Err(failure) => Err(failure),
+        };
         if let Some(registry) = registry {
             let latency = registry.now() - started;
             if registry.record_call(self.tier, &self.session, &self.inner.name, result.is_ok(), latency) {
@@ -43,14 +46,14 @@ impl ToolHandler for TrackedHandler {
     }
 }
 
-/// Wraps a built forged tool so its calls are counted for (`tier`, `session`).
+/// Wraps a built forged tool so its calls are counted for (`tier`, `session`). The wrapper
+/// has no output schema of its own: [`TrackedHandler`] checks the output (one check per call).
 pub(super) fn tracked(inner: Tool, registry: Weak<Registry>, tier: Tier, session: &str) -> Option<Tool> {
     let input = inner.input_schema().source().clone();
-    let output = inner.output_schema().map(|s| s.source().clone());
     let name = inner.name.clone();
     let description = inner.description.clone();
     let handler = Rc::new(TrackedHandler { inner, registry, tier, session: session.to_string() });
-    Tool::new(name, description, &input, output.as_ref(), handler).ok()
+    Tool::new(name, description, &input, None, handler).ok()
 }
 
 impl ToolProvider for Registry {

@@ -83,9 +83,15 @@ pub async fn invoke(tool: &Tool, args: Value, ctx: &CallContext) -> Result<Value
         ));
     }
     let output = tool.handler().call(args, ctx).await?;
+    check_output(tool, output)
+}
+
+/// `output` when it matches `tool`'s output schema (or it has none); otherwise an
+/// `invalid_output` failure.
+pub fn check_output(tool: &Tool, output: Value) -> Result<Value, ToolFailure> {
     if let Some(schema) = tool.output_schema() {
         schema.check(&output).map_err(|violations| {
-            ToolFailure::new("invalid_output", format!("`{name}` returned output that violates its output schema: {violations}"))
+            ToolFailure::new("invalid_output", format!("`{}` returned output that violates its output schema: {violations}", tool.name))
         })?;
     }
     Ok(output)

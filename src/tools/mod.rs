@@ -13,7 +13,7 @@ use crate::model::ToolDefinition;
 mod executor;
 mod schema;
 
-pub use executor::{execute_call, invoke, ExecutionLimits, ToolOutcome};
+pub use executor::{check_output, execute_call, invoke, ExecutionLimits, ToolOutcome};
 pub use schema::{CompiledSchema, SchemaError};
 
 /// Why a tool call produced an error result instead of output. The model sees `code` and
@@ -40,6 +40,35 @@ pub struct CallContext {
     pub run_id: String,
     pub call_id: String,
     pub session_id: String,
+    /// How many compose pipelines this call is nested in (0 for a direct call); bounds
+    /// pipelines that reach themselves through other tools.
+    pub depth: u32,
+}
+
+/// Finds tools by name for `session_id` at the moment a call needs them. Compose pipelines
+/// resolve their steps through this at call time, so a pipeline reaches the tools its caller's
+/// session sees now, and building one never has to build (or rebuild) the others.
+pub trait ToolLookup {
+    /// The tool `session_id` reaches under `name`.
+    fn lookup(&self, name: &str, session_id: &str) -> Option<Tool>;
+    /// Whether `session_id` reaches a tool `name` (without building it).
+    fn contains(&self, name: &str, session_id: &str) -> bool;
+    /// The names `session_id` reaches (for error messages).
+    fn available(&self, session_id: &str) -> Vec<String>;
+}
+
+impl ToolLookup for ToolSet {
+    fn lookup(&self, name: &str, _session_id: &str) -> Option<Tool> {
+        self.get(name).cloned()
+    }
+
+    fn contains(&self, name: &str, _session_id: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    fn available(&self, _session_id: &str) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
 }
 
 /// Runs one tool. Host tools (TS `execute`), forged tools (sandbox or compose) and meta-tools

@@ -17,13 +17,22 @@ use crate::tools::ToolSet;
 use super::core::{registry_error, CoreAgent};
 use super::interop::{error_object, from_js, to_js, JsModel, JsSandbox};
 
-/// Forwards registry events to the TS listener.
-struct JsEventSink(Function);
+/// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
+/// an event into a JS object costs more than the question, and forges emit five.
+struct JsEventSink {
+    listener: Function,
+    is_observed: Option<Function>,
+}
 
 impl EventSink for JsEventSink {
     fn emit(&mut self, event: AgentEvent) {
+        if let Some(is_observed) = &self.is_observed {
+            if is_observed.call1(&JsValue::NULL, &event.run_id.as_str().into()).ok().and_then(|v| v.as_bool()) == Some(false) {
+                return;
+            }
+        }
         if let Ok(js) = to_js(&event) {
-            let _ = self.0.call1(&JsValue::NULL, &js);
+            let _ = self.listener.call1(&JsValue::NULL, &js);
         }
     }
 }
@@ -52,7 +61,8 @@ pub(super) async fn load_registry(
     let deps = RegistryDeps { store, env, sandbox, judges: Judges { judge, promotion_judge } };
     let registry = Registry::load(config, deps, agent_id).await.map_err(registry_error)?;
     if let Some(listener) = field(&emergent, "onEvent").and_then(|f| f.dyn_into::<Function>().ok()) {
-        registry.set_event_sink(Box::new(JsEventSink(listener)));
+        let is_observed = field(&emergent, "isObserved").and_then(|f| f.dyn_into::<Function>().ok());
+        registry.set_event_sink(Box::new(JsEventSink { listener, is_observed }));
     }
     registry.set_host_tools(host_tools);
     Ok(registry)

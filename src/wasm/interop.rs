@@ -20,16 +20,32 @@ use crate::tools::{CallContext, ToolFailure, ToolHandler};
 /// Longest error message copied from a JS exception (host errors can be huge).
 const MAX_ERROR_MESSAGE: usize = 2000;
 
+// Values cross the boundary as JSON text: `serde_json` on this side, the engine's native
+// `JSON.parse`/`JSON.stringify` on the other. Walking an object field by field from wasm
+// (serde-wasm-bindgen) costs a boundary call and a string decode per key and value, which made
+// conversions the largest cost of forging and calling tools (measured: bench/forge.bench.ts).
+
 /// Rust → JS with JSON semantics (maps become plain objects).
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| error_object("internal", &format!("serialization failed: {e}")))
+    let text = serde_json::to_string(value).map_err(|e| error_object("internal", &format!("serialization failed: {e}")))?;
+    js_sys::JSON::parse(&text).map_err(|e| error_object("internal", &format!("serialization failed: {}", describe_thrown(&e).1)))
 }
 
-/// JS → Rust.
+/// JS → Rust with `JSON.stringify` semantics: `undefined` is `null`, `toJSON` is honoured,
+/// object fields that are `undefined` or functions are left out. A value with no JSON form
+/// (a function, a `BigInt`, a cycle) is an error.
+pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> {
+    let text = if value.is_undefined() {
+        "null".to_string()
+    } else {
+        js_sys::JSON::stringify(value).map_err(|e| describe_thrown(&e).1)?.as_string().ok_or_else(|| "the value has no JSON form".to_string())?
+    };
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// JS → Rust for arguments of the exported API (`what` names the argument in the error).
 pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result<T, JsValue> {
-    serde_wasm_bindgen::from_value(value).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
+    decode(&value).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
 }
 
 /// A plain `{ code, message }` object; the TS layer turns it into a typed error class.
@@ -62,6 +78,10 @@ fn describe_thrown(err: &JsValue) -> (Option<String>, String, Option<u16>) {
     let message = string_field(err, "message").or_else(|| err.as_string()).unwrap_or_else(|| "unknown error".into());
     let status = Reflect::get(err, &"status".into()).ok().and_then(|v| v.as_f64()).map(|n| n as u16);
     (code, bounded(message), status)
+}
+
+fn is_thenable(value: &JsValue) -> bool {
+    value.is_object() && Reflect::get(value, &"then".into()).map(|t| t.is_function()).unwrap_or(false)
 }
 
 async fn await_promise(value: JsValue) -> Result<JsValue, JsValue> {
@@ -108,7 +128,7 @@ impl Model for JsModel {
                 return Ok(());
             }
             let value = Reflect::get(&step, &"value".into()).map_err(to_model_error)?;
-            let chunk: ModelChunk = serde_wasm_bindgen::from_value(value)
+            let chunk: ModelChunk = decode(&value)
                 .map_err(|e| ModelError::new("provider_protocol", format!("malformed model chunk: {e}")))?;
             sink.chunk(&chunk);
         }
@@ -145,11 +165,12 @@ impl ToolHandler for JsTool {
         let _ = Reflect::set(&info, &"callId".into(), &ctx.call_id.as_str().into());
         let _ = Reflect::set(&info, &"sessionId".into(), &ctx.session_id.as_str().into());
         let returned = self.call_tool.call3(&JsValue::NULL, &self.name.as_str().into(), &js_args, &info).map_err(failure)?;
-        let result = await_promise(returned).await.map_err(failure)?;
+        // A synchronous tool's value is used as is; only promises (thenables) are awaited.
+        let result = if is_thenable(&returned) { await_promise(returned).await.map_err(failure)? } else { returned };
         if result.is_undefined() {
             return Ok(Value::Null);
         }
-        serde_wasm_bindgen::from_value(result)
+        decode(&result)
             .map_err(|e| ToolFailure::new("execution_failed", format!("the tool returned a value that is not JSON: {e}")))
     }
 
@@ -211,7 +232,7 @@ impl Store for JsStore {
         if v.is_undefined() || v.is_null() {
             return Ok(None);
         }
-        serde_wasm_bindgen::from_value(v).map(Some).map_err(|e| StoreError::new("store_corrupt", e.to_string()))
+        decode(&v).map(Some).map_err(|e| StoreError::new("store_corrupt", e))
     }
 
     async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
@@ -224,7 +245,7 @@ impl Store for JsStore {
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
         let v = self.call("scan", &[prefix.into()]).await?;
-        serde_wasm_bindgen::from_value(v).map_err(|e| StoreError::new("store_corrupt", e.to_string()))
+        decode(&v).map_err(|e| StoreError::new("store_corrupt", e))
     }
 
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
@@ -304,7 +325,7 @@ impl SandboxRunner for JsSandbox {
             Err(e) => return failed(e),
         };
         match await_promise(returned).await {
-            Ok(v) => serde_wasm_bindgen::from_value(v).unwrap_or_else(|e| failed(JsValue::from_str(&format!("malformed sandbox result: {e}")))),
+            Ok(v) => decode(&v).unwrap_or_else(|e| failed(JsValue::from_str(&format!("malformed sandbox result: {e}")))),
             Err(e) => failed(e),
         }
     }
