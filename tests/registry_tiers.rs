@@ -238,6 +238,22 @@ fn shared_promotion_waits_for_approval_which_survives_a_restart() {
 }
 
 #[test]
+fn agents_on_one_store_see_shared_tier_changes_after_reloading_it() {
+    let store = Rc::new(MemoryStore::new());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    let r = promoted_rig(store.clone());
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+    assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap_err().code, "unknown_tool", "loaded before the approval");
+    block_on(other.registry.reload_shared()).unwrap();
+    assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap(), json!({ "slug": "a-b" }));
+    // Demoted by its owner: the other agent cannot call it at the shared tier any more.
+    block_on(r.registry.demote("slugify", "s1")).unwrap();
+    block_on(other.registry.reload_shared()).unwrap();
+    assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap_err().code, "denied");
+}
+
+#[test]
 fn a_denied_approval_leaves_the_tool_where_it_was() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();

@@ -39,7 +39,11 @@ export interface AgentOptions {
   maxOutputRetries?: number;
   temperature?: number;
   maxTokens?: number;
-  /** Where run states (and, with emergent tools, the registry) are persisted. */
+  /**
+   * Where run states (and, with emergent tools, the registry) are persisted. Agents given the
+   * same store object form one runtime: they share the `shared` tier, and a change to it made
+   * through one of them is visible to the others at once.
+   */
   store?: Store;
   /** Namespaces this agent's records in the store (default `"default"`). */
   agentId?: string;
@@ -145,12 +149,27 @@ interface CoreAgentHandle {
   pendingApprovals(): EmergentApproval[];
   audit(): AuditEntry[];
   flushStats(): Promise<void>;
+  reloadShared(): Promise<void>;
   run(input: string, runId: string, sessionId: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   history(sessionId: string): unknown;
   endSession(sessionId: string): Promise<void>;
   toolNames(): string[];
   free(): void;
+}
+
+/**
+ * Agents created with the same `store` object form one runtime: they share the `shared` tier.
+ * A shared-tier change made through one agent (approve, demote, rollback) is re-read by the
+ * others at once; agents in other processes or tabs see it when they load.
+ */
+const runtimes = new WeakMap<object, Set<CoreAgentHandle>>();
+
+async function reloadSharedTier(store: object | undefined, changedBy: CoreAgentHandle): Promise<void> {
+  const agents = store ? runtimes.get(store) : undefined;
+  if (!agents) return;
+  // Best effort: a sibling that cannot read the store keeps its tier until it loads again.
+  await Promise.all([...agents].filter((a) => a !== changedBy).map((a) => a.reloadShared().catch(() => undefined)));
 }
 
 let runCounter = 0;
@@ -191,6 +210,7 @@ export class Agent {
   readonly #signals: Map<string, AbortSignal>;
   readonly #hub: EventHub;
   readonly #sandbox: SandboxHost | undefined;
+  readonly #store: object | undefined;
 
   /** Forged tools (the emergent registry). */
   readonly tools: {
@@ -216,8 +236,14 @@ export class Agent {
   };
 
   /** @internal use {@link createAgent} */
-  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost) {
+  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: object) {
     this.#core = core;
+    this.#store = store;
+    if (store && core.emergentEnabled) {
+      const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
+      agents.add(core);
+      runtimes.set(store, agents);
+    }
     this.#signals = signals;
     this.#hub = hub;
     this.#sandbox = sandbox;
@@ -236,6 +262,11 @@ export class Agent {
         throw toCrucibleError(error, '');
       }
     };
+    // After a change that may touch the shared tier, the other agents of the runtime re-read it.
+    const shared = async <T>(result: T): Promise<T> => {
+      await reloadSharedTier(store, core);
+      return result;
+    };
     this.tools = {
       call: (name, args, o) => wrapAsync(() => core.callTool(name, args, session(o))),
       list: (o) => wrap(() => core.listTools(session(o))),
@@ -243,10 +274,10 @@ export class Agent {
     this.emergent = {
       stats: () => wrap(() => core.forgeStats()),
       requestPromotion: (name, tier, o) => wrapAsync(() => core.requestPromotion(name, tier, session(o))),
-      approve: (id) => wrapAsync(() => core.approve(id)),
+      approve: (id) => wrapAsync(() => core.approve(id).then(shared)),
       deny: (id, reason = 'denied') => wrapAsync(() => core.deny(id, reason)),
-      demote: (name, o) => wrapAsync(() => core.demote(name, session(o))),
-      rollback: (name, version, o) => wrapAsync(() => core.rollback(name, version, session(o))),
+      demote: (name, o) => wrapAsync(() => core.demote(name, session(o)).then(shared)),
+      rollback: (name, version, o) => wrapAsync(() => core.rollback(name, version, session(o)).then(shared)),
       export: (name, o) => wrapAsync(async () => core.exportTool(name, session(o))),
       import: (pkg, o) => wrapAsync(() => core.importTool(pkg, session(o))),
       pendingApprovals: () => wrap(() => core.pendingApprovals()),
@@ -388,6 +419,7 @@ export class Agent {
 
   /** Writes buffered stats, stops the sandbox this agent created, releases the wasm agent. */
   async close(): Promise<void> {
+    if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
     if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
     await this.#sandbox?.close?.();
     this.#core.free();
@@ -491,7 +523,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     const e = error as { code?: string; message?: string };
     throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
   }
-  return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox);
+  return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store);
 }
 
 /** The default sandbox: a Worker pool with the agent's limits, loaded only when emergent

@@ -28,12 +28,12 @@ const upper = tool({
   execute: ({ text }: { text: string }) => ({ text: text.toUpperCase() }),
 });
 
-async function makeAgent(store: Store, extra: Record<string, unknown> = {}) {
+async function makeAgent(store: Store, extra: Record<string, unknown> = {}, agentId = 'bot') {
   return createAgent({
     model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
     tools: [upper],
     store,
-    agentId: 'bot',
+    agentId,
     emergent: {
       enabled: true,
       judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) },
@@ -127,6 +127,9 @@ describe('forge through the package', () => {
     assert.deepEqual(tools.map((t) => [t.name, t.tier]), [['slugify', 'agent']]);
     assert.deepEqual(await restarted.tools.call('slugify', { text: 'Still Here' }, { sessionId: 'fresh' }), { slug: 'still-here' });
 
+    // Another agent of the same runtime (same store), loaded before the approval.
+    const sibling = await makeAgent(store, {}, 'sibling');
+    assert.deepEqual(sibling.tools.list({ sessionId: 'z' }), []);
     const approvals: AgentEvent[] = [];
     restarted.on((e) => e.type === 'approval.requested' && approvals.push(e));
     const pending = (await restarted.emergent.requestPromotion('slugify', 'shared')) as { status: string };
@@ -137,7 +140,12 @@ describe('forge through the package', () => {
     const shared = await restarted.emergent.approve(approval!.id);
     assert.equal(shared.tier, 'shared');
     assert.ok(restarted.emergent.audit().some((a) => a.action === 'promote'));
-    await restarted.close();
+    // The sibling sees the approval at once, and the owner's demotion too.
+    assert.deepEqual(sibling.tools.list({ sessionId: 'z' }).map((t) => [t.name, t.tier]), [['slugify', 'shared']]);
+    assert.deepEqual(await sibling.tools.call('slugify', { text: 'For All' }, { sessionId: 'z' }), { slug: 'for-all' });
+    await restarted.emergent.demote('slugify');
+    await assert.rejects(sibling.tools.call('slugify', { text: 'x' }, { sessionId: 'z' }), (e: { code?: string }) => e.code === 'denied');
+    await Promise.all([restarted.close(), sibling.close()]);
   });
 
   test('export and import round-trip re-verify; redacted packages are refused', async () => {

@@ -216,16 +216,7 @@ impl Registry {
         let mut state = State::default();
         let prefixes = [(Tier::Agent, format!("agent/{agent_id}/")), (Tier::Shared, "shared/".to_string())];
         for (tier, prefix) in &prefixes {
-            let mut stats: HashMap<String, ToolStats> = HashMap::new();
-            for (key, value) in deps.store.scan(&format!("{prefix}stats/")).await? {
-                let name = key[prefix.len() + 6..].to_string();
-                stats.insert(name, unversioned(&key, value)?);
-            }
-            for (key, value) in deps.store.scan(&format!("{prefix}tool/")).await? {
-                let record: ToolRecord = unversioned(&key, value)?;
-                let s = stats.remove(&record.name).unwrap_or_default();
-                state.tier_mut(*tier, "").insert(record.name.clone(), Entry::new(record, s));
-            }
+            *state.tier_mut(*tier, "") = load_tier(deps.store.as_ref(), prefix).await?;
         }
         for (key, value) in deps.store.scan(&format!("agent/{agent_id}/approval/")).await? {
             let approval: PendingApproval = unversioned(&key, value)?;
@@ -277,6 +268,23 @@ impl Registry {
             forge_tool: RefCell::new(None),
             me: me.clone(),
         }))
+    }
+
+    /// Re-reads the shared tier from the store. Agents of one runtime share a store; after one
+    /// of them changes the shared tier (approval, demotion, rollback) the others reload it, so
+    /// the change is visible to all of them at once. Built handlers of unchanged tools stay.
+    pub async fn reload_shared(&self) -> Result<(), RegistryError> {
+        let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
+        let mut state = self.state.borrow_mut();
+        for (name, entry) in loaded.iter_mut() {
+            if let Some(old) = state.shared.get(name) {
+                if old.record.current.hash == entry.record.current.hash && old.record.status == entry.record.status {
+                    entry.built = old.built.clone();
+                }
+            }
+        }
+        state.shared = loaded;
+        Ok(())
     }
 
     pub fn agent_id(&self) -> &str {
@@ -803,6 +811,22 @@ fn compose_steps(record: &ToolRecord) -> Vec<String> {
         crate::forge::Implementation::Compose { steps } => steps.iter().map(|s| s.tool.clone()).collect(),
         _ => vec![],
     }
+}
+
+/// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
+async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, Entry>, RegistryError> {
+    let mut stats: HashMap<String, ToolStats> = HashMap::new();
+    for (key, value) in store.scan(&format!("{prefix}stats/")).await? {
+        let name = key[prefix.len() + 6..].to_string();
+        stats.insert(name, unversioned(&key, value)?);
+    }
+    let mut tier = BTreeMap::new();
+    for (key, value) in store.scan(&format!("{prefix}tool/")).await? {
+        let record: ToolRecord = unversioned(&key, value)?;
+        let s = stats.remove(&record.name).unwrap_or_default();
+        tier.insert(record.name.clone(), Entry::new(record, s));
+    }
+    Ok(tier)
 }
 
 /// The store key of audit entry `seq` (zero-padded: key order is append order).

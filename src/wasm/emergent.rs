@@ -119,6 +119,16 @@ impl CoreAgent {
         Ok(future_to_promise(async move { to_js(&registry.request_promotion(&name, tier, &session_id).await.map_err(registry_error)?) }))
     }
 
+    /// Re-reads the shared tier (another agent on the same store changed it).
+    #[wasm_bindgen(js_name = reloadShared)]
+    pub fn reload_shared(&self) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move {
+            registry.reload_shared().await.map_err(registry_error)?;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
     pub fn approve(&self, approval_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         Ok(future_to_promise(async move { to_js(&registry.approve(&approval_id).await.map_err(registry_error)?) }))

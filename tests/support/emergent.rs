@@ -137,6 +137,11 @@ pub struct Rig {
 /// A registry over `store` with the scripted sandbox, `judge` as creation judge and
 /// `panel` as promotion judge, host tools set, events collected.
 pub fn rig_with(config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel: Option<Rc<ScriptedModel>>, store: Rc<MemoryStore>) -> Rig {
+    rig_for("agent1", config, judge, panel, store)
+}
+
+/// [`rig_with`] for the agent `agent_id` (agents of one runtime share a store).
+pub fn rig_for(agent_id: &str, config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel: Option<Rc<ScriptedModel>>, store: Rc<MemoryStore>) -> Rig {
     let sandbox = Rc::new(ScriptedSandbox::default());
     let deps = RegistryDeps {
         store: store.clone(),
@@ -144,7 +149,7 @@ pub fn rig_with(config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel:
         sandbox: Some(sandbox.clone()),
         judges: Judges { judge: judge.map(|j| j as Rc<dyn crucible::model::Model>), promotion_judge: panel.map(|j| j as Rc<dyn crucible::model::Model>) },
     };
-    let registry = block_on(Registry::load(config, deps, "agent1")).unwrap();
+    let registry = block_on(Registry::load(config, deps, agent_id)).unwrap();
     registry.set_host_tools(host_tools());
     let events = SharedSink::default();
     registry.set_event_sink(Box::new(events.clone()));
