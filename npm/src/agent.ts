@@ -469,13 +469,14 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   });
   const modelAdapter = adapt(options.model);
   const hub = new EventHub();
-  // Returns what `execute` returns: a value or a promise. The core awaits only promises, so a
-  // synchronous tool costs no promise round trip.
-  const callTool = (name: string, args: unknown, info: { runId: string; callId: string; sessionId: string }) => {
+  // Returns what `execute` returns: a value or a native promise (other thenables are adopted
+  // here). The core awaits only promises, so a synchronous tool costs no promise round trip.
+  const callTool = (name: string, args: unknown, runId: string, callId: string, sessionId: string): unknown => {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
-    const signal = signals.get(info.runId) ?? NEVER_ABORTED;
-    return hostTool.execute(args, { signal, ...info });
+    const result: unknown = hostTool.execute(args, { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
+    const thenable = result instanceof Promise || (typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function');
+    return thenable && !(result instanceof Promise) ? Promise.resolve(result) : result;
   };
   const config = {
     instructions: options.instructions ?? '',

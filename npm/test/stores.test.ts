@@ -372,7 +372,22 @@ describe('nodeStore specifics', () => {
       });
       child.on('exit', () => reject(new Error(`writer exited early: ${out}`)));
     });
-    await new Promise((r) => setTimeout(r, 300));
+    // Kill once enough writes (a batch among them) are acknowledged, not after a fixed time:
+    // a busy machine may fsync slowly, and the checks below need acknowledged writes to check.
+    await new Promise<void>((resolve, reject) => {
+      const enough = () => {
+        const acked = out.split('\n').slice(1, -1);
+        return acked.length >= 20 && acked.some((l) => l.startsWith('B '));
+      };
+      if (enough()) return resolve();
+      const timer = setTimeout(() => reject(new Error(`the writer acknowledged too little in 30 s: ${out.length} bytes`)), 30_000);
+      child.stdout.on('data', () => {
+        if (enough()) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    });
     child.kill('SIGKILL');
     assert.equal(await exited, 'SIGKILL');
     await closed; // every line written before the kill is in the pipe: read them all

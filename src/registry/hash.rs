@@ -14,19 +14,27 @@ pub fn canonical_json(v: &Value) -> String {
     out
 }
 
+/// A JSON string literal, escaped as serde_json escapes it.
+fn write_str(s: &str, out: &mut String) {
+    // serde_json writes valid UTF-8; writing into a String through its Vec cannot fail.
+    let mut buf = std::mem::take(out).into_bytes();
+    let _ = serde_json::to_writer(&mut buf, s);
+    *out = String::from_utf8(buf).unwrap_or_default();
+}
+
 fn write(v: &Value, out: &mut String) {
     match v {
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            for (i, (k, x)) in entries.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
+                write_str(k, out);
                 out.push(':');
-                write(&m[k], out);
+                write(x, out);
             }
             out.push('}');
         }
@@ -40,6 +48,7 @@ fn write(v: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        Value::String(s) => write_str(s, out),
         other => out.push_str(&other.to_string()),
     }
 }
@@ -55,5 +64,21 @@ pub fn content_hash(request: &ForgeRequest) -> String {
         "testCases": request.test_cases,
     });
     let digest = Sha256::digest(canonical_json(&content).as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    digest.iter().flat_map(|b| [HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hashes are persisted and carried in exported packages: the canonical form must not
+    /// drift (escapes, key order, number text), whatever the implementation.
+    #[test]
+    fn the_content_hash_of_a_fixed_request_never_changes() {
+        let v = json!({"name":"slugify","description":"Turn \"text\" into a slug é ✓ \u{1}","inputSchema":{"type":"object","properties":{"text":{"type":"string"},"b":{"type":"number"}},"required":["text"]},"outputSchema":{"type":"object","properties":{"slug":{"type":"string"}}},"implementation":{"mode":"sandbox","code":"function execute(input){return {slug:input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-')};}\n\t"},"testCases":[{"input":{"text":"Hello World!","n":1.5e300},"expectedOutput":{"slug":"hello-world"}},{"input":{"text":"x"}}]});
+        let request = crate::forge::normalize(&v).unwrap();
+        assert_eq!(content_hash(&request), "6475a06fe933e3f14177c21ef8033f00726a968b4319753f964f3440fbe038fd");
+        assert_eq!(canonical_json(&json!({"b": [1, "\u{1}"], "a": {"d": null, "c": true}})), r#"{"a":{"c":true,"d":null},"b":[1,"\u0001"]}"#);
+    }
 }

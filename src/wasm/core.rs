@@ -64,7 +64,8 @@ pub struct CoreAgent {
 impl CoreAgent {
     /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
     /// `tools`: `[{ name, description, inputSchema, outputSchema? }]`;
-    /// `call_tool`: `(name, args, { runId, callId, sessionId }) => json | Promise<json>`.
+    /// `call_tool`: `(name, args, runId, callId, sessionId) => json | Promise<json>` (a native
+    /// promise: other thenables are adopted on the TS side).
     /// Builds the agent. `check_approval`: `(name, args) => boolean | Promise<boolean>` for
     /// predicate tools; `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`;
     /// `emergent`: `undefined`, or `{ config, judge?, promotionJudge?, sandbox?, onEvent }` where

@@ -68,6 +68,19 @@ pub(super) async fn load_registry(
     Ok(registry)
 }
 
+/// A promise of `future`'s outcome. The future is polled once right away: a call that never
+/// waits (a sandbox-free pipeline of synchronous host tools) settles without a trip through the
+/// microtask queue; one that waits continues there. Polling first with a no-op waker is sound:
+/// every poll registers the current waker, and the queue polls again with a real one.
+fn promise_now(future: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
+    let mut future = Box::pin(future);
+    match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(Ok(value)) => Promise::resolve(&value),
+        std::task::Poll::Ready(Err(error)) => Promise::reject(&error),
+        std::task::Poll::Pending => future_to_promise(future),
+    }
+}
+
 fn parse_tier(tier: &str) -> Result<Tier, JsValue> {
     serde_json::from_value(Value::String(tier.to_string()))
         .map_err(|_| error_object("invalid_argument", &format!("unknown tier `{tier}`: use session, agent or shared")))
@@ -91,7 +104,7 @@ impl CoreAgent {
     pub fn call_tool(&self, name: String, args: JsValue, session_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let args: Value = from_js(args, "arguments")?;
-        Ok(future_to_promise(async move {
+        Ok(promise_now(async move {
             match registry.call(&name, args, &session_id).await {
                 Ok(v) => to_js(&v),
                 Err(failure) => Err(error_object(&failure.code, &failure.message)),

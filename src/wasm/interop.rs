@@ -80,12 +80,14 @@ fn describe_thrown(err: &JsValue) -> (Option<String>, String, Option<u16>) {
     (code, bounded(message), status)
 }
 
-fn is_thenable(value: &JsValue) -> bool {
-    value.is_object() && Reflect::get(value, &"then".into()).map(|t| t.is_function()).unwrap_or(false)
-}
-
+/// Awaits `value` as `await` would: a native promise directly, anything else through
+/// `Promise.resolve` (thenables are adopted, plain values settle at once).
 async fn await_promise(value: JsValue) -> Result<JsValue, JsValue> {
-    JsFuture::from(Promise::resolve(&value)).await
+    let promise = match value.dyn_into::<Promise>() {
+        Ok(promise) => promise,
+        Err(other) => Promise::resolve(&other),
+    };
+    JsFuture::from(promise).await
 }
 
 /// The JS side of a model: `{ id: string, stream(request, runId): AsyncIterator<ModelChunk> }`.
@@ -122,12 +124,13 @@ impl Model for JsModel {
             .ok()
             .and_then(|f| f.dyn_into::<Function>().ok())
             .ok_or_else(|| ModelError::new("provider_protocol", "model.stream did not return an async iterator"))?;
+        let (done_key, value_key) = (JsValue::from_str("done"), JsValue::from_str("value"));
         loop {
             let step = await_promise(next.call0(&iterator).map_err(to_model_error)?).await.map_err(to_model_error)?;
-            if Reflect::get(&step, &"done".into()).ok().and_then(|d| d.as_bool()).unwrap_or(false) {
+            if Reflect::get(&step, &done_key).ok().and_then(|d| d.as_bool()).unwrap_or(false) {
                 return Ok(());
             }
-            let value = Reflect::get(&step, &"value".into()).map_err(to_model_error)?;
+            let value = Reflect::get(&step, &value_key).map_err(to_model_error)?;
             let chunk: ModelChunk = decode(&value)
                 .map_err(|e| ModelError::new("provider_protocol", format!("malformed model chunk: {e}")))?;
             sink.chunk(&chunk);
@@ -144,7 +147,8 @@ pub(crate) enum ApprovalMode {
     Predicate,
 }
 
-/// A host tool: the TS side's `callTool(name, args, { runId, callId, sessionId })`.
+/// A host tool: the TS side's `callTool(name, args, runId, callId, sessionId)`, which returns
+/// the tool's value or a native `Promise` of it.
 pub(crate) struct JsTool {
     pub(crate) name: String,
     pub(crate) call_tool: Rc<Function>,
@@ -160,13 +164,10 @@ impl ToolHandler for JsTool {
             ToolFailure::new(code.filter(|c| c == "aborted").unwrap_or_else(|| "execution_failed".into()), message)
         };
         let js_args = to_js(&args).map_err(failure)?;
-        let info = Object::new();
-        let _ = Reflect::set(&info, &"runId".into(), &ctx.run_id.as_str().into());
-        let _ = Reflect::set(&info, &"callId".into(), &ctx.call_id.as_str().into());
-        let _ = Reflect::set(&info, &"sessionId".into(), &ctx.session_id.as_str().into());
-        let returned = self.call_tool.call3(&JsValue::NULL, &self.name.as_str().into(), &js_args, &info).map_err(failure)?;
-        // A synchronous tool's value is used as is; only promises (thenables) are awaited.
-        let result = if is_thenable(&returned) { await_promise(returned).await.map_err(failure)? } else { returned };
+        let strings = [self.name.as_str(), &ctx.run_id, &ctx.call_id, &ctx.session_id].map(JsValue::from_str);
+        let returned = self.call_tool.call5(&JsValue::NULL, &strings[0], &js_args, &strings[1], &strings[2], &strings[3]).map_err(failure)?;
+        // A synchronous tool's value is used as is: no promise round trip.
+        let result = if returned.is_instance_of::<Promise>() { JsFuture::from(returned.unchecked_into::<Promise>()).await.map_err(failure)? } else { returned };
         if result.is_undefined() {
             return Ok(Value::Null);
         }
