@@ -1,7 +1,8 @@
 // Issue 5 in Chromium: an agent with an IndexedDB store and emergent capabilities forges a
 // sandbox tool (tested in the browser's sandbox Workers, judged by a mock LLM server over
 // fetch), calls it, promotes it to the agent tier; after a page RELOAD a freshly created agent
-// lists the agent-tier tool and calls it. The page is a Vite 7 bundle of the built package.
+// lists the agent-tier tool and calls it; promoted to the shared tier, a second agent on the
+// same store sees it at once. The page is a Vite 7 bundle of the built package.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -64,6 +65,9 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
     // Another agent id on the same database does not see it (keys are namespaced by agent).
     const other = await callInPage<{ listed: unknown[] }>(tab.page, 'reopenAndCall', { ...config, agentId: 'other-bot' }, 'slugify', null);
     assert.deepEqual(other.listed, []);
+    // Until the owner promotes it to the shared tier, which other agents on the store see at once.
+    const shared = await callInPage<{ before: unknown[]; after: unknown[]; output: unknown }>(tab.page, 'shareAcrossRuntime', config, 'slugify', 'Shared Now');
+    assert.deepEqual(shared, { before: [], after: [['slugify', 'shared']], output: { slug: 'shared-now' } });
     const problems = [...tab.pageErrors, ...tab.consoleErrors, ...tab.failedRequests];
     assert.deepEqual(problems, [], tab.log.join('\n'));
     await tab.screenshot('browser-emergent');

@@ -93,10 +93,10 @@ window.sandboxReplaceTimes = async ({ rounds, timeoutMs }) => {
 
 const model = (baseURL, name) => openai({ baseURL, apiKey: 'x', model: name, retry: { maxRetries: 0 } });
 
-async function makeAgent({ chatURL, judgeURL, storeName, agentId }) {
+async function makeAgent({ chatURL, judgeURL, storeName, agentId }, store = indexedDbStore({ name: storeName })) {
   return createAgent({
     model: model(chatURL, 'chat'),
-    store: indexedDbStore({ name: storeName }),
+    store,
     agentId,
     emergent: {
       enabled: true,
@@ -133,6 +133,23 @@ window.reopenAndCall = async (config, name, text) => {
     return { listed, output };
   } finally {
     await agent.close();
+  }
+};
+
+// Two agents on one store object are one runtime: a shared-tier approval made through the
+// owner is visible to the other agent without reloading it.
+window.shareAcrossRuntime = async (config, name, text) => {
+  const store = indexedDbStore({ name: config.storeName });
+  const owner = await makeAgent(config, store);
+  const other = await makeAgent({ ...config, agentId: 'other-bot' }, store);
+  try {
+    const before = other.tools.list({ sessionId: 'z' }).map((t) => [t.name, t.tier]);
+    const pending = await owner.emergent.requestPromotion(name, 'shared');
+    await owner.emergent.approve(pending.approval.id);
+    const after = other.tools.list({ sessionId: 'z' }).map((t) => [t.name, t.tier]);
+    return { before, after, output: await other.tools.call(name, { text }, { sessionId: 'z' }) };
+  } finally {
+    await Promise.all([owner.close(), other.close()]);
   }
 };
 
