@@ -254,6 +254,30 @@ fn agents_on_one_store_see_shared_tier_changes_after_reloading_it() {
 }
 
 #[test]
+fn agents_sharing_a_tool_add_up_its_stats_instead_of_overwriting_them() {
+    let store = Rc::new(MemoryStore::new());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    let r = promoted_rig(store.clone()); // 3 calls as a session tool
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+    block_on(other.registry.reload_shared()).unwrap();
+    use_n(&r, "slugify", 2, "a");
+    use_n(&other, "slugify", 4, "b");
+    block_on(r.registry.flush_stats()).unwrap();
+    block_on(other.registry.flush_stats()).unwrap();
+    let stored = |store: &Rc<MemoryStore>| block_on(store.get("shared/stats/slugify")).unwrap().unwrap()["data"]["calls"].as_u64().unwrap();
+    assert_eq!(stored(&store), 3 + 2 + 4, "both agents' calls are counted");
+    assert_eq!(other.registry.list("b")[0].stats.calls, 9, "the flushing agent sees the total");
+    // A second round from both adds up again.
+    use_n(&r, "slugify", 1, "a");
+    block_on(r.registry.flush_stats()).unwrap();
+    assert_eq!(stored(&store), 10);
+    let fresh = rig_for("agent3", promo_config(), Some(approving_judge()), None, store.clone());
+    let s = &fresh.registry.list("z")[0].stats;
+    assert_eq!((s.calls, s.successes, s.failures), (10, 10, 0));
+}
+
+#[test]
 fn a_denied_approval_leaves_the_tool_where_it_was() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();

@@ -122,12 +122,16 @@ impl std::fmt::Debug for RegistryDeps {
 pub(crate) struct Entry {
     pub(crate) record: ToolRecord,
     pub(crate) stats: ToolStats,
+    /// Calls counted since the stats were last written. Shared-tier stats are written as
+    /// these deltas added to what the store holds, so agents sharing a tool add up their
+    /// calls instead of overwriting each other's counts.
+    unflushed: ToolStats,
     built: Option<Tool>,
 }
 
 impl Entry {
     fn new(record: ToolRecord, stats: ToolStats) -> Self {
-        Self { record, stats, built: None }
+        Self { record, stats, unflushed: ToolStats::default(), built: None }
     }
 
     fn active(&self) -> bool {
@@ -281,6 +285,9 @@ impl Registry {
                 if old.record.current.hash == entry.record.current.hash && old.record.status == entry.record.status {
                     entry.built = old.built.clone();
                 }
+                // Calls this agent counted but has not written yet stay counted.
+                entry.stats.merge(&old.unflushed);
+                entry.unflushed = old.unflushed.clone();
             }
         }
         state.shared = loaded;
@@ -437,19 +444,73 @@ impl Registry {
     }
 
     /// Writes the stats of agent/shared tools called since the last flush, in one batch.
+    /// Agent-tier stats belong to this agent and are written as they are; shared-tier stats
+    /// are read back and this agent's new calls added, so agents sharing a tool add up.
     pub async fn flush_stats(&self) -> Result<(), RegistryError> {
-        let ops: Vec<BatchOp> = {
+        let (mut ops, shared) = {
             let mut state = self.state.borrow_mut();
             let dirty = std::mem::take(&mut state.dirty);
             state.calls_since_flush = 0;
-            dirty
-                .into_iter()
-                .filter_map(|(tier, name)| {
-                    state.tier(tier, "").and_then(|m| m.get(&name)).map(|e| BatchOp::Put { key: self.stats_key(tier, &name), value: versioned("stats", &e.stats) })
-                })
-                .collect()
+            let mut ops = vec![];
+            let mut shared: Vec<(String, ToolStats)> = vec![];
+            for (tier, name) in dirty {
+                if tier == Tier::Shared {
+                    if let Some(e) = state.shared.get_mut(&name) {
+                        shared.push((name, std::mem::take(&mut e.unflushed)));
+                    }
+                } else if let Some(e) = state.tier_mut(tier, "").get_mut(&name) {
+                    e.unflushed = ToolStats::default();
+                    ops.push(BatchOp::Put { key: self.stats_key(tier, &name), value: versioned("stats", &e.stats) });
+                }
+            }
+            (ops, shared)
         };
-        self.persist(ops).await
+        let mut merged = Vec::with_capacity(shared.len());
+        for (name, delta) in &shared {
+            let key = self.stats_key(Tier::Shared, name);
+            let stored = match self.store.get(&key).await {
+                Ok(Some(value)) => unversioned::<ToolStats>(&key, value),
+                Ok(None) => Ok(ToolStats::default()),
+                Err(e) => Err(e.into()),
+            };
+            match stored {
+                Ok(mut total) => {
+                    total.merge(delta);
+                    merged.push((name.clone(), total));
+                }
+                Err(e) => {
+                    self.keep_unflushed(&shared);
+                    return Err(e);
+                }
+            }
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            for (name, total) in &merged {
+                ops.push(BatchOp::Put { key: self.stats_key(Tier::Shared, name), value: versioned("stats", total) });
+                if let Some(e) = state.shared.get_mut(name) {
+                    // Others' calls, then this agent's calls counted while reading.
+                    e.stats = total.clone();
+                    e.stats.merge(&e.unflushed);
+                }
+            }
+        }
+        let written = self.persist(ops).await;
+        if written.is_err() {
+            self.keep_unflushed(&shared);
+        }
+        written
+    }
+
+    /// Puts shared-tier deltas that could not be written back, to be written next time.
+    fn keep_unflushed(&self, shared: &[(String, ToolStats)]) {
+        let mut state = self.state.borrow_mut();
+        for (name, delta) in shared {
+            if let Some(e) = state.shared.get_mut(name) {
+                e.unflushed.merge(delta);
+            }
+            state.dirty.insert((Tier::Shared, name.clone()));
+        }
     }
 
     /// Counts one call of `name` at `tier`; returns whether a stats flush is due.
@@ -460,6 +521,7 @@ impl Registry {
         if tier == Tier::Session {
             return false;
         }
+        entry.unflushed.record(ok, latency_ms);
         state.dirty.insert((tier, name.to_string()));
         state.calls_since_flush += 1;
         state.calls_since_flush >= self.config.stats_flush_every.max(1)

@@ -65,6 +65,19 @@ impl ToolStats {
         self.avg_latency_ms = total / self.calls as f64;
         self.success_rate = self.successes as f64 / self.calls as f64;
     }
+
+    /// Adds the calls counted in `other` (another agent's, or calls not yet written).
+    pub fn merge(&mut self, other: &ToolStats) {
+        let calls = self.calls + other.calls;
+        if calls == 0 {
+            return;
+        }
+        self.avg_latency_ms = (self.avg_latency_ms * self.calls as f64 + other.avg_latency_ms * other.calls as f64) / calls as f64;
+        self.calls = calls;
+        self.successes += other.successes;
+        self.failures += other.failures;
+        self.success_rate = self.successes as f64 / calls as f64;
+    }
 }
 
 /// Whether a tool may be called at its tier.
