@@ -42,7 +42,8 @@ export interface AgentOptions {
   /**
    * Where run states (and, with emergent tools, the registry) are persisted. Agents given the
    * same store object form one runtime: they share the `shared` tier, and a change to it made
-   * through one of them is visible to the others at once.
+   * through one of them is visible to the others at once — in other tabs too when the store
+   * has a `broadcastName` (`indexedDbStore` does).
    */
   store?: Store;
   /** Namespaces this agent's records in the store (default `"default"`). */
@@ -172,6 +173,26 @@ async function reloadSharedTier(store: object | undefined, changedBy: CoreAgentH
   await Promise.all([...agents].filter((a) => a !== changedBy).map((a) => a.reloadShared().catch(() => undefined)));
 }
 
+/** The message agents post on their store's `broadcastName` after changing the shared tier. */
+const SHARED_TIER_CHANGED = 'crucible:shared-tier-changed';
+
+/**
+ * Listens on the store's `broadcastName` (other tabs and workers opening the same data) and
+ * re-reads the shared tier when one of their agents changed it. `undefined` when the store
+ * has no such name or the platform has no `BroadcastChannel`.
+ */
+function sharedTierChannel(store: Store | undefined, core: CoreAgentHandle): BroadcastChannel | undefined {
+  const name = store?.broadcastName;
+  if (!name || typeof BroadcastChannel === 'undefined' || !core.emergentEnabled) return undefined;
+  const channel = new BroadcastChannel(name);
+  channel.onmessage = (event: MessageEvent) => {
+    if (event.data === SHARED_TIER_CHANGED) void core.reloadShared().catch(() => undefined);
+  };
+  // Node: a listening channel must not keep a service alive on its own.
+  (channel as { unref?: () => void }).unref?.();
+  return channel;
+}
+
 let runCounter = 0;
 function newRunId(): string {
   const random = typeof crypto !== 'undefined' && 'randomUUID' in crypto ? crypto.randomUUID().slice(0, 8) : Math.random().toString(16).slice(2, 10);
@@ -211,6 +232,7 @@ export class Agent {
   readonly #hub: EventHub;
   readonly #sandbox: SandboxHost | undefined;
   readonly #store: object | undefined;
+  readonly #channel: BroadcastChannel | undefined;
 
   /** Forged tools (the emergent registry). */
   readonly tools: {
@@ -236,9 +258,10 @@ export class Agent {
   };
 
   /** @internal use {@link createAgent} */
-  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: object) {
+  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: Store) {
     this.#core = core;
     this.#store = store;
+    const channel = (this.#channel = sharedTierChannel(store, core));
     if (store && core.emergentEnabled) {
       const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
       agents.add(core);
@@ -265,6 +288,7 @@ export class Agent {
     // After a change that may touch the shared tier, the other agents of the runtime re-read it.
     const shared = async <T>(result: T): Promise<T> => {
       await reloadSharedTier(store, core);
+      channel?.postMessage(SHARED_TIER_CHANGED);
       return result;
     };
     this.tools = {
@@ -420,6 +444,7 @@ export class Agent {
   /** Writes buffered stats, stops the sandbox this agent created, releases the wasm agent. */
   async close(): Promise<void> {
     if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
+    this.#channel?.close();
     if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
     await this.#sandbox?.close?.();
     this.#core.free();

@@ -72,4 +72,29 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
     assert.deepEqual(problems, [], tab.log.join('\n'));
     await tab.screenshot('browser-emergent');
   });
+
+  test('a shared-tier approval in one tab reaches an agent open in another tab', async () => {
+    const context = await browser.newContext();
+    try {
+      const [owner, viewer] = [await openPage(context, `${site.url}/`), await openPage(context, `${site.url}/`)];
+      const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-tabs-${Date.now()}` };
+      await callInPage(viewer.page, 'holdAgent', 'viewer', { ...config, agentId: 'viewer-bot' });
+      assert.deepEqual(await callInPage(viewer.page, 'heldTools', 'viewer'), []);
+      await callInPage(owner.page, 'holdAgent', 'owner', { ...config, agentId: 'owner-bot' });
+      assert.equal(await callInPage(owner.page, 'heldForgeAndShare', 'owner', slugify), 'shared');
+      // The other tab re-reads its shared tier when the owner's tab broadcasts the change.
+      let seen: unknown = [];
+      for (let i = 0; i < 50 && JSON.stringify(seen) !== JSON.stringify([['slugify', 'shared']]); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        seen = await callInPage(viewer.page, 'heldTools', 'viewer');
+      }
+      assert.deepEqual(seen, [['slugify', 'shared']]);
+      assert.deepEqual(await callInPage(viewer.page, 'heldCall', 'viewer', 'slugify', 'Across Tabs'), { slug: 'across-tabs' });
+      await Promise.all([callInPage(owner.page, 'releaseAgent', 'owner'), callInPage(viewer.page, 'releaseAgent', 'viewer')]);
+      const problems = [...owner.pageErrors, ...owner.consoleErrors, ...viewer.pageErrors, ...viewer.consoleErrors];
+      assert.deepEqual(problems, [], [...owner.log, ...viewer.log].join('\n'));
+    } finally {
+      await context.close();
+    }
+  });
 });

@@ -122,6 +122,7 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   const none = (): undefined => undefined;
 
   return {
+    broadcastName: `crucible-indexeddb:${name}:${storeName}`,
     async get(key: string): Promise<JsonValue | undefined> {
       checkKey(key);
       return run('readonly', 'get', (os) => {

@@ -16,6 +16,12 @@ export type BatchOp = { type: 'put'; key: string; value: JsonValue } | { type: '
  * A resolved promise means the write is durable to the store's guarantee.
  */
 export interface Store {
+  /**
+   * Set by stores whose data other JavaScript contexts (browser tabs, workers) open too: the
+   * `BroadcastChannel` name agents on this data use to tell each other about shared-tier
+   * changes. `indexedDbStore` sets it; a store without it shares changes within its context.
+   */
+  readonly broadcastName?: string;
   get(key: string): Promise<JsonValue | undefined>;
   put(key: string, value: JsonValue): Promise<void>;
   delete(key: string): Promise<void>;

@@ -153,6 +153,28 @@ window.shareAcrossRuntime = async (config, name, text) => {
   }
 };
 
+// Agents kept open across calls, for tests with two tabs.
+const held = new Map();
+window.holdAgent = async (key, config) => {
+  held.set(key, await makeAgent(config));
+  return true;
+};
+window.heldTools = (key) => held.get(key).tools.list({ sessionId: 'z' }).map((t) => [t.name, t.tier]);
+window.heldCall = (key, name, text) => held.get(key).tools.call(name, { text }, { sessionId: 'z' });
+/** Forges `forgeRequest`, uses it until it promotes itself to the agent tier, then to shared. */
+window.heldForgeAndShare = async (key, forgeRequest) => {
+  const agent = held.get(key);
+  if (!(await agent.forge(forgeRequest, { sessionId: 'z' })).success) return 'not forged';
+  for (const text of ['a b', 'c d']) await agent.tools.call(forgeRequest.name, { text }, { sessionId: 'z' });
+  const pending = await agent.emergent.requestPromotion(forgeRequest.name, 'shared');
+  return (await agent.emergent.approve(pending.approval.id)).tier;
+};
+window.releaseAgent = async (key) => {
+  await held.get(key)?.close();
+  held.delete(key);
+  return true;
+};
+
 /** createSandbox that is expected to fail: reports the error and how long failing took. */
 window.sandboxStartError = async (options) => {
   const started = performance.now();
