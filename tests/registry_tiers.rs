@@ -246,6 +246,7 @@ fn agents_on_one_store_see_shared_tier_changes_after_reloading_it() {
     block_on(r.registry.approve(&approval.id)).unwrap();
     assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap_err().code, "unknown_tool", "loaded before the approval");
     block_on(other.registry.reload_shared()).unwrap();
+    assert!(other.events.types().contains(&"registry.reloaded".to_string()));
     assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap(), json!({ "slug": "a-b" }));
     // Demoted by its owner: the other agent cannot call it at the shared tier any more.
     block_on(r.registry.demote("slugify", "s1")).unwrap();

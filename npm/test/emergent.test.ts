@@ -130,6 +130,8 @@ describe('forge through the package', () => {
     // Another agent of the same runtime (same store), loaded before the approval.
     const sibling = await makeAgent(store, {}, 'sibling');
     assert.deepEqual(sibling.tools.list({ sessionId: 'z' }), []);
+    const reloaded: AgentEvent[] = [];
+    sibling.on((e) => e.type === 'registry.reloaded' && reloaded.push(e));
     const approvals: AgentEvent[] = [];
     restarted.on((e) => e.type === 'approval.requested' && approvals.push(e));
     const pending = (await restarted.emergent.requestPromotion('slugify', 'shared')) as { status: string };
@@ -142,6 +144,7 @@ describe('forge through the package', () => {
     assert.ok(restarted.emergent.audit().some((a) => a.action === 'promote'));
     // The sibling sees the approval at once, and the owner's demotion too.
     assert.deepEqual(sibling.tools.list({ sessionId: 'z' }).map((t) => [t.name, t.tier]), [['slugify', 'shared']]);
+    assert.deepEqual(reloaded.map((e) => e.type === 'registry.reloaded' && [e.tier, e.tools]), [['shared', 1]], 'the sibling is told');
     assert.deepEqual(await sibling.tools.call('slugify', { text: 'For All' }, { sessionId: 'z' }), { slug: 'for-all' });
     await restarted.emergent.demote('slugify');
     await assert.rejects(sibling.tools.call('slugify', { text: 'x' }, { sessionId: 'z' }), (e: { code?: string }) => e.code === 'denied');

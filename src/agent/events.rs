@@ -106,6 +106,10 @@ pub enum EventBody {
     /// run pauses) or a shared-tier promotion (kind `promotion`; `approve`/`deny`).
     #[serde(rename = "approval.requested", rename_all = "camelCase")]
     ApprovalRequested { approval: PendingApproval },
+    /// The registry re-read a tier from the store because another agent of the runtime (or
+    /// another tab) changed it; `tools` is how many tools that tier now holds.
+    #[serde(rename = "registry.reloaded", rename_all = "camelCase")]
+    RegistryReloaded { tier: Tier, tools: u32, at: f64 },
 }
 
 /// Receives events as they happen.

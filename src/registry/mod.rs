@@ -279,6 +279,14 @@ impl Registry {
     /// the change is visible to all of them at once. Built handlers of unchanged tools stay.
     pub async fn reload_shared(&self) -> Result<(), RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
+        let tools = loaded.len() as u32;
+        self.replace_shared(&mut loaded);
+        self.emit("", EventBody::RegistryReloaded { tier: Tier::Shared, tools, at: self.now() });
+        Ok(())
+    }
+
+    /// Installs a freshly read shared tier, keeping what this agent holds of unchanged tools.
+    fn replace_shared(&self, loaded: &mut BTreeMap<String, Entry>) {
         let mut state = self.state.borrow_mut();
         for (name, entry) in loaded.iter_mut() {
             if let Some(old) = state.shared.get(name) {
@@ -290,8 +298,7 @@ impl Registry {
                 entry.unflushed = old.unflushed.clone();
             }
         }
-        state.shared = loaded;
-        Ok(())
+        state.shared = std::mem::take(loaded);
     }
 
     pub fn agent_id(&self) -> &str {

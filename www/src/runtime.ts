@@ -42,6 +42,7 @@ export type EmergentEvent = { runId?: string; runPath?: string[] } & (
   | { type: 'tool.promoted'; name: string; fromTier: Tier; toTier: Tier; version: number }
   | { type: 'tool.demoted'; name: string; fromTier: Tier; toTier: Tier }
   | { type: 'approval.requested'; approval: PendingApproval }
+  | { type: 'registry.reloaded'; tier: Tier; tools: number; at: number }
 );
 
 export type DemoEvent = AgentEvent | EmergentEvent;
@@ -55,6 +56,7 @@ export const EMERGENT_TYPES = new Set([
   'tool.promoted',
   'tool.demoted',
   'approval.requested',
+  'registry.reloaded',
 ]);
 
 export function isEmergentEvent(event: { type: string }): event is EmergentEvent {

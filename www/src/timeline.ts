@@ -137,6 +137,9 @@ export function mountTimeline(app: App): void {
       case 'tool.demoted':
         entry('demoted', h('span', { class: 'badge badge-warn' }, 'demoted'), ' ', h('code', {}, e.name), ` ${e.fromTier} → ${e.toTier}`);
         break;
+      case 'registry.reloaded':
+        entry('reloaded', h('span', { class: 'badge' }, 're-read'), ` ${e.tier} tier changed elsewhere: ${e.tools} tool${e.tools === 1 ? '' : 's'}`);
+        break;
       case 'approval.requested':
         entry(
           'approval',

@@ -137,6 +137,8 @@ export interface PendingApproval {
  * - `tool.promoted` { name, fromTier, toTier, version }
  * - `tool.demoted` { name, fromTier, toTier }
  * - `approval.requested` { approval: PendingApproval }
+ * - `registry.reloaded` { tier, tools, at } — the tier was re-read because another agent of the
+ *   runtime, or another tab, changed it
  */
 export type EmergentEventType =
   | 'forge.start'
@@ -146,4 +148,5 @@ export type EmergentEventType =
   | 'forge.rejected'
   | 'tool.promoted'
   | 'tool.demoted'
-  | 'approval.requested';
+  | 'approval.requested'
+  | 'registry.reloaded';
