@@ -36,6 +36,7 @@ import { cpus, loadavg } from 'node:os';
 import { isDeepStrictEqual } from 'node:util';
 import { pathToFileURL } from 'node:url';
 import { createAgent, tool, type ForgeRequest, type ModelProvider } from '../npm/src/node.js';
+import { SLUGIFY_FORGE } from '../npm/test/support/forge-fixtures.js';
 
 // Dev dependencies live in npm/node_modules; resolve them from there, not from bench/.
 const fromNpm = createRequire(new URL('../npm/package.json', import.meta.url));
@@ -71,19 +72,8 @@ interface Spec {
 const SPECS: Spec[] = [
   {
     base: 'slugify',
-    request: {
-      description: 'Turn text into a URL slug',
-      inputSchema: textSchema,
-      outputSchema: { type: 'object', properties: { slug: str }, required: ['slug'] },
-      implementation: {
-        mode: 'sandbox',
-        code: "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}",
-      },
-      testCases: [
-        { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
-        { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
-      ],
-    },
+    // The tests' fixture: the issue-3 code with two test cases (its name is replaced per forge).
+    request: SLUGIFY_FORGE,
     call: { text: 'Hello, World! This is Crucible -- forging tools 2024' },
     expect: { slug: 'hello-world-this-is-crucible-forging-tools-2024' },
   },

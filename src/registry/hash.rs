@@ -9,47 +9,41 @@ use crate::forge::ForgeRequest;
 
 /// Canonical JSON text: keys sorted at every level, compact.
 pub fn canonical_json(v: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write(v, &mut out);
-    out
+    // serde_json writes UTF-8, and writing into a Vec cannot fail.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-/// A JSON string literal, escaped as serde_json escapes it.
-fn write_str(s: &str, out: &mut String) {
-    // serde_json writes valid UTF-8; writing into a String through its Vec cannot fail.
-    let mut buf = std::mem::take(out).into_bytes();
-    let _ = serde_json::to_writer(&mut buf, s);
-    *out = String::from_utf8(buf).unwrap_or_default();
-}
-
-fn write(v: &Value, out: &mut String) {
+fn write(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(m) => {
             let mut entries: Vec<(&String, &Value)> = m.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.push(b'{');
             for (i, (k, x)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                write_str(k, out);
-                out.push(':');
+                let _ = serde_json::to_writer(&mut *out, k);
+                out.push(b':');
                 write(x, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(a) => {
-            out.push('[');
+            out.push(b'[');
             for (i, x) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write(x, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        Value::String(s) => write_str(s, out),
-        other => out.push_str(&other.to_string()),
+        leaf => {
+            let _ = serde_json::to_writer(&mut *out, leaf);
+        }
     }
 }
 

@@ -280,25 +280,22 @@ impl Registry {
     pub async fn reload_shared(&self) -> Result<(), RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
         let tools = loaded.len() as u32;
-        self.replace_shared(&mut loaded);
+        {
+            let mut state = self.state.borrow_mut();
+            for (name, entry) in loaded.iter_mut() {
+                if let Some(old) = state.shared.get(name) {
+                    if old.record.current.hash == entry.record.current.hash && old.record.status == entry.record.status {
+                        entry.built = old.built.clone();
+                    }
+                    // Calls this agent counted but has not written yet stay counted.
+                    entry.stats.merge(&old.unflushed);
+                    entry.unflushed = old.unflushed.clone();
+                }
+            }
+            state.shared = loaded;
+        }
         self.emit("", EventBody::RegistryReloaded { tier: Tier::Shared, tools, at: self.now() });
         Ok(())
-    }
-
-    /// Installs a freshly read shared tier, keeping what this agent holds of unchanged tools.
-    fn replace_shared(&self, loaded: &mut BTreeMap<String, Entry>) {
-        let mut state = self.state.borrow_mut();
-        for (name, entry) in loaded.iter_mut() {
-            if let Some(old) = state.shared.get(name) {
-                if old.record.current.hash == entry.record.current.hash && old.record.status == entry.record.status {
-                    entry.built = old.built.clone();
-                }
-                // Calls this agent counted but has not written yet stay counted.
-                entry.stats.merge(&old.unflushed);
-                entry.unflushed = old.unflushed.clone();
-            }
-        }
-        state.shared = std::mem::take(loaded);
     }
 
     pub fn agent_id(&self) -> &str {
@@ -648,10 +645,9 @@ impl Registry {
                 .flat_map(|m| m.values().filter(|e| e.active()).map(|e| e.record.name.clone()))
                 .collect()
         };
-        let lookup = self.lookup();
         for name in names {
-            if let Some((tool, steps)) = self.forged_tool(&name, session) {
-                if steps.iter().all(|step| lookup.contains(step, session)) {
+            if let Some((tier, tool)) = self.forged_tool(&name, session) {
+                if self.steps_reachable(tier, &name, session) {
                     set.insert(tool);
                 }
             }
@@ -672,7 +668,7 @@ impl Registry {
     /// The tool `session` reaches under `name`: forged (session, agent, shared), then host
     /// tools, then `forge_tool`. Only that tool is built (and cached on its entry).
     pub fn resolve_tool(&self, name: &str, session: &str) -> Option<Tool> {
-        if let Some((tool, _)) = self.forged_tool(name, session) {
+        if let Some((_, tool)) = self.forged_tool(name, session) {
             return Some(tool);
         }
         if let Some(tool) = self.host_tools.borrow().get(name) {
@@ -687,20 +683,30 @@ impl Registry {
     }
 
     /// The built forged tool `session` reaches under `name` (the most specific tier that
-    /// builds), with the names of its compose steps.
-    fn forged_tool(&self, name: &str, session: &str) -> Option<(Tool, Vec<String>)> {
-        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().find_map(|tier| self.built_at(tier, name, session))
+    /// builds), with its tier.
+    fn forged_tool(&self, name: &str, session: &str) -> Option<(Tier, Tool)> {
+        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().find_map(|tier| self.built_at(tier, name, session).map(|tool| (tier, tool)))
+    }
+
+    /// Whether every step tool of the compose entry `name` at `tier` is reachable by `session`
+    /// now (true for sandbox tools).
+    fn steps_reachable(&self, tier: Tier, name: &str, session: &str) -> bool {
+        let state = self.state.borrow();
+        let Some(entry) = state.tier(tier, session).and_then(|m| m.get(name)) else { return false };
+        match &entry.record.current.request.implementation {
+            crate::forge::Implementation::Compose { steps } => steps.iter().all(|step| self.reaches(&step.tool, session)),
+            _ => true,
+        }
     }
 
     /// The built tool of the active entry `name` at `tier`, building and caching it on first
     /// use; `None` when there is none or it cannot be built now.
-    fn built_at(&self, tier: Tier, name: &str, session: &str) -> Option<(Tool, Vec<String>)> {
+    fn built_at(&self, tier: Tier, name: &str, session: &str) -> Option<Tool> {
         let record = {
             let state = self.state.borrow();
             let entry = state.tier(tier, session)?.get(name).filter(|e| e.active())?;
-            let steps = compose_steps(&entry.record);
             if let Some(tool) = &entry.built {
-                return Some((tool.clone(), steps));
+                return Some(tool.clone());
             }
             entry.record.clone()
         };
@@ -711,7 +717,7 @@ impl Registry {
                 entry.built = Some(tool.clone());
             }
         }
-        Some((tool, compose_steps(&record)))
+        Some(tool)
     }
 
     /// The `forge_tool` meta-tool, built once (it never changes for a registry).
@@ -760,7 +766,7 @@ impl Registry {
             None => Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}` at the {} tier", tier.as_str()))),
             Some(ToolStatus::Demoted) => Err(ToolFailure::new("denied", format!("`{name}` was demoted from the {} tier and cannot be called there", tier.as_str()))),
             Some(ToolStatus::Active) => {
-                let Some((tool, _)) = self.built_at(tier, name, session) else {
+                let Some(tool) = self.built_at(tier, name, session) else {
                     return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
                 };
                 let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string(), depth: 0 };
@@ -871,14 +877,6 @@ impl crate::tools::ToolLookup for RegistryTools {
 
     fn available(&self, session_id: &str) -> Vec<String> {
         self.0.upgrade().map(|r| r.tool_set(session_id).names().map(str::to_string).collect()).unwrap_or_default()
-    }
-}
-
-/// The tools a compose record's steps call (empty for sandbox tools).
-fn compose_steps(record: &ToolRecord) -> Vec<String> {
-    match &record.current.request.implementation {
-        crate::forge::Implementation::Compose { steps } => steps.iter().map(|s| s.tool.clone()).collect(),
-        _ => vec![],
     }
 }
 
