@@ -162,7 +162,8 @@ interface CoreAgentHandle {
 /**
  * Agents created with the same `store` object form one runtime: they share the `shared` tier.
  * A shared-tier change made through one agent (approve, demote, rollback) is re-read by the
- * others at once; agents in other processes or tabs see it when they load.
+ * others at once; agents in other tabs hear of it on the store's `broadcastName` (see
+ * `sharedTierChannel`), agents in other processes see it when they load.
  */
 const runtimes = new WeakMap<object, Set<CoreAgentHandle>>();
 

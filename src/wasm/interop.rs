@@ -167,7 +167,10 @@ impl ToolHandler for JsTool {
         let strings = [self.name.as_str(), &ctx.run_id, &ctx.call_id, &ctx.session_id].map(JsValue::from_str);
         let returned = self.call_tool.call5(&JsValue::NULL, &strings[0], &js_args, &strings[1], &strings[2], &strings[3]).map_err(failure)?;
         // A synchronous tool's value is used as is: no promise round trip.
-        let result = if returned.is_instance_of::<Promise>() { JsFuture::from(returned.unchecked_into::<Promise>()).await.map_err(failure)? } else { returned };
+        let result = match returned.dyn_into::<Promise>() {
+            Ok(promise) => JsFuture::from(promise).await.map_err(failure)?,
+            Err(value) => value,
+        };
         if result.is_undefined() {
             return Ok(Value::Null);
         }
