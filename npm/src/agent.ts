@@ -19,6 +19,20 @@ import type { PendingApproval } from '../wasm/crucible_core.js';
  * instance, since creating an AbortController per call shows up in call latency. */
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 
+/** A tool result as JSON text (`undefined` stays `undefined`); a value with no JSON form (a
+ *  function, a `BigInt`, a cycle) throws, which makes the call an `execution_failed` result. */
+function jsonText(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (error) {
+    throw new Error(`the tool returned a value that is not JSON: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (text === undefined) throw new Error('the tool returned a value that is not JSON: it has no JSON form');
+  return text;
+}
+
 /** Options of {@link createAgent}. */
 export interface AgentOptions {
   model: ModelProvider;
@@ -495,14 +509,15 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   });
   const modelAdapter = adapt(options.model);
   const hub = new EventHub();
-  // Returns what `execute` returns: a value or a native promise (other thenables are adopted
-  // here). The core awaits only promises, so a synchronous tool costs no promise round trip.
+  // Returns the JSON text of what `execute` returns (or `undefined`), or a native promise of
+  // it: the core reads text in one step, and a synchronous tool costs no promise round trip.
   const callTool = (name: string, args: unknown, runId: string, callId: string, sessionId: string): unknown => {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
     const result: unknown = hostTool.execute(args, { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
-    const thenable = result instanceof Promise || (typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function');
-    return thenable && !(result instanceof Promise) ? Promise.resolve(result) : result;
+    if (result instanceof Promise) return result.then(jsonText);
+    const thenable = typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function';
+    return thenable ? Promise.resolve(result).then(jsonText) : jsonText(result);
   };
   const config = {
     instructions: options.instructions ?? '',

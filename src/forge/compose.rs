@@ -131,17 +131,86 @@ fn split(s: &str) -> Vec<Piece> {
     pieces
 }
 
-/// Every reference in a mapping value (for build-time checks).
-fn references(v: &Value, out: &mut Vec<Reference>) {
-    match v {
-        Value::String(s) => out.extend(split(s).into_iter().filter_map(|p| match p {
-            Piece::Ref(r, _) => Some(r),
-            Piece::Text(_) => None,
-        })),
-        Value::Array(a) => a.iter().for_each(|x| references(x, out)),
-        Value::Object(m) => m.values().for_each(|x| references(x, out)),
-        _ => {}
+/// A step's `inputMapping` value, parsed once when the pipeline is built (calls only look
+/// values up).
+#[derive(Debug, Clone, PartialEq)]
+enum Mapping {
+    Literal(Value),
+    /// A string that is exactly one reference: the referenced value keeps its JSON type.
+    Whole(Reference, String),
+    /// A string with references inside it: interpolated into a string.
+    Text(Vec<Piece>),
+    Array(Vec<Mapping>),
+    Object(Vec<(String, Mapping)>),
+}
+
+impl Mapping {
+    fn parse(v: &Value) -> Self {
+        match v {
+            Value::String(s) if s.contains('$') => {
+                let mut pieces = split(s);
+                match pieces.as_slice() {
+                    [Piece::Ref(..)] => match pieces.pop() {
+                        Some(Piece::Ref(r, text)) => Self::Whole(r, text),
+                        _ => unreachable!("matched one reference above"),
+                    },
+                    _ if pieces.iter().all(|p| matches!(p, Piece::Text(_))) => Self::Literal(v.clone()),
+                    _ => Self::Text(pieces),
+                }
+            }
+            Value::Array(a) => Self::Array(a.iter().map(Self::parse).collect()),
+            Value::Object(m) => Self::object(m),
+            other => Self::Literal(other.clone()),
+        }
     }
+
+    fn object(m: &Map<String, Value>) -> Self {
+        Self::Object(m.iter().map(|(k, x)| (k.clone(), Self::parse(x))).collect())
+    }
+
+    /// Every reference in the mapping (for build-time checks).
+    fn references<'m>(&'m self, out: &mut Vec<&'m Reference>) {
+        match self {
+            Self::Literal(_) => {}
+            Self::Whole(r, _) => out.push(r),
+            Self::Text(pieces) => out.extend(pieces.iter().filter_map(|p| match p {
+                Piece::Ref(r, _) => Some(r),
+                Piece::Text(_) => None,
+            })),
+            Self::Array(items) => items.iter().for_each(|x| x.references(out)),
+            Self::Object(fields) => fields.iter().for_each(|(_, x)| x.references(out)),
+        }
+    }
+
+    fn resolve(&self, scope: &Scope<'_>) -> Result<Value, ToolFailure> {
+        match self {
+            Self::Literal(v) => Ok(v.clone()),
+            Self::Whole(r, text) => lookup(r, scope, text).cloned(),
+            Self::Text(pieces) => {
+                let mut out = String::new();
+                for p in pieces {
+                    match p {
+                        Piece::Text(t) => out.push_str(t),
+                        Piece::Ref(r, text) => match lookup(r, scope, text)? {
+                            Value::String(s) => out.push_str(s),
+                            other => out.push_str(&other.to_string()),
+                        },
+                    }
+                }
+                Ok(Value::String(out))
+            }
+            Self::Array(items) => items.iter().map(|x| x.resolve(scope)).collect::<Result<Vec<_>, _>>().map(Value::Array),
+            Self::Object(fields) => fields.iter().map(|(k, x)| Ok((k.clone(), x.resolve(scope)?))).collect::<Result<Map<_, _>, _>>().map(Value::Object),
+        }
+    }
+}
+
+/// One pipeline step, its mapping parsed.
+#[derive(Debug)]
+struct Step {
+    name: String,
+    tool: String,
+    mapping: Mapping,
 }
 
 /// The values references resolve against while a pipeline runs: `steps[i]` produced
@@ -149,7 +218,7 @@ fn references(v: &Value, out: &mut Vec<Reference>) {
 struct Scope<'a> {
     input: &'a Value,
     prev: &'a Value,
-    steps: &'a [ComposeStep],
+    steps: &'a [Step],
     outputs: &'a [Value],
 }
 
@@ -174,40 +243,11 @@ fn lookup<'v>(r: &Reference, scope: &Scope<'v>, text: &str) -> Result<&'v Value,
         .ok_or_else(|| ToolFailure::new("execution_failed", format!("reference `{text}` does not resolve")))
 }
 
-fn resolve(v: &Value, scope: &Scope<'_>) -> Result<Value, ToolFailure> {
-    match v {
-        Value::String(s) if s.contains('$') => {
-            let pieces = split(s);
-            if let [Piece::Ref(r, text)] = pieces.as_slice() {
-                return lookup(r, scope, text).cloned();
-            }
-            let mut out = String::new();
-            for p in pieces {
-                match p {
-                    Piece::Text(t) => out.push_str(&t),
-                    Piece::Ref(r, text) => match lookup(&r, scope, &text)? {
-                        Value::String(s) => out.push_str(s),
-                        other => out.push_str(&other.to_string()),
-                    },
-                }
-            }
-            Ok(Value::String(out))
-        }
-        Value::Array(a) => a.iter().map(|x| resolve(x, scope)).collect::<Result<Vec<_>, _>>().map(Value::Array),
-        Value::Object(m) => resolve_map(m, scope).map(Value::Object),
-        other => Ok(other.clone()),
-    }
-}
-
-fn resolve_map(m: &Map<String, Value>, scope: &Scope<'_>) -> Result<Map<String, Value>, ToolFailure> {
-    m.iter().map(|(k, x)| Ok((k.clone(), resolve(x, scope)?))).collect()
-}
-
 /// Runs a compose pipeline: each step's arguments are resolved, the step's tool is looked up
 /// for the caller's session, its arguments are validated against its input schema, it runs
 /// and its output is checked against its output schema.
 pub struct ComposeHandler {
-    steps: Vec<ComposeStep>,
+    steps: Vec<Step>,
     tools: Rc<dyn ToolLookup>,
 }
 
@@ -224,7 +264,7 @@ impl ComposeHandler {
         if steps.is_empty() {
             return Err(ComposeBuildError::Empty);
         }
-        let mut seen: Vec<&str> = vec![];
+        let mut built: Vec<Step> = Vec::with_capacity(steps.len());
         for step in steps {
             if step.tool == tool_name {
                 return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
@@ -232,26 +272,22 @@ impl ComposeHandler {
             if !tools.contains(&step.tool, session) {
                 return Err(ComposeBuildError::UnknownTool { step: step.name.clone(), tool: step.tool.clone(), available: tools.available(session).join(", ") });
             }
+            let mapping = Mapping::object(&step.input_mapping);
             let mut refs = vec![];
-            references(&Value::Object(step.input_mapping.clone()), &mut refs);
+            mapping.references(&mut refs);
             for r in refs {
-                if let Root::Step(target) = r.root {
-                    if !seen.contains(&target.as_str()) {
-                        return Err(ComposeBuildError::UnknownStepReference { step: step.name.clone(), target });
+                if let Root::Step(target) = &r.root {
+                    if !built.iter().any(|s| &s.name == target) {
+                        return Err(ComposeBuildError::UnknownStepReference { step: step.name.clone(), target: target.clone() });
                     }
                 }
             }
-            if seen.contains(&step.name.as_str()) {
+            if built.iter().any(|s| s.name == step.name) {
                 return Err(ComposeBuildError::DuplicateStep(step.name.clone()));
             }
-            seen.push(&step.name);
+            built.push(Step { name: step.name.clone(), tool: step.tool.clone(), mapping });
         }
-        Ok(Self { steps: steps.to_vec(), tools })
-    }
-
-    /// Names of the tools the pipeline calls, in order.
-    pub fn tool_names(&self) -> Vec<&str> {
-        self.steps.iter().map(|s| s.tool.as_str()).collect()
+        Ok(Self { steps: built, tools })
     }
 }
 
@@ -266,8 +302,7 @@ impl ToolHandler for ComposeHandler {
         for step in &self.steps {
             let step_args = {
                 let prev = outputs.last().unwrap_or(&args);
-                let scope = Scope { input: &args, prev, steps: &self.steps, outputs: &outputs };
-                Value::Object(resolve_map(&step.input_mapping, &scope)?)
+                step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs })?
             };
             let fail = |f: ToolFailure| ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message));
             let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
@@ -287,8 +322,8 @@ mod tests {
     fn scope_eval(v: Value) -> Result<Value, ToolFailure> {
         let input = json!({ "text": "Hi", "user": { "name": "Ada" } });
         let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
-        let steps: Vec<ComposeStep> = serde_json::from_value(json!([{ "name": "first", "tool": "t", "inputMapping": {} }])).unwrap();
-        resolve(&v, &Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] })
+        let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
+        Mapping::parse(&v).resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] })
     }
 
     #[test]

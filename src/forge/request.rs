@@ -10,6 +10,8 @@
 //! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
 //! or punctuation (`"Count Vowels"` → `Count_Vowels`).
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -104,21 +106,22 @@ fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| obj.get(*k)).filter(|v| !v.is_null())
 }
 
-/// A value that may be JSON text: parsed when it is a string holding an object or array.
-fn unstringify(v: &Value) -> Result<Value, NormalizeError> {
+/// A value that may be JSON text: parsed when it is a string holding an object or array
+/// (borrowed as it is otherwise: requests carry whole schemas and code).
+fn unstringify(v: &Value) -> Result<Cow<'_, Value>, NormalizeError> {
     if let Value::String(s) = v {
         let t = s.trim();
         if t.starts_with('{') || t.starts_with('[') {
-            return serde_json::from_str(t).map_err(|e| NormalizeError(format!("a field holds JSON text that does not parse: {e}")));
+            return serde_json::from_str(t).map(Cow::Owned).map_err(|e| NormalizeError(format!("a field holds JSON text that does not parse: {e}")));
         }
     }
-    Ok(v.clone())
+    Ok(Cow::Borrowed(v))
 }
 
 fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<Value, NormalizeError> {
     match pick(obj, keys) {
         None => Ok(Value::Object(Map::new())),
-        Some(v) => match unstringify(v)? {
+        Some(v) => match unstringify(v)?.into_owned() {
             Value::Object(m) => Ok(Value::Object(m)),
             other => err(format!("{what} must be a JSON Schema object, got {}", type_name(&other))),
         },
@@ -147,7 +150,7 @@ fn canonical_mode(mode: &str) -> Option<&'static str> {
 
 fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeError> {
     let imp = match pick(obj, &["implementation", "impl"]) {
-        Some(v) => match unstringify(v)? {
+        Some(v) => match unstringify(v)?.into_owned() {
             Value::Object(m) => m,
             // A bare code string.
             Value::String(code) => {
@@ -188,10 +191,11 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
         };
         return Ok(Implementation::Sandbox { code: Some(code), allowlist });
     }
-    let steps = match steps.map(unstringify).transpose()? {
+    let steps = steps.map(unstringify).transpose()?;
+    let steps: &[Value] = match steps.as_deref() {
         Some(Value::Array(a)) => a,
-        Some(other) => return err(format!("compose `steps` must be an array, got {}", type_name(&other))),
-        None => vec![],
+        Some(other) => return err(format!("compose `steps` must be an array, got {}", type_name(other))),
+        None => &[],
     };
     let mut out = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
@@ -204,7 +208,7 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
             Some(Value::String(n)) if !n.is_empty() => n.clone(),
             _ => format!("step{}", i + 1),
         };
-        let input_mapping = match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()? {
+        let input_mapping = match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()?.map(Cow::into_owned) {
             Some(Value::Object(m)) => m,
             None => Map::new(),
             Some(other) => return err(format!("compose step {i} `inputMapping` must be an object, got {}", type_name(&other))),
@@ -215,9 +219,10 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
 }
 
 fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
-    let Value::Object(c) = unstringify(v)? else { return err(format!("test case {i} must be an object with `input`")) };
-    let input = match pick(&c, &["input", "args", "arguments", "inputs"]) {
-        Some(v) => unstringify(v)?,
+    let c = unstringify(v)?;
+    let Value::Object(c) = &*c else { return err(format!("test case {i} must be an object with `input`")) };
+    let input = match pick(c, &["input", "args", "arguments", "inputs"]) {
+        Some(v) => unstringify(v)?.into_owned(),
         None => Value::Object(Map::new()),
     };
     let expected_output = c
@@ -231,12 +236,13 @@ fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
 
 fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeError> {
     let Some(raw) = pick(obj, &["testCases", "test_cases", "tests", "examples"]) else { return Ok(vec![]) };
-    match unstringify(raw)? {
+    let raw = unstringify(raw)?;
+    match &*raw {
         Value::Array(a) => a.iter().enumerate().map(|(i, v)| test_case(v, i)).collect(),
-        Value::Object(m) if m.contains_key("input") || m.contains_key("args") => Ok(vec![test_case(&Value::Object(m), 0)?]),
+        Value::Object(m) if m.contains_key("input") || m.contains_key("args") => Ok(vec![test_case(&raw, 0)?]),
         // A map of named cases: { "case1": { input, expected }, ... }.
         Value::Object(m) => m.values().enumerate().map(|(i, v)| test_case(v, i)).collect(),
-        other => err(format!("testCases must be an array, got {}", type_name(&other))),
+        other => err(format!("testCases must be an array, got {}", type_name(other))),
     }
 }
 
@@ -262,31 +268,29 @@ fn snake_name(raw: &str) -> String {
 
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
-    let raw = unstringify(raw)?;
+    let outer = unstringify(raw)?;
     // Some models wrap everything in { "request": {...} } or { "tool": {...} }.
-    let raw = match &raw {
-        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {
-            m.values().next().cloned().unwrap_or(Value::Null)
-        }
-        _ => raw,
+    let raw = match &*outer {
+        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => m.values().next().unwrap_or(&Value::Null),
+        other => other,
     };
-    let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(&raw))) };
-    let name = match pick(&obj, &["name", "toolName", "tool_name"]) {
+    let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(raw))) };
+    let name = match pick(obj, &["name", "toolName", "tool_name"]) {
         Some(Value::String(n)) => snake_name(n),
         _ => return err("missing `name`: give the new tool a snake_case name"),
     };
     if !crate::tools::is_valid_tool_name(&name) {
         return err(format!("tool name `{name}` must match ^[A-Za-z0-9_-]{{1,64}}$"));
     }
-    let description = match pick(&obj, &["description", "desc"]) {
+    let description = match pick(obj, &["description", "desc"]) {
         Some(Value::String(d)) => d.clone(),
         _ => String::new(),
     };
-    let input_schema = schema_field(&obj, &["inputSchema", "input_schema", "parameters", "input"], "inputSchema")?;
-    let output_schema = schema_field(&obj, &["outputSchema", "output_schema", "returns", "output"], "outputSchema")?;
-    let implementation = implementation(&obj)?;
-    let test_cases = test_cases(&obj)?;
-    let scope = match pick(&obj, &["scope"]) {
+    let input_schema = schema_field(obj, &["inputSchema", "input_schema", "parameters", "input"], "inputSchema")?;
+    let output_schema = schema_field(obj, &["outputSchema", "output_schema", "returns", "output"], "outputSchema")?;
+    let implementation = implementation(obj)?;
+    let test_cases = test_cases(obj)?;
+    let scope = match pick(obj, &["scope"]) {
         Some(Value::String(s)) => Some(s.clone()),
         _ => None,
     };

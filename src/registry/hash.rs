@@ -2,7 +2,7 @@
 //! tool's name, description, schemas, implementation and test cases. Scope, provenance,
 //! verdicts and stats are not content.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::forge::ForgeRequest;
@@ -47,24 +47,50 @@ fn write(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// The content hash of a request (hex sha256).
+/// The content hash of a request (hex sha256). The canonical object is written field by field
+/// in sorted key order, so the schemas are not copied into an intermediate value.
 pub fn content_hash(request: &ForgeRequest) -> String {
-    let content = json!({
-        "name": request.name,
-        "description": request.description,
-        "inputSchema": request.input_schema,
-        "outputSchema": request.output_schema,
-        "implementation": request.implementation,
-        "testCases": request.test_cases,
-    });
-    let digest = Sha256::digest(canonical_json(&content).as_bytes());
+    let typed = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
+    let implementation = typed(serde_json::to_value(&request.implementation));
+    let test_cases = typed(serde_json::to_value(&request.test_cases));
+    let mut out = Vec::with_capacity(1024);
+    out.push(b'{');
+    let fields: [(&str, Field<'_>); 6] = [
+        ("description", Field::Text(&request.description)),
+        ("implementation", Field::Json(&implementation)),
+        ("inputSchema", Field::Json(&request.input_schema)),
+        ("name", Field::Text(&request.name)),
+        ("outputSchema", Field::Json(&request.output_schema)),
+        ("testCases", Field::Json(&test_cases)),
+    ];
+    for (i, (key, field)) in fields.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        match field {
+            Field::Text(t) => {
+                let _ = serde_json::to_writer(&mut out, t);
+            }
+            Field::Json(v) => write(v, &mut out),
+        }
+    }
+    out.push(b'}');
+    let digest = Sha256::digest(&out);
     const HEX: &[u8; 16] = b"0123456789abcdef";
     digest.iter().flat_map(|b| [HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]).collect()
+}
+
+enum Field<'a> {
+    Text(&'a str),
+    Json(&'a Value),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// Hashes are persisted and carried in exported packages: the canonical form must not
     /// drift (escapes, key order, number text), whatever the implementation.

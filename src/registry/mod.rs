@@ -587,31 +587,32 @@ impl Registry {
         let session = origin.session_id.as_str();
         let hash = content_hash(&verified.request);
         let now = self.now();
+        let name = verified.request.name.clone();
+        let scope = verified.request.scope.clone();
         let (info, ops) = {
             let mut state = self.state.borrow_mut();
-            let previous = state.resolve(&verified.request.name, session).map(|(_, e)| e.record.clone());
-            let own = state.tier(Tier::Session, session).and_then(|m| m.get(&verified.request.name)).map(|e| e.record.clone());
-            let version = previous.as_ref().map(|r| r.history.iter().map(|v| v.version).max().unwrap_or(r.current.version) + 1).unwrap_or(1);
-            let current = ToolVersion { version, hash: hash.clone(), request: verified.request.clone(), verdict: Some(verified.verdict.clone()), created_at: now };
-            let mut history = own.map(|r| r.history).unwrap_or_default();
+            let version = state.resolve(&name, session).map(|(_, e)| e.record.history.iter().map(|v| v.version).max().unwrap_or(e.record.current.version) + 1).unwrap_or(1);
+            // This session's entry (active or demoted) is replaced; its history carries over.
+            let mut history = state.tier_mut(Tier::Session, session).remove(&name).map(|e| e.record.history).unwrap_or_default();
+            let current = ToolVersion { version, hash: hash.clone(), request: verified.request, verdict: Some(verified.verdict.clone()), created_at: now };
             history.push(current.clone());
             if history.len() > MAX_VERSIONS {
                 history.remove(0);
             }
             let record = ToolRecord {
-                name: verified.request.name.clone(),
+                name: name.clone(),
                 tier: Tier::Session,
                 status: ToolStatus::Active,
                 current,
                 history,
                 session_id: Some(session.to_string()),
-                origin: ForgeOrigin { scope: verified.request.scope.clone(), ..origin.clone() },
+                origin: ForgeOrigin { scope, ..origin.clone() },
                 promotion: PromotionMemo::default(),
             };
             let entry = Entry::new(record, ToolStats::default());
             let info = tool_info(&entry);
-            state.tier_mut(Tier::Session, session).insert(verified.request.name.clone(), entry);
-            let name_changed = state.forge_stats.record_approved(&verified.request.name, verified.verdict.confidence);
+            state.tier_mut(Tier::Session, session).insert(name.clone(), entry);
+            let name_changed = state.forge_stats.record_approved(&name, verified.verdict.confidence);
             let v = &verified.verdict;
             let mut ops = self.forge_stats_ops(&state, name_changed.then_some((info.name.as_str(), true)));
             ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)));

@@ -83,9 +83,14 @@ pub trait ToolHandler {
     }
 }
 
-/// A tool the agent can call: its public contract plus its handler.
+/// A tool the agent can call: its public contract plus its handler. Cloning is one reference
+/// count: registries hand out tools per call and compose pipelines look theirs up per step.
+#[derive(Clone, Debug)]
+pub struct Tool(Rc<ToolParts>);
+
+/// What a [`Tool`] is made of (reached through `Deref`: `tool.name`, `tool.description`).
 #[derive(Clone)]
-pub struct Tool {
+pub struct ToolParts {
     pub name: String,
     pub description: String,
     input: Rc<CompiledSchema>,
@@ -96,7 +101,15 @@ pub struct Tool {
     advertised: Option<Rc<Value>>,
 }
 
-impl std::fmt::Debug for Tool {
+impl std::ops::Deref for Tool {
+    type Target = ToolParts;
+
+    fn deref(&self) -> &ToolParts {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ToolParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tool").field("name", &self.name).finish_non_exhaustive()
     }
@@ -111,23 +124,24 @@ impl Tool {
         output_schema: Option<&Value>,
         handler: Rc<dyn ToolHandler>,
     ) -> Result<Self, SchemaError> {
-        Ok(Self {
+        Ok(Self(Rc::new(ToolParts {
             name: name.into(),
             description: description.into(),
             input: Rc::new(CompiledSchema::compile(input_schema)?),
             output: output_schema.map(CompiledSchema::compile).transpose()?.map(Rc::new),
             handler,
             advertised: None,
-        })
+        })))
     }
 
     /// Shows the model `schema` instead of the (more permissive) schema the arguments are
     /// validated against. Used by `forge_tool`: validation accepts the messy shapes
     /// [`crate::forge::normalize`] repairs, while the model is shown one concrete shape, which
     /// chat templates render as a call skeleton.
-    pub fn advertising(mut self, schema: Value) -> Self {
-        self.advertised = Some(Rc::new(schema));
-        self
+    pub fn advertising(self, schema: Value) -> Self {
+        let mut parts = Rc::unwrap_or_clone(self.0);
+        parts.advertised = Some(Rc::new(schema));
+        Self(Rc::new(parts))
     }
 
     pub fn definition(&self) -> ToolDefinition {

@@ -64,7 +64,8 @@ pub struct CoreAgent {
 impl CoreAgent {
     /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
     /// `tools`: `[{ name, description, inputSchema, outputSchema? }]`;
-    /// `call_tool`: `(name, args, runId, callId, sessionId) => json | Promise<json>` (a native
+    /// `call_tool`: `(name, args, runId, callId, sessionId) => jsonText | undefined | Promise<…>`
+    /// (the JSON text of the result; a native
     /// promise: other thenables are adopted on the TS side).
     /// Builds the agent. `check_approval`: `(name, args) => boolean | Promise<boolean>` for
     /// predicate tools; `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`;
@@ -101,7 +102,7 @@ impl CoreAgent {
                 Value::String(s) if s == "predicate" => ApprovalMode::Predicate,
                 _ => ApprovalMode::Never,
             };
-            let handler = Rc::new(JsTool { name: spec.name.clone(), call_tool: call_tool.clone(), approval, check_approval: check_approval.clone() });
+            let handler = Rc::new(JsTool::new(&spec.name, call_tool.clone(), approval, check_approval.clone()));
             let tool = Tool::new(&spec.name, spec.description, &spec.input_schema, spec.output_schema.as_ref(), handler)
                 .map_err(|e| error_object("invalid_config", &format!("tool `{}`: {e}", spec.name)))?;
             set.insert(tool);

@@ -25,10 +25,22 @@ const MAX_ERROR_MESSAGE: usize = 2000;
 // (serde-wasm-bindgen) costs a boundary call and a string decode per key and value, which made
 // conversions the largest cost of forging and calling tools (measured: bench/forge.bench.ts).
 
+#[wasm_bindgen]
+extern "C" {
+    // The engine's JSON, declared here so text crosses in one call each way (js_sys's
+    // bindings hand back a `JsString` that then needs a second call to copy out). `parse`
+    // only ever reads serde_json's output, which is valid JSON: it cannot throw, so it skips
+    // the exception wrapper (a measurable share of every tool call).
+    #[wasm_bindgen(js_namespace = JSON, js_name = parse)]
+    fn json_parse(text: &str) -> JsValue;
+    #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
+    fn json_stringify(value: &JsValue) -> Result<Option<String>, JsValue>;
+}
+
 /// Rust → JS with JSON semantics (maps become plain objects).
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
     let text = serde_json::to_string(value).map_err(|e| error_object("internal", &format!("serialization failed: {e}")))?;
-    js_sys::JSON::parse(&text).map_err(|e| error_object("internal", &format!("serialization failed: {}", describe_thrown(&e).1)))
+    Ok(json_parse(&text))
 }
 
 /// JS → Rust with `JSON.stringify` semantics: `undefined` is `null`, `toJSON` is honoured,
@@ -38,7 +50,7 @@ pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> 
     let text = if value.is_undefined() {
         "null".to_string()
     } else {
-        js_sys::JSON::stringify(value).map_err(|e| describe_thrown(&e).1)?.as_string().ok_or_else(|| "the value has no JSON form".to_string())?
+        json_stringify(value).map_err(|e| describe_thrown(&e).1)?.ok_or_else(|| "the value has no JSON form".to_string())?
     };
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
@@ -148,12 +160,49 @@ pub(crate) enum ApprovalMode {
 }
 
 /// A host tool: the TS side's `callTool(name, args, runId, callId, sessionId)`, which returns
-/// the tool's value or a native `Promise` of it.
+/// the JSON text of the tool's value (or `undefined`), or a native `Promise` of it.
 pub(crate) struct JsTool {
-    pub(crate) name: String,
-    pub(crate) call_tool: Rc<Function>,
-    pub(crate) approval: ApprovalMode,
-    pub(crate) check_approval: Rc<Function>,
+    name: String,
+    call_tool: Rc<Function>,
+    approval: ApprovalMode,
+    check_approval: Rc<Function>,
+    /// JS strings made once (name) or reused while they repeat (run and session ids): each
+    /// new JS string is a UTF-8 decode across the boundary, per call.
+    js_name: JsValue,
+    last_run: JsStringCache,
+    last_session: JsStringCache,
+}
+
+impl JsTool {
+    pub(crate) fn new(name: &str, call_tool: Rc<Function>, approval: ApprovalMode, check_approval: Rc<Function>) -> Self {
+        Self {
+            name: name.to_string(),
+            call_tool,
+            approval,
+            check_approval,
+            js_name: JsValue::from_str(name),
+            last_run: JsStringCache::default(),
+            last_session: JsStringCache::default(),
+        }
+    }
+}
+
+/// The JS string of the last Rust string asked for.
+#[derive(Default)]
+struct JsStringCache(std::cell::RefCell<Option<(String, JsValue)>>);
+
+impl JsStringCache {
+    fn get(&self, s: &str) -> JsValue {
+        let mut last = self.0.borrow_mut();
+        match last.as_ref() {
+            Some((text, value)) if text == s => value.clone(),
+            _ => {
+                let value = JsValue::from_str(s);
+                *last = Some((s.to_string(), value.clone()));
+                value
+            }
+        }
+    }
 }
 
 #[async_trait(?Send)]
@@ -164,18 +213,18 @@ impl ToolHandler for JsTool {
             ToolFailure::new(code.filter(|c| c == "aborted").unwrap_or_else(|| "execution_failed".into()), message)
         };
         let js_args = to_js(&args).map_err(failure)?;
-        let strings = [self.name.as_str(), &ctx.run_id, &ctx.call_id, &ctx.session_id].map(JsValue::from_str);
-        let returned = self.call_tool.call5(&JsValue::NULL, &strings[0], &js_args, &strings[1], &strings[2], &strings[3]).map_err(failure)?;
+        let (run, call, session) = (self.last_run.get(&ctx.run_id), JsValue::from_str(&ctx.call_id), self.last_session.get(&ctx.session_id));
+        let returned = self.call_tool.call5(&JsValue::NULL, &self.js_name, &js_args, &run, &call, &session).map_err(failure)?;
         // A synchronous tool's value is used as is: no promise round trip.
         let result = match returned.dyn_into::<Promise>() {
             Ok(promise) => JsFuture::from(promise).await.map_err(failure)?,
             Err(value) => value,
         };
-        if result.is_undefined() {
-            return Ok(Value::Null);
+        match result.as_string() {
+            Some(text) => serde_json::from_str(&text).map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}"))),
+            None if result.is_undefined() => Ok(Value::Null),
+            None => Err(ToolFailure::new("execution_failed", "the host returned something other than JSON text")),
         }
-        decode(&result)
-            .map_err(|e| ToolFailure::new("execution_failed", format!("the tool returned a value that is not JSON: {e}")))
     }
 
     async fn needs_approval(&self, args: &Value) -> bool {
