@@ -279,6 +279,25 @@ fn agents_sharing_a_tool_add_up_its_stats_instead_of_overwriting_them() {
 }
 
 #[test]
+fn concurrent_flushes_of_agents_sharing_a_tool_lose_no_calls() {
+    let memory = Rc::new(MemoryStore::new());
+    let setup = promoted_rig(memory.clone()); // 3 calls as a session tool
+    let approval = block_on(setup.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(setup.registry.approve(&approval.id)).unwrap();
+    // Two agents whose store reads wait, as real stores' do: both flushes read before either writes.
+    let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+    let agent = |id: &str| rig_over(id, config.clone(), Some(approving_judge()), None, memory.clone(), Rc::new(YieldingStore(memory.clone())));
+    let (a, b) = (agent("agent_a"), agent("agent_b"));
+    use_n(&a, "slugify", 2, "a");
+    use_n(&b, "slugify", 4, "b");
+    let (fa, fb) = block_on(futures::future::join(a.registry.flush_stats(), b.registry.flush_stats()));
+    fa.unwrap();
+    fb.unwrap();
+    let stored = block_on(memory.get("shared/stats/slugify")).unwrap().unwrap()["data"]["calls"].as_u64().unwrap();
+    assert_eq!(stored, 3 + 2 + 4, "neither agent's calls are lost");
+}
+
+#[test]
 fn a_denied_approval_leaves_the_tool_where_it_was() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();

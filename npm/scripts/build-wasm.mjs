@@ -21,13 +21,16 @@ const outDir = join(npmDir, 'wasm');
 const targetBase = process.env.CARGO_TARGET_DIR ? resolve(process.env.CARGO_TARGET_DIR) : join(root, 'target');
 const skipOpt = process.env.CRUCIBLE_SKIP_WASM_OPT === '1';
 
+// `sources`: the Rust files an artifact is built from (its cache key), `src` when it is all.
 const allArtifacts = [
   // The core mostly moves JSON between JS and the loop: size beats raw speed there.
-  { name: 'crucible_core', features: 'wasm-core', optLevel: 's', wasmOpt: '-Os' },
+  { name: 'crucible_core', features: 'wasm-core', optLevel: 's', wasmOpt: '-Os', sources: ['src'] },
   // Boa at opt-level "s" then wasm-opt -O3: 1.31 MB gzipped instead of 1.74 MB at opt-level 3,
   // and forged-tool calls stay 0.1–0.4x fresh-context node:vm (measured, bench/sandbox), since
   // per-call cost is dominated by overhead the warm pool and the frozen realm already cut.
-  { name: 'crucible_sandbox', features: 'wasm-sandbox', optLevel: 's', wasmOpt: '-O3' },
+  // Its exports (src/wasm/sandbox.rs) reach only the sandbox module, so a change to the agent
+  // core does not rebuild it (checked below: those files may name no other crate module).
+  { name: 'crucible_sandbox', features: 'wasm-sandbox', optLevel: 's', wasmOpt: '-O3', sources: ['src/lib.rs', 'src/sandbox', 'src/wasm/mod.rs', 'src/wasm/sandbox.rs'], onlyUses: 'sandbox' },
 ];
 // `--only crucible_sandbox` (or CRUCIBLE_WASM_ONLY=crucible_sandbox) builds one artifact.
 const onlyArg = process.argv.indexOf('--only');
@@ -77,9 +80,30 @@ function listFiles(dir) {
   });
 }
 
+function sourceFiles(artifact) {
+  return artifact.sources.flatMap((s) => {
+    const p = join(root, s);
+    return statSync(p).isDirectory() ? listFiles(p) : [p];
+  });
+}
+
+// A narrowed key is only sound while the artifact's files reach no other module of the crate.
+function checkSourcesStandAlone(artifact) {
+  if (!artifact.onlyUses) return;
+  for (const file of sourceFiles(artifact)) {
+    if (file.endsWith('lib.rs')) continue;
+    for (const [, module] of readFileSync(file, 'utf8').matchAll(/crate::(\w+)/g)) {
+      if (module !== artifact.onlyUses) {
+        throw new Error(`${file.slice(root.length + 1)} uses crate::${module}: add it to the sources of ${artifact.name} in scripts/build-wasm.mjs`);
+      }
+    }
+  }
+}
+
 function sourceKey(artifact) {
+  checkSourcesStandAlone(artifact);
   const h = createHash('sha256');
-  const files = ['Cargo.toml', 'Cargo.lock', 'build.rs', '.cargo/config.toml', ...listFiles(join(root, 'src')).map((p) => p.slice(root.length + 1))].sort();
+  const files = ['Cargo.toml', 'Cargo.lock', 'build.rs', '.cargo/config.toml', ...sourceFiles(artifact).map((p) => p.slice(root.length + 1))].sort();
   for (const f of files) {
     const p = join(root, f);
     if (!existsSync(p)) continue;

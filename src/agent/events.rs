@@ -14,7 +14,7 @@ use super::usage::RunUsage;
 
 /// A typed error as carried by events and results: stable `code`, readable `message`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 pub struct ErrorInfo {
     pub code: String,
     pub message: String,
@@ -34,7 +34,7 @@ pub struct AgentEvent {
 
 /// What happened. Serialized with `type` as the tag (`"tool.execute.end"`, …).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(tag = "type")]
 pub enum EventBody {
     /// The run started.

@@ -8,12 +8,12 @@ use crate::model::Usage;
 
 /// Tokens used by a run: the total and the split per model id.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct RunUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
-    #[cfg_attr(feature = "wasm", tsify(type = "Record<string, Usage>"))]
+    #[cfg_attr(feature = "wasm-core", tsify(type = "Record<string, Usage>"))]
     pub by_model: BTreeMap<String, Usage>,
 }
 

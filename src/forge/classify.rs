@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Why a forge was rejected (the TS `RejectionCategory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "snake_case")]
 pub enum RejectionCategory {
     SchemaExtraField,

@@ -20,7 +20,7 @@ use super::testing::{compact, TestResult};
 
 /// The judge's review. Scores are 0..=1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
     pub approved: bool,

@@ -28,7 +28,7 @@ use super::testing::{failure_reason, run_tests, TestResult};
 /// `tool`, `verdict`, `tests`; or `success: false` with `reason`, `category` and, when the
 /// pipeline got that far, `tests` and `verdict`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ForgeResult {
     pub success: bool,

@@ -17,18 +17,18 @@ use serde_json::{Map, Value};
 
 /// A step of a compose pipeline: run `tool` with arguments built from `input_mapping`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ComposeStep {
     pub name: String,
     pub tool: String,
-    #[cfg_attr(feature = "wasm", tsify(type = "Record<string, unknown>"))]
+    #[cfg_attr(feature = "wasm-core", tsify(type = "Record<string, unknown>"))]
     pub input_mapping: Map<String, Value>,
 }
 
 /// How a forged tool runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum Implementation {
     /// A pipeline over registered tools, run in the core.
@@ -55,7 +55,7 @@ impl Implementation {
 
 /// One test case: an input and, optionally, the exact expected output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ForgeTestCase {
     pub input: Value,
@@ -65,7 +65,7 @@ pub struct ForgeTestCase {
 
 /// A typed forge request (after normalization).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ForgeRequest {
     pub name: String,

@@ -10,7 +10,7 @@ use super::classify::RejectionCategory;
 
 /// A snapshot of the aggregate (the TS `ForgeStats`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ForgeStats {
     pub attempts: u64,
@@ -21,7 +21,7 @@ pub struct ForgeStats {
     pub unique_approved: u64,
     pub unique_terminal_rejections: u64,
     /// Every category, zero included.
-    #[cfg_attr(feature = "wasm", tsify(type = "Record<RejectionCategory, number>"))]
+    #[cfg_attr(feature = "wasm-core", tsify(type = "Record<RejectionCategory, number>"))]
     pub rejections_by_category: BTreeMap<String, u64>,
 }
 

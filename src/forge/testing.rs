@@ -25,7 +25,7 @@ pub const NUMBER_TOLERANCE: f64 = 1e-9;
 
 /// One test's outcome (the TS `TestResult`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct TestResult {
     pub index: u32,

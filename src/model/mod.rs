@@ -12,7 +12,7 @@ pub use assemble::{AssembledResponse, ResponseAssembler};
 
 /// Token counts for one or more model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,

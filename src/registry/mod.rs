@@ -183,6 +183,11 @@ impl State {
     }
 }
 
+thread_local! {
+    /// One turn at a time for read-add-write flushes of shared-tier stats (see `flush_stats`).
+    static SHARED_STATS_TURN: Rc<futures::lock::Mutex<()>> = Rc::new(futures::lock::Mutex::new(()));
+}
+
 /// The tiered tool registry of one agent. Create with [`Registry::load`]; it is shared as
 /// `Rc<Registry>` (the `forge_tool` meta-tool and the tool wrappers hold it weakly).
 pub struct Registry {
@@ -469,6 +474,10 @@ impl Registry {
             }
             (ops, shared)
         };
+        // Shared totals are read, added to and written back: flushes of the agents in this
+        // instance take turns, so no agent's write lands between another's read and write.
+        let turn = SHARED_STATS_TURN.with(Rc::clone);
+        let _turn = if shared.is_empty() { None } else { Some(turn.lock().await) };
         let mut merged = Vec::with_capacity(shared.len());
         for (name, delta) in &shared {
             let key = self.stats_key(Tier::Shared, name);

@@ -9,7 +9,7 @@ use crate::forge::{ForgeOrigin, ForgeRequest, Implementation, Verdict};
 
 /// Where a tool lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     /// One session; discarded when the session ends.
@@ -41,7 +41,7 @@ impl Tier {
 
 /// Usage of one tool (the TS `ToolStats`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolStats {
     pub calls: u64,
@@ -82,7 +82,7 @@ impl ToolStats {
 
 /// Whether a tool may be called at its tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "lowercase")]
 pub enum ToolStatus {
     Active,
@@ -134,7 +134,7 @@ pub const MAX_VERSIONS: usize = 20;
 
 /// A registered tool as listed (the TS `ToolInfo`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolInfo {
     pub name: String,
@@ -160,7 +160,7 @@ pub struct ToolInfo {
 
 /// An audit trail entry (the TS `AuditEntry`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
     pub at: f64,
@@ -179,7 +179,7 @@ pub struct AuditEntry {
 
 /// A request waiting for a human (the TS `PendingApproval`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingApproval {
     pub id: String,

@@ -19,7 +19,7 @@ pub use schema::{CompiledSchema, SchemaError};
 /// Why a tool call produced an error result instead of output. The model sees `code` and
 /// `message`; the loop goes on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[cfg_attr(feature = "wasm", derive(tsify::Tsify))]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[error("{code}: {message}")]
 pub struct ToolFailure {
     /// `unknown_tool`, `invalid_arguments`, `execution_failed`, `result_too_large`,

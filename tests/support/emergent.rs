@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crucible::agent::{AgentEvent, EventBody, EventSink, NativeEnvironment};
 use crucible::registry::{EmergentConfig, Judges, Registry, RegistryDeps};
 use crucible::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
-use crucible::store::MemoryStore;
+use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
 use crucible::tools::{Tool, ToolSet};
 use futures::executor::block_on;
 use serde_json::{json, Value};
@@ -142,9 +142,16 @@ pub fn rig_with(config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel:
 
 /// [`rig_with`] for the agent `agent_id` (agents of one runtime share a store).
 pub fn rig_for(agent_id: &str, config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel: Option<Rc<ScriptedModel>>, store: Rc<MemoryStore>) -> Rig {
+    rig_over(agent_id, config, judge, panel, store.clone(), store)
+}
+
+/// A rig whose registry reaches `memory` through `store` (a wrapper that changes timing).
+pub fn rig_over(agent_id: &str, config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel: Option<Rc<ScriptedModel>>, memory: Rc<MemoryStore>, store: Rc<dyn Store>) -> Rig {
     let sandbox = Rc::new(ScriptedSandbox::default());
+    let store_for_registry = store;
+    let store = memory;
     let deps = RegistryDeps {
-        store: store.clone(),
+        store: store_for_registry,
         env: Rc::new(NativeEnvironment::default()),
         sandbox: Some(sandbox.clone()),
         judges: Judges { judge: judge.map(|j| j as Rc<dyn crucible::model::Model>), promotion_judge: panel.map(|j| j as Rc<dyn crucible::model::Model>) },
@@ -174,4 +181,49 @@ pub fn slugify_request(name: &str, code: &str) -> Value {
             { "input": { "text": "Rust & Wasm" }, "expectedOutput": { "slug": "rust-wasm" } }
         ]
     })
+}
+
+/// A store over a [`MemoryStore`] whose reads answer after yielding to the executor once, with
+/// the value as it was when asked, as IndexedDB and LevelDB reads do: concurrent flushes then
+/// interleave between their reads and their writes.
+pub struct YieldingStore(pub Rc<MemoryStore>);
+
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+#[async_trait(?Send)]
+impl Store for YieldingStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let value = self.0.get(key).await;
+        YieldOnce(false).await;
+        value
+    }
+
+    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.0.put(key, value).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.0.delete(key).await
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        self.0.scan(prefix).await
+    }
+
+    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
+        self.0.batch(ops).await
+    }
 }
