@@ -9,7 +9,7 @@ import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest } from './providers/types.js';
 import type { SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
-import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
+import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
 import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from '../wasm/crucible_core.js';
@@ -160,7 +160,7 @@ interface CoreAgentHandle {
   demote(name: string, sessionId: string): Promise<ToolInfo>;
   rollback(name: string, version: number, sessionId: string): Promise<ToolInfo>;
   exportTool(name: string, sessionId: string): string;
-  importTool(pkg: string, sessionId: string): Promise<ForgeResult>;
+  importTool(pkg: string, sessionId: string, options: { testCases?: ForgeTestCase[] }): Promise<ForgeResult>;
   pendingApprovals(): EmergentApproval[];
   audit(): AuditEntry[];
   flushStats(): Promise<void>;
@@ -219,6 +219,12 @@ export interface SessionOptions {
   sessionId?: string;
 }
 
+/** Options of `agent.emergent.import`. */
+export interface ImportOptions extends SessionOptions {
+  /** Test cases for a package that carries none (agentos packages never do). */
+  testCases?: ForgeTestCase[];
+}
+
 /** Routes events: run events to their stream, registry events to the stream of the run that
  * caused them, and every event to `agent.on` listeners. */
 class EventHub {
@@ -266,7 +272,10 @@ export class Agent {
     demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
     rollback(name: string, version: number, options?: SessionOptions): Promise<ToolInfo>;
     export(name: string, options?: SessionOptions): Promise<string>;
-    import(pkg: string, options?: SessionOptions): Promise<ForgeResult>;
+    /** Imports a `crucible.tool.v1` or `agentos.emergent-tool.v1` package into the session tier,
+     *  re-running its tests and the judge. agentos packages carry no test cases: pass them as
+     *  `testCases` (a package without any is refused). */
+    import(pkg: string, options?: ImportOptions): Promise<ForgeResult>;
     pendingApprovals(): EmergentApproval[];
     audit(): AuditEntry[];
     flushStats(): Promise<void>;
@@ -318,7 +327,7 @@ export class Agent {
       demote: (name, o) => wrapAsync(() => core.demote(name, session(o)).then(shared)),
       rollback: (name, version, o) => wrapAsync(() => core.rollback(name, version, session(o)).then(shared)),
       export: (name, o) => wrapAsync(async () => core.exportTool(name, session(o))),
-      import: (pkg, o) => wrapAsync(() => core.importTool(pkg, session(o))),
+      import: (pkg, o) => wrapAsync(() => core.importTool(pkg, session(o), { testCases: o?.testCases })),
       pendingApprovals: () => wrap(() => core.pendingApprovals()),
       audit: () => wrap(() => core.audit()),
       flushStats: () => wrapAsync(() => core.flushStats()),

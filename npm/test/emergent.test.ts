@@ -171,6 +171,30 @@ describe('forge through the package', () => {
     await Promise.all([agent.close(), other.close(), redacting.close()]);
   });
 
+  test('a package written by @framers/agentos imports with the test cases the importer supplies', async () => {
+    // The peer's own exporter writes the package (its format, not a guess of it).
+    const ao = await import('@framers/agentos/emergent');
+    const impl = slugify.implementation as { mode: 'sandbox'; code: string };
+    const peerTool = {
+      id: 'emergent_slugify_1', name: 'slugify', description: slugify.description, inputSchema: slugify.inputSchema, outputSchema: slugify.outputSchema,
+      implementation: { mode: 'sandbox', code: impl.code, allowlist: [] }, tier: 'session', createdBy: 'peer-agent', createdAt: '2026-11-01T00:00:00.000Z',
+      judgeVerdicts: [], usageStats: { totalUses: 3, successCount: 3, failureCount: 0, avgExecutionTimeMs: 1, confidenceScore: 1, lastUsedAt: null }, source: 'forged',
+    };
+    const pkg = ao.serializeEmergentToolPackage(ao.buildEmergentToolPackage(peerTool as never));
+    assert.match(pkg, /schemaVersion: agentos\.emergent-tool\.v1/);
+    const agent = await makeAgent(memoryStore());
+    await assert.rejects(agent.emergent.import(pkg, { sessionId: 'p' }), (e: { code?: string; message: string }) => e.code === 'invalid_package' && /no test cases/.test(e.message));
+    const res = await agent.emergent.import(pkg, { sessionId: 'p', testCases: slugify.testCases });
+    assert.equal(res.success, true, JSON.stringify(res));
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Rust & Wasm' }, { sessionId: 'p' }), { slug: 'rust-wasm' });
+    assert.ok(agent.emergent.audit().some((a) => a.action === 'import' && a.tool === 'slugify'));
+    // A package whose source the peer redacted at rest is refused as redacted.
+    const redacted = ao.serializeEmergentToolPackage(ao.buildEmergentToolPackage({ ...peerTool, implementation: { mode: 'sandbox', code: '', allowlist: [] } } as never));
+    assert.match(redacted, /redactedAtRest: true/);
+    await assert.rejects(agent.emergent.import(redacted, { sessionId: 'q', testCases: slugify.testCases }), (e: { code?: string; message: string }) => e.code === 'invalid_package' && /redacted/.test(e.message));
+    await agent.close();
+  });
+
   test('a judge that does not approve rejects; broken judge JSON rejects (fail-closed)', async () => {
     judge.setResponder(() => verdict(false, 0.1));
     const agent = await makeAgent(memoryStore());

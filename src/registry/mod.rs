@@ -42,7 +42,7 @@ mod provider;
 mod types;
 
 pub use hash::{canonical_json, content_hash};
-pub use package::{ToolPackage, AGENTOS_FORMAT, PACKAGE_FORMAT};
+pub use package::{ImportOptions, ToolPackage, AGENTOS_FORMAT, PACKAGE_FORMAT};
 pub use promotion::{PromotionOutcome, PromotionStatus};
 pub use types::{
     AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus,

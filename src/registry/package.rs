@@ -6,11 +6,14 @@
 //! cannot be imported. Import verifies the content hash, re-runs the whole forge pipeline
 //! (tests and judge) and lands the tool in the session tier.
 //!
-//! Packages of the `agentos.emergent-tool.v1` shape are read where fields match: the same
-//! content fields at the top level or under `tool`, snake_case accepted, the hash under
-//! `hash`/`contentHash`/`content_hash` (optionally `sha256:`-prefixed). Such a package
-//! without a hash is accepted, since it is fully re-verified by tests and judge anyway; a
-//! hash that is present must match.
+//! Packages of the `agentos.emergent-tool.v1` shape (as `@framers/agentos` writes them:
+//! `schemaVersion`, content fields under `tool`, sandbox redaction marked by
+//! `implementation.redactedAtRest` / `sourcePersisted: false`) are read where fields match,
+//! snake_case accepted, the hash under `hash`/`contentHash`/`content_hash` (optionally
+//! `sha256:`-prefixed). Such a package without a hash is accepted, since it is fully
+//! re-verified by tests and judge anyway; a hash that is present must match. agentos packages
+//! carry no test cases: the importer supplies them ([`ImportOptions::test_cases`]), and a
+//! package with none from either side is refused, since nothing could be re-run.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -47,6 +50,18 @@ pub struct ToolPackage {
     #[serde(default)]
     pub provenance: Value,
 }
+
+/// What the importer adds to a package (the TS `import(pkg, { sessionId, testCases })`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportOptions {
+    /// Test cases for a package that carries none; ignored when the package has its own.
+    #[serde(default)]
+    pub test_cases: Vec<ForgeTestCase>,
+}
+
+/// Keys a package's test cases may sit under (the ones `normalize` reads).
+const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "examples"];
 
 fn invalid(msg: impl Into<String>) -> RegistryError {
     RegistryError::InvalidPackage(msg.into())
@@ -97,6 +112,11 @@ impl Registry {
     /// content hash mismatches, then re-runs normalization, tests and the judge. Package
     /// problems are errors; a failed verification is a rejected [`ForgeResult`].
     pub async fn import(&self, package: &str, session: &str) -> Result<ForgeResult, RegistryError> {
+        self.import_with(package, session, &ImportOptions::default()).await
+    }
+
+    /// [`Registry::import`] with test cases for a package that carries none.
+    pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
         let raw: Value = serde_norway::from_str(package).map_err(|e| invalid(format!("not YAML: {e}")))?;
         let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
         let format = ["format", "schemaVersion", "schema_version", "kind"]
@@ -112,7 +132,16 @@ impl Registry {
                 top.entry(k).or_insert(v);
             }
         }
-        let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false);
+        let implementation = top.get("implementation");
+        let redacted_at_rest = implementation.and_then(|i| i.get("redactedAtRest")).and_then(Value::as_bool) == Some(true)
+            || implementation.and_then(|i| i.get("sourcePersisted")).and_then(Value::as_bool) == Some(false);
+        let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false) || redacted_at_rest;
+        if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(|v| !v.is_null())) {
+            if options.test_cases.is_empty() {
+                return Err(invalid("the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import"));
+            }
+            top.insert("testCases".into(), serde_json::to_value(&options.test_cases).map_err(|e| invalid(e.to_string()))?);
+        }
         let body = Value::Object(top.clone());
         let request = normalize(&body).map_err(|e| invalid(if redacted { "the sandbox source is redacted; a redacted package cannot be imported".to_string() } else { e.to_string() }))?;
         if redacted || matches!(&request.implementation, Implementation::Sandbox { code: None, .. }) {

@@ -10,7 +10,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::agent::{AgentEvent, Environment, EventSink};
-use crate::registry::{EmergentConfig, Judges, Registry, RegistryDeps, Tier};
+use crate::registry::{EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, Tier};
 use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
@@ -171,11 +171,13 @@ impl CoreAgent {
         self.registry()?.export(&name, &session_id).map_err(registry_error)
     }
 
-    /// Imports a package into the session tier after re-verifying it (hash, tests, judge).
+    /// Imports a package into the session tier after re-verifying it (hash, tests, judge);
+    /// `options`: `{ testCases? }` for a package that carries none.
     #[wasm_bindgen(js_name = importTool)]
-    pub fn import_tool(&self, package: String, session_id: String) -> Result<Promise, JsValue> {
+    pub fn import_tool(&self, package: String, session_id: String, options: JsValue) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move { to_js(&registry.import(&package, &session_id).await.map_err(registry_error)?) }))
+        let options: ImportOptions = if options.is_undefined() { ImportOptions::default() } else { from_js(options, "import options")? };
+        Ok(future_to_promise(async move { to_js(&registry.import_with(&package, &session_id, &options).await.map_err(registry_error)?) }))
     }
 
     #[wasm_bindgen(js_name = pendingApprovals)]
