@@ -5,7 +5,7 @@ mod support;
 
 use std::rc::Rc;
 
-use crucible::registry::{EmergentConfig, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus};
+use crucible::registry::{EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus};
 use crucible::store::{MemoryStore, Store};
 use futures::executor::block_on;
 use serde_json::json;
@@ -429,6 +429,25 @@ fn import_reads_the_agentos_shape_where_fields_match() {
     let res = block_on(r.registry.import(&pkg, "s1")).unwrap();
     assert!(res.success, "{res:?}");
     assert!(block_on(r.registry.import("format: something.else\nname: x\n", "s1")).is_err());
+}
+
+#[test]
+fn an_agentos_package_without_test_cases_imports_with_the_importers_and_not_without() {
+    let r = rig();
+    // The shape @framers/agentos writes: no test cases, portability metadata, camelCase.
+    let pkg = format!(
+        "schemaVersion: agentos.emergent-tool.v1\npackageType: emergent-tool\ntool:\n  name: slug3\n  description: slug\n  inputSchema:\n    type: object\n    properties:\n      text: {{ type: string }}\n  outputSchema:\n    type: object\n    properties:\n      slug: {{ type: string }}\n  implementation:\n    mode: sandbox\n    allowlist: []\n    sourcePersisted: true\n    redactedAtRest: false\n    code: \"{}\"\n  judgeVerdicts: []\n",
+        SLUGIFY_JS.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let err = block_on(r.registry.import(&pkg, "s1")).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("no test cases")), "{err}");
+    let options = ImportOptions { test_cases: serde_json::from_value(json!([{ "input": { "text": "Hello World" }, "expectedOutput": { "slug": "hello-world" } }, { "input": { "text": "a b" }, "expectedOutput": { "slug": "a-b" } }])).unwrap() };
+    let res = block_on(r.registry.import_with(&pkg, "s1", &options)).unwrap();
+    assert!(res.success, "{res:?}");
+    assert_eq!(res.tests.map(|t| t.len()), Some(2), "the supplied cases ran");
+    let redacted = pkg.replace("sourcePersisted: true", "sourcePersisted: false");
+    let err = block_on(r.registry.import_with(&redacted, "s2", &options)).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("redacted")), "{err}");
 }
 
 #[test]
