@@ -419,13 +419,18 @@ fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier
     assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A B" }), "s7")).unwrap(), json!({ "slug": "a-b" }));
 }
 
+/// An `agentos.emergent-tool.v1` package whose `tool` mapping is `tool_yaml` (indented two
+/// spaces), with the slugify source where it says `CODE`.
+fn agentos_package(tool_yaml: &str) -> String {
+    let code = format!("\"{}\"", SLUGIFY_JS.replace('\\', "\\\\").replace('"', "\\\""));
+    format!("schemaVersion: agentos.emergent-tool.v1\npackageType: emergent-tool\ntool:\n{}", tool_yaml.replace("CODE", &code))
+}
+
 #[test]
 fn import_reads_the_agentos_shape_where_fields_match() {
     let r = rig();
-    let pkg = format!(
-        "schemaVersion: agentos.emergent-tool.v1\ntool:\n  name: slug2\n  description: slug\n  input_schema:\n    type: object\n    properties:\n      text: {{ type: string }}\n  output_schema:\n    type: object\n    properties:\n      slug: {{ type: string }}\n  implementation:\n    mode: sandbox\n    code: \"{}\"\n  tests:\n    - input: {{ text: Hello World }}\n      expected: {{ slug: hello-world }}\n    - input: {{ text: a b }}\n      expected: {{ slug: a-b }}\n",
-        SLUGIFY_JS.replace('\\', "\\\\").replace('"', "\\\"")
-    );
+    // snake_case keys and test cases under `tests` with `expected`.
+    let pkg = agentos_package("  name: slug2\n  description: slug\n  input_schema:\n    type: object\n    properties:\n      text: { type: string }\n  output_schema:\n    type: object\n    properties:\n      slug: { type: string }\n  implementation:\n    mode: sandbox\n    code: CODE\n  tests:\n    - input: { text: Hello World }\n      expected: { slug: hello-world }\n    - input: { text: a b }\n      expected: { slug: a-b }\n");
     let res = block_on(r.registry.import(&pkg, "s1")).unwrap();
     assert!(res.success, "{res:?}");
     assert!(block_on(r.registry.import("format: something.else\nname: x\n", "s1")).is_err());
@@ -435,10 +440,7 @@ fn import_reads_the_agentos_shape_where_fields_match() {
 fn an_agentos_package_without_test_cases_imports_with_the_importers_and_not_without() {
     let r = rig();
     // The shape @framers/agentos writes: no test cases, portability metadata, camelCase.
-    let pkg = format!(
-        "schemaVersion: agentos.emergent-tool.v1\npackageType: emergent-tool\ntool:\n  name: slug3\n  description: slug\n  inputSchema:\n    type: object\n    properties:\n      text: {{ type: string }}\n  outputSchema:\n    type: object\n    properties:\n      slug: {{ type: string }}\n  implementation:\n    mode: sandbox\n    allowlist: []\n    sourcePersisted: true\n    redactedAtRest: false\n    code: \"{}\"\n  judgeVerdicts: []\n",
-        SLUGIFY_JS.replace('\\', "\\\\").replace('"', "\\\"")
-    );
+    let pkg = agentos_package("  name: slug3\n  description: slug\n  inputSchema:\n    type: object\n    properties:\n      text: { type: string }\n  outputSchema:\n    type: object\n    properties:\n      slug: { type: string }\n  implementation:\n    mode: sandbox\n    allowlist: []\n    sourcePersisted: true\n    redactedAtRest: false\n    code: CODE\n  judgeVerdicts: []\n");
     let err = block_on(r.registry.import(&pkg, "s1")).unwrap_err();
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("no test cases")), "{err}");
     let options = ImportOptions { test_cases: serde_json::from_value(json!([{ "input": { "text": "Hello World" }, "expectedOutput": { "slug": "hello-world" } }, { "input": { "text": "a b" }, "expectedOutput": { "slug": "a-b" } }])).unwrap() };
