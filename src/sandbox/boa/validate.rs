@@ -284,22 +284,20 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
     fn visit_call(&mut self, node: &'ast Call) -> ControlFlow<()> {
         // `(() => {}).constructor('…')` and `x['constructor']('…')`: the classic path to the
         // Function constructor. (Denied at runtime as well.)
-        if let Expression::PropertyAccess(access) = node.function() {
-            if let boa_engine::ast::expression::access::PropertyAccess::Simple(simple) = access {
-                let is_constructor = match simple.field() {
-                    PropertyAccessField::Const(ident) => self.name(ident) == "constructor",
-                    PropertyAccessField::Expr(expr) => matches!(
-                        &**expr,
-                        Expression::Literal(lit) if matches!(lit.kind(), LiteralKind::String(sym)
-                            if self.interner.resolve_expect(*sym).to_string() == "constructor")
-                    ),
-                };
-                if is_constructor {
-                    return self.reject(Rejection::new(
-                        "blocked_identifier",
-                        "calling '.constructor(…)' is not allowed: string compilation is disabled",
-                    ));
-                }
+        if let Expression::PropertyAccess(boa_engine::ast::expression::access::PropertyAccess::Simple(simple)) = node.function() {
+            let is_constructor = match simple.field() {
+                PropertyAccessField::Const(ident) => self.name(ident) == "constructor",
+                PropertyAccessField::Expr(expr) => matches!(
+                    &**expr,
+                    Expression::Literal(lit) if matches!(lit.kind(), LiteralKind::String(sym)
+                        if self.interner.resolve_expect(*sym).to_string() == "constructor")
+                ),
+            };
+            if is_constructor {
+                return self.reject(Rejection::new(
+                    "blocked_identifier",
+                    "calling '.constructor(…)' is not allowed: string compilation is disabled",
+                ));
             }
         }
         node.visit_with(self)
