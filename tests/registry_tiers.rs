@@ -278,12 +278,23 @@ fn agents_sharing_a_tool_add_up_its_stats_instead_of_overwriting_them() {
     assert_eq!((s.calls, s.successes, s.failures), (10, 10, 0));
 }
 
-#[test]
-fn concurrent_flushes_of_agents_sharing_a_tool_lose_no_calls() {
+/// A store where `slugify` is in the shared tier with 3 calls counted.
+fn store_with_shared_slugify() -> Rc<MemoryStore> {
     let memory = Rc::new(MemoryStore::new());
-    let setup = promoted_rig(memory.clone()); // 3 calls as a session tool
+    let setup = promoted_rig(memory.clone());
     let approval = block_on(setup.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
     block_on(setup.registry.approve(&approval.id)).unwrap();
+    memory
+}
+
+/// The calls of the shared `slugify` as the store holds them.
+fn stored_shared_calls(store: &MemoryStore) -> u64 {
+    block_on(store.get("shared/stats/slugify")).unwrap().unwrap()["data"]["calls"].as_u64().unwrap()
+}
+
+#[test]
+fn concurrent_flushes_of_agents_sharing_a_tool_lose_no_calls() {
+    let memory = store_with_shared_slugify();
     // Two agents whose store reads wait, as real stores' do: both flushes read before either writes.
     let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
     let agent = |id: &str| rig_over(id, config.clone(), Some(approving_judge()), None, memory.clone(), Rc::new(YieldingStore(memory.clone())));
@@ -293,8 +304,24 @@ fn concurrent_flushes_of_agents_sharing_a_tool_lose_no_calls() {
     let (fa, fb) = block_on(futures::future::join(a.registry.flush_stats(), b.registry.flush_stats()));
     fa.unwrap();
     fb.unwrap();
-    let stored = block_on(memory.get("shared/stats/slugify")).unwrap().unwrap()["data"]["calls"].as_u64().unwrap();
-    assert_eq!(stored, 3 + 2 + 4, "neither agent's calls are lost");
+    assert_eq!(stored_shared_calls(&memory), 3 + 2 + 4, "neither agent's calls are lost");
+}
+
+#[test]
+fn a_shared_stats_flush_holds_the_stores_lock_from_read_to_write_and_keeps_counts_it_could_not_write() {
+    let memory = store_with_shared_slugify();
+    let store = Rc::new(LockingStore::new(memory.clone()));
+    let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+    let agent = rig_over("agent_l", config, Some(approving_judge()), None, memory.clone(), store.clone());
+    use_n(&agent, "slugify", 2, "a");
+    // Other contexts' agents wait on the lock: it is held around the read and the write.
+    store.refuse_locks.set(true);
+    assert!(block_on(agent.registry.flush_stats()).is_err(), "no lock, no read-add-write");
+    store.refuse_locks.set(false);
+    store.log.borrow_mut().clear();
+    block_on(agent.registry.flush_stats()).unwrap();
+    assert_eq!(*store.log.borrow(), ["lock shared-stats", "get shared/stats/slugify", "batch", "release shared-stats"]);
+    assert_eq!(stored_shared_calls(&memory), 3 + 2, "the calls the failed flush kept are written by the next");
 }
 
 #[test]

@@ -97,4 +97,27 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
       await context.close();
     }
   });
+
+  test('two tabs flushing a shared tool\'s stats at once lose no calls (Web Locks)', async () => {
+    const context = await browser.newContext();
+    try {
+      const [owner, viewer] = [await openPage(context, `${site.url}/`), await openPage(context, `${site.url}/`)];
+      // Reads answer 300 ms late, so both tabs read the stored total before either writes.
+      const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-flush-${Date.now()}`, slowReadsMs: 300 };
+      await callInPage(owner.page, 'holdAgent', 'owner', { ...config, agentId: 'owner-bot' });
+      assert.equal(await callInPage(owner.page, 'heldForgeAndShare', 'owner', slugify), 'shared');
+      await callInPage(viewer.page, 'holdAgent', 'viewer', { ...config, agentId: 'viewer-bot' });
+      assert.deepEqual(await callInPage(viewer.page, 'heldTools', 'viewer'), [['slugify', 'shared']]);
+      const before = await callInPage<number>(viewer.page, 'storedSharedCalls', config, 'slugify');
+      for (const text of ['a', 'b', 'c']) await callInPage(owner.page, 'heldCall', 'owner', 'slugify', text);
+      for (const text of ['d', 'e', 'f', 'g']) await callInPage(viewer.page, 'heldCall', 'viewer', 'slugify', text);
+      await Promise.all([callInPage(owner.page, 'heldFlush', 'owner'), callInPage(viewer.page, 'heldFlush', 'viewer')]);
+      assert.equal(await callInPage<number>(viewer.page, 'storedSharedCalls', config, 'slugify'), before + 3 + 4, 'both tabs\' calls are counted');
+      await Promise.all([callInPage(owner.page, 'releaseAgent', 'owner'), callInPage(viewer.page, 'releaseAgent', 'viewer')]);
+      const problems = [...owner.pageErrors, ...owner.consoleErrors, ...viewer.pageErrors, ...viewer.consoleErrors];
+      assert.deepEqual(problems, [], [...owner.log, ...viewer.log].join('\n'));
+    } finally {
+      await context.close();
+    }
+  });
 });

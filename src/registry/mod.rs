@@ -475,9 +475,21 @@ impl Registry {
             (ops, shared)
         };
         // Shared totals are read, added to and written back: flushes of the agents in this
-        // instance take turns, so no agent's write lands between another's read and write.
+        // instance take turns, and with agents in other contexts through the store's lock, so
+        // no agent's write lands between another's read and write.
         let turn = SHARED_STATS_TURN.with(Rc::clone);
         let _turn = if shared.is_empty() { None } else { Some(turn.lock().await) };
+        let _store_lock = if shared.is_empty() {
+            None
+        } else {
+            match self.store.lock("shared-stats").await {
+                Ok(lock) => lock,
+                Err(e) => {
+                    self.keep_unflushed(&shared);
+                    return Err(e.into());
+                }
+            }
+        };
         let mut merged = Vec::with_capacity(shared.len());
         for (name, delta) in &shared {
             let key = self.stats_key(Tier::Shared, name);

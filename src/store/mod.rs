@@ -43,6 +43,37 @@ pub trait Store {
     /// Every entry whose key starts with `prefix`, in key order.
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError>;
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError>;
+
+    /// Holds the lock `name` on this store's data until the returned guard is dropped: agents
+    /// on the same data in other contexts (browser tabs) wait for it. `None` when the store has
+    /// no such locks; the agents of one context already take turns inside the core.
+    async fn lock(&self, _name: &str) -> Result<Option<StoreLock>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// A held [`Store::lock`]; dropping it releases the lock.
+pub struct StoreLock(Option<Box<dyn FnOnce()>>);
+
+impl StoreLock {
+    /// A lock that `release` gives back.
+    pub fn new(release: impl FnOnce() + 'static) -> Self {
+        Self(Some(Box::new(release)))
+    }
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreLock").field("held", &self.0.is_some()).finish()
+    }
 }
 
 /// The envelope of every record the core persists: kind, schema version, payload.

@@ -13,7 +13,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::agent::{CancelSignal, Environment};
 use crate::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
-use crate::store::{BatchOp, Store, StoreError};
+use crate::store::{BatchOp, Store, StoreError, StoreLock};
 use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::tools::{CallContext, ToolFailure, ToolHandler};
 
@@ -303,6 +303,19 @@ impl Store for JsStore {
 
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
         self.call("batch", &[to_js(&ops).map_err(store_encoding_error)?]).await.map(|_| ())
+    }
+
+    /// The TS store's optional `lock(name) => Promise<release>` (`indexedDbStore`: Web Locks).
+    async fn lock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
+        if !Reflect::get(&self.target, &"lock".into()).map(|f| f.is_function()).unwrap_or(false) {
+            return Ok(None);
+        }
+        let release = self.call("lock", &[name.into()]).await?;
+        Ok(Some(StoreLock::new(move || {
+            if let Some(release) = release.dyn_ref::<Function>() {
+                let _ = release.call0(&JsValue::NULL);
+            }
+        })))
     }
 }
 

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crucible::agent::{AgentEvent, EventBody, EventSink, NativeEnvironment};
 use crucible::registry::{EmergentConfig, Judges, Registry, RegistryDeps};
 use crucible::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
-use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
+use crucible::store::{BatchOp, MemoryStore, Store, StoreError, StoreLock};
 use crucible::tools::{Tool, ToolSet};
 use futures::executor::block_on;
 use serde_json::{json, Value};
@@ -225,5 +225,54 @@ impl Store for YieldingStore {
 
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
         self.0.batch(ops).await
+    }
+}
+
+/// A store over a [`MemoryStore`] with named locks, as a store shared across browser tabs has:
+/// records lock, release, reads and batches in order; `refuse_locks` makes taking a lock fail.
+pub struct LockingStore {
+    pub memory: Rc<MemoryStore>,
+    pub log: Rc<RefCell<Vec<String>>>,
+    pub refuse_locks: std::cell::Cell<bool>,
+}
+
+impl LockingStore {
+    pub fn new(memory: Rc<MemoryStore>) -> Self {
+        Self { memory, log: Rc::default(), refuse_locks: std::cell::Cell::new(false) }
+    }
+}
+
+#[async_trait(?Send)]
+impl Store for LockingStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        self.log.borrow_mut().push(format!("get {key}"));
+        self.memory.get(key).await
+    }
+
+    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.memory.put(key, value).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.memory.delete(key).await
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        self.memory.scan(prefix).await
+    }
+
+    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
+        self.log.borrow_mut().push("batch".into());
+        self.memory.batch(ops).await
+    }
+
+    async fn lock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
+        if self.refuse_locks.get() {
+            return Err(StoreError::new("store_error", "the lock could not be taken"));
+        }
+        self.log.borrow_mut().push(format!("lock {name}"));
+        let log = self.log.clone();
+        let name = name.to_string();
+        Ok(Some(StoreLock::new(move || log.borrow_mut().push(format!("release {name}")))))
     }
 }

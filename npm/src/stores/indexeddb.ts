@@ -120,9 +120,19 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   };
 
   const none = (): undefined => undefined;
+  const broadcastName = `crucible-indexeddb:${name}:${storeName}`;
+  // Web Locks span every tab and worker of the origin, as the database does.
+  const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
+  const lock = locks
+    ? (lockName: string): Promise<() => void> =>
+        new Promise((held, failed) => {
+          locks.request(`${broadcastName}:${lockName}`, () => new Promise<void>((release) => held(() => release()))).catch(failed);
+        })
+    : undefined;
 
   return {
-    broadcastName: `crucible-indexeddb:${name}:${storeName}`,
+    broadcastName,
+    ...(lock ? { lock } : {}),
     async get(key: string): Promise<JsonValue | undefined> {
       checkKey(key);
       return run('readonly', 'get', (os) => {

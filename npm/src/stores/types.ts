@@ -29,4 +29,11 @@ export interface Store {
   scan(prefix: string): Promise<Array<[string, JsonValue]>>;
   batch(ops: BatchOp[]): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Optional, for stores whose data other JavaScript contexts open too: resolves once the lock
+   * `name` on this data is held, with the function that releases it. The core holds
+   * `shared-stats` while it reads, adds to and writes back shared-tier stats, so agents in two
+   * tabs never overwrite each other's counts. `indexedDbStore` implements it with Web Locks.
+   */
+  lock?(name: string): Promise<() => void>;
 }

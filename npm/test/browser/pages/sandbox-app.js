@@ -93,7 +93,12 @@ window.sandboxReplaceTimes = async ({ rounds, timeoutMs }) => {
 
 const model = (baseURL, name) => openai({ baseURL, apiKey: 'x', model: name, retry: { maxRetries: 0 } });
 
-async function makeAgent({ chatURL, judgeURL, storeName, agentId }, store = indexedDbStore({ name: storeName })) {
+/** The store with reads that answer `ms` later (as a slow disk would), so two tabs' flushes overlap. */
+function slowReads(store, ms) {
+  return ms ? { ...store, get: async (key) => { const value = await store.get(key); await new Promise((r) => setTimeout(r, ms)); return value; } } : store;
+}
+
+async function makeAgent({ chatURL, judgeURL, storeName, agentId, slowReadsMs }, store = slowReads(indexedDbStore({ name: storeName }), slowReadsMs)) {
   return createAgent({
     model: model(chatURL, 'chat'),
     store,
@@ -168,6 +173,19 @@ window.heldForgeAndShare = async (key, forgeRequest) => {
   for (const text of ['a b', 'c d']) await agent.tools.call(forgeRequest.name, { text }, { sessionId: 'z' });
   const pending = await agent.emergent.requestPromotion(forgeRequest.name, 'shared');
   return (await agent.emergent.approve(pending.approval.id)).tier;
+};
+window.heldFlush = async (key) => {
+  await held.get(key).emergent.flushStats();
+  return true;
+};
+/** The calls of the shared tool `name` as the store holds them (read by a fresh agent). */
+window.storedSharedCalls = async (config, name) => {
+  const probe = await makeAgent({ ...config, agentId: `probe-${Date.now()}` });
+  try {
+    return probe.tools.list({ sessionId: 'z' }).find((t) => t.name === name && t.tier === 'shared')?.stats.calls;
+  } finally {
+    await probe.close();
+  }
 };
 window.releaseAgent = async (key) => {
   await held.get(key)?.close();
