@@ -297,7 +297,7 @@ fn concurrent_flushes_of_agents_sharing_a_tool_lose_no_calls() {
     let memory = store_with_shared_slugify();
     // Two agents whose store reads wait, as real stores' do: both flushes read before either writes.
     let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
-    let agent = |id: &str| rig_over(id, config.clone(), Some(approving_judge()), None, memory.clone(), Rc::new(YieldingStore(memory.clone())));
+    let agent = |id: &str| rig_over(id, config.clone(), Some(approving_judge()), None, memory.clone(), Rc::new(SharedDataStore::new(memory.clone())));
     let (a, b) = (agent("agent_a"), agent("agent_b"));
     use_n(&a, "slugify", 2, "a");
     use_n(&b, "slugify", 4, "b");
@@ -310,7 +310,7 @@ fn concurrent_flushes_of_agents_sharing_a_tool_lose_no_calls() {
 #[test]
 fn a_shared_stats_flush_holds_the_stores_lock_from_read_to_write_and_keeps_counts_it_could_not_write() {
     let memory = store_with_shared_slugify();
-    let store = Rc::new(LockingStore::new(memory.clone()));
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
     let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
     let agent = rig_over("agent_l", config, Some(approving_judge()), None, memory.clone(), store.clone());
     use_n(&agent, "slugify", 2, "a");

@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
+import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
 
 declare global {
   interface Window {
@@ -51,11 +52,10 @@ if (!haveChromium) {
 
 /** The scripted model: host-tool calls, a slow answer to stop, a forge, and a judge. */
 const VERDICT = { approved: true, safety: 0.95, correctness: 0.95, determinism: 1, boundedness: 0.95, confidence: 0.9, reasoning: 'Pure string transformation; both tests pass with the expected outputs.' };
+/** The fixture's slugify with commented, multi-line code (the registry view highlights it). */
 const SLUGIFY_REQUEST = {
-  name: 'slugify',
+  ...SLUGIFY_FORGE,
   description: 'Turns a text into a URL slug: lower case, words joined by dashes',
-  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
   implementation: {
     mode: 'sandbox',
     code: "function execute(input) {\n  // keep letters and digits, join the words with dashes\n  const slug = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');\n  return { slug: slug };\n}",

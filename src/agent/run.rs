@@ -360,7 +360,7 @@ impl RunContext<'_> {
         let session_id = &state.session_id;
         let mut ordered = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
-            let ctx = CallContext { run_id: run_id.clone(), call_id: call.id.clone(), session_id: session_id.clone(), depth: 0 };
+            let ctx = CallContext::new(run_id.clone(), call.id.clone(), session_id.clone());
             let started = env.now_ms();
             let outcome = match decisions.and_then(|d| d.get(i)) {
                 Some(CallDecision::Deny(reason)) => ToolOutcome {

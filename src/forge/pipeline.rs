@@ -164,7 +164,7 @@ impl Forge {
         }
         let tool = self.build(&request, tools, &origin.session_id).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
 
-        let ctx = CallContext { run_id: origin.run_id.clone(), call_id: format!("forge-test-{}", request.name), session_id: origin.session_id.clone(), depth: 0 };
+        let ctx = CallContext::new(origin.run_id.clone(), format!("forge-test-{}", request.name), origin.session_id.clone());
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env.as_ref()).await;
         for test in &tests {
             emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });

@@ -456,7 +456,7 @@ impl Registry {
     /// Agent-tier stats belong to this agent and are written as they are; shared-tier stats
     /// are read back and this agent's new calls added, so agents sharing a tool add up.
     pub async fn flush_stats(&self) -> Result<(), RegistryError> {
-        let (mut ops, shared) = {
+        let (ops, shared) = {
             let mut state = self.state.borrow_mut();
             let dirty = std::mem::take(&mut state.dirty);
             state.calls_since_flush = 0;
@@ -474,57 +474,46 @@ impl Registry {
             }
             (ops, shared)
         };
-        // Shared totals are read, added to and written back: flushes of the agents in this
-        // instance take turns, and with agents in other contexts through the store's lock, so
-        // no agent's write lands between another's read and write.
-        let turn = SHARED_STATS_TURN.with(Rc::clone);
-        let _turn = if shared.is_empty() { None } else { Some(turn.lock().await) };
-        let _store_lock = if shared.is_empty() {
-            None
-        } else {
-            match self.store.lock("shared-stats").await {
-                Ok(lock) => lock,
-                Err(e) => {
-                    self.keep_unflushed(&shared);
-                    return Err(e.into());
-                }
-            }
-        };
-        let mut merged = Vec::with_capacity(shared.len());
-        for (name, delta) in &shared {
-            let key = self.stats_key(Tier::Shared, name);
-            let stored = match self.store.get(&key).await {
-                Ok(Some(value)) => unversioned::<ToolStats>(&key, value),
-                Ok(None) => Ok(ToolStats::default()),
-                Err(e) => Err(e.into()),
-            };
-            match stored {
-                Ok(mut total) => {
-                    total.merge(delta);
-                    merged.push((name.clone(), total));
-                }
-                Err(e) => {
-                    self.keep_unflushed(&shared);
-                    return Err(e);
-                }
-            }
+        if shared.is_empty() {
+            return self.persist(ops).await;
         }
-        {
-            let mut state = self.state.borrow_mut();
-            for (name, total) in &merged {
-                ops.push(BatchOp::Put { key: self.stats_key(Tier::Shared, name), value: versioned("stats", total) });
-                if let Some(e) = state.shared.get_mut(name) {
-                    // Others' calls, then this agent's calls counted while reading.
-                    e.stats = total.clone();
-                    e.stats.merge(&e.unflushed);
-                }
-            }
-        }
-        let written = self.persist(ops).await;
+        let written = self.write_shared_stats(ops, &shared).await;
         if written.is_err() {
             self.keep_unflushed(&shared);
         }
         written
+    }
+
+    /// Adds this agent's shared-tier deltas to the totals the store holds and writes them with
+    /// `ops`. Shared totals are read, added to and written back: flushes of the agents in this
+    /// instance take turns, and with agents in other contexts through the store's lock, so no
+    /// agent's write lands between another's read and write.
+    async fn write_shared_stats(&self, mut ops: Vec<BatchOp>, shared: &[(String, ToolStats)]) -> Result<(), RegistryError> {
+        let turn = SHARED_STATS_TURN.with(Rc::clone);
+        let _turn = turn.lock().await;
+        let _store_lock = self.store.lock("shared-stats").await?;
+        let mut merged = Vec::with_capacity(shared.len());
+        for (name, delta) in shared {
+            let key = self.stats_key(Tier::Shared, name);
+            let mut total = match self.store.get(&key).await? {
+                Some(value) => unversioned::<ToolStats>(&key, value)?,
+                None => ToolStats::default(),
+            };
+            total.merge(delta);
+            merged.push((name, total));
+        }
+        {
+            let mut state = self.state.borrow_mut();
+            for (name, total) in merged {
+                if let Some(e) = state.shared.get_mut(name.as_str()) {
+                    // Others' calls, then this agent's calls counted while reading.
+                    e.stats = total.clone();
+                    e.stats.merge(&e.unflushed);
+                }
+                ops.push(BatchOp::Put { key: self.stats_key(Tier::Shared, name), value: versioned("stats", &total) });
+            }
+        }
+        self.persist(ops).await
     }
 
     /// Puts shared-tier deltas that could not be written back, to be written next time.
@@ -777,8 +766,12 @@ impl Registry {
                 ToolFailure::new("unknown_tool", format!("no tool named `{name}`"))
             });
         };
-        let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string(), depth: 0 };
-        invoke(&tool, args, &ctx).await
+        invoke(&tool, args, &self.direct_call(session)).await
+    }
+
+    /// The context of a call made through the registry API, outside any run.
+    fn direct_call(&self, session: &str) -> CallContext {
+        CallContext::new("", self.env.new_id("call"), session)
     }
 
     /// Calls `name` at exactly `tier`: fails with `denied` when the tool there is demoted.
@@ -791,8 +784,7 @@ impl Registry {
                 let Some(tool) = self.built_at(tier, name, session) else {
                     return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
                 };
-                let ctx = CallContext { run_id: String::new(), call_id: self.env.new_id("call"), session_id: session.to_string(), depth: 0 };
-                invoke(&tool, args, &ctx).await
+                invoke(&tool, args, &self.direct_call(session)).await
             }
         }
     }
@@ -904,9 +896,10 @@ impl crate::tools::ToolLookup for RegistryTools {
 
 /// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
 async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, Entry>, RegistryError> {
+    let stats_prefix = format!("{prefix}stats/");
     let mut stats: HashMap<String, ToolStats> = HashMap::new();
-    for (key, value) in store.scan(&format!("{prefix}stats/")).await? {
-        let name = key[prefix.len() + 6..].to_string();
+    for (key, value) in store.scan(&stats_prefix).await? {
+        let name = key[stats_prefix.len()..].to_string();
         stats.insert(name, unversioned(&key, value)?);
     }
     let mut tier = BTreeMap::new();

@@ -127,7 +127,7 @@ impl Registry {
             Ok(t) => t,
             Err((reason, _)) => return self.remember_rejection(name, session, format!("cannot rebuild: {reason}"), vec![]).await,
         };
-        let ctx = CallContext { run_id: String::new(), call_id: format!("promotion-test-{name}"), session_id: session.to_string(), depth: 0 };
+        let ctx = CallContext::new("", format!("promotion-test-{name}"), session);
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
         if let Some(reason) = crate::forge::test_failure_reason(&tests) {
             return self.remember_rejection(name, session, format!("tests failed on re-run: {reason}"), vec![]).await;

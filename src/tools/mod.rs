@@ -45,6 +45,13 @@ pub struct CallContext {
     pub depth: u32,
 }
 
+impl CallContext {
+    /// The context of a call made directly (not from inside a compose pipeline).
+    pub fn new(run_id: impl Into<String>, call_id: impl Into<String>, session_id: impl Into<String>) -> Self {
+        Self { run_id: run_id.into(), call_id: call_id.into(), session_id: session_id.into(), depth: 0 }
+    }
+}
+
 /// Finds tools by name for `session_id` at the moment a call needs them. Compose pipelines
 /// resolve their steps through this at call time, so a pipeline reaches the tools its caller's
 /// session sees now, and building one never has to build (or rebuild) the others.

@@ -10,7 +10,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::agent::{AgentEvent, Environment, EventSink};
-use crate::registry::{EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, Tier};
+use crate::registry::{EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, RegistryError, Tier};
 use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
@@ -81,6 +81,16 @@ fn promise_now(future: impl std::future::Future<Output = Result<JsValue, JsValue
     }
 }
 
+/// A promise of what a registry operation returns (as JSON), rejected with its error.
+fn registry_promise<T: serde::Serialize>(operation: impl std::future::Future<Output = Result<T, RegistryError>> + 'static) -> Promise {
+    future_to_promise(async move { to_js(&operation.await.map_err(registry_error)?) })
+}
+
+/// A promise that settles with `undefined` once a registry operation is done.
+fn registry_done(operation: impl std::future::Future<Output = Result<(), RegistryError>> + 'static) -> Promise {
+    future_to_promise(async move { operation.await.map(|()| JsValue::UNDEFINED).map_err(registry_error) })
+}
+
 fn parse_tier(tier: &str) -> Result<Tier, JsValue> {
     serde_json::from_value(Value::String(tier.to_string()))
         .map_err(|_| error_object("invalid_argument", &format!("unknown tier `{tier}`: use session, agent or shared")))
@@ -129,40 +139,34 @@ impl CoreAgent {
     pub fn request_promotion(&self, name: String, tier: String, session_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let tier = parse_tier(&tier)?;
-        Ok(future_to_promise(async move { to_js(&registry.request_promotion(&name, tier, &session_id).await.map_err(registry_error)?) }))
+        Ok(registry_promise(async move { registry.request_promotion(&name, tier, &session_id).await }))
     }
 
     /// Re-reads the shared tier (another agent on the same store changed it).
     #[wasm_bindgen(js_name = reloadShared)]
     pub fn reload_shared(&self) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move {
-            registry.reload_shared().await.map_err(registry_error)?;
-            Ok(JsValue::UNDEFINED)
-        }))
+        Ok(registry_done(async move { registry.reload_shared().await }))
     }
 
     pub fn approve(&self, approval_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move { to_js(&registry.approve(&approval_id).await.map_err(registry_error)?) }))
+        Ok(registry_promise(async move { registry.approve(&approval_id).await }))
     }
 
     pub fn deny(&self, approval_id: String, reason: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move {
-            registry.deny(&approval_id, &reason).await.map_err(registry_error)?;
-            Ok(JsValue::UNDEFINED)
-        }))
+        Ok(registry_done(async move { registry.deny(&approval_id, &reason).await }))
     }
 
     pub fn demote(&self, name: String, session_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move { to_js(&registry.demote(&name, &session_id).await.map_err(registry_error)?) }))
+        Ok(registry_promise(async move { registry.demote(&name, &session_id).await }))
     }
 
     pub fn rollback(&self, name: String, version: u32, session_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move { to_js(&registry.rollback(&name, version, &session_id).await.map_err(registry_error)?) }))
+        Ok(registry_promise(async move { registry.rollback(&name, version, &session_id).await }))
     }
 
     /// A portable YAML package (`crucible.tool.v1`).
@@ -177,7 +181,7 @@ impl CoreAgent {
     pub fn import_tool(&self, package: String, session_id: String, options: JsValue) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let options: ImportOptions = if options.is_undefined() { ImportOptions::default() } else { from_js(options, "import options")? };
-        Ok(future_to_promise(async move { to_js(&registry.import_with(&package, &session_id, &options).await.map_err(registry_error)?) }))
+        Ok(registry_promise(async move { registry.import_with(&package, &session_id, &options).await }))
     }
 
     #[wasm_bindgen(js_name = pendingApprovals)]
@@ -193,10 +197,7 @@ impl CoreAgent {
     #[wasm_bindgen(js_name = flushStats)]
     pub fn flush_stats(&self) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        Ok(future_to_promise(async move {
-            registry.flush_stats().await.map_err(registry_error)?;
-            Ok(JsValue::UNDEFINED)
-        }))
+        Ok(registry_done(async move { registry.flush_stats().await }))
     }
 
     /// Whether emergent capabilities are enabled.

@@ -183,10 +183,22 @@ pub fn slugify_request(name: &str, code: &str) -> Value {
     })
 }
 
-/// A store over a [`MemoryStore`] whose reads answer after yielding to the executor once, with
-/// the value as it was when asked, as IndexedDB and LevelDB reads do: concurrent flushes then
-/// interleave between their reads and their writes.
-pub struct YieldingStore(pub Rc<MemoryStore>);
+/// A store over a [`MemoryStore`] as one shared by browser tabs behaves: reads answer after
+/// yielding to the executor once, with the value as it was when asked (as IndexedDB and LevelDB
+/// reads do, so concurrent flushes interleave between their reads and writes), and it has
+/// named locks. It records locks, releases, reads and batches in order; `refuse_locks` makes
+/// taking a lock fail. Its locks only record: they exclude nothing.
+pub struct SharedDataStore {
+    pub memory: Rc<MemoryStore>,
+    pub log: Rc<RefCell<Vec<String>>>,
+    pub refuse_locks: std::cell::Cell<bool>,
+}
+
+impl SharedDataStore {
+    pub fn new(memory: Rc<MemoryStore>) -> Self {
+        Self { memory, log: Rc::default(), refuse_locks: std::cell::Cell::new(false) }
+    }
+}
 
 struct YieldOnce(bool);
 
@@ -204,49 +216,12 @@ impl std::future::Future for YieldOnce {
 }
 
 #[async_trait(?Send)]
-impl Store for YieldingStore {
-    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
-        let value = self.0.get(key).await;
-        YieldOnce(false).await;
-        value
-    }
-
-    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
-        self.0.put(key, value).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.0.delete(key).await
-    }
-
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
-        self.0.scan(prefix).await
-    }
-
-    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
-        self.0.batch(ops).await
-    }
-}
-
-/// A store over a [`MemoryStore`] with named locks, as a store shared across browser tabs has:
-/// records lock, release, reads and batches in order; `refuse_locks` makes taking a lock fail.
-pub struct LockingStore {
-    pub memory: Rc<MemoryStore>,
-    pub log: Rc<RefCell<Vec<String>>>,
-    pub refuse_locks: std::cell::Cell<bool>,
-}
-
-impl LockingStore {
-    pub fn new(memory: Rc<MemoryStore>) -> Self {
-        Self { memory, log: Rc::default(), refuse_locks: std::cell::Cell::new(false) }
-    }
-}
-
-#[async_trait(?Send)]
-impl Store for LockingStore {
+impl Store for SharedDataStore {
     async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
         self.log.borrow_mut().push(format!("get {key}"));
-        self.memory.get(key).await
+        let value = self.memory.get(key).await;
+        YieldOnce(false).await;
+        value
     }
 
     async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
