@@ -178,8 +178,13 @@ impl State {
             .find_map(|t| self.tier(t, session).and_then(|m| m.get(name)).filter(|e| e.active()).map(|e| (t, e)))
     }
 
+    /// Active tools of a tier, not counting `except` (the tool being replaced). Entries are
+    /// keyed by name, so `except` is one lookup rather than a name comparison per entry.
     fn active_count(&self, tier: Tier, session: &str, except: &str) -> usize {
-        self.tier(tier, session).map(|m| m.values().filter(|e| e.active() && e.record.name != except).count()).unwrap_or(0)
+        self.tier(tier, session).map_or(0, |m| {
+            let active = m.values().filter(|e| e.active()).count();
+            active - m.get(except).map_or(0, |e| usize::from(e.active()))
+        })
     }
 }
 
