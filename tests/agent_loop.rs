@@ -202,12 +202,20 @@ fn structured_returns_give_up_after_the_bounded_retries() {
 #[test]
 fn parallel_calls_are_bounded_and_results_come_back_in_call_order() {
     // The first call is slowest, so completion order differs from call order.
-    let tool = FnTool::with_delay(|args| Ok(json!({ "city": args["city"] })), |args| match args["city"].as_str() {
-        Some("A") => 6,
-        Some("B") => 1,
-        _ => 3,
-    });
-    let four = calls(&[("get_weather", r#"{"city":"A"}"#), ("get_weather", r#"{"city":"B"}"#), ("get_weather", r#"{"city":"C"}"#), ("get_weather", r#"{"city":"D"}"#)]);
+    let tool = FnTool::with_delay(
+        |args| Ok(json!({ "city": args["city"] })),
+        |args| match args["city"].as_str() {
+            Some("A") => 6,
+            Some("B") => 1,
+            _ => 3,
+        },
+    );
+    let four = calls(&[
+        ("get_weather", r#"{"city":"A"}"#),
+        ("get_weather", r#"{"city":"B"}"#),
+        ("get_weather", r#"{"city":"C"}"#),
+        ("get_weather", r#"{"city":"D"}"#),
+    ]);
     let model = ScriptedModel::new(vec![four, text("done")]);
     let agent = agent_with(model.clone(), vec![weather_tool(tool.clone())], AgentConfig { max_parallel_tools: 2, ..Default::default() });
     let mut sink = CollectingSink::default();
@@ -224,10 +232,14 @@ fn parallel_calls_are_bounded_and_results_come_back_in_call_order() {
         .collect();
     assert_eq!(ends, ["call_0", "call_1", "call_2", "call_3"]);
     let request = &model.requests.borrow()[1];
-    let ids: Vec<&str> = request.messages.iter().filter_map(|m| match m {
-        Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
-        _ => None,
-    }).collect();
+    let ids: Vec<&str> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(ids, ["call_0", "call_1", "call_2", "call_3"]);
 }
 

@@ -28,11 +28,7 @@ fn tool_result(model: &ScriptedModel, request: usize) -> Value {
 fn a_model_forges_a_tool_then_calls_it_next_turn_then_answers() {
     let r = rig();
     let forge_args = slugify_request("slugify", SLUGIFY_JS).to_string();
-    let model = ScriptedModel::new(vec![
-        call("forge_tool", &forge_args),
-        call("slugify", r#"{"text":"Hello World!"}"#),
-        text("The slug is hello-world."),
-    ]);
+    let model = ScriptedModel::new(vec![call("forge_tool", &forge_args), call("slugify", r#"{"text":"Hello World!"}"#), text("The slug is hello-world.")]);
     let agent = agent_with_registry(model.clone(), &r);
     let mut sink = CollectingSink::default();
     let out = block_on(agent.run("Make a slug of 'Hello World!'", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();
@@ -62,11 +58,8 @@ fn a_rejected_forge_is_a_readable_tool_result_so_the_model_can_retry() {
     let r = rig();
     let mut bad = slugify_request("slugify", SLUGIFY_JS);
     bad["testCases"].as_array_mut().unwrap().pop();
-    let model = ScriptedModel::new(vec![
-        call("forge_tool", &bad.to_string()),
-        call("forge_tool", &slugify_request("slugify", SLUGIFY_JS).to_string()),
-        text("done"),
-    ]);
+    let model =
+        ScriptedModel::new(vec![call("forge_tool", &bad.to_string()), call("forge_tool", &slugify_request("slugify", SLUGIFY_JS).to_string()), text("done")]);
     let agent = agent_with_registry(model.clone(), &r);
     let mut sink = CollectingSink::default();
     block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();

@@ -6,9 +6,7 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::EventBody;
-use crucible::forge::{
-    classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE,
-};
+use crucible::forge::{classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE};
 use crucible::model::ModelError;
 use crucible::registry::EmergentConfig;
 use crucible::store::MemoryStore;
@@ -42,7 +40,10 @@ fn normalize_maps_mode_synonyms_and_flat_implementations() {
         assert_eq!(req.implementation, Implementation::Sandbox { code: Some("c".into()), allowlist: vec![] }, "{mode}");
     }
     for mode in ["pipeline", "chain", "compose"] {
-        let req = normalize(&json!({ "name": "t", "implementation": { "mode": mode, "steps": [{ "tool": "upper_case", "inputMapping": { "text": "$input.text" } }] } })).unwrap();
+        let req = normalize(
+            &json!({ "name": "t", "implementation": { "mode": mode, "steps": [{ "tool": "upper_case", "inputMapping": { "text": "$input.text" } }] } }),
+        )
+        .unwrap();
         let Implementation::Compose { steps } = req.implementation else { panic!("{mode}") };
         assert_eq!(steps[0].name, "step1", "unnamed steps get names");
     }
@@ -111,15 +112,18 @@ fn missing_properties_are_inferred_from_the_union_of_test_cases() {
 
 #[test]
 fn declared_schemas_are_never_relaxed_by_inference() {
-    let declared = json!({ "type": "object", "properties": { "text": { "type": "string", "maxLength": 5 } }, "required": ["text"], "additionalProperties": false });
+    let declared =
+        json!({ "type": "object", "properties": { "text": { "type": "string", "maxLength": 5 } }, "required": ["text"], "additionalProperties": false });
     let mut req = normalize(&json!({ "name": "t", "code": "c", "inputSchema": declared, "outputSchema": { "type": "string" },
-        "testCases": [{ "input": { "text": "a", "extra": 1 }, "expectedOutput": "A" }] })).unwrap();
+        "testCases": [{ "input": { "text": "a", "extra": 1 }, "expectedOutput": "A" }] }))
+    .unwrap();
     assert!(infer_schemas(&mut req).is_empty());
     assert_eq!(req.input_schema, declared);
     assert_eq!(req.output_schema, json!({ "type": "string" }));
     // Inference keeps declared keywords such as additionalProperties.
     let mut req = normalize(&json!({ "name": "t", "code": "c", "inputSchema": { "type": "object", "properties": {}, "additionalProperties": false },
-        "testCases": [{ "input": { "a": 1 } }] })).unwrap();
+        "testCases": [{ "input": { "a": 1 } }] }))
+    .unwrap();
     infer_schemas(&mut req);
     assert_eq!(req.input_schema["additionalProperties"], false);
     assert_eq!(req.input_schema["properties"]["a"]["type"], "integer");
@@ -210,7 +214,8 @@ fn compose_whole_references_keep_json_types_and_literals_pass_through() {
     let r = rig();
     let steps = json!([{ "name": "up", "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
                        { "name": "count", "tool": "word_count", "inputMapping": { "text": "$steps.up.text" } }]);
-    let cases = json!([{ "input": { "text": "a b c" }, "expectedOutput": { "count": 3 } }, { "input": { "text": "$5 off" }, "expectedOutput": { "count": 2 } }]);
+    let cases =
+        json!([{ "input": { "text": "a b c" }, "expectedOutput": { "count": 3 } }, { "input": { "text": "$5 off" }, "expectedOutput": { "count": 2 } }]);
     assert!(block_on(r.registry.forge(&compose_request("c2", steps, cases), "s1")).success);
     // A literal that merely contains `$` is not a reference.
     let steps = json!([{ "name": "count", "tool": "word_count", "inputMapping": { "text": "costs $5 now" } }]);
@@ -316,13 +321,15 @@ fn an_output_violating_the_output_schema_fails_even_without_expected_output() {
 #[test]
 fn numbers_compare_with_tolerance_and_extra_keys_fail() {
     let r = rig();
-    let add = |expected: Value| json!({
-        "name": "add", "description": "adds",
-        "inputSchema": { "type": "object", "properties": { "a": { "type": "number" }, "b": { "type": "number" } } },
-        "outputSchema": { "type": "object", "properties": { "sum": { "type": "number" } } },
-        "code": ADD_JS,
-        "testCases": [{ "input": { "a": 0.1, "b": 0.2 }, "expectedOutput": expected }, { "input": { "a": 1, "b": 1 }, "expectedOutput": { "sum": 2 } }]
-    });
+    let add = |expected: Value| {
+        json!({
+            "name": "add", "description": "adds",
+            "inputSchema": { "type": "object", "properties": { "a": { "type": "number" }, "b": { "type": "number" } } },
+            "outputSchema": { "type": "object", "properties": { "sum": { "type": "number" } } },
+            "code": ADD_JS,
+            "testCases": [{ "input": { "a": 0.1, "b": 0.2 }, "expectedOutput": expected }, { "input": { "a": 1, "b": 1 }, "expectedOutput": { "sum": 2 } }]
+        })
+    };
     assert!(block_on(r.registry.forge(&add(json!({ "sum": 0.3 })), "s1")).success, "0.1 + 0.2 equals 0.3 within 1e-9");
     let res = block_on(r.registry.forge(&add(json!({ "sum": 0.3, "extra": 1 })), "s1"));
     assert!(!res.success, "a missing/extra key is a failure");
@@ -369,7 +376,8 @@ fn a_judge_that_says_no_rejects_and_a_correctness_no_is_judge_correctness() {
     let res = forge_with_judge(Some(judge_replying(vec![text(&verdict(false, 0.2, 0.9))])));
     assert_eq!(res.category, Some(RejectionCategory::JudgeCorrectness));
     assert!(res.verdict.is_some());
-    let safety_no = "{\"approved\":false,\"safety\":0.1,\"correctness\":0.9,\"determinism\":1,\"boundedness\":1,\"confidence\":0.9,\"reasoning\":\"exfiltrates\"}";
+    let safety_no =
+        "{\"approved\":false,\"safety\":0.1,\"correctness\":0.9,\"determinism\":1,\"boundedness\":1,\"confidence\":0.9,\"reasoning\":\"exfiltrates\"}";
     let res = forge_with_judge(Some(judge_replying(vec![text(safety_no)])));
     assert_eq!(res.category, Some(RejectionCategory::Other));
     assert!(res.reason.unwrap().contains("exfiltrates"));

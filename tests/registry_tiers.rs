@@ -31,7 +31,8 @@ fn promo_config() -> EmergentConfig {
 #[test]
 fn a_session_tool_promotes_itself_after_n_successful_uses_and_a_no_is_not_re_asked_soon() {
     let config = EmergentConfig { auto_promote: true, ..promo_config() };
-    let panel = judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let panel =
+        judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
     let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     use_n(&r, "slugify", 2, "s1");
@@ -162,7 +163,8 @@ impl ScriptedModelExt {
 
 #[test]
 fn the_panel_has_two_reviewers_who_must_both_approve_and_a_no_is_not_re_asked_soon() {
-    let panel = judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let panel =
+        judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
     let r = rig_with(promo_config(), Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     use_n(&r, "slugify", 3, "s1");
@@ -174,7 +176,10 @@ fn the_panel_has_two_reviewers_who_must_both_approve_and_a_no_is_not_re_asked_so
     {
         let asks = panel.requests.borrow();
         assert_eq!(asks.len(), 2, "two judge calls");
-        let prompt = |i: usize| match &asks[i].messages[1] { crucible::model::Message::User { content } => content.clone(), _ => panic!() };
+        let prompt = |i: usize| match &asks[i].messages[1] {
+            crucible::model::Message::User { content } => content.clone(),
+            _ => panic!(),
+        };
         assert!(prompt(0).contains("SAFETY reviewer") && prompt(1).contains("CORRECTNESS reviewer"));
     }
     // Re-asking right away is suppressed without judge calls.
@@ -190,7 +195,8 @@ fn the_panel_has_two_reviewers_who_must_both_approve_and_a_no_is_not_re_asked_so
 
 #[test]
 fn a_changed_tool_may_be_re_asked_immediately() {
-    let panel = judge_replying(vec![text(&verdict(false, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let panel =
+        judge_replying(vec![text(&verdict(false, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
     let r = rig_with(promo_config(), Some(approving_judge()), Some(panel), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     use_n(&r, "slugify", 3, "s1");

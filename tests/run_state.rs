@@ -91,7 +91,13 @@ fn a_denied_call_is_fed_back_to_the_model_with_the_reason() {
     let paused = block_on(agent.run("Refund", RunOptions::default(), &mut CollectingSink::default())).unwrap();
     let id = paused.pending_approvals[0].id.clone();
     let mut sink = CollectingSink::default();
-    let out = block_on(agent.resume_state(paused.state.unwrap(), &[ApprovalDecision { id, approved: false, reason: Some("over the limit".into()) }], None, &mut sink)).unwrap();
+    let out = block_on(agent.resume_state(
+        paused.state.unwrap(),
+        &[ApprovalDecision { id, approved: false, reason: Some("over the limit".into()) }],
+        None,
+        &mut sink,
+    ))
+    .unwrap();
     assert_eq!(out.text, "I could not refund it.");
     assert_eq!(refunds.calls.get(), 0);
     let Message::Tool { content, .. } = model.requests.borrow()[1].messages.last().unwrap().clone() else { panic!() };
@@ -102,10 +108,7 @@ fn a_denied_call_is_fed_back_to_the_model_with_the_reason() {
 fn calls_not_needing_approval_in_the_same_step_wait_and_then_run_in_call_order() {
     let store = Rc::new(MemoryStore::new());
     let refunds = refund_tool();
-    let model = ScriptedModel::new(vec![
-        calls(&[("refund", r#"{"order":1,"amount":5}"#), ("refund", r#"{"order":2,"amount":50}"#)]),
-        text("done"),
-    ]);
+    let model = ScriptedModel::new(vec![calls(&[("refund", r#"{"order":1,"amount":5}"#), ("refund", r#"{"order":2,"amount":50}"#)]), text("done")]);
     let agent = refund_agent(model, refunds.clone(), store);
     let paused = block_on(agent.run("two refunds", RunOptions::default(), &mut CollectingSink::default())).unwrap();
     assert_eq!(paused.pending_approvals.len(), 1, "only the large refund needs approval");
@@ -123,7 +126,9 @@ fn resuming_without_a_decision_or_with_an_unknown_id_is_a_typed_error() {
     let paused = block_on(agent.run("Refund", RunOptions::default(), &mut CollectingSink::default())).unwrap();
     let err = block_on(agent.resume(&paused.run_id, &[], None, &mut CollectingSink::default())).unwrap_err();
     assert_eq!(err.code(), "invalid_resume");
-    let err = block_on(agent.resume(&paused.run_id, &[ApprovalDecision { id: "nope".into(), approved: true, reason: None }], None, &mut CollectingSink::default())).unwrap_err();
+    let err =
+        block_on(agent.resume(&paused.run_id, &[ApprovalDecision { id: "nope".into(), approved: true, reason: None }], None, &mut CollectingSink::default()))
+            .unwrap_err();
     assert!(matches!(err, AgentError::InvalidResume(_)));
     let err = block_on(agent.resume("run_unknown", &[], None, &mut CollectingSink::default())).unwrap_err();
     assert_eq!(err.code(), "invalid_resume");
@@ -136,7 +141,8 @@ fn a_run_interrupted_between_steps_resumes_from_its_last_persisted_step() {
     // The first "process" dies after the first step: its model fails on turn 2.
     let model = ScriptedModel::new(vec![call("refund", r#"{"order":7,"amount":1}"#)]);
     let agent = refund_agent(model, refunds.clone(), store.clone());
-    let err = block_on(agent.run("small refund", RunOptions { run_id: Some("run_crash".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap_err();
+    let err =
+        block_on(agent.run("small refund", RunOptions { run_id: Some("run_crash".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap_err();
     assert_eq!(err.code(), "provider_protocol");
     assert_eq!(refunds.calls.get(), 1);
 

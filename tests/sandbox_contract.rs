@@ -75,10 +75,13 @@ fn error_subclass_can_set_name_on_frozen_intrinsics() {
 #[test]
 fn crypto_digests_and_hmac_match_known_vectors() {
     let r = run_with(&runner(), "function execute(){ return [crypto.sha256('abc'), crypto.digest('SHA-512', ''), crypto.hmac('SHA-256', 'key', 'The quick brown fox jumps over the lazy dog'), /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(crypto.randomUUID())]; }", json!({}), &["crypto"]);
-    assert_ok(&r, json!([
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-        "cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e",
-        "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8",
-        true
-    ]));
+    assert_ok(
+        &r,
+        json!([
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            "cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e",
+            "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8",
+            true
+        ]),
+    );
 }

@@ -20,7 +20,11 @@ fn getters_to_json_value_of_and_then_are_never_called() {
 
 #[test]
 fn proxies_are_refused_without_running_traps() {
-    let r = run(&runner(), "function execute(){ const h = { ownKeys(){ console.log('trap'); return []; }, get(){ console.log('trap'); } }; return { p: new Proxy({}, h) }; }", json!({}));
+    let r = run(
+        &runner(),
+        "function execute(){ const h = { ownKeys(){ console.log('trap'); return []; }, get(){ console.log('trap'); } }; return { p: new Proxy({}, h) }; }",
+        json!({}),
+    );
     assert_status(&r, SandboxStatus::Error, "output");
     assert!(r.logs.is_empty());
     assert!(r.error.unwrap().message.contains("Proxy"));
@@ -79,6 +83,10 @@ fn json_semantics_for_odd_values() {
 #[test]
 fn proto_in_input_is_an_own_key_not_a_prototype() {
     let input: serde_json::Value = serde_json::from_str(r#"{"__proto__": {"polluted": true}, "a": 1}"#).unwrap();
-    let r = run(&runner(), "function execute(i){ return [i.polluted === undefined, Object.getPrototypeOf(i) === Object.prototype, Object.keys(i), ({}).polluted === undefined]; }", input);
+    let r = run(
+        &runner(),
+        "function execute(i){ return [i.polluted === undefined, Object.getPrototypeOf(i) === Object.prototype, Object.keys(i), ({}).polluted === undefined]; }",
+        input,
+    );
     assert_ok(&r, json!([true, true, ["__proto__", "a"], true]));
 }

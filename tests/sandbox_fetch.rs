@@ -43,7 +43,15 @@ fn fetch_sends_a_plain_request_and_returns_a_plain_response() {
     assert_eq!(r.status, SandboxStatus::Ok, "{r:?}");
     assert_eq!(r.output.unwrap(), json!({"status": 200, "ok": true, "ct": "application/json", "j": {"answer": 42}, "text": "{\"answer\":42}", "frozen": true}));
     let seen = host.seen.borrow();
-    assert_eq!(seen[0], FetchRequest { url: "https://api.example.com/x".into(), method: "POST".into(), headers: vec![("X-A".into(), "b".into())], body: Some("{\"q\":1}".into()) });
+    assert_eq!(
+        seen[0],
+        FetchRequest {
+            url: "https://api.example.com/x".into(),
+            method: "POST".into(),
+            headers: vec![("X-A".into(), "b".into())],
+            body: Some("{\"q\":1}".into())
+        }
+    );
 }
 
 #[test]

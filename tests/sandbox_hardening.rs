@@ -40,7 +40,9 @@ fn removed_globals_and_the_global_object_are_unreachable_even_with_escapes() {
 
 #[test]
 fn intrinsics_and_global_object_are_frozen() {
-    let r = run(&runner(), r#"function execute(){
+    let r = run(
+        &runner(),
+        r#"function execute(){
         const out = [];
         const tries = [
             () => { Object.prototype.polluted = 1; },
@@ -55,7 +57,9 @@ fn intrinsics_and_global_object_are_frozen() {
         ];
         for (const t of tries) { try { t(); out.push('mutated'); } catch (e) { out.push(e instanceof TypeError); } }
         return out;
-    }"#, json!({}));
+    }"#,
+        json!({}),
+    );
     assert_ok(&r, json!([true, true, true, true, true, true, true, true, true]));
 }
 

@@ -217,7 +217,12 @@ impl RunContext<'_> {
             let results = self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter).await;
             state.messages.extend(results);
             state.pending = None;
-            emitter.emit(EventBody::StepEnd { step: pending.step, finish_reason: pending.finish_reason, usage: Default::default(), tool_calls: pending.calls.len() as u32 });
+            emitter.emit(EventBody::StepEnd {
+                step: pending.step,
+                finish_reason: pending.finish_reason,
+                usage: Default::default(),
+                tool_calls: pending.calls.len() as u32,
+            });
             self.save(state).await?;
         }
         loop {
@@ -363,10 +368,9 @@ impl RunContext<'_> {
             let ctx = CallContext::new(run_id.clone(), call.id.clone(), session_id.clone());
             let started = env.now_ms();
             let outcome = match decisions.and_then(|d| d.get(i)) {
-                Some(CallDecision::Deny(reason)) => ToolOutcome {
-                    arguments: None,
-                    result: Err(ToolFailure::new("denied", format!("a human denied this call: {reason}"))),
-                },
+                Some(CallDecision::Deny(reason)) => {
+                    ToolOutcome { arguments: None, result: Err(ToolFailure::new("denied", format!("a human denied this call: {reason}"))) }
+                }
                 _ => execute_call(tools, &call.name, &call.arguments, &ctx, limits).await,
             };
             (call, outcome, env.now_ms() - started)

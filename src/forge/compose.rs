@@ -239,8 +239,7 @@ fn lookup<'v>(r: &Reference, scope: &Scope<'v>, text: &str) -> Result<&'v Value,
         Root::Prev => Some(scope.prev),
         Root::Step(name) => scope.steps.iter().zip(scope.outputs).find(|(s, _)| &s.name == name).map(|(_, v)| v),
     };
-    base.and_then(|b| walk(b, &r.path))
-        .ok_or_else(|| ToolFailure::new("execution_failed", format!("reference `{text}` does not resolve")))
+    base.and_then(|b| walk(b, &r.path)).ok_or_else(|| ToolFailure::new("execution_failed", format!("reference `{text}` does not resolve")))
 }
 
 /// Runs a compose pipeline: each step's arguments are resolved, the step's tool is looked up
@@ -270,7 +269,11 @@ impl ComposeHandler {
                 return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
             }
             if !tools.contains(&step.tool, session) {
-                return Err(ComposeBuildError::UnknownTool { step: step.name.clone(), tool: step.tool.clone(), available: tools.available(session).join(", ") });
+                return Err(ComposeBuildError::UnknownTool {
+                    step: step.name.clone(),
+                    tool: step.tool.clone(),
+                    available: tools.available(session).join(", "),
+                });
             }
             let mapping = Mapping::object(&step.input_mapping);
             let mut refs = vec![];
@@ -295,7 +298,10 @@ impl ComposeHandler {
 impl ToolHandler for ComposeHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         if ctx.depth >= MAX_COMPOSE_DEPTH {
-            return Err(ToolFailure::new("execution_failed", format!("compose pipelines nested {MAX_COMPOSE_DEPTH} deep; a pipeline that reaches itself is stopped here")));
+            return Err(ToolFailure::new(
+                "execution_failed",
+                format!("compose pipelines nested {MAX_COMPOSE_DEPTH} deep; a pipeline that reaches itself is stopped here"),
+            ));
         }
         let inner = CallContext { depth: ctx.depth + 1, ..ctx.clone() };
         let mut outputs: Vec<Value> = Vec::with_capacity(self.steps.len());

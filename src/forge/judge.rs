@@ -88,7 +88,11 @@ pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResu
             code.as_deref().unwrap_or("(redacted)")
         ),
         Implementation::Compose { steps } => {
-            let steps = steps.iter().map(|s| format!("- {} → tool `{}` with {}", s.name, s.tool, Value::Object(s.input_mapping.clone()))).collect::<Vec<_>>().join("\n");
+            let steps = steps
+                .iter()
+                .map(|s| format!("- {} → tool `{}` with {}", s.name, s.tool, Value::Object(s.input_mapping.clone())))
+                .collect::<Vec<_>>()
+                .join("\n");
             format!("Mode: compose (a pipeline over existing tools).\nSteps:\n{steps}")
         }
     };
@@ -194,6 +198,9 @@ mod tests {
         assert_eq!(parse_verdict("{\"approved\":true,\"safety\":1"), Err(JudgeError::NoJson));
         assert!(matches!(parse_verdict("{\"approved\":\"yes\",\"safety\":1}"), Err(JudgeError::Invalid(_))));
         assert!(matches!(parse_verdict("{\"approved\":true,\"safety\":1,\"correctness\":1,\"determinism\":1,\"boundedness\":1}"), Err(JudgeError::Invalid(_))));
-        assert!(matches!(parse_verdict("{\"approved\":true,\"safety\":2,\"correctness\":1,\"determinism\":1,\"boundedness\":1,\"confidence\":1}"), Err(JudgeError::Invalid(_))));
+        assert!(matches!(
+            parse_verdict("{\"approved\":true,\"safety\":2,\"correctness\":1,\"determinism\":1,\"boundedness\":1,\"confidence\":1}"),
+            Err(JudgeError::Invalid(_))
+        ));
     }
 }

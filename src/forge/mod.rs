@@ -22,7 +22,9 @@ pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
 pub use judge::{ask as ask_judge, parse_verdict, review_prompt, JudgeError, ReviewKind, Verdict, CORRECTNESS_REJECTION_BELOW};
 pub use meta_tool::ForgeToolHandler;
 pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
-pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, forge_tool_schema, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
+pub use prompt::{
+    forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, forge_tool_schema, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME,
+};
 pub use request::{normalize, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError};
 pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
 pub use shape::{shape_check, ShapeIssues, MIN_TEST_CASES};

@@ -208,11 +208,12 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
             Some(Value::String(n)) if !n.is_empty() => n.clone(),
             _ => format!("step{}", i + 1),
         };
-        let input_mapping = match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()?.map(Cow::into_owned) {
-            Some(Value::Object(m)) => m,
-            None => Map::new(),
-            Some(other) => return err(format!("compose step {i} `inputMapping` must be an object, got {}", type_name(&other))),
-        };
+        let input_mapping =
+            match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()?.map(Cow::into_owned) {
+                Some(Value::Object(m)) => m,
+                None => Map::new(),
+                Some(other) => return err(format!("compose step {i} `inputMapping` must be an object, got {}", type_name(&other))),
+            };
         out.push(ComposeStep { name, tool, input_mapping });
     }
     Ok(Implementation::Compose { steps: out })
@@ -225,12 +226,7 @@ fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
         Some(v) => unstringify(v)?.into_owned(),
         None => Value::Object(Map::new()),
     };
-    let expected_output = c
-        .get("expectedOutput")
-        .or_else(|| c.get("expected_output"))
-        .or_else(|| c.get("expected"))
-        .or_else(|| c.get("output"))
-        .cloned();
+    let expected_output = c.get("expectedOutput").or_else(|| c.get("expected_output")).or_else(|| c.get("expected")).or_else(|| c.get("output")).cloned();
     Ok(ForgeTestCase { input, expected_output })
 }
 
@@ -271,7 +267,9 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let outer = unstringify(raw)?;
     // Some models wrap everything in { "request": {...} } or { "tool": {...} }.
     let raw = match &*outer {
-        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => m.values().next().unwrap_or(&Value::Null),
+        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {
+            m.values().next().unwrap_or(&Value::Null)
+        }
         other => other,
     };
     let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(raw))) };

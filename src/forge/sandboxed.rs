@@ -66,10 +66,8 @@ impl ToolHandler for SandboxToolHandler {
         match result.status {
             SandboxStatus::Ok => Ok(result.output.unwrap_or(Value::Null)),
             status => {
-                let message = result
-                    .error
-                    .map(|e| format!("{}: {}", e.code, e.message))
-                    .unwrap_or_else(|| format!("sandbox execution ended with status {status:?}"));
+                let message =
+                    result.error.map(|e| format!("{}: {}", e.code, e.message)).unwrap_or_else(|| format!("sandbox execution ended with status {status:?}"));
                 Err(ToolFailure::new(failure_code(status), message))
             }
         }

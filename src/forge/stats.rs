@@ -86,10 +86,7 @@ impl ForgeStatsAggregator {
             unique_names: self.names.len() as u64,
             unique_approved: self.approved_names.len() as u64,
             unique_terminal_rejections: self.names.difference(&self.approved_names).count() as u64,
-            rejections_by_category: RejectionCategory::ALL
-                .iter()
-                .map(|c| (c.as_str().to_string(), self.histogram.get(c).copied().unwrap_or(0)))
-                .collect(),
+            rejections_by_category: RejectionCategory::ALL.iter().map(|c| (c.as_str().to_string(), self.histogram.get(c).copied().unwrap_or(0))).collect(),
         }
     }
 }

@@ -53,9 +53,7 @@ pub fn outputs_equal(expected: &Value, actual: &Value) -> bool {
             _ => a == b,
         },
         (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| outputs_equal(x, y)),
-        (Value::Object(a), Value::Object(b)) => {
-            a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| outputs_equal(x, y)))
-        }
+        (Value::Object(a), Value::Object(b)) => a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| outputs_equal(x, y))),
         (a, b) => a == b,
     }
 }
@@ -118,6 +116,6 @@ mod tests {
         assert!(!outputs_equal(&json!({"a":1}), &json!({"a":1,"extra":true})));
         assert!(!outputs_equal(&json!({"a":1,"b":2}), &json!({"a":1})));
         assert!(!outputs_equal(&json!("1"), &json!(1)));
-        assert!(!outputs_equal(&json!([1,2]), &json!([2,1])));
+        assert!(!outputs_equal(&json!([1, 2]), &json!([2, 1])));
     }
 }

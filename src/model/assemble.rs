@@ -80,12 +80,7 @@ mod tests {
     use super::*;
 
     fn piece(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> ModelChunk {
-        ModelChunk::ToolCall {
-            index,
-            id: id.map(str::to_string),
-            name: name.map(str::to_string),
-            arguments_delta: args.to_string(),
-        }
+        ModelChunk::ToolCall { index, id: id.map(str::to_string), name: name.map(str::to_string), arguments_delta: args.to_string() }
     }
 
     #[test]

@@ -45,8 +45,8 @@ pub use hash::{canonical_json, content_hash};
 pub use package::{ImportOptions, ToolPackage, AGENTOS_FORMAT, PACKAGE_FORMAT};
 pub use promotion::{PromotionOutcome, PromotionStatus};
 pub use types::{
-    AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus,
-    ToolVersion, MAX_VERSIONS,
+    AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus, ToolVersion,
+    MAX_VERSIONS,
 };
 
 /// A registry operation failed (bad requests to `forge` are not errors: they are rejected
@@ -82,7 +82,13 @@ impl RegistryError {
             Self::InvalidPromotion { .. } => "invalid_promotion",
             Self::InvalidPackage(_) => "invalid_package",
             Self::Corrupt { .. } => "store_corrupt",
-            Self::Store(e) => if e.code == "store_corrupt" { "store_corrupt" } else { "store_error" },
+            Self::Store(e) => {
+                if e.code == "store_corrupt" {
+                    "store_corrupt"
+                } else {
+                    "store_error"
+                }
+            }
         }
     }
 }
@@ -97,7 +103,10 @@ pub struct Judges {
 
 impl std::fmt::Debug for Judges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Judges").field("judge", &self.judge.as_ref().map(|m| m.id())).field("promotion_judge", &self.promotion_judge.as_ref().map(|m| m.id())).finish()
+        f.debug_struct("Judges")
+            .field("judge", &self.judge.as_ref().map(|m| m.id()))
+            .field("promotion_judge", &self.promotion_judge.as_ref().map(|m| m.id()))
+            .finish()
     }
 }
 
@@ -402,7 +411,16 @@ impl Registry {
     /// Appends to the audit ring, dropping the oldest entries beyond capacity, and returns the
     /// ops persisting that change (one put, and a delete per dropped entry).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn audit(&self, state: &mut State, action: &str, tool: &str, version: Option<u32>, tier: Option<Tier>, detail: String, session: Option<&str>) -> Vec<BatchOp> {
+    pub(crate) fn audit(
+        &self,
+        state: &mut State,
+        action: &str,
+        tool: &str,
+        version: Option<u32>,
+        tier: Option<Tier>,
+        detail: String,
+        session: Option<&str>,
+    ) -> Vec<BatchOp> {
         let entry = AuditEntry {
             at: self.now(),
             action: action.to_string(),
@@ -587,9 +605,25 @@ impl Registry {
             let name_changed = state.forge_stats.record_rejected(&rejection.name, rejection.category);
             let mut ops = self.forge_stats_ops(&state, name_changed.then_some((rejection.name.as_str(), false)));
             if let Some(v) = &rejection.verdict {
-                ops.extend(self.audit(&mut state, "verdict", &rejection.name, None, None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(&origin.session_id)));
+                ops.extend(self.audit(
+                    &mut state,
+                    "verdict",
+                    &rejection.name,
+                    None,
+                    None,
+                    format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning),
+                    Some(&origin.session_id),
+                ));
             }
-            ops.extend(self.audit(&mut state, "reject", &rejection.name, None, None, format!("{}: {}", rejection.category.as_str(), rejection.reason), Some(&origin.session_id)));
+            ops.extend(self.audit(
+                &mut state,
+                "reject",
+                &rejection.name,
+                None,
+                None,
+                format!("{}: {}", rejection.category.as_str(), rejection.reason),
+                Some(&origin.session_id),
+            ));
             ops
         };
         self.emit(&origin.run_id, EventBody::ForgeRejected { name: rejection.name.clone(), category: rejection.category, reason: rejection.reason.clone() });
@@ -606,7 +640,10 @@ impl Registry {
         let scope = verified.request.scope.clone();
         let (info, ops) = {
             let mut state = self.state.borrow_mut();
-            let version = state.resolve(&name, session).map(|(_, e)| e.record.history.iter().map(|v| v.version).max().unwrap_or(e.record.current.version) + 1).unwrap_or(1);
+            let version = state
+                .resolve(&name, session)
+                .map(|(_, e)| e.record.history.iter().map(|v| v.version).max().unwrap_or(e.record.current.version) + 1)
+                .unwrap_or(1);
             // This session's entry (active or demoted) is replaced; its history carries over.
             let mut history = state.tier_mut(Tier::Session, session).remove(&name).map(|e| e.record.history).unwrap_or_default();
             let current = ToolVersion { version, hash: hash.clone(), request: verified.request, verdict: Some(verified.verdict.clone()), created_at: now };
@@ -631,8 +668,24 @@ impl Registry {
             let v = &verified.verdict;
             let mut ops = self.forge_stats_ops(&state, name_changed.then_some((info.name.as_str(), true)));
             ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)));
-            ops.extend(self.audit(&mut state, "verdict", &info.name, Some(version), None, format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning), Some(session)));
-            ops.extend(self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), Some(session)));
+            ops.extend(self.audit(
+                &mut state,
+                "verdict",
+                &info.name,
+                Some(version),
+                None,
+                format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning),
+                Some(session),
+            ));
+            ops.extend(self.audit(
+                &mut state,
+                "register",
+                &info.name,
+                Some(version),
+                Some(Tier::Session),
+                format!("registered in session `{session}`"),
+                Some(session),
+            ));
             (info, ops)
         };
         self.emit(&origin.run_id, EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone() });
@@ -784,7 +837,9 @@ impl Registry {
         let status = self.state.borrow().tier(tier, session).and_then(|m| m.get(name)).map(|e| e.record.status);
         match status {
             None => Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}` at the {} tier", tier.as_str()))),
-            Some(ToolStatus::Demoted) => Err(ToolFailure::new("denied", format!("`{name}` was demoted from the {} tier and cannot be called there", tier.as_str()))),
+            Some(ToolStatus::Demoted) => {
+                Err(ToolFailure::new("denied", format!("`{name}` was demoted from the {} tier and cannot be called there", tier.as_str())))
+            }
             Some(ToolStatus::Active) => {
                 let Some(tool) = self.built_at(tier, name, session) else {
                     return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
@@ -798,11 +853,7 @@ impl Registry {
     /// first, then agent, then shared).
     pub fn list(&self, session: &str) -> Vec<ToolInfo> {
         let state = self.state.borrow();
-        [Tier::Session, Tier::Agent, Tier::Shared]
-            .into_iter()
-            .filter_map(|t| state.tier(t, session))
-            .flat_map(|m| m.values().map(tool_info))
-            .collect()
+        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter_map(|t| state.tier(t, session)).flat_map(|m| m.values().map(tool_info)).collect()
     }
 
     /// The audit trail, oldest first.
@@ -852,7 +903,15 @@ impl Registry {
             ops.extend(self.entry_ops(&entry));
             let info = tool_info(&entry);
             state.tier_mut(to, session).insert(name.to_string(), entry);
-            ops.extend(self.audit(&mut state, "demote", name, Some(info.version), Some(to), format!("demoted from {} to {}", from.as_str(), to.as_str()), Some(session)));
+            ops.extend(self.audit(
+                &mut state,
+                "demote",
+                name,
+                Some(info.version),
+                Some(to),
+                format!("demoted from {} to {}", from.as_str(), to.as_str()),
+                Some(session),
+            ));
             (info, ops, from, to)
         };
         self.persist(ops).await?;
@@ -867,13 +926,22 @@ impl Registry {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let entry = state.tier_mut(tier, session).get_mut(name).expect("resolved above");
-            let target = entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
+            let target =
+                entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
             let from = entry.record.current.version;
             entry.record.current = target;
             entry.built = None;
             let mut ops = self.entry_ops(entry);
             let info = tool_info(entry);
-            ops.extend(self.audit(&mut state, "rollback", name, Some(version), Some(tier), format!("rolled back from version {from} to {version}"), Some(session)));
+            ops.extend(self.audit(
+                &mut state,
+                "rollback",
+                name,
+                Some(version),
+                Some(tier),
+                format!("rolled back from version {from} to {version}"),
+                Some(session),
+            ));
             (info, ops)
         };
         self.persist(ops).await?;

@@ -119,11 +119,8 @@ impl Registry {
     pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
         let raw: Value = serde_norway::from_str(package).map_err(|e| invalid(format!("not YAML: {e}")))?;
         let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
-        let format = ["format", "schemaVersion", "schema_version", "kind"]
-            .iter()
-            .find_map(|k| top.get(*k).and_then(Value::as_str))
-            .unwrap_or_default()
-            .to_string();
+        let format =
+            ["format", "schemaVersion", "schema_version", "kind"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();
         if format != PACKAGE_FORMAT && format != AGENTOS_FORMAT {
             return Err(invalid(format!("unknown format `{format}`; expected `{PACKAGE_FORMAT}` or `{AGENTOS_FORMAT}`")));
         }
@@ -138,23 +135,30 @@ impl Registry {
         let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false) || redacted_at_rest;
         if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(|v| !v.is_null())) {
             if options.test_cases.is_empty() {
-                return Err(invalid("the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import"));
+                return Err(invalid(
+                    "the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import",
+                ));
             }
             top.insert("testCases".into(), serde_json::to_value(&options.test_cases).map_err(|e| invalid(e.to_string()))?);
         }
         let body = Value::Object(top.clone());
-        let request = normalize(&body).map_err(|e| invalid(if redacted { "the sandbox source is redacted; a redacted package cannot be imported".to_string() } else { e.to_string() }))?;
+        let request = normalize(&body)
+            .map_err(|e| invalid(if redacted { "the sandbox source is redacted; a redacted package cannot be imported".to_string() } else { e.to_string() }))?;
         if redacted || matches!(&request.implementation, Implementation::Sandbox { code: None, .. }) {
             return Err(invalid("the sandbox source is redacted; a redacted package cannot be imported"));
         }
-        let declared = ["hash", "contentHash", "content_hash"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).map(|h| h.trim_start_matches("sha256:").to_ascii_lowercase());
+        let declared = ["hash", "contentHash", "content_hash"]
+            .iter()
+            .find_map(|k| top.get(*k).and_then(Value::as_str))
+            .map(|h| h.trim_start_matches("sha256:").to_ascii_lowercase());
         let actual = content_hash(&request);
         match declared {
             Some(h) if h != actual => return Err(invalid(format!("content hash mismatch: the package says {h}, the content hashes to {actual}"))),
             None if format == PACKAGE_FORMAT => return Err(invalid("the package has no content hash")),
             _ => {}
         }
-        let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), run_id: String::new() };
+        let origin =
+            ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), run_id: String::new() };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         Ok(match self.verify(&request_value, &origin, &self.lookup()).await {
             Ok(verified) => self.register_session(verified, &origin, "import").await,
@@ -162,4 +166,3 @@ impl Registry {
         })
     }
 }
-

@@ -101,24 +101,37 @@ impl Registry {
         let threshold = self.config().promotion_threshold;
         let (record, successes) = {
             let state = self.state.borrow();
-            let e = state.tier(Tier::Session, session).and_then(|m| m.get(name)).filter(|e| e.record.status == ToolStatus::Active).ok_or_else(|| RegistryError::NotFound(name.into()))?;
+            let e = state
+                .tier(Tier::Session, session)
+                .and_then(|m| m.get(name))
+                .filter(|e| e.record.status == ToolStatus::Active)
+                .ok_or_else(|| RegistryError::NotFound(name.into()))?;
             (e.record.clone(), e.stats.successes)
         };
         let memo = &record.promotion;
         if memo.rejected_hash.as_deref() == Some(record.current.hash.as_str()) && successes < memo.rejected_at_successes + self.config().promotion_retry_uses {
             let needed = memo.rejected_at_successes + self.config().promotion_retry_uses - successes;
-            return Ok(PromotionOutcome::new(PromotionStatus::Suppressed, format!("this version's promotion was rejected; {needed} more successful uses (or a new version) before asking again")));
+            return Ok(PromotionOutcome::new(
+                PromotionStatus::Suppressed,
+                format!("this version's promotion was rejected; {needed} more successful uses (or a new version) before asking again"),
+            ));
         }
         if successes < threshold.uses {
             return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("needs {} successful uses, has {successes}", threshold.uses)));
         }
         let confidence = record.current.verdict.as_ref().map(|v| v.confidence).unwrap_or(0.0);
         if confidence < threshold.confidence {
-            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("verdict confidence {confidence} is below the threshold {}", threshold.confidence)));
+            return Ok(PromotionOutcome::new(
+                PromotionStatus::Rejected,
+                format!("verdict confidence {confidence} is below the threshold {}", threshold.confidence),
+            ));
         }
         let agent_count = self.state.borrow().active_count(Tier::Agent, "", name);
         if agent_count >= self.config().max_agent_tools {
-            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("the agent tier is full ({agent_count} of maxAgentTools {})", self.config().max_agent_tools)));
+            return Ok(PromotionOutcome::new(
+                PromotionStatus::Rejected,
+                format!("the agent tier is full ({agent_count} of maxAgentTools {})", self.config().max_agent_tools),
+            ));
         }
 
         // Re-run the tests against the tool as it is built now.
@@ -158,7 +171,15 @@ impl Registry {
             let mut ops = self.entry_ops(&entry);
             let info = tool_info(&entry);
             state.agent.insert(name.to_string(), entry);
-            ops.extend(self.audit(&mut state, "promote", name, Some(info.version), Some(Tier::Agent), "promoted session → agent; panel approved".into(), Some(session)));
+            ops.extend(self.audit(
+                &mut state,
+                "promote",
+                name,
+                Some(info.version),
+                Some(Tier::Agent),
+                "promoted session → agent; panel approved".into(),
+                Some(session),
+            ));
             (info.clone(), ops, info.version)
         };
         self.persist(ops).await?;
@@ -214,7 +235,15 @@ impl Registry {
             let name = approval.tool.clone();
             match state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) {
                 None => {
-                    ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: tool no longer at the agent tier"), None));
+                    ops.extend(self.audit(
+                        &mut state,
+                        "approval.approved",
+                        &name,
+                        None,
+                        Some(Tier::Shared),
+                        format!("{id}: tool no longer at the agent tier"),
+                        None,
+                    ));
                     (Err(RegistryError::NotFound(name)), ops)
                 }
                 Some(entry) => {
@@ -226,7 +255,15 @@ impl Registry {
                     let info = tool_info(&entry);
                     state.shared.insert(name.clone(), entry);
                     ops.extend(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
-                    ops.extend(self.audit(&mut state, "promote", &name, Some(info.version), Some(Tier::Shared), "promoted agent → shared with human approval".into(), None));
+                    ops.extend(self.audit(
+                        &mut state,
+                        "promote",
+                        &name,
+                        Some(info.version),
+                        Some(Tier::Shared),
+                        "promoted agent → shared with human approval".into(),
+                        None,
+                    ));
                     (Ok(info), ops)
                 }
             }

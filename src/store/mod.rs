@@ -124,13 +124,7 @@ impl Store for MemoryStore {
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
-        Ok(self
-            .entries
-            .borrow()
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+        Ok(self.entries.borrow().range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(k, v)| (k.clone(), v.clone())).collect())
     }
 
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
@@ -172,9 +166,7 @@ mod tests {
         let s = MemoryStore::new();
         block_on(async {
             s.put("k", json!(1)).await.unwrap();
-            s.batch(vec![BatchOp::Delete { key: "k".into() }, BatchOp::Put { key: "j".into(), value: json!(2) }])
-                .await
-                .unwrap();
+            s.batch(vec![BatchOp::Delete { key: "k".into() }, BatchOp::Put { key: "j".into(), value: json!(2) }]).await.unwrap();
             assert_eq!(s.get("k").await.unwrap(), None);
             assert_eq!(s.get("j").await.unwrap(), Some(json!(2)));
         });

@@ -32,26 +32,16 @@ fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
     if trimmed.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_str(trimmed)
-        .map_err(|e| ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")))
+    serde_json::from_str(trimmed).map_err(|e| ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")))
 }
 
 /// Runs the call `name(raw_arguments)` against `tools`.
-pub async fn execute_call(
-    tools: &ToolSet,
-    name: &str,
-    raw_arguments: &str,
-    ctx: &CallContext,
-    limits: ExecutionLimits,
-) -> ToolOutcome {
+pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx: &CallContext, limits: ExecutionLimits) -> ToolOutcome {
     let Some(tool) = tools.get(name) else {
         let known: Vec<&str> = tools.names().collect();
         return ToolOutcome {
             arguments: None,
-            result: Err(ToolFailure::new(
-                "unknown_tool",
-                format!("no tool named `{name}`; available tools: {}", known.join(", ")),
-            )),
+            result: Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}`; available tools: {}", known.join(", ")))),
         };
     };
     let args = match parse_arguments(raw_arguments) {
@@ -77,10 +67,7 @@ pub async fn execute_call(
 pub async fn invoke(tool: &Tool, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
     let name = &tool.name;
     if let Err(violations) = tool.input_schema().check(&args) {
-        return Err(ToolFailure::new(
-            "invalid_arguments",
-            format!("arguments do not match the input schema of `{name}`: {violations}"),
-        ));
+        return Err(ToolFailure::new("invalid_arguments", format!("arguments do not match the input schema of `{name}`: {violations}")));
     }
     let output = tool.handler().call(args, ctx).await?;
     check_output(tool, output)

@@ -183,9 +183,7 @@ pub struct ToolSet {
 
 /// Tool names the model sees must be short identifiers (provider APIs enforce this).
 pub fn is_valid_tool_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 impl ToolSet {

@@ -108,18 +108,12 @@ impl CoreAgent {
             set.insert(tool);
         }
         let env: Rc<dyn Environment> = Rc::new(JsEnvironment::new());
-        let store: Option<Rc<dyn Store>> =
-            if store.is_undefined() || store.is_null() { None } else { Some(Rc::new(JsStore::new(store)?)) };
-        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone())
-            .map_err(|e| error_object(&e.code(), &e.to_string()))?;
+        let store: Option<Rc<dyn Store>> = if store.is_undefined() || store.is_null() { None } else { Some(Rc::new(JsStore::new(store)?)) };
+        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone()).map_err(|e| error_object(&e.code(), &e.to_string()))?;
         if let Some(store) = &store {
             agent = agent.with_store(store.clone(), agent_id.clone());
         }
-        let registry = if emergent.is_undefined() || emergent.is_null() {
-            None
-        } else {
-            Some(load_registry(emergent, store, env, &agent_id, set).await?)
-        };
+        let registry = if emergent.is_undefined() || emergent.is_null() { None } else { Some(load_registry(emergent, store, env, &agent_id, set).await?) };
         if let Some(registry) = &registry {
             agent.set_tool_provider(Some(registry.clone()));
         }
@@ -137,12 +131,7 @@ impl CoreAgent {
                     let _ = on_event.call1(&JsValue::NULL, &js);
                 }
             };
-            let options = RunOptions {
-                session_id,
-                cancel: signal.map(|s| Rc::new(JsAbortSignal(s)) as _),
-                parent_path: vec![],
-                run_id: Some(run_id),
-            };
+            let options = RunOptions { session_id, cancel: signal.map(|s| Rc::new(JsAbortSignal(s)) as _), parent_path: vec![], run_id: Some(run_id) };
             match agent.run(&input, options, &mut emit).await {
                 Ok(out) => to_js(&out),
                 Err(e) => Err(error_object(&e.code(), &e.to_string())),

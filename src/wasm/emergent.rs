@@ -99,7 +99,9 @@ fn parse_tier(tier: &str) -> Result<Tier, JsValue> {
 #[wasm_bindgen]
 impl CoreAgent {
     fn registry(&self) -> Result<Rc<Registry>, JsValue> {
-        self.registry.clone().ok_or_else(|| error_object("emergent_disabled", "emergent capabilities are not enabled for this agent (createAgent({ emergent: { enabled: true } }))"))
+        self.registry.clone().ok_or_else(|| {
+            error_object("emergent_disabled", "emergent capabilities are not enabled for this agent (createAgent({ emergent: { enabled: true } }))")
+        })
     }
 
     /// Forges a tool. Resolves with a ForgeResult; never rejects for a bad request.

@@ -12,9 +12,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::agent::{CancelSignal, Environment};
+use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
 use crate::store::{BatchOp, Store, StoreError, StoreLock};
-use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::tools::{CallContext, ToolFailure, ToolHandler};
 
 /// Longest error message copied from a JS exception (host errors can be huge).
@@ -112,9 +112,8 @@ pub(crate) struct JsModel {
 impl JsModel {
     pub(crate) fn new(target: JsValue) -> Result<Self, JsValue> {
         let id = string_field(&target, "id").ok_or_else(|| error_object("invalid_config", "model.id must be a string"))?;
-        let stream = Reflect::get(&target, &"stream".into())?
-            .dyn_into::<Function>()
-            .map_err(|_| error_object("invalid_config", "model.stream must be a function"))?;
+        let stream =
+            Reflect::get(&target, &"stream".into())?.dyn_into::<Function>().map_err(|_| error_object("invalid_config", "model.stream must be a function"))?;
         Ok(Self { id, target, stream })
     }
 }
@@ -143,8 +142,7 @@ impl Model for JsModel {
                 return Ok(());
             }
             let value = Reflect::get(&step, &value_key).map_err(to_model_error)?;
-            let chunk: ModelChunk = decode(&value)
-                .map_err(|e| ModelError::new("provider_protocol", format!("malformed model chunk: {e}")))?;
+            let chunk: ModelChunk = decode(&value).map_err(|e| ModelError::new("provider_protocol", format!("malformed model chunk: {e}")))?;
             sink.chunk(&chunk);
         }
     }

@@ -104,10 +104,7 @@ fn js_message(value: &JsValue) -> String {
     if let Some(s) = value.as_string() {
         return s;
     }
-    js_sys::Reflect::get(value, &JsValue::from_str("message"))
-        .ok()
-        .and_then(|m| m.as_string())
-        .unwrap_or_else(|| "fetch failed".into())
+    js_sys::Reflect::get(value, &JsValue::from_str("message")).ok().and_then(|m| m.as_string()).unwrap_or_else(|| "fetch failed".into())
 }
 
 /// Creates the runner and builds its frozen realm (so the first call is warm).
@@ -140,9 +137,8 @@ pub async fn execute(request_json: String) -> String {
             Some(runner) => runner.execute(&request).await,
         },
     };
-    serde_json::to_string(&result).unwrap_or_else(|_| {
-        r#"{"status":"error","error":{"code":"internal","message":"result serialisation failed"},"logs":[],"durationMs":0}"#.into()
-    })
+    serde_json::to_string(&result)
+        .unwrap_or_else(|_| r#"{"status":"error","error":{"code":"internal","message":"result serialisation failed"},"logs":[],"durationMs":0}"#.into())
 }
 
 /// Whether an allocation has failed in this instance (read by the Worker after a trap).
@@ -152,11 +148,5 @@ pub fn allocation_failed() -> bool {
 }
 
 fn failure(code: &str, message: String) -> SandboxResult {
-    SandboxResult {
-        status: SandboxStatus::Error,
-        output: None,
-        error: Some(SandboxFailure { code: code.into(), message }),
-        logs: vec![],
-        duration_ms: 0.0,
-    }
+    SandboxResult { status: SandboxStatus::Error, output: None, error: Some(SandboxFailure { code: code.into(), message }), logs: vec![], duration_ms: 0.0 }
 }

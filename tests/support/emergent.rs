@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 
 use super::{text, FnTool, Reply, ScriptedModel};
 
-pub const SLUGIFY_JS: &str = "/*SLUGIFY*/ function execute(input) { return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') }; }";
+pub const SLUGIFY_JS: &str =
+    "/*SLUGIFY*/ function execute(input) { return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') }; }";
 pub const SLUGIFY_V2_JS: &str = "/*SLUGIFY*/ /*v2*/ function execute(input) { return { slug: slug(input.text) }; }";
 pub const ADD_JS: &str = "/*ADD*/ function execute(i) { return { sum: i.a + i.b }; }";
 pub const WRONG_JS: &str = "/*WRONG*/ function execute() { return { slug: 'nope' }; }";
@@ -118,10 +119,24 @@ pub fn host_tools() -> ToolSet {
     let mut set = ToolSet::new();
     let text_in = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
     set.insert(
-        Tool::new("upper_case", "Upper-cases text", &text_in, Some(&json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] })), FnTool::new(|a| Ok(json!({ "text": a["text"].as_str().unwrap_or_default().to_uppercase() })))).unwrap(),
+        Tool::new(
+            "upper_case",
+            "Upper-cases text",
+            &text_in,
+            Some(&json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] })),
+            FnTool::new(|a| Ok(json!({ "text": a["text"].as_str().unwrap_or_default().to_uppercase() }))),
+        )
+        .unwrap(),
     );
     set.insert(
-        Tool::new("word_count", "Counts words", &text_in, None, FnTool::new(|a| Ok(json!({ "count": a["text"].as_str().unwrap_or_default().split_whitespace().count() })))).unwrap(),
+        Tool::new(
+            "word_count",
+            "Counts words",
+            &text_in,
+            None,
+            FnTool::new(|a| Ok(json!({ "count": a["text"].as_str().unwrap_or_default().split_whitespace().count() }))),
+        )
+        .unwrap(),
     );
     set
 }
@@ -146,7 +161,14 @@ pub fn rig_for(agent_id: &str, config: EmergentConfig, judge: Option<Rc<Scripted
 }
 
 /// A rig whose registry reaches `memory` through `store` (a wrapper that changes timing).
-pub fn rig_over(agent_id: &str, config: EmergentConfig, judge: Option<Rc<ScriptedModel>>, panel: Option<Rc<ScriptedModel>>, memory: Rc<MemoryStore>, store: Rc<dyn Store>) -> Rig {
+pub fn rig_over(
+    agent_id: &str,
+    config: EmergentConfig,
+    judge: Option<Rc<ScriptedModel>>,
+    panel: Option<Rc<ScriptedModel>>,
+    memory: Rc<MemoryStore>,
+    store: Rc<dyn Store>,
+) -> Rig {
     let sandbox = Rc::new(ScriptedSandbox::default());
     let store_for_registry = store;
     let store = memory;

@@ -155,12 +155,7 @@ fn own_data(obj: &JsObject, key: &PropertyKey) -> Result<Option<JsValue>, Conver
 
 fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Frame, ConvertError> {
     if obj.is_array() {
-        let len = obj
-            .borrow()
-            .properties()
-            .get(&js_string!("length").into())
-            .and_then(|d| d.value().and_then(JsValue::as_number))
-            .unwrap_or(0.0);
+        let len = obj.borrow().properties().get(&js_string!("length").into()).and_then(|d| d.value().and_then(JsValue::as_number)).unwrap_or(0.0);
         let len = len as u64;
         if len > (budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes)) as u64 {
             return err(format!("array length {len} exceeds the node limit of {}", budget.caps.max_nodes));
@@ -168,9 +163,7 @@ fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Fra
         budget.node(2)?;
         return Ok(Frame { obj, kind: Kind::Array { len: len as u32, next: 0, out: Vec::with_capacity(len as usize) } });
     }
-    let keys = obj
-        .own_property_keys(context)
-        .map_err(|e| ConvertError(format!("cannot list properties: {e}")))?;
+    let keys = obj.own_property_keys(context).map_err(|e| ConvertError(format!("cannot list properties: {e}")))?;
     if keys.len() > budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes) {
         return err(format!("object with {} keys exceeds the node limit of {}", keys.len(), budget.caps.max_nodes));
     }
@@ -272,9 +265,7 @@ pub(crate) fn to_json(value: &JsValue, caps: Caps, context: &mut Context) -> Res
 pub(crate) fn from_json(value: &Value, max_depth: usize, context: &mut Context) -> JsResult<JsValue> {
     fn build(value: &Value, depth: usize, max_depth: usize, context: &mut Context) -> JsResult<JsValue> {
         if depth > max_depth {
-            return Err(boa_engine::JsNativeError::range()
-                .with_message(format!("input is nested deeper than {max_depth}"))
-                .into());
+            return Err(boa_engine::JsNativeError::range().with_message(format!("input is nested deeper than {max_depth}")).into());
         }
         Ok(match value {
             Value::Null => JsValue::null(),

@@ -10,8 +10,8 @@
 use std::{cell::RefCell, future::Future, pin::Pin, rc::Rc};
 
 use boa_engine::{
-    js_string,
     job::NativeAsyncJob,
+    js_string,
     object::{builtins::JsPromise, JsObject, ObjectInitializer},
     property::Attribute,
     Context, JsArgs, JsNativeError, JsResult, JsString, JsValue, NativeFunction,
@@ -98,10 +98,7 @@ pub(crate) struct HostState {
 }
 
 fn state(context: &Context) -> JsResult<Rc<HostState>> {
-    context
-        .get_data::<Rc<HostState>>()
-        .cloned()
-        .ok_or_else(|| JsNativeError::typ().with_message("host state missing").into())
+    context.get_data::<Rc<HostState>>().cloned().ok_or_else(|| JsNativeError::typ().with_message("host state missing").into())
 }
 
 /// Strips control characters and bounds length: host messages shown to the guest.
@@ -227,7 +224,11 @@ fn algorithm(value: &JsValue) -> JsResult<&'static str> {
 }
 
 fn digest_hex(alg: &str, data: &[u8]) -> String {
-    if alg == "SHA-256" { hex(&Sha256::digest(data)) } else { hex(&Sha512::digest(data)) }
+    if alg == "SHA-256" {
+        hex(&Sha256::digest(data))
+    } else {
+        hex(&Sha512::digest(data))
+    }
 }
 
 /// `crypto.digest(algorithm, text)` → lowercase hex of the UTF-8 bytes' digest.
@@ -329,11 +330,7 @@ fn build_response(resp: FetchResponse, st: &HostState, context: &mut Context) ->
     }
     let headers = JsObject::with_null_proto();
     for (k, v) in &resp.headers {
-        headers.create_data_property_or_throw(
-            JsString::from(k.to_ascii_lowercase().as_str()),
-            JsString::from(v.as_str()),
-            context,
-        )?;
+        headers.create_data_property_or_throw(JsString::from(k.to_ascii_lowercase().as_str()), JsString::from(v.as_str()), context)?;
     }
     let make = st.make_response.borrow().clone().ok_or_else(|| type_error("fetch unavailable"))?;
     make.call(
@@ -377,10 +374,7 @@ fn fetch(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsVal
                 Ok(value) => resolvers.resolve.call(&JsValue::undefined(), &[value], context),
                 Err(error) => {
                     // A fresh guest error: never a host object.
-                    let message = error
-                        .as_native()
-                        .map(|n| n.message().to_string())
-                        .unwrap_or_else(|| "fetch failed".into());
+                    let message = error.as_native().map(|n| n.message().to_string()).unwrap_or_else(|| "fetch failed".into());
                     let fresh = JsNativeError::typ().with_message(sanitize(&message, 300)).into_opaque(context);
                     resolvers.reject.call(&JsValue::undefined(), &[fresh.into()], context)
                 }
@@ -392,10 +386,7 @@ fn fetch(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsVal
 }
 
 pub(crate) fn make_fetch(context: &mut Context) -> JsObject {
-    let f = boa_engine::object::FunctionObjectBuilder::new(context.realm(), NativeFunction::from_fn_ptr(fetch))
-        .name(js_string!("fetch"))
-        .length(1)
-        .build();
+    let f = boa_engine::object::FunctionObjectBuilder::new(context.realm(), NativeFunction::from_fn_ptr(fetch)).name(js_string!("fetch")).length(1).build();
     let _ = Attribute::all();
     f.into()
 }

@@ -14,9 +14,9 @@ use std::{
 };
 
 use boa_engine::{
+    builtins::promise::PromiseState,
     job::{Job, JobExecutor, NativeAsyncJob, PromiseJob},
     object::builtins::JsPromise,
-    builtins::promise::PromiseState,
     Context, JsError, JsResult, JsValue,
 };
 
@@ -57,13 +57,7 @@ impl GuardedExecutor {
 
     /// Runs jobs until `promise` settles, the budget or deadline is exhausted, or nothing is
     /// left that could settle it.
-    pub(crate) async fn drive(
-        &self,
-        promise: &JsPromise,
-        context: &mut Context,
-        max_jobs: u64,
-        deadline_ms: f64,
-    ) -> Result<(), Stop> {
+    pub(crate) async fn drive(&self, promise: &JsPromise, context: &mut Context, max_jobs: u64, deadline_ms: f64) -> Result<(), Stop> {
         let cell = RefCell::new(context);
         let mut pending: Vec<Pin<Box<dyn Future<Output = JsResult<JsValue>> + '_>>> = Vec::new();
         let mut ran = 0u64;
@@ -111,7 +105,11 @@ impl GuardedExecutor {
                     }
                     Poll::Pending => true,
                 });
-                if pending.len() < before { Poll::Ready(()) } else { Poll::Pending }
+                if pending.len() < before {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
             })
             .await;
             if let Some(e) = errors.into_iter().next() {

@@ -38,17 +38,8 @@ pub(crate) struct SandboxHooks {
 }
 
 impl HostHooks for SandboxHooks {
-    fn ensure_can_compile_strings(
-        &self,
-        _realm: Realm,
-        _parameters: &[JsString],
-        _body: &JsString,
-        _direct: bool,
-        _context: &mut Context,
-    ) -> JsResult<()> {
-        Err(JsNativeError::eval()
-            .with_message("string compilation (eval, Function) is disabled in the sandbox")
-            .into())
+    fn ensure_can_compile_strings(&self, _realm: Realm, _parameters: &[JsString], _body: &JsString, _direct: bool, _context: &mut Context) -> JsResult<()> {
+        Err(JsNativeError::eval().with_message("string compilation (eval, Function) is disabled in the sandbox").into())
     }
 
     fn max_buffer_size(&self, _context: &mut Context) -> u64 {
@@ -57,8 +48,7 @@ impl HostHooks for SandboxHooks {
 }
 
 /// Globals removed before freezing.
-const REMOVED_GLOBALS: &[&str] =
-    &["SharedArrayBuffer", "Atomics", "WeakRef", "FinalizationRegistry", "eval", "escape", "unescape"];
+const REMOVED_GLOBALS: &[&str] = &["SharedArrayBuffer", "Atomics", "WeakRef", "FinalizationRegistry", "eval", "escape", "unescape"];
 
 /// Tames the override mistake, then deep-freezes everything reachable. Returns the guest-realm
 /// helpers the host needs (kept by Rust, never exposed on the global object).
@@ -162,10 +152,8 @@ impl std::fmt::Debug for HardenedRealm {
 impl HardenedRealm {
     pub(crate) fn build(limits: RealmLimits, host: Rc<HostState>) -> JsResult<Self> {
         let executor = Rc::new(GuardedExecutor::default());
-        let mut context = ContextBuilder::new()
-            .host_hooks(Rc::new(SandboxHooks { max_buffer_size: limits.max_buffer_size }))
-            .job_executor(executor.clone())
-            .build()?;
+        let mut context =
+            ContextBuilder::new().host_hooks(Rc::new(SandboxHooks { max_buffer_size: limits.max_buffer_size })).job_executor(executor.clone()).build()?;
         let mut rl = RuntimeLimits::default();
         rl.set_loop_iteration_limit(limits.loop_iteration_limit);
         rl.set_recursion_limit(limits.recursion_limit);
@@ -183,17 +171,11 @@ impl HardenedRealm {
         let fetch = make_fetch(&mut context);
 
         let bootstrap = context.eval(Source::from_bytes(BOOTSTRAP))?;
-        let bootstrap = bootstrap
-            .as_callable()
-            .ok_or_else(|| JsNativeError::typ().with_message("bootstrap is not callable"))?;
-        let host_objects = boa_engine::object::builtins::JsArray::from_iter(
-            [console.clone().into(), crypto.clone().into(), fetch.clone().into()],
-            &mut context,
-        );
+        let bootstrap = bootstrap.as_callable().ok_or_else(|| JsNativeError::typ().with_message("bootstrap is not callable"))?;
+        let host_objects =
+            boa_engine::object::builtins::JsArray::from_iter([console.clone().into(), crypto.clone().into(), fetch.clone().into()], &mut context);
         let helpers = bootstrap.call(&JsValue::undefined(), &[host_objects.into()], &mut context)?;
-        let helpers = helpers
-            .as_object()
-            .ok_or_else(|| JsNativeError::typ().with_message("bootstrap returned no helpers"))?;
+        let helpers = helpers.as_object().ok_or_else(|| JsNativeError::typ().with_message("bootstrap returned no helpers"))?;
         let make_response = helpers.get(js_string!("makeResponse"), &mut context)?;
         let frozen = helpers.get(js_string!("frozen"), &mut context)?.as_number().unwrap_or(0.0) as usize;
         *host.make_response.borrow_mut() = make_response.as_object();

@@ -6,12 +6,7 @@
 use std::{cell::RefCell, rc::Rc};
 
 use async_trait::async_trait;
-use boa_engine::{
-    builtins::promise::PromiseState,
-    object::builtins::JsPromise,
-    property::PropertyKey,
-    Context, JsError, JsString, JsValue, Script, Source,
-};
+use boa_engine::{builtins::promise::PromiseState, object::builtins::JsPromise, property::PropertyKey, Context, JsError, JsString, JsValue, Script, Source};
 use serde_json::Value;
 
 use super::{
@@ -104,12 +99,7 @@ impl Outcome {
         Self { status: SandboxStatus::Ok, output: Some(output), error: None, discard_realm: false }
     }
     fn fail(status: SandboxStatus, code: &str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            output: None,
-            error: Some(SandboxFailure { code: code.into(), message: sanitize(&message.into(), 2_000) }),
-            discard_realm: false,
-        }
+        Self { status, output: None, error: Some(SandboxFailure { code: code.into(), message: sanitize(&message.into(), 2_000) }), discard_realm: false }
     }
     fn discarding(mut self) -> Self {
         self.discard_realm = true;
@@ -175,11 +165,7 @@ impl BoaRunner {
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run(&self, request: &SandboxRequest, logs: &mut Vec<String>) -> Outcome {
         let l = &self.limits;
-        let source_limits = SourceLimits {
-            max_source_bytes: l.max_source_bytes,
-            max_nesting: l.max_nesting,
-            max_operator_chain: l.max_operator_chain,
-        };
+        let source_limits = SourceLimits { max_source_bytes: l.max_source_bytes, max_nesting: l.max_nesting, max_operator_chain: l.max_operator_chain };
         let Ok(mut slot) = self.realm.try_borrow_mut() else {
             return Outcome::fail(SandboxStatus::Error, "busy", "the runner executes one request at a time");
         };
@@ -228,10 +214,8 @@ impl BoaRunner {
             None => {
                 let context = &mut realm.context;
                 // The code becomes the body of a strict function: its declarations are locals.
-                let wrapped = format!(
-                    "(function (fetch, crypto) {{ 'use strict';\n{}\n;return typeof execute === 'function' ? execute : undefined; }})",
-                    request.code
-                );
+                let wrapped =
+                    format!("(function (fetch, crypto) {{ 'use strict';\n{}\n;return typeof execute === 'function' ? execute : undefined; }})", request.code);
                 let script = match Script::parse(Source::from_bytes(&wrapped), None, context) {
                     Ok(s) => s,
                     Err(e) => return Outcome::fail(SandboxStatus::Rejected, "syntax", describe_error(&e, context)),
@@ -279,24 +263,16 @@ impl BoaRunner {
                 let executor = realm.executor.clone();
                 match executor.drive(&promise, context, l.max_jobs, deadline).await {
                     Ok(()) => {}
-                    Err(Stop::Budget(n)) => {
-                        return Outcome::fail(SandboxStatus::Timeout, "job_budget", format!("more than {n} promise jobs ran"))
-                            .discarding()
-                    }
+                    Err(Stop::Budget(n)) => return Outcome::fail(SandboxStatus::Timeout, "job_budget", format!("more than {n} promise jobs ran")).discarding(),
                     Err(Stop::Deadline) => {
-                        return Outcome::fail(SandboxStatus::Timeout, "deadline", format!("execution exceeded {} ms", l.timeout_ms))
-                            .discarding()
+                        return Outcome::fail(SandboxStatus::Timeout, "deadline", format!("execution exceeded {} ms", l.timeout_ms)).discarding()
                     }
-                    Err(Stop::Stalled) => {
-                        return Outcome::fail(SandboxStatus::Error, "never_settled", "execute() returned a promise that can never settle")
-                    }
+                    Err(Stop::Stalled) => return Outcome::fail(SandboxStatus::Error, "never_settled", "execute() returned a promise that can never settle"),
                     Err(Stop::Error(e)) => return error_outcome(e, context).discarding(),
                 }
                 match promise.state() {
                     PromiseState::Fulfilled(v) => v,
-                    PromiseState::Rejected(reason) => {
-                        return Outcome::fail(SandboxStatus::Error, "runtime_error", describe_value(&reason, context))
-                    }
+                    PromiseState::Rejected(reason) => return Outcome::fail(SandboxStatus::Error, "runtime_error", describe_value(&reason, context)),
                     PromiseState::Pending => unreachable!("drive returns only when settled"),
                 }
             }
@@ -397,13 +373,7 @@ impl SandboxRunner for BoaRunner {
         let start = now_ms();
         let mut logs = Vec::new();
         let outcome = self.run(request, &mut logs).await;
-        SandboxResult {
-            status: outcome.status,
-            output: outcome.output,
-            error: outcome.error,
-            logs,
-            duration_ms: now_ms() - start,
-        }
+        SandboxResult { status: outcome.status, output: outcome.output, error: outcome.error, logs, duration_ms: now_ms() - start }
     }
 }
 

@@ -49,9 +49,7 @@ pub(crate) struct SourceLimits {
 fn blocked_identifier(name: &str) -> Option<&'static str> {
     Some(match name {
         "eval" => "eval is not available: string compilation is disabled",
-        "Function" | "AsyncFunction" | "GeneratorFunction" => {
-            "the Function constructor is not available: string compilation is disabled"
-        }
+        "Function" | "AsyncFunction" | "GeneratorFunction" => "the Function constructor is not available: string compilation is disabled",
         "require" | "module" | "exports" | "__dirname" | "__filename" => {
             "CommonJS (require/module/exports) is not available: the code runs without a module system"
         }
@@ -59,12 +57,9 @@ fn blocked_identifier(name: &str) -> Option<&'static str> {
         "globalThis" | "global" | "window" | "self" | "frames" | "parent" | "top" => {
             "the global object is not accessible: define function execute(input) and use its input"
         }
-        "SharedArrayBuffer" | "Atomics" | "WeakRef" | "FinalizationRegistry" | "WebAssembly" => {
-            "this global is not available in the sandbox"
-        }
-        "XMLHttpRequest" | "WebSocket" | "importScripts" | "postMessage" | "Worker" | "document"
-        | "navigator" | "location" | "localStorage" | "indexedDB" | "setTimeout"
-        | "setInterval" | "setImmediate" | "queueMicrotask" => {
+        "SharedArrayBuffer" | "Atomics" | "WeakRef" | "FinalizationRegistry" | "WebAssembly" => "this global is not available in the sandbox",
+        "XMLHttpRequest" | "WebSocket" | "importScripts" | "postMessage" | "Worker" | "document" | "navigator" | "location" | "localStorage" | "indexedDB"
+        | "setTimeout" | "setInterval" | "setImmediate" | "queueMicrotask" => {
             "this host API is not available in the sandbox (only fetch and crypto, when allowlisted)"
         }
         _ => return None,
@@ -77,17 +72,11 @@ const OPT_IN: &[&str] = &["fetch", "crypto"];
 /// Validates `code` for a request whose allowlist is `allowlist`.
 pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) -> Result<(), Rejection> {
     if code.len() > limits.max_source_bytes {
-        return Err(Rejection::new(
-            "too_large",
-            format!("source is {} bytes; the limit is {}", code.len(), limits.max_source_bytes),
-        ));
+        return Err(Rejection::new("too_large", format!("source is {} bytes; the limit is {}", code.len(), limits.max_source_bytes)));
     }
     for name in allowlist {
         if !OPT_IN.contains(&name.as_str()) {
-            return Err(Rejection::new(
-                "unknown_api",
-                format!("allowlist entry '{name}' is not a host API (known: fetch, crypto)"),
-            ));
+            return Err(Rejection::new("unknown_api", format!("allowlist entry '{name}' is not a host API (known: fetch, crypto)")));
         }
     }
     check_nesting(code, limits)?;
@@ -99,14 +88,8 @@ pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) 
         Err(err) => {
             // A module parses where a script does not: say so plainly.
             let mut module_interner = Interner::default();
-            if Parser::new(Source::from_bytes(code))
-                .parse_module(&Scope::new_global(), &mut module_interner)
-                .is_ok()
-            {
-                return Err(Rejection::new(
-                    "module_syntax",
-                    "module syntax (import/export) is not allowed: define function execute(input) in a plain script",
-                ));
+            if Parser::new(Source::from_bytes(code)).parse_module(&Scope::new_global(), &mut module_interner).is_ok() {
+                return Err(Rejection::new("module_syntax", "module syntax (import/export) is not allowed: define function execute(input) in a plain script"));
             }
             return Err(Rejection::new("syntax", format!("syntax error: {err}")));
         }
@@ -152,9 +135,7 @@ fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
     // Template literal nesting: each entry is the bracket depth at which `${` opened.
     let mut template_stack: Vec<usize> = Vec::new();
     let mut i = 0;
-    let too_deep = |what: &str, n: usize, max: usize| {
-        Rejection::new("too_deep", format!("{what} is {n}; the limit is {max}"))
-    };
+    let too_deep = |what: &str, n: usize, max: usize| Rejection::new("too_deep", format!("{what} is {n}; the limit is {max}"));
     while i < bytes.len() {
         let c = bytes[i];
         match c {
@@ -247,10 +228,8 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
             return self.reject(Rejection::new("blocked_identifier", format!("'{name}': {reason}")));
         }
         if OPT_IN.contains(&name.as_str()) && !self.allowlist.iter().any(|a| a == &name) {
-            return self.reject(Rejection::new(
-                "not_allowlisted",
-                format!("'{name}' is used but not in the request's allowlist (add \"{name}\" to allowlist)"),
-            ));
+            return self
+                .reject(Rejection::new("not_allowlisted", format!("'{name}' is used but not in the request's allowlist (add \"{name}\" to allowlist)")));
         }
         ControlFlow::Continue(())
     }
@@ -294,10 +273,7 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
                 ),
             };
             if is_constructor {
-                return self.reject(Rejection::new(
-                    "blocked_identifier",
-                    "calling '.constructor(…)' is not allowed: string compilation is disabled",
-                ));
+                return self.reject(Rejection::new("blocked_identifier", "calling '.constructor(…)' is not allowed: string compilation is disabled"));
             }
         }
         node.visit_with(self)
@@ -307,10 +283,8 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
         if let LiteralKind::String(sym) = *node.kind() {
             let text = self.interner.resolve_expect(sym).to_string();
             if matches!(text.as_str(), "child_process" | "node:child_process") {
-                return self.reject(Rejection::new(
-                    "blocked_identifier",
-                    format!("the string '{text}' names a process API, which is not available in the sandbox"),
-                ));
+                return self
+                    .reject(Rejection::new("blocked_identifier", format!("the string '{text}' names a process API, which is not available in the sandbox")));
             }
         }
         ControlFlow::Continue(())
