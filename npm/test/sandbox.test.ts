@@ -9,7 +9,10 @@ import { existsSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 
-import { createSandbox, type Sandbox } from '../src/sandbox/index.js';
+import ipaddr from 'ipaddr.js';
+
+import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.js';
+import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
 import { startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 
@@ -121,5 +124,63 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     assert.equal(results[0]!.status, 'timeout');
     assert.deepEqual(results.slice(1).map((r) => r.output), [1, 2, 3]);
     assert.ok(sandbox.stats().workersKilled >= 1);
+  });
+});
+
+describe('sandbox fetch: where allowlisted names lead (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing' }, () => {
+  const seen: string[] = [];
+  let target: Server | undefined;
+  let port = 0;
+  before(async () => {
+    const started = await startFetchServer(seen);
+    target = started.server;
+    port = started.ctx.port;
+  });
+  after(() => target?.close());
+
+  const fetchOk = (origin: string) =>
+    `async function execute(){ try { const r = await fetch('${origin}/ok'); return await r.json(); } catch (e) { return e.message; } }`;
+
+  test('an allowlisted name resolving to a loopback address is refused unless that address is listed too', async () => {
+    const nameOnly = await createSandbox({ poolSize: 1, allowHttp: true, fetchDomainAllowlist: [`localhost:${port}`] });
+    try {
+      const r = await nameOnly.execute({ code: fetchOk(`http://localhost:${port}`), allowlist: ['fetch'] });
+      assert.match(String(r.output), /'localhost' resolves to (127\.0\.0\.1|::1), a loopback address; allowlist that address too/);
+      assert.deepEqual(seen, [], 'the refused request reached the server');
+    } finally {
+      await nameOnly.close();
+    }
+    const withAddress = await createSandbox({ poolSize: 1, allowHttp: true, fetchDomainAllowlist: [`localhost:${port}`, '127.0.0.1'] });
+    try {
+      const r = await withAddress.execute({ code: fetchOk(`http://localhost:${port}`), allowlist: ['fetch'] });
+      assert.deepEqual(r.output, { ok: true, path: '/ok' });
+      assert.deepEqual(seen, [`localhost:${port}`]);
+    } finally {
+      await withAddress.close();
+    }
+  });
+
+  test('every connection checks the address it connects to: a name that rebinds to a private address is refused', () => {
+    // A scripted resolver (test double): public on the first answer, private on the second.
+    const answers = [
+      [{ address: '93.184.216.34', family: 4 }],
+      [{ address: '10.0.0.5', family: 4 }],
+      [{ address: '::ffff:127.0.0.1', family: 6 }],
+      [{ address: '100.64.3.4', family: 4 }, { address: '2606:4700::1111', family: 6 }],
+    ];
+    const lookup = guardedLookup(ipaddr, ['rebind.example'], (_host, _options, callback) => callback(null, answers.shift()!));
+    const outcomes: unknown[] = [];
+    const record = (error: Error | null, address: unknown) => outcomes.push(error ? `${error.constructor.name}: ${error.message}` : address);
+    lookup('rebind.example', {}, record);
+    lookup('rebind.example', {}, record);
+    lookup('rebind.example', { all: true }, record);
+    lookup('rebind.example', { all: true }, record);
+    assert.deepEqual(outcomes, [
+      '93.184.216.34',
+      "FetchRefused: 'rebind.example' resolves to 10.0.0.5, a private address; allowlist that address too to reach it",
+      "FetchRefused: 'rebind.example' resolves to ::ffff:127.0.0.1, a loopback address; allowlist that address too to reach it",
+      [{ address: '2606:4700::1111', family: 6 }],
+    ]);
+    assert.ok(new FetchRefused('x') instanceof Error);
   });
 });

@@ -8,7 +8,8 @@
  * port); `https:` only unless `allowHttp`; no userinfo; IP literals only when the exact literal
  * is allowlisted; link-local, unspecified and IPv4-mapped/embedded forms never; fragments are
  * dropped. Browsers hide redirect targets (`opaqueredirect`), so there any redirect is refused.
- * Not covered: DNS answers (an allowlisted name that resolves to a private address is fetched).
+ * Where names lead is checked at connect time by Node's default fetch (`guarded-fetch.ts`); a
+ * refusal raised there surfaces here as the same {@link FetchRefused}.
  */
 
 export interface FetchPolicy {
@@ -132,6 +133,14 @@ async function readCapped(response: Response, max: number): Promise<string> {
   return new TextDecoder().decode(all);
 }
 
+/** A refusal raised below `fetch` (the connect-time address check), found in the cause chain. */
+function refusalIn(error: unknown): FetchRefused | undefined {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (e instanceof FetchRefused) return e;
+  }
+  return undefined;
+}
+
 /** Performs one bridged request. Resolves to PlainResponse JSON; rejects with a FetchRefused. */
 export async function bridgedFetch(requestJson: string, policy: FetchPolicy): Promise<string> {
   let request: PlainRequest;
@@ -158,7 +167,7 @@ export async function bridgedFetch(requestJson: string, policy: FetchPolicy): Pr
     try {
       response = await policy.fetch(url, { method, headers, body, redirect: 'manual', signal: policy.signal });
     } catch (error) {
-      throw new FetchRefused(`network error: ${error instanceof Error ? error.message : 'failed'}`);
+      throw refusalIn(error) ?? new FetchRefused(`network error: ${error instanceof Error ? error.message : 'failed'}`);
     }
     if (response.type === 'opaqueredirect') {
       throw new FetchRefused('redirects cannot be checked in this environment and are refused');

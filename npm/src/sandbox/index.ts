@@ -11,7 +11,8 @@
  * `wasm/crucible_sandbox_bg.wasm` (two directories up); both can be overridden in the options.
  */
 import { SandboxError } from '../errors.js';
-import { loadSandboxModule, WorkerPool } from './pool.js';
+import { guardedFetch } from './guarded-fetch.js';
+import { isNode, loadSandboxModule, WorkerPool } from './pool.js';
 import type { Sandbox, SandboxOptions } from './types.js';
 
 export type { Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './types.js';
@@ -25,7 +26,11 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   if (!(timeoutMs > 0)) throw new SandboxError('timeoutMs must be positive');
   if (!(memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
   if (!(Number.isInteger(poolSize) && poolSize >= 1)) throw new SandboxError('poolSize must be a positive integer');
-  const fetchImpl = options.fetch ?? globalThis.fetch?.bind(globalThis);
+  const fetchDomainAllowlist = [...(options.fetchDomainAllowlist ?? [])];
+  // In Node the default fetch also checks where allowlisted names resolve (guarded-fetch.ts);
+  // with nothing allowlisted no request can leave, so undici is not even loaded.
+  const fetchImpl =
+    options.fetch ?? (isNode && fetchDomainAllowlist.length > 0 ? await guardedFetch(fetchDomainAllowlist) : globalThis.fetch?.bind(globalThis));
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);
@@ -36,7 +41,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     timeoutMs,
     memoryMB,
     poolSize,
-    fetchDomainAllowlist: [...(options.fetchDomainAllowlist ?? [])],
+    fetchDomainAllowlist,
     allowHttp: options.allowHttp ?? false,
     maxFetchBodyBytes: options.maxFetchBodyBytes ?? 4 * 1024 * 1024,
     workerUrl: options.workerUrl,

@@ -7,7 +7,7 @@ import { bridgedFetch } from './fetch-bridge.js';
 import type { HostToWorker, WorkerToHost } from './protocol.js';
 import type { SandboxOptions, SandboxRequest, SandboxResult, SandboxStats } from './types.js';
 
-const isNode =
+export const isNode =
   typeof process !== 'undefined' && !!process.versions?.node && typeof (globalThis as { window?: unknown }).window === 'undefined';
 
 /** A runtime-neutral handle on one Worker. */

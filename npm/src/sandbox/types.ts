@@ -13,6 +13,11 @@ export interface SandboxOptions {
    * Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. Every redirect
    * hop is re-checked in Node; browsers hide redirect targets (`opaqueredirect`), so there a
    * redirect is refused with "redirects cannot be checked in this environment".
+   *
+   * In Node (default `fetch`), names must also lead somewhere public: a connection to a
+   * loopback, private, link-local or other non-public address is refused unless that address is
+   * listed too (`['localhost:8080', '127.0.0.1']`). The address is checked when the socket
+   * connects, so DNS rebinding cannot slip past it. IP literals in URLs must be listed exactly.
    */
   fetchDomainAllowlist?: string[];
   /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
@@ -27,7 +32,11 @@ export interface SandboxOptions {
   wasm?: WebAssembly.Module | string | URL;
   /** A Worker that has not started within this many ms is discarded as failed. Default 20000. */
   startTimeoutMs?: number;
-  /** `fetch` implementation used by the bridge (default `globalThis.fetch`). */
+  /**
+   * `fetch` implementation used by the bridge. Default: in Node, undici's fetch with the
+   * connect-time address check above; in browsers, `globalThis.fetch`. A custom `fetch` gets
+   * the allowlist and redirect checks but resolves names its own way.
+   */
   fetch?: typeof globalThis.fetch;
 }
 

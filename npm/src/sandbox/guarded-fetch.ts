@@ -1,0 +1,67 @@
+/**
+ * Node's default `fetch` for the sandbox bridge: the allowlist names hosts, and this checks
+ * where those names actually lead. Every connection resolves its host through
+ * {@link guardedLookup}, which refuses addresses outside the public unicast space (loopback,
+ * private, link-local, CGNAT, unique-local, multicast, reserved, tunnel forms embedding IPv4)
+ * unless that exact address is itself allowlisted. The address checked is the address
+ * connected to — the check runs inside the socket's own lookup — so a name that answers with a
+ * public address first and a private one later (DNS rebinding) gains nothing.
+ *
+ * Browsers do not expose DNS answers; there the bridge uses the page's `fetch`, and the
+ * browser's own private-network rules apply.
+ */
+import type { LookupAddress, LookupAllOptions, LookupOneOptions } from 'node:dns';
+
+import { FetchRefused } from './fetch-bridge.js';
+
+type Resolve = (hostname: string, options: LookupAllOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
+type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+type IpAddr = typeof import('ipaddr.js');
+
+/** `ipaddr.js` range names that are reachable on the public internet. */
+const PUBLIC_RANGE = 'unicast';
+
+/**
+ * A `net.connect` lookup that only hands out public addresses and allowlisted literals.
+ * `resolve` is `dns.lookup` unless a test substitutes an answer.
+ */
+export function guardedLookup(ipaddr: IpAddr, allowlist: string[], resolve: Resolve) {
+  const canonical = (address: string) => ipaddr.process(address.replace(/^\[|\]$/g, '')).toString();
+  const allowedAddresses = new Set(
+    allowlist.map((entry) => new URL(`http://${entry}`).hostname).filter((host) => ipaddr.isValid(host.replace(/^\[|\]$/g, ''))).map(canonical),
+  );
+  const verdict = (address: string): string | undefined => {
+    const parsed = ipaddr.process(address);
+    const range = parsed.range();
+    return range === PUBLIC_RANGE || allowedAddresses.has(parsed.toString()) ? undefined : range;
+  };
+  return (hostname: string, options: LookupOneOptions | LookupAllOptions, callback: LookupCallback): void => {
+    resolve(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, []);
+      const usable = addresses.filter((a) => verdict(a.address) === undefined);
+      if (usable.length === 0) {
+        const first = addresses[0];
+        const reason = first
+          ? `'${hostname}' resolves to ${first.address}, a ${verdict(first.address)} address; allowlist that address too to reach it`
+          : `'${hostname}' did not resolve to any address`;
+        return callback(Object.assign(new FetchRefused(reason), { code: 'ECONNREFUSED' }), []);
+      }
+      if (options.all) return callback(null, usable);
+      callback(null, usable[0]!.address, usable[0]!.family);
+    });
+  };
+}
+
+/** `fetch` through an undici Agent whose connections use {@link guardedLookup}. */
+export async function guardedFetch(allowlist: string[]): Promise<typeof globalThis.fetch> {
+  const load = <T>(name: string) => import(/* @vite-ignore */ name) as Promise<T>;
+  const [undici, dns, ipaddrModule] = await Promise.all([
+    load<typeof import('undici')>('undici'),
+    load<typeof import('node:dns')>('node:dns'),
+    load<{ default: IpAddr }>('ipaddr.js'),
+  ]);
+  const lookup = guardedLookup(ipaddrModule.default, allowlist, dns.lookup as unknown as Resolve);
+  const dispatcher = new undici.Agent({ connect: { lookup: lookup as never } });
+  return ((input: URL | string, init?: RequestInit) =>
+    undici.fetch(input, { ...(init as object), dispatcher } as never)) as unknown as typeof globalThis.fetch;
+}
