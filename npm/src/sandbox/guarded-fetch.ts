@@ -23,7 +23,8 @@ const PUBLIC_RANGE = 'unicast';
 
 /**
  * A `net.connect` lookup that only hands out public addresses and allowlisted literals.
- * `resolve` is `dns.lookup` unless a test substitutes an answer.
+ * `ipaddr` is the `ipaddr.js` module (passed in: it is loaded only in Node); `resolve` is
+ * `dns.lookup` unless a test substitutes an answer.
  */
 export function guardedLookup(ipaddr: IpAddr, allowlist: string[], resolve: Resolve) {
   const canonical = (address: string) => ipaddr.process(address.replace(/^\[|\]$/g, '')).toString();
@@ -52,8 +53,14 @@ export function guardedLookup(ipaddr: IpAddr, allowlist: string[], resolve: Reso
   };
 }
 
+/** A `fetch` and the way to release its connections. */
+export interface GuardedFetch {
+  fetch: typeof globalThis.fetch;
+  close(): Promise<void>;
+}
+
 /** `fetch` through an undici Agent whose connections use {@link guardedLookup}. */
-export async function guardedFetch(allowlist: string[]): Promise<typeof globalThis.fetch> {
+export async function guardedFetch(allowlist: string[]): Promise<GuardedFetch> {
   const load = <T>(name: string) => import(/* @vite-ignore */ name) as Promise<T>;
   const [undici, dns, ipaddrModule] = await Promise.all([
     load<typeof import('undici')>('undici'),
@@ -62,6 +69,8 @@ export async function guardedFetch(allowlist: string[]): Promise<typeof globalTh
   ]);
   const lookup = guardedLookup(ipaddrModule.default, allowlist, dns.lookup as unknown as Resolve);
   const dispatcher = new undici.Agent({ connect: { lookup: lookup as never } });
-  return ((input: URL | string, init?: RequestInit) =>
-    undici.fetch(input, { ...(init as object), dispatcher } as never)) as unknown as typeof globalThis.fetch;
+  return {
+    fetch: ((input: URL | string, init?: RequestInit) => undici.fetch(input, { ...(init as object), dispatcher } as never)) as unknown as typeof globalThis.fetch,
+    close: () => dispatcher.close(),
+  };
 }

@@ -27,16 +27,16 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   if (!(memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
   if (!(Number.isInteger(poolSize) && poolSize >= 1)) throw new SandboxError('poolSize must be a positive integer');
   const fetchDomainAllowlist = [...(options.fetchDomainAllowlist ?? [])];
-  // In Node the default fetch also checks where allowlisted names resolve (guarded-fetch.ts);
-  // with nothing allowlisted no request can leave, so undici is not even loaded.
-  const fetchImpl =
-    options.fetch ?? (isNode && fetchDomainAllowlist.length > 0 ? await guardedFetch(fetchDomainAllowlist) : globalThis.fetch?.bind(globalThis));
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);
   } catch (cause) {
     throw new SandboxError('cannot load the sandbox wasm (run `npm run build:wasm` in a checkout)', { cause });
   }
+  // In Node the default fetch also checks where allowlisted names resolve (guarded-fetch.ts);
+  // with nothing allowlisted no request can leave, so undici is not even loaded.
+  const guarded = !options.fetch && isNode && fetchDomainAllowlist.length > 0 ? await guardedFetch(fetchDomainAllowlist) : undefined;
+  const fetchImpl = options.fetch ?? guarded?.fetch ?? globalThis.fetch?.bind(globalThis);
   const pool = new WorkerPool(module, {
     timeoutMs,
     memoryMB,
@@ -52,11 +52,15 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     await pool.start();
   } catch (cause) {
     await pool.close();
+    await guarded?.close();
     throw new SandboxError('sandbox workers failed to start', { cause });
   }
   return {
     execute: (request) => pool.execute(request),
-    close: () => pool.close(),
+    close: async () => {
+      await pool.close();
+      await guarded?.close();
+    },
     stats: () => pool.stats(),
   };
 }
