@@ -524,7 +524,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
     const result: unknown = hostTool.execute(args, { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
-    if (result instanceof Promise) return result.then(jsonText);
+    // A thenable (a native promise among them) is adopted; `Promise.resolve` returns a native one as it is.
     const thenable = typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function';
     return thenable ? Promise.resolve(result).then(jsonText) : jsonText(result);
   };

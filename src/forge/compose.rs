@@ -148,14 +148,14 @@ impl Mapping {
     fn parse(v: &Value) -> Self {
         match v {
             Value::String(s) if s.contains('$') => {
-                let mut pieces = split(s);
-                match pieces.as_slice() {
-                    [Piece::Ref(..)] => match pieces.pop() {
-                        Some(Piece::Ref(r, text)) => Self::Whole(r, text),
-                        _ => unreachable!("matched one reference above"),
-                    },
-                    _ if pieces.iter().all(|p| matches!(p, Piece::Text(_))) => Self::Literal(v.clone()),
-                    _ => Self::Text(pieces),
+                let pieces = split(s);
+                if pieces.iter().all(|p| matches!(p, Piece::Text(_))) {
+                    return Self::Literal(v.clone());
+                }
+                match <[Piece; 1]>::try_from(pieces) {
+                    Ok([Piece::Ref(r, text)]) => Self::Whole(r, text),
+                    Ok(one) => Self::Text(Vec::from(one)),
+                    Err(pieces) => Self::Text(pieces),
                 }
             }
             Value::Array(a) => Self::Array(a.iter().map(Self::parse).collect()),

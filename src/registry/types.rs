@@ -55,15 +55,8 @@ pub struct ToolStats {
 impl ToolStats {
     /// Adds one call.
     pub fn record(&mut self, ok: bool, latency_ms: f64) {
-        let total = self.avg_latency_ms * self.calls as f64 + latency_ms;
-        self.calls += 1;
-        if ok {
-            self.successes += 1;
-        } else {
-            self.failures += 1;
-        }
-        self.avg_latency_ms = total / self.calls as f64;
-        self.success_rate = self.successes as f64 / self.calls as f64;
+        let one = ToolStats { calls: 1, successes: u64::from(ok), failures: u64::from(!ok), success_rate: f64::from(u8::from(ok)), avg_latency_ms: latency_ms };
+        self.merge(&one);
     }
 
     /// Adds the calls counted in `other` (another agent's, or calls not yet written).

@@ -160,12 +160,11 @@ pub(crate) enum ApprovalMode {
 /// A host tool: the TS side's `callTool(name, args, runId, callId, sessionId)`, which returns
 /// the JSON text of the tool's value (or `undefined`), or a native `Promise` of it.
 pub(crate) struct JsTool {
-    name: String,
     call_tool: Rc<Function>,
     approval: ApprovalMode,
     check_approval: Rc<Function>,
-    /// JS strings made once (name) or reused while they repeat (run and session ids): each
-    /// new JS string is a UTF-8 decode across the boundary, per call.
+    /// The tool's name as a JS string, made once; run and session ids are reused while they
+    /// repeat: each new JS string is a UTF-8 decode across the boundary, per call.
     js_name: JsValue,
     last_run: JsStringCache,
     last_session: JsStringCache,
@@ -174,7 +173,6 @@ pub(crate) struct JsTool {
 impl JsTool {
     pub(crate) fn new(name: &str, call_tool: Rc<Function>, approval: ApprovalMode, check_approval: Rc<Function>) -> Self {
         Self {
-            name: name.to_string(),
             call_tool,
             approval,
             check_approval,
@@ -232,7 +230,7 @@ impl ToolHandler for JsTool {
             // A predicate that throws or returns garbage asks for approval: fail closed.
             ApprovalMode::Predicate => {
                 let Ok(js_args) = to_js(args) else { return true };
-                match self.check_approval.call2(&JsValue::NULL, &self.name.as_str().into(), &js_args) {
+                match self.check_approval.call2(&JsValue::NULL, &self.js_name, &js_args) {
                     Ok(v) => await_promise(v).await.ok().and_then(|v| v.as_bool()).unwrap_or(true),
                     Err(_) => true,
                 }

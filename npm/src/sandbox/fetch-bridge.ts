@@ -67,7 +67,7 @@ function forbiddenAddress(host: string): string | undefined {
 }
 
 /** Normalises allowlist entries with the same parser the URLs go through. */
-function normaliseAllowlist(entries: string[]): Array<{ host: string; port: string | undefined }> {
+export function normaliseAllowlist(entries: string[]): Array<{ host: string; port: string | undefined }> {
   return entries.map((entry) => {
     const u = new URL(`http://${entry}`);
     const explicitPort = /:\d+$/.test(entry) ? u.port || '80' : undefined;

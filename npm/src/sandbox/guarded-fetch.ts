@@ -12,7 +12,7 @@
  */
 import type { LookupAddress, LookupAllOptions, LookupOneOptions } from 'node:dns';
 
-import { FetchRefused } from './fetch-bridge.js';
+import { FetchRefused, normaliseAllowlist } from './fetch-bridge.js';
 
 type Resolve = (hostname: string, options: LookupAllOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
 type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
@@ -27,9 +27,12 @@ const PUBLIC_RANGE = 'unicast';
  * `dns.lookup` unless a test substitutes an answer.
  */
 export function guardedLookup(ipaddr: IpAddr, allowlist: string[], resolve: Resolve) {
-  const canonical = (address: string) => ipaddr.process(address.replace(/^\[|\]$/g, '')).toString();
+  // Allowlisted IP literals, in the form `ipaddr.js` prints resolved addresses (IPv6 unbracketed).
   const allowedAddresses = new Set(
-    allowlist.map((entry) => new URL(`http://${entry}`).hostname).filter((host) => ipaddr.isValid(host.replace(/^\[|\]$/g, ''))).map(canonical),
+    normaliseAllowlist(allowlist)
+      .map(({ host }) => host.replace(/^\[|\]$/g, ''))
+      .filter((host) => ipaddr.isValid(host))
+      .map((host) => ipaddr.process(host).toString()),
   );
   const verdict = (address: string): string | undefined => {
     const parsed = ipaddr.process(address);
