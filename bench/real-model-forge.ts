@@ -6,6 +6,9 @@
 //
 //   bash scripts/model/start.sh          # the local model
 //   cd npm && npm run bench:real-model   # CRUCIBLE_MODEL_URL, BENCH_TASKS=slugify,vowels, BENCH_TASK_TIMEOUT_MS
+//   BENCH_TOOL_CHOICE=required npm run bench:real-model   # first turn must call a tool (llama.cpp
+//                                          # then constrains the call to the argument schema);
+//                                          # turns are capped at BENCH_MAX_TOKENS (default 768)
 //
 // Each task runs in its own agent (fresh registry, fresh stats). When the run registered a tool
 // but the model answered without calling it, one follow-up turn in the same session asks it to
@@ -15,6 +18,9 @@ import { createAgent, openai, tool, type AgentEvent, type ForgeStats } from '../
 
 const baseURL = process.env.CRUCIBLE_MODEL_URL ?? 'http://127.0.0.1:8089/v1';
 const taskTimeoutMs = Number(process.env.BENCH_TASK_TIMEOUT_MS ?? 150_000);
+const toolChoice = process.env.BENCH_TOOL_CHOICE as 'required' | 'auto' | undefined;
+// Constrained decoding can run on to the context limit (minutes at this model's speed).
+const maxTokens = toolChoice ? Number(process.env.BENCH_MAX_TOKENS ?? 768) : undefined;
 const model = () => openai({ baseURL, apiKey: 'none', model: 'qwen', timeoutMs: 180_000, retry: { maxRetries: 0 } });
 
 // Spelling the forge_tool call out in the instructions did better than a one-line "first call
@@ -69,6 +75,8 @@ async function runTask(task: Task): Promise<Row> {
     tools: [weather],
     temperature: 0,
     maxTurns: 4,
+    toolChoice,
+    maxTokens,
     emergent: { enabled: true, judge: { model: model() } },
   });
   const forged: string[] = [];
@@ -151,7 +159,7 @@ async function runTask(task: Task): Promise<Row> {
 
 const only = process.env.BENCH_TASKS?.split(',').map((s) => s.trim());
 const tasks = only ? TASKS.filter((t) => only.includes(t.id)) : TASKS;
-console.log(`real-model forge bench: ${tasks.length} tasks, model ${baseURL} (agent and judge), maxTurns 4, ${taskTimeoutMs / 1000}s per task`);
+console.log(`real-model forge bench: ${tasks.length} tasks, model ${baseURL} (agent and judge), maxTurns 4, toolChoice ${toolChoice ?? "auto"}${maxTokens ? `, maxTokens ${maxTokens}` : ""}, ${taskTimeoutMs / 1000}s per task`);
 const rows: Row[] = [];
 for (const task of tasks) {
   const row = await runTask(task);

@@ -312,3 +312,53 @@ fn events_serialize_with_a_type_tag_and_camel_case_fields() {
     assert_eq!(v["callId"], "call_0");
     assert!(v["runId"].is_string() && v["runPath"].is_array() && v["durationMs"].is_number());
 }
+
+#[test]
+fn tool_choice_holds_until_the_first_tool_call_then_resets_to_auto() {
+    use crucible::model::ToolChoice;
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("7 degrees")]);
+    let config = AgentConfig { tool_choice: Some(ToolChoice::Required), ..AgentConfig::default() };
+    let agent = agent_with(model.clone(), vec![weather_tool(FnTool::new(|_| Ok(json!({ "celsius": 7 }))))], config);
+    let out = block_on(agent.run("weather in Oslo?", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.output, json!("7 degrees"));
+    let choices: Vec<_> = model.requests.borrow().iter().map(|r| r.tool_choice.clone()).collect();
+    assert_eq!(choices, vec![Some(ToolChoice::Required), None], "the second turn must be free to answer");
+}
+
+#[test]
+fn tool_choice_without_reset_applies_to_every_turn_and_a_named_tool_must_be_offered() {
+    use crucible::model::ToolChoice;
+    let named = Some(ToolChoice::Tool("get_weather".into()));
+    let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("7 degrees")]);
+    let config = AgentConfig { tool_choice: named.clone(), reset_tool_choice: false, ..AgentConfig::default() };
+    let agent = agent_with(model.clone(), vec![weather_tool(FnTool::new(|_| Ok(json!({ "celsius": 7 }))))], config);
+    block_on(agent.run("weather in Oslo?", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let choices: Vec<_> = model.requests.borrow().iter().map(|r| r.tool_choice.clone()).collect();
+    assert_eq!(choices, vec![named.clone(), named]);
+
+    // A tool the turn does not offer: a typed configuration error, and no model call.
+    let model = ScriptedModel::new(vec![text("unused")]);
+    let config = AgentConfig { tool_choice: Some(ToolChoice::Tool("forge_tool".into())), ..AgentConfig::default() };
+    let agent = agent_with(model.clone(), vec![weather_tool(FnTool::new(|_| Ok(json!({}))))], config);
+    let err = block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "invalid_config");
+    assert!(err.to_string().contains("forge_tool"), "{err}");
+    assert!(model.requests.borrow().is_empty());
+
+    // Without tools there is nothing to choose: no choice is sent.
+    let model = ScriptedModel::new(vec![text("hello")]);
+    let agent = agent_with(model.clone(), vec![], AgentConfig { tool_choice: Some(ToolChoice::Required), ..AgentConfig::default() });
+    block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(model.requests.borrow()[0].tool_choice, None);
+}
+
+#[test]
+fn tool_choice_reads_from_the_ts_option_shapes() {
+    use crucible::model::ToolChoice;
+    let parse = |v: Value| serde_json::from_value::<AgentConfig>(json!({ "toolChoice": v })).map(|c| c.tool_choice);
+    assert_eq!(parse(json!("required")).unwrap(), Some(ToolChoice::Required));
+    assert_eq!(parse(json!("none")).unwrap(), Some(ToolChoice::None));
+    assert_eq!(parse(json!({ "tool": "forge_tool" })).unwrap(), Some(ToolChoice::Tool("forge_tool".into())));
+    assert!(parse(json!("always")).is_err());
+    assert!(AgentConfig { tool_choice: Some(ToolChoice::Tool(String::new())), ..AgentConfig::default() }.validate().is_err());
+}

@@ -6,7 +6,7 @@
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
 import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
-import type { ModelProvider, ModelRequest } from './providers/types.js';
+import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
@@ -53,6 +53,18 @@ export interface AgentOptions {
   maxOutputRetries?: number;
   temperature?: number;
   maxTokens?: number;
+  /**
+   * Whether the model may (`auto`, the default), must (`required`, or `{ tool: name }` for one
+   * tool) or must not (`none`) call a tool. Holds until the run's first tool call, then later
+   * turns are `auto` again (see `resetToolChoice`). A named tool the turn does not offer ends
+   * the run with `invalid_config`. With a small local model (llama.cpp's server),
+   * `'required'` makes `forge_tool` calls complete and parseable; bound such runs with
+   * `maxTokens`, since constrained decoding can run on to the context limit.
+   */
+  toolChoice?: ToolChoice;
+  /** Go back to `auto` after the run's first tool call (default `true`); `false` keeps
+   * `toolChoice` for every turn, so a `required` run ends only at a limit. */
+  resetToolChoice?: boolean;
   /**
    * Where run states (and, with emergent tools, the registry) are persisted. Agents given the
    * same store object form one runtime: they share the `shared` tier, and a change to it made
@@ -538,6 +550,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     maxOutputRetries: options.maxOutputRetries,
     temperature: options.temperature,
     maxTokens: options.maxTokens,
+    toolChoice: options.toolChoice,
+    resetToolChoice: options.resetToolChoice,
   };
   const specs = tools.map((t) => ({
     name: t.name,

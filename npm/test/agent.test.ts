@@ -56,6 +56,22 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.match(second.messages.at(-1)!.content, /"celsius":21/);
   });
 
+  test('toolChoice reaches the wire on the first turn and lets go after the first tool call', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] }, { text: 'It is 21 degrees in Oslo.' });
+    const agent = await createAgent({ model: model(), tools: [weather], toolChoice: { tool: 'get_weather' } });
+    const result = await agent.run('What is the weather in Oslo?');
+    assert.equal(result.text, 'It is 21 degrees in Oslo.');
+    const choices = server.requests.map((r) => (r.body as Record<string, unknown>).tool_choice);
+    assert.deepEqual(choices, [{ type: 'function', function: { name: 'get_weather' } }, undefined]);
+
+    // A tool the agent does not have: a typed error before any model call.
+    server.reset();
+    const wrong = await createAgent({ model: model(), tools: [weather], toolChoice: { tool: 'nope' } });
+    await assert.rejects(wrong.run('hi'), (e: AgentRunError) => e.code === 'invalid_config' && /nope/.test(e.message));
+    assert.equal(server.requests.length, 0);
+  });
+
   test('run() collects the stream and continues the session conversation', async () => {
     server.reset();
     server.enqueue({ text: 'Sunny.', usage: { inputTokens: 7, outputTokens: 2 } }, { text: 'Rainy.', usage: { inputTokens: 9, outputTokens: 3 } });

@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { AbortError, ProviderError } from '../src/errors.js';
 import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
 import { echoToolResponder, startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -417,6 +417,45 @@ describe('JSON answers (responseFormat)', () => {
     assert.deepEqual((server.requests[0]!.body as Record<string, unknown>).response_format, { type: 'json_schema', json_schema: { name: 'response', schema: { type: 'object' } } });
     assert.equal((server.requests[1]!.body as Record<string, unknown>).format, 'json');
     assert.equal('response_format' in (server.requests[2]!.body as Record<string, unknown>), false);
+  });
+});
+
+describe('tool choice (toolChoice)', () => {
+  const otherTool: ToolDefinition = { name: 'forge_tool', description: 'forge', inputSchema: { type: 'object', properties: {} } };
+  const tools = [weatherTool, otherTool];
+  const ask = (toolChoice: ModelRequest['toolChoice'], withTools = tools): ModelRequest => ({ messages: hello, tools: withTools, toolChoice });
+  const bodies = () => server.requests.map((r) => r.body as Record<string, unknown>);
+
+  it('sends OpenAI tool_choice strings and the named-function object, and none without tools', async () => {
+    server.reset();
+    server.enqueue({ text: 'a' }, { text: 'b' }, { text: 'c' }, { text: 'd' });
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL });
+    for (const request of [ask('required'), ask({ tool: 'forge_tool' }), ask(undefined), ask('required', [])]) await collect(model.stream(request));
+    const [required, named, unset, toolless] = bodies();
+    assert.equal(required!.tool_choice, 'required');
+    assert.deepEqual(named!.tool_choice, { type: 'function', function: { name: 'forge_tool' } });
+    assert.equal('tool_choice' in unset!, false);
+    // A choice without tools is meaningless and some servers reject it.
+    assert.equal('tool_choice' in toolless!, false);
+  });
+
+  it('maps to Anthropic tool_choice: required is any, a name is a tool block', async () => {
+    server.reset();
+    server.enqueue({ text: 'a' }, { text: 'b' }, { text: 'c' });
+    const model = anthropic({ model: 'c', baseURL: server.anthropicBaseURL });
+    for (const request of [ask('required'), ask({ tool: 'get_weather' }), ask('none')]) await collect(model.stream(request));
+    assert.deepEqual(bodies().map((b) => b.tool_choice), [{ type: 'any' }, { type: 'tool', name: 'get_weather' }, { type: 'none' }]);
+  });
+
+  it('narrows the tools Ollama gets, since its chat API has no tool choice', async () => {
+    server.reset();
+    server.enqueue({ text: 'a' }, { text: 'b' });
+    const model = ollama({ model: 'm', baseURL: server.ollamaBaseURL });
+    for (const request of [ask({ tool: 'forge_tool' }), ask('none')]) await collect(model.stream(request));
+    const [named, none] = bodies();
+    assert.deepEqual((named!.tools as { function: { name: string } }[]).map((t) => t.function.name), ['forge_tool']);
+    assert.equal('tools' in none!, false);
+    assert.equal('tool_choice' in named!, false);
   });
 });
 

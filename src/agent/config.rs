@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::model::ToolChoice;
+
 /// How an agent runs. Deserialized from the TS `createAgent` options (camelCase).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -23,6 +25,11 @@ pub struct AgentConfig {
     pub max_output_retries: u32,
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
+    /// Whether the model may, must or must not call a tool; absent is the provider's `auto`.
+    pub tool_choice: Option<ToolChoice>,
+    /// After the run's first tool call, later turns go back to `auto` (default `true`): a
+    /// `required` choice kept for every turn would never let the model answer.
+    pub reset_tool_choice: bool,
 }
 
 impl Default for AgentConfig {
@@ -37,6 +44,8 @@ impl Default for AgentConfig {
             max_output_retries: 2,
             temperature: None,
             max_tokens: None,
+            tool_choice: None,
+            reset_tool_choice: true,
         }
     }
 }
@@ -52,6 +61,9 @@ impl AgentConfig {
         }
         if self.max_result_bytes == 0 {
             return Err("maxResultBytes must be at least 1".into());
+        }
+        if matches!(&self.tool_choice, Some(ToolChoice::Tool(name)) if name.is_empty()) {
+            return Err("toolChoice { tool } must name a tool".into());
         }
         Ok(())
     }

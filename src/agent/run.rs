@@ -8,7 +8,7 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall};
+use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall, ToolChoice};
 use crate::store::{Store, Versioned};
 use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
 
@@ -174,6 +174,22 @@ impl RunContext<'_> {
         (!prompt.is_empty()).then_some(Message::System { content: prompt })
     }
 
+    /// The tool choice of a turn: the configured one until the run's first tool call (unless
+    /// `resetToolChoice` is off), none on a turn without tools. A named tool this turn does
+    /// not offer ends the run with `invalid_config` rather than a provider's opaque refusal.
+    fn tool_choice(&self, calls_so_far: u32, tools: &ToolSet) -> Result<Option<ToolChoice>, AgentError> {
+        let Some(choice) = &self.config.tool_choice else { return Ok(None) };
+        if tools.is_empty() || (self.config.reset_tool_choice && calls_so_far > 0) {
+            return Ok(None);
+        }
+        if let ToolChoice::Tool(name) = choice {
+            if !tools.contains(name) {
+                return Err(AgentError::InvalidConfig(format!("toolChoice names `{name}`, which is not among this turn's tools")));
+            }
+        }
+        Ok(Some(choice.clone()))
+    }
+
     fn cancelled(&self) -> bool {
         self.cancel.is_some_and(|c| c.is_cancelled())
     }
@@ -241,12 +257,14 @@ impl RunContext<'_> {
             let mut messages = Vec::with_capacity(state.messages.len() + 1);
             messages.extend(self.system_prompt());
             messages.extend(state.messages.iter().cloned());
+            let tool_choice = self.tool_choice(state.steps, turn_tools)?;
             let request = ModelRequest {
                 messages,
                 tools: turn_tools.definitions(),
                 temperature: self.config.temperature,
                 max_tokens: self.config.max_tokens,
                 response_format: None,
+                tool_choice,
             };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
             self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await?;

@@ -181,6 +181,7 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, prompt: String, run_id: &str) ->
         // Verdicts are parsed strictly; constrained JSON keeps small judges from failing closed
         // on formatting alone.
         response_format: Some(crate::model::ResponseFormat::Json),
+        tool_choice: None,
     };
     let mut sink = TextCollector(String::new());
     model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| JudgeError::Model(e.to_string()))?;

@@ -82,6 +82,27 @@ pub struct ModelRequest {
     /// Ask for a JSON object answer (constrained decoding where the provider supports it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
+    /// Whether the model may, must or must not call a tool this turn; `None` leaves it to the
+    /// provider's default (`auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// Whether a turn's model call may, must or must not call a tool (the TS `ToolChoice`:
+/// `'auto' | 'required' | 'none' | { tool: name }`). Providers that constrain decoding
+/// (llama.cpp's server among them) turn `required` and a named tool into a grammar over the
+/// tools' argument schemas, so even small models write complete, parseable calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must answer in text.
+    None,
+    /// The model must call this tool.
+    Tool(String),
 }
 
 /// The answer format a request asks for.

@@ -101,6 +101,10 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
       description: tool.description,
       input_schema: tool.inputSchema,
     }));
+    const choice = request.toolChoice;
+    if (choice !== undefined) {
+      body.tool_choice = typeof choice === 'object' ? { type: 'tool', name: choice.tool } : { type: choice === 'required' ? 'any' : choice };
+    }
   }
   if (request.temperature !== undefined) body.temperature = request.temperature;
   if (streaming) body.stream = true;

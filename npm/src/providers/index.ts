@@ -18,6 +18,7 @@ export type {
   ProviderOptions,
   RetryOptions,
   ToolCall,
+  ToolChoice,
   ToolDefinition,
   Usage,
 } from './types.js';

@@ -55,8 +55,12 @@ export function ollama(options: ProviderOptions): ModelProvider {
 
 function toWireRequest(model: string, request: ModelRequest, streaming: boolean): Record<string, unknown> {
   const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage), stream: streaming };
-  if (request.tools.length > 0) {
-    body.tools = functionTools(request.tools);
+  // The chat API has no tool choice: `none` and a named tool narrow the tools sent instead;
+  // `required` cannot be expressed (see `ToolChoice`).
+  const choice = request.toolChoice;
+  const tools = choice === 'none' ? [] : typeof choice === 'object' ? request.tools.filter((t) => t.name === choice.tool) : request.tools;
+  if (tools.length > 0) {
+    body.tools = functionTools(tools);
   }
   if (request.responseFormat === 'json') body.format = 'json';
   const modelOptions: Record<string, number> = {};

@@ -60,6 +60,10 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   // Some servers reject an empty `tools` array, and it means the same as no tools.
   if (request.tools.length > 0) {
     body.tools = functionTools(request.tools);
+    if (request.toolChoice !== undefined) {
+      const choice = request.toolChoice;
+      body.tool_choice = typeof choice === 'string' ? choice : { type: 'function', function: { name: choice.tool } };
+    }
   }
   if (request.temperature !== undefined) body.temperature = request.temperature;
   if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens;

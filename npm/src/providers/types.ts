@@ -43,7 +43,19 @@ export interface ModelRequest {
    * Ollama `format: "json"`; Anthropic has no such switch and relies on the prompt).
    */
   responseFormat?: 'json';
+  /** Whether the model may, must or must not call a tool this turn (absent: `auto`). */
+  toolChoice?: ToolChoice;
 }
+
+/**
+ * Whether a model call may (`auto`), must (`required`, or `{ tool }` for one tool) or must not
+ * (`none`) call a tool. OpenAI-compatible servers get `tool_choice` (llama.cpp's server turns
+ * `required` and a named tool into a grammar over the argument schemas, so small models write
+ * complete calls); Anthropic gets `tool_choice` `auto`/`any`/`tool`/`none`. Ollama's API has no
+ * such field: `none` sends no tools and `{ tool }` sends only that tool, but a call cannot be
+ * forced there (`required` is not enforced).
+ */
+export type ToolChoice = 'auto' | 'required' | 'none' | { tool: string };
 
 /**
  * A streamed piece of the model's answer.
