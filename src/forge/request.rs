@@ -230,8 +230,11 @@ fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
     Ok(ForgeTestCase { input, expected_output })
 }
 
+/// Keys a request's test cases may sit under (the first present one is read).
+pub const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "examples"];
+
 fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeError> {
-    let Some(raw) = pick(obj, &["testCases", "test_cases", "tests", "examples"]) else { return Ok(vec![]) };
+    let Some(raw) = pick(obj, &TEST_CASE_KEYS) else { return Ok(vec![]) };
     let raw = unstringify(raw)?;
     match &*raw {
         Value::Array(a) => a.iter().enumerate().map(|(i, v)| test_case(v, i)).collect(),

@@ -18,18 +18,9 @@ pub fn canonical_json(v: &Value) -> String {
 fn write(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(m) => {
-            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            let mut entries: Vec<(&str, &Value)> = m.iter().map(|(k, x)| (k.as_str(), x)).collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (k, x)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                let _ = serde_json::to_writer(&mut *out, k);
-                out.push(b':');
-                write(x, out);
-            }
-            out.push(b'}');
+            write_object(entries, out);
         }
         Value::Array(a) => {
             out.push(b'[');
@@ -47,44 +38,41 @@ fn write(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// The content hash of a request (hex sha256). The canonical object is written field by field
-/// in sorted key order, so the schemas are not copied into an intermediate value.
+/// An object from entries already in key order.
+fn write_object<'a>(entries: impl IntoIterator<Item = (&'a str, &'a Value)>, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (k, x)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+        write(x, out);
+    }
+    out.push(b'}');
+}
+
+/// The content hash of a request (hex sha256). The canonical object is written from the
+/// request's fields in sorted key order, so the schemas are not copied into an intermediate
+/// object.
 pub fn content_hash(request: &ForgeRequest) -> String {
     let typed = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
     let implementation = typed(serde_json::to_value(&request.implementation));
     let test_cases = typed(serde_json::to_value(&request.test_cases));
+    let (name, description) = (Value::String(request.name.clone()), Value::String(request.description.clone()));
     let mut out = Vec::with_capacity(1024);
-    out.push(b'{');
-    let fields: [(&str, Field<'_>); 6] = [
-        ("description", Field::Text(&request.description)),
-        ("implementation", Field::Json(&implementation)),
-        ("inputSchema", Field::Json(&request.input_schema)),
-        ("name", Field::Text(&request.name)),
-        ("outputSchema", Field::Json(&request.output_schema)),
-        ("testCases", Field::Json(&test_cases)),
+    let fields = [
+        ("description", &description),
+        ("implementation", &implementation),
+        ("inputSchema", &request.input_schema),
+        ("name", &name),
+        ("outputSchema", &request.output_schema),
+        ("testCases", &test_cases),
     ];
-    for (i, (key, field)) in fields.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        let _ = serde_json::to_writer(&mut out, key);
-        out.push(b':');
-        match field {
-            Field::Text(t) => {
-                let _ = serde_json::to_writer(&mut out, t);
-            }
-            Field::Json(v) => write(v, &mut out),
-        }
-    }
-    out.push(b'}');
+    write_object(fields, &mut out);
     let digest = Sha256::digest(&out);
     const HEX: &[u8; 16] = b"0123456789abcdef";
     digest.iter().flat_map(|b| [HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]).collect()
-}
-
-enum Field<'a> {
-    Text(&'a str),
-    Json(&'a Value),
 }
 
 #[cfg(test)]

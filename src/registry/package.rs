@@ -18,7 +18,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::forge::{normalize, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict};
+use crate::forge::{normalize, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
 use super::{content_hash, Registry, RegistryError};
 
@@ -59,9 +59,6 @@ pub struct ImportOptions {
     #[serde(default)]
     pub test_cases: Vec<ForgeTestCase>,
 }
-
-/// Keys a package's test cases may sit under (the ones `normalize` reads).
-const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "examples"];
 
 fn invalid(msg: impl Into<String>) -> RegistryError {
     RegistryError::InvalidPackage(msg.into())

@@ -254,12 +254,21 @@ impl JsStore {
         Ok(Self { target })
     }
 
+    /// The store's method `name`, when it has one.
+    fn method(&self, name: &str) -> Option<Function> {
+        Reflect::get(&self.target, &name.into()).ok().and_then(|f| f.dyn_into::<Function>().ok())
+    }
+
     async fn call(&self, method: &str, args: &[JsValue]) -> Result<JsValue, StoreError> {
+        let f = self.method(method).ok_or_else(|| StoreError::new("store_error", format!("store.{method} is not a function")))?;
+        self.apply(&f, args).await
+    }
+
+    async fn apply(&self, f: &Function, args: &[JsValue]) -> Result<JsValue, StoreError> {
         let to_store_error = |e: JsValue| {
             let (code, message, _) = describe_thrown(&e);
             StoreError::new(code.filter(|c| c.starts_with("store_")).unwrap_or_else(|| "store_error".into()), message)
         };
-        let f: Function = Reflect::get(&self.target, &method.into()).map_err(to_store_error)?.unchecked_into();
         let array = js_sys::Array::new();
         for a in args {
             array.push(a);
@@ -303,10 +312,8 @@ impl Store for JsStore {
 
     /// The TS store's optional `lock(name) => Promise<release>` (`indexedDbStore`: Web Locks).
     async fn lock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
-        if !Reflect::get(&self.target, &"lock".into()).map(|f| f.is_function()).unwrap_or(false) {
-            return Ok(None);
-        }
-        let release = self.call("lock", &[name.into()]).await?;
+        let Some(lock) = self.method("lock") else { return Ok(None) };
+        let release = self.apply(&lock, &[name.into()]).await?;
         Ok(Some(StoreLock::new(move || {
             if let Some(release) = release.dyn_ref::<Function>() {
                 let _ = release.call0(&JsValue::NULL);

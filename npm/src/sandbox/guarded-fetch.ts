@@ -13,6 +13,7 @@
 import type { LookupAddress, LookupAllOptions, LookupOneOptions } from 'node:dns';
 
 import { FetchRefused, normaliseAllowlist } from './fetch-bridge.js';
+import { nodeImport } from './pool.js';
 
 type Resolve = (hostname: string, options: LookupAllOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
 type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
@@ -64,11 +65,10 @@ export interface GuardedFetch {
 
 /** `fetch` through an undici Agent whose connections use {@link guardedLookup}. */
 export async function guardedFetch(allowlist: string[]): Promise<GuardedFetch> {
-  const load = <T>(name: string) => import(/* @vite-ignore */ name) as Promise<T>;
   const [undici, dns, ipaddrModule] = await Promise.all([
-    load<typeof import('undici')>('undici'),
-    load<typeof import('node:dns')>('node:dns'),
-    load<{ default: IpAddr }>('ipaddr.js'),
+    nodeImport<typeof import('undici')>('undici'),
+    nodeImport<typeof import('node:dns')>('node:dns'),
+    nodeImport<{ default: IpAddr }>('ipaddr.js'),
   ]);
   const lookup = guardedLookup(ipaddrModule.default, allowlist, dns.lookup as unknown as Resolve);
   const dispatcher = new undici.Agent({ connect: { lookup: lookup as never } });

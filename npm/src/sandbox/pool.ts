@@ -21,7 +21,8 @@ interface WorkerHandle {
   setBusy(busy: boolean): void;
 }
 
-async function nodeImport<T>(name: string): Promise<T> {
+/** Imports a Node-only module by a name bundlers leave alone. */
+export async function nodeImport<T>(name: string): Promise<T> {
   return (await import(/* @vite-ignore */ name)) as T;
 }
 
