@@ -36,7 +36,8 @@ interface Task {
 
 const TASKS: Task[] = [
   { id: 'slugify', question: 'Turn the title "Hello Big World" into a URL slug.', check: /hello-big-world/i },
-  { id: 'vowels', question: 'Count the vowels in "programming language".', check: /\b6\b/ },
+  // o, a, i + a, u, a, e
+  { id: 'vowels', question: 'Count the vowels in "programming language".', check: /\b7\b/ },
   { id: 'reverse_words', question: 'Reverse the order of the words in "the quick brown fox".', check: /fox brown quick the/i },
   { id: 'f_to_c', question: 'Convert 212 Fahrenheit to Celsius.', check: /\b100\b/ },
   { id: 'sum', question: 'Sum the numbers 4, 8, 15, 16, 23 and 42.', check: /\b108\b/ },

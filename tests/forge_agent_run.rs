@@ -18,10 +18,23 @@ fn agent_with_registry(model: Rc<ScriptedModel>, rig: &Rig) -> Agent {
     agent
 }
 
-fn tool_result(model: &ScriptedModel, request: usize) -> Value {
+fn tool_result_text(model: &ScriptedModel, request: usize) -> String {
     let requests = model.requests.borrow();
     let Message::Tool { content, .. } = requests[request].messages.last().unwrap() else { panic!("no tool result") };
-    serde_json::from_str(content).unwrap()
+    content.clone()
+}
+
+fn tool_result(model: &ScriptedModel, request: usize) -> Value {
+    serde_json::from_str(&tool_result_text(model, request)).unwrap()
+}
+
+/// The local model's chat template (`scripts/model/qwen-tools.jinja`) recognizes a created
+/// tool by these substrings of the compact `forge_tool` result, and then keeps the tools in
+/// the prompt (call the new tool) instead of asking for the final answer; a rejection must not
+/// match them.
+fn assert_template_markers(text: &str, ready: bool) {
+    let matches = text.contains("\"success\":true") && text.contains("is ready");
+    assert_eq!(matches, ready, "the forge_tool result {text}");
 }
 
 #[test]
@@ -40,6 +53,7 @@ fn a_model_forges_a_tool_then_calls_it_next_turn_then_answers() {
     assert!(names(1).contains(&"slugify".to_string()), "the forged tool is offered in the next turn");
     drop(requests);
     let forged = tool_result(&model, 1);
+    assert_template_markers(&tool_result_text(&model, 1), true);
     assert_eq!(forged["success"], true);
     assert_eq!(forged["name"], "slugify");
     assert_eq!(tool_result(&model, 2), json!({ "slug": "hello-world" }));
@@ -64,6 +78,7 @@ fn a_rejected_forge_is_a_readable_tool_result_so_the_model_can_retry() {
     let mut sink = CollectingSink::default();
     block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();
     let first = tool_result(&model, 1);
+    assert_template_markers(&tool_result_text(&model, 1), false);
     assert_eq!(first["success"], false);
     assert_eq!(first["category"], "shape_check");
     assert!(first["reason"].as_str().unwrap().contains("at least 2"));

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use crucible::agent::EventBody;
 use crucible::forge::{classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE};
-use crucible::model::ModelError;
+use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::EmergentConfig;
 use crucible::store::MemoryStore;
 use futures::executor::block_on;
@@ -319,6 +319,17 @@ fn an_output_violating_the_output_schema_fails_even_without_expected_output() {
 }
 
 #[test]
+fn a_bare_value_where_an_object_is_due_is_reported_with_the_value_and_the_shape() {
+    let r = rig();
+    let res = block_on(r.registry.forge(&slugify_request("slugify", BARE_JS), "s1"));
+    assert!(!res.success);
+    let tests = res.tests.unwrap();
+    assert_eq!(tests[0].actual_output, Some(json!("hello-world")), "what the code returned is kept");
+    let reason = res.reason.unwrap();
+    assert!(reason.contains("invalid_output") && reason.contains(r#"execute returned "hello-world" but must return an object {"slug": …}"#), "{reason}");
+}
+
+#[test]
 fn numbers_compare_with_tolerance_and_extra_keys_fail() {
     let r = rig();
     let add = |expected: Value| {
@@ -364,6 +375,10 @@ fn broken_json_a_model_error_or_a_partial_verdict_reject() {
         text("Looks good to me!"),
         Reply::Fail(ModelError::new("provider_http", "500")),
         text("{\"approved\": true, \"confidence\": 0.9}"),
+        // An approval scoring the tool unsafe or incorrect contradicts itself (a 0.5B judge
+        // approved with every score 0): no verdict.
+        text(&verdict(true, 0.0, 0.0)),
+        text("{\"approved\":true,\"safety\":0.2,\"correctness\":0.9,\"determinism\":1,\"boundedness\":1,\"confidence\":0.9}"),
     ] {
         let res = forge_with_judge(Some(judge_replying(vec![reply.clone()])));
         assert!(!res.success, "{reply:?}");
@@ -393,6 +408,27 @@ fn the_review_prompt_carries_code_schemas_and_every_test_result() {
     for needle in ["/*SLUGIFY*/", "\"slug\"", "test 0", "test 1", "PASS", "safety", "boundedness", "confidence"] {
         assert!(content.contains(needle), "missing {needle}");
     }
+    assert!(!content.contains("0..1"), "a range as the template value reads as `0` to a small constrained judge");
+}
+
+#[test]
+fn the_judge_is_asked_for_an_answer_matching_the_verdict_schema() {
+    let judge = approving_judge();
+    let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
+    let Some(ResponseFormat::JsonSchema { name, schema }) = judge.requests.borrow()[0].response_format.clone() else { panic!("no verdict schema sent") };
+    assert_eq!(name, "verdict");
+    assert_eq!(schema["required"], json!(["approved", "safety", "correctness", "determinism", "boundedness", "confidence", "reasoning"]));
+    assert_eq!(schema["properties"]["confidence"], json!({ "type": "number", "minimum": 0, "maximum": 1 }));
+    assert_eq!(schema["properties"]["reasoning"]["maxLength"], json!(crucible::forge::REASONING_MAX_CHARS));
+    assert_eq!(schema["additionalProperties"], json!(false));
+    // A verdict the schema admits parses; one it refuses (a score above 1) does not.
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator
+        .is_valid(&json!({ "approved": true, "safety": 0.9, "correctness": 1, "determinism": 1, "boundedness": 0.8, "confidence": 0.9, "reasoning": "fine" })));
+    assert!(
+        !validator.is_valid(&json!({ "approved": true, "safety": 2, "correctness": 1, "determinism": 1, "boundedness": 1, "confidence": 1, "reasoning": "" }))
+    );
 }
 
 // ---- 8. classification, events, stats ----------------------------------------------------

@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createAgent, openai, tool, type AgentEvent } from '../src/node.js';
+import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
 
 const baseURL = process.env.CRUCIBLE_E2E_BASE_URL;
 const skip = baseURL ? false : 'set CRUCIBLE_E2E_BASE_URL (scripts/test.sh starts the local model and sets it)';
@@ -44,4 +45,64 @@ test('the real local model calls a host tool through the agent loop and answers'
     assert.equal(end.steps, 1);
   }
   assert.ok(events.filter((e) => e.type === 'text.delta').length > 1, 'the answer streamed in pieces');
+});
+
+test('the real local model judges a correct forged tool with a coherent verdict, and its panel promotes it after use', { skip, timeout: 300_000 }, async () => {
+  const local = openai({ baseURL: baseURL!, apiKey: 'none', model: 'qwen', timeoutMs: 120_000 });
+  const agent = await createAgent({ model: local, emergent: { enabled: true, judge: { model: local }, promotionThreshold: { uses: 2, confidence: 0.8 } } });
+  const promoted = new Promise<AgentEvent>((resolve) => agent.on((e) => e.type === 'tool.promoted' && resolve(e)));
+  try {
+    const res = await agent.forge(SLUGIFY_FORGE, { sessionId: 'e2e' });
+    assert.ok(res.success, `forge rejected: ${JSON.stringify(res)}`);
+    // Scores are what promotion reads (confidence against promotionThreshold); a judge that
+    // approves with every score 0 — what the "0..1" template got from this model — never
+    // lets a tool be promoted, and is now refused as contradicting itself.
+    const { verdict } = res;
+    for (const score of [verdict.safety, verdict.correctness, verdict.determinism, verdict.boundedness, verdict.confidence]) {
+      assert.ok(score >= 0.5 && score <= 1, `score ${score} in ${JSON.stringify(verdict)}`);
+    }
+    assert.ok(verdict.reasoning.length > 0 && verdict.reasoning.length <= 400, 'reasoning present and within the schema bound');
+    // Promotion to the agent tier needs that confidence, then the two-reviewer panel (the same
+    // model as safety and correctness reviewers) to approve.
+    for (const text of ['Hello World', 'Rust and Wasm']) {
+      assert.deepEqual(await agent.tools.call('slugify', { text }, { sessionId: 'e2e' }), { slug: text.toLowerCase().replaceAll(' ', '-') });
+    }
+    const event = await Promise.race([promoted, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('no promotion within 120 s')), 120_000))]);
+    assert.ok(event.type === 'tool.promoted' && event.toTier === 'agent', JSON.stringify(event));
+    assert.equal(agent.tools.list({ sessionId: 'e2e' }).find((t) => t.name === 'slugify')?.tier, 'agent');
+  } finally {
+    await agent.close();
+  }
+});
+
+test("the local model's chat template asks for the new tool's call after a forge and for the answer otherwise", { skip }, async () => {
+  // llama-server renders a request through the chat template without generating (fast and
+  // deterministic). The forge_tool results carry the markers tests/forge_agent_run.rs pins.
+  const render = async (toolName: string, result: string): Promise<string> => {
+    const res = await fetch(`${baseURL!.replace(/\/v1\/?$/, '')}/apply-template`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        messages: [
+          { role: 'user', content: 'Count the vowels in "banana".' },
+          { role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: toolName, arguments: '{}' } }] },
+          { role: 'tool', tool_call_id: 'c1', content: result },
+        ],
+        tools: [{ type: 'function', function: { name: 'forge_tool', description: 'Create a tool', parameters: { type: 'object', properties: { name: { type: 'string' } } } } }],
+      }),
+    });
+    assert.equal(res.status, 200);
+    return ((await res.json()) as { prompt: string }).prompt;
+  };
+  const rejected = await render('forge_tool', JSON.stringify({ success: false, reason: '1 of 2 tests failed', category: 'other', hint: 'Fix the request according to the reason and call forge_tool again.' }));
+  // A rejected forge is answered in text (retries by this model did not parse or repeated
+  // the rejected request; scripts/model/README.md).
+  assert.doesNotMatch(rejected, /# Tools/);
+  assert.match(rejected, /answer my previous question in plain text/);
+  const ready = await render('forge_tool', JSON.stringify({ success: true, name: 'count_vowels', tier: 'session', version: 1, message: 'Tool `count_vowels` is ready. Call it by name in your next step.' }));
+  assert.match(ready, /# Tools/);
+  assert.match(ready, /Now call the new tool with the values from my previous question\.<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+  const host = await render('get_weather', JSON.stringify({ city: 'Oslo', celsius: 7 }));
+  assert.doesNotMatch(host, /# Tools/);
+  assert.match(host, /answer my previous question in plain text/);
 });

@@ -418,6 +418,23 @@ describe('JSON answers (responseFormat)', () => {
     assert.equal((server.requests[1]!.body as Record<string, unknown>).format, 'json');
     assert.equal('response_format' in (server.requests[2]!.body as Record<string, unknown>), false);
   });
+
+  it('sends a JSON Schema as OpenAI json_schema and as Ollama format; Anthropic carries none', async () => {
+    server.reset();
+    server.enqueue({ text: '{"ok":true}' }, { text: '{"ok":true}' }, { text: '{"ok":true}' });
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] };
+    const request: ModelRequest = { messages: [{ role: 'user', content: 'verdict?' }], tools: [], responseFormat: { jsonSchema: { name: 'verdict', schema } } };
+    const answers = [
+      await collect(openai({ model: 'm', baseURL: server.openaiBaseURL }).stream(request)),
+      await collect(ollama({ model: 'm', baseURL: server.ollamaBaseURL }).stream(request)),
+      await collect(anthropic({ model: 'c', baseURL: server.anthropicBaseURL }).stream(request)),
+    ];
+    const bodies = server.requests.map((r) => r.body as Record<string, unknown>);
+    assert.deepEqual(bodies[0]!.response_format, { type: 'json_schema', json_schema: { name: 'verdict', schema } });
+    assert.deepEqual(bodies[1]!.format, schema);
+    assert.equal('response_format' in bodies[2]! || 'format' in bodies[2]!, false);
+    for (const answer of answers) assert.equal(answer.text, '{"ok":true}');
+  });
 });
 
 describe('tool choice (toolChoice)', () => {

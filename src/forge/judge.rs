@@ -4,13 +4,14 @@
 //! The judge is any [`Model`]. It gets the code or steps, both schemas and every test with its
 //! result, and must answer with a JSON verdict. Parsing is strict about the JSON (every score
 //! present, a number in 0..=1, `approved` a boolean) and tolerant only of what surrounds it
-//! (prose, code fences). The judge is fail-closed: no judge, a model error, no JSON, broken JSON
-//! or a verdict missing a field all reject.
+//! (prose, code fences); the judge is asked for an answer matching [`verdict_schema`]. It is
+//! fail-closed: no judge, a model error, no JSON, broken JSON, a verdict missing a field or an
+//! approval scoring what it reviews below [`APPROVAL_MIN_SCORE`] all reject.
 
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::agent::extract_json;
 use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest};
@@ -31,6 +32,10 @@ pub struct Verdict {
     pub confidence: f64,
     pub reasoning: String,
 }
+
+/// The least score an approving verdict may give on what its review judges; an approval
+/// scoring lower contradicts itself and is refused as invalid (see [`check_coherent`]).
+pub const APPROVAL_MIN_SCORE: f64 = 0.5;
 
 /// Below this correctness score a rejection is classified `judge_correctness`.
 pub const CORRECTNESS_REJECTION_BELOW: f64 = 0.5;
@@ -71,8 +76,31 @@ pub enum ReviewKind {
     Correctness,
 }
 
-const VERDICT_FORMAT: &str = r#"Reply with only a JSON object, exactly these keys:
-{"approved": true|false, "safety": 0..1, "correctness": 0..1, "determinism": 0..1, "boundedness": 0..1, "confidence": 0..1, "reasoning": "one or two sentences"}"#;
+/// The verdict's keys in the order the judge writes them.
+const SCORE_KEYS: [&str; 5] = ["safety", "correctness", "determinism", "boundedness", "confidence"];
+
+/// Longest `reasoning` the judge is asked for, in characters. The schema bounds it so a judge
+/// that keeps writing (small models repeat themselves) still closes the object within its
+/// token budget instead of failing closed on a cut-off answer.
+pub const REASONING_MAX_CHARS: u32 = 400;
+
+/// How the answer must look. The scale is spelled out and each value is a `<placeholder>`: with
+/// `"safety": 0..1` as the template a 0.5B judge under constrained JSON wrote `0` for every
+/// score (the grammar allows the `0` and not the `..1`) and approved with confidence 0.
+const VERDICT_FORMAT: &str = r#"Reply with only a JSON object with exactly these keys. Each score is a number from 0.0 (worst) to 1.0 (best); confidence is how sure you are of your verdict, from 0.0 to 1.0.
+{"approved": <true or false>, "safety": <score>, "correctness": <score>, "determinism": <score>, "boundedness": <score>, "confidence": <score>, "reasoning": "<one or two sentences>"}"#;
+
+/// The JSON Schema of a verdict, sent as the judge's response format.
+pub fn verdict_schema() -> Value {
+    let mut properties = Map::new();
+    properties.insert("approved".into(), json!({ "type": "boolean" }));
+    for key in SCORE_KEYS {
+        properties.insert(key.into(), json!({ "type": "number", "minimum": 0, "maximum": 1 }));
+    }
+    properties.insert("reasoning".into(), json!({ "type": "string", "maxLength": REASONING_MAX_CHARS }));
+    let required: Vec<&str> = properties.keys().map(String::as_str).collect();
+    json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
+}
 
 /// The review prompt for `request` with its test results.
 pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResult]) -> String {
@@ -157,6 +185,27 @@ pub fn parse_verdict(text: &str) -> Result<Verdict, JudgeError> {
     })
 }
 
+/// Refuses an approval that rates the tool poorly on a dimension the review is about: reading
+/// it as an approval would let a confused judge through (a 0.5B judge approved with every score
+/// 0), so it counts as no verdict (fail-closed). Estimates outside the review's focus (a
+/// panel reviewer's "other scores") are not held to it.
+pub fn check_coherent(kind: ReviewKind, verdict: &Verdict) -> Result<(), JudgeError> {
+    if !verdict.approved {
+        return Ok(());
+    }
+    let judged: &[(&str, f64)] = match kind {
+        ReviewKind::Creation => &[("safety", verdict.safety), ("correctness", verdict.correctness)],
+        ReviewKind::Safety => &[("safety", verdict.safety), ("boundedness", verdict.boundedness)],
+        ReviewKind::Correctness => &[("correctness", verdict.correctness)],
+    };
+    match judged.iter().find(|(_, score)| *score < APPROVAL_MIN_SCORE) {
+        Some((key, score)) => {
+            Err(JudgeError::Invalid(format!("the verdict approves but scores {key} {score} (an approval needs at least {APPROVAL_MIN_SCORE})")))
+        }
+        None => Ok(()),
+    }
+}
+
 struct TextCollector(String);
 
 impl ChunkSink for TextCollector {
@@ -167,8 +216,10 @@ impl ChunkSink for TextCollector {
     }
 }
 
-/// Asks `model` for a verdict on `prompt` (temperature 0, no tools).
-pub async fn ask(model: Option<&Rc<dyn Model>>, prompt: String, run_id: &str) -> Result<Verdict, JudgeError> {
+/// Asks `model` for a `kind` verdict on `prompt` (temperature 0, no tools, the answer
+/// constrained to [`verdict_schema`]); the verdict must parse and be coherent
+/// ([`check_coherent`]).
+pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String, run_id: &str) -> Result<Verdict, JudgeError> {
     let model = model.ok_or(JudgeError::NotConfigured)?;
     let request = ModelRequest {
         messages: vec![
@@ -178,19 +229,44 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, prompt: String, run_id: &str) ->
         tools: vec![],
         temperature: Some(0.0),
         max_tokens: Some(512),
-        // Verdicts are parsed strictly; constrained JSON keeps small judges from failing closed
-        // on formatting alone.
-        response_format: Some(crate::model::ResponseFormat::Json),
+        // Verdicts are parsed strictly; decoding constrained to the verdict's schema keeps small
+        // judges from failing closed on formatting alone.
+        response_format: Some(crate::model::ResponseFormat::JsonSchema { name: "verdict".into(), schema: verdict_schema() }),
         tool_choice: None,
     };
     let mut sink = TextCollector(String::new());
     model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| JudgeError::Model(e.to_string()))?;
-    parse_verdict(&sink.0)
+    let verdict = parse_verdict(&sink.0)?;
+    check_coherent(kind, &verdict)?;
+    Ok(verdict)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_approval_must_score_what_its_review_judges_at_least_the_minimum() {
+        let v = |safety: f64, correctness: f64, boundedness: f64| Verdict {
+            approved: true,
+            safety,
+            correctness,
+            determinism: 1.0,
+            boundedness,
+            confidence: 0.9,
+            reasoning: String::new(),
+        };
+        assert!(check_coherent(ReviewKind::Creation, &v(0.9, 0.9, 0.1)).is_ok());
+        assert!(check_coherent(ReviewKind::Creation, &v(0.9, 0.4, 1.0)).is_err());
+        assert!(check_coherent(ReviewKind::Creation, &v(0.0, 1.0, 1.0)).is_err());
+        // A panel reviewer's estimate outside its focus does not count against it.
+        assert!(check_coherent(ReviewKind::Safety, &v(0.9, 0.1, 0.9)).is_ok());
+        assert!(check_coherent(ReviewKind::Safety, &v(0.9, 0.9, 0.2)).is_err());
+        assert!(check_coherent(ReviewKind::Correctness, &v(0.1, 0.9, 0.1)).is_ok());
+        assert!(check_coherent(ReviewKind::Correctness, &v(1.0, 0.3, 1.0)).is_err());
+        let no = Verdict { approved: false, ..v(0.0, 0.0, 0.0) };
+        assert!(check_coherent(ReviewKind::Creation, &no).is_ok(), "a rejection may score anything");
+    }
 
     #[test]
     fn parses_fenced_verdicts_and_refuses_broken_or_partial_ones() {

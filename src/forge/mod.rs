@@ -19,7 +19,10 @@ mod testing;
 pub use classify::{classify, is_syntax_error, Evidence, RejectionCategory};
 pub use compose::{ComposeBuildError, ComposeHandler};
 pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
-pub use judge::{ask as ask_judge, parse_verdict, review_prompt, JudgeError, ReviewKind, Verdict, CORRECTNESS_REJECTION_BELOW};
+pub use judge::{
+    ask as ask_judge, check_coherent, parse_verdict, review_prompt, verdict_schema, JudgeError, ReviewKind, Verdict, APPROVAL_MIN_SCORE,
+    CORRECTNESS_REJECTION_BELOW, REASONING_MAX_CHARS,
+};
 pub use meta_tool::ForgeToolHandler;
 pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
 pub use prompt::{

@@ -177,7 +177,7 @@ impl Forge {
         }
 
         let prompt = review_prompt(ReviewKind::Creation, &request, &tests);
-        let verdict = match ask(self.judge.as_ref(), prompt, &origin.run_id).await {
+        let verdict = match ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.run_id).await {
             Ok(v) => v,
             Err(e) => {
                 let mut r = Rejection::new(&request.name, format!("no verdict, so the tool is rejected: {e}"), Evidence::default());

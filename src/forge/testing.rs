@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::Environment;
-use crate::tools::{invoke, CallContext, Tool};
+use crate::tools::{invoke_keeping_output, CallContext, Tool};
 
 use super::request::ForgeTestCase;
 
@@ -58,13 +58,35 @@ pub fn outputs_equal(expected: &Value, actual: &Value) -> bool {
     }
 }
 
+/// When a tool returned a bare value (or an array) where its output schema wants an object,
+/// says so with the object's shape, for the model's retry and for whoever reads the reason:
+/// code returning `7` next to an `expectedOutput` of `{"count": 5}` was the local model's most
+/// common failure in the real-model bench, and `7 is not of type "object"` alone does not say
+/// what to return instead.
+fn object_hint(tool: &Tool, actual: &Value) -> Option<String> {
+    let schema = tool.output_schema()?.source();
+    let properties = schema.get("properties")?.as_object().filter(|p| !p.is_empty())?;
+    if actual.is_object() || schema.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    let shape = properties.keys().map(|k| format!("{}: …", Value::String(k.clone()))).collect::<Vec<_>>().join(", ");
+    Some(format!("execute returned {} but must return an object {{{shape}}}", compact(actual)))
+}
+
 /// Runs one test case against `tool`.
 pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &CallContext, env: &dyn Environment) -> TestResult {
     let started = env.now_ms();
-    let outcome = invoke(tool, case.input.clone(), ctx).await;
+    let outcome = invoke_keeping_output(tool, case.input.clone(), ctx).await;
     let duration_ms = env.now_ms() - started;
     let (passed, actual_output, error) = match outcome {
-        Err(failure) => (false, None, Some(failure.to_string())),
+        Err((failure, Some(actual))) => {
+            let error = match object_hint(tool, &actual) {
+                Some(hint) => format!("{failure} ({hint})"),
+                None => failure.to_string(),
+            };
+            (false, Some(actual), Some(error))
+        }
+        Err((failure, None)) => (false, None, Some(failure.to_string())),
         Ok(actual) => match &case.expected_output {
             Some(expected) if !outputs_equal(expected, &actual) => {
                 let error = format!("expected {} but got {}", compact(expected), compact(&actual));

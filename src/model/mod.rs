@@ -79,7 +79,8 @@ pub struct ModelRequest {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
-    /// Ask for a JSON object answer (constrained decoding where the provider supports it).
+    /// Ask for a JSON answer, optionally matching a schema (constrained decoding where the
+    /// provider supports it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
     /// Whether the model may, must or must not call a tool this turn; `None` leaves it to the
@@ -105,12 +106,21 @@ pub enum ToolChoice {
     Tool(String),
 }
 
-/// The answer format a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The answer format a request asks for (the TS `responseFormat`: `'json'` or
+/// `{ jsonSchema: { name, schema } }`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum ResponseFormat {
-    /// A JSON object (e.g. a judge's verdict).
+    /// Any JSON object.
     Json,
+    /// A JSON object matching `schema`. Servers that constrain decoding to a schema (llama.cpp's
+    /// server, Ollama, OpenAI) then cannot produce a missing key, a string where a number
+    /// belongs, or an answer cut off mid-object by an unbounded string.
+    JsonSchema {
+        /// A short identifier for the schema (OpenAI requires one).
+        name: String,
+        schema: serde_json::Value,
+    },
 }
 
 /// A streamed piece of a model's answer (see `npm/src/providers/types.ts`).

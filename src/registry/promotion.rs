@@ -149,7 +149,7 @@ impl Registry {
         // The two-reviewer panel.
         let mut verdicts = vec![];
         for kind in [ReviewKind::Safety, ReviewKind::Correctness] {
-            match ask_judge(self.promotion_judge(), review_prompt(kind, &request, &tests), "").await {
+            match ask_judge(self.promotion_judge(), kind, review_prompt(kind, &request, &tests), "").await {
                 Ok(v) => verdicts.push(v),
                 Err(e) => return self.remember_rejection(name, session, format!("panel: no verdict ({e})"), verdicts).await,
             }

@@ -65,21 +65,33 @@ pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx:
 /// handler and checks the output against the output schema (an invalid output is never a
 /// success). Used by the executor, compose pipelines and forge tests.
 pub async fn invoke(tool: &Tool, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+    invoke_keeping_output(tool, args, ctx).await.map_err(|(failure, _)| failure)
+}
+
+/// [`invoke`], except that an `invalid_output` failure comes with the output that violated
+/// the schema: forge tests report what the code returned, not only that it was wrong.
+pub async fn invoke_keeping_output(tool: &Tool, args: Value, ctx: &CallContext) -> Result<Value, (ToolFailure, Option<Value>)> {
     let name = &tool.name;
     if let Err(violations) = tool.input_schema().check(&args) {
-        return Err(ToolFailure::new("invalid_arguments", format!("arguments do not match the input schema of `{name}`: {violations}")));
+        return Err((ToolFailure::new("invalid_arguments", format!("arguments do not match the input schema of `{name}`: {violations}")), None));
     }
-    let output = tool.handler().call(args, ctx).await?;
-    check_output(tool, output)
+    let output = tool.handler().call(args, ctx).await.map_err(|failure| (failure, None))?;
+    match output_violations(tool, &output) {
+        Some(failure) => Err((failure, Some(output))),
+        None => Ok(output),
+    }
 }
 
 /// `output` when it matches `tool`'s output schema (or it has none); otherwise an
 /// `invalid_output` failure.
 pub fn check_output(tool: &Tool, output: Value) -> Result<Value, ToolFailure> {
-    if let Some(schema) = tool.output_schema() {
-        schema.check(&output).map_err(|violations| {
-            ToolFailure::new("invalid_output", format!("`{}` returned output that violates its output schema: {violations}", tool.name))
-        })?;
+    match output_violations(tool, &output) {
+        Some(failure) => Err(failure),
+        None => Ok(output),
     }
-    Ok(output)
+}
+
+fn output_violations(tool: &Tool, output: &Value) -> Option<ToolFailure> {
+    let violations = tool.output_schema()?.check(output).err()?;
+    Some(ToolFailure::new("invalid_output", format!("`{}` returned output that violates its output schema: {violations}", tool.name)))
 }

@@ -13,7 +13,7 @@ use crate::model::ToolDefinition;
 mod executor;
 mod schema;
 
-pub use executor::{check_output, execute_call, invoke, ExecutionLimits, ToolOutcome};
+pub use executor::{check_output, execute_call, invoke, invoke_keeping_output, ExecutionLimits, ToolOutcome};
 pub use schema::{CompiledSchema, SchemaError};
 
 /// Why a tool call produced an error result instead of output. The model sees `code` and

@@ -24,6 +24,8 @@ pub const WRONG_JS: &str = "/*WRONG*/ function execute() { return { slug: 'nope'
 pub const SYNTAX_JS: &str = "/*SYNTAX*/ function execute( {";
 pub const THROW_JS: &str = "/*THROW*/ function execute() { throw new Error('boom'); }";
 pub const BADTYPE_JS: &str = "/*BADTYPE*/ function execute() { return { slug: 42 }; }";
+/// Returns the slug itself instead of `{ slug }` (a small model's usual mistake).
+pub const BARE_JS: &str = "/*BARE*/ function execute(input) { return slugOf(input.text); }";
 
 /// A test-double sandbox runner: evaluates the known code strings above by marker, records
 /// every request.
@@ -68,6 +70,8 @@ impl SandboxRunner for ScriptedSandbox {
             fail(SandboxStatus::Rejected, "syntax_error", "SyntaxError: unexpected token `{`")
         } else if code.contains("THROW") {
             fail(SandboxStatus::Error, "Error", "boom")
+        } else if code.contains("BARE") {
+            ok(json!(slug(input["text"].as_str().unwrap_or_default())))
         } else if code.contains("BADTYPE") {
             ok(json!({ "slug": 42 }))
         } else {

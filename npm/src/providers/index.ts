@@ -18,6 +18,7 @@ export type {
   ProviderOptions,
   RetryOptions,
   ToolCall,
+  ResponseFormat,
   ToolChoice,
   ToolDefinition,
   Usage,

@@ -62,7 +62,9 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   if (tools.length > 0) {
     body.tools = functionTools(tools);
   }
-  if (request.responseFormat === 'json') body.format = 'json';
+  // `format` takes `"json"` or, since Ollama 0.5, a JSON Schema.
+  const format = request.responseFormat;
+  if (format !== undefined) body.format = format === 'json' ? 'json' : format.jsonSchema.schema;
   const modelOptions: Record<string, number> = {};
   if (request.temperature !== undefined) modelOptions.temperature = request.temperature;
   if (request.maxTokens !== undefined) modelOptions.num_predict = request.maxTokens;

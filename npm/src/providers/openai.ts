@@ -67,9 +67,12 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   }
   if (request.temperature !== undefined) body.temperature = request.temperature;
   if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens;
-  // The structured-output form with an open object schema: servers that ignore the older
-  // `json_object` switch (llama-server builds among them) do constrain decoding for it.
-  if (request.responseFormat === 'json') body.response_format = { type: 'json_schema', json_schema: { name: 'response', schema: { type: 'object' } } };
+  // The structured-output form, for plain JSON with an open object schema: servers that ignore
+  // the older `json_object` switch (llama-server builds among them) do constrain decoding for it.
+  const format = request.responseFormat;
+  if (format !== undefined) {
+    body.response_format = { type: 'json_schema', json_schema: format === 'json' ? { name: 'response', schema: { type: 'object' } } : format.jsonSchema };
+  }
   body.stream = streaming;
   // Without this, streamed answers carry no token counts at all.
   if (streaming) body.stream_options = { include_usage: true };

@@ -37,15 +37,21 @@ export interface ModelRequest {
   tools: ToolDefinition[];
   temperature?: number;
   maxTokens?: number;
-  /**
-   * `json`: ask for a JSON object answer (OpenAI-compatible `response_format` `json_schema` with an
-   * object schema,
-   * Ollama `format: "json"`; Anthropic has no such switch and relies on the prompt).
-   */
-  responseFormat?: 'json';
+  /** Ask for a JSON answer, optionally matching a schema (see {@link ResponseFormat}). */
+  responseFormat?: ResponseFormat;
   /** Whether the model may, must or must not call a tool this turn (absent: `auto`). */
   toolChoice?: ToolChoice;
 }
+
+/**
+ * The answer format a request asks for. `'json'`: any JSON object (OpenAI-compatible
+ * `response_format` `json_schema` with an open object schema, Ollama `format: "json"`).
+ * `{ jsonSchema }`: a JSON object matching `schema` (OpenAI-compatible `json_schema` with that
+ * schema, Ollama `format: schema`); the core's judge asks for its verdict this way, so servers
+ * that constrain decoding (llama.cpp's among them) cannot return a verdict with a missing or
+ * mistyped key. Anthropic's Messages API has no such switch; there the prompt carries the format.
+ */
+export type ResponseFormat = 'json' | { jsonSchema: { name: string; schema: Record<string, unknown> } };
 
 /**
  * Whether a model call may (`auto`), must (`required`, or `{ tool }` for one tool) or must not
