@@ -5,7 +5,7 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::{Agent, AgentConfig, AgentError, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions};
-use crucible::model::{Message, ModelError};
+use crucible::model::{Message, ModelError, ResponseFormat};
 use crucible::tools::{Tool, ToolFailure, ToolSet};
 use futures::executor::block_on;
 use serde_json::{json, Value};
@@ -187,6 +187,23 @@ fn structured_returns_reprompt_until_the_answer_validates() {
     assert!(types(&sink).contains(&"output.retry"));
     let Message::System { content } = &model.requests.borrow()[0].messages[0] else { panic!() };
     assert!(content.contains("JSON Schema"));
+}
+
+#[test]
+fn structured_returns_ask_for_the_schema_on_turns_without_tools_only() {
+    let schema = json!({ "type": "object", "properties": { "celsius": { "type": "number" } }, "required": ["celsius"] });
+    let asked = |tools: Vec<Tool>, returns: Value| {
+        let model = ScriptedModel::repeating(text("{\"celsius\": 21}"));
+        let agent = agent_with(model.clone(), tools, AgentConfig { returns: Some(returns), ..Default::default() });
+        // (The array schema's run fails its check; only the request matters here.)
+        let _ = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default()));
+        let format = model.requests.borrow()[0].response_format.clone();
+        format
+    };
+    assert_eq!(asked(vec![], schema.clone()), Some(ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.clone() }));
+    // With tools the answer may be a call; a non-object root is not sent (checked only).
+    assert_eq!(asked(vec![weather_tool(FnTool::new(|_| Ok(json!({}))))], schema), None);
+    assert_eq!(asked(vec![], json!({ "type": "array" })), None);
 }
 
 #[test]

@@ -47,7 +47,11 @@ export interface AgentOptions {
   maxParallelTools?: number;
   /** Largest serialized tool result passed to the model, in bytes (default 65536). */
   maxResultBytes?: number;
-  /** JSON Schema (or Standard Schema) the final answer must match; the run's `output` is the parsed value. */
+  /**
+   * JSON Schema (or Standard Schema) the final answer must match; the run's `output` is the
+   * parsed value. On turns that offer no tools, an object-rooted schema is also sent as the
+   * request's `responseFormat`, so providers that constrain decoding answer in shape.
+   */
   returns?: JsonSchema | StandardJsonSchemaLike;
   /** Re-prompts for a final answer that fails `returns` (default 2). */
   maxOutputRetries?: number;

@@ -106,3 +106,29 @@ test("the local model's chat template asks for the new tool's call after a forge
   assert.doesNotMatch(host, /# Tools/);
   assert.match(host, /answer my previous question in plain text/);
 });
+
+test('the real local model answers a `returns` schema on the first try (decoding constrained to it)', { skip, timeout: 240_000 }, async () => {
+  const agent = await createAgent({
+    model: openai({ baseURL: baseURL!, apiKey: 'none', model: 'qwen', timeoutMs: 120_000 }),
+    temperature: 0,
+    returns: { type: 'object', properties: { city: { type: 'string' }, celsius: { type: 'number' }, raining: { type: 'boolean' } }, required: ['city', 'celsius', 'raining'] },
+  });
+  try {
+    // Without the schema as the response format, the first two ended in
+    // structured_output_invalid after 3 attempts (its answers lacked the required keys).
+    const cases = [
+      { text: 'It is 7 degrees and raining in Oslo today.', want: { city: 'Oslo', celsius: 7, raining: true } },
+      { text: 'Lima: sunny, 24 °C.', want: { city: 'Lima', celsius: 24, raining: false } },
+    ];
+    for (const { text, want } of cases) {
+      const events: AgentEvent[] = [];
+      for await (const event of agent.stream(`Extract the weather facts: ${text}`)) events.push(event);
+      const end = events.at(-1)!;
+      assert.equal(end.type, 'agent.end', JSON.stringify(end));
+      assert.equal(events.filter((e) => e.type === 'output.retry').length, 0, 'no re-prompt');
+      if (end.type === 'agent.end') assert.deepEqual(end.output, want);
+    }
+  } finally {
+    await agent.close();
+  }
+});

@@ -8,7 +8,7 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ToolCall, ToolChoice};
+use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ResponseFormat, ToolCall, ToolChoice, ToolDefinition};
 use crate::store::{Store, Versioned};
 use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
 
@@ -174,6 +174,17 @@ impl RunContext<'_> {
         (!prompt.is_empty()).then_some(Message::System { content: prompt })
     }
 
+    /// The answer format of a turn: the `returns` schema when the turn offers no tools, so its
+    /// answer can only be the final one and providers that constrain decoding produce a
+    /// matching answer the first time instead of after re-prompts. A turn with tools gets
+    /// none (a schema-constrained answer could not be a tool call, and llama.cpp's server does
+    /// not combine the two), and neither does a schema whose root is not an object
+    /// (OpenAI-compatible structured output wants one); the prompt and the check hold for all.
+    fn response_format(&self, tools: &[ToolDefinition]) -> Option<ResponseFormat> {
+        let schema = self.config.returns.as_ref().filter(|s| s.get("type").and_then(Value::as_str) == Some("object"))?;
+        tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.clone() })
+    }
+
     /// The tool choice of a turn: the configured one until the run's first tool call (unless
     /// `resetToolChoice` is off), none on a turn without tools. A named tool this turn does
     /// not offer ends the run with `invalid_config` rather than a provider's opaque refusal.
@@ -258,14 +269,10 @@ impl RunContext<'_> {
             messages.extend(self.system_prompt());
             messages.extend(state.messages.iter().cloned());
             let tool_choice = self.tool_choice(state.steps, turn_tools)?;
-            let request = ModelRequest {
-                messages,
-                tools: turn_tools.definitions(),
-                temperature: self.config.temperature,
-                max_tokens: self.config.max_tokens,
-                response_format: None,
-                tool_choice,
-            };
+            let tools = turn_tools.definitions();
+            let response_format = self.response_format(&tools);
+            let request =
+                ModelRequest { messages, tools, temperature: self.config.temperature, max_tokens: self.config.max_tokens, response_format, tool_choice };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
             self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await?;
             let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id));
