@@ -67,7 +67,10 @@ test('the real local model judges a correct forged tool with a coherent verdict,
     for (const text of ['Hello World', 'Rust and Wasm']) {
       assert.deepEqual(await agent.tools.call('slugify', { text }, { sessionId: 'e2e' }), { slug: text.toLowerCase().replaceAll(' ', '-') });
     }
-    const event = await Promise.race([promoted, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('no promotion within 120 s')), 120_000))]);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('no promotion within 120 s')), 120_000)));
+    // A pending timer would keep this file's process alive for its full 120 s.
+    const event = await Promise.race([promoted, deadline]).finally(() => clearTimeout(timer));
     assert.ok(event.type === 'tool.promoted' && event.toTier === 'agent', JSON.stringify(event));
     assert.equal(agent.tools.list({ sessionId: 'e2e' }).find((t) => t.name === 'slugify')?.tier, 'agent');
   } finally {
