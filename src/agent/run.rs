@@ -177,9 +177,10 @@ impl RunContext<'_> {
     /// The answer format of a turn: the `returns` schema when the turn offers no tools, so its
     /// answer can only be the final one and providers that constrain decoding produce a
     /// matching answer the first time instead of after re-prompts. A turn with tools gets
-    /// none (a schema-constrained answer could not be a tool call, and llama.cpp's server does
-    /// not combine the two), and neither does a schema whose root is not an object
-    /// (OpenAI-compatible structured output wants one); the prompt and the check hold for all.
+    /// none: a schema-constrained answer cannot be a tool call (given both, llama.cpp's server
+    /// answers in the schema and never calls). Neither does a schema whose root is not an
+    /// object (OpenAI-compatible structured output wants one); the prompt and the check hold
+    /// for all.
     fn response_format(&self, tools: &[ToolDefinition]) -> Option<ResponseFormat> {
         let schema = self.config.returns.as_ref().filter(|s| s.get("type").and_then(Value::as_str) == Some("object"))?;
         tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.clone() })
