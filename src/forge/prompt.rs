@@ -23,6 +23,7 @@ pub const FORGE_TOOL_DESCRIPTION: &str = concat!(
     "implementation is either {\"mode\":\"sandbox\",\"code\":\"function execute(input) { ... return {...}; }\"} (plain JavaScript, no imports, no network) ",
     "or {\"mode\":\"compose\",\"steps\":[{\"name\":\"a\",\"tool\":\"existing_tool\",\"inputMapping\":{\"field\":\"$input.field\"}}]} ",
     "where values may use $input.x, $prev.x or $steps.a.x.\n",
+    "execute must return an object with the same keys as expectedOutput (return { count: n }, never a bare number or string).\n",
     "If the result says success:false, read reason and category, fix the request and call forge_tool again.\n",
     "Example: "
 );
