@@ -295,10 +295,14 @@ fn sandbox_allowlist_is_the_request_intersected_with_allowed_apis() {
 
 // ---- 5. tests ----------------------------------------------------------------------------
 
+/// Forges `slugify` with `code` in a fresh rig (approving judge, scripted sandbox).
+fn forge_slugify(code: &str) -> crucible::forge::ForgeResult {
+    block_on(rig().registry.forge(&slugify_request("slugify", code), "s1"))
+}
+
 #[test]
 fn a_wrong_expected_output_rejects_and_lists_every_failing_case() {
-    let r = rig();
-    let res = block_on(r.registry.forge(&slugify_request("slugify", WRONG_JS), "s1"));
+    let res = forge_slugify(WRONG_JS);
     assert!(!res.success);
     let reason = res.reason.unwrap();
     assert!(reason.contains("2 of 2 tests failed") && reason.contains("test 0") && reason.contains("test 1"), "{reason}");
@@ -320,8 +324,7 @@ fn an_output_violating_the_output_schema_fails_even_without_expected_output() {
 
 #[test]
 fn a_bare_value_where_an_object_is_due_is_reported_with_the_value_and_the_shape() {
-    let r = rig();
-    let res = block_on(r.registry.forge(&slugify_request("slugify", BARE_JS), "s1"));
+    let res = forge_slugify(BARE_JS);
     assert!(!res.success);
     let tests = res.tests.unwrap();
     assert_eq!(tests[0].actual_output, Some(json!("hello-world")), "what the code returned is kept");
@@ -446,9 +449,9 @@ fn classification_picks_the_most_specific_category() {
 
 #[test]
 fn syntax_errors_and_unparseable_requests_are_classified() {
-    let r = rig();
-    let res = block_on(r.registry.forge(&slugify_request("slugify", SYNTAX_JS), "s1"));
+    let res = forge_slugify(SYNTAX_JS);
     assert_eq!(res.category, Some(RejectionCategory::SyntaxError), "{:?}", res.reason);
+    let r = rig();
     let res = block_on(r.registry.forge(&json!("{not json"), "s1"));
     assert_eq!(res.category, Some(RejectionCategory::ParseError));
     let res = block_on(r.registry.forge(&json!({ "description": "no name" }), "s1"));

@@ -106,13 +106,12 @@ pub enum ToolChoice {
     Tool(String),
 }
 
-/// The answer format a request asks for (the TS `responseFormat`: `'json'` or
-/// `{ jsonSchema: { name, schema } }`).
+/// The answer format a request asks for: the TS `responseFormat` `{ jsonSchema: { name, schema } }`.
+/// (The TS type also has `'json'`, any object, for callers of a provider; the core always
+/// knows the schema it wants.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ResponseFormat {
-    /// Any JSON object.
-    Json,
     /// A JSON object matching `schema`. Servers that constrain decoding to a schema (llama.cpp's
     /// server, Ollama, OpenAI) then cannot produce a missing key, a string where a number
     /// belongs, or an answer cut off mid-object by an unbounded string.
