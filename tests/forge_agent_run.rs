@@ -104,3 +104,46 @@ fn messy_small_model_arguments_still_forge() {
     block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
     assert_eq!(tool_result(&model, 1)["success"], true, "{}", tool_result(&model, 1));
 }
+
+#[test]
+fn forge_tool_arguments_under_synonyms_reach_normalization() {
+    // `tool_name` and a request wrapped in `{"tool": …}` are shapes `normalize` repairs; the
+    // meta-tool must not bounce them first with a schema check of its own.
+    let r = rig();
+    let mut renamed = slugify_request("slugify", SLUGIFY_JS);
+    let name = renamed.as_object_mut().unwrap().remove("name").unwrap();
+    renamed["tool_name"] = name;
+    let wrapped = json!({ "tool": slugify_request("slug_wrapped", SLUGIFY_JS) });
+    let model = ScriptedModel::new(vec![call("forge_tool", &renamed.to_string()), call("forge_tool", &wrapped.to_string()), text("ok")]);
+    let agent = agent_with_registry(model.clone(), &r);
+    block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
+    assert_eq!(tool_result(&model, 1)["name"], "slugify", "{}", tool_result(&model, 1));
+    assert_eq!(tool_result(&model, 2)["name"], "slug_wrapped", "{}", tool_result(&model, 2));
+}
+
+#[test]
+fn garbled_forge_tool_arguments_are_a_counted_parse_error_rejection() {
+    let r = rig();
+    // Cut-off JSON (a model that hit its token limit) and a request without a name.
+    let cut_off = &slugify_request("slugify", SLUGIFY_JS).to_string()[..80];
+    let nameless = json!({ "description": "no name", "testCases": 5 }).to_string();
+    let model = ScriptedModel::new(vec![call("forge_tool", cut_off), call("forge_tool", &nameless), text("gave up")]);
+    let agent = agent_with_registry(model.clone(), &r);
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();
+    assert_eq!(out.text, "gave up", "the run goes on");
+
+    let first = tool_result(&model, 1);
+    assert_eq!((first["success"].clone(), first["category"].clone()), (json!(false), json!("parse_error")), "{first}");
+    assert!(first["reason"].as_str().unwrap().contains("not valid JSON"), "{first}");
+    let second = tool_result(&model, 2);
+    assert_eq!(second["category"], "parse_error", "{second}");
+    assert!(second["reason"].as_str().unwrap().contains("missing `name`"), "{second}");
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ToolExecuteError { .. })), "a bad request is not a tool failure");
+
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.rejected, stats.rejections_by_category["parse_error"]), (2, 2, 2));
+    assert_eq!(r.events.types(), ["forge.rejected", "forge.rejected"]);
+    let audit = r.registry.audit_trail();
+    assert_eq!(audit.iter().filter(|e| e.action == "reject").count(), 2, "both attempts are in the audit trail");
+}

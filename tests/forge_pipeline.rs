@@ -85,6 +85,23 @@ fn attempts_are_tagged_with_agent_session_and_scope() {
     assert_eq!(exported["provenance"]["sessionId"], "s1");
     assert_eq!(exported["provenance"]["scope"], "task-7");
     assert_eq!(res.tool.unwrap().session_id.as_deref(), Some("s1"));
+    let start = serde_json::to_value(&r.events.0.borrow()[0].body).unwrap();
+    assert_eq!((start["agentId"].clone(), start["sessionId"].clone(), start["scope"].clone()), (json!("agent1"), json!("s1"), json!("task-7")));
+    assert!(r.registry.audit_trail().iter().all(|a| a.scope.as_deref() == Some("task-7")), "forge, verdict and register entries");
+}
+
+#[test]
+fn rejected_attempts_carry_the_callers_scope_in_their_event_and_audit_entry() {
+    let r = rig();
+    for request in [json!("{cut off"), slugify_request("wrong", WRONG_JS)] {
+        let res = block_on(r.registry.forge_scoped(&request, "s1", Some("task-9".into())));
+        assert!(!res.success);
+        let rejected = serde_json::to_value(&r.events.0.borrow().last().unwrap().body).unwrap();
+        assert_eq!(rejected["type"], "forge.rejected");
+        assert_eq!((rejected["agentId"].clone(), rejected["sessionId"].clone(), rejected["scope"].clone()), (json!("agent1"), json!("s1"), json!("task-9")));
+        let entry = r.registry.audit_trail().pop().unwrap();
+        assert_eq!((entry.action.as_str(), entry.scope.as_deref(), entry.session_id.as_deref()), ("reject", Some("task-9"), Some("s1")));
+    }
 }
 
 // ---- 2. schema inference -----------------------------------------------------------------
@@ -268,17 +285,55 @@ fn compose_steps_are_looked_up_at_call_time_and_a_missing_step_tool_fails_the_ca
 }
 
 #[test]
-fn a_pipeline_that_reaches_itself_through_another_stops_at_the_depth_limit() {
+fn a_pipeline_that_would_reach_itself_through_others_is_rejected_at_build_time() {
     let r = rig();
-    assert!(block_on(r.registry.forge(&relay_request("b", "upper_case", "A"), "s1")).success);
+    assert!(block_on(r.registry.forge(&relay_request("c", "upper_case", "A"), "s1")).success);
+    assert!(block_on(r.registry.forge(&relay_request("b", "c", "A"), "s1")).success);
     assert!(block_on(r.registry.forge(&relay_request("a", "b", "A"), "s1")).success);
-    // b v2 calls a, which calls b: during b's own forge tests `b` is still v1, so it passes.
-    assert!(block_on(r.registry.forge(&relay_request("b", "a", "A"), "s1")).success);
-    let err = block_on(r.registry.call("b", json!({ "text": "x" }), "s1")).unwrap_err();
+    // c v2 would call a → b → c: refused before its tests run, and c v1 stays.
+    let res = block_on(r.registry.forge(&relay_request("c", "a", "A"), "s1"));
+    assert!(!res.success);
+    assert_eq!(res.category, Some(RejectionCategory::Other));
+    assert!(res.reason.as_deref().unwrap().contains("a → b → c"), "{:?}", res.reason);
+    assert!(res.tests.is_none(), "rejected at build, before any test");
+    assert_eq!(block_on(r.registry.call("a", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "X" }));
+}
+
+/// A lookup that cannot list a pipeline's steps (the trait's default), as a host-provided
+/// lookup might be: only running a pipeline reveals that it reaches itself.
+struct OpaqueLookup(std::cell::RefCell<crucible::tools::ToolSet>);
+
+impl crucible::tools::ToolLookup for OpaqueLookup {
+    fn lookup(&self, name: &str, _session_id: &str) -> Option<crucible::tools::Tool> {
+        self.0.borrow().get(name).cloned()
+    }
+    fn contains(&self, name: &str, _session_id: &str) -> bool {
+        self.0.borrow().contains(name)
+    }
+    fn available(&self, _session_id: &str) -> Vec<String> {
+        self.0.borrow().names().map(str::to_string).collect()
+    }
+}
+
+#[test]
+fn a_pipeline_that_reaches_itself_unseen_stops_at_the_depth_limit_when_called() {
+    use crucible::forge::{ComposeHandler, ComposeStep};
+    use crucible::tools::{invoke, CallContext, Tool, ToolLookup};
+    let schema = json!({ "type": "object" });
+    let lookup = Rc::new(OpaqueLookup(Default::default()));
+    let relay = |name: &str, to: &str| {
+        let steps = [ComposeStep { name: "s".into(), tool: to.into(), input_mapping: json!({ "text": "$input.text" }).as_object().unwrap().clone() }];
+        let handler = ComposeHandler::build(name, &steps, lookup.clone() as Rc<dyn ToolLookup>, "s1").unwrap();
+        Tool::new(name, "relay", &schema, None, Rc::new(handler)).unwrap()
+    };
+    lookup.0.borrow_mut().insert(Tool::new("b", "placeholder", &schema, None, support::FnTool::new(Ok)).unwrap());
+    let a = relay("a", "b");
+    lookup.0.borrow_mut().insert(a.clone());
+    let b = relay("b", "a");
+    lookup.0.borrow_mut().insert(b);
+    let err = block_on(invoke(&a, json!({ "text": "x" }), &CallContext::new("r", "c", "s1"))).unwrap_err();
     assert_eq!(err.code, "execution_failed", "{err:?}");
     assert!(err.message.contains("nested 8 deep"), "{err:?}");
-    // The registry keeps serving.
-    assert_eq!(block_on(r.registry.call("upper_case", json!({ "text": "ok" }), "s1")).unwrap(), json!({ "text": "OK" }));
 }
 
 // ---- 4. build: sandbox allowlist ---------------------------------------------------------
@@ -352,7 +407,15 @@ fn numbers_compare_with_tolerance_and_extra_keys_fail() {
 #[test]
 fn later_calls_check_the_output_schema_too() {
     let r = rig();
-    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", NUMBERS_JS), "s1")).success, "its tests pass");
+    assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "A b" }), "s1")).unwrap(), json!({ "slug": "a-b" }));
+    // An output that breaks the output schema is a failure, never returned as a success.
+    let err = block_on(r.registry.call("slugify", json!({ "text": "42" }), "s1")).unwrap_err();
+    assert_eq!(err.code, "invalid_output", "{err:?}");
+    assert!(err.message.contains("42"), "{err:?}");
+    let stats = &r.registry.list("s1")[0].stats;
+    assert_eq!((stats.calls, stats.successes), (2, 1), "and it counts as a failed call");
+    // Arguments are checked too.
     let err = block_on(r.registry.call("slugify", json!({ "text": 5 }), "s1")).unwrap_err();
     assert_eq!(err.code, "invalid_arguments");
 }
@@ -456,6 +519,57 @@ fn syntax_errors_and_unparseable_requests_are_classified() {
     assert_eq!(res.category, Some(RejectionCategory::ParseError));
     let res = block_on(r.registry.forge(&json!({ "description": "no name" }), "s1"));
     assert_eq!(res.category, Some(RejectionCategory::ParseError));
+}
+
+/// A registry whose sandbox is the real Boa runner (in-process), so the refusals classified
+/// below are the sandbox's own messages, not a double's.
+fn boa_rig(allowed_sandbox_apis: &[&str]) -> std::rc::Rc<crucible::registry::Registry> {
+    use crucible::agent::NativeEnvironment;
+    use crucible::registry::{Judges, Registry, RegistryDeps};
+    use crucible::sandbox::boa::{BoaRunner, SandboxLimits};
+    let config = EmergentConfig { allowed_sandbox_apis: allowed_sandbox_apis.iter().map(|s| s.to_string()).collect(), ..EmergentConfig::default() };
+    let deps = RegistryDeps {
+        store: Rc::new(MemoryStore::new()),
+        env: Rc::new(NativeEnvironment::default()),
+        sandbox: Some(Rc::new(BoaRunner::new(SandboxLimits::default()))),
+        judges: Judges { judge: Some(approving_judge()), promotion_judge: None },
+    };
+    let registry = block_on(Registry::load(config, deps, "agent1")).unwrap();
+    registry.set_host_tools(host_tools());
+    registry
+}
+
+#[test]
+fn only_code_that_does_not_parse_is_a_syntax_error() {
+    let registry = boa_rig(&[]);
+    let forge = |code: &str| block_on(registry.forge(&slugify_request("t", code), "s1"));
+    let cases = [
+        ("function execute(input) { return { slug: input.text ", RejectionCategory::SyntaxError, "syntax"),
+        ("export function execute(input) { return { slug: '' }; }", RejectionCategory::SyntaxError, "module_syntax"),
+        // Policy refusals and runtime errors are not syntax errors.
+        ("function execute(input) { return { slug: eval('1') }; }", RejectionCategory::Other, "blocked_identifier"),
+        ("function execute(input) { return { slug: JSON.parse('{').x }; }", RejectionCategory::Other, "SyntaxError"),
+    ];
+    for (code, category, evidence) in cases {
+        let res = forge(code);
+        assert_eq!(res.category, Some(category), "{code}: {:?}", res.reason);
+        assert!(res.reason.as_deref().unwrap().contains(evidence), "{code}: {:?}", res.reason);
+    }
+}
+
+#[test]
+fn an_api_the_agent_does_not_allow_is_explained_as_such() {
+    let mut request = slugify_request("fetcher", "async function execute(input) { await fetch('https://example.com'); return { slug: '' }; }");
+    request["implementation"]["allowlist"] = json!(["fetch"]);
+    // Not in allowedSandboxAPIs: asking for it in the request cannot help, and the reason says so.
+    let res = block_on(boa_rig(&[]).forge(&request, "s1"));
+    assert_eq!(res.category, Some(RejectionCategory::Other), "{:?}", res.reason);
+    let reason = res.reason.unwrap();
+    assert!(reason.contains("allowedSandboxAPIs") && !reason.contains("add \"fetch\""), "{reason}");
+    // Allowed by the agent but not requested: the sandbox's own advice (add it) stands.
+    request["implementation"]["allowlist"] = json!([]);
+    let reason = block_on(boa_rig(&["fetch"]).forge(&request, "s1")).reason.unwrap();
+    assert!(reason.contains("add \"fetch\" to allowlist"), "{reason}");
 }
 
 #[test]

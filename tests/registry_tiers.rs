@@ -331,6 +331,91 @@ fn a_shared_stats_flush_holds_the_stores_lock_from_read_to_write_and_keeps_count
 }
 
 #[test]
+fn forge_tests_of_a_pipeline_are_not_uses_of_its_step_tools() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let panel = approving_judge();
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let slug_schema = json!({ "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] });
+    let text_schema = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let pipeline = |expected: &str| {
+        let cases: Vec<_> = (1..=3).map(|i| json!({ "input": { "text": format!("T {i}") }, "expectedOutput": { "slug": format!("{expected}{i}") } })).collect();
+        json!({
+            "name": "relay_slug", "description": "slugify through a pipeline", "inputSchema": text_schema, "outputSchema": slug_schema,
+            "implementation": { "mode": "compose", "steps": [{ "name": "s", "tool": "slugify", "inputMapping": { "text": "$input.text" } }] },
+            "testCases": cases
+        })
+    };
+    // Three tests run slugify three times (the promotion threshold), and fail.
+    assert!(!block_on(r.registry.forge(&pipeline("wrong-"), "s1")).success);
+    assert!(block_on(r.registry.forge(&pipeline("t-"), "s1")).success);
+    let slugify = r.registry.list("s1").into_iter().find(|t| t.name == "slugify").unwrap();
+    assert_eq!((slugify.tier, slugify.stats.calls), (Tier::Session, 0), "six test runs, no uses");
+    assert_eq!(panel.requests.borrow().len(), 0, "no promotion was attempted");
+    // A real call through the pipeline is a use of both.
+    block_on(r.registry.call("relay_slug", json!({ "text": "A b" }), "s1")).unwrap();
+    let calls: Vec<(String, u64)> = r.registry.list("s1").into_iter().map(|t| (t.name, t.stats.calls)).collect();
+    assert_eq!(calls, [("relay_slug".to_string(), 1), ("slugify".to_string(), 1)]);
+}
+
+#[test]
+fn a_promotion_whose_tests_fail_on_re_run_is_refused_before_the_panel_is_asked() {
+    let panel = approving_judge();
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", DRIFTS_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected, "{out:?}");
+    assert!(out.reason.contains("tests failed on re-run") && out.reason.contains("drifted"), "{}", out.reason);
+    assert_eq!(panel.requests.borrow().len(), 0, "the panel is not asked about a tool whose tests fail");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
+}
+
+#[test]
+fn approving_after_the_tool_was_demoted_keeps_its_tombstone() {
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.demote("slugify", "s2")).unwrap();
+    assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NotFound(_))));
+    // Still a demoted tool at the agent tier: other sessions are refused, not told it is unknown.
+    assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "x" }), "s3")).unwrap_err().code, "denied");
+    assert!(r.registry.list("s3").iter().all(|t| t.tier != Tier::Shared));
+}
+
+#[test]
+fn approving_does_not_overwrite_another_agents_shared_tool() {
+    let store = Rc::new(MemoryStore::new());
+    let first = promoted_rig(store.clone());
+    let approval = block_on(first.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(first.registry.approve(&approval.id)).unwrap();
+
+    let second = rig_for("agent2", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    block_on(second.registry.forge(&slugify_request("slugify", SLUGIFY_V2_JS), "t1"));
+    use_n(&second, "slugify", 3, "t1");
+    assert_eq!(block_on(second.registry.request_promotion("slugify", Tier::Agent, "t1")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(second.registry.request_promotion("slugify", Tier::Shared, "t1")).unwrap().approval.unwrap();
+    let err = block_on(second.registry.approve(&approval.id)).unwrap_err();
+    assert!(matches!(err, RegistryError::InvalidPromotion { .. }) && err.to_string().contains("agent1"), "{err}");
+    // agent1's shared tool is untouched; agent2's stays at its agent tier.
+    let stored = block_on(store.get("shared/tool/slugify")).unwrap().unwrap();
+    assert_eq!(stored["data"]["origin"]["agentId"], "agent1");
+    assert!(second.registry.list("t1").iter().any(|t| t.name == "slugify" && t.tier == Tier::Agent));
+}
+
+#[test]
+fn demotions_and_rejected_forges_are_in_the_audit_trail() {
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    block_on(r.registry.demote("slugify", "s2")).unwrap();
+    block_on(r.registry.forge(&slugify_request("wrong", WRONG_JS), "s1"));
+    let trail = r.registry.audit_trail();
+    let demote = trail.iter().find(|a| a.action == "demote").expect("a demote entry");
+    assert_eq!((demote.tool.as_str(), demote.tier), ("slugify", Some(Tier::Session)));
+    let reject = trail.iter().find(|a| a.action == "reject").expect("a reject entry");
+    assert_eq!((reject.tool.as_str(), reject.session_id.as_deref()), ("wrong", Some("s1")));
+    assert!(reject.detail.starts_with("other: 2 of 2 tests failed"), "{}", reject.detail);
+}
+
+#[test]
 fn a_denied_approval_leaves_the_tool_where_it_was() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();

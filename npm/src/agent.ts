@@ -97,14 +97,20 @@ export interface EmergentOptions {
   promotionJudge?: { model: ModelProvider };
   maxSessionTools?: number;
   maxAgentTools?: number;
+  /** Deadline of one execution of forged code (default 5000). For the default sandbox only: a
+   *  `sandbox` of your own carries its own limits, and setting this next to it is an error. */
   sandboxTimeoutMs?: number;
+  /** Memory budget of the sandbox instance (default 128). Default sandbox only, as above. */
   sandboxMemoryMB?: number;
   promotionThreshold?: { uses?: number; confidence?: number };
   /** Promote a session tool to the agent tier by itself once it reaches the threshold (default true). */
   autoPromote?: boolean;
   /** Successful uses after a rejected promotion before it is asked again. */
   promotionRetryUses?: number;
+  /** Host APIs forged code may ask for (`fetch`, `crypto`); a request's allowlist is
+   *  intersected with it. Default: none. */
   allowedSandboxAPIs?: string[];
+  /** Hosts `fetch` may reach from forged code. Default sandbox only, as above. */
   fetchDomainAllowlist?: string[];
   /** Keep sandbox source in exported packages (a redacted package cannot be imported). */
   persistSandboxSource?: boolean;
@@ -166,7 +172,7 @@ type EventListener = (e: AgentEvent) => void;
 
 interface CoreAgentHandle {
   readonly emergentEnabled: boolean;
-  forge(request: unknown, sessionId: string): Promise<ForgeResult>;
+  forge(request: unknown, sessionId: string, scope: string | undefined): Promise<ForgeResult>;
   callTool(name: string, args: unknown, sessionId: string): Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
@@ -233,6 +239,14 @@ function newRunId(): string {
 /** Session options of registry calls. */
 export interface SessionOptions {
   sessionId?: string;
+}
+
+/** Options of `agent.forge`. */
+export interface ForgeOptions extends SessionOptions {
+  /** A label grouping attempts (a task id, say). It tags the attempt's events (`forge.start`,
+   *  `forge.rejected`), its audit entries and the tool's provenance; a `scope` in the request
+   *  wins. */
+  scope?: string;
 }
 
 /** Options of `agent.emergent.import`. */
@@ -367,11 +381,11 @@ export class Agent {
   /**
    * Forges a tool: normalize → shape check → build → test → judge → register. Resolves with
    * `{ success: true, tool, verdict, tests }` or `{ success: false, reason, category }`; never
-   * throws for a bad request.
+   * throws for a bad request (one with no JSON form, such as a circular object, included).
    */
-  async forge(request: ForgeRequest | Record<string, unknown>, options: SessionOptions = {}): Promise<ForgeResult> {
+  async forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
     try {
-      return await this.#core.forge(request, options.sessionId ?? 'default');
+      return await this.#core.forge(request, options.sessionId ?? 'default', options.scope);
     } catch (error) {
       throw toCrucibleError(error, '');
     }
@@ -573,6 +587,14 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   let sandbox: SandboxHost | undefined;
   let emergent: Record<string, unknown> | undefined;
   if (em?.enabled) {
+    // Limits given next to a sandbox of the caller's own would be silently ignored.
+    const defaultOnly = (['sandboxTimeoutMs', 'sandboxMemoryMB', 'fetchDomainAllowlist'] as const).filter((k) => em[k] !== undefined);
+    if (em.sandbox && defaultOnly.length > 0) {
+      throw new CrucibleError(
+        'invalid_config',
+        `emergent.${defaultOnly.join(', ')} configure the default sandbox; with your own emergent.sandbox, set its limits where you create it (createSandbox({ timeoutMs, memoryMB, fetchDomainAllowlist }))`,
+      );
+    }
     sandbox = em.sandbox ?? (await defaultSandbox(em));
     const { judge, promotionJudge, sandbox: _s, ...rest } = em;
     emergent = {

@@ -4,9 +4,9 @@
 // Screenshots of each state go to <repo>/test-artifacts/demo-*.png (git-ignored).
 //
 // Without /usr/bin/chromium the suite is skipped, except under CI=true, where it fails.
-// The forge / promotion / reload tests skip themselves while the package has no emergent API
-// (the page reports it as `window.__crucibleDemo.emergent`).
-import { after, before, describe, test, type TestContext } from 'node:test';
+// The forge / promotion / reload tests fail when the page reports no emergent API
+// (`window.__crucibleDemo.emergent`): the package has it, so its absence is a broken setup.
+import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -192,10 +192,10 @@ function suite(): void {
       await page.waitForFunction((s) => document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') === s, status, { timeout });
     }
 
-    async function skipWithoutEmergent(t: TestContext, page: Page): Promise<boolean> {
-      const emergent = await page.evaluate(() => window.__crucibleDemo?.emergent === true);
-      if (!emergent) t.skip('emergent API not yet in the package');
-      return !emergent;
+    /** The page started its agent with the emergent API (forge, registry, approvals). */
+    async function assertEmergent(page: Page): Promise<void> {
+      const flag = await page.evaluate(() => window.__crucibleDemo);
+      assert.equal(flag?.emergent, true, `the demo page reports no emergent API: ${JSON.stringify(flag)}`);
     }
 
     test('loads with no console errors, at desktop and phone width', async () => {
@@ -349,9 +349,9 @@ function suite(): void {
         opened = await open({ promotionUses: '1', autoPromote: '0' }, DESKTOP, context);
       });
 
-      test('a chat run forges a tool and shows its timeline', async (t) => {
+      test('a chat run forges a tool and shows its timeline', async () => {
         const { page, errors } = opened;
-        if (await skipWithoutEmergent(t, page)) return;
+        await assertEmergent(page);
         mock.reset();
         await send(page, 'Slugify “Hello World!” for me');
         const card = '.tl-card[data-name="slugify"]';
@@ -370,9 +370,9 @@ function suite(): void {
         assert.deepEqual(errors, []);
       });
 
-      test('a shared promotion waits for approval and lands once approved', async (t) => {
+      test('a shared promotion waits for approval and lands once approved', async () => {
         const { page, errors } = opened;
-        if (await skipWithoutEmergent(t, page)) return;
+        await assertEmergent(page);
         await page.click('#registry-list [data-tool="slugify"]');
         await page.selectOption('#promote-tier', 'agent');
         await page.click('#registry-detail [data-action="promote"]');
@@ -391,11 +391,12 @@ function suite(): void {
         assert.deepEqual(errors, []);
       });
 
-      test('reload keeps the registry, the stats and the audit trail', async (t) => {
+      test('reload keeps the registry, the stats and the audit trail', async () => {
         const { page, errors } = opened;
-        if (await skipWithoutEmergent(t, page)) return;
+        await assertEmergent(page);
         await page.reload();
         await waitReady(page);
+        await assertEmergent(page);
         await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 20_000 });
         const tier = await page.getAttribute('#registry-list [data-tool="slugify"]', 'data-tier');
         assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
@@ -409,9 +410,9 @@ function suite(): void {
         assert.deepEqual(errors, []);
       });
 
-      test('demote, deny a promotion, export and import a package', async (t) => {
+      test('demote, deny a promotion, export and import a package', async () => {
         const { page, errors } = opened;
-        if (await skipWithoutEmergent(t, page)) return;
+        await assertEmergent(page);
         const item = '#registry-list [data-tool="slugify"]';
         await page.click(item);
         const before = await page.getAttribute(item, 'data-tier');
@@ -446,9 +447,9 @@ function suite(): void {
         assert.deepEqual(errors, []);
       });
 
-      test('a re-forged tool gets a new version; rollback restores the old one', async (t) => {
+      test('a re-forged tool gets a new version; rollback restores the old one', async () => {
         const { page, errors } = opened;
-        if (await skipWithoutEmergent(t, page)) return;
+        await assertEmergent(page);
         await send(page, 'Slugify with underscores instead');
         await lastAgentStatus(page, 'done', 60_000);
         const item = '#registry-list [data-tool="slugify"][data-tier="session"]';

@@ -79,7 +79,10 @@ describe('forge through the package', () => {
     const shape = await agent.forge({ ...slugify, name: 'one_test', testCases: [slugify.testCases[0]!] });
     assert.ok(!shape.success && shape.category === 'shape_check', JSON.stringify(shape));
     const hostile = await agent.forge({ ...slugify, name: 'evil', implementation: { mode: 'sandbox', code: 'function execute(i){ return eval("1"); }' } });
-    assert.equal(hostile.success, false);
+    // A refused name is policy, not a syntax error; code that does not parse is.
+    assert.ok(!hostile.success && hostile.category === 'other' && /eval/.test(hostile.reason), JSON.stringify(hostile));
+    const broken = await agent.forge({ ...slugify, name: 'broken', implementation: { mode: 'sandbox', code: 'function execute(i){ return {' } });
+    assert.ok(!broken.success && broken.category === 'syntax_error', JSON.stringify(broken));
     await agent.close();
 
     const noJudge = await createAgent({ model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat' }), emergent: { enabled: true } });
@@ -204,6 +207,98 @@ describe('forge through the package', () => {
     const broken = await agent.forge({ ...slugify, name: 'slugify_two' });
     assert.equal(broken.success, false);
     judge.setResponder(() => verdict(true));
+    await agent.close();
+  });
+});
+
+describe('emergent options and edge cases through createAgent', () => {
+  const forgeCode = (name: string, code: string, allowlist?: string[]) =>
+    ({ ...slugify, name, implementation: { mode: 'sandbox' as const, code, ...(allowlist ? { allowlist } : {}) } });
+
+  test('maxSessionTools limits each session', async () => {
+    const agent = await makeAgent(memoryStore(), { maxSessionTools: 1 });
+    assert.ok((await agent.forge(slugify, { sessionId: 'a' })).success);
+    const second = await agent.forge({ ...slugify, name: 'slugify_two' }, { sessionId: 'a' });
+    assert.ok(!second.success && /maxSessionTools is 1/.test(second.reason), JSON.stringify(second));
+    assert.ok((await agent.forge({ ...slugify, name: 'slugify_two' }, { sessionId: 'b' })).success, 'another session has its own budget');
+    await agent.close();
+  });
+
+  test('sandboxTimeoutMs and sandboxMemoryMB reach the default sandbox', async () => {
+    const agent = await makeAgent(memoryStore(), { sandboxTimeoutMs: 300, sandboxMemoryMB: 32 });
+    const started = performance.now();
+    const spin = await agent.forge(forgeCode('spin', 'function execute(i){ for(;;){} }'));
+    assert.ok(!spin.success && /300 ms/.test(spin.reason), JSON.stringify(spin));
+    assert.ok(performance.now() - started < 3000, 'stopped at its 300 ms deadline');
+    const hog = await agent.forge(forgeCode('hog', "function execute(i){ const a = []; for(;;) a.push('x'.repeat(1 << 16) + a.length); }"));
+    assert.ok(!hog.success && /32 MB/.test(hog.reason), JSON.stringify(hog));
+    assert.ok((await agent.forge(slugify)).success, 'the agent keeps forging after both');
+    await agent.close();
+  });
+
+  test('allowedSandboxAPIs bounds what a request may ask for', async () => {
+    const code = "async function execute(i){ const d = await crypto.sha256(i.text); return { slug: d.slice(0, 8) }; }";
+    const request = (name: string) => ({
+      ...forgeCode(name, code, ['crypto']),
+      testCases: [{ input: { text: 'a' } }, { input: { text: 'b' } }],
+    });
+    const closed = await makeAgent(memoryStore());
+    const refused = await closed.forge(request('digest'));
+    assert.ok(!refused.success && /allowedSandboxAPIs/.test(refused.reason), JSON.stringify(refused));
+    await closed.close();
+    const open = await makeAgent(memoryStore(), { allowedSandboxAPIs: ['crypto'] });
+    const allowed = await open.forge(request('digest'));
+    assert.ok(allowed.success, JSON.stringify(allowed));
+    await open.close();
+  });
+
+  test('limits next to a sandbox of your own are a configuration error, not ignored', async () => {
+    const { createSandbox } = await import('../src/sandbox/index.js');
+    const own = await createSandbox({ timeoutMs: 1000 });
+    try {
+      await assert.rejects(makeAgent(memoryStore(), { sandbox: own, sandboxTimeoutMs: 50 }), { code: 'invalid_config', message: /sandboxTimeoutMs/ });
+      const agent = await makeAgent(memoryStore(), { sandbox: own });
+      assert.ok((await agent.forge(slugify)).success, 'your own sandbox runs the tests');
+      await agent.close();
+    } finally {
+      await own.close();
+    }
+  });
+
+  test('a request with no JSON form is a parse_error result, not a throw', async () => {
+    const agent = await makeAgent(memoryStore());
+    const circular: Record<string, unknown> = { ...slugify, name: 'loop' };
+    circular.self = circular;
+    const res = await agent.forge(circular);
+    assert.ok(!res.success && res.category === 'parse_error' && /circular/i.test(res.reason), JSON.stringify(res));
+    const big = await agent.forge({ ...slugify, name: 'big', testCases: [{ input: { n: 1n } }] } as unknown as typeof slugify);
+    assert.ok(!big.success && big.category === 'parse_error', JSON.stringify(big));
+    assert.equal(agent.emergent.stats().rejectionsByCategory.parse_error, 2);
+    await agent.close();
+  });
+
+  test('a scope label tags the attempt: its events and audit entries', async () => {
+    const agent = await makeAgent(memoryStore());
+    const events: AgentEvent[] = [];
+    agent.on((e) => events.push(e));
+    await agent.forge(slugify, { sessionId: 's1', scope: 'task-42' });
+    await agent.forge({ ...slugify, name: 'one', testCases: [slugify.testCases[0]!] }, { sessionId: 's1', scope: 'task-43' });
+    const start = events.find((e) => e.type === 'forge.start');
+    assert.deepEqual(start && start.type === 'forge.start' && [start.agentId, start.sessionId, start.scope], ['bot', 's1', 'task-42']);
+    const rejected = events.find((e) => e.type === 'forge.rejected');
+    assert.deepEqual(rejected && rejected.type === 'forge.rejected' && [rejected.agentId, rejected.sessionId, rejected.scope], ['bot', 's1', 'task-43']);
+    const scopes = agent.emergent.audit().map((a) => `${a.action}:${a.scope}`);
+    assert.deepEqual(scopes, ['forge:task-42', 'verdict:task-42', 'register:task-42', 'reject:task-43']);
+    await agent.close();
+  });
+
+  test('endSession discards the session tier', async () => {
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 'gone' })).success);
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 'gone' }), { slug: 'a-b' });
+    await agent.endSession('gone');
+    assert.deepEqual(agent.tools.list({ sessionId: 'gone' }), []);
+    await assert.rejects(agent.tools.call('slugify', { text: 'A b' }, { sessionId: 'gone' }), { code: 'unknown_tool' });
     await agent.close();
   });
 });

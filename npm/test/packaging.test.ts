@@ -2,7 +2,9 @@
 // tarball offline into tiny throwaway projects and prove it loads and runs an agent there —
 // (a) a Node ESM project (and its types under `tsc`), (b) a Vite 7 project in Chromium,
 // (c) a plain ES module page with an import map in Chromium. The model is the mock LLM
-// server (a test double speaking the OpenAI wire format) on 127.0.0.1.
+// server (a test double speaking the OpenAI wire format) on 127.0.0.1. Each also forges tools
+// (issue 4) with the sandbox Workers and sandbox wasm as packed; their judge is a test-double
+// ModelProvider that approves.
 //
 // Assumes the package is built (`npm run build`, or `npm run build:ts` once the wasm exists).
 import assert from 'node:assert/strict';
@@ -16,6 +18,7 @@ import { gzipSync } from 'node:zlib';
 import type { Browser } from 'playwright-core';
 import { startMockLlmServer, type MockLlmServer, type MockResponder } from './support/mock-llm-server.js';
 import { describeInBrowser, launchChromium, openPage, packageRoot, pagesRoot, startStaticServer, type StaticServer } from './browser/harness.js';
+import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
 
 const run = promisify(execFile);
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
@@ -29,6 +32,8 @@ const weatherResponder: MockResponder = (request) => {
   return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
 };
 const expectedAnswer = 'It is 21 degrees in Oslo.';
+/** What the judge test double answers for every forge in the Node scenario: approve. */
+const APPROVING_VERDICT = { approved: true, safety: 0.95, correctness: 0.95, determinism: 0.95, boundedness: 0.9, confidence: 0.9, reasoning: 'ok' };
 
 interface Packed {
   tarball: string;
@@ -185,6 +190,121 @@ console.log('\\n' + JSON.stringify({ types, output }));
       assert.equal(llm.requests.length, 4);
     });
 
+    // Issue 4 from the installed tarball: the sandbox Workers, the sandbox wasm and the registry
+    // as the package ships them (dist/sandbox/worker.js, wasm/crucible_sandbox_bg.wasm).
+    test('forges a sandbox tool and a compose tool, calls them, lists them, rejects a bad forge', async () => {
+      const dir = await installedProject();
+      writeFileSync(
+        join(dir, 'emergent.mjs'),
+        `import { createAgent, tool } from 'crucible-agents';
+// Test double of the judge: a ModelProvider that approves every forge with fixed scores and
+// counts how often it was asked.
+let judged = 0;
+const approvingJudge = {
+  id: 'test-double:judge',
+  async *stream() {
+    judged++;
+    yield { type: 'text', delta: ${JSON.stringify(JSON.stringify(APPROVING_VERDICT))} };
+    yield { type: 'finish', finishReason: 'stop' };
+  },
+};
+// Test double of the chat model: this script never runs the agent loop.
+const unusedChat = {
+  id: 'test-double:chat',
+  async *stream() {
+    throw new Error('the chat model is not asked in this script');
+  },
+};
+const hostInputs = [];
+const upperCase = tool({
+  name: 'upper_case',
+  description: 'Uppercases text',
+  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+  execute: async ({ text }) => {
+    hostInputs.push(text);
+    return { text: text.toUpperCase() };
+  },
+});
+const agent = await createAgent({ model: unusedChat, tools: [upperCase], emergent: { enabled: true, judge: { model: approvingJudge } } });
+const events = [];
+agent.on((e) => events.push(e.type));
+const slugify = ${JSON.stringify(SLUGIFY_FORGE)};
+const brief = (r) => (r.success
+  ? { success: true, tier: r.tool.tier, version: r.tool.version, mode: r.tool.mode, tests: r.tests.map((t) => t.passed) }
+  : { success: false, category: r.category, reason: r.reason });
+const forged = {
+  slugify: brief(await agent.forge(slugify)),
+  // A pipeline over the forged sandbox tool and the host tool.
+  shoutSlug: brief(await agent.forge({
+    name: 'shout_slug',
+    description: 'Slugifies text, then uppercases the slug',
+    inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+    outputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+    implementation: { mode: 'compose', steps: [
+      { name: 'slug', tool: 'slugify', inputMapping: { text: '$input.text' } },
+      { name: 'shout', tool: 'upper_case', inputMapping: { text: '$prev.slug' } },
+    ] },
+    testCases: [
+      { input: { text: 'Hello World!' }, expectedOutput: { text: 'HELLO-WORLD' } },
+      { input: { text: 'Rust & Wasm' }, expectedOutput: { text: 'RUST-WASM' } },
+    ],
+  })),
+  // One test case where two are required: refused before any test or judge.
+  oneTest: brief(await agent.forge({ ...slugify, name: 'one_test', testCases: [slugify.testCases[0]] })),
+};
+const judgedAfterForges = judged;
+const calls = {
+  slugify: await agent.tools.call('slugify', { text: 'Packed, Installed & Run!' }),
+  shoutSlug: await agent.tools.call('shout_slug', { text: 'From the Tarball' }),
+};
+const listed = agent.tools.list().map((t) => ({ name: t.name, tier: t.tier, version: t.version, mode: t.mode, hash: t.hash, calls: t.stats.calls }));
+const stats = agent.emergent.stats();
+await agent.close();
+console.log(JSON.stringify({ forged, judgedAfterForges, calls, listed, stats, events, hostInputs }));
+`,
+      );
+      const { code, stdout, stderr } = await runNode('emergent.mjs', [], dir);
+      assert.equal(code, 0, stderr);
+      const result = JSON.parse(stdout) as {
+        forged: Record<'slugify' | 'shoutSlug' | 'oneTest', { success: boolean; tier?: string; version?: number; mode?: string; tests?: boolean[]; category?: string; reason?: string }>;
+        judgedAfterForges: number;
+        calls: Record<'slugify' | 'shoutSlug', unknown>;
+        listed: Array<{ name: string; tier: string; version: number; mode: string; hash: string; calls: number }>;
+        stats: { attempts: number; approved: number; rejected: number; rejectionsByCategory: Record<string, number> };
+        events: string[];
+        hostInputs: string[];
+      };
+      const { forged, listed, stats } = result;
+      assert.deepEqual(forged.slugify, { success: true, tier: 'session', version: 1, mode: 'sandbox', tests: [true, true] }, JSON.stringify(forged.slugify));
+      assert.deepEqual(forged.shoutSlug, { success: true, tier: 'session', version: 1, mode: 'compose', tests: [true, true] }, JSON.stringify(forged.shoutSlug));
+      assert.equal(forged.oneTest.success, false);
+      assert.equal(forged.oneTest.category, 'shape_check', JSON.stringify(forged.oneTest));
+      assert.match(forged.oneTest.reason!, /test case/);
+      assert.equal(result.judgedAfterForges, 2, 'the judge reviewed the two forges that passed their tests, not the refused one');
+      // The sandbox tool ran in the package's sandbox Worker; the pipeline called it and the host tool.
+      assert.deepEqual(result.calls, { slugify: { slug: 'packed-installed-run' }, shoutSlug: { text: 'FROM-THE-TARBALL' } });
+      // The forge's tests run concurrently, in either order; the call comes after them.
+      const testInputs = result.hostInputs.slice(0, 2).sort();
+      assert.deepEqual([...testInputs, ...result.hostInputs.slice(2)], ['hello-world', 'rust-wasm', 'from-the-tarball'], 'the host tool ran for both forge tests and the call');
+      // slugify's 2 calls: the direct call and the pipeline's call. Forge tests are not uses,
+      // neither of the tool itself nor of a pipeline's step tools.
+      assert.deepEqual(
+        listed.map(({ hash: _, ...rest }) => rest).sort((a, b) => a.name.localeCompare(b.name)),
+        [
+          { name: 'shout_slug', tier: 'session', version: 1, mode: 'compose', calls: 1 },
+          { name: 'slugify', tier: 'session', version: 1, mode: 'sandbox', calls: 2 },
+        ],
+      );
+      for (const t of listed) assert.match(t.hash, /^[0-9a-f]{64}$/, `${t.name} has a sha256 content hash`);
+      assert.notEqual(listed[0]!.hash, listed[1]!.hash);
+      assert.equal(stats.attempts, 3);
+      assert.equal(stats.approved, 2);
+      assert.equal(stats.rejected, 1);
+      assert.equal(stats.rejectionsByCategory.shape_check, 1);
+      const passed = ['forge.start', 'forge.test', 'forge.test', 'forge.judge', 'forge.registered'];
+      assert.deepEqual(result.events, [...passed, ...passed, 'forge.start', 'forge.rejected']);
+    });
+
     // The public API of issue 5 includes the stores: each platform's types must name its own.
     for (const [resolution, file, source] of [
       [
@@ -235,8 +355,9 @@ export async function go(): Promise<unknown> {
 });
 
 /**
- * Serves `root` and opens the weather app page with `?llm=`; waits until the app says it is
- * done or failed, asserts the streamed answer and a clean console, and saves a screenshot.
+ * Opens the weather app page with `?llm=`; waits until the app says it is done or failed,
+ * asserts the streamed answer, the forged slugify tool's tests and output, and a clean
+ * console, and saves a screenshot.
  */
 async function assertWeatherAppWorks(browser: Browser, site: StaticServer, llm: MockLlmServer, path: string, shot: string): Promise<void> {
   llm.reset();
@@ -251,7 +372,10 @@ async function assertWeatherAppWorks(browser: Browser, site: StaticServer, llm: 
     assert.ok(events.filter((e) => e === 'text.delta').length > 1, 'the answer was streamed in several deltas');
     assert.deepEqual(events.filter((e) => e !== 'text.delta'), ['agent.start', 'step.start', 'tool.call', 'tool.execute.start', 'tool.execute.end', 'step.end', 'step.start', 'step.end', 'agent.end']);
     assert.equal(await tab.page.getAttribute('body', 'data-tool-city'), 'Oslo', 'the host tool ran in the page');
-    assert.equal(llm.requests.length, 2);
+    assert.equal(llm.requests.length, 2, 'the forge asked the judge test double in the page, not the server');
+    // slugify forged in the page: its tests and the call ran in the package's sandbox Worker.
+    const forged = JSON.parse((await tab.page.textContent('#forged')) ?? '') as unknown;
+    assert.deepEqual(forged, { success: true, tier: 'session', version: 1, tests: [true, true], output: { slug: 'forged-in-chromium' } });
     tab.assertClean();
   } finally {
     await tab.page.close();
@@ -273,7 +397,7 @@ describeInBrowser('the packed tarball in Chromium', () => {
     await llm?.close();
   });
 
-  test('bundled by Vite 7: vite build, serve dist/, the agent answers in the page', async () => {
+  test('bundled by Vite 7: vite build, serve dist/, the agent answers and forges a tool in the page', async () => {
     const app = await installedProject();
     const dir = join(work, 'vite-app');
     mkdirSync(dir);
@@ -295,7 +419,7 @@ describeInBrowser('the packed tarball in Chromium', () => {
     await assertWeatherAppWorks(browser, site, llm, '/', 'packaging-vite');
   });
 
-  test('as a plain ES module page: an import map points at the installed dist/browser.js', async () => {
+  test('as a plain ES module page: an import map points at the installed dist/browser.js; the agent answers and forges a tool', async () => {
     const app = await installedProject();
     // Where a browser loads each bare specifier from: each package.json's `exports['.']`
     // resolved with the conditions a browser import uses, as a bundler would.

@@ -81,9 +81,17 @@ pub enum EventBody {
     /// The run failed (limit, model error, abort).
     #[serde(rename = "agent.error", rename_all = "camelCase")]
     AgentError { error: ErrorInfo, usage: RunUsage },
-    /// A forge attempt passed normalization (`mode`: `compose` or `sandbox`).
+    /// A forge attempt passed normalization (`mode`: `compose` or `sandbox`), tagged with who
+    /// asked: agent, session and the optional scope label.
     #[serde(rename = "forge.start", rename_all = "camelCase")]
-    ForgeStart { name: String, mode: String, session_id: String },
+    ForgeStart {
+        name: String,
+        mode: String,
+        agent_id: String,
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
     /// One forge-time test ran.
     #[serde(rename = "forge.test", rename_all = "camelCase")]
     ForgeTest { name: String, test: TestResult },
@@ -93,9 +101,18 @@ pub enum EventBody {
     /// A verified tool was registered.
     #[serde(rename = "forge.registered", rename_all = "camelCase")]
     ForgeRegistered { name: String, tier: Tier, version: u32, hash: String },
-    /// A forge was rejected, with its category.
+    /// A forge was rejected, with its category and the attempt's tags (a request that did not
+    /// parse has no `forge.start`, so these are its only ones).
     #[serde(rename = "forge.rejected", rename_all = "camelCase")]
-    ForgeRejected { name: String, category: RejectionCategory, reason: String },
+    ForgeRejected {
+        name: String,
+        category: RejectionCategory,
+        reason: String,
+        agent_id: String,
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
     /// A tool moved up a tier.
     #[serde(rename = "tool.promoted", rename_all = "camelCase")]
     ToolPromoted { name: String, from_tier: Tier, to_tier: Tier, version: u32 },

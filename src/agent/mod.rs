@@ -19,7 +19,7 @@ pub use env::{CancelFlag, CancelSignal, Environment, NativeEnvironment};
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
 pub use run::{RunOutput, RunState, RunStatus, SharedModel};
-pub use structured::extract_json;
+pub use structured::{extract_json, json_values};
 pub use usage::RunUsage;
 
 use crate::model::{Message, Model};

@@ -6,39 +6,69 @@ use serde_json::Value;
 
 use crate::tools::CompiledSchema;
 
-/// Extracts the first JSON value from `text`: the whole text, a fenced block, or the span from
-/// the first `{`/`[` to its last matching closer.
-pub fn extract_json(text: &str) -> Option<Value> {
+/// Most positions in prose where [`json_values`] tries to parse an embedded value: each try
+/// reads to the end of the value or the text, so a long text full of braces (code) must not
+/// turn the search quadratic.
+const MAX_EMBEDDED_TRIES: usize = 64;
+
+/// Every JSON value `text` offers, in the order a reader would find them: the whole text;
+/// each fenced code block; then each object or array embedded in prose, left to right. A
+/// value's insides are not offered again, and the scan stops at a value cut off by the end of
+/// the text: broken JSON yields nothing, not the fragments inside it. Prose such as
+/// "returns `{ slug }`" before the real value is skipped.
+pub fn json_values(text: &str) -> Vec<Value> {
     let trimmed = text.trim();
     if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
-        return Some(v);
+        return vec![v];
     }
-    if let Some(start) = trimmed.find("```") {
-        let after = &trimmed[start + 3..];
+    let mut found = Vec::new();
+    let mut rest = trimmed;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
         let body_start = after.find('\n').map(|i| i + 1).unwrap_or(0);
-        if let Some(end) = after[body_start..].find("```") {
-            if let Ok(v) = serde_json::from_str::<Value>(after[body_start..body_start + end].trim()) {
-                return Some(v);
-            }
+        let Some(end) = after[body_start..].find("```") else { break };
+        if let Ok(v) = serde_json::from_str::<Value>(after[body_start..body_start + end].trim()) {
+            found.push(v);
         }
+        rest = &after[body_start + end + 3..];
     }
-    for (open, close) in [('{', '}'), ('[', ']')] {
-        if let (Some(s), Some(e)) = (trimmed.find(open), trimmed.rfind(close)) {
-            if s < e {
-                if let Ok(v) = serde_json::from_str::<Value>(&trimmed[s..=e]) {
-                    return Some(v);
+    let mut at = 0;
+    for _ in 0..MAX_EMBEDDED_TRIES {
+        let Some(offset) = trimmed[at..].find(['{', '[']) else { break };
+        let start = at + offset;
+        let mut values = serde_json::Deserializer::from_str(&trimmed[start..]).into_iter::<Value>();
+        match values.next() {
+            Some(Ok(v)) => {
+                at = start + values.byte_offset();
+                if !found.contains(&v) {
+                    found.push(v);
                 }
             }
+            Some(Err(e)) if e.is_eof() => break,
+            _ => at = start + 1,
         }
     }
-    None
+    found
 }
 
-/// Checks a final answer against the `returns` schema.
+/// The first JSON value in `text` (see [`json_values`]).
+pub fn extract_json(text: &str) -> Option<Value> {
+    json_values(text).into_iter().next()
+}
+
+/// Checks a final answer against the `returns` schema: the first JSON value in the text that
+/// matches it (prose may quote an example first).
 pub fn check_final_answer(text: &str, schema: &CompiledSchema) -> Result<Value, String> {
-    let value = extract_json(text).ok_or_else(|| "the answer contains no valid JSON value".to_string())?;
-    schema.check(&value)?;
-    Ok(value)
+    let mut first_violation = None;
+    for value in json_values(text) {
+        match schema.check(&value) {
+            Ok(()) => return Ok(value),
+            Err(violation) => {
+                first_violation.get_or_insert(violation);
+            }
+        }
+    }
+    Err(first_violation.unwrap_or_else(|| "the answer contains no valid JSON value".to_string()))
 }
 
 /// The system-prompt addition that tells the model about `returns`.
@@ -65,5 +95,16 @@ mod tests {
         assert_eq!(extract_json("Here:\n```json\n{\"a\":2}\n```\nDone."), Some(json!({"a":2})));
         assert_eq!(extract_json("The answer is {\"a\":3}."), Some(json!({"a":3})));
         assert_eq!(extract_json("{\"a\":"), None);
+    }
+
+    #[test]
+    fn skips_quoted_code_and_prose_braces_but_not_broken_json() {
+        let text = "The tool returns `{ slug }`:\n```js\nfunction execute(input) { return { slug: 1 }; }\n```\nVerdict: {\"approved\":true} and {\"b\":[1]}";
+        assert_eq!(json_values(text), vec![json!({"approved":true}), json!({"b":[1]})]);
+        // A value's insides are not offered on their own; a value cut off ends the scan.
+        assert_eq!(json_values("x {\"a\":{\"b\":1}} y"), vec![json!({"a":{"b":1}})]);
+        assert_eq!(json_values("x {\"a\":{\"b\":1}, \"c\":"), Vec::<Value>::new());
+        // Two fenced blocks: both are offered, in order.
+        assert_eq!(json_values("```\n[1]\n```\n```json\n{\"z\":0}\n```"), vec![json!([1]), json!({"z":0})]);
     }
 }

@@ -67,9 +67,11 @@ pub fn classify(e: &Evidence) -> RejectionCategory {
     }
 }
 
-/// Whether an execution error reads as a syntax error: the sandbox's `sandbox_rejected` code
-/// (static validation failed) or a `SyntaxError` message.
+/// Whether a forge-test failure shows that the code does not parse as a sandbox script: the
+/// sandbox refused it before running with `syntax` or `module_syntax`. Its other refusals (a
+/// blocked name such as `eval`, an API the tool may not use, code too large or too deeply
+/// nested) are policy, not syntax, and so is a `SyntaxError` the code throws while running
+/// (`JSON.parse` of bad text): those are `other`.
 pub fn is_syntax_error(error: &str) -> bool {
-    let lower = error.to_ascii_lowercase();
-    lower.starts_with("sandbox_rejected") || lower.contains("syntaxerror") || lower.contains("syntax error") || lower.contains("unexpected token")
+    error.strip_prefix("sandbox_rejected: ").is_some_and(|refusal| refusal.starts_with("syntax:") || refusal.starts_with("module_syntax:"))
 }

@@ -38,6 +38,8 @@ pub enum ComposeBuildError {
     UnknownTool { step: String, tool: String, available: String },
     #[error("step `{step}` calls `{tool}` itself; a tool cannot compose itself")]
     SelfReference { step: String, tool: String },
+    #[error("step `{step}` reaches the tool being forged again through {path}; a pipeline cannot call itself")]
+    Cycle { step: String, path: String },
     #[error("two steps are named `{0}`")]
     DuplicateStep(String),
     #[error("step `{step}` references `$steps.{target}`, which is not an earlier step")]
@@ -256,9 +258,34 @@ impl std::fmt::Debug for ComposeHandler {
     }
 }
 
+/// How the pipeline step calling `first` would reach `target` again through the pipelines the
+/// lookup knows (`[first, …, target]`), if it would. Depth-first over the step graph, each
+/// tool visited once; a pipeline that only a call could reveal (a lookup that cannot list a
+/// tool's steps) is still stopped at run time by [`MAX_COMPOSE_DEPTH`].
+fn path_back(target: &str, first: &str, tools: &dyn ToolLookup, session: &str) -> Option<Vec<String>> {
+    let mut visited = std::collections::HashSet::new();
+    let mut stack = vec![vec![first.to_string()]];
+    while let Some(path) = stack.pop() {
+        let last = path.last().expect("paths are never empty");
+        if !visited.insert(last.clone()) {
+            continue;
+        }
+        for next in tools.pipeline_steps(last, session) {
+            let mut longer = path.clone();
+            longer.push(next.clone());
+            if next == target {
+                return Some(longer);
+            }
+            stack.push(longer);
+        }
+    }
+    None
+}
+
 impl ComposeHandler {
     /// Builds the pipeline for the tool `tool_name` over the tools `session` reaches,
-    /// rejecting unknown tools, empty pipelines, self-reference and bad step references.
+    /// rejecting unknown tools, empty pipelines, self-reference (directly or through other
+    /// pipelines) and bad step references.
     pub fn build(tool_name: &str, steps: &[ComposeStep], tools: Rc<dyn ToolLookup>, session: &str) -> Result<Self, ComposeBuildError> {
         if steps.is_empty() {
             return Err(ComposeBuildError::Empty);
@@ -267,6 +294,9 @@ impl ComposeHandler {
         for step in steps {
             if step.tool == tool_name {
                 return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
+            }
+            if let Some(path) = path_back(tool_name, &step.tool, tools.as_ref(), session) {
+                return Err(ComposeBuildError::Cycle { step: step.name.clone(), path: path.join(" → ") });
             }
             if !tools.contains(&step.tool, session) {
                 return Err(ComposeBuildError::UnknownTool {

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::agent::extract_json;
+use crate::agent::json_values;
 use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest};
 
 use super::request::{ForgeRequest, Implementation};
@@ -160,10 +160,15 @@ fn score(m: &Map<String, Value>, key: &str) -> Result<f64, JudgeError> {
 }
 
 /// Parses a verdict from the judge's text: the JSON object may be wrapped in prose or a code
-/// fence; the object itself must be complete and valid.
+/// fence and follow quoted code; the verdict is the first object with an `approved` key (else
+/// the first value, to say what is wrong with it), and it must be complete and valid.
 pub fn parse_verdict(text: &str) -> Result<Verdict, JudgeError> {
-    let value = extract_json(text).ok_or(JudgeError::NoJson)?;
-    let Value::Object(m) = value else { return Err(JudgeError::Invalid("the verdict must be a JSON object".into())) };
+    let mut values = json_values(text);
+    let index = values.iter().position(|v| v.get("approved").is_some()).unwrap_or(0);
+    if values.is_empty() {
+        return Err(JudgeError::NoJson);
+    }
+    let Value::Object(m) = values.swap_remove(index) else { return Err(JudgeError::Invalid("the verdict must be a JSON object".into())) };
     let approved = match m.get("approved") {
         Some(Value::Bool(b)) => *b,
         Some(other) => return Err(JudgeError::Invalid(format!("`approved` must be a boolean, got {other}"))),
@@ -279,5 +284,14 @@ mod tests {
             parse_verdict("{\"approved\":true,\"safety\":2,\"correctness\":1,\"determinism\":1,\"boundedness\":1,\"confidence\":1}"),
             Err(JudgeError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn finds_the_verdict_after_quoted_code() {
+        let verdict = "{\"approved\":true,\"safety\":0.9,\"correctness\":0.9,\"determinism\":1,\"boundedness\":1,\"confidence\":0.8,\"reasoning\":\"ok\"}";
+        let quoting = format!("The code returns `{{ slug }}` from\n```js\nfunction execute(input) {{ return {{ slug: input.text }}; }}\n```\nand the example {{\"slug\":\"a\"}} matches.\n{verdict}");
+        assert_eq!(parse_verdict(&quoting).unwrap().confidence, 0.8);
+        // A broken verdict after valid quoted JSON is still no verdict.
+        assert!(matches!(parse_verdict("Example {\"slug\":\"a\"}. {\"approved\":true,\"safety\":"), Err(JudgeError::Invalid(_))));
     }
 }

@@ -25,9 +25,7 @@ pub use judge::{
 };
 pub use meta_tool::ForgeToolHandler;
 pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
-pub use prompt::{
-    forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, forge_tool_schema, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME,
-};
+pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
 pub use request::{normalize, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, TEST_CASE_KEYS};
 pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
 pub use shape::{shape_check, ShapeIssues, MIN_TEST_CASES};

@@ -77,11 +77,13 @@ pub struct Rejection {
     pub category: RejectionCategory,
     pub tests: Vec<TestResult>,
     pub verdict: Option<Verdict>,
+    /// The attempt's scope label (the request's, else the caller's).
+    pub scope: Option<String>,
 }
 
 impl Rejection {
-    fn new(name: &str, reason: impl Into<String>, evidence: Evidence) -> Self {
-        Self { name: name.to_string(), reason: reason.into(), category: classify(&evidence), tests: vec![], verdict: None }
+    pub fn new(name: &str, reason: impl Into<String>, evidence: Evidence) -> Self {
+        Self { name: name.to_string(), reason: reason.into(), category: classify(&evidence), tests: vec![], verdict: None, scope: None }
     }
 }
 
@@ -148,13 +150,34 @@ impl Forge {
             Ok(r) => r,
             Err(e) => {
                 let name = raw.get("name").and_then(Value::as_str).unwrap_or_default();
-                return Err(Rejection::new(name, format!("could not parse the forge request: {e}"), Evidence { parse: true, ..Default::default() }));
+                let mut r = Rejection::new(name, format!("could not parse the forge request: {e}"), Evidence { parse: true, ..Default::default() });
+                r.scope = raw.get("scope").and_then(Value::as_str).map(str::to_string).or_else(|| origin.scope.clone());
+                return Err(r);
             }
         };
         if request.scope.is_none() {
             request.scope = origin.scope.clone();
         }
-        emit(EventBody::ForgeStart { name: request.name.clone(), mode: request.implementation.mode().into(), session_id: origin.session_id.clone() });
+        let scope = request.scope.clone();
+        self.verify_request(request, origin, tools, admit, emit).await.map_err(|r| Rejection { scope, ..r })
+    }
+
+    /// [`Forge::verify`] after normalization.
+    async fn verify_request(
+        &self,
+        mut request: ForgeRequest,
+        origin: &ForgeOrigin,
+        tools: &Rc<dyn ToolLookup>,
+        admit: &dyn Fn(&ForgeRequest) -> Result<(), String>,
+        emit: &dyn Fn(EventBody),
+    ) -> Result<Verified, Rejection> {
+        emit(EventBody::ForgeStart {
+            name: request.name.clone(),
+            mode: request.implementation.mode().into(),
+            agent_id: origin.agent_id.clone(),
+            session_id: origin.session_id.clone(),
+            scope: request.scope.clone(),
+        });
         if let Err(reason) = admit(&request) {
             return Err(Rejection::new(&request.name, reason, Evidence::default()));
         }
@@ -164,7 +187,7 @@ impl Forge {
         }
         let tool = self.build(&request, tools, &origin.session_id).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
 
-        let ctx = CallContext::new(origin.run_id.clone(), format!("forge-test-{}", request.name), origin.session_id.clone());
+        let ctx = CallContext::for_trial(origin.run_id.clone(), format!("forge-test-{}", request.name), origin.session_id.clone());
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env.as_ref()).await;
         for test in &tests {
             emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });

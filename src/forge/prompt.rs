@@ -1,9 +1,9 @@
 //! Prompting (spec scope item 10): the `forge_tool` description, the JSON Schema of its
 //! arguments and one worked example, written for small (0.5B) models: short sentences, one
-//! complete request to imitate, and the rules the shape check enforces spelled out. The
-//! schema is deliberately permissive (schemas may arrive as strings, the implementation flat)
-//! because [`super::normalize`] repairs those; a strict schema would bounce them before
-//! normalization could help.
+//! complete request to imitate, and the rules the shape check enforces spelled out. The schema
+//! shown to the model is strict, but arguments are not checked against it: schemas may arrive
+//! as strings, the implementation flat, fields under synonyms, and [`super::normalize`]
+//! repairs those or rejects them with a category.
 
 use serde_json::{json, Value};
 
@@ -33,44 +33,14 @@ pub fn forge_tool_description() -> String {
     format!("{FORGE_TOOL_DESCRIPTION}{FORGE_TOOL_EXAMPLE}")
 }
 
-/// The JSON Schema of `forge_tool` arguments.
-pub fn forge_tool_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "name": { "type": "string", "description": "snake_case name of the new tool" },
-            "description": { "type": "string", "description": "what the tool does, one sentence" },
-            "inputSchema": { "type": ["object", "string"], "description": "JSON Schema of the input: {\"type\":\"object\",\"properties\":{...},\"required\":[...]}" },
-            "outputSchema": { "type": ["object", "string"], "description": "JSON Schema of the output" },
-            "implementation": {
-                "type": ["object", "string"],
-                "description": "{\"mode\":\"sandbox\",\"code\":\"function execute(input) {...}\"} or {\"mode\":\"compose\",\"steps\":[...]}",
-                "properties": {
-                    "mode": { "type": "string", "enum": ["sandbox", "compose", "js", "javascript", "code", "pipeline", "chain"] },
-                    "code": { "type": "string" },
-                    "steps": { "type": ["array", "string"] },
-                    "allowlist": { "type": ["array", "string"] }
-                }
-            },
-            "testCases": {
-                "type": ["array", "object", "string"],
-                "description": "at least 2: [{\"input\":{...},\"expectedOutput\":{...}}]",
-                "items": { "type": "object", "properties": { "input": {}, "expectedOutput": {} } }
-            },
-            "scope": { "type": "string" }
-        },
-        "required": ["name"]
-    })
-}
-
 /// The schema of `forge_tool` arguments as shown to the model: one concrete type per field
 /// and the nested shape spelled out, in the order of the worked example. Chat templates that
 /// render a call skeleton from the parameters (ours for the local Qwen model does) turn this
 /// into `{"name": <string>, ..., "implementation": {"mode": "sandbox", "code": <string>},
-/// "testCases": [{"input": <object>, "expectedOutput": <object>}]}`; with the permissive
-/// validation schema ([`forge_tool_schema`], union types) every field rendered as `<value>`
+/// "testCases": [{"input": <object>, "expectedOutput": <object>}]}`; when the model was shown
+/// a permissive schema (union types, as normalization accepts) every field rendered as `<value>`
 /// and the 0.5B model wrote `"testCases": [["input": 212], ...]`, which the server cannot
-/// parse (HTTP 500). Arguments are still validated against the permissive schema.
+/// parse (HTTP 500). Arguments are not validated against it: the forge normalizes them.
 pub fn forge_tool_advertised_schema() -> Value {
     let schema = || {
         json!({

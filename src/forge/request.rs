@@ -128,6 +128,14 @@ fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<V
     }
 }
 
+/// The start of `text`, for reasons (model output can be long).
+fn compact_text(text: &str) -> String {
+    match text.char_indices().nth(120) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -267,7 +275,17 @@ fn snake_name(raw: &str) -> String {
 
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
-    let outer = unstringify(raw)?;
+    // Argument text that is not JSON arrives as a string (`Tool::accepting_raw_arguments`).
+    let outer = match raw {
+        Value::String(text) => match unstringify(raw) {
+            Ok(value) => value,
+            Err(_) => {
+                let detail = serde_json::from_str::<Value>(text.trim()).err().map(|e| e.to_string()).unwrap_or_default();
+                return err(format!("the arguments are not valid JSON ({detail}): {}", compact_text(text)));
+            }
+        },
+        other => Cow::Borrowed(other),
+    };
     // Some models wrap everything in { "request": {...} } or { "tool": {...} }.
     let raw = match &*outer {
         Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {

@@ -16,6 +16,8 @@ pub struct SandboxToolHandler {
     runner: Rc<dyn SandboxRunner>,
     code: String,
     allowlist: Vec<String>,
+    /// The agent's `allowedSandboxAPIs`, to explain a refusal the request cannot fix.
+    allowed: Vec<String>,
 }
 
 impl std::fmt::Debug for SandboxToolHandler {
@@ -38,7 +40,20 @@ pub fn effective_allowlist(requested: &[String], allowed: &[String]) -> Vec<Stri
 impl SandboxToolHandler {
     /// A handler for `code`, allowed the APIs in both `requested` and `allowed`.
     pub fn new(runner: Rc<dyn SandboxRunner>, code: impl Into<String>, requested: &[String], allowed: &[String]) -> Self {
-        Self { runner, code: code.into(), allowlist: effective_allowlist(requested, allowed) }
+        Self { runner, code: code.into(), allowlist: effective_allowlist(requested, allowed), allowed: allowed.to_vec() }
+    }
+
+    /// The sandbox tells code that uses an API outside its request's allowlist to add it; when
+    /// the agent does not allow that API at all, adding it cannot help (the allowlist is
+    /// intersected with `allowedSandboxAPIs`), so the message says that instead.
+    fn explain_refusal(&self, code: &str, message: String) -> String {
+        let api = (code == "not_allowlisted").then(|| message.split('\'').nth(1)).flatten();
+        match api {
+            Some(api) if !self.allowed.iter().any(|a| a == api) => {
+                format!("'{api}' is not available to this agent's forged tools (allowedSandboxAPIs does not include it): write the tool without it")
+            }
+            _ => message,
+        }
     }
 
     /// The APIs this tool's code may use.
@@ -66,8 +81,10 @@ impl ToolHandler for SandboxToolHandler {
         match result.status {
             SandboxStatus::Ok => Ok(result.output.unwrap_or(Value::Null)),
             status => {
-                let message =
-                    result.error.map(|e| format!("{}: {}", e.code, e.message)).unwrap_or_else(|| format!("sandbox execution ended with status {status:?}"));
+                let message = result
+                    .error
+                    .map(|e| format!("{}: {}", e.code, self.explain_refusal(&e.code, e.message)))
+                    .unwrap_or_else(|| format!("sandbox execution ended with status {status:?}"));
                 Err(ToolFailure::new(failure_code(status), message))
             }
         }

@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::agent::{AgentEvent, Environment, EventBody, EventSink};
-use crate::forge::{Forge, ForgeOrigin, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Rejection, Verified, FORGE_TOOL_NAME};
+use crate::forge::{Evidence, Forge, ForgeOrigin, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Rejection, Verified, FORGE_TOOL_NAME};
 use crate::model::Model;
 use crate::sandbox::SandboxRunner;
 use crate::store::{BatchOp, Store, StoreError, Versioned};
@@ -411,7 +411,7 @@ impl Registry {
     /// Appends to the audit ring, dropping the oldest entries beyond capacity, and returns the
     /// ops persisting that change (one put, and a delete per dropped entry).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn audit(
+    pub(crate) fn audit<'a>(
         &self,
         state: &mut State,
         action: &str,
@@ -419,8 +419,9 @@ impl Registry {
         version: Option<u32>,
         tier: Option<Tier>,
         detail: String,
-        session: Option<&str>,
+        who: impl Into<AuditSubject<'a>>,
     ) -> Vec<BatchOp> {
+        let who = who.into();
         let entry = AuditEntry {
             at: self.now(),
             action: action.to_string(),
@@ -428,7 +429,8 @@ impl Registry {
             version,
             tier,
             detail,
-            session_id: session.filter(|s| !s.is_empty()).map(str::to_string),
+            session_id: who.session.filter(|s| !s.is_empty()).map(str::to_string),
+            scope: who.scope.map(str::to_string),
         };
         let seq = state.next_audit_seq;
         state.next_audit_seq += 1;
@@ -569,12 +571,34 @@ impl Registry {
     /// Forges a tool for `session` outside any run. Never fails: a bad request is a rejected
     /// [`ForgeResult`] with a reason and category.
     pub async fn forge(&self, request: &Value, session: &str) -> ForgeResult {
-        self.forge_in_run(request, session, "").await
+        self.forge_scoped(request, session, None).await
+    }
+
+    /// [`Registry::forge`] with a scope label (a task id, say) tagging the attempt, its events
+    /// and its audit entries; a `scope` in the request wins.
+    pub async fn forge_scoped(&self, request: &Value, session: &str, scope: Option<String>) -> ForgeResult {
+        self.forge_from(request, self.origin(session, scope, "")).await
     }
 
     /// Forges within the run `run_id` (events carry it); used by the `forge_tool` meta-tool.
     pub async fn forge_in_run(&self, request: &Value, session: &str, run_id: &str) -> ForgeResult {
-        let origin = ForgeOrigin { agent_id: self.agent_id.clone(), session_id: session.to_string(), scope: None, run_id: run_id.to_string() };
+        self.forge_from(request, self.origin(session, None, run_id)).await
+    }
+
+    /// Rejects, and counts, a forge request the host could not even turn into JSON (a
+    /// circular object, a `BigInt`): a bad request is a `parse_error` result, never an error.
+    pub async fn reject_unreadable(&self, problem: &str, session: &str, scope: Option<String>) -> ForgeResult {
+        let origin = self.origin(session, scope, "");
+        let mut rejection = Rejection::new("", format!("could not read the forge request: {problem}"), Evidence { parse: true, ..Default::default() });
+        rejection.scope = origin.scope.clone();
+        self.reject(&rejection, &origin).await
+    }
+
+    fn origin(&self, session: &str, scope: Option<String>, run_id: &str) -> ForgeOrigin {
+        ForgeOrigin { agent_id: self.agent_id.clone(), session_id: session.to_string(), scope, run_id: run_id.to_string() }
+    }
+
+    async fn forge_from(&self, request: &Value, origin: ForgeOrigin) -> ForgeResult {
         match self.verify(request, &origin, &self.lookup()).await {
             Ok(verified) => self.register_session(verified, &origin, "forge").await,
             Err(rejection) => self.reject(&rejection, &origin).await,
@@ -612,7 +636,7 @@ impl Registry {
                     None,
                     None,
                     format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning),
-                    Some(&origin.session_id),
+                    AuditSubject::attempt(&origin.session_id, rejection.scope.as_deref()),
                 ));
             }
             ops.extend(self.audit(
@@ -622,11 +646,21 @@ impl Registry {
                 None,
                 None,
                 format!("{}: {}", rejection.category.as_str(), rejection.reason),
-                Some(&origin.session_id),
+                AuditSubject::attempt(&origin.session_id, rejection.scope.as_deref()),
             ));
             ops
         };
-        self.emit(&origin.run_id, EventBody::ForgeRejected { name: rejection.name.clone(), category: rejection.category, reason: rejection.reason.clone() });
+        self.emit(
+            &origin.run_id,
+            EventBody::ForgeRejected {
+                name: rejection.name.clone(),
+                category: rejection.category,
+                reason: rejection.reason.clone(),
+                agent_id: origin.agent_id.clone(),
+                session_id: origin.session_id.clone(),
+                scope: rejection.scope.clone(),
+            },
+        );
         let _ = self.persist(ops).await; // the audit write is best effort; the rejection stands
         ForgeResult::rejected(rejection)
     }
@@ -638,6 +672,7 @@ impl Registry {
         let now = self.now();
         let name = verified.request.name.clone();
         let scope = verified.request.scope.clone();
+        let who = || AuditSubject::attempt(session, scope.as_deref());
         let (info, ops) = {
             let mut state = self.state.borrow_mut();
             let version = state
@@ -658,7 +693,7 @@ impl Registry {
                 current,
                 history,
                 session_id: Some(session.to_string()),
-                origin: ForgeOrigin { scope, ..origin.clone() },
+                origin: ForgeOrigin { scope: scope.clone(), ..origin.clone() },
                 promotion: PromotionMemo::default(),
             };
             let entry = Entry::new(record, ToolStats::default());
@@ -667,7 +702,7 @@ impl Registry {
             let name_changed = state.forge_stats.record_approved(&name, verified.verdict.confidence);
             let v = &verified.verdict;
             let mut ops = self.forge_stats_ops(&state, name_changed.then_some((info.name.as_str(), true)));
-            ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), Some(session)));
+            ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), who()));
             ops.extend(self.audit(
                 &mut state,
                 "verdict",
@@ -675,17 +710,9 @@ impl Registry {
                 Some(version),
                 None,
                 format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning),
-                Some(session),
+                who(),
             ));
-            ops.extend(self.audit(
-                &mut state,
-                "register",
-                &info.name,
-                Some(version),
-                Some(Tier::Session),
-                format!("registered in session `{session}`"),
-                Some(session),
-            ));
+            ops.extend(self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), who()));
             (info, ops)
         };
         self.emit(&origin.run_id, EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone() });
@@ -794,17 +821,15 @@ impl Registry {
         if let Some(tool) = self.forge_tool.borrow().as_ref() {
             return Some(tool.clone());
         }
-        let tool = Tool::new(
-            FORGE_TOOL_NAME,
-            crate::forge::forge_tool_description(),
-            &crate::forge::forge_tool_schema(),
-            None,
-            Rc::new(ForgeToolHandler::new(self.me.clone())),
-        )
-        .ok()?
-        // The model sees one concrete argument shape; validation stays permissive so the
-        // messy arguments `normalize` repairs still arrive.
-        .advertising(crate::forge::forge_tool_advertised_schema());
+        // Any arguments reach the handler, even text that is not JSON: the forge normalizes
+        // what it can and rejects the rest with a category, counted in the forge stats (a
+        // schema check here would bounce the synonyms `normalize` accepts with a bare
+        // `invalid_arguments`). The model sees one concrete argument shape.
+        let tool =
+            Tool::new(FORGE_TOOL_NAME, crate::forge::forge_tool_description(), &serde_json::json!({}), None, Rc::new(ForgeToolHandler::new(self.me.clone())))
+                .ok()?
+                .accepting_raw_arguments()
+                .advertising(crate::forge::forge_tool_advertised_schema());
         *self.forge_tool.borrow_mut() = Some(tool.clone());
         Some(tool)
     }
@@ -965,6 +990,15 @@ impl crate::tools::ToolLookup for RegistryTools {
     fn available(&self, session_id: &str) -> Vec<String> {
         self.0.upgrade().map(|r| r.tool_set(session_id).names().map(str::to_string).collect()).unwrap_or_default()
     }
+
+    fn pipeline_steps(&self, name: &str, session_id: &str) -> Vec<String> {
+        let Some(registry) = self.0.upgrade() else { return vec![] };
+        let state = registry.state.borrow();
+        match state.resolve(name, session_id).map(|(_, entry)| &entry.record.current.request.implementation) {
+            Some(crate::forge::Implementation::Compose { steps }) => steps.iter().map(|step| step.tool.clone()).collect(),
+            _ => vec![],
+        }
+    }
 }
 
 /// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
@@ -982,6 +1016,25 @@ async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, E
         tier.insert(record.name.clone(), Entry::new(record, s));
     }
     Ok(tier)
+}
+
+/// Whom an audit entry concerns: the session, and for forge attempts their scope label.
+pub(crate) struct AuditSubject<'a> {
+    session: Option<&'a str>,
+    scope: Option<&'a str>,
+}
+
+impl<'a> From<Option<&'a str>> for AuditSubject<'a> {
+    fn from(session: Option<&'a str>) -> Self {
+        Self { session, scope: None }
+    }
+}
+
+impl<'a> AuditSubject<'a> {
+    /// A forge attempt of `session`, labelled `scope`.
+    fn attempt(session: &'a str, scope: Option<&'a str>) -> Self {
+        Self { session: Some(session), scope }
+    }
 }
 
 /// The store key of audit entry `seq` (zero-padded: key order is append order).

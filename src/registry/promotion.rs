@@ -140,7 +140,7 @@ impl Registry {
             Ok(t) => t,
             Err((reason, _)) => return self.remember_rejection(name, session, format!("cannot rebuild: {reason}"), vec![]).await,
         };
-        let ctx = CallContext::new("", format!("promotion-test-{name}"), session);
+        let ctx = CallContext::for_trial("", format!("promotion-test-{name}"), session);
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
         if let Some(reason) = crate::forge::test_failure_reason(&tests) {
             return self.remember_rejection(name, session, format!("tests failed on re-run: {reason}"), vec![]).await;
@@ -233,20 +233,36 @@ impl Registry {
             let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
             let name = approval.tool.clone();
-            match state.agent.remove(&name).filter(|e| e.record.status == ToolStatus::Active) {
-                None => {
-                    ops.extend(self.audit(
-                        &mut state,
-                        "approval.approved",
-                        &name,
-                        None,
-                        Some(Tier::Shared),
-                        format!("{id}: tool no longer at the agent tier"),
-                        None,
-                    ));
-                    (Err(RegistryError::NotFound(name)), ops)
+            // A shared tool of the same name forged by another agent is not overwritten, and a
+            // tool demoted since the request keeps its tombstone at the agent tier (calls there
+            // are still refused).
+            let other_owner =
+                state.shared.get(&name).filter(|e| e.active() && e.record.origin.agent_id != self.agent_id).map(|e| e.record.origin.agent_id.clone());
+            let refusal = match other_owner {
+                Some(owner) => Err((
+                    format!("the shared tier already has `{name}` from agent `{owner}`"),
+                    RegistryError::InvalidPromotion {
+                        name: name.clone(),
+                        from: "agent".into(),
+                        to: format!("shared, which already has agent `{owner}`'s `{name}` (demote that one first)"),
+                    },
+                )),
+                None => match state.agent.remove(&name) {
+                    Some(entry) if entry.record.status == ToolStatus::Active => Ok(entry),
+                    tombstone => {
+                        if let Some(tombstone) = tombstone {
+                            state.agent.insert(name.clone(), tombstone);
+                        }
+                        Err(("tool no longer at the agent tier".to_string(), RegistryError::NotFound(name.clone())))
+                    }
+                },
+            };
+            match refusal {
+                Err((detail, error)) => {
+                    ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: {detail}"), None));
+                    (Err(error), ops)
                 }
-                Some(entry) => {
+                Ok(entry) => {
                     ops.extend(self.delete_ops(Tier::Agent, &name));
                     let mut record = entry.record;
                     record.tier = Tier::Shared;

@@ -30,6 +30,9 @@ impl ToolHandler for TrackedHandler {
             Ok(output) => check_output(&self.inner, output),
             Err(failure) => Err(failure),
         };
+        if ctx.trial {
+            return result;
+        }
         if let Some(registry) = registry {
             let latency = registry.now() - started;
             if registry.record_call(self.tier, &self.session, &self.inner.name, result.is_ok(), latency) {

@@ -168,6 +168,9 @@ pub struct AuditEntry {
     pub detail: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The scope label of the forge attempt the entry records, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// A request waiting for a human (the TS `PendingApproval`).
@@ -217,7 +220,8 @@ pub struct EmergentConfig {
     pub max_agent_tools: usize,
     /// Applied by the host's sandbox runner.
     pub sandbox_timeout_ms: u64,
-    /// Applied by the host's sandbox runner.
+    /// Applied by the host's sandbox runner (spelled as the TS option is).
+    #[serde(rename = "sandboxMemoryMB")]
     pub sandbox_memory_mb: u64,
     pub promotion_threshold: PromotionThreshold,
     /// Promote a session tool to the agent tier by itself once its successful uses reach the

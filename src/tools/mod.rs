@@ -43,12 +43,21 @@ pub struct CallContext {
     /// How many compose pipelines this call is nested in (0 for a direct call); bounds
     /// pipelines that reach themselves through other tools.
     pub depth: u32,
+    /// A forge-time test or a promotion's re-run of the tests, not a use: the forged tools it
+    /// reaches (a pipeline's steps among them) do not count it in their stats or towards
+    /// their promotion.
+    pub trial: bool,
 }
 
 impl CallContext {
     /// The context of a call made directly (not from inside a compose pipeline).
     pub fn new(run_id: impl Into<String>, call_id: impl Into<String>, session_id: impl Into<String>) -> Self {
-        Self { run_id: run_id.into(), call_id: call_id.into(), session_id: session_id.into(), depth: 0 }
+        Self { run_id: run_id.into(), call_id: call_id.into(), session_id: session_id.into(), depth: 0, trial: false }
+    }
+
+    /// The context of a test run (see [`CallContext::trial`]).
+    pub fn for_trial(run_id: impl Into<String>, call_id: impl Into<String>, session_id: impl Into<String>) -> Self {
+        Self { trial: true, ..Self::new(run_id, call_id, session_id) }
     }
 }
 
@@ -62,6 +71,11 @@ pub trait ToolLookup {
     fn contains(&self, name: &str, session_id: &str) -> bool;
     /// The names `session_id` reaches (for error messages).
     fn available(&self, session_id: &str) -> Vec<String>;
+    /// The tools called by the steps of `name` when it is a compose pipeline this lookup
+    /// knows (empty otherwise): a build uses it to refuse a pipeline that would reach itself.
+    fn pipeline_steps(&self, _name: &str, _session_id: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl ToolLookup for ToolSet {
@@ -106,6 +120,9 @@ pub struct ToolParts {
     /// The input schema shown to the model when it differs from the one arguments are checked
     /// against (see [`Tool::advertising`]).
     advertised: Option<Rc<Value>>,
+    /// Argument text that is not JSON reaches the handler as a JSON string instead of failing
+    /// the call (see [`Tool::accepting_raw_arguments`]).
+    raw_arguments: bool,
 }
 
 impl std::ops::Deref for Tool {
@@ -138,6 +155,7 @@ impl Tool {
             output: output_schema.map(CompiledSchema::compile).transpose()?.map(Rc::new),
             handler,
             advertised: None,
+            raw_arguments: false,
         })))
     }
 
@@ -149,6 +167,21 @@ impl Tool {
         let mut parts = Rc::unwrap_or_clone(self.0);
         parts.advertised = Some(Rc::new(schema));
         Self(Rc::new(parts))
+    }
+
+    /// Hands argument text that is not JSON to the handler as a JSON string, for a handler that
+    /// repairs or rejects malformed requests itself. `forge_tool` does: a garbled request is a
+    /// classified forge rejection (`parse_error`) counted in the forge stats, which a generic
+    /// `invalid_arguments` failure would never be.
+    pub fn accepting_raw_arguments(self) -> Self {
+        let mut parts = Rc::unwrap_or_clone(self.0);
+        parts.raw_arguments = true;
+        Self(Rc::new(parts))
+    }
+
+    /// Whether this tool takes argument text that is not JSON (see [`Tool::accepting_raw_arguments`]).
+    pub fn accepts_raw_arguments(&self) -> bool {
+        self.raw_arguments
     }
 
     pub fn definition(&self) -> ToolDefinition {

@@ -15,7 +15,7 @@ use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{error_object, from_js, to_js, JsModel, JsSandbox};
+use super::interop::{decode, error_object, from_js, to_js, JsModel, JsSandbox};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -104,11 +104,18 @@ impl CoreAgent {
         })
     }
 
-    /// Forges a tool. Resolves with a ForgeResult; never rejects for a bad request.
-    pub fn forge(&self, request: JsValue, session_id: String) -> Result<Promise, JsValue> {
+    /// Forges a tool. Resolves with a ForgeResult; never rejects for a bad request, not even
+    /// one with no JSON form. `scope` labels the attempt.
+    pub fn forge(&self, request: JsValue, session_id: String, scope: Option<String>) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        let request: Value = from_js(request, "forge request")?;
-        Ok(future_to_promise(async move { to_js(&registry.forge(&request, &session_id).await) }))
+        let request = decode::<Value>(&request);
+        Ok(future_to_promise(async move {
+            let result = match request {
+                Ok(request) => registry.forge_scoped(&request, &session_id, scope).await,
+                Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
+            };
+            to_js(&result)
+        }))
     }
 
     /// Calls a registered (forged) tool by name as the session sees it.

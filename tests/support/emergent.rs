@@ -26,6 +26,12 @@ pub const THROW_JS: &str = "/*THROW*/ function execute() { throw new Error('boom
 pub const BADTYPE_JS: &str = "/*BADTYPE*/ function execute() { return { slug: 42 }; }";
 /// Returns the slug itself instead of `{ slug }` (a small model's usual mistake).
 pub const BARE_JS: &str = "/*BARE*/ function execute(input) { return slugOf(input.text); }";
+/// Slugifies, except that the input text "42" gives a number: passes the slugify tests, then
+/// breaks the output schema on that one later call.
+pub const NUMBERS_JS: &str = "/*NUMBERS*/ function execute(input) { return { slug: input.text === '42' ? 42 : slugOf(input.text) }; }";
+/// Slugifies correctly for its first five executions, wrongly after: passes its forge tests
+/// and three uses, then fails the re-run of its tests before a promotion.
+pub const DRIFTS_JS: &str = "/*DRIFTS*/ let calls = 0; function execute(input) { return { slug: ++calls > 5 ? 'drifted' : slugOf(input.text) }; }";
 
 /// A test-double sandbox runner: evaluates the known code strings above by marker, records
 /// every request.
@@ -67,11 +73,17 @@ impl SandboxRunner for ScriptedSandbox {
         } else if code.contains("WRONG") {
             ok(json!({ "slug": "nope" }))
         } else if code.contains("SYNTAX") {
-            fail(SandboxStatus::Rejected, "syntax_error", "SyntaxError: unexpected token `{`")
+            fail(SandboxStatus::Rejected, "syntax", "syntax error: unexpected token `{`")
         } else if code.contains("THROW") {
             fail(SandboxStatus::Error, "Error", "boom")
         } else if code.contains("BARE") {
             ok(json!(slug(input["text"].as_str().unwrap_or_default())))
+        } else if code.contains("NUMBERS") {
+            let text = input["text"].as_str().unwrap_or_default();
+            ok(if text == "42" { json!({ "slug": 42 }) } else { json!({ "slug": slug(text) }) })
+        } else if code.contains("DRIFTS") {
+            let runs = self.requests.borrow().iter().filter(|r| r.code == request.code).count();
+            ok(json!({ "slug": if runs > 5 { "drifted".to_string() } else { slug(input["text"].as_str().unwrap_or_default()) } }))
         } else if code.contains("BADTYPE") {
             ok(json!({ "slug": 42 }))
         } else {

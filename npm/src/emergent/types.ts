@@ -114,6 +114,8 @@ export interface AuditEntry {
   tier?: Tier;
   detail: string;
   sessionId?: string;
+  /** The scope label of the forge attempt the entry records (`agent.forge(r, { scope })`). */
+  scope?: string;
 }
 
 export interface PendingApproval {
@@ -129,11 +131,11 @@ export interface PendingApproval {
 /**
  * Events of the forge and registry, part of the one `AgentEvent` union (each also carries
  * `runId` and `runPath`):
- * - `forge.start` { name, mode, sessionId }
+ * - `forge.start` { name, mode, agentId, sessionId, scope? }
  * - `forge.test` { name, test: TestResult }
  * - `forge.judge` { name, verdict }
  * - `forge.registered` { name, tier, version, hash }
- * - `forge.rejected` { name, category, reason }
+ * - `forge.rejected` { name, category, reason, agentId, sessionId, scope? }
  * - `tool.promoted` { name, fromTier, toTier, version }
  * - `tool.demoted` { name, fromTier, toTier }
  * - `approval.requested` { approval: PendingApproval }
