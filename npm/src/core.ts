@@ -3,9 +3,11 @@
  * (`node.ts`, `browser.ts`) register how the bytes are obtained; everything else awaits
  * `loadCore()`.
  */
-import initCore, { initSync as initCoreSync } from '../wasm/crucible_core.js';
+import * as coreModule from '../wasm/crucible_core.js';
 
-export type CoreModule = typeof import('../wasm/crucible_core.js');
+const { default: initCore, initSync: initCoreSync } = coreModule;
+
+export type CoreModule = typeof coreModule;
 
 type Loader = () => Promise<void>;
 
@@ -32,10 +34,9 @@ export function loadCore(): Promise<CoreModule> {
   if (!loaded) {
     if (!loader) throw new Error('crucible-agents: no platform entry point loaded (import "crucible-agents", not a deep path)');
     const load = loader;
-    loaded = (async () => {
-      await load();
-      return import('../wasm/crucible_core.js');
-    })();
+    // The module is already imported (statically: a dynamic import of it too would only make
+    // bundlers warn); what waits is the wasm instance behind its exports.
+    loaded = load().then(() => coreModule);
   }
   return loaded;
 }
