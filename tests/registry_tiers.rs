@@ -597,3 +597,34 @@ fn forge_statistics_in_the_old_format_with_name_sets_are_read() {
     assert_eq!((s.attempts, s.unique_names, s.unique_approved, s.unique_terminal_rejections), (3, 2, 1, 1));
     assert_eq!(s.rejections_by_category["shape_check"], 2);
 }
+
+#[test]
+fn records_of_a_newer_version_or_another_kind_are_refused_not_read_half_right() {
+    use crucible::agent::NativeEnvironment;
+    use crucible::registry::{Judges, Registry, RegistryDeps};
+    let load = |key: &str, record: serde_json::Value| {
+        let store = Rc::new(MemoryStore::new());
+        block_on(store.put(key, record)).unwrap();
+        let deps = RegistryDeps { store, env: Rc::new(NativeEnvironment::default()), sandbox: None, judges: Judges::default() };
+        block_on(Registry::load(EmergentConfig::default(), deps, "agent1")).err().expect("refused")
+    };
+    // A forged tool's record as the current build writes it, but stamped v2.
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    let mut record = block_on(r.store.get("agent/agent1/tool/slugify")).unwrap().unwrap();
+    record["v"] = json!(2);
+    let err = load("agent/agent1/tool/slugify", record.clone());
+    assert_eq!(err.code(), "store_corrupt");
+    assert!(err.to_string().contains("newer version") && err.to_string().contains("agent/agent1/tool/slugify"), "{err}");
+    record["v"] = json!(1);
+    record["kind"] = json!("stats");
+    assert!(load("agent/agent1/tool/slugify", record).to_string().contains("a `stats` record where a `tool` record belongs"));
+}
+
+#[test]
+fn a_store_error_keeps_its_code_through_the_registry() {
+    use crucible::store::StoreError;
+    for code in ["store_quota", "store_blocked", "store_corrupt"] {
+        assert_eq!(RegistryError::Store(StoreError::new(code, "x")).code(), code);
+    }
+    assert_eq!(RegistryError::Store(StoreError::new("disk_on_fire", "x")).code(), "store_error");
+}

@@ -153,3 +153,79 @@ fn a_run_interrupted_between_steps_resumes_from_its_last_persisted_step() {
     assert_eq!(refunds.calls.get(), 1, "the persisted step is not executed twice");
     assert_eq!((out.turns, out.steps), (2, 1));
 }
+
+/// A paused refund of 99 (approval needed) over `store`, with the agent that will resume it.
+fn paused_refund(store: Option<Rc<MemoryStore>>, refunds: Rc<FnTool>) -> (Agent, crucible::agent::RunOutput, Vec<ApprovalDecision>) {
+    let agent = match store {
+        Some(store) => {
+            refund_agent(ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#), text("Refunded."), text("Refunded.")]), refunds, store)
+        }
+        None => {
+            let handler = Rc::new(NeedsApproval { inner: refunds, predicate: Box::new(|_: &Value| true) });
+            let mut tools = ToolSet::new();
+            tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler).unwrap());
+            let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#), text("Refunded."), text("Refunded.")]);
+            Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap()
+        }
+    };
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    (agent, paused, decisions)
+}
+
+#[test]
+fn a_paused_run_resumes_once_so_its_approved_call_runs_once() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    let (agent, paused, decisions) = paused_refund(Some(store.clone()), refunds.clone());
+    let resume_by_id = || block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default()));
+    assert_eq!(resume_by_id().unwrap().status, RunStatus::Completed);
+    assert_eq!(resume_by_id().unwrap_err().code(), "invalid_resume", "the run completed: nothing to resume");
+    // The state object handed out when the run paused: the store says the run moved on.
+    let err = block_on(agent.resume_state(paused.state.clone().unwrap(), &decisions, None, &mut CollectingSink::default())).unwrap_err();
+    assert!(matches!(&err, AgentError::InvalidResume(m) if m.contains("resumed to its end already")), "{err}");
+    // Another agent on the same store (another tab, another process) is refused the same way.
+    let other = refund_agent(ScriptedModel::repeating(text("x")), refunds.clone(), store);
+    assert_eq!(
+        block_on(other.resume_state(paused.state.clone().unwrap(), &decisions, None, &mut CollectingSink::default())).unwrap_err().code(),
+        "invalid_resume"
+    );
+    assert_eq!(refunds.calls.get(), 1);
+}
+
+#[test]
+fn two_resumes_at_once_run_the_approved_call_once() {
+    let refunds = refund_tool();
+    let (agent, paused, decisions) = paused_refund(Some(Rc::new(MemoryStore::new())), refunds.clone());
+    let (mut a, mut b) = (CollectingSink::default(), CollectingSink::default());
+    let (first, second) = block_on(futures::future::join(
+        agent.resume(&paused.run_id, &decisions, None, &mut a),
+        agent.resume_state(paused.state.clone().unwrap(), &decisions, None, &mut b),
+    ));
+    assert_eq!(first.unwrap().status, RunStatus::Completed);
+    assert!(matches!(&second, Err(AgentError::InvalidResume(m)) if m.contains("already being resumed")), "{second:?}");
+    assert_eq!(refunds.calls.get(), 1);
+}
+
+#[test]
+fn without_a_store_a_state_object_still_resumes_only_once_in_this_context() {
+    let refunds = refund_tool();
+    let (agent, paused, decisions) = paused_refund(None, refunds.clone());
+    let resume = || block_on(agent.resume_state(paused.state.clone().unwrap(), &decisions, None, &mut CollectingSink::default()));
+    assert_eq!(resume().unwrap().status, RunStatus::Completed);
+    assert!(matches!(resume(), Err(AgentError::InvalidResume(m)) if m.contains("already resumed from this state")));
+    assert_eq!(refunds.calls.get(), 1);
+}
+
+#[test]
+fn two_decisions_for_one_approval_are_refused() {
+    let refunds = refund_tool();
+    let (agent, paused, decisions) = paused_refund(Some(Rc::new(MemoryStore::new())), refunds.clone());
+    let twice = vec![decisions[0].clone(), ApprovalDecision { approved: false, ..decisions[0].clone() }];
+    let err = block_on(agent.resume(&paused.run_id, &twice, None, &mut CollectingSink::default())).unwrap_err();
+    assert!(matches!(&err, AgentError::InvalidResume(m) if m.contains("two decisions")), "{err}");
+    assert_eq!(refunds.calls.get(), 0);
+    // A refused resume does not use the state up: the corrected one goes through.
+    assert_eq!(block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap().status, RunStatus::Completed);
+    assert_eq!(refunds.calls.get(), 1);
+}

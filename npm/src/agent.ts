@@ -5,7 +5,7 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { AbortError, CrucibleError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
@@ -76,7 +76,8 @@ export interface AgentOptions {
    * has a `broadcastName` (`indexedDbStore` does).
    */
   store?: Store;
-  /** Namespaces this agent's records in the store (default `"default"`). */
+  /** Namespaces this agent's records in the store (default `"default"`): 1 to 128 characters,
+   *  no `/`. */
   agentId?: string;
   /** Emergent capabilities: the `forge_tool` meta-tool and the tiered registry. */
   emergent?: EmergentOptions;
@@ -420,6 +421,11 @@ export class Agent {
     outerSignal: AbortSignal | undefined,
     start: (runId: string, onEvent: EventListener, signal: AbortSignal) => Promise<unknown>,
   ): AsyncGenerator<AgentEvent, void, undefined> {
+    // One stream per run: a second resume of a run still going would take over its event
+    // stream and abort signal (the core refuses it too, but only after this point).
+    if (this.#hub.streams.has(runId)) {
+      throw new CrucibleError('invalid_resume', `run ${runId} is already running in this agent`);
+    }
     const options = { signal: outerSignal };
     const controller = new AbortController();
     const onOuterAbort = () => controller.abort(options.signal?.reason);
@@ -431,8 +437,10 @@ export class Agent {
     let wake: (() => void) | undefined;
     let finished = false;
     let failure: unknown;
+    let reportedError = false;
     this.#signals.set(runId, controller.signal);
     const push = (event: AgentEvent) => {
+      if (event.type === 'agent.error') reportedError = true;
       queue.push(event);
       wake?.();
     };
@@ -441,7 +449,7 @@ export class Agent {
     const done = start(runId, this.#hub.dispatch, controller.signal)
       // Run-level failures arrive as an `agent.error` event; only unexpected core failures land here.
       .catch((error: unknown) => {
-        if (!queue.some((e) => e.type === 'agent.error')) failure = error;
+        if (!reportedError) failure = error;
       })
       .finally(() => {
         finished = true;
@@ -528,6 +536,10 @@ function toCrucibleError(error: unknown, runId: string): CrucibleError {
   if (error instanceof CrucibleError) return error;
   const e = error as { code?: string; message?: string };
   if (e?.code === 'aborted') return new AbortError(e.message);
+  // A store failure is a StoreError wherever it surfaced (a run's save, a registry write).
+  if (typeof e?.code === 'string' && e.code.startsWith('store_')) {
+    return new StoreError(e.code as Extract<CrucibleErrorCode, `store_${string}`>, e.message ?? String(error));
+  }
   return new AgentRunError((e?.code as CrucibleErrorCode) ?? 'internal', e?.message ?? String(error), runId);
 }
 

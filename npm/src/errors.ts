@@ -14,11 +14,35 @@ export type CrucibleErrorCode =
   | 'max_steps_exceeded'
   | 'structured_output_invalid'
   | 'invalid_config'
+  | 'invalid_argument'
+  /** `agent.resume`: no such paused run, or its state does not fit this agent. */
+  | 'invalid_resume'
+  /** A stored run state this build cannot read. */
+  | 'invalid_state'
   | 'store_error'
   | 'store_quota'
   | 'store_blocked'
+  /** A stored record is unreadable, of the wrong kind, or written by a newer version. */
+  | 'store_corrupt'
   | 'sandbox_error'
   | 'tool_error'
+  /** Calling a forged tool (`agent.tools.call`), as the tool call's failure code says. */
+  | 'unknown_tool'
+  | 'invalid_arguments'
+  | 'invalid_output'
+  | 'denied'
+  | 'execution_failed'
+  | 'sandbox_timeout'
+  | 'sandbox_memory'
+  | 'sandbox_rejected'
+  /** Registry operations (`agent.emergent.*`). */
+  | 'emergent_disabled'
+  | 'tool_not_found'
+  | 'lowest_tier'
+  | 'no_such_version'
+  | 'no_such_approval'
+  | 'invalid_promotion'
+  | 'invalid_package'
   | 'internal';
 
 /** Base class of every error Crucible throws. Branch on `code`, not on message text. */

@@ -72,6 +72,15 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.equal(server.requests.length, 0);
   });
 
+  test('an agentId that cannot name its records is invalid_config', async () => {
+    // With a `/`, agent "a" would read agent "a/tool"'s records as its own tools.
+    for (const agentId of ['a/tool', '', 'x'.repeat(129)]) {
+      await assert.rejects(createAgent({ model: model(), agentId }), { code: 'invalid_config', message: /agentId/ });
+    }
+    const fine = await createAgent({ model: model(), agentId: 'support-bot.eu-1' });
+    await fine.close();
+  });
+
   test('run() collects the stream and continues the session conversation', async () => {
     server.reset();
     server.enqueue({ text: 'Sunny.', usage: { inputTokens: 7, outputTokens: 2 } }, { text: 'Rainy.', usage: { inputTokens: 9, outputTokens: 3 } });

@@ -73,3 +73,29 @@ test('a denial reaches the model, and a small refund needs no approval', async (
   assert.ok(events.includes('tool.execute.error'));
   assert.match(server.requests.at(-1)!.messages.at(-1)!.content, /denied.*too large/);
 });
+
+test('a paused run is resumed once: a second resume, at once or later, is invalid_resume and the refund runs once', async () => {
+  const executed: number[] = [];
+  const refund = tool({
+    name: 'refund',
+    description: 'Refund an order',
+    inputSchema: { type: 'object', properties: { order: { type: 'integer' }, amount: { type: 'number' } }, required: ['order', 'amount'] },
+    needsApproval: true,
+    execute: async ({ order }: { order: number; amount: number }) => {
+      executed.push(order);
+      return { refunded: order };
+    },
+  });
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }), tools: [refund], store: memoryStore() });
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 7, amount: 500 } }] }, { text: 'Refunded order 7.' });
+  const paused = await agent.run('Refund order 7');
+  const approvals = [{ id: paused.pendingApprovals[0]!.id, approved: true }];
+  // Both started before either finished: by run id (from the store) and from the state object.
+  const [byId, byState] = await Promise.allSettled([agent.resume(paused.runId, { approvals }), agent.resume(paused, { approvals })]);
+  assert.equal(byId.status === 'fulfilled' && byId.value.output, 'Refunded order 7.');
+  assert.equal(byState.status === 'rejected' && (byState.reason as { code?: string }).code, 'invalid_resume', String(byState.status === 'rejected' && byState.reason));
+  // Later, from the state object kept since the pause: the run completed, nothing to resume.
+  await assert.rejects(agent.resume(paused, { approvals }), { code: 'invalid_resume', message: /resumed to its end already/ });
+  assert.deepEqual(executed, [7]);
+  await agent.close();
+});

@@ -162,6 +162,17 @@ for (const kind of kinds) {
       await store.close();
     });
 
+    it('a key with a lone surrogate is refused (it has no UTF-8 form), and writes nothing', async () => {
+      const { store } = await kind.make();
+      for (const key of ['k\uD800', 'k\uDC00', '\uDBFFx']) {
+        await rejectsWith(store.put(key, 1), 'store_error');
+        await rejectsWith(store.batch([{ type: 'put', key: 'fine', value: 1 }, { type: 'put', key, value: 2 }]), 'store_error');
+      }
+      await store.put('k\uD83D\uDE00', 'a pair is fine');
+      assert.deepEqual(await store.scan(''), [['k\uD83D\uDE00', 'a pair is fine']]);
+      await store.close();
+    });
+
     it('batch applies its puts and deletes in order', async () => {
       const { store } = await kind.make();
       await store.put('old', 1);
@@ -332,6 +343,19 @@ describe('indexedDbStore specifics', () => {
 });
 
 describe('nodeStore specifics', () => {
+  it('a record whose text is not JSON is store_corrupt naming its key, on get and on scan', async () => {
+    const path = tempDir();
+    const { ClassicLevel } = await import('classic-level');
+    const raw = new ClassicLevel<string, string>(path, { keyEncoding: 'utf8', valueEncoding: 'utf8' });
+    await raw.put('agent/a/tool/x', '{"kind":"tool","v":1,"data":');
+    await raw.close();
+    const store = await nodeStore({ path });
+    const err = await rejectsWith(store.get('agent/a/tool/x'), 'store_corrupt');
+    assert.match(err.message, /agent\/a\/tool\/x/);
+    await rejectsWith(store.scan('agent/a/'), 'store_corrupt');
+    await store.close();
+  });
+
   it('one store owns a path: a second open fails with store_blocked until the first closes', async () => {
     const path = tempDir();
     const first = await nodeStore({ path });

@@ -47,6 +47,10 @@ impl PendingStep {
         if let Some(unknown) = decisions.iter().find(|d| !self.approvals.iter().any(|a| a.id == d.id)) {
             return Err(format!("no pending approval with id `{}`", unknown.id));
         }
+        // Two decisions for one approval would leave which one counts to their order.
+        if let Some(twice) = decisions.iter().enumerate().find_map(|(i, d)| decisions[..i].iter().any(|e| e.id == d.id).then_some(d)) {
+            return Err(format!("two decisions for approval `{}`", twice.id));
+        }
         self.calls
             .iter()
             .map(|call| match self.approvals.iter().find(|a| a.call_id.as_deref() == Some(call.id.as_str())) {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 mod approval;
+mod claim;
 mod config;
 mod env;
 mod error;
@@ -25,6 +26,7 @@ pub use usage::RunUsage;
 use crate::model::{Message, Model};
 use crate::store::{Store, Versioned};
 use crate::tools::{CompiledSchema, Tool, ToolSet};
+use claim::{ResumeClaim, RunPosition};
 use run::{RunContext, RunRecorder, RUN_STATE_VERSION};
 
 /// Supplies the tools of each model turn. The agent asks before every turn, so a tool
@@ -132,7 +134,10 @@ impl Agent {
 
     /// Continues a paused run (or one interrupted between steps) from `state`, applying
     /// `decisions` to the calls that waited for approval. Denied calls become error results
-    /// the model sees.
+    /// the model sees. A state is resumed once: with a store, it must still be the run's
+    /// stored state (read under the run's store lock), so a second resume of it, here or in
+    /// another tab, is an `invalid_resume` error rather than a second execution of its
+    /// approved calls (see `claim`).
     pub async fn resume_state(
         &self,
         state: RunState,
@@ -140,7 +145,36 @@ impl Agent {
         cancel: Option<Rc<dyn CancelSignal>>,
         sink: &mut dyn EventSink,
     ) -> Result<RunOutput, AgentError> {
+        let run_id = state.run_id.clone();
+        let claim = ResumeClaim::take(&run_id, self.store.as_deref(), &self.run_lock_name(&run_id)).await?;
+        if self.store.is_some() {
+            let stored = self.load_run(&run_id).await.map_err(|e| match e {
+                AgentError::InvalidResume(_) => AgentError::InvalidResume(format!(
+                    "run `{run_id}` is not paused in this agent's store: it was resumed to its end already (or belongs to another store)"
+                )),
+                other => other,
+            })?;
+            if RunPosition::of(&stored) != RunPosition::of(&state) {
+                return Err(AgentError::InvalidResume(format!("this agent's store holds a later state of run `{run_id}`: it was resumed already")));
+            }
+        }
+        Self::check_decisions(&state, decisions)?;
+        claim.consume(&state)?;
         self.drive(state, cancel.as_deref(), decisions, sink).await
+    }
+
+    /// Refuses decisions that do not fit the paused step before the state counts as resumed,
+    /// so a corrected resume can follow.
+    fn check_decisions(state: &RunState, decisions: &[ApprovalDecision]) -> Result<(), AgentError> {
+        match &state.pending {
+            Some(pending) => pending.resolve(decisions).map(|_| ()).map_err(AgentError::InvalidResume),
+            None => Ok(()),
+        }
+    }
+
+    /// The store lock a resume of `run_id` holds (see `claim`).
+    fn run_lock_name(&self, run_id: &str) -> String {
+        format!("run:{}/{run_id}", self.agent_id)
     }
 
     /// Runs the loop from `state` with this agent's model, tools and store, and on completion
@@ -179,8 +213,11 @@ impl Agent {
         cancel: Option<Rc<dyn CancelSignal>>,
         sink: &mut dyn EventSink,
     ) -> Result<RunOutput, AgentError> {
+        let claim = ResumeClaim::take(run_id, self.store.as_deref(), &self.run_lock_name(run_id)).await?;
         let state = self.load_run(run_id).await?;
-        self.resume_state(state, decisions, cancel, sink).await
+        Self::check_decisions(&state, decisions)?;
+        claim.consume(&state)?;
+        self.drive(state, cancel.as_deref(), decisions, sink).await
     }
 
     fn remember(&self, session_id: &str, result: &Result<RunOutput, AgentError>) {

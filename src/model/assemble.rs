@@ -58,11 +58,13 @@ impl ResponseAssembler {
         }
     }
 
-    /// Finishes assembly. Calls without an id (some servers omit it) get a generated one so
-    /// tool results can still be matched to their call.
+    /// Finishes assembly. Calls without an id (some servers omit it) get a generated one, and
+    /// a call repeating an earlier call's id gets a fresh one, so every tool result (and every
+    /// approval decision, which names its call) matches exactly one call.
     pub fn finish(mut self, id_prefix: &str) -> AssembledResponse {
+        let mut seen = std::collections::HashSet::new();
         for (_, mut call) in self.calls.drain(..) {
-            if call.id.is_empty() {
+            while call.id.is_empty() || !seen.insert(call.id.clone()) {
                 self.generated_ids += 1;
                 call.id = format!("{id_prefix}-{}", self.generated_ids);
             }
@@ -104,5 +106,14 @@ mod tests {
         let r = a.finish("run1-s1");
         assert_eq!(r.tool_calls[0].id, "run1-s1-1");
         assert_eq!(r.tool_calls[0].arguments, "{}");
+    }
+
+    #[test]
+    fn a_repeated_call_id_is_replaced_so_each_call_has_its_own() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some("c"), Some("refund"), "{\"amount\":1}"));
+        a.push(&piece(1, Some("c"), Some("refund"), "{\"amount\":2}"));
+        let r = a.finish("run1-s1");
+        assert_eq!(r.tool_calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c", "run1-s1-1"]);
     }
 }

@@ -82,13 +82,14 @@ impl RegistryError {
             Self::InvalidPromotion { .. } => "invalid_promotion",
             Self::InvalidPackage(_) => "invalid_package",
             Self::Corrupt { .. } => "store_corrupt",
-            Self::Store(e) => {
-                if e.code == "store_corrupt" {
-                    "store_corrupt"
-                } else {
-                    "store_error"
-                }
-            }
+            // The store's own codes pass through (a full quota or a blocked upgrade is
+            // something a caller can act on); anything else is a generic store error.
+            Self::Store(e) => match e.code.as_str() {
+                "store_corrupt" => "store_corrupt",
+                "store_quota" => "store_quota",
+                "store_blocked" => "store_blocked",
+                _ => "store_error",
+            },
         }
     }
 }
@@ -224,12 +225,26 @@ impl std::fmt::Debug for Registry {
     }
 }
 
+/// Schema version of every registry record this build writes (and the newest it reads).
+const RECORD_VERSION: u32 = 1;
+
 fn versioned<T: Serialize>(kind: &str, data: &T) -> Value {
-    serde_json::to_value(Versioned { kind: kind.to_string(), v: 1, data }).unwrap_or(Value::Null)
+    serde_json::to_value(Versioned { kind: kind.to_string(), v: RECORD_VERSION, data }).unwrap_or(Value::Null)
 }
 
-fn unversioned<T: DeserializeOwned>(key: &str, value: Value) -> Result<T, RegistryError> {
-    serde_json::from_value::<Versioned<T>>(value).map(|v| v.data).map_err(|e| RegistryError::Corrupt { key: key.to_string(), message: e.to_string() })
+/// The data of a registry record of `kind`. A record of another kind, or one written by a
+/// newer build (which this build would read with its older schema and write back without the
+/// fields it does not know), is refused as corrupt rather than read half-right.
+fn unversioned<T: DeserializeOwned>(key: &str, kind: &str, value: Value) -> Result<T, RegistryError> {
+    let corrupt = |message: String| RegistryError::Corrupt { key: key.to_string(), message };
+    let record = serde_json::from_value::<Versioned<T>>(value).map_err(|e| corrupt(e.to_string()))?;
+    if record.kind != kind {
+        return Err(corrupt(format!("a `{}` record where a `{kind}` record belongs", record.kind)));
+    }
+    if record.v > RECORD_VERSION {
+        return Err(corrupt(format!("written by a newer version of the runtime (`{kind}` v{}; this build reads up to v{RECORD_VERSION})", record.v)));
+    }
+    Ok(record.data)
 }
 
 impl Registry {
@@ -242,19 +257,19 @@ impl Registry {
             *state.tier_mut(*tier, "") = load_tier(deps.store.as_ref(), prefix).await?;
         }
         for (key, value) in deps.store.scan(&format!("agent/{agent_id}/approval/")).await? {
-            let approval: PendingApproval = unversioned(&key, value)?;
+            let approval: PendingApproval = unversioned(&key, "approval", value)?;
             state.approvals.insert(approval.id.clone(), approval);
         }
         let audit_prefix = format!("agent/{agent_id}/audit/");
         for (key, value) in deps.store.scan(&audit_prefix).await? {
             let Ok(seq) = key[audit_prefix.len()..].parse::<u64>() else { continue };
-            state.audit.push_back(unversioned(&key, value)?);
+            state.audit.push_back(unversioned(&key, "audit-entry", value)?);
             state.audit_seqs.push_back(seq);
             state.next_audit_seq = seq + 1;
         }
         let legacy_audit_key = format!("agent/{agent_id}/audit");
         if let Some(value) = deps.store.get(&legacy_audit_key).await? {
-            let entries: Vec<AuditEntry> = unversioned(&legacy_audit_key, value)?;
+            let entries: Vec<AuditEntry> = unversioned(&legacy_audit_key, "audit", value)?;
             let mut ops = vec![BatchOp::Delete { key: legacy_audit_key }];
             // The legacy ring is older than any per-entry key.
             let first = state.audit_seqs.front().copied().unwrap_or(state.next_audit_seq).saturating_sub(entries.len() as u64);
@@ -269,11 +284,11 @@ impl Registry {
         }
         let forge_stats_key = format!("agent/{agent_id}/forge-stats");
         if let Some(value) = deps.store.get(&forge_stats_key).await? {
-            state.forge_stats = unversioned(&forge_stats_key, value)?;
+            state.forge_stats = unversioned(&forge_stats_key, "forge-stats", value)?;
         }
         let names_prefix = format!("agent/{agent_id}/forge-name/");
         for (key, value) in deps.store.scan(&names_prefix).await? {
-            let record: ForgeNameRecord = unversioned(&key, value)?;
+            let record: ForgeNameRecord = unversioned(&key, "forge-name", value)?;
             state.forge_stats.restore_name(&key[names_prefix.len()..], record.approved);
         }
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
@@ -521,7 +536,7 @@ impl Registry {
         for (name, delta) in shared {
             let key = self.stats_key(Tier::Shared, name);
             let mut total = match self.store.get(&key).await? {
-                Some(value) => unversioned::<ToolStats>(&key, value)?,
+                Some(value) => unversioned::<ToolStats>(&key, "stats", value)?,
                 None => ToolStats::default(),
             };
             total.merge(delta);
@@ -1007,11 +1022,11 @@ async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, E
     let mut stats: HashMap<String, ToolStats> = HashMap::new();
     for (key, value) in store.scan(&stats_prefix).await? {
         let name = key[stats_prefix.len()..].to_string();
-        stats.insert(name, unversioned(&key, value)?);
+        stats.insert(name, unversioned(&key, "stats", value)?);
     }
     let mut tier = BTreeMap::new();
     for (key, value) in store.scan(&format!("{prefix}tool/")).await? {
-        let record: ToolRecord = unversioned(&key, value)?;
+        let record: ToolRecord = unversioned(&key, "tool", value)?;
         let s = stats.remove(&record.name).unwrap_or_default();
         tier.insert(record.name.clone(), Entry::new(record, s));
     }

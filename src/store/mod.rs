@@ -11,6 +11,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Whether `id` can name an agent's records (`agent/<id>/…`): 1 to 128 characters, none of
+/// them `/`. With a `/`, agent `a`'s prefix scans would pick up the records of agent `a/tool`.
+pub fn is_valid_agent_id(id: &str) -> bool {
+    !id.is_empty() && id.chars().count() <= 128 && !id.contains('/')
+}
+
 /// A store operation failed. `code` mirrors the TS `StoreError` codes.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code}: {message}")]

@@ -86,6 +86,12 @@ impl CoreAgent {
         let config: AgentConfig = from_js(config, "agent options")?;
         let host: HostOptions = if host.is_undefined() { HostOptions::default() } else { from_js(host, "agent options")? };
         let agent_id = host.agent_id.unwrap_or_else(|| "default".into());
+        if !crate::store::is_valid_agent_id(&agent_id) {
+            return Err(error_object(
+                "invalid_config",
+                &format!("agentId {agent_id:?} must be 1 to 128 characters without `/` (it names the agent's records)"),
+            ));
+        }
         let check_approval = Rc::new(check_approval);
         let specs: Vec<HostToolSpec> = from_js(tools, "tools")?;
         let call_tool = Rc::new(call_tool);

@@ -11,7 +11,7 @@
 
 import { StoreError } from '../errors.js';
 import type { BatchOp, JsonValue, Store } from './types.js';
-import { checkBatch, checkKey, encodeJson } from './values.js';
+import { checkBatch, checkKey, decodeJson, encodeJson } from './values.js';
 
 /** Options of {@link nodeStore}. */
 export interface NodeStoreOptions {
@@ -59,7 +59,7 @@ export async function nodeStore(options: NodeStoreOptions): Promise<Store> {
     async get(key: string): Promise<JsonValue | undefined> {
       checkKey(key);
       const text = await guard('get', () => db.get(key));
-      return text === undefined ? undefined : (JSON.parse(text) as JsonValue);
+      return text === undefined ? undefined : decodeJson(text, key);
     },
     async put(key: string, value: JsonValue): Promise<void> {
       checkKey(key);
@@ -78,7 +78,7 @@ export async function nodeStore(options: NodeStoreOptions): Promise<Store> {
         // first key that does not start with it. (An iterator reads from one implicit snapshot.)
         for await (const [key, text] of db.iterator({ gte: prefix })) {
           if (!key.startsWith(prefix)) break;
-          out.push([key, JSON.parse(text) as JsonValue]);
+          out.push([key, decodeJson(text, key)]);
         }
         return out;
       });

@@ -12,6 +12,23 @@ export function checkKey(key: unknown): asserts key is string {
   if (typeof key !== 'string') {
     throw new StoreError('store_error', `Store keys must be strings, got ${typeof key}`);
   }
+  // A lone surrogate has no UTF-8 form: the Node store would write U+FFFD instead, so two
+  // different keys would land on one record and scans would return a key never written.
+  if (LONE_SURROGATE.test(key)) {
+    throw new StoreError('store_error', `Store keys must be well-formed Unicode; ${JSON.stringify(key)} has a lone surrogate`);
+  }
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A stored value's JSON text, parsed; text that does not parse is a `store_corrupt` error
+ *  naming the key, not a bare `SyntaxError`. */
+export function decodeJson(text: string, key: string): JsonValue {
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch (err) {
+    throw new StoreError('store_corrupt', `the record at ${JSON.stringify(key)} is not valid JSON`, { cause: err });
+  }
 }
 
 /** Deepest nesting a stored value may have; also what turns a cycle into an error quickly. */

@@ -1,0 +1,83 @@
+//! One resume of a run at a time, and never twice from the same point. Resuming a paused run
+//! executes its approved calls; two resumes of the same state (two tabs, two calls, a state
+//! object kept after its run went on) would execute them twice.
+//!
+//! Three guards, from narrow to wide:
+//! - in this context (one wasm instance: a page, a worker, a Node process), a run being resumed
+//!   cannot be resumed again until that resume ends;
+//! - in this context, a state that was resumed once cannot be resumed again (the run moved on);
+//! - across contexts, the agent's store lock `run:<agentId>/<runId>` is held for the whole
+//!   resume (IndexedDB: Web Locks, so tabs take turns), and the state is read under it: the
+//!   second resume finds the run moved on (a later state, or deleted because it completed).
+
+use std::cell::RefCell;
+use std::collections::{HashSet, VecDeque};
+
+use super::{AgentError, RunState};
+use crate::store::{Store, StoreLock};
+
+/// Resumed states remembered per context (their run ids and positions); older ones are
+/// forgotten first. The store's check does not depend on it.
+const RESUMED_KEPT: usize = 4096;
+
+thread_local! {
+    static RESUMING: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
+    static RESUMED: RefCell<VecDeque<(String, RunPosition)>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// How far a run has got: a resumed run always moves past the position it was resumed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunPosition {
+    turns: u32,
+    steps: u32,
+    output_retries: u32,
+}
+
+impl RunPosition {
+    pub(crate) fn of(state: &RunState) -> Self {
+        Self { turns: state.turns, steps: state.steps, output_retries: state.output_retries }
+    }
+}
+
+/// The right to resume one run, held until dropped.
+pub(crate) struct ResumeClaim {
+    run_id: String,
+    _store_lock: Option<StoreLock>,
+}
+
+impl ResumeClaim {
+    /// Claims `run_id` in this context, then (when there is a store) under the store's lock
+    /// `lock_name`, waiting for a resume of it in another context to end.
+    pub(crate) async fn take(run_id: &str, store: Option<&dyn Store>, lock_name: &str) -> Result<Self, AgentError> {
+        if !RESUMING.with(|r| r.borrow_mut().insert(run_id.to_string())) {
+            return Err(AgentError::InvalidResume(format!("run `{run_id}` is already being resumed")));
+        }
+        let mut claim = Self { run_id: run_id.to_string(), _store_lock: None };
+        if let Some(store) = store {
+            claim._store_lock = store.lock(lock_name).await.map_err(AgentError::Store)?;
+        }
+        Ok(claim)
+    }
+
+    /// Refuses `state` if it was resumed before in this context, and remembers it as resumed.
+    pub(crate) fn consume(&self, state: &RunState) -> Result<(), AgentError> {
+        let position = RunPosition::of(state);
+        RESUMED.with(|r| {
+            let mut resumed = r.borrow_mut();
+            if resumed.iter().any(|(id, p)| *id == self.run_id && *p == position) {
+                return Err(AgentError::InvalidResume(format!("run `{}` was already resumed from this state", self.run_id)));
+            }
+            if resumed.len() >= RESUMED_KEPT {
+                resumed.pop_front();
+            }
+            resumed.push_back((self.run_id.clone(), position));
+            Ok(())
+        })
+    }
+}
+
+impl Drop for ResumeClaim {
+    fn drop(&mut self) {
+        RESUMING.with(|r| r.borrow_mut().remove(&self.run_id));
+    }
+}
