@@ -606,7 +606,7 @@ fn records_of_a_newer_version_or_another_kind_are_refused_not_read_half_right() 
         let store = Rc::new(MemoryStore::new());
         block_on(store.put(key, record)).unwrap();
         let deps = RegistryDeps { store, env: Rc::new(NativeEnvironment::default()), sandbox: None, judges: Judges::default() };
-        block_on(Registry::load(EmergentConfig::default(), deps, "agent1")).err().expect("refused")
+        block_on(Registry::load(EmergentConfig::default(), deps, "agent1")).expect_err("refused")
     };
     // A forged tool's record as the current build writes it, but stamped v2.
     let r = promoted_rig(Rc::new(MemoryStore::new()));
