@@ -60,6 +60,25 @@ fn huge_sparse_arrays_are_refused_before_allocating() {
 }
 
 #[test]
+fn string_wrappers_and_typed_arrays_are_sized_before_their_keys_are_listed() {
+    // Each index is a key: listing them first allocates them all (2e7 of them: ~160 MB, a
+    // memory trap in the Worker) before the node limit has its say. Sizes here stay within the
+    // test runner's loop budget; the message says which check refused them.
+    let runner = runner();
+    for value in ["Object('x'.repeat(5e5))", "new Uint8Array(5e5)"] {
+        let r = run(&runner, &format!("function execute(){{ return {{ v: {value} }}; }}"), json!({}));
+        assert_status(&r, SandboxStatus::Error, "output");
+        assert!(r.error.as_ref().unwrap().message.contains("500000 indexed keys"), "{r:?}");
+    }
+    // Logging one is bounded the same way.
+    let r = run(&runner, "function execute(){ console.log(new Uint8Array(5e5)); return 1; }", json!({}));
+    assert_ok(&r, json!(1));
+    assert_still_healthy(&runner);
+    // Small ones convert as before: their indexed values are not own data properties.
+    assert_ok(&run(&runner, "function execute(){ return [Object('ab'), new Uint8Array(2)]; }", json!({})), json!([{}, {}]));
+}
+
+#[test]
 fn deep_values_are_refused_by_the_depth_cap() {
     let r = run(&runner(), "function execute(){ let x = {}; for (let i = 0; i < 100000; i++) x = { x }; return x; }", json!({}));
     assert_status(&r, SandboxStatus::Error, "output");

@@ -67,3 +67,19 @@ fn fetch_calls_per_execution_are_capped() {
     let r = exec(&runner, "async function execute(){ await fetch('https://a.example'); await fetch('https://a.example'); try { await fetch('https://a.example'); } catch (e) { return e.message; } }");
     assert!(r.output.unwrap().as_str().unwrap().contains("at most 2"));
 }
+
+#[test]
+fn an_oversized_url_never_reaches_the_host() {
+    let host = Rc::new(ScriptedFetch::default());
+    let runner = BoaRunner::with_fetch_host(SandboxLimits::default(), host.clone());
+    let r = exec(
+        &runner,
+        "async function execute(){ try { await fetch('https://a.example/?' + 'a'.repeat(3e6)); } catch (e) { return [e instanceof TypeError, e.message]; } }",
+    );
+    let out = r.output.unwrap();
+    assert_eq!(out[0], true);
+    assert!(out[1].as_str().unwrap().contains("the limit is 16384"), "{out}");
+    assert!(host.seen.borrow().is_empty());
+    // A URL of ordinary length goes out.
+    assert_eq!(exec(&runner, "async function execute(){ return (await fetch('https://a.example/?' + 'a'.repeat(8000))).status; }").output.unwrap(), json!(200));
+}

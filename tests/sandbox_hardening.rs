@@ -75,6 +75,17 @@ fn loops_and_recursion_are_bounded() {
 }
 
 #[test]
+fn an_error_whose_text_reads_like_a_limit_is_not_taken_for_one() {
+    let runner = runner();
+    // The engine's own SyntaxError quotes the guest's string, which names the limits.
+    for text in ["iteration loops", "recursive calls", "stack size"] {
+        let r = run(&runner, &format!("function execute(){{ return BigInt({text:?}); }}"), json!({}));
+        assert_status(&r, SandboxStatus::Error, "runtime_error");
+        assert!(r.error.unwrap().message.contains(text), "the guest text is in the message");
+    }
+}
+
+#[test]
 fn promise_floods_and_async_infinite_loops_hit_the_job_budget() {
     let runner = runner();
     let r = run(&runner, "async function execute(){ for(;;) await 0; }", json!({}));

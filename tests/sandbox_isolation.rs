@@ -115,3 +115,14 @@ fn the_validation_cache_is_keyed_by_allowlist_too() {
     let r = run(&runner, code, json!({}));
     assert_status(&r, SandboxStatus::Rejected, "not_allowlisted");
 }
+
+#[test]
+fn cached_code_is_keyed_by_allowlist_and_code_without_ambiguity() {
+    let runner = runner();
+    let body = "function execute(){ return 1; }";
+    assert_ok(&run_with(&runner, &format!("//c\n{body}"), json!({}), &["fetch"]), json!(1));
+    // Joined with a newline, this allowlist and code spell the same text as the pair above;
+    // the allowlist entry is not a host API and must still be refused by validation.
+    let r = run_with(&runner, body, json!({}), &["fetch\n//c"]);
+    assert_status(&r, SandboxStatus::Rejected, "unknown_api");
+}

@@ -86,13 +86,15 @@ struct JsFetchHost {
 impl FetchHost for JsFetchHost {
     fn fetch(&self, request: FetchRequest) -> FetchFuture {
         let json = serde_json::to_string(&request).unwrap_or_default();
-        let called = self.callback.call1(&JsValue::NULL, &JsValue::from_str(&json));
+        // The host's promise gets its handlers now, not when (or if) this future is first
+        // polled: guest code may never await its fetch, and a refusal nobody handles would be
+        // an unhandled rejection in the Worker, which the Worker treats as a trap.
+        let pending = match self.callback.call1(&JsValue::NULL, &JsValue::from_str(&json)) {
+            Ok(v) => v.dyn_into::<js_sys::Promise>().map(JsFuture::from).map_err(|_| "fetch host did not return a promise".to_string()),
+            Err(e) => Err(js_message(&e)),
+        };
         Box::pin(async move {
-            let promise: js_sys::Promise = match called {
-                Ok(v) => v.dyn_into().map_err(|_| "fetch host did not return a promise".to_string())?,
-                Err(e) => return Err(js_message(&e)),
-            };
-            let value = JsFuture::from(promise).await.map_err(|e| js_message(&e))?;
+            let value = pending?.await.map_err(|e| js_message(&e))?;
             let text = value.as_string().ok_or_else(|| "fetch host returned a non-string".to_string())?;
             serde_json::from_str::<FetchResponse>(&text).map_err(|e| format!("bad fetch host response: {e}"))
         })
@@ -130,6 +132,9 @@ pub fn init(limits_json: &str, fetch: js_sys::Function) -> Result<(), JsValue> {
 /// Runs one request (SandboxRequest JSON) and resolves to SandboxResult JSON. Never rejects.
 #[wasm_bindgen]
 pub async fn execute(request_json: String) -> String {
+    // An allocation that failed in an earlier execution and was handled (Boa reserves some
+    // buffers fallibly) says nothing about a trap in this one.
+    ALLOCATION_FAILED.store(false, Ordering::Relaxed);
     let result = match serde_json::from_str::<SandboxRequest>(&request_json) {
         Err(e) => failure("bad_request", format!("request is not valid JSON: {e}")),
         Ok(request) => match RUNNER.with(|r| r.borrow().clone()) {

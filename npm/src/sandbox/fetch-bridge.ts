@@ -165,7 +165,9 @@ export async function bridgedFetch(requestJson: string, policy: FetchPolicy): Pr
   for (let hop = 0; ; hop++) {
     let response: Response;
     try {
-      response = await policy.fetch(url, { method, headers, body, redirect: 'manual', signal: policy.signal });
+      // `credentials: 'omit'`: in a page, the guest's request must not carry the user's cookies
+      // or HTTP auth for an allowlisted host (the page's own origin, say).
+      response = await policy.fetch(url, { method, headers, body, redirect: 'manual', credentials: 'omit', signal: policy.signal });
     } catch (error) {
       throw refusalIn(error) ?? new FetchRefused(`network error: ${error instanceof Error ? error.message : 'failed'}`);
     }

@@ -47,7 +47,9 @@ export function guardedLookup(ipaddr: IpAddr, allowlist: string[], resolve: Reso
       if (usable.length === 0) {
         const first = addresses[0];
         const reason = first
-          ? `'${hostname}' resolves to ${first.address}, a ${verdict(first.address)} address; allowlist that address too to reach it`
+          ? // The address itself stays out of the message: the guest reads it, and it would map
+            // the host's internal network for it.
+            `'${hostname}' resolves to a ${verdict(first.address)} address; allowlist that address too to reach it`
           : `'${hostname}' did not resolve to any address`;
         return callback(Object.assign(new FetchRefused(reason), { code: 'ECONNREFUSED' }), []);
       }

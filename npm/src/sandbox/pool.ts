@@ -125,6 +125,9 @@ export interface PoolConfig {
   startTimeoutMs: number;
 }
 
+/** Share of the memory budget past which an idle Worker is replaced (see `recycleIfGrown`). */
+const RECYCLE_AT = 0.5;
+
 /** Consecutive Worker start failures after which the pool stops respawning and fails requests. */
 const MAX_START_FAILURES = 3;
 
@@ -137,7 +140,7 @@ export class WorkerPool {
   private startFailures = 0;
   /** Set when Workers keep failing to start: the reason every request now fails with. */
   private broken: string | undefined;
-  private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, lastReplacementMs: undefined };
+  private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, workersRecycled: 0, lastReplacementMs: undefined };
 
   constructor(
     private readonly module: WebAssembly.Module,
@@ -226,7 +229,7 @@ export class WorkerPool {
           this.startFailed(slot, `sandbox worker failed to start: ${message.message}`);
           return;
         case 'result':
-          return this.finish(slot, message.id, () => JSON.parse(message.result) as SandboxResult);
+          return this.finish(slot, message.id, () => JSON.parse(message.result) as SandboxResult, message.memoryBytes);
         case 'trap':
           return this.onTrap(slot, message);
         case 'fetch':
@@ -261,7 +264,13 @@ export class WorkerPool {
     }
   }
 
-  private finish(slot: Slot, id: number, produce: () => SandboxResult): void {
+  /**
+   * Ends the slot's job with `produce()`'s result. A Worker whose instance has grown past half
+   * the memory budget is then replaced rather than reused: a wasm memory never shrinks, and
+   * some engine state outlives executions (Boa's global symbol registry, its string interner),
+   * so a long-lived Worker would otherwise fail some later, innocent execution with `memory`.
+   */
+  private finish(slot: Slot, id: number, produce: () => SandboxResult, memoryBytes = 0): void {
     const job = slot.job;
     if (!job || job.id !== id) return;
     clearTimeout(slot.timer);
@@ -278,6 +287,7 @@ export class WorkerPool {
     }
     result.durationMs = performance.now() - job.started;
     job.resolve(result);
+    if (memoryBytes > this.config.memoryMB * 1048576 * RECYCLE_AT) this.replace(slot, 'recycled');
     this.pump();
   }
 
@@ -289,8 +299,13 @@ export class WorkerPool {
   }
 
   private onTrap(slot: Slot, trap: Extract<WorkerToHost, { type: 'trap' }>): void {
-    const job = slot.job;
+    // A trap the Worker reports outside the current execution (`id` of an earlier one, or
+    // none: a late failure after its result) is not the current job's doing. The Worker is
+    // replaced all the same, so that job ends as a worker exit, not as the trap's outcome.
+    const job = trap.id !== undefined && trap.id === slot.job?.id ? slot.job : undefined;
+    const orphan = job === undefined ? slot.job : undefined;
     this.replace(slot);
+    if (orphan) orphan.resolve(failure('error', 'worker_exit', 'the sandbox worker failed after an earlier execution; it was replaced', orphan.started));
     if (!job) return;
     const nearCap = trap.memoryBytes >= this.config.memoryMB * 1048576 * 0.9;
     const memory = trap.allocationFailed || (nearCap && /unreachable/i.test(trap.message));
@@ -347,11 +362,13 @@ export class WorkerPool {
     for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', this.broken, job.started));
   }
 
-  /** Discards a Worker and starts its replacement in the same pool position. */
-  private replace(slot: Slot): void {
+  /** Discards a Worker (killed: it failed or ran out of time; recycled: it grew) and starts
+   *  its replacement in the same pool position. */
+  private replace(slot: Slot, why: 'killed' | 'recycled' = 'killed'): void {
     if (slot.state === 'dead') return;
     this.retire(slot);
-    this.counters.workersKilled++;
+    if (why === 'killed') this.counters.workersKilled++;
+    else this.counters.workersRecycled++;
     if (this.closed) return;
     const killedAt = performance.now();
     const index = this.slots.indexOf(slot);

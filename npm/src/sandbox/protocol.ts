@@ -28,6 +28,7 @@ export type HostToWorker = InitMessage | ExecuteMessage | FetchResultMessage;
 export type WorkerToHost =
   | { type: 'ready' }
   | { type: 'init-error'; message: string }
-  | { type: 'result'; id: number; result: string }
+  /** `memoryBytes`: the instance's memory after the execution (wasm memory never shrinks). */
+  | { type: 'result'; id: number; result: string; memoryBytes: number }
   | { type: 'trap'; id: number | undefined; message: string; allocationFailed: boolean; memoryBytes: number }
   | { type: 'fetch'; id: number; request: string };

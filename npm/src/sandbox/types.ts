@@ -69,6 +69,9 @@ export interface SandboxResult {
 export interface SandboxStats {
   workersStarted: number;
   workersKilled: number;
+  /** Workers replaced after a successful execution because their memory had grown past half
+   *  the budget (some engine state outlives executions; see the pool). */
+  workersRecycled: number;
   /** Milliseconds from the last kill until its replacement was ready. */
   lastReplacementMs: number | undefined;
 }

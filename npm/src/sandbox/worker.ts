@@ -110,6 +110,9 @@ function handle(message: HostToWorker): void {
       return;
     }
     case 'execute': {
+      // Fetches of an earlier execution that were still out are no longer anyone's: their
+      // results (if the host sends any) find no waiter.
+      fetches.clear();
       current = message.id;
       let pending: Promise<string>;
       try {
@@ -122,7 +125,7 @@ function handle(message: HostToWorker): void {
         (result) => {
           if (dead) return;
           current = undefined;
-          out.post({ type: 'result', id: message.id, result });
+          out.post({ type: 'result', id: message.id, result, memoryBytes: memory?.buffer.byteLength ?? 0 });
         },
         (error) => trap(error),
       );

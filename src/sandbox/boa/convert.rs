@@ -14,7 +14,10 @@
 use boa_engine::{
     builtins::proxy::Proxy,
     js_string,
-    object::{builtins::JsArray, JsObject},
+    object::{
+        builtins::{JsArray, JsTypedArray},
+        JsObject,
+    },
     property::PropertyKey,
     Context, JsResult, JsString, JsValue,
 };
@@ -162,6 +165,16 @@ fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Fra
         }
         budget.node(2)?;
         return Ok(Frame { obj, kind: Kind::Array { len: len as u32, next: 0, out: Vec::with_capacity(len as usize) } });
+    }
+    // A String wrapper has a key per character and a typed array one per element, and listing
+    // them allocates them all: their size is checked first (`Object('x'.repeat(2e7))` would
+    // otherwise allocate ~160 MB of keys before the node limit is looked at).
+    let exotic_len = match obj.downcast_ref::<JsString>().map(|s| s.len()) {
+        Some(len) => Some(len),
+        None => JsTypedArray::from_object(obj.clone()).ok().and_then(|array| array.length(context).ok()),
+    };
+    if let Some(len) = exotic_len.filter(|len| *len > budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes)) {
+        return err(format!("object with {len} indexed keys exceeds the node limit of {}", budget.caps.max_nodes));
     }
     let keys = obj.own_property_keys(context).map_err(|e| ConvertError(format!("cannot list properties: {e}")))?;
     if keys.len() > budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes) {

@@ -292,8 +292,15 @@ pub(crate) fn make_crypto(context: &mut Context) -> JsObject {
 
 // ---- fetch ----
 
+/// Longest URL a guest may fetch (servers commonly refuse past 8 KiB).
+pub const MAX_FETCH_URL_BYTES: usize = 16 * 1024;
+
 fn fetch_request(args: &[JsValue], st: &HostState, context: &mut Context) -> JsResult<FetchRequest> {
     let url = primitive_string(args.get_or_undefined(0), "fetch(url): url")?;
+    // The URL crosses to the host's main thread, which no sandbox deadline or memory cap covers.
+    if url.len() > MAX_FETCH_URL_BYTES {
+        return Err(type_error(format!("fetch: the url is {} bytes; the limit is {MAX_FETCH_URL_BYTES}", url.len())));
+    }
     let mut request = FetchRequest { url, method: "GET".into(), headers: Vec::new(), body: None };
     let init = args.get_or_undefined(1);
     if init.is_undefined() || init.is_null() {

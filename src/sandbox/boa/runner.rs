@@ -6,7 +6,10 @@
 use std::{cell::RefCell, rc::Rc};
 
 use async_trait::async_trait;
-use boa_engine::{builtins::promise::PromiseState, object::builtins::JsPromise, property::PropertyKey, Context, JsError, JsString, JsValue, Script, Source};
+use boa_engine::{
+    builtins::promise::PromiseState, object::builtins::JsPromise, property::PropertyKey, Context, EngineError, JsError, JsString, JsValue, RuntimeLimitError,
+    Script, Source,
+};
 use serde_json::Value;
 
 use super::{
@@ -288,8 +291,11 @@ impl BoaRunner {
 /// Wrapper functions kept per realm.
 const COMPILED_CACHE: usize = 32;
 
+/// The compiled-code cache key: the allowlist as JSON (which holds no raw newline), a newline,
+/// the code. A plain join was ambiguous: allowlist `["fetch\nfoo"]` with code `X` made the
+/// key of allowlist `["fetch"]` with code `"foo\nX"`, which would then skip validation.
 fn cache_key(request: &SandboxRequest) -> String {
-    let mut key = request.allowlist.join(",");
+    let mut key = serde_json::to_string(&request.allowlist).unwrap_or_default();
     key.push('\n');
     key.push_str(&request.code);
     key
@@ -298,16 +304,17 @@ fn cache_key(request: &SandboxRequest) -> String {
 /// Maps a thrown error: engine limits become `timeout`/`error` with their own codes.
 fn error_outcome(error: JsError, context: &mut Context) -> Outcome {
     let message = describe_error(&error, context);
-    if error.as_opaque().is_none() {
-        if message.contains("iteration loops") {
-            return Outcome::fail(SandboxStatus::Timeout, "loop_limit", message).discarding();
+    // The engine's limits are told apart by their kind, not their text: an error message can
+    // carry guest text (a property name), which must not pass for a limit.
+    if let Some(EngineError::RuntimeLimit(limit)) = error.as_engine() {
+        return match limit {
+            RuntimeLimitError::LoopIteration => Outcome::fail(SandboxStatus::Timeout, "loop_limit", message),
+            RuntimeLimitError::Recursion | RuntimeLimitError::StackSize => Outcome::fail(SandboxStatus::Error, "stack_overflow", message),
         }
-        if message.contains("recursive calls") || message.contains("stack size") {
-            return Outcome::fail(SandboxStatus::Error, "stack_overflow", message).discarding();
-        }
-        if message.contains("string compilation") {
-            return Outcome::fail(SandboxStatus::Error, "compile_denied", message);
-        }
+        .discarding();
+    }
+    if error.as_opaque().is_none() && message.contains("string compilation") {
+        return Outcome::fail(SandboxStatus::Error, "compile_denied", message);
     }
     Outcome::fail(SandboxStatus::Error, "runtime_error", message)
 }
