@@ -12,7 +12,8 @@ bash scripts/setup.sh
 if [ -z "${OPENAI_BASE_URL:-}${OPENAI_API_KEY:-}${ANTHROPIC_API_KEY:-}" ]; then
   started_here=0
   curl -sf "http://127.0.0.1:${CRUCIBLE_MODEL_PORT:-8089}/health" >/dev/null 2>&1 || started_here=1
-  export CRUCIBLE_MODEL_URL="$(bash scripts/model/start.sh)"
+  model_url="$(bash scripts/model/start.sh)" # not `export X="$(…)"`, which hides a failed start
+  export CRUCIBLE_MODEL_URL="$model_url"
   [ "$started_here" = 1 ] && trap 'bash "$root/scripts/model/stop.sh" >/dev/null 2>&1 || true' EXIT
 fi
 

@@ -24,7 +24,10 @@ if [ "${CRUCIBLE_SKIP_E2E:-0}" != 1 ]; then
   printf '\n== tier 3 setup: local model\n'
   started_here=0
   curl -sf "http://127.0.0.1:${CRUCIBLE_MODEL_PORT:-8089}/health" >/dev/null 2>&1 || started_here=1
-  export CRUCIBLE_E2E_BASE_URL="$(bash scripts/model/start.sh)"
+  # Assigned first, exported after: `export X="$(cmd)"` returns export's status, so a failed
+  # start would go unnoticed and tier 3 would be skipped instead of failing.
+  e2e_base_url="$(bash scripts/model/start.sh)"
+  export CRUCIBLE_E2E_BASE_URL="$e2e_base_url"
   [ "$started_here" = 1 ] && trap 'bash "$root/scripts/model/stop.sh" >/dev/null 2>&1 || true' EXIT
 fi
 

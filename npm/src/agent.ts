@@ -161,11 +161,14 @@ export interface RunResult<Output = unknown> {
 export class AgentRunError extends CrucibleError {
   readonly runId: string;
   readonly usage: RunUsage | undefined;
-  constructor(code: CrucibleErrorCode, message: string, runId: string, usage?: RunUsage) {
+  /** The HTTP status of a provider's error response (`provider_http`): 401, 429, 500… */
+  readonly status: number | undefined;
+  constructor(code: CrucibleErrorCode, message: string, runId: string, usage?: RunUsage, status?: number) {
     super(code, message);
     this.name = 'AgentRunError';
     this.runId = runId;
     this.usage = usage;
+    this.status = status;
   }
 }
 
@@ -524,7 +527,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
       }
       case 'agent.error':
         if (event.error.code === 'aborted') throw new AbortError(event.error.message);
-        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage);
+        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status);
       default:
         break;
     }

@@ -176,7 +176,10 @@ describe('agent over an OpenAI-compatible server', () => {
     server.reset();
     server.enqueue({ status: 500, body: '{"error":{"message":"boom"}}' });
     const agent = await createAgent({ model: model() });
-    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.code === 'provider_http');
+    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.code === 'provider_http' && e.status === 500);
+    // The status tells a refused key from a rate limit without reading the message.
+    server.enqueue({ status: 401, body: '{"error":{"message":"bad key"}}' });
+    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.status === 401);
     // The agent keeps serving.
     server.enqueue({ text: 'fine' });
     assert.equal((await agent.run('again?')).output, 'fine');

@@ -9,6 +9,14 @@ import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
 const baseURL = process.env.CRUCIBLE_E2E_BASE_URL;
 const skip = baseURL ? false : 'set CRUCIBLE_E2E_BASE_URL (scripts/test.sh starts the local model and sets it)';
 
+// Under CI the tier must run: a missing model is a failure there, not a quiet skip (unless the
+// tier was skipped on purpose with CRUCIBLE_SKIP_E2E=1).
+if (!baseURL && process.env.CI === 'true' && process.env.CRUCIBLE_SKIP_E2E !== '1') {
+  test('the end-to-end tier has its local model (CI)', () => {
+    assert.fail('CRUCIBLE_E2E_BASE_URL is not set: scripts/model/start.sh did not run or failed');
+  });
+}
+
 test('the real local model calls a host tool through the agent loop and answers', { skip, timeout: 240_000 }, async () => {
   const cities: string[] = [];
   const weather = tool({

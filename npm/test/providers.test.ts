@@ -390,6 +390,29 @@ describe('anthropic request mapping', () => {
     });
   });
 
+  it('leaves out an empty assistant turn and whitespace-only text next to tool calls (the API refuses both)', async () => {
+    server.enqueue({ text: 'ok' });
+    const model = anthropic({ model: 'c', baseURL: server.anthropicBaseURL });
+    await collect(
+      model.stream({
+        messages: [
+          { role: 'user', content: 'First?' },
+          { role: 'assistant', content: '' },
+          { role: 'user', content: 'Second?' },
+          { role: 'assistant', content: ' \n', toolCalls: [{ id: 't1', name: 'get_weather', arguments: '{"city":"Oslo"}' }] },
+          { role: 'tool', toolCallId: 't1', name: 'get_weather', content: '9C' },
+        ],
+        tools: [weatherTool],
+      }),
+    );
+    assert.deepEqual((server.requests[0]!.body as { messages: unknown[] }).messages, [
+      { role: 'user', content: 'First?' },
+      { role: 'user', content: 'Second?' },
+      { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'get_weather', input: { city: 'Oslo' } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: '9C' }] },
+    ]);
+  });
+
   it('retries an overloaded error event that arrives before any output', async () => {
     server.enqueue({ streamError: { type: 'overloaded_error', message: 'Overloaded' } }, { text: 'recovered' });
     const model = anthropic({ model: 'c', baseURL: server.anthropicBaseURL, retry: { initialDelayMs: 5 } });
@@ -577,10 +600,76 @@ describe('mock LLM server', () => {
     assert.equal(second.text, 'tool result: pong');
   });
 
+  it('sends arguments that are not a JSON object back as {} (servers that parse past calls refuse the turn)', async () => {
+    server.enqueue({ text: 'ok' });
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL });
+    const call = (id: string, args: string) => ({ role: 'assistant' as const, content: '', toolCalls: [{ id, name: 'get_weather', arguments: args }] });
+    const result = (id: string) => ({ role: 'tool' as const, toolCallId: id, name: 'get_weather', content: 'error' });
+    await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }, call('a', '{"city": '), result('a'), call('b', '[1]'), result('b'), call('c', '{"city":"Oslo"}'), result('c')], tools: [weatherTool] }));
+    const sent = (server.requests[0]!.body as { messages: Array<{ tool_calls?: Array<{ function: { arguments: string } }> }> }).messages;
+    assert.deepEqual(sent.flatMap((m) => m.tool_calls ?? []).map((c) => c.function.arguments), ['{}', '{}', '{"city":"Oslo"}']);
+  });
+
   it('answers 500 once a script runs out, so a surplus request is visible', async () => {
     const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { maxRetries: 0 } });
     const error = await rejection(collect(model.stream({ messages: hello, tools: [] })));
     assert.ok(error instanceof ProviderError);
     assert.match(error.body ?? '', /no scripted reply left/);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// SSE as servers actually write it: a raw server sends exact bytes, split where it likes.
+
+describe('openai() reads SSE framing as servers write it', () => {
+  let raw: import('node:http').Server;
+  let base = '';
+  let pieces: string[] = [];
+  before(async () => {
+    const { createServer } = await import('node:http');
+    raw = createServer(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (const piece of pieces) {
+        res.write(piece);
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+      res.end();
+    });
+    await new Promise<void>((resolve) => raw.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(raw.address() as import('node:net').AddressInfo).port}/v1`;
+  });
+  after(() => raw.close());
+  const provider = () => openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } });
+  const delta = (content: string) => JSON.stringify({ choices: [{ index: 0, delta: { content } }] });
+
+  it('CRLF line ends, comments, a multi-line data field, and events and UTF-8 split across writes', async () => {
+    const stream = [
+      ': keep-alive comment\r\n\r\n',
+      `data: ${delta('Hé')}\r\n\r\n`,
+      // One JSON value over two `data:` lines (joined with a newline, which JSON allows).
+      `data: {"choices":[{"index":0,\r\ndata: "delta":{"content":"llo 🌍"}}]}\r\n\r\n`,
+      `data: ${JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\r\n\r\ndata: [DONE]\r\n\r\n`,
+    ].join('');
+    // Split every few bytes, in the middle of lines and of multi-byte characters.
+    const bytes = Buffer.from(stream);
+    pieces = [];
+    for (let i = 0; i < bytes.length; i += 7) pieces.push(bytes.subarray(i, i + 7) as unknown as string);
+    const out = await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
+    assert.equal(out.text, 'Héllo 🌍');
+    assert.equal(out.finish?.finishReason, 'stop');
+  });
+
+  it('an `error:` line before [DONE] is a ProviderError, not a finished answer', async () => {
+    pieces = [`data: ${delta('partial')}\n\n`, 'error: {"code":500,"message":"the request exceeds the available context size","type":"server_error"}\n\n', 'data: [DONE]\n\n'];
+    const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+    assert.match(error.message, /exceeds the available context size/);
+  });
+
+  it('a body cut off before [DONE] or a finish reason is a provider_protocol error', async () => {
+    pieces = [`data: ${delta('half an ans')}\n\n`];
+    const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `got ${String(error)}`);
+    assert.match(error.message, /ended before the answer finished/);
   });
 });

@@ -45,7 +45,11 @@ impl AgentError {
     }
 
     pub fn info(&self) -> ErrorInfo {
-        ErrorInfo { code: self.code(), message: self.to_string() }
+        let status = match self {
+            Self::Model(e) => e.status,
+            _ => None,
+        };
+        ErrorInfo { code: self.code(), message: self.to_string(), status }
     }
 }
 

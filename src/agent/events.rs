@@ -12,12 +12,16 @@ use crate::tools::ToolFailure;
 
 use super::usage::RunUsage;
 
-/// A typed error as carried by events and results: stable `code`, readable `message`.
+/// A typed error as carried by events and results: stable `code`, readable `message`, and for
+/// a provider's HTTP error its `status` (a 401 and a 429 call for different handling).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 pub struct ErrorInfo {
     pub code: String,
     pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "wasm-core", tsify(optional))]
+    pub status: Option<u16>,
 }
 
 /// An event of a run. `runPath` lists the run ids from the outermost run to this one.

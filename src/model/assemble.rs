@@ -33,15 +33,20 @@ impl ResponseAssembler {
         match chunk {
             ModelChunk::Text { delta } => self.response.text.push_str(delta),
             ModelChunk::ToolCall { index, id, name, arguments_delta } => {
-                let pos = match self.calls.iter().position(|(i, _)| i == index) {
-                    Some(pos) => pos,
-                    None => {
+                let id = id.as_deref().filter(|s| !s.is_empty());
+                // Pieces go to the latest call at their index, unless they bring another id: some
+                // servers number every call 0 (Ollama's OpenAI-compatible endpoint) or give no
+                // index at all, and only the new id tells a second call from the first.
+                let latest = self.calls.iter().rposition(|(i, _)| i == index);
+                let pos = match latest {
+                    Some(pos) if id.is_none_or(|id| self.calls[pos].1.id.is_empty() || self.calls[pos].1.id == id) => pos,
+                    _ => {
                         self.calls.push((*index, ToolCall { id: String::new(), name: String::new(), arguments: String::new() }));
                         self.calls.len() - 1
                     }
                 };
                 let call = &mut self.calls[pos].1;
-                if let Some(id) = id.as_deref().filter(|s| !s.is_empty()) {
+                if let Some(id) = id {
                     call.id = id.to_string();
                 }
                 if let Some(name) = name.as_deref().filter(|s| !s.is_empty()) {
@@ -106,6 +111,18 @@ mod tests {
         let r = a.finish("run1-s1");
         assert_eq!(r.tool_calls[0].id, "run1-s1-1");
         assert_eq!(r.tool_calls[0].arguments, "{}");
+    }
+
+    #[test]
+    fn calls_that_share_an_index_are_told_apart_by_their_ids() {
+        // Two complete calls, both numbered 0 (as Ollama's OpenAI-compatible endpoint sends them).
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some("a"), Some("get_weather"), "{\"city\":"));
+        a.push(&piece(0, None, None, "\"Oslo\"}"));
+        a.push(&piece(0, Some("b"), Some("get_time"), "{}"));
+        let r = a.finish("call");
+        let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
+        assert_eq!(calls, [("a", "get_weather", "{\"city\":\"Oslo\"}"), ("b", "get_time", "{}")]);
     }
 
     #[test]

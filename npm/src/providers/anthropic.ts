@@ -86,6 +86,10 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
       }
       continue;
     }
+    // An assistant turn with no text and no calls (a model that answered nothing) has no valid
+    // form: the API refuses empty content outside the final message. Leaving it out keeps the
+    // conversation sendable; the API joins the consecutive user turns around it.
+    if (message.role === 'assistant' && !message.content.trim() && !message.toolCalls?.length) continue;
     messages.push(toWireMessage(message));
   }
 
@@ -114,8 +118,8 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
 function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant' }>): WireMessage {
   if (message.role === 'user' || !message.toolCalls?.length) return { role: message.role, content: message.content };
   const blocks: WireBlock[] = [];
-  // The API rejects empty text blocks.
-  if (message.content) blocks.push({ type: 'text', text: message.content });
+  // The API rejects empty (and whitespace-only) text blocks.
+  if (message.content.trim()) blocks.push({ type: 'text', text: message.content });
   for (const call of message.toolCalls) {
     blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: argumentsObject(call.arguments) });
   }

@@ -86,6 +86,16 @@ export function functionTools(tools: ToolDefinition[]): unknown[] {
   return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.inputSchema } }));
 }
 
+/** The JSON object `text` holds, or `undefined` when it holds something else or no JSON. */
+function jsonObject(text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Tool-call arguments as an object, for wire formats that need one (Anthropic `tool_use.input`,
  * Ollama `tool_calls[].function.arguments`). Arguments that were not valid JSON were already
@@ -93,12 +103,13 @@ export function functionTools(tools: ToolDefinition[]): unknown[] {
  * become `{}` rather than failing the whole conversation.
  */
 export function argumentsObject(text: string): Record<string, unknown> {
-  try {
-    const value: unknown = JSON.parse(text);
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
-  } catch {
-    return {};
-  }
+  return jsonObject(text) ?? {};
+}
+
+/** Tool-call arguments as JSON text for wire formats that carry text (OpenAI): the model's own
+ *  text when it is a JSON object, else `{}`, for the reason given at {@link argumentsObject}. */
+export function argumentsText(text: string): string {
+  return jsonObject(text) === undefined ? '{}' : text;
 }
 
 export function joinUrl(baseURL: string, path: string): string {
@@ -186,7 +197,18 @@ export async function readJson(ctx: HttpContext, response: Response): Promise<un
 /** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. */
 export async function* readSse(ctx: HttpContext, response: Response): AsyncGenerator<EventSourceMessage> {
   const pending: EventSourceMessage[] = [];
-  const parser = createParser({ onEvent: (event) => pending.push(event) });
+  const parser = createParser({
+    onEvent: (event) => pending.push(event),
+    // Some llama.cpp builds report a failure mid-stream as an `error: {…}` line, a field SSE
+    // does not define, and then send `data: [DONE]`. Dropped, the answer so far would pass for
+    // a complete one; it becomes an `error` event in the shape Anthropic and OpenAI-compatible
+    // servers use, which the providers turn into a ProviderError.
+    onError: (error) => {
+      if (error.type === 'unknown-field' && error.field === 'error') {
+        pending.push({ event: 'error', data: JSON.stringify({ type: 'error', error: errorFieldValue(error.value ?? '') }), id: undefined });
+      }
+    },
+  });
   for await (const piece of readText(ctx, response)) {
     parser.feed(piece);
     while (pending.length > 0) yield pending.shift()!;
@@ -195,6 +217,17 @@ export async function* readSse(ctx: HttpContext, response: Response): AsyncGener
   // that event; the spec would drop it, a lenient client should not.
   parser.feed('\n\n');
   while (pending.length > 0) yield pending.shift()!;
+}
+
+/** The value of an SSE `error:` line: its JSON object, or its text as the message. */
+function errorFieldValue(value: string): Record<string, unknown> {
+  try {
+    const parsed: unknown = JSON.parse(value);
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+  } catch {
+    // not JSON: the text is the message
+  }
+  return { message: value };
 }
 
 /** Yields one parsed JSON value per non-empty line of a newline-delimited JSON body. */

@@ -18,6 +18,7 @@ import {
   streamedError,
   functionTools,
   postProvider,
+  argumentsText,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
@@ -93,7 +94,9 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
         tool_calls: message.toolCalls.map((call) => ({
           id: call.id,
           type: 'function',
-          function: { name: call.name, arguments: call.arguments },
+          // Servers that parse past calls when they build the prompt (vLLM) would refuse the
+          // whole next turn over arguments that are not a JSON object.
+          function: { name: call.name, arguments: argumentsText(call.arguments) },
         })),
       };
     case 'tool':
