@@ -229,3 +229,23 @@ fn two_decisions_for_one_approval_are_refused() {
     assert_eq!(block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap().status, RunStatus::Completed);
     assert_eq!(refunds.calls.get(), 1);
 }
+
+#[test]
+fn a_run_that_hit_a_limit_leaves_no_state_behind_but_one_that_failed_on_the_model_does() {
+    let store = Rc::new(MemoryStore::new());
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("ping", "Ping", &json!({ "type": "object" }), None, FnTool::new(|_| Ok(json!("pong")))).unwrap());
+    let config = AgentConfig { max_turns: 2, ..AgentConfig::default() };
+    let looping = ScriptedModel::repeating(call("ping", "{}"));
+    let agent = Agent::new(config, looping, tools.clone(), Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let err = block_on(agent.run("ping forever", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "max_turns_exceeded");
+    assert!(block_on(store.scan("agent/bot/run/")).unwrap().is_empty(), "resuming it would only hit the limit again");
+
+    // The model fails after one step: the run stays resumable from that step.
+    let failing = ScriptedModel::new(vec![call("ping", "{}")]);
+    let agent = Agent::new(AgentConfig::default(), failing, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let err = block_on(agent.run("ping once", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "provider_protocol");
+    assert_eq!(block_on(store.scan("agent/bot/run/")).unwrap().len(), 1);
+}

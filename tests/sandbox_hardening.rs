@@ -97,6 +97,24 @@ fn promise_floods_and_async_infinite_loops_hit_the_job_budget() {
 }
 
 #[test]
+fn thenables_an_async_execute_resolves_to_are_bounded() {
+    let runner = runner();
+    // Resolves to itself for ever: each round is a promise job, so the job budget ends it.
+    let r = run(&runner, "async function execute(){ const t = { then(r){ r(t); } }; return t; }", json!({}));
+    assert_status(&r, SandboxStatus::Timeout, "job_budget");
+    assert_still_healthy(&runner);
+    // Never calls back: the run settles as never settling, it does not hang.
+    let r = run(&runner, "async function execute(){ return { then(){} }; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "never_settled");
+    // Loops inside `then`: the loop limit.
+    let r = run(&runner, "async function execute(){ return { then(){ for(;;){} } }; }", json!({}));
+    assert_status(&r, SandboxStatus::Timeout, "loop_limit");
+    assert_still_healthy(&runner);
+    // An honest one resolves to its value.
+    assert_ok(&run(&runner, "async function execute(){ return { then(r){ r({ ok: 1 }); } }; }", json!({})), json!({ "ok": 1 }));
+}
+
+#[test]
 fn a_promise_that_never_settles_is_an_error_not_a_hang() {
     let r = run(&runner(), "function execute(){ return new Promise(() => {}); }", json!({}));
     assert_status(&r, SandboxStatus::Error, "never_settled");

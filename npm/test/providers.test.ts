@@ -666,6 +666,13 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.match(error.message, /exceeds the available context size/);
   });
 
+  it('tool-call arguments sent as an object rather than JSON text are read as that object', async () => {
+    const call = { index: 0, id: 'c1', type: 'function', function: { name: 'get_weather', arguments: { city: 'Oslo' } } };
+    pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] })}\n\n`, 'data: [DONE]\n\n'];
+    const out = await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
+    assert.deepEqual(out.calls, [{ id: 'c1', name: 'get_weather', arguments: '{"city":"Oslo"}' }]);
+  });
+
   it('a body cut off before [DONE] or a finish reason is a provider_protocol error', async () => {
     pieces = [`data: ${delta('half an ans')}\n\n`];
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));

@@ -210,11 +210,19 @@ impl RunContext<'_> {
     pub(crate) async fn drive(&self, mut state: RunState, sink: &mut dyn EventSink) -> (RunState, Result<RunOutput, AgentError>) {
         let emitter = Emitter { sink: RefCell::new(sink), run_id: state.run_id.clone(), run_path: state.run_path.clone() };
         let mut result = self.turns(&mut state, &emitter).await;
-        if let (Some(runs), Ok(out)) = (&self.runs, &result) {
-            // A finished run needs no resumable state; a paused one was saved when it paused.
-            if out.status == RunStatus::Completed {
+        if let Some(runs) = &self.runs {
+            // A finished run needs no resumable state, nor does one that hit a limit (resuming
+            // it would hit the limit again); a paused one was saved when it paused, and one
+            // that failed on the model, a store or an abort stays resumable from its last step.
+            let ended = match &result {
+                Ok(out) => out.status == RunStatus::Completed,
+                Err(e) => matches!(e, AgentError::MaxTurnsExceeded { .. } | AgentError::MaxStepsExceeded { .. } | AgentError::StructuredOutputInvalid { .. }),
+            };
+            if ended {
                 if let Err(e) = runs.forget(&state.run_id).await {
-                    result = Err(e);
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
                 }
             }
         }

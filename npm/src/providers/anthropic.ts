@@ -31,6 +31,10 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 1024;
 /**
  * Creates a provider for the Anthropic Messages API.
  *
+ * From a browser page, Anthropic answers cross-origin requests only when they carry
+ * `anthropic-dangerous-direct-browser-access: true` (pass it in `headers`); the API key is then
+ * readable by whoever uses the page, so give it only to pages of your own.
+ *
  * @example
  * ```ts
  * const model = anthropic({ model: 'claude-sonnet-4-5', apiKey: process.env.ANTHROPIC_API_KEY });

@@ -110,7 +110,8 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
 interface WireToolCallDelta {
   index?: number;
   id?: string;
-  function?: { name?: string; arguments?: string };
+  /** JSON text per the spec; some compatible servers send the object itself. */
+  function?: { name?: string; arguments?: string | Record<string, unknown> };
 }
 
 interface WireChunk {
@@ -168,7 +169,7 @@ function toToolCallChunk(call: WireToolCallDelta, position: number): ModelChunk 
     type: 'tool_call',
     // `index` is in the spec, but some compatible servers leave it out of single-call deltas.
     index: call.index ?? position,
-    argumentsDelta: call.function?.arguments ?? '',
+    argumentsDelta: typeof call.function?.arguments === 'object' && call.function.arguments !== null ? JSON.stringify(call.function.arguments) : (call.function?.arguments ?? ''),
   };
   if (call.id) chunk.id = call.id;
   if (call.function?.name) chunk.name = call.function.name;
