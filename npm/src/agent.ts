@@ -207,6 +207,32 @@ interface CoreAgentHandle {
  */
 const runtimes = new WeakMap<object, Set<CoreAgentHandle>>();
 
+/** Agent ids with emergent capabilities open on each store object in this context. */
+const openRegistries = new WeakMap<object, Set<string>>();
+
+/**
+ * Claims `agentId` on `store` for one open agent with emergent capabilities: its registry keeps
+ * its tools, stats and audit trail in memory and writes them back, so a second writer of the
+ * same records (another agent object here, or another tab) would overwrite them. Refused with
+ * `store_blocked` when taken; resolves with the release function.
+ */
+async function claimRegistry(store: Store, agentId: string): Promise<() => void> {
+  const open = openRegistries.get(store) ?? new Set<string>();
+  if (open.has(agentId)) {
+    throw new StoreError('store_blocked', `agent "${agentId}" already has emergent capabilities open on this store: close it first, or give this agent another agentId`);
+  }
+  const releaseLock = store.tryLock ? await store.tryLock(`agent:${agentId}`) : () => undefined;
+  if (!releaseLock) {
+    throw new StoreError('store_blocked', `agent "${agentId}" is open in another tab or worker on this store: close it there, or give this agent another agentId`);
+  }
+  open.add(agentId);
+  openRegistries.set(store, open);
+  return () => {
+    open.delete(agentId);
+    releaseLock();
+  };
+}
+
 async function reloadSharedTier(store: object | undefined, changedBy: CoreAgentHandle): Promise<void> {
   const agents = store ? runtimes.get(store) : undefined;
   if (!agents) return;
@@ -287,6 +313,8 @@ export class Agent {
   readonly #hub: EventHub;
   readonly #sandbox: SandboxHost | undefined;
   readonly #store: object | undefined;
+  /** Gives back this agent's claim on its registry records (see `claimRegistry`). */
+  readonly #releaseRegistry: (() => void) | undefined;
   readonly #channel: BroadcastChannel | undefined;
 
   /** Forged tools (the emergent registry). */
@@ -316,9 +344,10 @@ export class Agent {
   };
 
   /** @internal use {@link createAgent} */
-  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: Store) {
+  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: Store, releaseRegistry?: () => void) {
     this.#core = core;
     this.#store = store;
+    this.#releaseRegistry = releaseRegistry;
     const channel = (this.#channel = sharedTierChannel(store, core));
     if (store && core.emergentEnabled) {
       const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
@@ -513,6 +542,7 @@ export class Agent {
     if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
     await this.#sandbox?.close?.();
     this.#core.free();
+    this.#releaseRegistry?.();
   }
 }
 
@@ -599,37 +629,44 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     return typeof predicate === 'function' ? (await predicate(args)) !== false : predicate === true;
   };
   const em = options.emergent;
-  let sandbox: SandboxHost | undefined;
-  let emergent: Record<string, unknown> | undefined;
-  if (em?.enabled) {
+  // Validated before anything is claimed or started: a bad combination is a config error.
+  const defaultOnly = em?.enabled ? (['sandboxTimeoutMs', 'sandboxMemoryMB', 'fetchDomainAllowlist'] as const).filter((k) => em[k] !== undefined) : [];
+  if (em?.sandbox && defaultOnly.length > 0) {
     // Limits given next to a sandbox of the caller's own would be silently ignored.
-    const defaultOnly = (['sandboxTimeoutMs', 'sandboxMemoryMB', 'fetchDomainAllowlist'] as const).filter((k) => em[k] !== undefined);
-    if (em.sandbox && defaultOnly.length > 0) {
-      throw new CrucibleError(
-        'invalid_config',
-        `emergent.${defaultOnly.join(', ')} configure the default sandbox; with your own emergent.sandbox, set its limits where you create it (createSandbox({ timeoutMs, memoryMB, fetchDomainAllowlist }))`,
-      );
-    }
-    sandbox = em.sandbox ?? (await defaultSandbox(em));
-    const { judge, promotionJudge, sandbox: _s, ...rest } = em;
-    emergent = {
-      config: stripUndefined({ ...rest }),
-      judge: judge ? adapt(judge.model) : undefined,
-      promotionJudge: promotionJudge ? adapt(promotionJudge.model) : judge ? adapt(judge.model) : undefined,
-      sandbox,
-      onEvent: hub.dispatch,
-      isObserved: hub.isObserved,
-    };
+    throw new CrucibleError(
+      'invalid_config',
+      `emergent.${defaultOnly.join(', ')} configure the default sandbox; with your own emergent.sandbox, set its limits where you create it (createSandbox({ timeoutMs, memoryMB, fetchDomainAllowlist }))`,
+    );
   }
-  let handle: CoreAgentHandle;
+  const releaseRegistry = em?.enabled && options.store ? await claimRegistry(options.store, options.agentId ?? 'default') : undefined;
+  let sandbox: SandboxHost | undefined;
   try {
-    handle = (await core.CoreAgent.create(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId }, emergent)) as unknown as CoreAgentHandle;
+    let emergent: Record<string, unknown> | undefined;
+    if (em?.enabled) {
+      sandbox = em.sandbox ?? (await defaultSandbox(em));
+      const { judge, promotionJudge, sandbox: _s, ...rest } = em;
+      emergent = {
+        config: stripUndefined({ ...rest }),
+        judge: judge ? adapt(judge.model) : undefined,
+        promotionJudge: promotionJudge ? adapt(promotionJudge.model) : judge ? adapt(judge.model) : undefined,
+        sandbox,
+        onEvent: hub.dispatch,
+        isObserved: hub.isObserved,
+      };
+    }
+    let handle: CoreAgentHandle;
+    try {
+      handle = (await core.CoreAgent.create(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId }, emergent)) as unknown as CoreAgentHandle;
+    } catch (error) {
+      const e = error as { code?: string; message?: string };
+      throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
+    }
+    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry);
   } catch (error) {
     await (em?.sandbox ? undefined : sandbox?.close?.());
-    const e = error as { code?: string; message?: string };
-    throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
+    releaseRegistry?.();
+    throw error;
   }
-  return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store);
 }
 
 /** The default sandbox: a Worker pool with the agent's limits, loaded only when emergent

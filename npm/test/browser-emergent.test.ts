@@ -98,6 +98,23 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
     }
   });
 
+  test('one agent id has one open registry: a second tab is refused until the first closes it', async () => {
+    const context = await browser.newContext();
+    try {
+      const [first, second] = [await openPage(context, `${site.url}/`), await openPage(context, `${site.url}/`)];
+      const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-owner-${Date.now()}`, agentId: 'support-bot' };
+      assert.equal(await callInPage(first.page, 'tryHoldAgent', 'a', config), 'opened');
+      // Both would write the same tool, stats and audit records from their own memory.
+      assert.equal(await callInPage(second.page, 'tryHoldAgent', 'b', config), 'store_blocked');
+      assert.equal(await callInPage(second.page, 'tryHoldAgent', 'b', { ...config, agentId: 'other-bot' }), 'opened', 'another id is fine');
+      await callInPage(first.page, 'releaseAgent', 'a');
+      assert.equal(await callInPage(second.page, 'tryHoldAgent', 'c', config), 'opened');
+      await Promise.all([callInPage(second.page, 'releaseAgent', 'b'), callInPage(second.page, 'releaseAgent', 'c')]);
+    } finally {
+      await context.close();
+    }
+  });
+
   test('two tabs flushing a shared tool\'s stats at once lose no calls (Web Locks)', async () => {
     const context = await browser.newContext();
     try {

@@ -41,6 +41,10 @@ async function start(settings: ProviderSettings): Promise<void> {
   chat.setState('loading');
   document.body.dataset.ready = 'false';
   try {
+    // One open agent per agent id and database: the previous one lets go of the registry first.
+    const previous = app.runtime;
+    app.setRuntime(undefined);
+    await previous?.close();
     const runtime = await Runtime.create(settings, { promotionUses, autoPromote });
     app.setRuntime(runtime);
     const emergent = runtime.emergentAvailable;

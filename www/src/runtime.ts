@@ -224,7 +224,7 @@ function openStore(): Store | undefined {
 export class Runtime {
   readonly #agent: Agent;
   readonly settings: ProviderSettings;
-  #closed = false;
+  #closing: Promise<void> | undefined;
 
   private constructor(agent: Agent, settings: ProviderSettings) {
     this.#agent = agent;
@@ -349,13 +349,13 @@ export class Runtime {
 
   /** Writes buffered tool stats to IndexedDB (the core batches them). */
   async flushStats(): Promise<void> {
-    if (!this.#closed && this.emergentAvailable) await this.#agent.emergent.flushStats();
+    if (!this.#closing && this.emergentAvailable) await this.#agent.emergent.flushStats();
   }
 
-  /** Flushes stats, stops the sandbox workers and releases the wasm agent. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    await this.#agent.close().catch((error: unknown) => console.warn('closing the agent failed', error));
+  /** Flushes stats, stops the sandbox workers and releases the wasm agent (and its claim on
+   *  the registry's records, which the next agent of this id needs). Every call waits for it. */
+  close(): Promise<void> {
+    this.#closing ??= this.#agent.close().catch((error: unknown) => console.warn('closing the agent failed', error));
+    return this.#closing;
   }
 }

@@ -129,10 +129,20 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
           locks.request(`${broadcastName}:${lockName}`, () => new Promise<void>((release) => held(() => release()))).catch(failed);
         })
     : undefined;
+  const tryLock = locks
+    ? (lockName: string): Promise<(() => void) | undefined> =>
+        new Promise((held, failed) => {
+          locks
+            .request(`${broadcastName}:${lockName}`, { ifAvailable: true }, (granted) =>
+              granted ? new Promise<void>((release) => held(() => release())) : held(undefined),
+            )
+            .catch(failed);
+        })
+    : undefined;
 
   return {
     broadcastName,
-    ...(lock ? { lock } : {}),
+    ...(lock && tryLock ? { lock, tryLock } : {}),
     async get(key: string): Promise<JsonValue | undefined> {
       checkKey(key);
       return run('readonly', 'get', (os) => {

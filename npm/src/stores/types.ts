@@ -36,4 +36,10 @@ export interface Store {
    * tabs never overwrite each other's counts. `indexedDbStore` implements it with Web Locks.
    */
   lock?(name: string): Promise<() => void>;
+  /**
+   * Optional, with `lock`: the lock `name` if no context holds it now (its release function),
+   * else `undefined`, without waiting. An agent with emergent capabilities holds
+   * `agent:<agentId>` while it is open: its registry (tools, stats, audit) has one writer.
+   */
+  tryLock?(name: string): Promise<(() => void) | undefined>;
 }

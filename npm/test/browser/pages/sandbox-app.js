@@ -164,6 +164,15 @@ window.holdAgent = async (key, config) => {
   held.set(key, await makeAgent(config));
   return true;
 };
+/** holdAgent that may be refused: `opened`, or the error's code. */
+window.tryHoldAgent = async (key, config) => {
+  try {
+    await window.holdAgent(key, config);
+    return 'opened';
+  } catch (error) {
+    return error.code ?? String(error);
+  }
+};
 window.heldTools = (key) => held.get(key).tools.list({ sessionId: 'z' }).map((t) => [t.name, t.tier]);
 window.heldCall = (key, name, text) => held.get(key).tools.call(name, { text }, { sessionId: 'z' });
 /** Forges `forgeRequest`, uses it until it promotes itself to the agent tier, then to shared. */
