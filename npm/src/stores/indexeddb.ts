@@ -42,6 +42,11 @@ export interface IndexedDbStoreOptions {
  * Creates a {@link Store} backed by IndexedDB. The database opens lazily on the first op, so
  * open failures (`store_blocked`, `store_error`) surface there. Throws `store_error` at once if
  * no IndexedDB factory is available.
+ *
+ * Its `lock`/`tryLock` use Web Locks, which browsers offer only to secure contexts (https,
+ * localhost). Elsewhere the store has neither, and tabs no longer take turns: shared-tier stats
+ * flushed by two tabs at once can lose counts, and a second tab can open an agent id that is
+ * already open.
  */
 export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   const factory = options.indexedDB ?? (globalThis as { indexedDB?: IDBFactory }).indexedDB;
