@@ -56,6 +56,28 @@ fn console_is_captured_and_bounded() {
 }
 
 #[test]
+fn console_output_is_capped_by_bytes_as_well_as_entries() {
+    // Lines of 4000 bytes: 8 fit in the 32 KiB cap; the 9th is replaced by the marker and
+    // everything after it is dropped, well before the 200-entry cap.
+    let r = run(
+        &runner(),
+        "function execute() { for (let i = 0; i < 20; i++) console.log(String(i).padStart(4000, '.')); console.log('after'); return 1; }",
+        json!({}),
+    );
+    assert_ok(&r, json!(1));
+    assert_eq!(r.logs.len(), 9, "{:?}", r.logs.iter().map(String::len).collect::<Vec<_>>());
+    for (i, line) in r.logs[..8].iter().enumerate() {
+        assert_eq!(line.len(), 4000);
+        assert!(line.ends_with(&format!(".{i}")), "line {i} out of order");
+    }
+    assert_eq!(r.logs[8], "[console output truncated]");
+    // One line larger than the cap is dropped whole, not kept in part, and later lines too.
+    let r = run(&runner(), "function execute() { console.log('small'); console.log('y'.repeat(40000)); console.log('later'); return 1; }", json!({}));
+    assert_ok(&r, json!(1));
+    assert_eq!(r.logs, vec!["small", "[console output truncated]"]);
+}
+
+#[test]
 fn benchmark_tools_produce_expected_output() {
     let runner = runner();
     let slug = "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}";

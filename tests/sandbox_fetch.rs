@@ -83,3 +83,24 @@ fn an_oversized_url_never_reaches_the_host() {
     // A URL of ordinary length goes out.
     assert_eq!(exec(&runner, "async function execute(){ return (await fetch('https://a.example/?' + 'a'.repeat(8000))).status; }").output.unwrap(), json!(200));
 }
+
+#[test]
+fn a_request_over_the_size_cap_never_reaches_the_host() {
+    let host = Rc::new(ScriptedFetch::default());
+    let runner = BoaRunner::with_fetch_host(SandboxLimits::default(), host.clone());
+    // A body past 1 MiB, and a body and header that pass it only together: the cap is on the
+    // whole request, checked in the sandbox before anything crosses to the host.
+    for init in ["{ method: 'POST', body: 'a'.repeat(1048577) }", "{ method: 'POST', headers: { 'X-Big': 'h'.repeat(600000) }, body: 'b'.repeat(600000) }"] {
+        let code = format!("async function execute(){{ try {{ await fetch('https://a.example/up', {init}); return 'sent'; }} catch (e) {{ return [e instanceof TypeError, e.message]; }} }}");
+        let r = exec(&runner, &code);
+        assert_eq!(r.status, SandboxStatus::Ok, "{r:?}");
+        let out = r.output.unwrap();
+        assert_eq!(out[0], true, "{out}");
+        assert!(out[1].as_str().unwrap().contains("larger than 1048576 bytes"), "{out}");
+    }
+    assert!(host.seen.borrow().is_empty(), "an oversized request reached the host");
+    // A body under the cap goes out whole.
+    let r = exec(&runner, "async function execute(){ return (await fetch('https://a.example/up', { method: 'POST', body: 'a'.repeat(1000000) })).status; }");
+    assert_eq!(r.output, Some(json!(200)), "{r:?}");
+    assert_eq!(host.seen.borrow()[0].body.as_ref().map(String::len), Some(1_000_000));
+}

@@ -6,7 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import ipaddr from 'ipaddr.js';
@@ -232,5 +233,191 @@ describe('sandbox fetch: where allowlisted names lead (Node)', { skip: wasmBuilt
       [{ address: '2606:4700::1111', family: 6 }],
     ]);
     assert.ok(new FetchRefused('x') instanceof Error);
+  });
+});
+
+/** One request the bridge-limits server received. */
+interface Received {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+/** How a `/stream` response ended: bytes written, and whether all of them were. */
+interface StreamEnd {
+  sent: number;
+  complete: boolean;
+}
+
+/**
+ * Test double: a local HTTP server for the bridge's limits. `/echo` answers with what it got;
+ * `/hops?n=` redirects (302) n times before answering; `/see-other` (303) and `/temporary` (307)
+ * redirect to `/echo`; `/stream?bytes=` streams that many bytes chunked, with no Content-Length,
+ * writing only as fast as the client reads. It records every request and how each stream ended.
+ */
+function startBridgeServer(): Promise<{ server: Server; origin: string; port: number; received: Received[]; streams: Array<Promise<StreamEnd>> }> {
+  const received: Received[] = [];
+  const streams: Array<Promise<StreamEnd>> = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString();
+      received.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body });
+      const url = new URL(req.url ?? '/', 'http://x');
+      const n = Number(url.searchParams.get('n'));
+      if (url.pathname === '/echo') {
+        res.setHeader('content-type', 'application/json');
+        res.end(JSON.stringify({ method: req.method, body }));
+      } else if (url.pathname === '/hops') {
+        if (n > 0) {
+          res.writeHead(302, { location: `/hops?n=${n - 1}` }).end();
+        } else {
+          res.end('arrived');
+        }
+      } else if (url.pathname === '/see-other' || url.pathname === '/temporary') {
+        res.writeHead(url.pathname === '/see-other' ? 303 : 307, { location: '/echo' }).end();
+      } else if (url.pathname === '/stream') {
+        const total = Number(url.searchParams.get('bytes'));
+        const chunk = Buffer.alloc(16 * 1024, 'x');
+        let sent = 0;
+        streams.push(new Promise((resolve) => res.on('close', () => resolve({ sent, complete: res.writableFinished }))));
+        // No Content-Length: Node sends the body chunked, so only counting can catch its size.
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        const pump = (): void => {
+          while (sent < total && !res.destroyed) {
+            sent += chunk.byteLength;
+            if (!res.write(chunk)) {
+              res.once('drain', pump);
+              return;
+            }
+          }
+          if (!res.destroyed) res.end();
+        };
+        pump();
+      } else {
+        res.statusCode = 404;
+        res.end();
+      }
+    });
+  });
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => {
+      const port = (server.address() as AddressInfo).port;
+      resolve({ server, origin: `http://127.0.0.1:${port}`, port, received, streams });
+    }),
+  );
+}
+
+describe('sandbox fetch: redirects, body and header limits on the host side (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing' }, () => {
+  const MAX_BODY = 64 * 1024;
+  let target: Awaited<ReturnType<typeof startBridgeServer>>;
+  let box: Sandbox;
+  before(async () => {
+    target = await startBridgeServer();
+    box = await createSandbox({ poolSize: 1, timeoutMs: 5000, allowHttp: true, fetchDomainAllowlist: ['127.0.0.1'], maxFetchBodyBytes: MAX_BODY });
+  });
+  after(async () => {
+    await box?.close();
+    target?.server.close();
+  });
+
+  /** Fetches `input.url` with `input.init`; the outcome, or the refusal's message, as data. */
+  const FETCH_ONE =
+    'async function execute(input){ try { const r = await fetch(input.url, input.init); return { status: r.status, url: r.url, body: await r.text() }; } catch (e) { return { refused: e.message }; } }';
+  const fetchOne = async (url: string, init?: Record<string, unknown>) => {
+    const r = await box.execute({ code: FETCH_ONE, input: { url, init }, allowlist: ['fetch'] });
+    assert.equal(r.status, 'ok', JSON.stringify(r));
+    return r.output as { status?: number; url?: string; body?: string; refused?: string };
+  };
+
+  test('up to 5 redirects are followed; a 6th is refused as too many and never requested', async () => {
+    target.received.length = 0;
+    assert.deepEqual(await fetchOne(`${target.origin}/hops?n=5`), { status: 200, url: `${target.origin}/hops?n=0`, body: 'arrived' });
+    assert.equal(target.received.length, 6);
+    target.received.length = 0;
+    const refused = await fetchOne(`${target.origin}/hops?n=6`);
+    assert.match(String(refused.refused), /too many redirects/, JSON.stringify(refused));
+    // The first request and 5 followed hops; the 6th redirect's target was never fetched.
+    assert.deepEqual(
+      target.received.map((r) => r.url),
+      [6, 5, 4, 3, 2, 1].map((n) => `/hops?n=${n}`),
+    );
+  });
+
+  test('a 303 after a POST is followed with a GET without the body; a 307 keeps both', async () => {
+    const init = { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'posted-payload' };
+    target.received.length = 0;
+    const seeOther = await fetchOne(`${target.origin}/see-other`, init);
+    assert.deepEqual(seeOther, { status: 200, url: `${target.origin}/echo`, body: JSON.stringify({ method: 'GET', body: '' }) });
+    assert.deepEqual(
+      target.received.map((r) => [r.method, r.url, r.body]),
+      [
+        ['POST', '/see-other', 'posted-payload'],
+        ['GET', '/echo', ''],
+      ],
+    );
+    assert.equal(target.received[1]!.headers['content-length'], undefined, 'the GET declares no body');
+    assert.equal(target.received[1]!.headers['content-type'], undefined, "nor the POST body's type");
+    target.received.length = 0;
+    const temporary = await fetchOne(`${target.origin}/temporary`, init);
+    assert.deepEqual(temporary, { status: 200, url: `${target.origin}/echo`, body: JSON.stringify({ method: 'POST', body: 'posted-payload' }) });
+  });
+
+  test('a body streamed without Content-Length past maxFetchBodyBytes is refused and the host stops reading', async () => {
+    target.streams.length = 0;
+    const total = 64 * 1024 * 1024;
+    const r = await fetchOne(`${target.origin}/stream?bytes=${total}`);
+    assert.deepEqual(r, { refused: `fetch failed: response body exceeds ${MAX_BODY} bytes` });
+    assert.equal(target.streams.length, 1);
+    const timeout = new Promise<'still streaming'>((resolve) => setTimeout(resolve, 3000, 'still streaming'));
+    const end = await Promise.race([target.streams[0]!, timeout]);
+    assert.notEqual(end, 'still streaming', 'the host kept the response open');
+    const { sent, complete } = end as StreamEnd;
+    // What the socket buffers held when the host cancelled, not the 64 MiB offered.
+    assert.equal(complete, false, `the server sent the whole body (${sent} bytes)`);
+    assert.ok(sent < 16 * 1024 * 1024, `the server sent ${sent} bytes before the host stopped reading`);
+  });
+
+  test('request headers that steer the connection or a proxy are dropped; others are sent', async () => {
+    const steering: Array<[string, string]> = [
+      ['Host', 'evil.example'],
+      ['Connection', 'close'],
+      ['Content-Length', '5'],
+      ['Transfer-Encoding', 'chunked'],
+      ['Upgrade', 'websocket'],
+      ['Proxy-Authorization', 'Basic Z3Vlc3Q6c2VjcmV0'],
+      ['Keep-Alive', 'timeout=999'],
+      ['TE', 'trailers'],
+      ['Trailer', 'X-Late'],
+    ];
+    const code = `async function execute(input){ const out = []; for (const [name, value] of input.steering) { try { const r = await fetch(input.url, { headers: { [name]: value, 'X-Kept': 'yes' } }); out.push(r.status); } catch (e) { out.push(name + ': ' + e.message); } } return out; }`;
+    target.received.length = 0;
+    const r = await box.execute({ code, input: { url: `${target.origin}/echo`, steering }, allowlist: ['fetch'] });
+    assert.equal(r.status, 'ok', JSON.stringify(r));
+    assert.deepEqual(r.output, steering.map(() => 200));
+    assert.equal(target.received.length, steering.length);
+    steering.forEach(([name, value], i) => {
+      const headers = target.received[i]!.headers;
+      assert.equal(headers['x-kept'], 'yes', `request ${i} lost an ordinary header`);
+      assert.notEqual(headers[name.toLowerCase()], value, `the guest's ${name} header reached the server`);
+    });
+    assert.ok(target.received.every((req) => req.headers.host === `127.0.0.1:${target.port}`));
+    // undici overrides Host and Content-Length itself; a custom `fetch` (an option) does not, so
+    // the bridge must not hand it any of these either.
+    const handed: string[][] = [];
+    const recording: typeof fetch = async (_url, init) => {
+      handed.push([...new Headers(init?.headers).keys()]);
+      return new Response('{}', { status: 200 });
+    };
+    const custom = await createSandbox({ poolSize: 1, fetchDomainAllowlist: ['api.example'], fetch: recording });
+    try {
+      const viaCustom = await custom.execute({ code, input: { url: 'https://api.example/echo', steering }, allowlist: ['fetch'] });
+      assert.deepEqual(viaCustom.output, steering.map(() => 200), JSON.stringify(viaCustom));
+      assert.deepEqual(handed, steering.map(() => ['x-kept']));
+    } finally {
+      await custom.close();
+    }
   });
 });

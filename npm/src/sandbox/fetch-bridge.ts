@@ -184,6 +184,8 @@ export async function bridgedFetch(requestJson: string, policy: FetchPolicy): Pr
       if (response.status === 303 || ((response.status === 301 || response.status === 302) && method === 'POST')) {
         method = 'GET';
         body = undefined;
+        // As the Fetch standard does on this switch: the body's headers go with the body.
+        for (const name of ['content-type', 'content-encoding', 'content-language', 'content-location']) headers.delete(name);
       }
       continue;
     }
