@@ -249,3 +249,42 @@ fn a_run_that_hit_a_limit_leaves_no_state_behind_but_one_that_failed_on_the_mode
     assert_eq!(err.code(), "provider_protocol");
     assert_eq!(block_on(store.scan("agent/bot/run/")).unwrap().len(), 1);
 }
+
+/// A store that is full: every write fails with `store_quota` (a test double).
+struct FullStore;
+
+#[async_trait::async_trait(?Send)]
+impl Store for FullStore {
+    async fn get(&self, _key: &str) -> Result<Option<Value>, crucible::store::StoreError> {
+        Ok(None)
+    }
+    async fn put(&self, _key: &str, _value: Value) -> Result<(), crucible::store::StoreError> {
+        Err(crucible::store::StoreError::new("store_quota", "the disk is full"))
+    }
+    async fn delete(&self, _key: &str) -> Result<(), crucible::store::StoreError> {
+        Ok(())
+    }
+    async fn scan(&self, _prefix: &str) -> Result<Vec<(String, Value)>, crucible::store::StoreError> {
+        Ok(vec![])
+    }
+    async fn batch(&self, _ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        Err(crucible::store::StoreError::new("store_quota", "the disk is full"))
+    }
+}
+
+#[test]
+fn an_approval_is_announced_only_once_its_run_is_saved() {
+    let refunds = refund_tool();
+    let handler = Rc::new(NeedsApproval { inner: refunds.clone(), predicate: Box::new(|_: &Value| true) });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler).unwrap());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#)]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(Rc::new(FullStore), "bot");
+    let mut sink = CollectingSink::default();
+    let err = block_on(agent.run("Refund order 42", RunOptions::default(), &mut sink)).unwrap_err();
+    assert_eq!(err.code(), "store_quota");
+    // Nobody is asked to approve a call of a run that could never resume.
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ApprovalRequested { .. })));
+    assert!(matches!(sink.events.last().unwrap().body, EventBody::AgentError { .. }));
+    assert_eq!(refunds.calls.get(), 0);
+}

@@ -336,11 +336,12 @@ impl RunContext<'_> {
             }
             let approvals = self.approvals_needed(state, &calls, turn_tools).await;
             if !approvals.is_empty() {
-                for approval in &approvals {
-                    emitter.emit(EventBody::ApprovalRequested { approval: approval.clone() });
-                }
-                state.pending = Some(PendingStep { step, finish_reason, calls, approvals });
+                state.pending = Some(PendingStep { step, finish_reason, calls, approvals: approvals.clone() });
+                // Saved first: an approval someone acts on must belong to a run that can resume.
                 self.save(state).await?;
+                for approval in approvals {
+                    emitter.emit(EventBody::ApprovalRequested { approval });
+                }
                 return Ok(RunOutput::paused(state));
             }
             let results = self.execute_calls(step, state, &calls, turn_tools, None, emitter).await;
