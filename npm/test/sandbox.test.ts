@@ -7,14 +7,13 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import ipaddr from 'ipaddr.js';
 
 import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.js';
 import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
-import { startFetchServer } from './support/fetch-target-server.js';
+import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 
 const wasmBuilt = existsSync(new URL('../wasm/crucible_sandbox_bg.wasm', import.meta.url));
@@ -302,12 +301,7 @@ function startBridgeServer(): Promise<{ server: Server; origin: string; port: nu
       }
     });
   });
-  return new Promise((resolve) =>
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as AddressInfo).port;
-      resolve({ server, origin: `http://127.0.0.1:${port}`, port, received, streams });
-    }),
-  );
+  return listenOnLoopback(server).then(({ origin, port }) => ({ server, origin, port, received, streams }));
 }
 
 describe('sandbox fetch: redirects, body and header limits on the host side (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing' }, () => {

@@ -33,10 +33,15 @@ export function startFetchServer(hostsSeen: string[]): Promise<{ server: Server;
       res.end();
     }
   });
+  return listenOnLoopback(server).then((ctx) => ({ server, ctx }));
+}
+
+/** Starts `server` on a free port of 127.0.0.1: its origin and port. */
+export function listenOnLoopback(server: Server): Promise<CaseContext> {
   return new Promise((resolve) =>
     server.listen(0, '127.0.0.1', () => {
       const port = (server.address() as AddressInfo).port;
-      resolve({ server, ctx: { origin: `http://127.0.0.1:${port}`, port } });
+      resolve({ origin: `http://127.0.0.1:${port}`, port });
     }),
   );
 }
