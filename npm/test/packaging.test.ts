@@ -361,7 +361,8 @@ export async function go(): Promise<unknown> {
  */
 async function assertWeatherAppWorks(browser: Browser, site: StaticServer, llm: MockLlmServer, path: string, shot: string): Promise<void> {
   llm.reset();
-  const tab = await openPage(browser, `${site.url}${path}?llm=${encodeURIComponent(llm.openaiBaseURL)}`);
+  const query = `llm=${encodeURIComponent(llm.openaiBaseURL)}&forge=${encodeURIComponent(JSON.stringify(SLUGIFY_FORGE))}`;
+  const tab = await openPage(browser, `${site.url}${path}?${query}`);
   try {
     await tab.page.waitForSelector('#status[data-state="done"], #status[data-state="failed"]', { timeout: 45_000 });
     await tab.screenshot(shot);

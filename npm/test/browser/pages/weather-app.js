@@ -2,7 +2,8 @@
 // rendered into the page; then a second agent with emergent capabilities forges a `slugify`
 // sandbox tool (tested in the package's sandbox Web Worker, reviewed by a test-double judge)
 // and calls it. The packaging test serves it bundled by Vite and as a plain ES module behind
-// an import map. The model endpoint comes from `?llm=<openai base URL>`.
+// an import map. The model endpoint comes from `?llm=<openai base URL>`, the forge request
+// (the tests' `SLUGIFY_FORGE`) from `?forge=<JSON>`.
 import { createAgent, openai, tool } from 'crucible-agents';
 
 const status = document.getElementById('status');
@@ -12,22 +13,6 @@ const forged = document.getElementById('forged');
 const finish = (state, text) => {
   status.dataset.state = state;
   status.textContent = text;
-};
-
-/** The same request as test/support/forge-fixtures.ts `SLUGIFY_FORGE`. */
-const slugifyRequest = {
-  name: 'slugify',
-  description: 'Turn text into a URL slug',
-  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
-  implementation: {
-    mode: 'sandbox',
-    code: "function execute(input){const s=input.text.toLowerCase().replace(/[^a-z0-9]+/g,'-').replace(/^-|-$/g,'');return {slug:s};}",
-  },
-  testCases: [
-    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
-    { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
-  ],
 };
 
 /** Test double of the judge: a ModelProvider that approves every forge, without a network. */
@@ -50,7 +35,9 @@ try {
       return { city, celsius: 21 };
     },
   });
-  const baseURL = new URLSearchParams(location.search).get('llm');
+  const params = new URLSearchParams(location.search);
+  const baseURL = params.get('llm');
+  const slugifyRequest = JSON.parse(params.get('forge') ?? 'null');
   const model = openai({ baseURL, apiKey: 'none', model: 'qwen', retry: { maxRetries: 0 } });
   const agent = await createAgent({
     model,
