@@ -146,6 +146,11 @@ fn a_run_interrupted_between_steps_resumes_from_its_last_persisted_step() {
     assert_eq!(err.code(), "provider_protocol");
     assert_eq!(refunds.calls.get(), 1);
 
+    // Resumed where the model fails again at once: nothing moved, so it can be resumed again,
+    // here, and it goes on from the same step.
+    let model = ScriptedModel::new(vec![]);
+    let restarted = refund_agent(model, refunds.clone(), store.clone());
+    assert_eq!(block_on(restarted.resume("run_crash", &[], None, &mut CollectingSink::default())).unwrap_err().code(), "provider_protocol");
     let model = ScriptedModel::new(vec![text("Refunded order 7.")]);
     let restarted = refund_agent(model.clone(), refunds.clone(), store);
     let out = block_on(restarted.resume("run_crash", &[], None, &mut CollectingSink::default())).unwrap();

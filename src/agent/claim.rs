@@ -5,7 +5,8 @@
 //! Three guards, from narrow to wide:
 //! - in this context (one wasm instance: a page, a worker, a Node process), a run being resumed
 //!   cannot be resumed again until that resume ends;
-//! - in this context, a state that was resumed once cannot be resumed again (the run moved on);
+//! - in this context, a paused state that was resumed once cannot be resumed again (its
+//!   approved calls ran);
 //! - across contexts, the agent's store lock `run:<agentId>/<runId>` is held for the whole
 //!   resume (IndexedDB: Web Locks, so tabs take turns), and the state is read under it: the
 //!   second resume finds the run moved on (a later state, or deleted because it completed).
@@ -59,8 +60,14 @@ impl ResumeClaim {
         Ok(claim)
     }
 
-    /// Refuses `state` if it was resumed before in this context, and remembers it as resumed.
+    /// Refuses `state` if it was resumed before in this context, and remembers it as resumed,
+    /// when it waits on approvals: resuming it runs the approved calls, which must not run
+    /// twice. A run interrupted between steps runs nothing on resume before its next save, so
+    /// a resume that failed at once (the model still down) can be retried from the same state.
     pub(crate) fn consume(&self, state: &RunState) -> Result<(), AgentError> {
+        if state.pending.is_none() {
+            return Ok(());
+        }
         let position = RunPosition::of(state);
         RESUMED.with(|r| {
             let mut resumed = r.borrow_mut();
