@@ -210,6 +210,10 @@ const runtimes = new WeakMap<object, Set<CoreAgentHandle>>();
 /** Agent ids with emergent capabilities open on each store object in this context. */
 const openRegistries = new WeakMap<object, Set<string>>();
 
+/** Releases the registry claim of an agent that was dropped without `close()`, once it is
+ *  garbage-collected, so its id can be opened again (when is up to the engine). */
+const unclosedAgents = new FinalizationRegistry<() => void>((release) => release());
+
 /**
  * Claims `agentId` on `store` for one open agent with emergent capabilities: its registry keeps
  * its tools, stats and audit trail in memory and writes them back, so a second writer of the
@@ -348,6 +352,7 @@ export class Agent {
     this.#core = core;
     this.#store = store;
     this.#releaseRegistry = releaseRegistry;
+    if (releaseRegistry) unclosedAgents.register(this, releaseRegistry, this);
     const channel = (this.#channel = sharedTierChannel(store, core));
     if (store && core.emergentEnabled) {
       const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
@@ -542,6 +547,7 @@ export class Agent {
     if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
     await this.#sandbox?.close?.();
     this.#core.free();
+    unclosedAgents.unregister(this);
     this.#releaseRegistry?.();
   }
 }

@@ -6,10 +6,11 @@ use serde_json::Value;
 
 use crate::tools::CompiledSchema;
 
-/// Most positions in prose where [`json_values`] tries to parse an embedded value: each try
-/// reads to the end of the value or the text, so a long text full of braces (code) must not
-/// turn the search quadratic.
-const MAX_EMBEDDED_TRIES: usize = 64;
+/// Most positions in prose where [`json_values`] tries to parse an embedded value. A try at
+/// a brace of quoted code fails within a few characters, but one can read to the end of the
+/// text, so a long text full of braces must not turn the search quadratic; a judge quoting a
+/// few hundred lines of code before its verdict still fits.
+const MAX_EMBEDDED_TRIES: usize = 512;
 
 /// Every JSON value `text` offers, in the order a reader would find them: the whole text;
 /// each fenced code block; then each object or array embedded in prose, left to right. A
