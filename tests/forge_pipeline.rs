@@ -677,3 +677,24 @@ fn normalize_turns_spaced_or_punctuated_names_into_tool_names() {
     assert_eq!(normalize(&req("slugify")).unwrap().name, "slugify");
     assert!(normalize(&req("!!!")).is_err(), "nothing usable is still an error");
 }
+
+#[test]
+fn a_tool_that_needs_approval_is_not_reachable_through_a_pipeline_or_a_direct_call() {
+    let r = rig();
+    let sent = support::FnTool::new(|_| Ok(json!({ "text": "sent" })));
+    let gated = support::NeedsApproval { inner: sent.clone(), predicate: Box::new(|_: &Value| true) };
+    let mut tools = host_tools();
+    tools.insert(crucible::tools::Tool::new("send_email", "Sends an email", &json!({ "type": "object" }), None, Rc::new(gated)).unwrap());
+    r.registry.set_host_tools(tools);
+    // A pipeline over it: its tests are refused, so the forge is rejected, and nothing is sent.
+    let res = block_on(r.registry.forge(&relay_request("mailer", "send_email", "sent"), "s1"));
+    assert!(!res.success);
+    assert!(res.reason.as_deref().unwrap().contains("needs a human's approval"), "{:?}", res.reason);
+    // Called directly (agent.tools.call): refused as well.
+    let err = block_on(r.registry.call("send_email", json!({ "to": "x" }), "s1")).unwrap_err();
+    assert_eq!(err.code, "denied");
+    assert_eq!(sent.calls.get(), 0, "the gated tool never ran");
+    // A host tool without approval is still callable both ways.
+    assert!(block_on(r.registry.forge(&relay_request("shout", "upper_case", "A"), "s1")).success);
+    assert_eq!(block_on(r.registry.call("upper_case", json!({ "text": "a" }), "s1")).unwrap(), json!({ "text": "A" }));
+}

@@ -390,10 +390,15 @@ export class Agent {
     this.emergent = {
       stats: () => wrap(() => core.forgeStats()),
       requestPromotion: (name, tier, o) => wrapAsync(() => core.requestPromotion(name, tier, session(o))),
-      approve: (id) => wrapAsync(() => core.approve(id).then(shared)),
-      deny: (id, reason = 'denied') => wrapAsync(() => core.deny(id, reason)),
+      approve: (id) => wrapAsync(() => core.approve(approvalId(id)).then(shared)),
+      deny: (id, reason = 'denied') => wrapAsync(() => core.deny(approvalId(id), String(reason))),
       demote: (name, o) => wrapAsync(() => core.demote(name, session(o)).then(shared)),
-      rollback: (name, version, o) => wrapAsync(() => core.rollback(name, version, session(o)).then(shared)),
+      rollback: (name, version, o) =>
+        wrapAsync(() => {
+          // The binding would turn 1.5 into version 1 without a word.
+          if (!Number.isInteger(version) || version < 1) throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer, got ${String(version)}`);
+          return core.rollback(name, version, session(o)).then(shared);
+        }),
       export: (name, o) => wrapAsync(async () => core.exportTool(name, session(o))),
       import: (pkg, o) => wrapAsync(() => core.importTool(pkg, session(o), { testCases: o?.testCases })),
       pendingApprovals: () => wrap(() => core.pendingApprovals()),
@@ -434,6 +439,8 @@ export class Agent {
    * `agent.error`. Breaking out of the loop aborts the run.
    */
   stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
+    if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));
+    if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.run/stream: options must be an object'));
     return this.#drive(newRunId(), options.signal, (runId, onEvent, signal) => this.#core.run(input, runId, options.sessionId, onEvent, signal));
   }
 
@@ -443,6 +450,10 @@ export class Agent {
    * {@link RunResult}.
    */
   resumeStream(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
+    if (typeof run !== 'string' && (run === null || typeof run !== 'object' || typeof run.runId !== 'string')) {
+      return failing(new CrucibleError('invalid_config', 'agent.resume: pass a run id or the paused RunResult ({ runId, state })'));
+    }
+    if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
     const runId = typeof run === 'string' ? run : run.runId;
     const state = typeof run === 'string' ? undefined : run.state;
     return this.#drive(runId, options.signal, (id, onEvent, signal) => this.#core.resume(id, state, options.approvals, onEvent, signal));
@@ -552,6 +563,23 @@ export class Agent {
   }
 }
 
+/** An event stream that fails with `error` when first read (bad arguments reject like any
+ *  other failure of a run instead of throwing where the call was made). */
+// eslint-disable-next-line require-yield
+async function* failing(error: CrucibleError): AsyncGenerator<AgentEvent, void, undefined> {
+  throw error;
+}
+
+/** An approval id as the core takes it; anything else is a typed error, not a binding's TypeError. */
+function approvalId(id: unknown): string {
+  if (typeof id !== 'string') throw new CrucibleError('invalid_argument', `an approval id must be a string, got ${describeType(id)}`);
+  return id;
+}
+
+function describeType(value: unknown): string {
+  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
+}
+
 async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
   for await (const event of events) {
     switch (event.type) {
@@ -589,6 +617,17 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   }
   const core = await loadCore();
   const tools = options.tools ?? [];
+  if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {
+    throw new CrucibleError('invalid_config', 'createAgent: `tools` must be an array of tools made with tool({...})');
+  }
+  if (options.store !== undefined && (options.store === null || typeof options.store !== 'object')) {
+    throw new CrucibleError('invalid_config', 'createAgent: `store` must be a store such as indexedDbStore({...}), nodeStore({...}) or memoryStore()');
+  }
+  for (const [what, judge] of [['judge', options.emergent?.judge], ['promotionJudge', options.emergent?.promotionJudge]] as const) {
+    if (judge !== undefined && typeof (judge as { model?: { stream?: unknown } } | null)?.model?.stream !== 'function') {
+      throw new CrucibleError('invalid_config', `createAgent: emergent.${what} must be { model: <provider> }, e.g. { model: openai({...}) }`);
+    }
+  }
   const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
   const adapt = (provider: ModelProvider) => ({
@@ -622,6 +661,12 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     toolChoice: options.toolChoice,
     resetToolChoice: options.resetToolChoice,
   };
+  for (const t of tools) {
+    // Anything but a boolean or a predicate would silently mean "never ask": fail closed here.
+    if (t?.needsApproval !== undefined && typeof t.needsApproval !== 'boolean' && typeof t.needsApproval !== 'function') {
+      throw new CrucibleError('invalid_config', `tool ${t.name}: needsApproval must be true, false or a function of the arguments, got ${describeType(t.needsApproval)}`);
+    }
+  }
   const specs = tools.map((t) => ({
     name: t.name,
     description: t.description,

@@ -304,6 +304,37 @@ describe('emergent options and edge cases through createAgent', () => {
     await Promise.all([again.close(), other.close()]);
   });
 
+  test('a host tool that needs approval is refused to direct calls and to forged pipelines', async () => {
+    const sent: unknown[] = [];
+    const sendEmail = tool({
+      name: 'send_email',
+      description: 'Sends an email',
+      inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      needsApproval: true,
+      execute: (args: unknown) => {
+        sent.push(args);
+        return { text: 'sent' };
+      },
+    });
+    const agent = await createAgent({
+      model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat' }),
+      tools: [sendEmail],
+      emergent: { enabled: true, judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) } },
+    });
+    await assert.rejects(agent.tools.call('send_email', { text: 'hi' }), { code: 'denied', message: /approval/ });
+    const pipeline = await agent.forge({
+      name: 'mailer',
+      description: 'Sends the text by email',
+      inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      outputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      implementation: { mode: 'compose', steps: [{ name: 'send', tool: 'send_email', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'sent' } }, { input: { text: 'b' }, expectedOutput: { text: 'sent' } }],
+    });
+    assert.ok(!pipeline.success && /needs a human's approval/.test(pipeline.reason), JSON.stringify(pipeline));
+    assert.deepEqual(sent, [], 'the gated tool never ran');
+    await agent.close();
+  });
+
   test('endSession discards the session tier', async () => {
     const agent = await makeAgent(memoryStore());
     assert.ok((await agent.forge(slugify, { sessionId: 'gone' })).success);

@@ -324,6 +324,15 @@ impl ComposeHandler {
     }
 }
 
+/// The failure of a call that would need a human's approval where none can be asked: inside a
+/// compose pipeline, or called directly through the registry API.
+pub fn denied_without_approval(tool: &str) -> ToolFailure {
+    ToolFailure::new(
+        "denied",
+        format!("`{tool}` needs a human's approval for this call, which can only be asked in a run (not from a pipeline or a direct call)"),
+    )
+}
+
 #[async_trait(?Send)]
 impl ToolHandler for ComposeHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
@@ -344,6 +353,11 @@ impl ToolHandler for ComposeHandler {
             let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
                 return Err(fail(ToolFailure::new("unknown_tool", "the tool is no longer available to this session")));
             };
+            // A call that needs a human's approval cannot be made from inside a pipeline, where
+            // no one is asked: forging one over it must not be a way around the approval.
+            if tool.handler().needs_approval(&step_args).await {
+                return Err(fail(denied_without_approval(&step.tool)));
+            }
             outputs.push(invoke(&tool, step_args, &inner).await.map_err(fail)?);
         }
         Ok(outputs.pop().unwrap_or(args))

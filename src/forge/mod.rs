@@ -17,7 +17,7 @@ mod stats;
 mod testing;
 
 pub use classify::{classify, is_syntax_error, Evidence, RejectionCategory};
-pub use compose::{ComposeBuildError, ComposeHandler};
+pub use compose::{denied_without_approval, ComposeBuildError, ComposeHandler};
 pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
 pub use judge::{
     ask as ask_judge, check_coherent, parse_verdict, review_prompt, verdict_schema, JudgeError, ReviewKind, Verdict, APPROVAL_MIN_SCORE,

@@ -864,6 +864,11 @@ impl Registry {
                 ToolFailure::new("unknown_tool", format!("no tool named `{name}`"))
             });
         };
+        // A host tool that asks for approval is asked for it in runs only; a direct call
+        // (`agent.tools.call`) has no one to ask, so it is refused rather than let through.
+        if tool.handler().needs_approval(&args).await {
+            return Err(crate::forge::denied_without_approval(name));
+        }
         invoke(&tool, args, &self.direct_call(session)).await
     }
 
