@@ -79,18 +79,70 @@ function stripMeta(schema: JsonSchema): JsonSchema {
   return rest;
 }
 
-/** Defines a host tool. */
+/** Names a tool may have: what OpenAI, Anthropic and the core all accept. */
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** `toJsonSchema`, with any failure (a vendor's converter throwing too) as `invalid_config`. */
+function resolveSchema(schema: JsonSchema | StandardJsonSchemaLike, where: string): JsonSchema {
+  try {
+    return toJsonSchema(schema, where);
+  } catch (cause) {
+    if (cause instanceof CrucibleError) throw cause;
+    const detail = cause instanceof Error ? cause.message : String(cause);
+    throw new CrucibleError('invalid_config', `${where} cannot be turned into JSON Schema: ${detail}`, { cause });
+  }
+}
+
+/** A JSON Schema object, or a Standard Schema (some vendors', ArkType's, are callable). */
+function isSchemaLike(value: unknown): boolean {
+  return isObject(value) || (typeof value === 'function' && '~standard' in value);
+}
+
+/** Defines a host tool. Throws `invalid_config` when the options cannot make one. */
 export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Result>): HostTool<Args, Result> {
+  if (!isObject(options)) {
+    throw new CrucibleError('invalid_config', 'tool() needs an options object: tool({ name, description, inputSchema, execute })');
+  }
+  const { name } = options;
+  const label = typeof name === 'string' && name !== '' ? `tool ${JSON.stringify(name)}` : 'tool()';
+  if (typeof name !== 'string' || !TOOL_NAME.test(name)) {
+    const got = typeof name === 'string' ? JSON.stringify(name) : typeof name;
+    throw new CrucibleError('invalid_config', `${label}: name must match ^[A-Za-z0-9_-]{1,64}$ (got ${got})`);
+  }
   if (typeof options.execute !== 'function') {
-    throw new CrucibleError('invalid_config', `tool ${options.name}: execute must be a function`);
+    throw new CrucibleError('invalid_config', `${label}: execute must be a function (got ${typeOf(options.execute)})`);
+  }
+  if (!isSchemaLike(options.inputSchema)) {
+    throw new CrucibleError('invalid_config', `${label}: inputSchema must be a JSON Schema object or a Standard Schema (got ${typeOf(options.inputSchema)})`);
+  }
+  const { outputSchema } = options;
+  if (outputSchema != null && !isSchemaLike(outputSchema)) {
+    throw new CrucibleError('invalid_config', `${label}: outputSchema must be a JSON Schema object or a Standard Schema (got ${typeOf(outputSchema)})`);
+  }
+  if (options.description !== undefined && typeof options.description !== 'string') {
+    throw new CrucibleError('invalid_config', `${label}: description must be a string (got ${typeOf(options.description)})`);
+  }
+  const { needsApproval } = options;
+  if (needsApproval !== undefined && typeof needsApproval !== 'boolean' && typeof needsApproval !== 'function') {
+    throw new CrucibleError('invalid_config', `${label}: needsApproval must be a boolean or a function (got ${typeOf(needsApproval)})`);
   }
   return Object.freeze({
     kind: 'host' as const,
-    name: options.name,
+    name,
     description: options.description ?? '',
-    inputSchema: toJsonSchema(options.inputSchema, `tool ${options.name}: inputSchema`),
-    outputSchema: options.outputSchema ? toJsonSchema(options.outputSchema, `tool ${options.name}: outputSchema`) : undefined,
+    inputSchema: resolveSchema(options.inputSchema, `${label}: inputSchema`),
+    outputSchema: outputSchema != null ? resolveSchema(outputSchema, `${label}: outputSchema`) : undefined,
     execute: options.execute,
-    needsApproval: options.needsApproval ?? false,
+    needsApproval: needsApproval ?? false,
   });
+}
+
+function typeOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value;
 }

@@ -3,7 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
-import { AbortError, AgentRunError, createAgent, openai, anthropic, tool, type AgentEvent } from '../src/node.js';
+import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, tool, type AgentEvent } from '../src/node.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let server: MockLlmServer;
@@ -79,6 +79,19 @@ describe('agent over an OpenAI-compatible server', () => {
     }
     const fine = await createAgent({ model: model(), agentId: 'support-bot.eu-1' });
     await fine.close();
+  });
+
+  test('bad arguments are typed errors, not TypeErrors from the bindings', async () => {
+    const code = (c: string) => (e: unknown) => (e as { code?: string }).code === c;
+    await assert.rejects(createAgent({ model: model(), tools: [{ ...weather, needsApproval: 'always' as unknown as boolean }] }), code('invalid_config'), 'needsApproval that would mean "never" fails closed');
+    await assert.rejects(createAgent({ model: model(), tools: weather as unknown as [] }), code('invalid_config'));
+    await assert.rejects(createAgent({ model: model(), store: 'db' as never }), code('invalid_config'));
+    await assert.rejects(createAgent({ model: model(), emergent: { enabled: true, judge: model() as never } }), code('invalid_config'));
+    const agent = await createAgent({ model: model(), tools: [weather] });
+    await assert.rejects(agent.run(123 as unknown as string), code('invalid_config'));
+    await assert.rejects(agent.run(undefined as unknown as string), code('invalid_config'));
+    await assert.rejects(agent.resume(null as never), code('invalid_config'));
+    await agent.close();
   });
 
   test('run() collects the stream and continues the session conversation', async () => {
@@ -206,7 +219,70 @@ describe('agent over an OpenAI-compatible server', () => {
   });
 
   test('rejects bad configuration with a typed error', async () => {
-    await assert.rejects(createAgent({ model: model(), tools: [tool({ name: 'bad name!', description: '', inputSchema: { type: 'object' }, execute: () => 1 })] }), /invalid|must match/);
+    // tool() refuses the name itself (see below); createAgent checks a tool made without it too.
+    const badName = { ...tool({ name: 'ok_name', description: '', inputSchema: { type: 'object' }, execute: () => 1 }), name: 'bad name!' };
+    await assert.rejects(createAgent({ model: model(), tools: [badName] }), { code: 'invalid_config', message: /must match/ });
+  });
+});
+
+describe('tool() rejects options it cannot use with invalid_config', () => {
+  const valid = { name: 'lookup', description: 'Looks up', inputSchema: { type: 'object' }, execute: () => 1 };
+  /** Asserts `make` throws a CrucibleError `invalid_config` whose message matches every pattern. */
+  function throwsInvalid(make: () => unknown, ...patterns: RegExp[]): void {
+    assert.throws(make, (e: unknown) => {
+      assert.ok(e instanceof CrucibleError, `not a CrucibleError: ${String(e)}`);
+      assert.equal(e.code, 'invalid_config');
+      for (const pattern of patterns) assert.match(e.message, pattern);
+      return true;
+    });
+  }
+
+  test('no options, or options that are not an object', () => {
+    throwsInvalid(() => (tool as (o?: unknown) => unknown)(), /^tool\(\)/, /options object/);
+    throwsInvalid(() => tool(undefined as never), /^tool\(\)/, /options object/);
+    throwsInvalid(() => tool(null as never), /^tool\(\)/);
+    throwsInvalid(() => tool('lookup' as never), /^tool\(\)/);
+  });
+
+  test('a missing or non-function execute names the tool', () => {
+    const { execute: _execute, ...noExecute } = valid;
+    throwsInvalid(() => tool(noExecute as never), /tool "lookup"/, /execute must be a function/, /undefined/);
+    throwsInvalid(() => tool({ ...valid, execute: 'run' as never }), /tool "lookup"/, /execute must be a function/, /string/);
+  });
+
+  test('a missing, null or non-object inputSchema names the tool', () => {
+    const { inputSchema: _schema, ...noSchema } = valid;
+    throwsInvalid(() => tool(noSchema as never), /tool "lookup"/, /inputSchema/, /undefined/);
+    throwsInvalid(() => tool({ ...valid, inputSchema: null as never }), /tool "lookup"/, /inputSchema/, /null/);
+    throwsInvalid(() => tool({ ...valid, inputSchema: 'object' as never }), /tool "lookup"/, /inputSchema/, /string/);
+    throwsInvalid(() => tool({ ...valid, inputSchema: [] as never }), /tool "lookup"/, /inputSchema/, /array/);
+  });
+
+  test('a name outside ^[A-Za-z0-9_-]{1,64}$ is refused by tool() itself', () => {
+    for (const name of ['bad name!', '', 'x'.repeat(65), 'dot.ted']) {
+      throwsInvalid(() => tool({ ...valid, name }), /name must match/, /A-Za-z0-9_-/);
+    }
+    throwsInvalid(() => tool({ ...valid, name: undefined as never }), /^tool\(\)/, /name must match/);
+    throwsInvalid(() => tool({ ...valid, name: 42 as never }), /^tool\(\)/, /name must match/, /number/);
+    assert.equal(tool({ ...valid, name: 'A-z_09' }).name, 'A-z_09');
+  });
+
+  test('a Standard Schema whose conversion throws becomes invalid_config naming the tool', () => {
+    const cause = new Error('cannot represent transforms');
+    const broken = { '~standard': { version: 1, vendor: 'acme', jsonSchema: { input: () => { throw cause; } } } };
+    assert.throws(
+      () => tool({ ...valid, inputSchema: broken }),
+      (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_config' && /tool "lookup": inputSchema/.test(e.message) && /cannot represent transforms/.test(e.message) && e.cause === cause,
+    );
+    // Zod 4 throws when a schema has no JSON Schema form.
+    throwsInvalid(() => tool({ ...valid, inputSchema: z.object({ when: z.date() }) }), /tool "lookup": inputSchema/, /Date cannot be represented/);
+    throwsInvalid(() => tool({ ...valid, outputSchema: z.object({ n: z.bigint() }) }), /tool "lookup": outputSchema/, /BigInt/);
+  });
+
+  test('other options of the wrong type', () => {
+    throwsInvalid(() => tool({ ...valid, outputSchema: 'object' as never }), /tool "lookup": outputSchema/);
+    throwsInvalid(() => tool({ ...valid, description: 7 as never }), /tool "lookup": description must be a string/);
+    throwsInvalid(() => tool({ ...valid, needsApproval: 'yes' as never }), /tool "lookup": needsApproval/);
   });
 });
 

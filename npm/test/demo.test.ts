@@ -85,6 +85,11 @@ function scriptedModel(request: MockRequest): MockReply {
     const tool = caller?.toolNames?.at(-1);
     if (tool === 'forge_tool' && request.toolNames.includes('slugify')) return { toolCalls: [{ name: 'slugify', arguments: { text: 'Hello World!' } }] };
     if (tool === 'slugify') return { text: 'The slug of “Hello World!” is hello-world.', chunkDelayMs: 20 };
+    // "two notes": the run (resumed after the first approval) asks to save a second one.
+    const sinceAsked = request.messages.slice(request.messages.map((m) => m.role).lastIndexOf('user'));
+    const asked = sinceAsked[0]?.content ?? '';
+    const results = sinceAsked.filter((m) => m.role === 'tool').length;
+    if (tool === 'save_note' && /two notes/i.test(asked) && results < 2) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy bread' } }] };
     if (tool === 'save_note') return { text: last.content.includes('"saved":true') ? 'Saved your note.' : `Not saved: ${last.content.slice(0, 80)}`, chunkDelayMs: 10 };
     if (tool === 'get_weather') return { text: 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.', chunkDelayMs: 40 };
     return { text: `Done: ${last.content.slice(0, 80)}` };
@@ -311,6 +316,67 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a remembered key is not sent to a base URL given by a link', async () => {
+      mock.reset();
+      const other = await startMockLlmServer({ respond: scriptedModel });
+      try {
+        const { page, errors } = await open();
+        const secret = 'sk-remembered-for-mock';
+        await page.click('#settings-details > summary');
+        await page.fill('#api-key', secret);
+        await page.check('#remember-key');
+        await page.click('#settings-form button[type="submit"]');
+        await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle');
+        await send(page, 'hi');
+        await lastAgentStatus(page, 'done');
+        assert.equal(mock.requests.at(-1)!.headers.authorization, `Bearer ${secret}`);
+        // A link to another server (with or without a provider): no remembered key, nothing sent with it.
+        const links: Record<string, string>[] = [{ baseURL: other.openaiBaseURL, model: 'mock' }, { provider: 'openai', baseURL: other.openaiBaseURL, model: 'mock' }];
+        const filled: string[] = [];
+        for (const query of links) {
+          await page.goto(`${pageURL}?${new URLSearchParams(query)}`);
+          await waitReady(page);
+          filled.push(await page.inputValue('#api-key'));
+          await send(page, 'hello other server');
+          await lastAgentStatus(page, 'done');
+        }
+        assert.ok(other.requests.length >= 2, 'the page talked to the other server');
+        for (const r of other.requests) assert.ok(!String(r.headers.authorization ?? '').includes(secret), `key sent to the other server: ${r.headers.authorization}`);
+        assert.deepEqual(filled, ['', ''], 'the key field stays empty for the other server');
+        // Back on the server it was remembered for, the key is used again.
+        await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
+        await waitReady(page);
+        assert.equal(await page.inputValue('#api-key'), secret);
+        // Typing another base URL into the form takes the key away, typing the old one brings it back.
+        await page.click('#settings-details > summary');
+        await page.fill('#base-url', other.openaiBaseURL);
+        assert.equal(await page.inputValue('#api-key'), '');
+        await page.fill('#base-url', mock.openaiBaseURL);
+        assert.equal(await page.inputValue('#api-key'), secret);
+        assert.deepEqual(errors, []);
+      } finally {
+        await other.close();
+      }
+    });
+
+    test('two quick applies leave the page ready with an agent', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await page.evaluate(() => {
+        const form = document.querySelector<HTMLFormElement>('#settings-form')!;
+        form.requestSubmit();
+        form.requestSubmit();
+      });
+      await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state !== 'loading', undefined, { timeout: 30_000 });
+      const flag = await page.evaluate(() => window.__crucibleDemo!);
+      assert.equal(flag.error, undefined, `the agent did not start: ${flag.error}`);
+      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+      await send(page, 'still here?');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'echo: still here?');
+      assert.deepEqual(errors, []);
+    });
+
     test('a tool call that needs approval pauses the run; approving resumes it', async () => {
       mock.reset();
       const { page, errors } = await open();
@@ -337,6 +403,55 @@ function suite(): void {
       assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
       await shot(page, 'toolcall-done');
       assert.deepEqual(errors, []);
+    });
+
+    test('a resumed run that pauses again keeps its new approval, also after a reload', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? '');
+      await send(page, 'Save two notes: buy milk, then buy bread');
+      await lastAgentStatus(page, 'paused');
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      // The resumed run (same run id) saved the first note and waits on the second call.
+      await page.waitForFunction(() => /buy bread/.test(document.querySelector('#approvals [data-tool="save_note"]')?.textContent ?? ''), undefined, { timeout: 20_000 });
+      await lastAgentStatus(page, 'paused');
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 1);
+      assert.match(await stored(), /buy bread/);
+      assert.doesNotMatch(await stored(), /buy milk/);
+      await page.reload();
+      await waitReady(page);
+      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+      assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy bread/);
+      // It still resumes the run to its end.
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      assert.equal(await stored(), '');
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk","buy bread"]');
+      assert.deepEqual(errors, []);
+    });
+
+    test('a failed resume keeps the approval and shows the error; approving again finishes the run', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Save a note: buy milk');
+      await lastAgentStatus(page, 'paused');
+      // The model fails on the call after the approved tool ran (400: not retried).
+      mock.enqueue({ status: 400 });
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await lastAgentStatus(page, 'error');
+      await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
+      assert.match((await page.textContent('#approvals .hint')) ?? '', /^Could not approve: /);
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 1);
+      assert.match(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? ''), /buy milk/);
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      // The approved call ran once.
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
     });
 
     describe('forge, promotion, reload (emergent API)', () => {

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
-import { AbortError, ProviderError } from '../src/errors.js';
+import { AbortError, CrucibleError, ProviderError } from '../src/errors.js';
 import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
@@ -678,5 +678,79 @@ describe('openai() reads SSE framing as servers write it', () => {
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `got ${String(error)}`);
     assert.match(error.message, /ended before the answer finished/);
+  });
+});
+
+describe('provider options are checked when the provider is created', () => {
+  /** Asserts `make` throws a CrucibleError `invalid_config` whose message matches every pattern. */
+  function throwsInvalid(make: () => unknown, ...patterns: Array<RegExp | string>): void {
+    assert.throws(make, (e: unknown) => {
+      assert.ok(e instanceof CrucibleError, `not a CrucibleError: ${String(e)}`);
+      assert.ok(!(e instanceof ProviderError), 'a configuration mistake is not a provider failure');
+      assert.equal(e.code, 'invalid_config');
+      for (const pattern of patterns) {
+        if (typeof pattern === 'string') assert.ok(e.message.includes(pattern), `${JSON.stringify(e.message)} lacks ${pattern}`);
+        else assert.match(e.message, pattern);
+      }
+      return true;
+    });
+  }
+
+  for (const { name, factory, baseURL } of providers) {
+    const make = (options: Record<string, unknown>) => factory({ model: 'm', baseURL: baseURL(server), ...options } as ProviderOptions);
+    const own = new RegExp(`^${name}\\(\\)`);
+
+    it(`${name}(): no options, or options that are not an object`, () => {
+      throwsInvalid(() => (factory as (o?: unknown) => unknown)(), own, /options object/, /model/);
+      throwsInvalid(() => factory(null as never), own, /options object/, /null/);
+      throwsInvalid(() => factory('gpt-4o' as never), own, /options object/);
+    });
+
+    it(`${name}(): model must be a non-empty string`, () => {
+      throwsInvalid(() => factory({ baseURL: baseURL(server) } as never), own, /`model` must be a non-empty string/, /undefined/);
+      throwsInvalid(() => make({ model: '' }), own, /`model`/);
+      throwsInvalid(() => make({ model: '  ' }), own, /`model`/);
+      throwsInvalid(() => make({ model: 4 }), own, /`model`/, /4/);
+    });
+
+    it(`${name}(): baseURL must be an absolute http(s) URL`, () => {
+      for (const bad of ['', '/v1', '127.0.0.1:8080/v1', 'localhost:11434', 'ftp://example.com/v1', 'not a url']) {
+        throwsInvalid(() => make({ baseURL: bad }), own, /`baseURL` must be an absolute http:\/\/ or https:\/\/ URL/, `(got ${JSON.stringify(bad)})`);
+      }
+      throwsInvalid(() => make({ baseURL: 8080 }), own, /`baseURL`/, /8080/);
+      throwsInvalid(() => make({ baseURL: new URL(baseURL(server)) }), own, /`baseURL`/, /object/);
+      throwsInvalid(() => make({ baseURL: undefined, baseUrl: 'http://127.0.0.1:1' }), own, /spelled `baseURL`/);
+      // Absent means the provider's default; http and https both go.
+      assert.ok(make({ baseURL: undefined }).id);
+      assert.ok(make({ baseURL: 'https://example.com/v1/' }).id);
+    });
+
+    it(`${name}(): timeoutMs and retry settings must be usable numbers`, () => {
+      for (const bad of [Number.NaN, Infinity, -1, 0, '1000', 2 ** 31]) {
+        throwsInvalid(() => make({ timeoutMs: bad }), own, /`timeoutMs` must be a number of milliseconds/);
+      }
+      for (const bad of [Number.NaN, Infinity, -1, 1.5, '2']) {
+        throwsInvalid(() => make({ retry: { maxRetries: bad } }), own, /`retry.maxRetries` must be a whole number/);
+      }
+      for (const bad of [Number.NaN, Infinity, -5, '10']) {
+        throwsInvalid(() => make({ retry: { initialDelayMs: bad } }), own, /`retry.initialDelayMs` must be a number of milliseconds/);
+        throwsInvalid(() => make({ retry: { maxDelayMs: bad } }), own, /`retry.maxDelayMs`/);
+      }
+      throwsInvalid(() => make({ retry: 3 }), own, /`retry` must be an object/);
+      assert.ok(make({ timeoutMs: 1, retry: { maxRetries: 0, initialDelayMs: 0, maxDelayMs: 0 } }).id);
+    });
+
+    it(`${name}(): other options of the wrong type`, () => {
+      throwsInvalid(() => make({ apiKey: 123 }), own, /`apiKey` must be a string/);
+      throwsInvalid(() => make({ headers: 'x-key: 1' }), own, /`headers` must be an object/);
+      throwsInvalid(() => make({ stream: 'false' }), own, /`stream` must be true or false/);
+      throwsInvalid(() => make({ fetch: 'fetch' }), own, /`fetch` must be a function/);
+    });
+  }
+
+  it('a fractional timeoutMs is rounded up to whole milliseconds, not a RangeError from AbortSignal.timeout', async () => {
+    server.enqueue({ text: 'ok' });
+    const out = await collect(openai({ model: 'm', baseURL: server.openaiBaseURL, timeoutMs: 10_000.5 }).stream({ messages: hello, tools: [] }));
+    assert.equal(out.text, 'ok');
   });
 });

@@ -11,6 +11,7 @@ import { after, before, describe, test } from 'node:test';
 
 import ipaddr from 'ipaddr.js';
 
+import { SandboxError } from '../src/errors.js';
 import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.js';
 import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
 import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
@@ -23,6 +24,36 @@ const HOST_SECRET = 'host-secret-7f3a';
 let server: Server | undefined;
 let ctx: CaseContext;
 const hostsSeen: string[] = [];
+
+// Options are checked before the wasm is loaded, so these run without a build.
+describe('createSandbox options are checked with a SandboxError', () => {
+  async function refused(options: unknown, pattern: RegExp): Promise<void> {
+    await assert.rejects((createSandbox as (o?: unknown) => Promise<Sandbox>)(options), (e: unknown) => {
+      assert.ok(e instanceof SandboxError, `expected a SandboxError, got ${String(e)}`);
+      assert.equal(e.code, 'sandbox_error');
+      assert.match(e.message, pattern);
+      return true;
+    });
+  }
+
+  test('null or a non-object is refused, not read as options', async () => {
+    await refused(null, /createSandbox takes an options object.*got null/);
+    await refused(5000, /createSandbox takes an options object.*got number/);
+    await refused([], /createSandbox takes an options object.*got an array/);
+  });
+
+  test('fetchDomainAllowlist must be an array of host names; a string is not split into characters', async () => {
+    await refused({ fetchDomainAllowlist: 'api.example.com' }, /fetchDomainAllowlist must be an array of host names.*got "api\.example\.com"/);
+    await refused({ fetchDomainAllowlist: ['api.example.com', 42] }, /fetchDomainAllowlist must be an array of host names.*non-string or empty entry/);
+    await refused({ fetchDomainAllowlist: [''] }, /fetchDomainAllowlist must be an array of host names/);
+    await refused({ fetchDomainAllowlist: { host: 'api.example.com' } }, /fetchDomainAllowlist must be an array of host names.*got object/);
+  });
+
+  test('a timeout that is not a usable number of milliseconds is refused', async () => {
+    for (const timeoutMs of [Number.NaN, Infinity, 0, -1, '5000', 2 ** 31]) await refused({ timeoutMs }, /timeoutMs must be a positive number of milliseconds/);
+    await refused({ memoryMB: '64' }, /memoryMB must be between 32 and 4096/);
+  });
+});
 
 describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing: run npm run build:wasm' }, () => {
   let sandbox: Sandbox;

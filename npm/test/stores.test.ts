@@ -340,9 +340,38 @@ describe('indexedDbStore specifics', () => {
   it('throws store_error when no IndexedDB is available', () => {
     assert.throws(() => indexedDbStore({ name: 'x' }), (err) => err instanceof StoreError && err.code === 'store_error');
   });
+
+  it('throws store_error, not a TypeError, without options or without a database name', () => {
+    const factory = new IDBFactory();
+    const refused = (make: () => unknown, pattern: RegExp) =>
+      assert.throws(make, (err: unknown) => {
+        assert.ok(err instanceof StoreError, `expected a StoreError, got ${String(err)}`);
+        assert.equal(err.code, 'store_error');
+        assert.match(err.message, pattern);
+        return true;
+      });
+    refused(() => (indexedDbStore as (o?: unknown) => unknown)(), /indexedDbStore needs an options object with a database `name`/);
+    refused(() => indexedDbStore(null as never), /indexedDbStore needs an options object/);
+    refused(() => indexedDbStore('crucible' as never), /indexedDbStore needs an options object/);
+    refused(() => indexedDbStore({ indexedDB: factory, IDBKeyRange } as never), /indexedDbStore needs a database `name`/);
+    refused(() => indexedDbStore({ name: '', indexedDB: factory, IDBKeyRange }), /database `name`: a non-empty string/);
+    refused(() => indexedDbStore({ name: 42 as never, indexedDB: factory, IDBKeyRange }), /database `name`/);
+    refused(() => indexedDbStore({ name: 'x', indexedDB: factory, IDBKeyRange, storeName: 7 as never }), /`storeName` must be a non-empty string/);
+  });
 });
 
 describe('nodeStore specifics', () => {
+  it('rejects with store_error, not a TypeError, without options or without a path', async () => {
+    for (const options of [undefined, null, './.crucible']) {
+      const err = await rejectsWith((nodeStore as (o?: unknown) => Promise<Store>)(options), 'store_error');
+      assert.match(err.message, /nodeStore needs an options object with a directory `path`/);
+    }
+    for (const options of [{}, { path: '' }, { path: 42 }, { dir: tempDir() }]) {
+      const err = await rejectsWith(nodeStore(options as never), 'store_error');
+      assert.match(err.message, /nodeStore needs a directory `path`: a non-empty string/);
+    }
+  });
+
   it('a record whose text is not JSON is store_corrupt naming its key, on get and on scan', async () => {
     const path = tempDir();
     const { ClassicLevel } = await import('classic-level');

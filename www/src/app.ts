@@ -21,7 +21,8 @@ export class App {
   /** Tool calls of paused runs waiting for a human; the run states live in IndexedDB, so
    * these survive a reload and the run can be resumed by id. */
   runApprovals: RunApproval[] = [];
-  /** Set by the chat: continues a paused run with decisions and streams it into the transcript. */
+  /** Set by the chat: continues a paused run with decisions and streams it into the transcript.
+   * Rejects when the resumed run failed or was stopped (the run stays resumable). */
   resumeRun: ((runId: string, decisions: ApprovalDecision[]) => Promise<void>) | undefined;
 
   constructor(sessionId: string) {

@@ -29,10 +29,14 @@ export function mountApprovals(app: App): void {
     const ofRun = app.runApprovals.filter((a) => a.runId === p.runId);
     if (!ofRun.every((a) => decided.has(a.id))) return;
     const decisions = ofRun.map((a) => decided.get(a.id)!);
-    if (!app.resumeRun) throw new Error('the chat is not ready');
     try {
+      if (!app.resumeRun) throw new Error('the chat is not ready');
+      // Rejects when the resume failed or was stopped: the approvals stay, to try again.
       await app.resumeRun(p.runId, decisions);
-      app.setRunApprovals(app.runApprovals.filter((a) => a.runId !== p.runId));
+      // Only the decided calls are done: a resumed run keeps its id, and when it paused again
+      // its new approvals (added by the chat on `agent.paused`) must stay.
+      const done = new Set(ofRun.map((a) => a.id));
+      app.setRunApprovals(app.runApprovals.filter((a) => !done.has(a.id)));
     } finally {
       for (const a of ofRun) decided.delete(a.id);
     }

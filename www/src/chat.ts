@@ -3,6 +3,8 @@ import type { App } from './app.ts';
 import { $, brief, clear, errorText, h } from './dom.ts';
 import type { DemoEvent, RunApproval } from './runtime.ts';
 
+type RunEnd = 'done' | 'stopped' | 'error' | 'paused';
+
 export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void } {
   const transcript = $('#transcript');
   const form = $<HTMLFormElement>('#chat-form');
@@ -66,10 +68,14 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     transcript.querySelector('.empty-note')?.remove();
     const summary = decisions.map((d) => `${d.approved ? 'approved' : 'denied'}${d.reason ? ` (${d.reason})` : ''}`).join(', ');
     transcript.append(h('div', { class: 'msg msg-user' }, h('span', { class: 'msg-role' }, 'You'), h('p', { class: 'msg-text' }, `Tool call ${summary}.`)));
-    await drive('Agent (resumed)', (signal) => runtime.resume(runId, decisions, signal));
+    const ended = await drive('Agent (resumed)', (signal) => runtime.resume(runId, decisions, signal));
+    // A resume that failed or was stopped leaves the run resumable: the caller keeps its approvals.
+    if (ended.status === 'error') throw new Error(ended.note ?? 'the resumed run failed');
+    if (ended.status === 'stopped') throw new Error('the resumed run was stopped; approve or deny again to continue it');
   };
 
-  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<void> {
+  /** Runs a stream into a new bubble; resolves with how it ended (it never throws). */
+  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<{ status: RunEnd; note?: string }> {
     const body = h('div', { class: 'msg-body' });
     const bubble = h('div', { class: 'msg msg-agent', 'data-status': 'streaming' }, h('span', { class: 'msg-role' }, role), body);
     transcript.append(bubble);
@@ -90,7 +96,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       body.append(h('div', { class: `tool-event ${cls}` }, ...content));
       scroll();
     };
-    const finish = (status: 'done' | 'stopped' | 'error' | 'paused', note?: string) => {
+    let ending: { status: RunEnd; note?: string } = { status: 'done' };
+    const finish = (status: RunEnd, note?: string) => {
+      ending = { status, note };
       bubble.dataset.status = status;
       if (note) body.append(h('p', { class: `run-note run-note-${status}` }, note));
       scroll();
@@ -118,6 +126,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       app.refreshSoon(0);
       input.focus();
     }
+    return ending;
 
     function onEvent(event: DemoEvent): boolean {
       switch (event.type) {

@@ -33,19 +33,42 @@ mountStats(app);
 const emergentBadge = $('#emergent-state');
 const settingsStatus = $('#settings-status');
 
+// One start at a time: an Apply while an agent is starting is queued (the latest one wins), so
+// two agents of the same id never open at once and a failure cannot close another start's agent.
+let starting = false;
+let queued: ProviderSettings | undefined;
+
 async function start(settings: ProviderSettings): Promise<void> {
+  if (starting) {
+    queued = settings;
+    return;
+  }
+  starting = true;
+  try {
+    for (let next: ProviderSettings | undefined = settings; next; next = queued) {
+      queued = undefined;
+      await startOnce(next);
+    }
+  } finally {
+    starting = false;
+  }
+  document.body.dataset.ready = 'true';
+}
+
+async function startOnce(settings: ProviderSettings): Promise<void> {
   if (app.running) {
     settingsStatus.textContent = 'Stop the current run first; the new provider applies to the next agent.';
     return;
   }
   chat.setState('loading');
   document.body.dataset.ready = 'false';
+  let runtime: Runtime | undefined;
   try {
     // One open agent per agent id and database: the previous one lets go of the registry first.
     const previous = app.runtime;
     app.setRuntime(undefined);
     await previous?.close();
-    const runtime = await Runtime.create(settings, { promotionUses, autoPromote });
+    runtime = await Runtime.create(settings, { promotionUses, autoPromote });
     app.setRuntime(runtime);
     const emergent = runtime.emergentAvailable;
     emergentBadge.hidden = false;
@@ -55,13 +78,14 @@ async function start(settings: ProviderSettings): Promise<void> {
     window.__crucibleDemo = { ready: true, emergent, sessionId };
     chat.setState('idle');
   } catch (error) {
-    app.setRuntime(undefined);
+    // Only this start's agent is let go, never one the page runs otherwise.
+    if (runtime && app.runtime === runtime) app.setRuntime(undefined);
+    else void runtime?.close();
     chat.setState('error');
     settingsStatus.textContent = `Could not start the agent: ${errorText(error)}`;
     ($('#settings-details') as HTMLDetailsElement).open = true;
     window.__crucibleDemo = { ready: true, emergent: false, sessionId, error: errorText(error) };
   }
-  document.body.dataset.ready = 'true';
 }
 
 // Buffered tool stats go to IndexedDB before the page goes away.

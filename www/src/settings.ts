@@ -7,8 +7,16 @@ const KINDS = Object.keys(PROVIDER_DEFAULTS) as ProviderKind[];
 
 interface Stored {
   kind: ProviderKind;
-  perKind: Partial<Record<ProviderKind, { baseURL: string; model: string; apiKey?: string }>>;
+  /** `apiKey` is remembered together with `keyBaseURL`, the base URL it is for (older
+   * settings without it: `baseURL`); it is never used with another base URL. */
+  perKind: Partial<Record<ProviderKind, { baseURL: string; model: string; apiKey?: string; keyBaseURL?: string }>>;
   rememberKey: boolean;
+}
+
+/** A key and the base URL it goes to. */
+interface KeyFor {
+  key: string;
+  baseURL: string;
 }
 
 function readStored(): Stored {
@@ -40,15 +48,18 @@ export interface SettingsController {
 /**
  * Mounts the settings form. Query parameters (`provider`, `baseURL`, `model`) override the
  * stored values for this page load (the tests point the page at their mock server this way).
+ * A remembered key is filled in only for the base URL it was remembered for, so a link with
+ * another `baseURL` cannot send it elsewhere.
  */
 export function mountSettings(onApply: (settings: ProviderSettings) => void): SettingsController {
   const stored = readStored();
   const hadStored = localStorage.getItem(STORAGE_KEY) !== null;
   const params = new URLSearchParams(location.search);
-  const keys: Partial<Record<ProviderKind, string>> = {};
+  const keys: Partial<Record<ProviderKind, KeyFor>> = {};
   for (const kind of KINDS) {
-    const key = stored.perKind[kind]?.apiKey;
-    if (key) keys[kind] = key;
+    const entry = stored.perKind[kind];
+    const forURL = entry?.keyBaseURL ?? entry?.baseURL;
+    if (entry?.apiKey && forURL) keys[kind] = { key: entry.apiKey, baseURL: forURL };
   }
 
   const form = $<HTMLFormElement>('#settings-form');
@@ -87,17 +98,35 @@ export function mountSettings(onApply: (settings: ProviderSettings) => void): Se
   if (params.get('baseURL')) values[kind].baseURL = params.get('baseURL')!;
   if (params.get('model')) values[kind].model = params.get('model')!;
 
+  /** The key for `url` of the current kind: only the one kept for exactly that base URL. */
+  function keyFor(url: string): string {
+    const entry = keys[kind];
+    return entry && entry.baseURL === url ? entry.key : '';
+  }
   function keepFields(): void {
-    values[kind] = { baseURL: baseURL.value.trim(), model: model.value.trim() };
-    if (apiKey.value) keys[kind] = apiKey.value;
-    else delete keys[kind];
+    const url = baseURL.value.trim();
+    values[kind] = { baseURL: url, model: model.value.trim() };
+    if (apiKey.value) keys[kind] = { key: apiKey.value, baseURL: url };
+    // An empty field forgets the key of this base URL; a key of another base URL (not shown) stays.
+    else if (keys[kind]?.baseURL === url) delete keys[kind];
+  }
+  // Whether the key field shows the kept key (not one typed for the base URL now in the form).
+  let keyFilled = false;
+  function fillKey(): void {
+    apiKey.value = keyFor(baseURL.value.trim());
+    keyFilled = apiKey.value !== '';
   }
   function fillFields(): void {
     baseURL.value = values[kind].baseURL;
     model.value = values[kind].model;
-    apiKey.value = keys[kind] ?? '';
+    fillKey();
   }
   fillFields();
+  // Editing the base URL takes the kept key away from another host (and brings it back for its own).
+  baseURL.addEventListener('input', () => {
+    if (keyFilled || apiKey.value === '') fillKey();
+  });
+  apiKey.addEventListener('input', () => (keyFilled = false));
 
   let applied = currentFromForm();
   showSummary();
@@ -119,7 +148,7 @@ export function mountSettings(onApply: (settings: ProviderSettings) => void): Se
     const perKind: Stored['perKind'] = {};
     for (const k of KINDS) {
       perKind[k] = { ...values[k] };
-      if (remember.checked && keys[k]) perKind[k]!.apiKey = keys[k];
+      if (remember.checked && keys[k]) Object.assign(perKind[k]!, { apiKey: keys[k]!.key, keyBaseURL: keys[k]!.baseURL });
     }
     writeStored({ kind, perKind, rememberKey: remember.checked });
   }

@@ -17,6 +17,7 @@ import {
   streamedError,
   argumentsObject,
   postProvider,
+  checkProviderOptions,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
@@ -41,6 +42,7 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 1024;
  * ```
  */
 export function anthropic(options: ProviderOptions): ModelProvider {
+  checkProviderOptions('anthropic', options);
   const headers: Record<string, string> = { 'anthropic-version': ANTHROPIC_VERSION, ...options.headers };
   if (options.apiKey) headers['x-api-key'] = options.apiKey;
   return postProvider({

@@ -33,7 +33,87 @@ export interface HttpContext {
   readonly retry: Required<RetryOptions>;
 }
 
-/** Fills the transport defaults from the user's options. */
+/** The longest delay timers honour (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Checks a provider factory's options before anything reads them, so a mistake surfaces as
+ * `invalid_config` when the provider is created, not as a `TypeError`, a request to the wrong
+ * server or a retry loop that never ends. `null` counts as not given, as the defaults treat it.
+ */
+export function checkProviderOptions(provider: string, options: unknown): asserts options is ProviderOptions {
+  const where = `${provider}()`;
+  if (!isRecord(options)) {
+    throw new CrucibleError('invalid_config', `${where} needs an options object, e.g. ${provider}({ model: 'name-of-the-model' }) (got ${describeValue(options)})`);
+  }
+  const { model, baseURL, apiKey, headers, stream, fetch, timeoutMs, retry } = options;
+  if (typeof model !== 'string' || model.trim() === '') {
+    throw new CrucibleError('invalid_config', `${where}: \`model\` must be a non-empty string naming the model (got ${describeValue(model)})`);
+  }
+  if (baseURL != null) checkBaseURL(where, baseURL);
+  else if (options.baseUrl !== undefined) {
+    throw new CrucibleError('invalid_config', `${where}: unknown option \`baseUrl\`; the option is spelled \`baseURL\``);
+  }
+  if (apiKey != null && typeof apiKey !== 'string') {
+    throw new CrucibleError('invalid_config', `${where}: \`apiKey\` must be a string (got ${describeValue(apiKey)})`);
+  }
+  if (headers != null && !isRecord(headers)) {
+    throw new CrucibleError('invalid_config', `${where}: \`headers\` must be an object of header names to values (got ${describeValue(headers)})`);
+  }
+  if (stream != null && typeof stream !== 'boolean') {
+    throw new CrucibleError('invalid_config', `${where}: \`stream\` must be true or false (got ${describeValue(stream)})`);
+  }
+  if (fetch != null && typeof fetch !== 'function') {
+    throw new CrucibleError('invalid_config', `${where}: \`fetch\` must be a function (got ${describeValue(fetch)})`);
+  }
+  if (timeoutMs != null && !(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS)) {
+    throw new CrucibleError('invalid_config', `${where}: \`timeoutMs\` must be a number of milliseconds above 0 and at most ${MAX_TIMER_MS} (got ${describeValue(timeoutMs)})`);
+  }
+  if (retry != null) {
+    if (!isRecord(retry)) {
+      throw new CrucibleError('invalid_config', `${where}: \`retry\` must be an object such as { maxRetries: 2 } (got ${describeValue(retry)})`);
+    }
+    const { maxRetries, initialDelayMs, maxDelayMs } = retry;
+    if (maxRetries != null && !(Number.isInteger(maxRetries) && (maxRetries as number) >= 0)) {
+      throw new CrucibleError('invalid_config', `${where}: \`retry.maxRetries\` must be a whole number, 0 or more (got ${describeValue(maxRetries)})`);
+    }
+    for (const [key, value] of [['initialDelayMs', initialDelayMs], ['maxDelayMs', maxDelayMs]] as const) {
+      if (value != null && !(typeof value === 'number' && value >= 0 && value <= MAX_TIMER_MS)) {
+        throw new CrucibleError('invalid_config', `${where}: \`retry.${key}\` must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (got ${describeValue(value)})`);
+      }
+    }
+  }
+}
+
+/** A base URL must be absolute http(s): a relative one would be resolved against the page. */
+function checkBaseURL(where: string, baseURL: unknown): void {
+  const problem = `${where}: \`baseURL\` must be an absolute http:// or https:// URL such as http://127.0.0.1:8080/v1`;
+  if (typeof baseURL !== 'string') throw new CrucibleError('invalid_config', `${problem} (got ${describeValue(baseURL)})`);
+  let url: URL;
+  try {
+    url = new URL(baseURL);
+  } catch (cause) {
+    throw new CrucibleError('invalid_config', `${problem} (got ${JSON.stringify(baseURL)})`, { cause });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new CrucibleError('invalid_config', `${problem} (got ${JSON.stringify(baseURL)})`);
+  }
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** A short description of a bad value for an error message. */
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
+  return typeof value;
+}
+
+/** Fills the transport defaults from the user's options (checked by {@link checkProviderOptions}). */
 export function httpContext(provider: string, options: ProviderOptions): HttpContext {
   if (typeof (options.fetch ?? globalThis.fetch) !== 'function') {
     throw new CrucibleError('invalid_config', 'No fetch implementation: pass `fetch` in the provider options');
@@ -43,7 +123,8 @@ export function httpContext(provider: string, options: ProviderOptions): HttpCon
     provider,
     // Calling a detached `globalThis.fetch` throws "Illegal invocation" in browsers.
     fetch: options.fetch ?? ((input, init) => globalThis.fetch(input, init)),
-    timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    // Node's AbortSignal.timeout takes whole milliseconds only.
+    timeoutMs: Math.ceil(options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
     retry,
   };
 }
@@ -416,5 +497,5 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
 }
 
 function definedOnly<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v != null)) as Partial<T>;
 }

@@ -17,6 +17,7 @@ import {
   functionTools,
   argumentsObject,
   postProvider,
+  checkProviderOptions,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions } from './types.js';
@@ -33,6 +34,7 @@ export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
  * ```
  */
 export function ollama(options: ProviderOptions): ModelProvider {
+  checkProviderOptions('ollama', options);
   const headers: Record<string, string> = { ...options.headers };
   // Ollama itself needs no key; hosted Ollama-compatible gateways take a Bearer token.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;

@@ -18,6 +18,7 @@ import {
   streamedError,
   functionTools,
   postProvider,
+  checkProviderOptions,
   argumentsText,
   type HttpContext,
 } from './http.js';
@@ -36,6 +37,7 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
  * ```
  */
 export function openai(options: ProviderOptions): ModelProvider {
+  checkProviderOptions('openai', options);
   const headers: Record<string, string> = { ...options.headers };
   // Local servers (llama-server, vLLM) need no key; sending an empty Bearer confuses some proxies.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;

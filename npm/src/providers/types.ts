@@ -103,7 +103,12 @@ export interface RetryOptions {
   maxDelayMs?: number;
 }
 
-/** Options every fetch-based provider takes. */
+/**
+ * Options every fetch-based provider takes. The factories check them when called and throw a
+ * `CrucibleError` with code `invalid_config` for options they cannot use (no `model`, a
+ * `baseURL` that is not an absolute http(s) URL, a timeout or retry setting that is not a
+ * usable number).
+ */
 export interface ProviderOptions {
   model: string;
   baseURL?: string;

@@ -20,13 +20,24 @@ export { checkUrl, FetchRefused } from './fetch-bridge.js';
 
 /** Starts a warm pool of sandbox Workers. Resolves when every Worker is ready. */
 export async function createSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`);
+  }
   const timeoutMs = options.timeoutMs ?? 5000;
   const memoryMB = options.memoryMB ?? 128;
   const poolSize = options.poolSize ?? 2;
-  if (!(timeoutMs > 0)) throw new SandboxError('timeoutMs must be positive');
-  if (!(memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
+  // Timers fire at once past 2^31 - 1 ms, which would time out every execution.
+  if (!(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= 2_147_483_647)) throw new SandboxError('timeoutMs must be a positive number of milliseconds (at most 2147483647)');
+  if (!(typeof memoryMB === 'number' && memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
   if (!(Number.isInteger(poolSize) && poolSize >= 1)) throw new SandboxError('poolSize must be a positive integer');
-  const fetchDomainAllowlist = [...(options.fetchDomainAllowlist ?? [])];
+  const allowlist = options.fetchDomainAllowlist ?? [];
+  // A string here would be spread into one "host" per character.
+  if (!Array.isArray(allowlist) || !allowlist.every((host) => typeof host === 'string' && host !== '')) {
+    throw new SandboxError(
+      `fetchDomainAllowlist must be an array of host names, e.g. ['api.example.com', 'localhost:8080']; got ${typeof allowlist === 'string' ? JSON.stringify(allowlist) : Array.isArray(allowlist) ? 'an array with a non-string or empty entry' : typeof allowlist}`,
+    );
+  }
+  const fetchDomainAllowlist = [...allowlist];
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);

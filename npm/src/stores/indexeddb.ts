@@ -40,8 +40,8 @@ export interface IndexedDbStoreOptions {
 
 /**
  * Creates a {@link Store} backed by IndexedDB. The database opens lazily on the first op, so
- * open failures (`store_blocked`, `store_error`) surface there. Throws `store_error` at once if
- * no IndexedDB factory is available.
+ * open failures (`store_blocked`, `store_error`) surface there. Throws `store_error` at once
+ * without a database `name` or when no IndexedDB factory is available.
  *
  * Its `lock`/`tryLock` use Web Locks, which browsers offer only to secure contexts (https,
  * localhost). Elsewhere the store has neither, and tabs no longer take turns: shared-tier stats
@@ -49,6 +49,15 @@ export interface IndexedDbStoreOptions {
  * already open.
  */
 export function indexedDbStore(options: IndexedDbStoreOptions): Store {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new StoreError('store_error', "indexedDbStore needs an options object with a database `name`, e.g. indexedDbStore({ name: 'my-app' })");
+  }
+  if (typeof options.name !== 'string' || options.name === '') {
+    throw new StoreError('store_error', "indexedDbStore needs a database `name`: a non-empty string, e.g. indexedDbStore({ name: 'my-app' })");
+  }
+  if (options.storeName !== undefined && (typeof options.storeName !== 'string' || options.storeName === '')) {
+    throw new StoreError('store_error', 'indexedDbStore: `storeName` must be a non-empty string');
+  }
   const factory = options.indexedDB ?? (globalThis as { indexedDB?: IDBFactory }).indexedDB;
   const keyRange = options.IDBKeyRange ?? (globalThis as { IDBKeyRange?: typeof IDBKeyRange }).IDBKeyRange;
   const storeName = options.storeName ?? 'kv';
@@ -56,7 +65,6 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   if (factory === undefined) {
     throw new StoreError('store_error', 'No IndexedDB available here: pass `indexedDB` (in Node, fake-indexeddb)');
   }
-  if (typeof name !== 'string') throw new StoreError('store_error', 'indexedDbStore needs a database `name`');
 
   let connection: Promise<IDBDatabase> | null = null;
   let closed = false;

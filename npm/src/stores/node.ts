@@ -22,12 +22,17 @@ export interface NodeStoreOptions {
 /**
  * Opens (creating if missing) a durable {@link Store} in the directory `path`.
  * Rejects with `store_blocked` when another store, in this or another process, has it open,
- * and with `store_error` when `classic-level` (an optional dependency) is not installed or the
- * database cannot be opened.
+ * and with `store_error` when `path` is missing, `classic-level` (an optional dependency) is not
+ * installed or the database cannot be opened.
  */
 export async function nodeStore(options: NodeStoreOptions): Promise<Store> {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new StoreError('store_error', "nodeStore needs an options object with a directory `path`, e.g. nodeStore({ path: './.crucible' })");
+  }
   const { path } = options;
-  if (typeof path !== 'string' || path === '') throw new StoreError('store_error', 'nodeStore needs a directory `path`');
+  if (typeof path !== 'string' || path === '') {
+    throw new StoreError('store_error', "nodeStore needs a directory `path`: a non-empty string, e.g. nodeStore({ path: './.crucible' })");
+  }
 
   let ClassicLevel: typeof import('classic-level').ClassicLevel;
   try {
