@@ -5,7 +5,7 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { AbortError, CrucibleError, StoreError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, describeType, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
@@ -576,9 +576,6 @@ function approvalId(id: unknown): string {
   return id;
 }
 
-function describeType(value: unknown): string {
-  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
-}
 
 async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
   for await (const event of events) {

@@ -106,3 +106,23 @@ export class SandboxError extends CrucibleError {
     this.name = 'SandboxError';
   }
 }
+
+/** Whether `value` is a plain object (not null, not an array): what option bags must be. */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** The kind of a bad argument, for an error message: `null`, `an array`, else its `typeof`. */
+export function describeType(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value;
+}
+
+/** A bad argument as an error message shows it: a number, boolean or short string as written,
+ *  anything else by its kind ({@link describeType}). */
+export function describeValue(value: unknown): string {
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
+  return describeType(value);
+}

@@ -3,7 +3,7 @@
  * `inputSchema` is JSON Schema, or a Standard Schema object that can give JSON Schema
  * (Zod 4 and others implementing `~standard.jsonSchema`, or a `toJSONSchema()` method).
  */
-import { CrucibleError } from './errors.js';
+import { CrucibleError, describeType, isRecord } from './errors.js';
 
 /** A JSON Schema object. */
 export type JsonSchema = Record<string, unknown>;
@@ -82,10 +82,6 @@ function stripMeta(schema: JsonSchema): JsonSchema {
 /** Names a tool may have: what OpenAI, Anthropic and the core all accept. */
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
-function isObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
 /** `toJsonSchema`, with any failure (a vendor's converter throwing too) as `invalid_config`. */
 function resolveSchema(schema: JsonSchema | StandardJsonSchemaLike, where: string): JsonSchema {
   try {
@@ -99,36 +95,36 @@ function resolveSchema(schema: JsonSchema | StandardJsonSchemaLike, where: strin
 
 /** A JSON Schema object, or a Standard Schema (some vendors', ArkType's, are callable). */
 function isSchemaLike(value: unknown): boolean {
-  return isObject(value) || (typeof value === 'function' && '~standard' in value);
+  return isRecord(value) || (typeof value === 'function' && '~standard' in value);
 }
 
 /** Defines a host tool. Throws `invalid_config` when the options cannot make one. */
 export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Result>): HostTool<Args, Result> {
-  if (!isObject(options)) {
+  if (!isRecord(options)) {
     throw new CrucibleError('invalid_config', 'tool() needs an options object: tool({ name, description, inputSchema, execute })');
   }
   const { name } = options;
   const label = typeof name === 'string' && name !== '' ? `tool ${JSON.stringify(name)}` : 'tool()';
   if (typeof name !== 'string' || !TOOL_NAME.test(name)) {
-    const got = typeof name === 'string' ? JSON.stringify(name) : typeof name;
+    const got = typeof name === 'string' ? JSON.stringify(name) : describeType(name);
     throw new CrucibleError('invalid_config', `${label}: name must match ^[A-Za-z0-9_-]{1,64}$ (got ${got})`);
   }
   if (typeof options.execute !== 'function') {
-    throw new CrucibleError('invalid_config', `${label}: execute must be a function (got ${typeOf(options.execute)})`);
+    throw new CrucibleError('invalid_config', `${label}: execute must be a function (got ${describeType(options.execute)})`);
   }
   if (!isSchemaLike(options.inputSchema)) {
-    throw new CrucibleError('invalid_config', `${label}: inputSchema must be a JSON Schema object or a Standard Schema (got ${typeOf(options.inputSchema)})`);
+    throw new CrucibleError('invalid_config', `${label}: inputSchema must be a JSON Schema object or a Standard Schema (got ${describeType(options.inputSchema)})`);
   }
   const { outputSchema } = options;
   if (outputSchema != null && !isSchemaLike(outputSchema)) {
-    throw new CrucibleError('invalid_config', `${label}: outputSchema must be a JSON Schema object or a Standard Schema (got ${typeOf(outputSchema)})`);
+    throw new CrucibleError('invalid_config', `${label}: outputSchema must be a JSON Schema object or a Standard Schema (got ${describeType(outputSchema)})`);
   }
   if (options.description !== undefined && typeof options.description !== 'string') {
-    throw new CrucibleError('invalid_config', `${label}: description must be a string (got ${typeOf(options.description)})`);
+    throw new CrucibleError('invalid_config', `${label}: description must be a string (got ${describeType(options.description)})`);
   }
   const { needsApproval } = options;
   if (needsApproval !== undefined && typeof needsApproval !== 'boolean' && typeof needsApproval !== 'function') {
-    throw new CrucibleError('invalid_config', `${label}: needsApproval must be a boolean or a function (got ${typeOf(needsApproval)})`);
+    throw new CrucibleError('invalid_config', `${label}: needsApproval must be a boolean or a function (got ${describeType(needsApproval)})`);
   }
   return Object.freeze({
     kind: 'host' as const,
@@ -139,10 +135,4 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
     execute: options.execute,
     needsApproval: needsApproval ?? false,
   });
-}
-
-function typeOf(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  return typeof value;
 }

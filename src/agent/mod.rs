@@ -158,18 +158,24 @@ impl Agent {
                 return Err(AgentError::InvalidResume(format!("this agent's store holds a later state of run `{run_id}`: it was resumed already")));
             }
         }
-        Self::check_decisions(&state, decisions)?;
-        claim.consume(&state)?;
-        self.drive(state, cancel.as_deref(), decisions, sink).await
+        self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
-    /// Refuses decisions that do not fit the paused step before the state counts as resumed,
-    /// so a corrected resume can follow.
-    fn check_decisions(state: &RunState, decisions: &[ApprovalDecision]) -> Result<(), AgentError> {
-        match &state.pending {
-            Some(pending) => pending.resolve(decisions).map(|_| ()).map_err(AgentError::InvalidResume),
-            None => Ok(()),
+    /// Resumes `state` under `claim`: decisions that do not fit the paused step are refused
+    /// before the state counts as resumed, so a corrected resume can follow.
+    async fn resume_claimed(
+        &self,
+        claim: &ResumeClaim,
+        state: RunState,
+        decisions: &[ApprovalDecision],
+        cancel: Option<Rc<dyn CancelSignal>>,
+        sink: &mut dyn EventSink,
+    ) -> Result<RunOutput, AgentError> {
+        if let Some(pending) = &state.pending {
+            pending.resolve(decisions).map_err(AgentError::InvalidResume)?;
         }
+        claim.consume(&state)?;
+        self.drive(state, cancel.as_deref(), decisions, sink).await
     }
 
     /// The store lock a resume of `run_id` holds (see `claim`).
@@ -215,9 +221,7 @@ impl Agent {
     ) -> Result<RunOutput, AgentError> {
         let claim = ResumeClaim::take(run_id, self.store.as_deref(), &self.run_lock_name(run_id)).await?;
         let state = self.load_run(run_id).await?;
-        Self::check_decisions(&state, decisions)?;
-        claim.consume(&state)?;
-        self.drive(state, cancel.as_deref(), decisions, sink).await
+        self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
     fn remember(&self, session_id: &str, result: &Result<RunOutput, AgentError>) {

@@ -31,3 +31,12 @@ pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
 pub use shape::{shape_check, ShapeIssues, MIN_TEST_CASES};
 pub use stats::{ForgeStats, ForgeStatsAggregator};
 pub use testing::{failure_reason as test_failure_reason, outputs_equal, run_test, run_tests, TestResult, NUMBER_TOLERANCE};
+
+/// The first `max_chars` characters of `text`, with `…` when it was cut: reasons quote model
+/// output and values, which can be long.
+pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}

@@ -15,6 +15,8 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::shorten;
+
 /// A step of a compose pipeline: run `tool` with arguments built from `input_mapping`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
@@ -108,14 +110,19 @@ fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
 
 /// A value that may be JSON text: parsed when it is a string holding an object or array
 /// (borrowed as it is otherwise: requests carry whole schemas and code).
-fn unstringify(v: &Value) -> Result<Cow<'_, Value>, NormalizeError> {
+fn json_text(v: &Value) -> Result<Cow<'_, Value>, serde_json::Error> {
     if let Value::String(s) = v {
         let t = s.trim();
         if t.starts_with('{') || t.starts_with('[') {
-            return serde_json::from_str(t).map(Cow::Owned).map_err(|e| NormalizeError(format!("a field holds JSON text that does not parse: {e}")));
+            return serde_json::from_str(t).map(Cow::Owned);
         }
     }
     Ok(Cow::Borrowed(v))
+}
+
+/// [`json_text`] for a field of the request.
+fn unstringify(v: &Value) -> Result<Cow<'_, Value>, NormalizeError> {
+    json_text(v).map_err(|e| NormalizeError(format!("a field holds JSON text that does not parse: {e}")))
 }
 
 fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<Value, NormalizeError> {
@@ -125,14 +132,6 @@ fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<V
             Value::Object(m) => Ok(Value::Object(m)),
             other => err(format!("{what} must be a JSON Schema object, got {}", type_name(&other))),
         },
-    }
-}
-
-/// The start of `text`, for reasons (model output can be long).
-fn compact_text(text: &str) -> String {
-    match text.char_indices().nth(120) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
     }
 }
 
@@ -276,16 +275,8 @@ fn snake_name(raw: &str) -> String {
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     // Argument text that is not JSON arrives as a string (`Tool::accepting_raw_arguments`).
-    let outer = match raw {
-        Value::String(text) => match unstringify(raw) {
-            Ok(value) => value,
-            Err(_) => {
-                let detail = serde_json::from_str::<Value>(text.trim()).err().map(|e| e.to_string()).unwrap_or_default();
-                return err(format!("the arguments are not valid JSON ({detail}): {}", compact_text(text)));
-            }
-        },
-        other => Cow::Borrowed(other),
-    };
+    let outer =
+        json_text(raw).map_err(|e| NormalizeError(format!("the arguments are not valid JSON ({e}): {}", shorten(raw.as_str().unwrap_or_default(), 120))))?;
     // Some models wrap everything in { "request": {...} } or { "tool": {...} }.
     let raw = match &*outer {
         Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::sandbox::{SandboxRequest, SandboxRunner, SandboxStatus};
+use crate::sandbox::{refused_api, SandboxRequest, SandboxRunner, SandboxStatus};
 use crate::tools::{CallContext, ToolFailure, ToolHandler};
 
 /// Runs one forged tool's code in the sandbox.
@@ -47,7 +47,7 @@ impl SandboxToolHandler {
     /// the agent does not allow that API at all, adding it cannot help (the allowlist is
     /// intersected with `allowedSandboxAPIs`), so the message says that instead.
     fn explain_refusal(&self, code: &str, message: String) -> String {
-        let api = (code == "not_allowlisted").then(|| message.split('\'').nth(1)).flatten();
+        let api = (code == "not_allowlisted").then(|| refused_api(&message)).flatten();
         match api {
             Some(api) if !self.allowed.iter().any(|a| a == api) => {
                 format!("'{api}' is not available to this agent's forged tools (allowedSandboxAPIs does not include it): write the tool without it")

@@ -106,12 +106,7 @@ pub async fn run_tests(tool: &Tool, cases: &[ForgeTestCase], ctx: &CallContext, 
 
 /// A short JSON rendering for reasons (long values are cut).
 pub(crate) fn compact(v: &Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() > 200 {
-        format!("{}…", s.chars().take(200).collect::<String>())
-    } else {
-        s
-    }
+    super::shorten(&v.to_string(), 200)
 }
 
 /// The reason listing every failing case, or `None` when all passed.

@@ -8,6 +8,18 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The message of the `not_allowlisted` refusal: code uses the host API `api`, which its
+/// request's allowlist does not grant. Written here, beside [`refused_api`], which reads it back.
+pub fn not_allowlisted_message(api: &str) -> String {
+    format!("'{api}' is used but not in the request's allowlist (add \"{api}\" to allowlist)")
+}
+
+/// The API a [`not_allowlisted_message`] names (the core explains a refusal the request
+/// cannot fix, when the agent does not allow that API at all).
+pub fn refused_api(message: &str) -> Option<&str> {
+    message.strip_prefix('\'')?.split('\'').next()
+}
+
 /// One execution of model-written code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

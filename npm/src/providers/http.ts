@@ -13,7 +13,7 @@
  */
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { AbortError, CrucibleError, ProviderError } from '../errors.js';
+import { AbortError, CrucibleError, describeValue, isRecord, ProviderError } from '../errors.js';
 import type { ModelChunk, ModelProvider, ModelRequest, ProviderOptions, RetryOptions, ToolDefinition } from './types.js';
 
 /** Bytes of an error body kept on `ProviderError.body`; enough to read a server's message. */
@@ -100,19 +100,6 @@ function checkBaseURL(where: string, baseURL: unknown): void {
   }
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-/** A short description of a bad value for an error message. */
-function describeValue(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
-  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
-  return typeof value;
-}
-
 /** Fills the transport defaults from the user's options (checked by {@link checkProviderOptions}). */
 export function httpContext(provider: string, options: ProviderOptions): HttpContext {
   if (typeof (options.fetch ?? globalThis.fetch) !== 'function') {
@@ -171,7 +158,7 @@ export function functionTools(tools: ToolDefinition[]): unknown[] {
 function jsonObject(text: string): Record<string, unknown> | undefined {
   try {
     const value: unknown = JSON.parse(text);
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+    return isRecord(value) ? value : undefined;
   } catch {
     return undefined;
   }
@@ -302,13 +289,7 @@ export async function* readSse(ctx: HttpContext, response: Response): AsyncGener
 
 /** The value of an SSE `error:` line: its JSON object, or its text as the message. */
 function errorFieldValue(value: string): Record<string, unknown> {
-  try {
-    const parsed: unknown = JSON.parse(value);
-    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
-  } catch {
-    // not JSON: the text is the message
-  }
-  return { message: value };
+  return jsonObject(value) ?? { message: value };
 }
 
 /** Yields one parsed JSON value per non-empty line of a newline-delimited JSON body. */

@@ -10,7 +10,7 @@
  * Runtime files: `dist/sandbox/worker.js` (loaded as a Worker next to this module) and
  * `wasm/crucible_sandbox_bg.wasm` (two directories up); both can be overridden in the options.
  */
-import { SandboxError } from '../errors.js';
+import { describeType, isRecord, SandboxError } from '../errors.js';
 import { guardedFetch } from './guarded-fetch.js';
 import { isNode, loadSandboxModule, WorkerPool } from './pool.js';
 import type { Sandbox, SandboxOptions } from './types.js';
@@ -20,8 +20,8 @@ export { checkUrl, FetchRefused } from './fetch-bridge.js';
 
 /** Starts a warm pool of sandbox Workers. Resolves when every Worker is ready. */
 export async function createSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`);
+  if (!isRecord(options as unknown)) {
+    throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${describeType(options)}`);
   }
   const timeoutMs = options.timeoutMs ?? 5000;
   const memoryMB = options.memoryMB ?? 128;

@@ -228,8 +228,7 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
             return self.reject(Rejection::new("blocked_identifier", format!("'{name}': {reason}")));
         }
         if OPT_IN.contains(&name.as_str()) && !self.allowlist.iter().any(|a| a == &name) {
-            return self
-                .reject(Rejection::new("not_allowlisted", format!("'{name}' is used but not in the request's allowlist (add \"{name}\" to allowlist)")));
+            return self.reject(Rejection::new("not_allowlisted", crate::sandbox::not_allowlisted_message(&name)));
         }
         ControlFlow::Continue(())
     }
