@@ -285,6 +285,41 @@ fn a_cancelled_run_stops_before_the_next_turn() {
     assert_eq!(model.requests.borrow().len(), 1, "no model call after the abort");
 }
 
+/// A tool that never finishes and ignores cancellation (a host tool that drops its signal,
+/// or forge tests running to a long sandbox deadline).
+struct NeverFinishes;
+
+#[async_trait::async_trait(?Send)]
+impl crucible::tools::ToolHandler for NeverFinishes {
+    async fn call(&self, _args: Value, _ctx: &crucible::tools::CallContext) -> Result<Value, ToolFailure> {
+        futures::future::pending().await
+    }
+}
+
+#[test]
+fn a_cancel_abandons_tool_calls_still_running() {
+    let flag = Rc::new(CancelFlag::default());
+    let hang = Tool::new("hang", "Never returns", &json!({ "type": "object" }), None, Rc::new(NeverFinishes)).unwrap();
+    let model = ScriptedModel::new(vec![call("hang", "{}"), text("never")]);
+    let agent = Rc::new(agent_with(model.clone(), vec![hang], AgentConfig::default()));
+    let outcome: Rc<std::cell::RefCell<Option<Result<(), AgentError>>>> = Rc::default();
+    let mut pool = futures::executor::LocalPool::new();
+    {
+        let (agent, flag, outcome) = (agent.clone(), flag.clone(), outcome.clone());
+        futures::task::LocalSpawnExt::spawn_local(&pool.spawner(), async move {
+            let result = agent.run("?", RunOptions { cancel: Some(flag), ..Default::default() }, &mut CollectingSink::default()).await;
+            *outcome.borrow_mut() = Some(result.map(|_| ()));
+        })
+        .unwrap();
+    }
+    pool.run_until_stalled();
+    assert!(outcome.borrow().is_none(), "the run waits on the tool");
+    flag.cancel();
+    pool.run_until_stalled();
+    assert_eq!(outcome.borrow().clone(), Some(Err(AgentError::Aborted)), "the cancel ends the run without the tool");
+    assert_eq!(model.requests.borrow().len(), 1, "no model call after the abort");
+}
+
 #[test]
 fn a_model_abort_or_failure_ends_the_run_with_its_code() {
     let model = ScriptedModel::new(vec![Reply::Fail(ModelError::new("aborted", "signal"))]);

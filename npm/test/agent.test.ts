@@ -218,6 +218,41 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.ok(Date.now() - started < 5000);
   });
 
+  test('aborting while a tool that ignores its signal runs ends the run promptly, without waiting for it', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'stubborn', arguments: {} }] }, { text: 'never asked' });
+    let finished = false;
+    const stubborn = tool({
+      name: 'stubborn',
+      description: 'Takes four seconds and ignores its abort signal',
+      inputSchema: { type: 'object' },
+      execute: () =>
+        new Promise<{ done: boolean }>((resolve) =>
+          setTimeout(() => {
+            finished = true;
+            resolve({ done: true });
+          }, 4000).unref(),
+        ),
+    });
+    const agent = await createAgent({ model: model(), tools: [stubborn] });
+    const controller = new AbortController();
+    const started = Date.now();
+    const seen: AgentEvent[] = [];
+    for await (const e of agent.stream('?', { signal: controller.signal })) {
+      seen.push(e);
+      if (e.type === 'tool.execute.start') setTimeout(() => controller.abort(), 50);
+    }
+    assert.ok(Date.now() - started < 2000, `ended after ${Date.now() - started} ms, not when the tool finished`);
+    assert.equal(finished, false);
+    const last = seen.at(-1)!;
+    assert.ok(last.type === 'agent.error' && last.error.code === 'aborted', JSON.stringify(last));
+    assert.equal(server.requests.length, 1, 'no model turn after the abort');
+    // The agent keeps serving.
+    server.reset();
+    server.enqueue({ text: 'fine' });
+    assert.equal((await agent.run('again?')).output, 'fine');
+  });
+
   test('rejects bad configuration with a typed error', async () => {
     // tool() refuses the name itself (see below); createAgent checks a tool made without it too.
     const badName = { ...tool({ name: 'ok_name', description: '', inputSchema: { type: 'object' }, execute: () => 1 }), name: 'bad name!' };

@@ -113,6 +113,26 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('stopping a run while forge_tool tests forged code that loops ends the run promptly, not when the sandbox gives up on the loop', async () => {
+    chat.reset();
+    const loops = { ...slugify, name: 'spin', implementation: { mode: 'sandbox', code: 'function execute(input) { while (true) {} }' } };
+    chat.enqueue({ toolCalls: [{ name: 'forge_tool', arguments: loops }] }, { text: 'never asked' });
+    const agent = await makeAgent(memoryStore(), { sandboxTimeoutMs: 8000 });
+    const controller = new AbortController();
+    const started = Date.now();
+    const events: AgentEvent[] = [];
+    for await (const e of agent.stream('Make a spinning tool', { sessionId: 's1', signal: controller.signal })) {
+      events.push(e);
+      if (e.type === 'forge.start') setTimeout(() => controller.abort(), 100);
+    }
+    assert.ok(Date.now() - started < 2000, `ended after ${Date.now() - started} ms, not when the sandbox gave up on the loop`);
+    const last = events.at(-1)!;
+    assert.ok(last.type === 'agent.error' && last.error.code === 'aborted', JSON.stringify(last));
+    assert.equal(chat.requests.length, 1, 'no model turn after the abort');
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }), [], 'the abandoned forge registered nothing');
+    await agent.close();
+  });
+
   test('promotion: agent tier survives a restart; shared tier waits for approval', async () => {
     const store = memoryStore();
     const agent = await makeAgent(store);

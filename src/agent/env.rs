@@ -1,7 +1,10 @@
 //! The effects the loop needs besides the model and tools: a clock, run ids, cancellation.
 //! Behind traits so the core stays host-agnostic (DESIGN decision 1).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Poll, Waker};
 
 /// Clock and id source.
 pub trait Environment {
@@ -11,25 +14,48 @@ pub trait Environment {
     fn new_id(&self, prefix: &str) -> String;
 }
 
-/// Cancellation as seen by the loop: checked between model turns and before tool dispatch.
-/// (The in-flight fetch is aborted by the host's `AbortSignal` directly.)
+/// Cancellation as seen by the loop: checked between model turns and before tool dispatch,
+/// and awaited beside the calls of a step, which are abandoned when it fires (a tool that
+/// ignores its signal, or forge tests running to their sandbox deadline, must not hold a
+/// stopped run). The in-flight fetch is aborted by the host's `AbortSignal` directly.
 pub trait CancelSignal {
     fn is_cancelled(&self) -> bool;
+    /// Completes once cancelled.
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + '_>>;
 }
 
 /// A cancel flag set by the owner (native callers and tests).
 #[derive(Debug, Default)]
-pub struct CancelFlag(Cell<bool>);
+pub struct CancelFlag {
+    set: Cell<bool>,
+    waiting: RefCell<Vec<Waker>>,
+}
 
 impl CancelFlag {
     pub fn cancel(&self) {
-        self.0.set(true);
+        self.set.set(true);
+        for waker in self.waiting.take() {
+            waker.wake();
+        }
     }
 }
 
 impl CancelSignal for CancelFlag {
     fn is_cancelled(&self) -> bool {
-        self.0.get()
+        self.set.get()
+    }
+
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        Box::pin(std::future::poll_fn(move |cx| {
+            if self.set.get() {
+                return Poll::Ready(());
+            }
+            let mut waiting = self.waiting.borrow_mut();
+            if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                waiting.push(cx.waker().clone());
+            }
+            Poll::Pending
+        }))
     }
 }
 

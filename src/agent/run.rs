@@ -2,8 +2,10 @@
 //! next turn, until a final answer, a limit, a model error or an abort.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::rc::Rc;
 
+use futures::future::Either;
 use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -206,6 +208,16 @@ impl RunContext<'_> {
         self.cancel.is_some_and(|c| c.is_cancelled())
     }
 
+    /// `work`, unless the run is cancelled first: then it is abandoned (dropped) and the run
+    /// ends `aborted` at once. Work that finishes in the same poll as the cancel wins.
+    async fn unless_cancelled<T>(&self, work: impl Future<Output = T>) -> Result<T, AgentError> {
+        let Some(cancel) = self.cancel else { return Ok(work.await) };
+        match futures::future::select(std::pin::pin!(work), cancel.cancelled()).await {
+            Either::Left((out, _)) => Ok(out),
+            Either::Right(_) => Err(AgentError::Aborted),
+        }
+    }
+
     /// Runs from `state` to the end. Emits `agent.end` or `agent.error` last.
     pub(crate) async fn drive(&self, mut state: RunState, sink: &mut dyn EventSink) -> (RunState, Result<RunOutput, AgentError>) {
         let emitter = Emitter { sink: RefCell::new(sink), run_id: state.run_id.clone(), run_path: state.run_path.clone() };
@@ -250,7 +262,7 @@ impl RunContext<'_> {
             let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
             let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
             let step_tools = provided.as_ref().unwrap_or(self.tools);
-            let results = self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter).await;
+            let results = self.unless_cancelled(self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter)).await?;
             state.messages.extend(results);
             state.pending = None;
             emitter.emit(EventBody::StepEnd {
@@ -334,7 +346,7 @@ impl RunContext<'_> {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
-            let approvals = self.approvals_needed(state, &calls, turn_tools).await;
+            let approvals = self.unless_cancelled(self.approvals_needed(state, &calls, turn_tools)).await?;
             if !approvals.is_empty() {
                 state.pending = Some(PendingStep { step, finish_reason, calls, approvals: approvals.clone() });
                 // Saved first: an approval someone acts on must belong to a run that can resume.
@@ -344,7 +356,7 @@ impl RunContext<'_> {
                 }
                 return Ok(RunOutput::paused(state));
             }
-            let results = self.execute_calls(step, state, &calls, turn_tools, None, emitter).await;
+            let results = self.unless_cancelled(self.execute_calls(step, state, &calls, turn_tools, None, emitter)).await?;
             state.messages.extend(results);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
             self.save(state).await?;

@@ -347,12 +347,47 @@ impl Environment for JsEnvironment {
     }
 }
 
-/// The run's `AbortSignal`, polled between turns.
+/// The run's `AbortSignal`: polled between turns, awaited beside a step's tool calls.
 pub(crate) struct JsAbortSignal(pub(crate) web_sys::AbortSignal);
+
+/// Removes the `abort` listener when the wait is dropped (the calls finished first), so a
+/// long-lived signal does not collect one listener per step.
+struct AbortListener {
+    signal: web_sys::AbortSignal,
+    listener: Function,
+}
+
+impl Drop for AbortListener {
+    fn drop(&mut self) {
+        let _ = self.signal.remove_event_listener_with_callback("abort", &self.listener);
+    }
+}
 
 impl CancelSignal for JsAbortSignal {
     fn is_cancelled(&self) -> bool {
         self.0.aborted()
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>> {
+        if self.0.aborted() {
+            return Box::pin(std::future::ready(()));
+        }
+        let mut resolve_on_abort: Option<Function> = None;
+        // The executor runs synchronously, so `resolve` is known when `new` returns.
+        let promise = Promise::new(&mut |resolve, _reject| resolve_on_abort = Some(resolve));
+        let guard = resolve_on_abort.and_then(|listener| {
+            self.0.add_event_listener_with_callback("abort", &listener).ok()?;
+            Some(AbortListener { signal: self.0.clone(), listener })
+        });
+        Box::pin(async move {
+            match guard {
+                Some(_listening) => {
+                    let _ = JsFuture::from(promise).await;
+                }
+                // No listener could be added: the loop's checks between turns still stop it.
+                None => std::future::pending::<()>().await,
+            }
+        })
     }
 }
 
