@@ -54,6 +54,7 @@ fn types(sink: &CollectingSink) -> Vec<&'static str> {
             EventBody::ForgeRejected { .. } => "forge.rejected",
             EventBody::ToolPromoted { .. } => "tool.promoted",
             EventBody::ToolDemoted { .. } => "tool.demoted",
+            EventBody::PromotionRejected { .. } => "promotion.rejected",
             EventBody::RegistryReloaded { .. } => "registry.reloaded",
         })
         .filter(|t| *t != "text.delta")

@@ -5,6 +5,7 @@ mod support;
 
 use std::rc::Rc;
 
+use crucible::agent::EventBody;
 use crucible::registry::{EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus};
 use crucible::store::{MemoryStore, Store};
 use futures::executor::block_on;
@@ -172,6 +173,12 @@ fn the_panel_has_two_reviewers_who_must_both_approve_and_a_no_is_not_re_asked_so
     let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
     assert_eq!(out.status, PromotionStatus::Rejected);
     assert!(out.reason.contains("correctness reviewer"), "{}", out.reason);
+    let rejected: Vec<EventBody> = r.events.bodies().into_iter().filter(|b| matches!(b, EventBody::PromotionRejected { .. })).collect();
+    assert_eq!(
+        rejected,
+        [EventBody::PromotionRejected { name: "slugify".into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: out.reason.clone() }],
+        "the refusal is an event, not only the caller's return value (automatic promotions have no caller)"
+    );
     assert_eq!(r.sandbox.requests.borrow().len(), n_sandbox + 2, "the tests are re-run first");
     {
         let asks = panel.requests.borrow();
@@ -420,6 +427,8 @@ fn a_denied_approval_leaves_the_tool_where_it_was() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
     block_on(r.registry.deny(&approval.id, "not general enough")).unwrap();
+    assert!(r.events.bodies().iter().any(|b| matches!(b,
+        EventBody::PromotionRejected { name, from_tier: Tier::Agent, to_tier: Tier::Shared, reason } if name == "slugify" && reason.contains("not general enough"))));
     assert!(r.registry.pending_approvals().is_empty());
     assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
     assert!(r.registry.audit_trail().iter().any(|a| a.action == "approval.denied" && a.detail.contains("not general enough")));

@@ -543,6 +543,8 @@ function suite(): void {
         await page.fill('#approvals [data-tool="slugify"] .deny-reason', 'not for everyone yet');
         await page.click('#approvals [data-tool="slugify"] [data-action="deny"]');
         await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
+        // The timeline shows the refusal with the human's reason.
+        await page.waitForFunction(() => /not for everyone yet/.test(document.querySelector('#timeline .tl-promotion-rejected')?.textContent ?? ''), undefined, { timeout: 10_000 });
         assert.equal(await page.getAttribute(item, 'data-tier'), lower);
         await page.click(item);
         await page.waitForSelector('#registry-detail .audit-list li[data-action="approval.denied"]', { timeout: 10_000 });

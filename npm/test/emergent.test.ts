@@ -133,6 +133,30 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('an automatic promotion the panel refuses is a promotion.rejected event; the tool stays in its session', async () => {
+    const panel = await startMockLlmServer({ respond: () => verdict(false) });
+    try {
+      const agent = await makeAgent(memoryStore(), {
+        promotionJudge: { model: openai({ baseURL: panel.openaiBaseURL, apiKey: 'x', model: 'panel', retry: { maxRetries: 0 } }) },
+      });
+      const seen: AgentEvent[] = [];
+      agent.on((e) => seen.push(e));
+      assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+      // The second successful use reaches the threshold; nobody awaits the promotion's outcome.
+      for (const text of ['a b', 'c d']) await agent.tools.call('slugify', { text }, { sessionId: 's1' });
+      const rejected = seen.filter((e) => e.type === 'promotion.rejected');
+      assert.equal(rejected.length, 1, seen.map((e) => e.type).join(','));
+      const [event] = rejected;
+      assert.ok(event?.type === 'promotion.rejected');
+      assert.deepEqual([event.name, event.fromTier, event.toTier], ['slugify', 'session', 'agent']);
+      assert.match(event.reason, /safety reviewer rejected: wrong output/);
+      assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['session']);
+      await agent.close();
+    } finally {
+      await panel.close();
+    }
+  });
+
   test('promotion: agent tier survives a restart; shared tier waits for approval', async () => {
     const store = memoryStore();
     const agent = await makeAgent(store);

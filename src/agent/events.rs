@@ -123,6 +123,10 @@ pub enum EventBody {
     /// A tool moved down a tier.
     #[serde(rename = "tool.demoted", rename_all = "camelCase")]
     ToolDemoted { name: String, from_tier: Tier, to_tier: Tier },
+    /// A promotion was refused after review: tests failing on re-run, the panel, or a human
+    /// denying a shared promotion. The tool stays where it was; `reason` says why.
+    #[serde(rename = "promotion.rejected", rename_all = "camelCase")]
+    PromotionRejected { name: String, from_tier: Tier, to_tier: Tier, reason: String },
     /// A human decision is needed: a tool call with `needsApproval` (kind `tool_call`; the
     /// run pauses) or a shared-tier promotion (kind `promotion`; `approve`/`deny`).
     #[serde(rename = "approval.requested", rename_all = "camelCase")]

@@ -92,6 +92,7 @@ impl Registry {
             self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))
         };
         self.persist(ops).await?;
+        self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: reason.clone() });
         let mut out = PromotionOutcome::new(PromotionStatus::Rejected, reason);
         out.verdicts = verdicts;
         Ok(out)
@@ -292,13 +293,18 @@ impl Registry {
 
     /// Refuses a pending approval; the tool stays where it is.
     pub async fn deny(&self, id: &str, reason: &str) -> Result<(), RegistryError> {
-        let ops = {
+        let (approval, ops) = {
             let mut state = self.state.borrow_mut();
             let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
             ops.extend(self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None));
-            ops
+            (approval, ops)
         };
-        self.persist(ops).await
+        self.persist(ops).await?;
+        if let (Some(from_tier), Some(to_tier)) = (approval.from_tier, approval.to_tier) {
+            let reason = format!("a human denied it: {reason}");
+            self.emit("", EventBody::PromotionRejected { name: approval.tool, from_tier, to_tier, reason });
+        }
+        Ok(())
     }
 }

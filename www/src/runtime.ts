@@ -41,6 +41,7 @@ export type EmergentEvent = { runId?: string; runPath?: string[] } & (
   | { type: 'forge.rejected'; name: string; category: RejectionCategory; reason: string }
   | { type: 'tool.promoted'; name: string; fromTier: Tier; toTier: Tier; version: number }
   | { type: 'tool.demoted'; name: string; fromTier: Tier; toTier: Tier }
+  | { type: 'promotion.rejected'; name: string; fromTier: Tier; toTier: Tier; reason: string }
   | { type: 'approval.requested'; approval: PendingApproval }
   | { type: 'registry.reloaded'; tier: Tier; tools: number; at: number }
 );
@@ -55,6 +56,7 @@ export const EMERGENT_TYPES = new Set([
   'forge.rejected',
   'tool.promoted',
   'tool.demoted',
+  'promotion.rejected',
   'approval.requested',
   'registry.reloaded',
 ]);

@@ -137,6 +137,16 @@ export function mountTimeline(app: App): void {
       case 'tool.demoted':
         entry('demoted', h('span', { class: 'badge badge-warn' }, 'demoted'), ' ', h('code', {}, e.name), ` ${e.fromTier} → ${e.toTier}`);
         break;
+      case 'promotion.rejected':
+        entry(
+          'promotion-rejected',
+          h('span', { class: 'badge badge-bad' }, 'promotion rejected'),
+          ' ',
+          h('code', {}, e.name),
+          ` ${e.fromTier} → ${e.toTier}`,
+          h('div', { class: 'muted' }, brief(e.reason, 300)),
+        );
+        break;
       case 'registry.reloaded':
         entry('reloaded', h('span', { class: 'badge' }, 're-read'), ` ${e.tier} tier changed elsewhere: ${e.tools} tool${e.tools === 1 ? '' : 's'}`);
         break;

@@ -138,6 +138,8 @@ export interface PendingApproval {
  * - `forge.rejected` { name, category, reason, agentId, sessionId, scope? }
  * - `tool.promoted` { name, fromTier, toTier, version }
  * - `tool.demoted` { name, fromTier, toTier }
+ * - `promotion.rejected` { name, fromTier, toTier, reason } — tests failed on re-run, the
+ *   panel said no, or a human denied a shared promotion; the tool stays where it was
  * - `approval.requested` { approval: PendingApproval }
  * - `registry.reloaded` { tier, tools, at } — the tier was re-read because another agent of the
  *   runtime, or another tab, changed it
@@ -150,5 +152,6 @@ export type EmergentEventType =
   | 'forge.rejected'
   | 'tool.promoted'
   | 'tool.demoted'
+  | 'promotion.rejected'
   | 'approval.requested'
   | 'registry.reloaded';
