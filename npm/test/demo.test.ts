@@ -454,6 +454,28 @@ function suite(): void {
       assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
     });
 
+    test('an approval whose run is gone is dismissed with the reason instead of being offered forever', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      // A paused run this store does not hold (its state was cleared, or another tab resumed it).
+      await page.evaluate(() =>
+        localStorage.setItem(
+          'crucible-demo.paused.v1',
+          JSON.stringify([{ id: 'approval_gone', kind: 'tool_call', tool: 'save_note', runId: 'run_gone', callId: 'c1', arguments: { text: 'lost' }, reason: 'needs approval', requestedAt: Date.now() }]),
+        ),
+      );
+      await page.reload();
+      await waitReady(page);
+      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
+      const hint = (await page.textContent('#approvals .hint')) ?? '';
+      assert.match(hint, /^Could not approve: .*run_gone.*dismissed/, hint);
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
+      assert.deepEqual(errors, []);
+    });
+
     describe('forge, promotion, reload (emergent API)', () => {
       let opened: Opened;
       let context: BrowserContext;

@@ -5,6 +5,12 @@ const PAUSED_KEY = 'crucible-demo.paused.v1';
 
 type Listener<T> = (value: T) => void;
 
+/** A paused run that can no longer be resumed (resumed elsewhere, or its state is gone): its
+ * approvals are stale. */
+export class RunGone extends Error {
+  override name = 'RunGone';
+}
+
 export class App {
   runtime: Runtime | undefined;
   readonly sessionId: string;

@@ -1,5 +1,5 @@
 /** Pending approvals (shared promotions, tool calls): approve or deny with a reason. */
-import type { App } from './app.ts';
+import { RunGone, type App } from './app.ts';
 import { $, brief, clear, errorText, h, time } from './dom.ts';
 import { EmergentUnavailable, type ApprovalDecision, type PendingApproval, type RunApproval } from './runtime.ts';
 
@@ -37,6 +37,11 @@ export function mountApprovals(app: App): void {
       // its new approvals (added by the chat on `agent.paused`) must stay.
       const done = new Set(ofRun.map((a) => a.id));
       app.setRunApprovals(app.runApprovals.filter((a) => !done.has(a.id)));
+    } catch (error) {
+      if (!(error instanceof RunGone)) throw error;
+      // Nothing left to decide on: dismiss the run's approvals instead of offering them forever.
+      app.setRunApprovals(app.runApprovals.filter((a) => a.runId !== p.runId));
+      throw new Error(`${error.message} — its approval was dismissed`);
     } finally {
       for (const a of ofRun) decided.delete(a.id);
     }

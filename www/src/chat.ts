@@ -1,5 +1,5 @@
 /** The chat: streamed answers, tool events inline, a stop button that aborts cleanly. */
-import type { App } from './app.ts';
+import { RunGone, type App } from './app.ts';
 import { $, brief, clear, errorText, h } from './dom.ts';
 import type { DemoEvent, RunApproval } from './runtime.ts';
 
@@ -69,13 +69,16 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     const summary = decisions.map((d) => `${d.approved ? 'approved' : 'denied'}${d.reason ? ` (${d.reason})` : ''}`).join(', ');
     transcript.append(h('div', { class: 'msg msg-user' }, h('span', { class: 'msg-role' }, 'You'), h('p', { class: 'msg-text' }, `Tool call ${summary}.`)));
     const ended = await drive('Agent (resumed)', (signal) => runtime.resume(runId, decisions, signal));
+    // The store has no such run to resume (resumed elsewhere, or its state is gone): retrying
+    // cannot help, so the caller drops its approvals.
+    if (ended.status === 'error' && ended.code === 'invalid_resume') throw new RunGone(ended.note ?? 'the run cannot be resumed');
     // A resume that failed or was stopped leaves the run resumable: the caller keeps its approvals.
     if (ended.status === 'error') throw new Error(ended.note ?? 'the resumed run failed');
     if (ended.status === 'stopped') throw new Error('the resumed run was stopped; approve or deny again to continue it');
   };
 
   /** Runs a stream into a new bubble; resolves with how it ended (it never throws). */
-  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<{ status: RunEnd; note?: string }> {
+  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<{ status: RunEnd; note?: string; code?: string }> {
     const body = h('div', { class: 'msg-body' });
     const bubble = h('div', { class: 'msg msg-agent', 'data-status': 'streaming' }, h('span', { class: 'msg-role' }, role), body);
     transcript.append(bubble);
@@ -96,9 +99,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       body.append(h('div', { class: `tool-event ${cls}` }, ...content));
       scroll();
     };
-    let ending: { status: RunEnd; note?: string } = { status: 'done' };
-    const finish = (status: RunEnd, note?: string) => {
-      ending = { status, note };
+    let ending: { status: RunEnd; note?: string; code?: string } = { status: 'done' };
+    const finish = (status: RunEnd, note?: string, code?: string) => {
+      ending = { status, note, code };
       bubble.dataset.status = status;
       if (note) body.append(h('p', { class: `run-note run-note-${status}` }, note));
       scroll();
@@ -115,7 +118,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       if (!ended) finish(controller.signal.aborted ? 'stopped' : 'done', controller.signal.aborted ? 'Stopped.' : undefined);
     } catch (error) {
       if (controller.signal.aborted) finish('stopped', 'Stopped.');
-      else finish('error', `Error: ${errorText(error)}`);
+      else finish('error', `Error: ${errorText(error)}`, (error as { code?: unknown } | null)?.code as string | undefined);
     } finally {
       controller = undefined;
       setState('idle');
@@ -167,7 +170,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
         }
         case 'agent.error':
           if (event.error.code === 'aborted') finish('stopped', 'Stopped.');
-          else finish('error', `Error (${event.error.code}): ${event.error.message}`);
+          else finish('error', `Error (${event.error.code}): ${event.error.message}`, event.error.code);
           return true;
         default:
           return false;
