@@ -7,7 +7,7 @@ import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
 import { AbortError, CrucibleError, describeType, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
-import type { SandboxRequest, SandboxResult } from './sandbox/types.js';
+import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
 import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
@@ -85,7 +85,9 @@ export interface AgentOptions {
 
 /** Something that runs forged JavaScript: `createSandbox()` or a compatible host. */
 export interface SandboxHost {
-  execute(request: SandboxRequest): Promise<SandboxResult>;
+  /** Runs one execution. The core aborts `signal` when it no longer wants the result (the
+   *  run was stopped); a host should then end the execution, and may ignore it. */
+  execute(request: SandboxRequest, options?: ExecuteOptions): Promise<SandboxResult>;
   close?(): Promise<void>;
 }
 

@@ -9,7 +9,7 @@ export type * from './emergent/types.js';
 export type { AgentOptions, RunOptions, RunResult, ResumeOptions, ApprovalDecision, AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from './agent.js';
 export { tool, toJsonSchema } from './tool.js';
 export { createSandbox, checkUrl, FetchRefused } from './sandbox/index.js';
-export type { Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './sandbox/index.js';
+export type { ExecuteOptions, Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './sandbox/index.js';
 export type { HostTool, ToolOptions, ToolExecuteContext, JsonSchema, StandardJsonSchemaLike } from './tool.js';
 export { openai, anthropic, ollama } from './providers/index.js';
 export type * from './providers/types.js';

@@ -130,6 +130,10 @@ describe('forge through the package', () => {
     assert.ok(last.type === 'agent.error' && last.error.code === 'aborted', JSON.stringify(last));
     assert.equal(chat.requests.length, 1, 'no model turn after the abort');
     assert.deepEqual(agent.tools.list({ sessionId: 's1' }), [], 'the abandoned forge registered nothing');
+    // Its tests no longer hold the sandbox: the next forge does not wait for the loop to end.
+    const next = Date.now();
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    assert.ok(Date.now() - next < 1500, `the next forge took ${Date.now() - next} ms`);
     await agent.close();
   });
 

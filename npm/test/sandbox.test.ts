@@ -207,6 +207,40 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
   });
 });
 
+describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing' }, () => {
+  test('a running execution ends at once with its Worker replaced; a queued one is dropped; the pool keeps serving', async () => {
+    const sandbox = await createSandbox({ poolSize: 1, timeoutMs: 20_000 });
+    try {
+      const running = new AbortController();
+      const queued = new AbortController();
+      const started = performance.now();
+      const spin = sandbox.execute({ code: 'function execute(){ for(;;){} }' }, { signal: running.signal });
+      const waiting = sandbox.execute({ code: 'function execute(){ return "ran"; }' }, { signal: queued.signal });
+      const next = sandbox.execute({ code: 'function execute(){ return "next"; }' });
+      queued.abort();
+      const dropped = await waiting;
+      assert.deepEqual([dropped.status, dropped.error?.code], ['error', 'aborted']);
+      setTimeout(() => running.abort(), 100);
+      const stopped = await spin;
+      assert.deepEqual([stopped.status, stopped.error?.code], ['error', 'aborted']);
+      assert.ok(performance.now() - started < 2000, 'ended by the abort, not the 20 s deadline');
+      assert.equal(sandbox.stats().workersKilled, 1);
+      // The job behind them runs on the replacement Worker; the dropped one never ran.
+      assert.equal((await next).output, 'next');
+      // An already aborted signal is refused before anything runs; aborting a finished one is a no-op.
+      const late = new AbortController();
+      late.abort();
+      assert.equal((await sandbox.execute({ code: 'function execute(){ return 1; }' }, { signal: late.signal })).error?.code, 'aborted');
+      const done = new AbortController();
+      assert.equal((await sandbox.execute({ code: 'function execute(){ return 2; }' }, { signal: done.signal })).output, 2);
+      done.abort();
+      assert.equal(sandbox.stats().workersKilled, 1);
+    } finally {
+      await sandbox.close();
+    }
+  });
+});
+
 describe('sandbox fetch: where allowlisted names lead (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing' }, () => {
   const seen: string[] = [];
   let target: Server | undefined;

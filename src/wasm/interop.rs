@@ -391,8 +391,24 @@ impl CancelSignal for JsAbortSignal {
     }
 }
 
-/// The TS sandbox host (`createSandbox()`): `{ execute(request) => Promise<SandboxResult> }`.
-/// Forged code runs there, in a Worker, never in this instance (DESIGN decision 2).
+/// Aborts an execution's signal if the execution is dropped before it settles (the run that
+/// wanted it was stopped): the host frees its Worker instead of running on to the deadline.
+struct AbortOnDrop {
+    controller: web_sys::AbortController,
+    settled: bool,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.controller.abort();
+        }
+    }
+}
+
+/// The TS sandbox host (`createSandbox()`): `{ execute(request, { signal }) =>
+/// Promise<SandboxResult> }`. Forged code runs there, in a Worker, never in this instance
+/// (DESIGN decision 2).
 pub(crate) struct JsSandbox {
     target: JsValue,
     execute: Function,
@@ -424,11 +440,23 @@ impl SandboxRunner for JsSandbox {
             Ok(v) => v,
             Err(e) => return failed(e),
         };
-        let returned = match self.execute.call1(&self.target, &js_request) {
+        let mut abort = match web_sys::AbortController::new() {
+            Ok(controller) => Some(AbortOnDrop { controller, settled: false }),
+            Err(_) => None,
+        };
+        let options = Object::new();
+        if let Some(abort) = &abort {
+            let _ = Reflect::set(&options, &"signal".into(), &abort.controller.signal());
+        }
+        let returned = match self.execute.call2(&self.target, &js_request, &options) {
             Ok(v) => v,
             Err(e) => return failed(e),
         };
-        match await_promise(returned).await {
+        let settled = await_promise(returned).await;
+        if let Some(abort) = &mut abort {
+            abort.settled = true;
+        }
+        match settled {
             Ok(v) => decode(&v).unwrap_or_else(|e| failed(JsValue::from_str(&format!("malformed sandbox result: {e}")))),
             Err(e) => failed(e),
         }

@@ -15,7 +15,7 @@ import { guardedFetch } from './guarded-fetch.js';
 import { isNode, loadSandboxModule, WorkerPool } from './pool.js';
 import type { Sandbox, SandboxOptions } from './types.js';
 
-export type { Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './types.js';
+export type { ExecuteOptions, Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './types.js';
 export { checkUrl, FetchRefused } from './fetch-bridge.js';
 
 /** Starts a warm pool of sandbox Workers. Resolves when every Worker is ready. */
@@ -67,7 +67,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     throw new SandboxError('sandbox workers failed to start', { cause });
   }
   return {
-    execute: (request) => pool.execute(request),
+    execute: (request, executeOptions) => pool.execute(request, executeOptions?.signal),
     close: async () => {
       await pool.close();
       await guarded?.close();

@@ -157,9 +157,10 @@ export class WorkerPool {
     return { ...this.counters };
   }
 
-  execute(request: SandboxRequest): Promise<SandboxResult> {
+  execute(request: SandboxRequest, signal?: AbortSignal): Promise<SandboxResult> {
     const started = performance.now();
     if (this.closed) return Promise.resolve(failure('error', 'closed', 'the sandbox is closed', started));
+    if (signal?.aborted) return Promise.resolve(aborted(started));
     if (this.broken) return Promise.resolve(failure('error', 'worker_start', this.broken, started));
     if (typeof request?.code !== 'string') {
       return Promise.resolve(failure('rejected', 'bad_request', 'request.code must be a string', started));
@@ -170,10 +171,33 @@ export class WorkerPool {
     } catch (error) {
       return Promise.resolve(failure('rejected', 'bad_request', `input is not JSON-serialisable: ${String(error)}`, started));
     }
-    return new Promise((resolve) => {
-      this.queue.push({ id: this.nextId++, request: json, resolve, started });
+    return new Promise((settle) => {
+      const job: Job = { id: this.nextId++, request: json, resolve: settle, started };
+      if (signal) {
+        const onAbort = () => this.abandon(job);
+        signal.addEventListener('abort', onAbort, { once: true });
+        job.resolve = (result) => {
+          signal.removeEventListener('abort', onAbort);
+          settle(result);
+        };
+      }
+      this.queue.push(job);
       this.pump();
     });
+  }
+
+  /** Ends `job` as aborted: dropped from the queue, or its Worker terminated and replaced
+   *  (an execution cannot be interrupted any other way). A finished job is left alone. */
+  private abandon(job: Job): void {
+    const queued = this.queue.indexOf(job);
+    if (queued >= 0) {
+      this.queue.splice(queued, 1);
+    } else {
+      const slot = this.slots.find((s) => s.job === job);
+      if (!slot) return;
+      this.replace(slot);
+    }
+    job.resolve(aborted(job.started));
   }
 
   async close(): Promise<void> {
@@ -387,6 +411,10 @@ export class WorkerPool {
       () => {},
     );
   }
+}
+
+function aborted(started: number): SandboxResult {
+  return failure('error', 'aborted', 'the execution was aborted', started);
 }
 
 function failure(status: SandboxResult['status'], code: string, message: string, started: number): SandboxResult {

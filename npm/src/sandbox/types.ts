@@ -76,8 +76,15 @@ export interface SandboxStats {
   lastReplacementMs: number | undefined;
 }
 
+/** Options of one {@link Sandbox.execute}. */
+export interface ExecuteOptions {
+  /** Ends the execution when aborted: a queued one is dropped, a running one's Worker is
+   *  terminated and replaced. The result is then `status: 'error'`, `error.code: 'aborted'`. */
+  signal?: AbortSignal;
+}
+
 export interface Sandbox {
-  execute(request: SandboxRequest): Promise<SandboxResult>;
+  execute(request: SandboxRequest, options?: ExecuteOptions): Promise<SandboxResult>;
   close(): Promise<void>;
   stats(): SandboxStats;
 }
