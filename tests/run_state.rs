@@ -5,7 +5,7 @@ mod support;
 
 use std::rc::Rc;
 
-use crucible::agent::{Agent, AgentConfig, AgentError, ApprovalDecision, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus};
+use crucible::agent::{Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus};
 use crucible::model::Message;
 use crucible::store::{MemoryStore, Store};
 use crucible::tools::{Tool, ToolSet};
@@ -196,6 +196,47 @@ fn a_paused_run_resumes_once_so_its_approved_call_runs_once() {
         "invalid_resume"
     );
     assert_eq!(refunds.calls.get(), 1);
+}
+
+/// A refund that is stopped while it runs: it cancels the run, yields, then completes.
+struct RefundStoppedMidway {
+    flag: Rc<CancelFlag>,
+    calls: std::cell::Cell<usize>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl crucible::tools::ToolHandler for RefundStoppedMidway {
+    async fn call(&self, args: Value, _ctx: &crucible::tools::CallContext) -> Result<Value, crucible::tools::ToolFailure> {
+        self.calls.set(self.calls.get() + 1);
+        self.flag.cancel();
+        YieldOnce::default().await;
+        Ok(json!({ "refunded": args["order"] }))
+    }
+
+    async fn needs_approval(&self, _args: &Value) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_resume_stopped_while_its_approved_call_runs_saves_the_call_so_it_never_runs_twice() {
+    let store = Rc::new(MemoryStore::new());
+    let flag = Rc::new(CancelFlag::default());
+    let refund = Rc::new(RefundStoppedMidway { flag: flag.clone(), calls: Default::default() });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, refund.clone()).unwrap());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42}"#), text("Refunded order 42.")]);
+    let agent = Agent::new(AgentConfig::default(), model.clone(), tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store, "support-bot");
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let err = block_on(agent.resume(&paused.run_id, &decisions, Some(flag.clone()), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err, AgentError::Aborted);
+    assert_eq!(refund.calls.get(), 1);
+    // The approved call finished and its step was saved: the run goes on after it.
+    let out = block_on(agent.resume(&paused.run_id, &[], None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.text, "Refunded order 42.");
+    assert_eq!(refund.calls.get(), 1, "the approved call ran once");
+    assert!(matches!(model.requests.borrow().last().unwrap().messages.last().unwrap(), Message::Tool { content, .. } if content.contains("refunded")));
 }
 
 #[test]

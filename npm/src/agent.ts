@@ -124,7 +124,8 @@ export interface EmergentOptions {
 /** Per-run options. */
 export interface RunOptions {
   /** Aborts the run: the in-flight model request, and the step's tool calls, which are
-   *  abandoned if they ignore it (the run ends `aborted` at once, their results discarded). */
+   *  abandoned if they ignore it (the run ends `aborted` at once, their results discarded).
+   *  Calls a human approved finish first, so their results are saved and never run twice. */
   signal?: AbortSignal;
   /** Conversation to continue (default `"default"`). Each session remembers its messages. */
   sessionId?: string;

@@ -262,7 +262,10 @@ impl RunContext<'_> {
             let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
             let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
             let step_tools = provided.as_ref().unwrap_or(self.tools);
-            let results = self.unless_cancelled(self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter)).await?;
+            // Not abandoned on a cancel, unlike other calls: a human approved these, and their
+            // results must be saved, or resuming the paused state again would run them twice.
+            // The cancel takes effect right after.
+            let results = self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter).await;
             state.messages.extend(results);
             state.pending = None;
             emitter.emit(EventBody::StepEnd {
