@@ -637,3 +637,69 @@ fn a_store_error_keeps_its_code_through_the_registry() {
     }
     assert_eq!(RegistryError::Store(StoreError::new("disk_on_fire", "x")).code(), "store_error");
 }
+
+#[test]
+fn a_lifecycle_change_whose_write_fails_is_undone_in_memory_and_can_be_retried() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let tier = |r: &Rig| r.registry.list("s1").iter().find(|t| t.name == "slugify").map(|t| t.tier);
+    let audit_len = |r: &Rig| r.registry.audit_trail().len();
+
+    // session → agent
+    store.refuse_writes.set(true);
+    let before = audit_len(&r);
+    let err = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap_err();
+    assert_eq!(err.code(), "store_quota");
+    assert_eq!(tier(&r), Some(Tier::Session), "still where the store has it");
+    assert_eq!(audit_len(&r), before, "no audit entry for what did not happen");
+    store.refuse_writes.set(false);
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    assert_eq!(tier(&r), Some(Tier::Agent));
+
+    // agent → shared: the request, then the approval
+    store.refuse_writes.set(true);
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap_err().code(), "store_quota");
+    assert!(r.registry.pending_approvals().is_empty(), "no approval the store does not hold");
+    store.refuse_writes.set(false);
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    store.refuse_writes.set(true);
+    assert_eq!(block_on(r.registry.approve(&approval.id)).unwrap_err().code(), "store_quota");
+    assert_eq!(r.registry.pending_approvals().len(), 1, "the approval can be approved again");
+    assert_eq!(tier(&r), Some(Tier::Agent));
+    store.refuse_writes.set(false);
+    assert_eq!(block_on(r.registry.approve(&approval.id)).unwrap().tier, Tier::Shared);
+
+    // demote, and a denied request
+    store.refuse_writes.set(true);
+    assert_eq!(block_on(r.registry.demote("slugify", "s1")).unwrap_err().code(), "store_quota");
+    assert_eq!(tier(&r), Some(Tier::Shared));
+    store.refuse_writes.set(false);
+    assert_eq!(block_on(r.registry.demote("slugify", "s1")).unwrap().tier, Tier::Agent);
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    store.refuse_writes.set(true);
+    assert_eq!(block_on(r.registry.deny(&approval.id, "no")).unwrap_err().code(), "store_quota");
+    assert_eq!(r.registry.pending_approvals().len(), 1);
+    store.refuse_writes.set(false);
+    block_on(r.registry.deny(&approval.id, "no")).unwrap();
+    assert!(r.registry.pending_approvals().is_empty());
+
+    // rollback
+    forge_ok(&r, "other", SLUGIFY_JS, "s1");
+    forge_ok(&r, "other", SLUGIFY_V2_JS, "s1");
+    let version = |r: &Rig| r.registry.list("s1").iter().find(|t| t.name == "other").map(|t| t.version);
+    store.refuse_writes.set(true);
+    assert_eq!(block_on(r.registry.rollback("other", 1, "s1")).unwrap_err().code(), "store_quota");
+    assert_eq!(version(&r), Some(2));
+    store.refuse_writes.set(false);
+    assert_eq!(block_on(r.registry.rollback("other", 1, "s1")).unwrap().version, 1);
+
+    // A restart reads the same registry this one shows.
+    let restarted = rig_over("agent1", promo_config(), Some(approving_judge()), None, memory.clone(), store.clone());
+    let persisted = |r: &Rig| r.registry.list("s2").iter().map(|t| (t.name.clone(), t.tier, t.version, t.hash.clone())).collect::<Vec<_>>();
+    assert_eq!(persisted(&restarted), persisted(&r));
+    assert_eq!(restarted.registry.audit_trail(), r.registry.audit_trail());
+    assert!(restarted.registry.pending_approvals().is_empty());
+}

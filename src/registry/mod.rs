@@ -128,7 +128,7 @@ impl std::fmt::Debug for RegistryDeps {
 
 /// One tool at one tier, with its stats and its built handler (built on first use; an entry
 /// whose record changes is replaced or has `built` cleared).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub(crate) record: ToolRecord,
     pub(crate) stats: ToolStats,
@@ -195,6 +195,70 @@ impl State {
             let active = m.values().filter(|e| e.active()).count();
             active - m.get(except).map_or(0, |e| usize::from(e.active()))
         })
+    }
+}
+
+/// What a lifecycle change (promote, approve, deny, demote, rollback) is about to touch: the
+/// entries and approvals as they were, and the audit trail. Memory is changed first and the
+/// store written after; when that write fails, [`State::undo`] puts these back, so memory never
+/// claims a change the store does not hold (an approval that vanished from memory could not be
+/// approved again, yet would reappear after a restart).
+pub(crate) struct Undo {
+    entries: Vec<(Tier, String, String, Option<Entry>)>,
+    approvals: Vec<(String, Option<PendingApproval>)>,
+    audit: VecDeque<AuditEntry>,
+    audit_seqs: VecDeque<u64>,
+    /// The first audit sequence number after the change: entries from there on were added by
+    /// others while the write was pending, and are kept.
+    audit_end: u64,
+}
+
+impl Undo {
+    /// Marks the end of the change's own audit entries (call when its mutations are done).
+    pub(crate) fn sealed(mut self, state: &State) -> Self {
+        self.audit_end = state.next_audit_seq;
+        self
+    }
+}
+
+impl State {
+    /// Remembers `entries` ((tier, session, name)) and `approvals` (ids) as they are now, and
+    /// the audit trail, for [`State::undo`].
+    pub(crate) fn undo_point(&self, entries: &[(Tier, &str, &str)], approvals: &[&str]) -> Undo {
+        Undo {
+            entries: entries
+                .iter()
+                .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.tier(tier, session).and_then(|m| m.get(name)).cloned()))
+                .collect(),
+            approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
+            audit: self.audit.clone(),
+            audit_seqs: self.audit_seqs.clone(),
+            audit_end: self.next_audit_seq,
+        }
+    }
+
+    /// Puts back what `undo` remembered. Audit entries added after the change are kept.
+    pub(crate) fn undo(&mut self, undo: Undo) {
+        for (tier, session, name, before) in undo.entries {
+            let map = self.tier_mut(tier, &session);
+            match before {
+                Some(entry) => map.insert(name, entry),
+                None => map.remove(&name),
+            };
+        }
+        for (id, before) in undo.approvals {
+            match before {
+                Some(approval) => self.approvals.insert(id, approval),
+                None => self.approvals.remove(&id),
+            };
+        }
+        let later: Vec<(AuditEntry, u64)> = self.audit.iter().cloned().zip(self.audit_seqs.iter().copied()).filter(|(_, seq)| *seq >= undo.audit_end).collect();
+        self.audit = undo.audit;
+        self.audit_seqs = undo.audit_seqs;
+        for (entry, seq) in later {
+            self.audit.push_back(entry);
+            self.audit_seqs.push_back(seq);
+        }
     }
 }
 
@@ -469,6 +533,15 @@ impl Registry {
             ops.push(BatchOp::Put { key: format!("agent/{}/forge-name/{name}", self.agent_id), value: versioned("forge-name", &ForgeNameRecord { approved }) });
         }
         ops
+    }
+
+    /// [`Registry::persist`], undoing the change in memory when the write fails.
+    pub(crate) async fn persist_or_undo(&self, ops: Vec<BatchOp>, undo: Undo) -> Result<(), RegistryError> {
+        let written = self.persist(ops).await;
+        if written.is_err() {
+            self.state.borrow_mut().undo(undo);
+        }
+        written
     }
 
     /// Writes a batch, keeping only the last write per key.
@@ -926,13 +999,14 @@ impl Registry {
     /// tier keeps a demoted tombstone that cannot be called. The highest active tier holding
     /// the name is demoted.
     pub async fn demote(&self, name: &str, session: &str) -> Result<ToolInfo, RegistryError> {
-        let (info, ops, from, to) = {
+        let (info, ops, from, to, undo) = {
             let mut state = self.state.borrow_mut();
             let from = [Tier::Shared, Tier::Agent, Tier::Session]
                 .into_iter()
                 .find(|t| state.tier(*t, session).and_then(|m| m.get(name)).is_some_and(Entry::active))
                 .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let to = from.lower().ok_or_else(|| RegistryError::LowestTier(name.to_string()))?;
+            let undo = state.undo_point(&[(from, session, name), (to, session, name)], &[]);
             let old = state.tier_mut(from, session).get_mut(name).expect("found above");
             old.record.status = ToolStatus::Demoted;
             old.built = None;
@@ -957,9 +1031,10 @@ impl Registry {
                 format!("demoted from {} to {}", from.as_str(), to.as_str()),
                 Some(session),
             ));
-            (info, ops, from, to)
+            let undo = undo.sealed(&state);
+            (info, ops, from, to, undo)
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::ToolDemoted { name: name.to_string(), from_tier: from, to_tier: to });
         Ok(info)
     }
@@ -967,9 +1042,10 @@ impl Registry {
     /// Restores version `version` of `name` (the entry `session` reaches) as its current
     /// version.
     pub async fn rollback(&self, name: &str, version: u32, session: &str) -> Result<ToolInfo, RegistryError> {
-        let (info, ops) = {
+        let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
+            let undo = state.undo_point(&[(tier, session, name)], &[]);
             let entry = state.tier_mut(tier, session).get_mut(name).expect("resolved above");
             let target =
                 entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
@@ -987,9 +1063,10 @@ impl Registry {
                 format!("rolled back from version {from} to {version}"),
                 Some(session),
             ));
-            (info, ops)
+            let undo = undo.sealed(&state);
+            (info, ops, undo)
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         Ok(info)
     }
 }

@@ -83,15 +83,17 @@ impl Registry {
     }
 
     async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
-        let ops = {
+        let (ops, undo) = {
             let mut state = self.state.borrow_mut();
+            let undo = state.undo_point(&[(Tier::Session, session, name)], &[]);
             if let Some(e) = state.tier_mut(Tier::Session, session).get_mut(name) {
                 e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
                 e.record.promotion.rejected_at_successes = e.stats.successes;
             }
-            self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))
+            let ops = self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session));
+            (ops, undo.sealed(&state))
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: reason.clone() });
         let mut out = PromotionOutcome::new(PromotionStatus::Rejected, reason);
         out.verdicts = verdicts;
@@ -161,8 +163,9 @@ impl Registry {
             return self.remember_rejection(name, session, reason, verdicts).await;
         }
 
-        let (info, ops, version) = {
+        let (info, ops, version, undo) = {
             let mut state = self.state.borrow_mut();
+            let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
             let Some(entry) = state.tier_mut(Tier::Session, session).remove(name) else { return Err(RegistryError::NotFound(name.into())) };
             let mut record = entry.record;
             record.tier = Tier::Agent;
@@ -181,9 +184,10 @@ impl Registry {
                 "promoted session → agent; panel approved".into(),
                 Some(session),
             ));
-            (info.clone(), ops, info.version)
+            let undo = undo.sealed(&state);
+            (info.clone(), ops, info.version, undo)
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::ToolPromoted { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, version });
         let mut out = PromotionOutcome::new(PromotionStatus::Promoted, "promoted to the agent tier");
         out.tool = Some(info);
@@ -192,7 +196,7 @@ impl Registry {
     }
 
     async fn request_shared(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
-        let (approval, ops) = {
+        let (approval, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let active = state.agent.get(name).is_some_and(|e| e.record.status == ToolStatus::Active);
             if !active {
@@ -215,12 +219,14 @@ impl Registry {
                 call_id: None,
                 arguments: None,
             };
+            let undo = state.undo_point(&[], &[&approval.id]);
             state.approvals.insert(approval.id.clone(), approval.clone());
             let mut ops = vec![self.approval_op(&approval)];
             ops.extend(self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session)));
-            (approval, ops)
+            let undo = undo.sealed(&state);
+            (approval, ops, undo)
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::ApprovalRequested { approval: approval.clone() });
         let mut out = PromotionOutcome::new(PromotionStatus::Pending, "waiting for human approval");
         out.approval = Some(approval);
@@ -229,11 +235,12 @@ impl Registry {
 
     /// Grants a pending approval: the tool moves from the agent to the shared tier.
     pub async fn approve(&self, id: &str) -> Result<ToolInfo, RegistryError> {
-        let (info, ops) = {
+        let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
-            let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
+            let name = state.approvals.get(id).map(|a| a.tool.clone()).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
+            let undo = state.undo_point(&[(Tier::Agent, "", &name), (Tier::Shared, "", &name)], &[id]);
+            state.approvals.remove(id);
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
-            let name = approval.tool.clone();
             // A shared tool of the same name forged by another agent is not overwritten, and a
             // tool demoted since the request keeps its tombstone at the agent tier (calls there
             // are still refused).
@@ -258,10 +265,10 @@ impl Registry {
                     }
                 },
             };
-            match refusal {
+            let outcome = match refusal {
                 Err((detail, error)) => {
                     ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: {detail}"), None));
-                    (Err(error), ops)
+                    Err(error)
                 }
                 Ok(entry) => {
                     ops.extend(self.delete_ops(Tier::Agent, &name));
@@ -281,11 +288,12 @@ impl Registry {
                         "promoted agent → shared with human approval".into(),
                         None,
                     ));
-                    (Ok(info), ops)
+                    Ok(info)
                 }
-            }
+            };
+            (outcome, ops, undo.sealed(&state))
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         let info = info?;
         self.emit("", EventBody::ToolPromoted { name: info.name.clone(), from_tier: Tier::Agent, to_tier: Tier::Shared, version: info.version });
         Ok(info)
@@ -293,14 +301,15 @@ impl Registry {
 
     /// Refuses a pending approval; the tool stays where it is.
     pub async fn deny(&self, id: &str, reason: &str) -> Result<(), RegistryError> {
-        let (approval, ops) = {
+        let (approval, ops, undo) = {
             let mut state = self.state.borrow_mut();
+            let undo = state.undo_point(&[], &[id]);
             let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
             ops.extend(self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None));
-            (approval, ops)
+            (approval, ops, undo.sealed(&state))
         };
-        self.persist(ops).await?;
+        self.persist_or_undo(ops, undo).await?;
         if let (Some(from_tier), Some(to_tier)) = (approval.from_tier, approval.to_tier) {
             let reason = format!("a human denied it: {reason}");
             self.emit("", EventBody::PromotionRejected { name: approval.tool, from_tier, to_tier, reason });

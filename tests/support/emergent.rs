@@ -230,11 +230,13 @@ pub struct SharedDataStore {
     pub memory: Rc<MemoryStore>,
     pub log: Rc<RefCell<Vec<String>>>,
     pub refuse_locks: std::cell::Cell<bool>,
+    /// Makes every batch fail with `store_quota`, writing nothing (a full IndexedDB).
+    pub refuse_writes: std::cell::Cell<bool>,
 }
 
 impl SharedDataStore {
     pub fn new(memory: Rc<MemoryStore>) -> Self {
-        Self { memory, log: Rc::default(), refuse_locks: std::cell::Cell::new(false) }
+        Self { memory, log: Rc::default(), refuse_locks: std::cell::Cell::new(false), refuse_writes: std::cell::Cell::new(false) }
     }
 }
 
@@ -276,6 +278,9 @@ impl Store for SharedDataStore {
 
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
         self.log.borrow_mut().push("batch".into());
+        if self.refuse_writes.get() {
+            return Err(StoreError::new("store_quota", "the store is full"));
+        }
         self.memory.batch(ops).await
     }
 
