@@ -199,17 +199,16 @@ impl State {
 }
 
 /// What a lifecycle change (promote, approve, deny, demote, rollback) is about to touch: the
-/// entries and approvals as they were, and the audit trail. Memory is changed first and the
+/// entries and approvals as they were, and where its audit entries start. Memory is changed first and the
 /// store written after; when that write fails, [`State::undo`] puts these back, so memory never
 /// claims a change the store does not hold (an approval that vanished from memory could not be
 /// approved again, yet would reappear after a restart).
 pub(crate) struct Undo {
     entries: Vec<(Tier, String, String, Option<Entry>)>,
     approvals: Vec<(String, Option<PendingApproval>)>,
-    audit: VecDeque<AuditEntry>,
-    audit_seqs: VecDeque<u64>,
-    /// The first audit sequence number after the change: entries from there on were added by
-    /// others while the write was pending, and are kept.
+    /// The change's own audit entries have sequence numbers from `audit_start` to before
+    /// `audit_end`.
+    audit_start: u64,
     audit_end: u64,
 }
 
@@ -222,8 +221,8 @@ impl Undo {
 }
 
 impl State {
-    /// Remembers `entries` ((tier, session, name)) and `approvals` (ids) as they are now, and
-    /// the audit trail, for [`State::undo`].
+    /// Remembers `entries` ((tier, session, name)) and `approvals` (ids) as they are now, for
+    /// [`State::undo`].
     pub(crate) fn undo_point(&self, entries: &[(Tier, &str, &str)], approvals: &[&str]) -> Undo {
         Undo {
             entries: entries
@@ -231,13 +230,13 @@ impl State {
                 .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.tier(tier, session).and_then(|m| m.get(name)).cloned()))
                 .collect(),
             approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
-            audit: self.audit.clone(),
-            audit_seqs: self.audit_seqs.clone(),
+            audit_start: self.next_audit_seq,
             audit_end: self.next_audit_seq,
         }
     }
 
-    /// Puts back what `undo` remembered. Audit entries added after the change are kept.
+    /// Puts back what `undo` remembered and drops the change's own audit entries. (Entries the
+    /// change pushed out of a full audit ring stay out of memory until a restart reads them.)
     pub(crate) fn undo(&mut self, undo: Undo) {
         for (tier, session, name, before) in undo.entries {
             let map = self.tier_mut(tier, &session);
@@ -252,12 +251,10 @@ impl State {
                 None => self.approvals.remove(&id),
             };
         }
-        let later: Vec<(AuditEntry, u64)> = self.audit.iter().cloned().zip(self.audit_seqs.iter().copied()).filter(|(_, seq)| *seq >= undo.audit_end).collect();
-        self.audit = undo.audit;
-        self.audit_seqs = undo.audit_seqs;
-        for (entry, seq) in later {
-            self.audit.push_back(entry);
-            self.audit_seqs.push_back(seq);
+        let own = undo.audit_start..undo.audit_end;
+        while let Some(at) = self.audit_seqs.iter().position(|seq| own.contains(seq)) {
+            self.audit_seqs.remove(at);
+            self.audit.remove(at);
         }
     }
 }
