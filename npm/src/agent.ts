@@ -181,8 +181,8 @@ type EventListener = (e: AgentEvent) => void;
 
 interface CoreAgentHandle {
   readonly emergentEnabled: boolean;
-  forge(request: unknown, sessionId: string, scope: string | undefined): Promise<ForgeResult>;
-  callTool(name: string, args: unknown, sessionId: string): Promise<unknown>;
+  forge(request: unknown, sessionId: string, scope: string | undefined, signal: AbortSignal | undefined): Promise<ForgeResult>;
+  callTool(name: string, args: unknown, sessionId: string, signal: AbortSignal | undefined): Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
   requestPromotion(name: string, tier: string, sessionId: string): Promise<unknown>;
@@ -280,8 +280,17 @@ export interface SessionOptions {
   sessionId?: string;
 }
 
+/** Options of `agent.tools.call`. */
+export interface CallOptions extends SessionOptions {
+  /** Aborts the call (a sandboxed tool's execution with it); it rejects with `AbortError`. */
+  signal?: AbortSignal;
+}
+
 /** Options of `agent.forge`. */
 export interface ForgeOptions extends SessionOptions {
+  /** Aborts the forge where it is: its sandbox tests are stopped, its judge's response is
+   *  closed, nothing is registered, and `forge` rejects with `AbortError`. */
+  signal?: AbortSignal;
   /** A label grouping attempts (a task id, say). It tags the attempt's events (`forge.start`,
    *  `forge.rejected`), its audit entries and the tool's provenance; a `scope` in the request
    *  wins. */
@@ -329,7 +338,7 @@ export class Agent {
   /** Forged tools (the emergent registry). */
   readonly tools: {
     /** Calls a forged tool as `sessionId` sees it. Output is checked against its schema. */
-    call(name: string, args: unknown, options?: SessionOptions): Promise<unknown>;
+    call(name: string, args: unknown, options?: CallOptions): Promise<unknown>;
     /** The forged tools a session sees: name, tier, version, hash, stats. */
     list(options?: SessionOptions): ToolInfo[];
   };
@@ -389,7 +398,7 @@ export class Agent {
       return result;
     };
     this.tools = {
-      call: (name, args, o) => wrapAsync(() => core.callTool(name, args, session(o))),
+      call: (name, args, o) => wrapAsync(() => core.callTool(name, args, session(o), abortSignal(o?.signal, 'tools.call'))),
       list: (o) => wrap(() => core.listTools(session(o))),
     };
     this.emergent = {
@@ -430,10 +439,11 @@ export class Agent {
    * Forges a tool: normalize → shape check → build → test → judge → register. Resolves with
    * `{ success: true, tool, verdict, tests }` or `{ success: false, reason, category }`; never
    * throws for a bad request (one with no JSON form, such as a circular object, included).
+   * Rejects with `AbortError` when `options.signal` aborts it.
    */
   async forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
     try {
-      return await this.#core.forge(request, options.sessionId ?? 'default', options.scope);
+      return await this.#core.forge(request, options.sessionId ?? 'default', options.scope, abortSignal(options.signal, 'forge'));
     } catch (error) {
       throw toCrucibleError(error, '');
     }
@@ -731,6 +741,15 @@ async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
     memoryMB: em.sandboxMemoryMB,
     fetchDomainAllowlist: em.fetchDomainAllowlist,
   });
+}
+
+/** `signal` checked for the bindings, which take any object for an `AbortSignal`; an already
+ *  aborted one rejects before anything starts. */
+function abortSignal(signal: unknown, what: string): AbortSignal | undefined {
+  if (signal === undefined) return undefined;
+  if (!(signal instanceof AbortSignal)) throw new CrucibleError('invalid_argument', `${what}: signal must be an AbortSignal, got ${describeType(signal)}`);
+  if (signal.aborted) throw new AbortError(`the ${what} was aborted before it started`);
+  return signal;
 }
 
 // serde's `default` fills absent fields; `undefined` would not deserialize as absent.

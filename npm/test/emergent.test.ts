@@ -3,7 +3,7 @@
 // the registry persists through a store.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createAgent, memoryStore, openai, tool, type AgentEvent, type Store } from '../src/node.js';
+import { AbortError, createAgent, memoryStore, openai, tool, type AgentEvent, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -158,6 +158,45 @@ describe('forge through the package', () => {
       await agent.close();
     } finally {
       await panel.close();
+    }
+  });
+
+  test('agent.forge and agent.tools.call take a signal: aborting stops them where they are and registers nothing', async () => {
+    const slowJudge = await startMockLlmServer({ respond: () => ({ ...verdict(true), delayMs: 10_000 }) });
+    try {
+      const agent = await makeAgent(memoryStore(), {
+        judge: { model: openai({ baseURL: slowJudge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) },
+      });
+      // During the judge's review (its answer would take 10 s).
+      const judging = new AbortController();
+      agent.on((e) => e.type === 'forge.test' && e.test.index === 1 && setTimeout(() => judging.abort(), 50));
+      let started = Date.now();
+      await assert.rejects(agent.forge(slugify, { sessionId: 's1', signal: judging.signal }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
+      assert.ok(Date.now() - started < 2000, `the forge ended after ${Date.now() - started} ms`);
+      assert.deepEqual(agent.tools.list({ sessionId: 's1' }), [], 'nothing registered');
+      // An already aborted signal: nothing starts. A signal that is not one: a typed error.
+      const aborted = new AbortController();
+      aborted.abort();
+      await assert.rejects(agent.forge(slugify, { signal: aborted.signal }), AbortError);
+      await assert.rejects(agent.forge(slugify, { signal: 'stop' as never }), { code: 'invalid_argument' });
+      await agent.close();
+
+      // A forged tool whose execution loops on some input, called with a deadline of our own.
+      const quick = await makeAgent(memoryStore(), { sandboxTimeoutMs: 8000 });
+      const spinOnDemand = {
+        ...slugify,
+        name: 'spin_on_demand',
+        implementation: { mode: 'sandbox', code: 'function execute(input) { if (input.text === "spin") { while (true) {} } return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "") }; }' },
+      };
+      assert.ok((await quick.forge(spinOnDemand, { sessionId: 's1' })).success);
+      started = Date.now();
+      await assert.rejects(quick.tools.call('spin_on_demand', { text: 'spin' }, { sessionId: 's1', signal: AbortSignal.timeout(200) }), AbortError);
+      assert.ok(Date.now() - started < 1500, `the call ended after ${Date.now() - started} ms`);
+      // The sandbox keeps serving at once (the looping Worker was replaced).
+      assert.deepEqual(await quick.tools.call('spin_on_demand', { text: 'Still Here' }, { sessionId: 's1' }), { slug: 'still-here' });
+      await quick.close();
+    } finally {
+      await slowJudge.close();
     }
   });
 

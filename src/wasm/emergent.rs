@@ -9,13 +9,13 @@ use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::agent::{AgentEvent, Environment, EventSink};
+use crate::agent::{AgentEvent, CancelSignal, Environment, EventSink};
 use crate::registry::{EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, RegistryError, Tier};
 use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{decode, error_object, from_js, to_js, JsModel, JsSandbox};
+use super::interop::{decode, error_object, from_js, to_js, JsAbortSignal, JsModel, JsSandbox};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -81,6 +81,22 @@ fn promise_now(future: impl std::future::Future<Output = Result<JsValue, JsValue
     }
 }
 
+/// `work`, unless `signal` aborts first: then `work` is dropped where it is and the result is
+/// an `aborted` error naming `what`. Work that finishes in the same poll wins.
+async fn unless_aborted(
+    signal: Option<web_sys::AbortSignal>,
+    what: &'static str,
+    work: impl std::future::Future<Output = Result<JsValue, JsValue>>,
+) -> Result<JsValue, JsValue> {
+    let Some(signal) = signal.map(JsAbortSignal) else { return work.await };
+    let work = std::pin::pin!(work);
+    let first = futures::future::select(work, signal.cancelled()).await;
+    match first {
+        futures::future::Either::Left((out, _)) => out,
+        futures::future::Either::Right(_) => Err(error_object("aborted", &format!("{what} was aborted"))),
+    }
+}
+
 /// A promise of what a registry operation returns (as JSON), rejected with its error.
 fn registry_promise<T: serde::Serialize>(operation: impl std::future::Future<Output = Result<T, RegistryError>> + 'static) -> Promise {
     future_to_promise(async move { to_js(&operation.await.map_err(registry_error)?) })
@@ -106,29 +122,34 @@ impl CoreAgent {
 
     /// Forges a tool. Resolves with a ForgeResult; never rejects for a bad request, not even
     /// one with no JSON form. `scope` labels the attempt.
-    pub fn forge(&self, request: JsValue, session_id: String, scope: Option<String>) -> Result<Promise, JsValue> {
+    ///
+    /// `signal` aborts it: the forge is dropped where it is (its sandbox executions aborted, its
+    /// judge's stream closed), nothing is registered, and the promise rejects with `aborted`.
+    pub fn forge(&self, request: JsValue, session_id: String, scope: Option<String>, signal: Option<web_sys::AbortSignal>) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let request = decode::<Value>(&request);
-        Ok(future_to_promise(async move {
+        Ok(future_to_promise(unless_aborted(signal, "the forge", async move {
             let result = match request {
                 Ok(request) => registry.forge_scoped(&request, &session_id, scope).await,
                 Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
             };
             to_js(&result)
-        }))
+        })))
     }
 
     /// Calls a registered (forged) tool by name as the session sees it.
     #[wasm_bindgen(js_name = callTool)]
-    pub fn call_tool(&self, name: String, args: JsValue, session_id: String) -> Result<Promise, JsValue> {
+    /// `signal` aborts the call (a sandboxed tool's execution with it) and rejects with
+    /// `aborted`.
+    pub fn call_tool(&self, name: String, args: JsValue, session_id: String, signal: Option<web_sys::AbortSignal>) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let args: Value = from_js(args, "arguments")?;
-        Ok(promise_now(async move {
+        Ok(promise_now(unless_aborted(signal, "the tool call", async move {
             match registry.call(&name, args, &session_id).await {
                 Ok(v) => to_js(&v),
                 Err(failure) => Err(error_object(&failure.code, &failure.message)),
             }
-        }))
+        })))
     }
 
     /// The forged tools a session sees (ToolInfo[]).

@@ -136,9 +136,11 @@ impl Model for JsModel {
             .and_then(|f| f.dyn_into::<Function>().ok())
             .ok_or_else(|| ModelError::new("provider_protocol", "model.stream did not return an async iterator"))?;
         let (done_key, value_key) = (JsValue::from_str("done"), JsValue::from_str("value"));
+        let mut open = ReturnOnDrop { iterator: iterator.clone(), finished: false };
         loop {
             let step = await_promise(next.call0(&iterator).map_err(to_model_error)?).await.map_err(to_model_error)?;
             if Reflect::get(&step, &done_key).ok().and_then(|d| d.as_bool()).unwrap_or(false) {
+                open.finished = true;
                 return Ok(());
             }
             let value = Reflect::get(&step, &value_key).map_err(to_model_error)?;
@@ -146,6 +148,35 @@ impl Model for JsModel {
             sink.chunk(&chunk);
         }
     }
+}
+
+/// Closes a model stream that is dropped before its end (the forge or run awaiting it was
+/// aborted): `iterator.return()` lets the provider cancel its response body instead of reading
+/// on. A rejection of that call is nobody's to handle and is swallowed.
+struct ReturnOnDrop {
+    iterator: JsValue,
+    finished: bool,
+}
+
+impl Drop for ReturnOnDrop {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let Some(close) = Reflect::get(&self.iterator, &"return".into()).ok().and_then(|f| f.dyn_into::<Function>().ok()) else { return };
+        if let Ok(returned) = close.call0(&self.iterator) {
+            if let Ok(promise) = returned.dyn_into::<Promise>() {
+                IGNORE.with(|ignore| {
+                    let _ = promise.catch(ignore);
+                });
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// A handler that ignores its argument, made once for every rejection swallowed above.
+    static IGNORE: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
 }
 
 /// Whether a host tool's calls wait for a human decision.
