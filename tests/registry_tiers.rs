@@ -338,6 +338,38 @@ fn a_shared_stats_flush_holds_the_stores_lock_from_read_to_write_and_keeps_count
 }
 
 #[test]
+fn a_shared_stats_flush_dropped_before_its_write_keeps_its_calls_for_the_next_flush() {
+    use futures::FutureExt;
+    let memory = store_with_shared_slugify();
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+    let agent = rig_over("agent_d", config, Some(approving_judge()), None, memory.clone(), store.clone());
+    use_n(&agent, "slugify", 2, "a");
+    // Dropped while it reads the stored total (the tool call awaiting it was abandoned).
+    assert!(agent.registry.flush_stats().now_or_never().is_none(), "the read waits");
+    assert!(!store.log.borrow().contains(&"batch".to_string()), "nothing was written");
+    block_on(agent.registry.flush_stats()).unwrap();
+    assert_eq!(stored_shared_calls(&memory), 3 + 2, "the dropped flush's calls are written by the next");
+}
+
+#[test]
+fn a_promotion_that_cannot_be_recorded_is_not_asked_again_on_every_use() {
+    for panel_approves in [false, true] {
+        let memory = Rc::new(MemoryStore::new());
+        let store = Rc::new(SharedDataStore::new(memory.clone()));
+        let panel = judge_replying(vec![text(&verdict(panel_approves, 0.9, 0.9)); 8]);
+        let config = EmergentConfig { auto_promote: true, ..promo_config() };
+        let r = rig_over("agent1", config, Some(approving_judge()), Some(panel.clone()), memory, store.clone());
+        forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+        // A full store from here on.
+        store.refuse_writes.set(true);
+        use_n(&r, "slugify", 4, "s1");
+        assert_eq!(panel.requests.borrow().len(), 2, "one panel (two reviewers) for the third use, none for the fourth (panel approves: {panel_approves})");
+        assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
+    }
+}
+
+#[test]
 fn forge_tests_of_a_pipeline_are_not_uses_of_its_step_tools() {
     let config = EmergentConfig { auto_promote: true, ..promo_config() };
     let panel = approving_judge();

@@ -288,8 +288,9 @@ export interface CallOptions extends SessionOptions {
 
 /** Options of `agent.forge`. */
 export interface ForgeOptions extends SessionOptions {
-  /** Aborts the forge where it is: its sandbox tests are stopped, its judge's response is
-   *  closed, nothing is registered, and `forge` rejects with `AbortError`. */
+  /** Aborts the forge while its request is checked, tested and judged: its sandbox tests are
+   *  stopped, its judge's stream is closed, nothing is recorded, and `forge` rejects with
+   *  `AbortError`. Once the verdict is in, the forge finishes (and resolves). */
   signal?: AbortSignal;
   /** A label grouping attempts (a task id, say). It tags the attempt's events (`forge.start`,
    *  `forge.rejected`), its audit entries and the tool's provenance; a `scope` in the request
@@ -747,9 +748,13 @@ async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
  *  aborted one rejects before anything starts. */
 function abortSignal(signal: unknown, what: string): AbortSignal | undefined {
   if (signal === undefined) return undefined;
-  if (!(signal instanceof AbortSignal)) throw new CrucibleError('invalid_argument', `${what}: signal must be an AbortSignal, got ${describeType(signal)}`);
-  if (signal.aborted) throw new AbortError(`the ${what} was aborted before it started`);
-  return signal;
+  // Duck-typed: a signal from another realm (an iframe, jsdom) is not an instance of this one's.
+  const s = signal as Partial<AbortSignal> | null;
+  if (typeof s?.aborted !== 'boolean' || typeof s.addEventListener !== 'function') {
+    throw new CrucibleError('invalid_argument', `${what}: signal must be an AbortSignal, got ${describeType(signal)}`);
+  }
+  if (s.aborted) throw new AbortError(`the ${what} was aborted before it started`);
+  return signal as AbortSignal;
 }
 
 // serde's `default` fills absent fields; `undefined` would not deserialize as absent.

@@ -200,6 +200,47 @@ describe('forge through the package', () => {
     }
   });
 
+  test('a tool call aborted while its stats flush waits for the store lock releases the lock when granted and loses no calls', async () => {
+    const base = memoryStore();
+    let gate: Promise<void> = Promise.resolve();
+    const locks = { taken: 0, released: 0 };
+    const store: Store = {
+      ...base,
+      get: (k) => base.get(k),
+      put: (k, v) => base.put(k, v),
+      delete: (k) => base.delete(k),
+      scan: (p) => base.scan(p),
+      batch: (ops) => base.batch(ops),
+      lock: async () => {
+        await gate;
+        locks.taken++;
+        return () => void locks.released++;
+      },
+    };
+    const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1 } as never);
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    const pending = await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' });
+    await agent.emergent.approve((pending as { approval: { id: string } }).approval.id);
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['shared']);
+
+    let open!: () => void;
+    gate = new Promise((resolve) => (open = resolve));
+    const controller = new AbortController();
+    const call = agent.tools.call('slugify', { text: 'c d' }, { sessionId: 's1', signal: controller.signal });
+    setTimeout(() => controller.abort(), 50);
+    await assert.rejects(call, AbortError);
+    open();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(locks.released, locks.taken, 'the lock granted after the abort was released');
+    // Later flushes are not blocked, and the aborted call's count was kept for them.
+    await agent.emergent.flushStats();
+    assert.equal(locks.released, locks.taken);
+    const stored = (await base.get('shared/stats/slugify')) as { data: { calls: number } };
+    assert.equal(stored.data.calls, agent.tools.list({ sessionId: 's1' })[0]!.stats.calls);
+    await agent.close();
+  });
+
   test('promotion: agent tier survives a restart; shared tier waits for approval', async () => {
     const store = memoryStore();
     const agent = await makeAgent(store);

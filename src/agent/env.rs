@@ -24,6 +24,18 @@ pub trait CancelSignal {
     fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + '_>>;
 }
 
+/// `work`'s output, or `None` when `cancel` fires first: then `work` is dropped where it is.
+/// Work that finishes in the same poll as the cancel wins.
+pub async fn unless_cancelled<T>(cancel: Option<&dyn CancelSignal>, work: impl Future<Output = T>) -> Option<T> {
+    let Some(cancel) = cancel else { return Some(work.await) };
+    let work = std::pin::pin!(work);
+    let first = futures::future::select(work, cancel.cancelled()).await;
+    match first {
+        futures::future::Either::Left((out, _)) => Some(out),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
 /// A cancel flag set by the owner (native callers and tests).
 #[derive(Debug, Default)]
 pub struct CancelFlag {

@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 
-use futures::future::Either;
 use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,7 +16,7 @@ use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, T
 use super::approval::{ApprovalDecision, CallDecision, PendingApproval, PendingStep, TOOL_CALL_APPROVAL};
 
 use super::config::AgentConfig;
-use super::env::{CancelSignal, Environment};
+use super::env::{unless_cancelled, CancelSignal, Environment};
 use super::error::AgentError;
 use super::events::{AgentEvent, EventBody, EventSink};
 use super::structured::{check_final_answer, returns_instruction, returns_reminder};
@@ -209,13 +208,9 @@ impl RunContext<'_> {
     }
 
     /// `work`, unless the run is cancelled first: then it is abandoned (dropped) and the run
-    /// ends `aborted` at once. Work that finishes in the same poll as the cancel wins.
+    /// ends `aborted` at once.
     async fn unless_cancelled<T>(&self, work: impl Future<Output = T>) -> Result<T, AgentError> {
-        let Some(cancel) = self.cancel else { return Ok(work.await) };
-        match futures::future::select(std::pin::pin!(work), cancel.cancelled()).await {
-            Either::Left((out, _)) => Ok(out),
-            Either::Right(_) => Err(AgentError::Aborted),
-        }
+        unless_cancelled(self.cancel, work).await.ok_or(AgentError::Aborted)
     }
 
     /// Runs from `state` to the end. Emits `agent.end` or `agent.error` last.

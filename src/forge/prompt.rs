@@ -5,7 +5,7 @@
 //! as strings, the implementation flat, fields under synonyms, and [`super::normalize`]
 //! repairs those or rejects them with a category.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::model::ToolDefinition;
 
@@ -42,44 +42,31 @@ pub fn forge_tool_description() -> String {
 /// and the 0.5B model wrote `"testCases": [["input": 212], ...]`, which the server cannot
 /// parse (HTTP 500). Arguments are not validated against it: the forge normalizes them.
 pub fn forge_tool_advertised_schema() -> Value {
-    let schema = || {
-        json!({
-            "type": "object",
-            "properties": { "type": { "type": "string", "enum": ["object"] }, "properties": { "type": "object" } },
-        })
-    };
-    let mut input = schema();
-    input["description"] = json!("JSON Schema of the input: {\"type\":\"object\",\"properties\":{...}}");
-    let mut output = schema();
-    output["description"] = json!("JSON Schema of the output");
-    json!({
-        "type": "object",
-        "properties": {
-            "name": { "type": "string", "description": "snake_case name of the new tool (not forge_tool)" },
-            "description": { "type": "string", "description": "what the tool does, one sentence" },
-            "inputSchema": input,
-            "outputSchema": output,
-            "implementation": {
-                "type": "object",
-                "description": "{\"mode\":\"sandbox\",\"code\":\"function execute(input) {...}\"} or {\"mode\":\"compose\",\"steps\":[...]}",
-                "properties": {
-                    "mode": { "type": "string", "enum": ["sandbox", "compose"] },
-                    "code": { "type": "string" }
-                }
-            },
-            "testCases": {
-                "type": "array",
-                "description": "at least 2 test cases: [{\"input\":{...},\"expectedOutput\":{...}}, {\"input\":{...},\"expectedOutput\":{...}}]",
-                "minItems": 2,
-                "items": { "type": "object", "properties": { "input": { "type": "object" }, "expectedOutput": { "type": "object" } } }
-            }
-        },
-        "required": ["name", "description", "inputSchema", "implementation", "testCases"]
-    })
+    // Kept as text and parsed when needed: the same value built with `json!` costs several KB of
+    // wasm, and the size budget is tight. The test below checks it parses.
+    serde_json::from_str(FORGE_TOOL_ADVERTISED_SCHEMA).unwrap_or_default()
 }
+
+/// The text of [`forge_tool_advertised_schema`] (key order is the worked example's).
+const FORGE_TOOL_ADVERTISED_SCHEMA: &str = r#"{"type":"object","properties":{"name":{"type":"string","description":"snake_case name of the new tool (not forge_tool)"},"description":{"type":"string","description":"what the tool does, one sentence"},"inputSchema":{"type":"object","properties":{"type":{"type":"string","enum":["object"]},"properties":{"type":"object"}},"description":"JSON Schema of the input: {\"type\":\"object\",\"properties\":{...}}"},"outputSchema":{"type":"object","properties":{"type":{"type":"string","enum":["object"]},"properties":{"type":"object"}},"description":"JSON Schema of the output"},"implementation":{"type":"object","description":"{\"mode\":\"sandbox\",\"code\":\"function execute(input) {...}\"} or {\"mode\":\"compose\",\"steps\":[...]}","properties":{"mode":{"type":"string","enum":["sandbox","compose"]},"code":{"type":"string"}}},"testCases":{"type":"array","description":"at least 2 test cases: [{\"input\":{...},\"expectedOutput\":{...}}, {\"input\":{...},\"expectedOutput\":{...}}]","minItems":2,"items":{"type":"object","properties":{"input":{"type":"object"},"expectedOutput":{"type":"object"}}}}},"required":["name","description","inputSchema","implementation","testCases"]}"#;
 
 /// The tool definition offered to the model (the advertised schema; see
 /// [`forge_tool_advertised_schema`]).
 pub fn forge_tool_definition() -> ToolDefinition {
     ToolDefinition { name: FORGE_TOOL_NAME.into(), description: forge_tool_description(), input_schema: forge_tool_advertised_schema() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_advertised_schema_parses_in_the_worked_examples_order() {
+        let schema = forge_tool_advertised_schema();
+        let keys: Vec<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["name", "description", "inputSchema", "outputSchema", "implementation", "testCases"]);
+        assert_eq!(schema["properties"]["testCases"]["minItems"], json!(2));
+        assert_eq!(schema["required"], json!(["name", "description", "inputSchema", "implementation", "testCases"]));
+    }
 }

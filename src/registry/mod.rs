@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::agent::{AgentEvent, Environment, EventBody, EventSink};
+use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventBody, EventSink};
 use crate::forge::{Evidence, Forge, ForgeOrigin, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Rejection, Verified, FORGE_TOOL_NAME};
 use crate::model::Model;
 use crate::sandbox::SandboxRunner;
@@ -195,6 +195,30 @@ impl State {
             let active = m.values().filter(|e| e.active()).count();
             active - m.get(except).map_or(0, |e| usize::from(e.active()))
         })
+    }
+}
+
+/// What a stats flush took out of memory to write. Until the write is sent (`sent`), a flush
+/// that ends early puts it back: one dropped while it waits for the shared-stats lock or reads
+/// the totals (its tool call was abandoned by an abort), or one that failed there. Otherwise
+/// those calls would be missing from the totals for good.
+struct FlushTaken<'a> {
+    registry: &'a Registry,
+    shared: &'a [(String, ToolStats)],
+    agent: Vec<String>,
+    sent: std::cell::Cell<bool>,
+}
+
+impl Drop for FlushTaken<'_> {
+    fn drop(&mut self) {
+        if self.sent.get() {
+            return;
+        }
+        self.registry.keep_unflushed(self.shared);
+        let mut state = self.registry.state.borrow_mut();
+        for name in self.agent.drain(..) {
+            state.dirty.insert((Tier::Agent, name));
+        }
     }
 }
 
@@ -566,12 +590,13 @@ impl Registry {
     /// Agent-tier stats belong to this agent and are written as they are; shared-tier stats
     /// are read back and this agent's new calls added, so agents sharing a tool add up.
     pub async fn flush_stats(&self) -> Result<(), RegistryError> {
-        let (ops, shared) = {
+        let (ops, shared, agent) = {
             let mut state = self.state.borrow_mut();
             let dirty = std::mem::take(&mut state.dirty);
             state.calls_since_flush = 0;
             let mut ops = vec![];
             let mut shared: Vec<(String, ToolStats)> = vec![];
+            let mut agent = vec![];
             for (tier, name) in dirty {
                 if tier == Tier::Shared {
                     if let Some(e) = state.shared.get_mut(&name) {
@@ -580,15 +605,17 @@ impl Registry {
                 } else if let Some(e) = state.tier_mut(tier, "").get_mut(&name) {
                     e.unflushed = ToolStats::default();
                     ops.push(BatchOp::Put { key: self.stats_key(tier, &name), value: versioned("stats", &e.stats) });
+                    agent.push(name);
                 }
             }
-            (ops, shared)
+            (ops, shared, agent)
         };
+        let taken = FlushTaken { registry: self, shared: &shared, agent, sent: std::cell::Cell::new(shared.is_empty()) };
         if shared.is_empty() {
             return self.persist(ops).await;
         }
-        let written = self.write_shared_stats(ops, &shared).await;
-        if written.is_err() {
+        let written = self.write_shared_stats(ops, &shared, &taken.sent).await;
+        if written.is_err() && taken.sent.get() {
             self.keep_unflushed(&shared);
         }
         written
@@ -598,7 +625,7 @@ impl Registry {
     /// `ops`. Shared totals are read, added to and written back: flushes of the agents in this
     /// instance take turns, and with agents in other contexts through the store's lock, so no
     /// agent's write lands between another's read and write.
-    async fn write_shared_stats(&self, mut ops: Vec<BatchOp>, shared: &[(String, ToolStats)]) -> Result<(), RegistryError> {
+    async fn write_shared_stats(&self, mut ops: Vec<BatchOp>, shared: &[(String, ToolStats)], sent: &std::cell::Cell<bool>) -> Result<(), RegistryError> {
         let turn = SHARED_STATS_TURN.with(Rc::clone);
         let _turn = turn.lock().await;
         let _store_lock = self.store.lock("shared-stats").await?;
@@ -623,6 +650,8 @@ impl Registry {
                 ops.push(BatchOp::Put { key: self.stats_key(Tier::Shared, name), value: versioned("stats", &total) });
             }
         }
+        // From here the write is on its way: dropping this future no longer stops it.
+        sent.set(true);
         self.persist(ops).await
     }
 
@@ -683,10 +712,25 @@ impl Registry {
         ForgeOrigin { agent_id: self.agent_id.clone(), session_id: session.to_string(), scope, run_id: run_id.to_string() }
     }
 
+    /// [`Registry::forge_scoped`] that `cancel` stops while the request is checked, tested and
+    /// judged (`None`: nothing was recorded). Once the verdict is in, the forge runs to its end,
+    /// so a forge that reports `aborted` never leaves a tool registered.
+    pub async fn forge_cancellable(&self, request: &Value, session: &str, scope: Option<String>, cancel: &dyn CancelSignal) -> Option<ForgeResult> {
+        let origin = self.origin(session, scope, "");
+        let checked = unless_cancelled(Some(cancel), self.verify(request, &origin, &self.lookup())).await?;
+        Some(self.settle(checked, &origin).await)
+    }
+
     async fn forge_from(&self, request: &Value, origin: ForgeOrigin) -> ForgeResult {
-        match self.verify(request, &origin, &self.lookup()).await {
-            Ok(verified) => self.register_session(verified, &origin, "forge").await,
-            Err(rejection) => self.reject(&rejection, &origin).await,
+        let checked = self.verify(request, &origin, &self.lookup()).await;
+        self.settle(checked, &origin).await
+    }
+
+    /// Registers a verified tool or records the rejection.
+    async fn settle(&self, checked: Result<Verified, Rejection>, origin: &ForgeOrigin) -> ForgeResult {
+        match checked {
+            Ok(verified) => self.register_session(verified, origin, "forge").await,
+            Err(rejection) => self.reject(&rejection, origin).await,
         }
     }
 

@@ -83,21 +83,27 @@ impl Registry {
     }
 
     async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
-        let (ops, undo) = {
+        let ops = {
             let mut state = self.state.borrow_mut();
-            let undo = state.undo_point(&[(Tier::Session, session, name)], &[]);
-            if let Some(e) = state.tier_mut(Tier::Session, session).get_mut(name) {
-                e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
-                e.record.promotion.rejected_at_successes = e.stats.successes;
-            }
-            let ops = self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session));
-            (ops, undo.sealed(&state))
+            self.hold_off_promotion(&mut state, name, session);
+            self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))
         };
-        self.persist_or_undo(ops, undo).await?;
+        // Best effort: the memo lives in memory (session tools are not stored), and a failed
+        // audit write must not drop it, or every later use would ask the panel again.
+        let _ = self.persist(ops).await;
         self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: reason.clone() });
         let mut out = PromotionOutcome::new(PromotionStatus::Rejected, reason);
         out.verdicts = verdicts;
         Ok(out)
+    }
+
+    /// Remembers that this version's promotion did not happen: it is not asked again until
+    /// `promotionRetryUses` more successful uses or a new version.
+    pub(crate) fn hold_off_promotion(&self, state: &mut super::State, name: &str, session: &str) {
+        if let Some(e) = state.tier_mut(Tier::Session, session).get_mut(name) {
+            e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
+            e.record.promotion.rejected_at_successes = e.stats.successes;
+        }
     }
 
     async fn promote_to_agent(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {

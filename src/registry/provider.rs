@@ -42,7 +42,12 @@ impl ToolHandler for TrackedHandler {
             // The call that reaches the threshold promotes the tool (its outcome is in the
             // events and the audit trail; the caller gets its result either way).
             if self.tier == Tier::Session && result.is_ok() && registry.auto_promotion_due(&self.inner.name, &self.session) {
-                let _ = registry.request_promotion(&self.inner.name, Tier::Agent, &self.session).await;
+                let promoted = registry.request_promotion(&self.inner.name, Tier::Agent, &self.session).await;
+                if promoted.is_err() {
+                    // It could not be recorded (the store failed): held off like a rejection, so
+                    // a failing store does not bring the tests and the panel back on every use.
+                    registry.hold_off_promotion(&mut registry.state.borrow_mut(), &self.inner.name, &self.session);
+                }
             }
         }
         result

@@ -9,7 +9,7 @@ use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::agent::{AgentEvent, CancelSignal, Environment, EventSink};
+use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventSink};
 use crate::registry::{EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, RegistryError, Tier};
 use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
@@ -88,13 +88,13 @@ async fn unless_aborted(
     what: &'static str,
     work: impl std::future::Future<Output = Result<JsValue, JsValue>>,
 ) -> Result<JsValue, JsValue> {
-    let Some(signal) = signal.map(JsAbortSignal) else { return work.await };
-    let work = std::pin::pin!(work);
-    let first = futures::future::select(work, signal.cancelled()).await;
-    match first {
-        futures::future::Either::Left((out, _)) => out,
-        futures::future::Either::Right(_) => Err(error_object("aborted", &format!("{what} was aborted"))),
-    }
+    let signal = signal.map(JsAbortSignal);
+    let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
+    unless_cancelled(cancel, work).await.unwrap_or_else(|| Err(aborted(what)))
+}
+
+fn aborted(what: &str) -> JsValue {
+    error_object("aborted", &format!("{what} was aborted"))
 }
 
 /// A promise of what a registry operation returns (as JSON), rejected with its error.
@@ -123,18 +123,20 @@ impl CoreAgent {
     /// Forges a tool. Resolves with a ForgeResult; never rejects for a bad request, not even
     /// one with no JSON form. `scope` labels the attempt.
     ///
-    /// `signal` aborts it: the forge is dropped where it is (its sandbox executions aborted, its
-    /// judge's stream closed), nothing is registered, and the promise rejects with `aborted`.
+    /// `signal` aborts it while the request is checked, tested and judged (its sandbox
+    /// executions aborted, its judge's stream closed): nothing is recorded and the promise
+    /// rejects with `aborted`. Once the verdict is in, the forge finishes.
     pub fn forge(&self, request: JsValue, session_id: String, scope: Option<String>, signal: Option<web_sys::AbortSignal>) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let request = decode::<Value>(&request);
-        Ok(future_to_promise(unless_aborted(signal, "the forge", async move {
-            let result = match request {
-                Ok(request) => registry.forge_scoped(&request, &session_id, scope).await,
-                Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
+        Ok(future_to_promise(async move {
+            let result = match (request, signal.map(JsAbortSignal)) {
+                (Ok(request), Some(signal)) => registry.forge_cancellable(&request, &session_id, scope, &signal).await.ok_or_else(|| aborted("the forge"))?,
+                (Ok(request), None) => registry.forge_scoped(&request, &session_id, scope).await,
+                (Err(problem), _) => registry.reject_unreadable(&problem, &session_id, scope).await,
             };
             to_js(&result)
-        })))
+        }))
     }
 
     /// Calls a registered (forged) tool by name as the session sees it.

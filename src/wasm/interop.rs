@@ -163,19 +163,29 @@ impl Drop for ReturnOnDrop {
         if self.finished {
             return;
         }
-        let Some(close) = Reflect::get(&self.iterator, &"return".into()).ok().and_then(|f| f.dyn_into::<Function>().ok()) else { return };
-        if let Ok(returned) = close.call0(&self.iterator) {
-            if let Ok(promise) = returned.dyn_into::<Promise>() {
-                IGNORE.with(|ignore| {
-                    let _ = promise.catch(ignore);
-                });
-            }
+        if let Some(Ok(returned)) = method_of(&self.iterator, "return").map(|close| close.call0(&self.iterator)) {
+            then_quietly(&returned, &JsValue::UNDEFINED);
         }
     }
 }
 
+/// `target[name]` when it is a function.
+fn method_of(target: &JsValue, name: &str) -> Option<Function> {
+    Reflect::get(target, &name.into()).ok().and_then(|f| f.dyn_into::<Function>().ok())
+}
+
+/// `promise.then(on_fulfilled)` with a rejection swallowed: whoever would have handled it is
+/// gone. A value that is not a promise is left alone.
+fn then_quietly(promise: &JsValue, on_fulfilled: &JsValue) {
+    if let Some(then) = method_of(promise, "then") {
+        IGNORE.with(|ignore| {
+            let _ = then.call2(promise, on_fulfilled, ignore.as_ref());
+        });
+    }
+}
+
 thread_local! {
-    /// A handler that ignores its argument, made once for every rejection swallowed above.
+    /// A handler that ignores its argument, made once for every rejection swallowed.
     static IGNORE: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
 }
 
@@ -296,16 +306,39 @@ impl JsStore {
     }
 
     async fn apply(&self, f: &Function, args: &[JsValue]) -> Result<JsValue, StoreError> {
-        let to_store_error = |e: JsValue| {
-            let (code, message, _) = describe_thrown(&e);
-            StoreError::new(code.filter(|c| c.starts_with("store_")).unwrap_or_else(|| "store_error".into()), message)
-        };
         let array = js_sys::Array::new();
         for a in args {
             array.push(a);
         }
         let returned = f.apply(&self.target, &array).map_err(to_store_error)?;
         await_promise(returned).await.map_err(to_store_error)
+    }
+}
+
+fn to_store_error(e: JsValue) -> StoreError {
+    let (code, message, _) = describe_thrown(&e);
+    StoreError::new(code.filter(|c| c.starts_with("store_")).unwrap_or_else(|| "store_error".into()), message)
+}
+
+/// A lock asked for and not yet granted. If the wait is dropped (the flush holding it was
+/// abandoned with its caller), the lock is released as soon as it is granted: a Web Lock
+/// nobody releases would block every later holder, in every tab.
+struct LockRequest {
+    granted_to: Promise,
+    received: bool,
+}
+
+impl Drop for LockRequest {
+    fn drop(&mut self) {
+        if self.received {
+            return;
+        }
+        let release_when_granted = Closure::once_into_js(|release: JsValue| {
+            if let Some(release) = release.dyn_ref::<Function>() {
+                let _ = release.call0(&JsValue::NULL);
+            }
+        });
+        then_quietly(&self.granted_to, &release_when_granted);
     }
 }
 
@@ -344,7 +377,11 @@ impl Store for JsStore {
     /// The TS store's optional `lock(name) => Promise<release>` (`indexedDbStore`: Web Locks).
     async fn lock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
         let Some(lock) = self.method("lock") else { return Ok(None) };
-        let release = self.apply(&lock, &[name.into()]).await?;
+        let returned = lock.call1(&self.target, &name.into()).map_err(to_store_error)?;
+        let mut request = LockRequest { granted_to: Promise::resolve(&returned), received: false };
+        let release = JsFuture::from(request.granted_to.clone()).await.map_err(to_store_error);
+        request.received = true;
+        let release = release?;
         Ok(Some(StoreLock::new(move || {
             if let Some(release) = release.dyn_ref::<Function>() {
                 let _ = release.call0(&JsValue::NULL);
