@@ -289,8 +289,9 @@ export interface CallOptions extends SessionOptions {
 /** Options of `agent.forge`. */
 export interface ForgeOptions extends SessionOptions {
   /** Aborts the forge while its request is checked, tested and judged: its sandbox tests are
-   *  stopped, its judge's stream is closed, nothing is recorded, and `forge` rejects with
-   *  `AbortError`. Once the verdict is in, the forge finishes (and resolves). */
+   *  stopped, nothing is recorded, and `forge` rejects with `AbortError`; the judge's stream is
+   *  returned, so the provider stops reading at its next chunk. Once the verdict is in, the
+   *  forge finishes (and resolves). */
   signal?: AbortSignal;
   /** A label grouping attempts (a task id, say). It tags the attempt's events (`forge.start`,
    *  `forge.rejected`), its audit entries and the tool's provenance; a `scope` in the request
