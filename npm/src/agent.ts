@@ -10,7 +10,7 @@ import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
-import { toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+import { isApprovalRule, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from '../wasm/crucible_core.js';
 import type { PendingApproval } from '../wasm/crucible_core.js';
@@ -676,8 +676,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     resetToolChoice: options.resetToolChoice,
   };
   for (const t of tools) {
-    // Anything but a boolean or a predicate would silently mean "never ask": fail closed here.
-    if (t?.needsApproval !== undefined && typeof t.needsApproval !== 'boolean' && typeof t.needsApproval !== 'function') {
+    // Tools not made with tool() are checked here too.
+    if (!isApprovalRule(t.needsApproval)) {
       throw new CrucibleError('invalid_config', `tool ${t.name}: needsApproval must be true, false or a function of the arguments, got ${describeType(t.needsApproval)}`);
     }
   }

@@ -107,6 +107,9 @@ export class SandboxError extends CrucibleError {
   }
 }
 
+/** The longest delay timers honour (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
 /** Whether `value` is a plain object (not null, not an array): what option bags must be. */
 export function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);

@@ -67,7 +67,7 @@ export function toJsonSchema(schema: JsonSchema | StandardJsonSchemaLike, where:
     }
     throw new CrucibleError('invalid_config', `${where}: this Standard Schema (${standard.vendor}) cannot produce JSON Schema`);
   }
-  if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) {
+  if (!isRecord(schema)) {
     throw new CrucibleError('invalid_config', `${where} must be a JSON Schema object`);
   }
   return schema as JsonSchema;
@@ -123,7 +123,7 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
     throw new CrucibleError('invalid_config', `${label}: description must be a string (got ${describeType(options.description)})`);
   }
   const { needsApproval } = options;
-  if (needsApproval !== undefined && typeof needsApproval !== 'boolean' && typeof needsApproval !== 'function') {
+  if (!isApprovalRule(needsApproval)) {
     throw new CrucibleError('invalid_config', `${label}: needsApproval must be a boolean or a function (got ${describeType(needsApproval)})`);
   }
   return Object.freeze({
@@ -135,4 +135,10 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
     execute: options.execute,
     needsApproval: needsApproval ?? false,
   });
+}
+
+/** Whether `value` is a usable `needsApproval`: absent, a boolean, or a predicate. Anything else
+ * would silently mean "never ask", so it is refused (fail closed). */
+export function isApprovalRule(value: unknown): boolean {
+  return value === undefined || typeof value === 'boolean' || typeof value === 'function';
 }

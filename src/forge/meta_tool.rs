@@ -25,6 +25,10 @@ impl ForgeToolHandler {
 
 #[async_trait(?Send)]
 impl ToolHandler for ForgeToolHandler {
+    fn accepts_raw_arguments(&self) -> bool {
+        true
+    }
+
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         let Some(registry) = self.registry.upgrade() else {
             return Err(ToolFailure::new("execution_failed", "the tool registry is gone"));

@@ -274,7 +274,7 @@ fn snake_name(raw: &str) -> String {
 
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
-    // Argument text that is not JSON arrives as a string (`Tool::accepting_raw_arguments`).
+    // Argument text that is not JSON arrives as a string (`ToolHandler::accepts_raw_arguments`).
     let outer =
         json_text(raw).map_err(|e| NormalizeError(format!("the arguments are not valid JSON ({e}): {}", shorten(raw.as_str().unwrap_or_default(), 120))))?;
     // Some models wrap everything in { "request": {...} } or { "tool": {...} }.

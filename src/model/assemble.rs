@@ -67,9 +67,9 @@ impl ResponseAssembler {
     /// a call repeating an earlier call's id gets a fresh one, so every tool result (and every
     /// approval decision, which names its call) matches exactly one call.
     pub fn finish(mut self, id_prefix: &str) -> AssembledResponse {
-        let mut seen = std::collections::HashSet::new();
         for (_, mut call) in self.calls.drain(..) {
-            while call.id.is_empty() || !seen.insert(call.id.clone()) {
+            // A step has a handful of calls: comparing with those already taken beats a set.
+            while call.id.is_empty() || self.response.tool_calls.iter().any(|taken| taken.id == call.id) {
                 self.generated_ids += 1;
                 call.id = format!("{id_prefix}-{}", self.generated_ids);
             }

@@ -519,9 +519,8 @@ impl Registry {
         version: Option<u32>,
         tier: Option<Tier>,
         detail: String,
-        who: impl Into<AuditSubject<'a>>,
+        who: AuditSubject<'a>,
     ) -> Vec<BatchOp> {
-        let who = who.into();
         let entry = AuditEntry {
             at: self.now(),
             action: action.to_string(),
@@ -715,9 +714,9 @@ impl Registry {
     /// [`Registry::forge_scoped`] that `cancel` stops while the request is checked, tested and
     /// judged (`None`: nothing was recorded). Once the verdict is in, the forge runs to its end,
     /// so a forge that reports `aborted` never leaves a tool registered.
-    pub async fn forge_cancellable(&self, request: &Value, session: &str, scope: Option<String>, cancel: &dyn CancelSignal) -> Option<ForgeResult> {
+    pub async fn forge_cancellable(&self, request: &Value, session: &str, scope: Option<String>, cancel: Option<&dyn CancelSignal>) -> Option<ForgeResult> {
         let origin = self.origin(session, scope, "");
-        let checked = unless_cancelled(Some(cancel), self.verify(request, &origin, &self.lookup())).await?;
+        let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
         Some(self.settle(checked, &origin).await)
     }
 
@@ -957,7 +956,6 @@ impl Registry {
         let tool =
             Tool::new(FORGE_TOOL_NAME, crate::forge::forge_tool_description(), &serde_json::json!({}), None, Rc::new(ForgeToolHandler::new(self.me.clone())))
                 .ok()?
-                .accepting_raw_arguments()
                 .advertising(crate::forge::forge_tool_advertised_schema());
         *self.forge_tool.borrow_mut() = Some(tool.clone());
         Some(tool)
@@ -1070,7 +1068,7 @@ impl Registry {
                 Some(info.version),
                 Some(to),
                 format!("demoted from {} to {}", from.as_str(), to.as_str()),
-                Some(session),
+                Some(session).into(),
             ));
             let undo = undo.sealed(&state);
             (info, ops, from, to, undo)
@@ -1102,7 +1100,7 @@ impl Registry {
                 Some(version),
                 Some(tier),
                 format!("rolled back from version {from} to {version}"),
-                Some(session),
+                Some(session).into(),
             ));
             let undo = undo.sealed(&state);
             (info, ops, undo)

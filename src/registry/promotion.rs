@@ -86,7 +86,7 @@ impl Registry {
         let ops = {
             let mut state = self.state.borrow_mut();
             self.hold_off_promotion(&mut state, name, session);
-            self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session))
+            self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session).into())
         };
         // Best effort: the memo lives in memory (session tools are not stored), and a failed
         // audit write must not drop it, or every later use would ask the panel again.
@@ -188,7 +188,7 @@ impl Registry {
                 Some(info.version),
                 Some(Tier::Agent),
                 "promoted session → agent; panel approved".into(),
-                Some(session),
+                Some(session).into(),
             ));
             let undo = undo.sealed(&state);
             (info.clone(), ops, info.version, undo)
@@ -228,7 +228,7 @@ impl Registry {
             let undo = state.undo_point(&[], &[&approval.id]);
             state.approvals.insert(approval.id.clone(), approval.clone());
             let mut ops = vec![self.approval_op(&approval)];
-            ops.extend(self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session)));
+            ops.extend(self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session).into()));
             let undo = undo.sealed(&state);
             (approval, ops, undo)
         };
@@ -253,7 +253,7 @@ impl Registry {
             let other_owner =
                 state.shared.get(&name).filter(|e| e.active() && e.record.origin.agent_id != self.agent_id).map(|e| e.record.origin.agent_id.clone());
             let refusal = match other_owner {
-                Some(owner) => Err((
+                Some(owner) => Some((
                     format!("the shared tier already has `{name}` from agent `{owner}`"),
                     RegistryError::InvalidPromotion {
                         name: name.clone(),
@@ -261,41 +261,40 @@ impl Registry {
                         to: format!("shared, which already has agent `{owner}`'s `{name}` (demote that one first)"),
                     },
                 )),
-                None => match state.agent.remove(&name) {
-                    Some(entry) if entry.record.status == ToolStatus::Active => Ok(entry),
-                    tombstone => {
-                        if let Some(tombstone) = tombstone {
-                            state.agent.insert(name.clone(), tombstone);
-                        }
-                        Err(("tool no longer at the agent tier".to_string(), RegistryError::NotFound(name.clone())))
-                    }
-                },
+                None if !state.agent.get(&name).is_some_and(Entry::active) => {
+                    Some(("tool no longer at the agent tier".to_string(), RegistryError::NotFound(name.clone())))
+                }
+                None => None,
             };
             let outcome = match refusal {
-                Err((detail, error)) => {
-                    ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: {detail}"), None));
+                Some((detail, error)) => {
+                    ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: {detail}"), None.into()));
                     Err(error)
                 }
-                Ok(entry) => {
-                    ops.extend(self.delete_ops(Tier::Agent, &name));
-                    let mut record = entry.record;
-                    record.tier = Tier::Shared;
-                    let entry = Entry::new(record, entry.stats);
-                    ops.extend(self.entry_ops(&entry));
-                    let info = tool_info(&entry);
-                    state.shared.insert(name.clone(), entry);
-                    ops.extend(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None));
-                    ops.extend(self.audit(
-                        &mut state,
-                        "promote",
-                        &name,
-                        Some(info.version),
-                        Some(Tier::Shared),
-                        "promoted agent → shared with human approval".into(),
-                        None,
-                    ));
-                    Ok(info)
-                }
+                // Checked active above; only a refusal-free approval takes the entry.
+                None => match state.agent.remove(&name) {
+                    None => Err(RegistryError::NotFound(name.clone())),
+                    Some(entry) => {
+                        ops.extend(self.delete_ops(Tier::Agent, &name));
+                        let mut record = entry.record;
+                        record.tier = Tier::Shared;
+                        let entry = Entry::new(record, entry.stats);
+                        ops.extend(self.entry_ops(&entry));
+                        let info = tool_info(&entry);
+                        state.shared.insert(name.clone(), entry);
+                        ops.extend(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None.into()));
+                        ops.extend(self.audit(
+                            &mut state,
+                            "promote",
+                            &name,
+                            Some(info.version),
+                            Some(Tier::Shared),
+                            "promoted agent → shared with human approval".into(),
+                            None.into(),
+                        ));
+                        Ok(info)
+                    }
+                },
             };
             (outcome, ops, undo.sealed(&state))
         };
@@ -312,7 +311,7 @@ impl Registry {
             let undo = state.undo_point(&[], &[id]);
             let approval = state.approvals.remove(id).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
-            ops.extend(self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None));
+            ops.extend(self.audit(&mut state, "approval.denied", &approval.tool, None, approval.to_tier, format!("{id}: {reason}"), None.into()));
             (approval, ops, undo.sealed(&state))
         };
         self.persist_or_undo(ops, undo).await?;

@@ -24,15 +24,13 @@ struct TrackedHandler {
 #[async_trait(?Send)]
 impl ToolHandler for TrackedHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
-        let registry = self.registry.upgrade();
+        // Trials (forge tests, promotion re-runs) are counted nowhere, so they skip the clock.
+        let registry = if ctx.trial { None } else { self.registry.upgrade() };
         let started = registry.as_ref().map(|r| r.now()).unwrap_or(0.0);
         let result = match self.inner.handler().call(args, ctx).await {
             Ok(output) => check_output(&self.inner, output),
             Err(failure) => Err(failure),
         };
-        if ctx.trial {
-            return result;
-        }
         if let Some(registry) = registry {
             let latency = registry.now() - started;
             if registry.record_call(self.tier, &self.session, &self.inner.name, result.is_ok(), latency) {

@@ -46,7 +46,7 @@ pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx:
     };
     let args = match parse_arguments(raw_arguments) {
         Ok(args) => args,
-        Err(_) if tool.accepts_raw_arguments() => Value::String(raw_arguments.to_string()),
+        Err(_) if tool.handler().accepts_raw_arguments() => Value::String(raw_arguments.to_string()),
         Err(failure) => return ToolOutcome { arguments: None, result: Err(failure) },
     };
     let result = invoke(tool, args.clone(), ctx).await.and_then(|output| {

@@ -102,6 +102,14 @@ pub trait ToolHandler {
     async fn needs_approval(&self, _args: &Value) -> bool {
         false
     }
+
+    /// Whether argument text that is not JSON reaches `call` as a JSON string instead of failing
+    /// the call: for a handler that repairs or rejects malformed requests itself. `forge_tool`
+    /// does, since a garbled request is a classified forge rejection (`parse_error`) counted in
+    /// the forge stats, which a generic `invalid_arguments` failure would never be.
+    fn accepts_raw_arguments(&self) -> bool {
+        false
+    }
 }
 
 /// A tool the agent can call: its public contract plus its handler. Cloning is one reference
@@ -120,9 +128,6 @@ pub struct ToolParts {
     /// The input schema shown to the model when it differs from the one arguments are checked
     /// against (see [`Tool::advertising`]).
     advertised: Option<Rc<Value>>,
-    /// Argument text that is not JSON reaches the handler as a JSON string instead of failing
-    /// the call (see [`Tool::accepting_raw_arguments`]).
-    raw_arguments: bool,
 }
 
 impl std::ops::Deref for Tool {
@@ -155,7 +160,6 @@ impl Tool {
             output: output_schema.map(CompiledSchema::compile).transpose()?.map(Rc::new),
             handler,
             advertised: None,
-            raw_arguments: false,
         })))
     }
 
@@ -167,21 +171,6 @@ impl Tool {
         let mut parts = Rc::unwrap_or_clone(self.0);
         parts.advertised = Some(Rc::new(schema));
         Self(Rc::new(parts))
-    }
-
-    /// Hands argument text that is not JSON to the handler as a JSON string, for a handler that
-    /// repairs or rejects malformed requests itself. `forge_tool` does: a garbled request is a
-    /// classified forge rejection (`parse_error`) counted in the forge stats, which a generic
-    /// `invalid_arguments` failure would never be.
-    pub fn accepting_raw_arguments(self) -> Self {
-        let mut parts = Rc::unwrap_or_clone(self.0);
-        parts.raw_arguments = true;
-        Self(Rc::new(parts))
-    }
-
-    /// Whether this tool takes argument text that is not JSON (see [`Tool::accepting_raw_arguments`]).
-    pub fn accepts_raw_arguments(&self) -> bool {
-        self.raw_arguments
     }
 
     pub fn definition(&self) -> ToolDefinition {

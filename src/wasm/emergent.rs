@@ -15,7 +15,7 @@ use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{decode, error_object, from_js, to_js, JsAbortSignal, JsModel, JsSandbox};
+use super::interop::{decode, error_object, from_js, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -60,8 +60,8 @@ pub(super) async fn load_registry(
     let store = store.unwrap_or_else(|| Rc::new(MemoryStore::new()));
     let deps = RegistryDeps { store, env, sandbox, judges: Judges { judge, promotion_judge } };
     let registry = Registry::load(config, deps, agent_id).await.map_err(registry_error)?;
-    if let Some(listener) = field(&emergent, "onEvent").and_then(|f| f.dyn_into::<Function>().ok()) {
-        let is_observed = field(&emergent, "isObserved").and_then(|f| f.dyn_into::<Function>().ok());
+    if let Some(listener) = method_of(&emergent, "onEvent") {
+        let is_observed = method_of(&emergent, "isObserved");
         registry.set_event_sink(Box::new(JsEventSink { listener, is_observed }));
     }
     registry.set_host_tools(host_tools);
@@ -79,18 +79,6 @@ fn promise_now(future: impl std::future::Future<Output = Result<JsValue, JsValue
         std::task::Poll::Ready(Err(error)) => Promise::reject(&error),
         std::task::Poll::Pending => future_to_promise(future),
     }
-}
-
-/// `work`, unless `signal` aborts first: then `work` is dropped where it is and the result is
-/// an `aborted` error naming `what`. Work that finishes in the same poll wins.
-async fn unless_aborted(
-    signal: Option<web_sys::AbortSignal>,
-    what: &'static str,
-    work: impl std::future::Future<Output = Result<JsValue, JsValue>>,
-) -> Result<JsValue, JsValue> {
-    let signal = signal.map(JsAbortSignal);
-    let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
-    unless_cancelled(cancel, work).await.unwrap_or_else(|| Err(aborted(what)))
 }
 
 fn aborted(what: &str) -> JsValue {
@@ -130,10 +118,13 @@ impl CoreAgent {
         let registry = self.registry()?;
         let request = decode::<Value>(&request);
         Ok(future_to_promise(async move {
-            let result = match (request, signal.map(JsAbortSignal)) {
-                (Ok(request), Some(signal)) => registry.forge_cancellable(&request, &session_id, scope, &signal).await.ok_or_else(|| aborted("the forge"))?,
-                (Ok(request), None) => registry.forge_scoped(&request, &session_id, scope).await,
-                (Err(problem), _) => registry.reject_unreadable(&problem, &session_id, scope).await,
+            let signal = signal.map(JsAbortSignal);
+            let result = match request {
+                Ok(request) => {
+                    let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
+                    registry.forge_cancellable(&request, &session_id, scope, cancel).await.ok_or_else(|| aborted("the forge"))?
+                }
+                Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
             };
             to_js(&result)
         }))
@@ -146,12 +137,15 @@ impl CoreAgent {
     pub fn call_tool(&self, name: String, args: JsValue, session_id: String, signal: Option<web_sys::AbortSignal>) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let args: Value = from_js(args, "arguments")?;
-        Ok(promise_now(unless_aborted(signal, "the tool call", async move {
-            match registry.call(&name, args, &session_id).await {
-                Ok(v) => to_js(&v),
-                Err(failure) => Err(error_object(&failure.code, &failure.message)),
+        Ok(promise_now(async move {
+            let signal = signal.map(JsAbortSignal);
+            let call = registry.call(&name, args, &session_id);
+            match unless_cancelled(signal.as_ref().map(|s| s as &dyn CancelSignal), call).await {
+                Some(Ok(v)) => to_js(&v),
+                Some(Err(failure)) => Err(error_object(&failure.code, &failure.message)),
+                None => Err(aborted("the tool call")),
             }
-        })))
+        }))
     }
 
     /// The forged tools a session sees (ToolInfo[]).

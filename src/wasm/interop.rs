@@ -131,10 +131,7 @@ impl Model for JsModel {
         };
         let js_request = to_js(request).map_err(to_model_error)?;
         let iterator = self.stream.call2(&self.target, &js_request, &JsValue::from_str(&call.run_id)).map_err(to_model_error)?;
-        let next = Reflect::get(&iterator, &"next".into())
-            .ok()
-            .and_then(|f| f.dyn_into::<Function>().ok())
-            .ok_or_else(|| ModelError::new("provider_protocol", "model.stream did not return an async iterator"))?;
+        let next = method_of(&iterator, "next").ok_or_else(|| ModelError::new("provider_protocol", "model.stream did not return an async iterator"))?;
         let (done_key, value_key) = (JsValue::from_str("done"), JsValue::from_str("value"));
         let mut open = ReturnOnDrop { iterator: iterator.clone(), finished: false };
         loop {
@@ -170,7 +167,7 @@ impl Drop for ReturnOnDrop {
 }
 
 /// `target[name]` when it is a function.
-fn method_of(target: &JsValue, name: &str) -> Option<Function> {
+pub(crate) fn method_of(target: &JsValue, name: &str) -> Option<Function> {
     Reflect::get(target, &name.into()).ok().and_then(|f| f.dyn_into::<Function>().ok())
 }
 
@@ -297,7 +294,7 @@ impl JsStore {
 
     /// The store's method `name`, when it has one.
     fn method(&self, name: &str) -> Option<Function> {
-        Reflect::get(&self.target, &name.into()).ok().and_then(|f| f.dyn_into::<Function>().ok())
+        method_of(&self.target, name)
     }
 
     async fn call(&self, method: &str, args: &[JsValue]) -> Result<JsValue, StoreError> {

@@ -13,7 +13,7 @@
  */
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { AbortError, CrucibleError, describeValue, isRecord, ProviderError } from '../errors.js';
+import { AbortError, CrucibleError, describeValue, isRecord, MAX_TIMER_MS, ProviderError } from '../errors.js';
 import type { ModelChunk, ModelProvider, ModelRequest, ProviderOptions, RetryOptions, ToolDefinition } from './types.js';
 
 /** Bytes of an error body kept on `ProviderError.body`; enough to read a server's message. */
@@ -33,9 +33,6 @@ export interface HttpContext {
   readonly retry: Required<RetryOptions>;
 }
 
-/** The longest delay timers honour (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
-const MAX_TIMER_MS = 2_147_483_647;
-
 /**
  * Checks a provider factory's options before anything reads them, so a mistake surfaces as
  * `invalid_config` when the provider is created, not as a `TypeError`, a request to the wrong
@@ -43,43 +40,44 @@ const MAX_TIMER_MS = 2_147_483_647;
  */
 export function checkProviderOptions(provider: string, options: unknown): asserts options is ProviderOptions {
   const where = `${provider}()`;
+  const bad = (problem: string) => new CrucibleError('invalid_config', `${where}: ${problem}`);
   if (!isRecord(options)) {
     throw new CrucibleError('invalid_config', `${where} needs an options object, e.g. ${provider}({ model: 'name-of-the-model' }) (got ${describeValue(options)})`);
   }
   const { model, baseURL, apiKey, headers, stream, fetch, timeoutMs, retry } = options;
   if (typeof model !== 'string' || model.trim() === '') {
-    throw new CrucibleError('invalid_config', `${where}: \`model\` must be a non-empty string naming the model (got ${describeValue(model)})`);
+    throw bad(`\`model\` must be a non-empty string naming the model (got ${describeValue(model)})`);
   }
   if (baseURL != null) checkBaseURL(where, baseURL);
   else if (options.baseUrl !== undefined) {
-    throw new CrucibleError('invalid_config', `${where}: unknown option \`baseUrl\`; the option is spelled \`baseURL\``);
+    throw bad(`unknown option \`baseUrl\`; the option is spelled \`baseURL\``);
   }
   if (apiKey != null && typeof apiKey !== 'string') {
-    throw new CrucibleError('invalid_config', `${where}: \`apiKey\` must be a string (got ${describeValue(apiKey)})`);
+    throw bad(`\`apiKey\` must be a string (got ${describeValue(apiKey)})`);
   }
   if (headers != null && !isRecord(headers)) {
-    throw new CrucibleError('invalid_config', `${where}: \`headers\` must be an object of header names to values (got ${describeValue(headers)})`);
+    throw bad(`\`headers\` must be an object of header names to values (got ${describeValue(headers)})`);
   }
   if (stream != null && typeof stream !== 'boolean') {
-    throw new CrucibleError('invalid_config', `${where}: \`stream\` must be true or false (got ${describeValue(stream)})`);
+    throw bad(`\`stream\` must be true or false (got ${describeValue(stream)})`);
   }
   if (fetch != null && typeof fetch !== 'function') {
-    throw new CrucibleError('invalid_config', `${where}: \`fetch\` must be a function (got ${describeValue(fetch)})`);
+    throw bad(`\`fetch\` must be a function (got ${describeValue(fetch)})`);
   }
   if (timeoutMs != null && !(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS)) {
-    throw new CrucibleError('invalid_config', `${where}: \`timeoutMs\` must be a number of milliseconds above 0 and at most ${MAX_TIMER_MS} (got ${describeValue(timeoutMs)})`);
+    throw bad(`\`timeoutMs\` must be a number of milliseconds above 0 and at most ${MAX_TIMER_MS} (got ${describeValue(timeoutMs)})`);
   }
   if (retry != null) {
     if (!isRecord(retry)) {
-      throw new CrucibleError('invalid_config', `${where}: \`retry\` must be an object such as { maxRetries: 2 } (got ${describeValue(retry)})`);
+      throw bad(`\`retry\` must be an object such as { maxRetries: 2 } (got ${describeValue(retry)})`);
     }
     const { maxRetries, initialDelayMs, maxDelayMs } = retry;
     if (maxRetries != null && !(Number.isInteger(maxRetries) && (maxRetries as number) >= 0)) {
-      throw new CrucibleError('invalid_config', `${where}: \`retry.maxRetries\` must be a whole number, 0 or more (got ${describeValue(maxRetries)})`);
+      throw bad(`\`retry.maxRetries\` must be a whole number, 0 or more (got ${describeValue(maxRetries)})`);
     }
     for (const [key, value] of [['initialDelayMs', initialDelayMs], ['maxDelayMs', maxDelayMs]] as const) {
       if (value != null && !(typeof value === 'number' && value >= 0 && value <= MAX_TIMER_MS)) {
-        throw new CrucibleError('invalid_config', `${where}: \`retry.${key}\` must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (got ${describeValue(value)})`);
+        throw bad(`\`retry.${key}\` must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (got ${describeValue(value)})`);
       }
     }
   }

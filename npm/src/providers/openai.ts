@@ -167,11 +167,12 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
 }
 
 function toToolCallChunk(call: WireToolCallDelta, position: number): ModelChunk {
+  const args = call.function?.arguments;
   const chunk: Extract<ModelChunk, { type: 'tool_call' }> = {
     type: 'tool_call',
     // `index` is in the spec, but some compatible servers leave it out of single-call deltas.
     index: call.index ?? position,
-    argumentsDelta: typeof call.function?.arguments === 'object' && call.function.arguments !== null ? JSON.stringify(call.function.arguments) : (call.function?.arguments ?? ''),
+    argumentsDelta: typeof args === 'object' && args !== null ? JSON.stringify(args) : (args ?? ''),
   };
   if (call.id) chunk.id = call.id;
   if (call.function?.name) chunk.name = call.function.name;

@@ -10,7 +10,7 @@
  * Runtime files: `dist/sandbox/worker.js` (loaded as a Worker next to this module) and
  * `wasm/crucible_sandbox_bg.wasm` (two directories up); both can be overridden in the options.
  */
-import { describeType, isRecord, SandboxError } from '../errors.js';
+import { describeType, isRecord, MAX_TIMER_MS, SandboxError } from '../errors.js';
 import { guardedFetch } from './guarded-fetch.js';
 import { isNode, loadSandboxModule, WorkerPool } from './pool.js';
 import type { Sandbox, SandboxOptions } from './types.js';
@@ -26,8 +26,8 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   const timeoutMs = options.timeoutMs ?? 5000;
   const memoryMB = options.memoryMB ?? 128;
   const poolSize = options.poolSize ?? 2;
-  // Timers fire at once past 2^31 - 1 ms, which would time out every execution.
-  if (!(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= 2_147_483_647)) throw new SandboxError('timeoutMs must be a positive number of milliseconds (at most 2147483647)');
+  // Timers fire at once past MAX_TIMER_MS, which would time out every execution.
+  if (!(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS)) throw new SandboxError(`timeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS})`);
   if (!(typeof memoryMB === 'number' && memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
   if (!(Number.isInteger(poolSize) && poolSize >= 1)) throw new SandboxError('poolSize must be a positive integer');
   const allowlist = options.fetchDomainAllowlist ?? [];

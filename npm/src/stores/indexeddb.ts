@@ -19,7 +19,7 @@
  * Spec: https://www.w3.org/TR/IndexedDB/
  */
 
-import { StoreError } from '../errors.js';
+import { isRecord, StoreError } from '../errors.js';
 import type { BatchOp, JsonValue, Store } from './types.js';
 import { checkBatch, checkJson, checkKey } from './values.js';
 
@@ -49,7 +49,7 @@ export interface IndexedDbStoreOptions {
  * already open.
  */
 export function indexedDbStore(options: IndexedDbStoreOptions): Store {
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  if (!isRecord(options)) {
     throw new StoreError('store_error', "indexedDbStore needs an options object with a database `name`, e.g. indexedDbStore({ name: 'my-app' })");
   }
   if (typeof options.name !== 'string' || options.name === '') {
@@ -136,26 +136,20 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   const broadcastName = `crucible-indexeddb:${name}:${storeName}`;
   // Web Locks span every tab and worker of the origin, as the database does.
   const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
-  const lock = locks
-    ? (lockName: string): Promise<() => void> =>
-        new Promise((held, failed) => {
-          locks.request(`${broadcastName}:${lockName}`, () => new Promise<void>((release) => held(() => release()))).catch(failed);
-        })
-    : undefined;
-  const tryLock = locks
-    ? (lockName: string): Promise<(() => void) | undefined> =>
-        new Promise((held, failed) => {
-          locks
-            .request(`${broadcastName}:${lockName}`, { ifAvailable: true }, (granted) =>
-              granted ? new Promise<void>((release) => held(() => release())) : held(undefined),
-            )
-            .catch(failed);
-        })
-    : undefined;
+  // Resolves with the lock's release function once it is held, or `undefined` when
+  // `ifAvailable` and another context holds it (without `ifAvailable` the lock is always given).
+  const acquire = (manager: LockManager, lockName: string, ifAvailable: boolean): Promise<(() => void) | undefined> =>
+    new Promise((held, failed) => {
+      manager
+        .request(`${broadcastName}:${lockName}`, { ifAvailable }, (granted) => (granted ? new Promise<void>((release) => held(() => release())) : held(undefined)))
+        .catch(failed);
+    });
 
   return {
     broadcastName,
-    ...(lock && tryLock ? { lock, tryLock } : {}),
+    ...(locks
+      ? { lock: (lockName: string) => acquire(locks, lockName, false) as Promise<() => void>, tryLock: (lockName: string) => acquire(locks, lockName, true) }
+      : {}),
     async get(key: string): Promise<JsonValue | undefined> {
       checkKey(key);
       return run('readonly', 'get', (os) => {

@@ -9,7 +9,7 @@
  * fails with `store_blocked`. Why LevelDB: see `README.md` in this folder.
  */
 
-import { StoreError } from '../errors.js';
+import { isRecord, StoreError } from '../errors.js';
 import type { BatchOp, JsonValue, Store } from './types.js';
 import { checkBatch, checkKey, decodeJson, encodeJson } from './values.js';
 
@@ -26,7 +26,7 @@ export interface NodeStoreOptions {
  * installed or the database cannot be opened.
  */
 export async function nodeStore(options: NodeStoreOptions): Promise<Store> {
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  if (!isRecord(options)) {
     throw new StoreError('store_error', "nodeStore needs an options object with a directory `path`, e.g. nodeStore({ path: './.crucible' })");
   }
   const { path } = options;

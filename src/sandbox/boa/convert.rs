@@ -157,10 +157,11 @@ fn own_data(obj: &JsObject, key: &PropertyKey) -> Result<Option<JsValue>, Conver
 }
 
 fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Frame, ConvertError> {
+    let room = budget.caps.max_nodes.saturating_sub(budget.nodes);
     if obj.is_array() {
         let len = obj.borrow().properties().get(&js_string!("length").into()).and_then(|d| d.value().and_then(JsValue::as_number)).unwrap_or(0.0);
         let len = len as u64;
-        if len > (budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes)) as u64 {
+        if len > room as u64 {
             return err(format!("array length {len} exceeds the node limit of {}", budget.caps.max_nodes));
         }
         budget.node(2)?;
@@ -173,11 +174,11 @@ fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Fra
         Some(len) => Some(len),
         None => JsTypedArray::from_object(obj.clone()).ok().and_then(|array| array.length(context).ok()),
     };
-    if let Some(len) = exotic_len.filter(|len| *len > budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes)) {
+    if let Some(len) = exotic_len.filter(|len| *len > room) {
         return err(format!("object with {len} indexed keys exceeds the node limit of {}", budget.caps.max_nodes));
     }
     let keys = obj.own_property_keys(context).map_err(|e| ConvertError(format!("cannot list properties: {e}")))?;
-    if keys.len() > budget.caps.max_nodes - budget.nodes.min(budget.caps.max_nodes) {
+    if keys.len() > room {
         return err(format!("object with {} keys exceeds the node limit of {}", keys.len(), budget.caps.max_nodes));
     }
     budget.node(2)?;
