@@ -10,10 +10,11 @@ use crucible::forge::{classify, forge_tool_definition, infer_schemas, normalize,
 use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::EmergentConfig;
 use crucible::store::MemoryStore;
+use crucible::tools::{Tool, ToolSet};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
-use support::{text, Reply};
+use support::{text, FnTool, Reply};
 
 // ---- 1. normalization --------------------------------------------------------------------
 
@@ -224,6 +225,29 @@ fn compose_resolves_references_interpolation_and_nested_paths() {
     assert!(res.success, "{res:?}");
     let out = block_on(r.registry.call("shout_count", json!({ "text": "hi there", "meta": { "prefix": "p" } }), "s1")).unwrap();
     assert_eq!(out, json!({ "count": 7 }), "\"P: HI THERE and P: HI THERE\"");
+}
+
+#[test]
+fn a_direct_forge_and_call_give_their_judge_and_host_tools_the_run_id_the_host_gave() {
+    let judge = approving_judge();
+    let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+    let counter = FnTool::new(|a| Ok(json!({ "count": a["text"].as_str().unwrap_or_default().split_whitespace().count() })));
+    let mut tools = ToolSet::new();
+    let text_in = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    tools.insert(Tool::new("word_count", "Counts words", &text_in, None, counter.clone()).unwrap());
+    r.registry.set_host_tools(tools);
+    let steps = json!([{ "name": "count", "tool": "word_count", "inputMapping": { "text": "$input.text" } }]);
+    let cases = json!([{ "input": { "text": "a b" }, "expectedOutput": { "count": 2 } }, { "input": { "text": "c" }, "expectedOutput": { "count": 1 } }]);
+
+    let res = block_on(r.registry.forge_cancellable(&compose_request("counted", steps, cases), "s1", None, None, "direct_f")).unwrap();
+    assert!(res.success, "{res:?}");
+    assert_eq!(*judge.run_ids.borrow(), ["direct_f"], "the judge's call");
+    assert_eq!(*counter.run_ids.borrow(), ["direct_f", "direct_f"], "the host tool in each test");
+    assert!(r.events.0.borrow().iter().all(|e| e.run_id.is_empty()), "the forge's events carry no run id: it is in no run");
+
+    block_on(r.registry.call_as("counted", json!({ "text": "x y z" }), "s1", "direct_c")).unwrap();
+    block_on(r.registry.call("counted", json!({ "text": "x" }), "s1")).unwrap();
+    assert_eq!(counter.run_ids.borrow()[2..], ["direct_c", ""]);
 }
 
 #[test]

@@ -181,8 +181,9 @@ type EventListener = (e: AgentEvent) => void;
 
 interface CoreAgentHandle {
   readonly emergentEnabled: boolean;
-  forge(request: unknown, sessionId: string, scope: string | undefined, signal: AbortSignal | undefined): Promise<ForgeResult>;
-  callTool(name: string, args: unknown, sessionId: string, signal: AbortSignal | undefined): Promise<unknown>;
+  /** `callsRunId`: the run id its judge and its tests' host tools get (see `Agent.#direct`). */
+  forge(request: unknown, sessionId: string, scope: string | undefined, signal: AbortSignal | undefined, callsRunId: string): Promise<ForgeResult>;
+  callTool(name: string, args: unknown, sessionId: string, signal: AbortSignal | undefined, runId: string): Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
   requestPromotion(name: string, tier: string, sessionId: string): Promise<unknown>;
@@ -282,16 +283,17 @@ export interface SessionOptions {
 
 /** Options of `agent.tools.call`. */
 export interface CallOptions extends SessionOptions {
-  /** Aborts the call (a sandboxed tool's execution with it); it rejects with `AbortError`. */
+  /** Aborts the call (a sandboxed tool's execution with it; host tools a pipeline reaches get
+   *  the signal); it rejects with `AbortError`. */
   signal?: AbortSignal;
 }
 
 /** Options of `agent.forge`. */
 export interface ForgeOptions extends SessionOptions {
   /** Aborts the forge while its request is checked, tested and judged: its sandbox tests are
-   *  stopped, nothing is recorded, and `forge` rejects with `AbortError`; the judge's stream is
-   *  returned, so the provider stops reading at its next chunk. Once the verdict is in, the
-   *  forge finishes (and resolves). */
+   *  stopped, the judge's request and the host tools its tests call get the signal, nothing is
+   *  recorded, and `forge` rejects with `AbortError`. Once the verdict is in, the forge
+   *  finishes (and resolves). */
   signal?: AbortSignal;
   /** A label grouping attempts (a task id, say). It tags the attempt's events (`forge.start`,
    *  `forge.rejected`), its audit entries and the tool's provenance; a `scope` in the request
@@ -400,7 +402,8 @@ export class Agent {
       return result;
     };
     this.tools = {
-      call: (name, args, o) => wrapAsync(() => core.callTool(name, args, session(o), abortSignal(o?.signal, 'tools.call'))),
+      call: (name, args, o) =>
+        wrapAsync(() => this.#direct(abortSignal(o?.signal, 'tools.call'), (signal, runId) => core.callTool(name, args, session(o), signal, runId))),
       list: (o) => wrap(() => core.listTools(session(o))),
     };
     this.emergent = {
@@ -445,9 +448,26 @@ export class Agent {
    */
   async forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
     try {
-      return await this.#core.forge(request, options.sessionId ?? 'default', options.scope, abortSignal(options.signal, 'forge'));
+      const signal = abortSignal(options.signal, 'forge');
+      return await this.#direct(signal, (signal, runId) => this.#core.forge(request, options.sessionId ?? 'default', options.scope, signal, runId));
     } catch (error) {
       throw toCrucibleError(error, '');
+    }
+  }
+
+  /**
+   * Starts an operation outside any run (a forge, a tool call) that `signal` aborts. Its model
+   * and host tool calls find their signal by run id, so with a signal it gets an id of its own
+   * (`direct_…`) for the time it runs; its events still carry none (it is in no run).
+   */
+  async #direct<T>(signal: AbortSignal | undefined, start: (signal: AbortSignal | undefined, runId: string) => Promise<T>): Promise<T> {
+    if (!signal) return start(undefined, '');
+    const runId = `direct_${newRunId().slice('run_'.length)}`;
+    this.#signals.set(runId, signal);
+    try {
+      return await start(signal, runId);
+    } finally {
+      this.#signals.delete(runId);
     }
   }
 

@@ -20,8 +20,10 @@ export interface StandardJsonSchemaLike {
 
 /** What a tool's `execute` receives besides its arguments. */
 export interface ToolExecuteContext {
-  /** Aborted when the run is aborted. */
+  /** Aborted when the run is aborted (or the direct `agent.forge` / `agent.tools.call` that
+   *  reached this tool, when it was given a signal). */
   signal: AbortSignal;
+  /** The run's id; `direct_…` in a direct forge or call given a signal, `''` in one without. */
   runId: string;
   callId: string;
   sessionId: string;

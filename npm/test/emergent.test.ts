@@ -3,7 +3,7 @@
 // the registry persists through a store.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AbortError, createAgent, memoryStore, openai, tool, type AgentEvent, type Store } from '../src/node.js';
+import { AbortError, createAgent, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -198,6 +198,74 @@ describe('forge through the package', () => {
     } finally {
       await slowJudge.close();
     }
+  });
+
+  test('the signal of a direct forge or tool call reaches its judge request and the host tools it calls', async () => {
+    // What the judge and the host tool were given, and whether their signal fired.
+    const reached: { who: string; runId?: string; aborted: boolean }[] = [];
+    const untilAborted = (who: string, signal: AbortSignal | undefined, runId?: string) =>
+      new Promise<never>((_, reject) => {
+        const entry = { who, runId, aborted: false };
+        reached.push(entry);
+        // Without a signal this never settles: the caller's abort must not wait for it.
+        signal?.addEventListener('abort', () => {
+          entry.aborted = true;
+          reject(signal.reason);
+        }, { once: true });
+      });
+    const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
+    const relay = tool({
+      name: 'relay',
+      description: 'Echoes its text; on "wait" it waits for its signal',
+      inputSchema: textIn,
+      execute: ({ text }: { text: string }, ctx) => (text === 'wait' ? untilAborted('tool', ctx.signal, ctx.runId) : { text }),
+    });
+    let judgeWaits = true;
+    const reviewer: ModelProvider = {
+      id: 'test-double:judge',
+      async *stream(_request, options) {
+        if (judgeWaits) await untilAborted('judge', options?.signal);
+        yield { type: 'text', delta: String(verdict(true).text) };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: reviewer, tools: [relay], emergent: { enabled: true, judge: { model: reviewer } } });
+    const events: AgentEvent[] = [];
+    agent.on((e) => events.push(e));
+
+    // The judge's request, during the review of a sandbox forge.
+    const judging = new AbortController();
+    agent.on((e) => e.type === 'forge.test' && e.test.index === 1 && setTimeout(() => judging.abort(), 20));
+    await assert.rejects(agent.forge(slugify, { sessionId: 's1', signal: judging.signal }), AbortError);
+    assert.deepEqual(reached.map((r) => [r.who, r.aborted]), [['judge', true]]);
+
+    // A host tool called by a compose forge's test.
+    reached.length = 0;
+    const waiting = {
+      name: 'relay_twice',
+      description: 'Relays the text',
+      inputSchema: textIn,
+      outputSchema: textIn,
+      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'relay', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'wait' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    };
+    await assert.rejects(agent.forge(waiting, { sessionId: 's1', signal: AbortSignal.timeout(100) }), AbortError);
+    assert.equal(reached.length, 1);
+    assert.equal(reached[0]!.aborted, true);
+    assert.match(reached[0]!.runId ?? '', /^direct_/, 'a direct forge given a signal has a run id of its own for its calls');
+    assert.ok(events.filter((e) => e.type === 'forge.start').every((e) => e.runId === ''), 'its events carry none: it is in no run');
+
+    // A host tool reached through a forged pipeline by agent.tools.call.
+    judgeWaits = false;
+    const passing = { ...waiting, testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }] };
+    const forged = await agent.forge(passing, { sessionId: 's1' });
+    assert.ok(forged.success, JSON.stringify(forged));
+    reached.length = 0;
+    await assert.rejects(agent.tools.call('relay_twice', { text: 'wait' }, { sessionId: 's1', signal: AbortSignal.timeout(100) }), AbortError);
+    assert.deepEqual(reached.map((r) => [r.who, r.aborted]), [['tool', true]]);
+    // Without a signal nothing changes: the calls carry no run id.
+    assert.deepEqual(await agent.tools.call('relay_twice', { text: 'c' }, { sessionId: 's1' }), { text: 'c' });
+    await agent.close();
   });
 
   test('a tool call aborted while its stats flush waits for the store lock releases the lock when granted and loses no calls', async () => {

@@ -187,7 +187,7 @@ impl Forge {
         }
         let tool = self.build(&request, tools, &origin.session_id).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
 
-        let ctx = CallContext::for_trial(origin.run_id.clone(), format!("forge-test-{}", request.name), origin.session_id.clone());
+        let ctx = CallContext::for_trial(origin.calls_run_id.clone(), format!("forge-test-{}", request.name), origin.session_id.clone());
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env.as_ref()).await;
         for test in &tests {
             emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });
@@ -200,7 +200,7 @@ impl Forge {
         }
 
         let prompt = review_prompt(ReviewKind::Creation, &request, &tests);
-        let verdict = match ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.run_id).await {
+        let verdict = match ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.calls_run_id).await {
             Ok(v) => v,
             Err(e) => {
                 let mut r = Rejection::new(&request.name, format!("no verdict, so the tool is rejected: {e}"), Evidence::default());

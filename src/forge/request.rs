@@ -92,6 +92,11 @@ pub struct ForgeOrigin {
     /// Run the forge belongs to (empty outside a run); events carry it.
     #[serde(default)]
     pub run_id: String,
+    /// The run id the forge's own calls (its judge, host tools in its tests) carry, by which
+    /// the host finds their abort signal: the run's, or one the host gave a direct forge. Not
+    /// recorded: it names an operation in flight, not where the tool came from.
+    #[serde(skip)]
+    pub calls_run_id: String,
 }
 
 /// The request could not be turned into a [`ForgeRequest`] (category `parse_error`).

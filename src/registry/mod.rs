@@ -690,32 +690,47 @@ impl Registry {
     /// [`Registry::forge`] with a scope label (a task id, say) tagging the attempt, its events
     /// and its audit entries; a `scope` in the request wins.
     pub async fn forge_scoped(&self, request: &Value, session: &str, scope: Option<String>) -> ForgeResult {
-        self.forge_from(request, self.origin(session, scope, "")).await
+        self.forge_from(request, self.origin(session, scope, "", "")).await
     }
 
     /// Forges within the run `run_id` (events carry it); used by the `forge_tool` meta-tool.
     pub async fn forge_in_run(&self, request: &Value, session: &str, run_id: &str) -> ForgeResult {
-        self.forge_from(request, self.origin(session, None, run_id)).await
+        self.forge_from(request, self.origin(session, None, run_id, run_id)).await
     }
 
     /// Rejects, and counts, a forge request the host could not even turn into JSON (a
     /// circular object, a `BigInt`): a bad request is a `parse_error` result, never an error.
     pub async fn reject_unreadable(&self, problem: &str, session: &str, scope: Option<String>) -> ForgeResult {
-        let origin = self.origin(session, scope, "");
+        let origin = self.origin(session, scope, "", "");
         let mut rejection = Rejection::new("", format!("could not read the forge request: {problem}"), Evidence { parse: true, ..Default::default() });
         rejection.scope = origin.scope.clone();
         self.reject(&rejection, &origin).await
     }
 
-    fn origin(&self, session: &str, scope: Option<String>, run_id: &str) -> ForgeOrigin {
-        ForgeOrigin { agent_id: self.agent_id.clone(), session_id: session.to_string(), scope, run_id: run_id.to_string() }
+    fn origin(&self, session: &str, scope: Option<String>, run_id: &str, calls_run_id: &str) -> ForgeOrigin {
+        ForgeOrigin {
+            agent_id: self.agent_id.clone(),
+            session_id: session.to_string(),
+            scope,
+            run_id: run_id.to_string(),
+            calls_run_id: calls_run_id.to_string(),
+        }
     }
 
     /// [`Registry::forge_scoped`] that `cancel` stops while the request is checked, tested and
     /// judged (`None`: nothing was recorded). Once the verdict is in, the forge runs to its end,
-    /// so a forge that reports `aborted` never leaves a tool registered.
-    pub async fn forge_cancellable(&self, request: &Value, session: &str, scope: Option<String>, cancel: Option<&dyn CancelSignal>) -> Option<ForgeResult> {
-        let origin = self.origin(session, scope, "");
+    /// so a forge that reports `aborted` never leaves a tool registered. The forge's judge and
+    /// the host tools its tests call get `calls_run_id` as their run id, so the host can hand
+    /// them the abort signal too (its events carry no run id: the forge is in none).
+    pub async fn forge_cancellable(
+        &self,
+        request: &Value,
+        session: &str,
+        scope: Option<String>,
+        cancel: Option<&dyn CancelSignal>,
+        calls_run_id: &str,
+    ) -> Option<ForgeResult> {
+        let origin = self.origin(session, scope, "", calls_run_id);
         let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
         Some(self.settle(checked, &origin).await)
     }
@@ -965,6 +980,12 @@ impl Registry {
     /// then host tools). Arguments and output are checked against the schemas; an output
     /// that violates the output schema is an `invalid_output` failure, never a success.
     pub async fn call(&self, name: &str, args: Value, session: &str) -> Result<Value, ToolFailure> {
+        self.call_as(name, args, session, "").await
+    }
+
+    /// [`Registry::call`] whose handlers get `run_id` as their run id (a direct call has no
+    /// run; the host may give it an id by which its tool adapters find the call's abort signal).
+    pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str) -> Result<Value, ToolFailure> {
         let Some(tool) = self.resolve_tool(name, session) else {
             let demoted = {
                 let state = self.state.borrow();
@@ -981,12 +1002,12 @@ impl Registry {
         if tool.handler().needs_approval(&args).await {
             return Err(crate::forge::denied_without_approval(name));
         }
-        invoke(&tool, args, &self.direct_call(session)).await
+        invoke(&tool, args, &self.direct_call(session, run_id)).await
     }
 
     /// The context of a call made through the registry API, outside any run.
-    fn direct_call(&self, session: &str) -> CallContext {
-        CallContext::new("", self.env.new_id("call"), session)
+    fn direct_call(&self, session: &str, run_id: &str) -> CallContext {
+        CallContext::new(run_id, self.env.new_id("call"), session)
     }
 
     /// Calls `name` at exactly `tier`: fails with `denied` when the tool there is demoted.
@@ -1001,7 +1022,7 @@ impl Registry {
                 let Some(tool) = self.built_at(tier, name, session) else {
                     return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
                 };
-                invoke(&tool, args, &self.direct_call(session)).await
+                invoke(&tool, args, &self.direct_call(session, "")).await
             }
         }
     }

@@ -154,8 +154,7 @@ impl Registry {
             None if format == PACKAGE_FORMAT => return Err(invalid("the package has no content hash")),
             _ => {}
         }
-        let origin =
-            ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), run_id: String::new() };
+        let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), ..Default::default() };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         Ok(match self.verify(&request_value, &origin, &self.lookup()).await {
             Ok(verified) => self.register_session(verified, &origin, "import").await,

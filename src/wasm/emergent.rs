@@ -113,8 +113,17 @@ impl CoreAgent {
     ///
     /// `signal` aborts it while the request is checked, tested and judged (its sandbox
     /// executions aborted, its judge's stream closed): nothing is recorded and the promise
-    /// rejects with `aborted`. Once the verdict is in, the forge finishes.
-    pub fn forge(&self, request: JsValue, session_id: String, scope: Option<String>, signal: Option<web_sys::AbortSignal>) -> Result<Promise, JsValue> {
+    /// rejects with `aborted`. Once the verdict is in, the forge finishes. Its judge and the
+    /// host tools its tests call get `calls_run_id` as their run id (the TS side maps it to
+    /// `signal` for them).
+    pub fn forge(
+        &self,
+        request: JsValue,
+        session_id: String,
+        scope: Option<String>,
+        signal: Option<web_sys::AbortSignal>,
+        calls_run_id: String,
+    ) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let request = decode::<Value>(&request);
         Ok(future_to_promise(async move {
@@ -122,7 +131,7 @@ impl CoreAgent {
             let result = match request {
                 Ok(request) => {
                     let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
-                    registry.forge_cancellable(&request, &session_id, scope, cancel).await.ok_or_else(|| aborted("the forge"))?
+                    registry.forge_cancellable(&request, &session_id, scope, cancel, &calls_run_id).await.ok_or_else(|| aborted("the forge"))?
                 }
                 Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
             };
@@ -133,13 +142,13 @@ impl CoreAgent {
     /// Calls a registered (forged) tool by name as the session sees it.
     #[wasm_bindgen(js_name = callTool)]
     /// `signal` aborts the call (a sandboxed tool's execution with it) and rejects with
-    /// `aborted`.
-    pub fn call_tool(&self, name: String, args: JsValue, session_id: String, signal: Option<web_sys::AbortSignal>) -> Result<Promise, JsValue> {
+    /// `aborted`. Host tools it reaches (a pipeline's steps) get `run_id` as their run id.
+    pub fn call_tool(&self, name: String, args: JsValue, session_id: String, signal: Option<web_sys::AbortSignal>, run_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let args: Value = from_js(args, "arguments")?;
         Ok(promise_now(async move {
             let signal = signal.map(JsAbortSignal);
-            let call = registry.call(&name, args, &session_id);
+            let call = registry.call_as(&name, args, &session_id, &run_id);
             match unless_cancelled(signal.as_ref().map(|s| s as &dyn CancelSignal), call).await {
                 Some(Ok(v)) => to_js(&v),
                 Some(Err(failure)) => Err(error_object(&failure.code, &failure.message)),

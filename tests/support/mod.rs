@@ -42,6 +42,8 @@ pub struct ScriptedModel {
     /// Reply used when the script runs out (None → a protocol error).
     repeat_last: Option<Reply>,
     pub requests: RefCell<Vec<ModelRequest>>,
+    /// The run id of each call, in order.
+    pub run_ids: RefCell<Vec<String>>,
     pub usage_per_call: Usage,
     id: String,
 }
@@ -52,6 +54,7 @@ impl ScriptedModel {
             replies: RefCell::new(replies.into()),
             repeat_last: None,
             requests: RefCell::new(vec![]),
+            run_ids: RefCell::new(vec![]),
             usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
             id: "scripted:test".into(),
         })
@@ -62,6 +65,7 @@ impl ScriptedModel {
             replies: RefCell::new(VecDeque::new()),
             repeat_last: Some(reply),
             requests: RefCell::new(vec![]),
+            run_ids: RefCell::new(vec![]),
             usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
             id: "scripted:test".into(),
         })
@@ -74,8 +78,9 @@ impl Model for ScriptedModel {
         self.id.clone()
     }
 
-    async fn stream(&self, request: &ModelRequest, _call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+    async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
         self.requests.borrow_mut().push(request.clone());
+        self.run_ids.borrow_mut().push(call.run_id.clone());
         let reply = self.replies.borrow_mut().pop_front().or_else(|| self.repeat_last.clone());
         let Some(reply) = reply else {
             return Err(ModelError::new("provider_protocol", "scripted model ran out of replies"));
@@ -135,6 +140,8 @@ pub struct FnTool {
     pub max_in_flight: Cell<usize>,
     pub calls: Cell<usize>,
     pub finished_order: RefCell<Vec<String>>,
+    /// The run id of each call, in order.
+    pub run_ids: RefCell<Vec<String>>,
 }
 
 impl FnTool {
@@ -146,6 +153,7 @@ impl FnTool {
             max_in_flight: Cell::new(0),
             calls: Cell::new(0),
             finished_order: RefCell::new(vec![]),
+            run_ids: RefCell::new(vec![]),
         })
     }
 
@@ -157,6 +165,7 @@ impl FnTool {
             max_in_flight: Cell::new(0),
             calls: Cell::new(0),
             finished_order: RefCell::new(vec![]),
+            run_ids: RefCell::new(vec![]),
         })
     }
 }
@@ -165,6 +174,7 @@ impl FnTool {
 impl ToolHandler for FnTool {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         self.calls.set(self.calls.get() + 1);
+        self.run_ids.borrow_mut().push(ctx.run_id.clone());
         self.in_flight.set(self.in_flight.get() + 1);
         self.max_in_flight.set(self.max_in_flight.get().max(self.in_flight.get()));
         for _ in 0..(self.yields)(&args) {
