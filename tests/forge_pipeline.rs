@@ -6,7 +6,10 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::EventBody;
-use crucible::forge::{classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE};
+use crucible::forge::{
+    classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE, MAX_COMPOSE_STEPS,
+    MAX_PIPELINE_STEPS, MAX_TEST_CASES,
+};
 use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::EmergentConfig;
 use crucible::store::MemoryStore;
@@ -187,6 +190,12 @@ fn shape_check_rejects_before_the_judge() {
         c.as_object_mut().unwrap().remove("expectedOutput");
     }
     assert_shape_rejected_without_judge(no_props, RejectionCategory::ShapeCheck, "outputSchema has no properties");
+
+    // Every test case runs in the sandbox and goes into the judge's prompt: their number is bounded.
+    let mut many = slugify_request("slugify", SLUGIFY_JS);
+    let case = many["testCases"][0].clone();
+    many["testCases"] = Value::Array(vec![case; MAX_TEST_CASES + 1]);
+    assert_shape_rejected_without_judge(many, RejectionCategory::ShapeCheck, "33 test cases given; at most 32");
 }
 
 #[test]
@@ -272,6 +281,12 @@ fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
         (json!([]), "at least one step"),
         (json!([{ "name": "a", "tool": "selfie", "inputMapping": { "text": "$input.text" } }]), "cannot compose itself"),
         (json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "$steps.later.text" } }]), "not an earlier step"),
+        (
+            Value::Array(
+                (0..=MAX_COMPOSE_STEPS).map(|i| json!({ "name": format!("s{i}"), "tool": "upper_case", "inputMapping": { "text": "$prev.text" } })).collect(),
+            ),
+            "33 steps; at most 32",
+        ),
     ] {
         let judge = approving_judge();
         let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
@@ -280,6 +295,37 @@ fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
         assert!(res.reason.as_deref().unwrap().contains(needle), "{:?}", res.reason);
         assert_eq!(judge.requests.borrow().len(), 0);
     }
+}
+
+#[test]
+fn one_call_runs_at_most_max_pipeline_steps_nested_pipelines_included() {
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let upper = FnTool::new(|a| Ok(json!({ "text": a["text"].as_str().unwrap_or_default().to_uppercase() })));
+    let mut tools = ToolSet::new();
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    tools.insert(Tool::new("upper_case", "Upper-cases text", &text, Some(&text), upper.clone()).unwrap());
+    r.registry.set_host_tools(tools);
+    let chain = |name: &str, tool: &str, steps: usize| {
+        json!({
+            "name": name, "description": "chain", "inputSchema": text, "outputSchema": text,
+            "implementation": { "mode": "compose", "steps": (0..steps).map(|i| json!({ "name": format!("s{i}"), "tool": tool, "inputMapping": { "text": "$prev.text" } })).collect::<Vec<_>>() },
+            "testCases": [{ "input": { "text": "a" }, "expectedOutput": { "text": "A" } }, { "input": { "text": "b" }, "expectedOutput": { "text": "B" } }]
+        })
+    };
+    // 16 steps, then 15 × (1 + 16) = 255 steps in one call: within the limit of 256.
+    assert!(block_on(r.registry.forge(&chain("x16", "upper_case", 16), "s1")).success);
+    assert!(block_on(r.registry.forge(&chain("x255", "x16", 15), "s1")).success);
+    assert_eq!(block_on(r.registry.call("x255", json!({ "text": "q" }), "s1")).unwrap(), json!({ "text": "Q" }));
+
+    // Two of those in one pipeline would be 512: the call stops at 256 steps, with a reason.
+    let before = upper.calls.get();
+    let res = block_on(r.registry.forge(&chain("x512", "x255", 2), "s1"));
+    assert!(!res.success);
+    assert!(res.reason.as_deref().unwrap().contains("ran 256 pipeline steps, nested pipelines included, which is the limit"), "{:?}", res.reason);
+    let per_test = (upper.calls.get() - before) / 2;
+    assert!(per_test <= MAX_PIPELINE_STEPS as usize, "each test ran {per_test} host calls");
+    // Calls are bounded separately: the next one has its own budget.
+    assert_eq!(block_on(r.registry.call("x255", json!({ "text": "r" }), "s1")).unwrap(), json!({ "text": "R" }));
 }
 
 /// A compose tool `{text} -> {text}` with one step calling `tool`, tested on "a" -> `expected`.

@@ -16,6 +16,12 @@
 //! Step tools are looked up when the pipeline runs, as the caller's session sees them then
 //! (a demoted step tool fails the call with `unknown_tool`). A pipeline that reaches itself
 //! through other pipelines stops at [`MAX_COMPOSE_DEPTH`] nested pipelines.
+//!
+//! Pipelines are bounded in width as well as depth: one has at most [`MAX_COMPOSE_STEPS`]
+//! steps, and one call runs at most [`MAX_PIPELINE_STEPS`] steps in all, nested pipelines
+//! included. Without the second bound a few small forges would multiply: a pipeline of 30
+//! steps over one of 30 steps over one of 30 steps is 27,000 calls, and every forge runs its
+//! tests.
 
 use std::rc::Rc;
 
@@ -29,11 +35,19 @@ use super::request::ComposeStep;
 /// Most compose pipelines one call may be nested in.
 pub const MAX_COMPOSE_DEPTH: u32 = 8;
 
+/// Most steps one pipeline may have.
+pub const MAX_COMPOSE_STEPS: usize = 32;
+
+/// Most pipeline steps one call may run, counting the steps of the pipelines it reaches.
+pub const MAX_PIPELINE_STEPS: u32 = 256;
+
 /// Why a pipeline could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ComposeBuildError {
     #[error("a compose pipeline needs at least one step")]
     Empty,
+    #[error("the pipeline has {0} steps; at most {MAX_COMPOSE_STEPS} are allowed")]
+    TooManySteps(usize),
     #[error("step `{step}` uses unknown tool `{tool}`; available tools: {available}")]
     UnknownTool { step: String, tool: String, available: String },
     #[error("step `{step}` calls `{tool}` itself; a tool cannot compose itself")]
@@ -290,6 +304,9 @@ impl ComposeHandler {
         if steps.is_empty() {
             return Err(ComposeBuildError::Empty);
         }
+        if steps.len() > MAX_COMPOSE_STEPS {
+            return Err(ComposeBuildError::TooManySteps(steps.len()));
+        }
         let mut built: Vec<Step> = Vec::with_capacity(steps.len());
         for step in steps {
             if step.tool == tool_name {
@@ -342,9 +359,20 @@ impl ToolHandler for ComposeHandler {
                 format!("compose pipelines nested {MAX_COMPOSE_DEPTH} deep; a pipeline that reaches itself is stopped here"),
             ));
         }
-        let inner = CallContext { depth: ctx.depth + 1, ..ctx.clone() };
+        let steps_left = ctx.steps_left.clone().unwrap_or_else(|| Rc::new(std::cell::Cell::new(MAX_PIPELINE_STEPS)));
+        let inner = CallContext { depth: ctx.depth + 1, steps_left: Some(steps_left.clone()), ..ctx.clone() };
         let mut outputs: Vec<Value> = Vec::with_capacity(self.steps.len());
         for step in &self.steps {
+            let Some(left) = steps_left.get().checked_sub(1) else {
+                return Err(ToolFailure::new(
+                    "execution_failed",
+                    format!(
+                        "the call ran {MAX_PIPELINE_STEPS} pipeline steps, nested pipelines included, which is the limit; step `{}` was not run",
+                        step.name
+                    ),
+                ));
+            };
+            steps_left.set(left);
             let step_args = {
                 let prev = outputs.last().unwrap_or(&args);
                 step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs })?

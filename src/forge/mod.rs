@@ -17,7 +17,7 @@ mod stats;
 mod testing;
 
 pub use classify::{classify, is_syntax_error, Evidence, RejectionCategory};
-pub use compose::{denied_without_approval, ComposeBuildError, ComposeHandler};
+pub use compose::{denied_without_approval, ComposeBuildError, ComposeHandler, MAX_COMPOSE_DEPTH, MAX_COMPOSE_STEPS, MAX_PIPELINE_STEPS};
 pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
 pub use judge::{
     ask as ask_judge, check_coherent, parse_verdict, review_prompt, verdict_schema, JudgeError, ReviewKind, Verdict, APPROVAL_MIN_SCORE,
@@ -28,7 +28,7 @@ pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
 pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
 pub use request::{normalize, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, TEST_CASE_KEYS};
 pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
-pub use shape::{shape_check, ShapeIssues, MIN_TEST_CASES};
+pub use shape::{shape_check, ShapeIssues, MAX_TEST_CASES, MIN_TEST_CASES};
 pub use stats::{ForgeStats, ForgeStatsAggregator};
 pub use testing::{failure_reason as test_failure_reason, outputs_equal, run_test, run_tests, TestResult, NUMBER_TOLERANCE};
 

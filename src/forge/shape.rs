@@ -1,7 +1,7 @@
 //! The shape check (spec scope item 3): cheap structural checks that run before anything is
 //! built or judged, so a malformed request never costs a judge call. Empty schema properties,
-//! fewer than [`MIN_TEST_CASES`] test cases and test cases with empty input are `shape_check`
-//! rejections; a test input with a field the declared input schema forbids
+//! fewer than [`MIN_TEST_CASES`] or more than [`MAX_TEST_CASES`] test cases and test cases with
+//! empty input are `shape_check` rejections; a test input with a field the declared input schema forbids
 //! (`additionalProperties: false`) is `schema_extra_field`.
 
 use serde_json::Value;
@@ -12,6 +12,10 @@ use super::request::ForgeRequest;
 
 /// Fewest test cases a forge request must carry.
 pub const MIN_TEST_CASES: usize = 2;
+
+/// Most test cases a forge request may carry: every one runs (in the sandbox, each up to its
+/// deadline) and goes into the judge's prompt.
+pub const MAX_TEST_CASES: usize = 32;
 
 /// A failed shape check: the reason (all problems found) and the evidence for classification.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +39,10 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     if request.test_cases.len() < MIN_TEST_CASES {
         evidence.shape = true;
         reasons.push(format!("{} test case(s) given; at least {MIN_TEST_CASES} are required", request.test_cases.len()));
+    }
+    if request.test_cases.len() > MAX_TEST_CASES {
+        evidence.shape = true;
+        reasons.push(format!("{} test cases given; at most {MAX_TEST_CASES} are run: keep the ones that tell the most", request.test_cases.len()));
     }
     for (i, case) in request.test_cases.iter().enumerate() {
         let empty = match &case.input {

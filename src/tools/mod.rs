@@ -47,12 +47,16 @@ pub struct CallContext {
     /// reaches (a pipeline's steps among them) do not count it in their stats or towards
     /// their promotion.
     pub trial: bool,
+    /// Pipeline steps this call may still run, nested pipelines included: set by the outermost
+    /// compose pipeline and shared with the pipelines it reaches (see
+    /// [`crate::forge::MAX_PIPELINE_STEPS`]). `None` outside any pipeline.
+    pub steps_left: Option<Rc<std::cell::Cell<u32>>>,
 }
 
 impl CallContext {
     /// The context of a call made directly (not from inside a compose pipeline).
     pub fn new(run_id: impl Into<String>, call_id: impl Into<String>, session_id: impl Into<String>) -> Self {
-        Self { run_id: run_id.into(), call_id: call_id.into(), session_id: session_id.into(), depth: 0, trial: false }
+        Self { run_id: run_id.into(), call_id: call_id.into(), session_id: session_id.into(), ..Self::default() }
     }
 
     /// The context of a test run (see [`CallContext::trial`]).
