@@ -8,10 +8,11 @@ use std::rc::Rc;
 use crucible::agent::EventBody;
 use crucible::forge::{
     classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE, MAX_COMPOSE_STEPS,
-    MAX_PIPELINE_STEPS, MAX_TEST_CASES,
+    MAX_DESCRIPTION_CHARS, MAX_PIPELINE_STEPS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_SCOPE_CHARS, MAX_TEST_CASES,
 };
 use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::EmergentConfig;
+use crucible::registry::MAX_AUDIT_DETAIL_CHARS;
 use crucible::store::MemoryStore;
 use crucible::tools::{Tool, ToolSet};
 use futures::executor::block_on;
@@ -196,6 +197,37 @@ fn shape_check_rejects_before_the_judge() {
     let case = many["testCases"][0].clone();
     many["testCases"] = Value::Array(vec![case; MAX_TEST_CASES + 1]);
     assert_shape_rejected_without_judge(many, RejectionCategory::ShapeCheck, "33 test cases given; at most 32");
+
+    // `agent.forge` and `import` have no token budget bounding a request: sizes are checked.
+    let mut wordy = slugify_request("slugify", SLUGIFY_JS);
+    wordy["description"] = json!("d".repeat(MAX_DESCRIPTION_CHARS + 1));
+    assert_shape_rejected_without_judge(wordy, RejectionCategory::ShapeCheck, "the description is 4097 characters; at most 4096");
+    let mut big_schema = slugify_request("slugify", SLUGIFY_JS);
+    big_schema["inputSchema"]["properties"]["text"]["description"] = json!("s".repeat(MAX_SCHEMA_BYTES));
+    assert_shape_rejected_without_judge(big_schema, RejectionCategory::ShapeCheck, "inputSchema is");
+    let mut big_test = slugify_request("slugify", SLUGIFY_JS);
+    big_test["testCases"][0]["input"]["text"] = json!("t".repeat(MAX_REQUEST_BYTES));
+    assert_shape_rejected_without_judge(big_test, RejectionCategory::ShapeCheck, "bytes of JSON; at most 524288 (code, schemas and test cases together)");
+}
+
+#[test]
+fn what_a_rejection_records_is_bounded_however_large_the_request() {
+    let r = rig();
+    // An unparseable request's name is recorded only when it is a valid tool name.
+    let res = block_on(r.registry.forge_scoped(&json!({ "name": "n".repeat(100_000), "implementation": 5 }), "s1", Some("x".repeat(10_000))));
+    assert_eq!(res.category, Some(RejectionCategory::ParseError));
+    let entry = r.registry.audit_trail().pop().unwrap();
+    assert_eq!(entry.tool, "");
+    assert_eq!(entry.scope.as_deref().map(|s| s.chars().count()), Some(MAX_SCOPE_CHARS + 1), "cut, with an ellipsis");
+    // 32 failing tests, each quoting its output: the reason lists them all, the audit keeps the start.
+    let mut failing = slugify_request("wrong", WRONG_JS);
+    let case = json!({ "input": { "text": "a" }, "expectedOutput": { "slug": "q".repeat(5000) } });
+    failing["testCases"] = Value::Array(vec![case; MAX_TEST_CASES]);
+    let res = block_on(r.registry.forge(&failing, "s1"));
+    assert!(res.reason.as_deref().unwrap().starts_with("32 of 32 tests failed"), "{:?}", res.reason.as_deref().map(|s| &s[..80]));
+    let entry = r.registry.audit_trail().pop().unwrap();
+    assert_eq!(entry.action, "reject");
+    assert!(entry.detail.chars().count() <= MAX_AUDIT_DETAIL_CHARS + 1, "{} chars", entry.detail.len());
 }
 
 #[test]

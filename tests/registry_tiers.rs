@@ -6,7 +6,9 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::EventBody;
-use crucible::registry::{EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus};
+use crucible::registry::{
+    EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus, MAX_EXPANDED_BYTES, MAX_PACKAGE_BYTES,
+};
 use crucible::store::{MemoryStore, Store};
 use futures::executor::block_on;
 use serde_json::json;
@@ -609,6 +611,28 @@ fn an_agentos_package_without_test_cases_imports_with_the_importers_and_not_with
     let redacted = pkg.replace("sourcePersisted: true", "sourcePersisted: false");
     let err = block_on(r.registry.import_with(&redacted, "s2", &options)).unwrap_err();
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("redacted")), "{err}");
+}
+
+#[test]
+fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_it() {
+    let r = rig();
+    // The `yaml` package agentos writes with makes an anchor and alias of a repeated object.
+    let schema = "&text\n    type: object\n    properties:\n      text: { type: string }";
+    let pkg = agentos_package(&format!("  name: slug4\n  description: slug\n  inputSchema: {schema}\n  outputSchema:\n    type: object\n    properties:\n      slug: {{ type: string }}\n  implementation:\n    mode: sandbox\n    code: CODE\n  tests:\n    - input: {{ text: Hello World }}\n      expected: {{ slug: hello-world }}\n    - input: {{ text: a b }}\n      expected: {{ slug: a-b }}\n"));
+    let res = block_on(r.registry.import(&pkg, "s1")).unwrap();
+    assert!(res.success, "{res:?}");
+
+    // 10 KB of text whose aliases of aliases would expand to 50 MB ("billion laughs").
+    let laughs =
+        format!("format: crucible.tool.v1\na: &a \"{}\"\nl1: &l1 [{}]\nl2: [{}]\n", "x".repeat(10_000), vec!["*a"; 100].join(", "), vec!["*l1"; 50].join(", "));
+    let started = std::time::Instant::now();
+    let err = block_on(r.registry.import(&laughs, "s1")).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("expands to more than {MAX_EXPANDED_BYTES} bytes"))), "{err}");
+    assert!(started.elapsed().as_secs() < 5, "stopped early, not after building it");
+
+    let huge = format!("format: crucible.tool.v1\ndescription: \"{}\"\n", "d".repeat(MAX_PACKAGE_BYTES));
+    let err = block_on(r.registry.import(&huge, "s1")).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("at most 2097152")), "{err}");
 }
 
 #[test]

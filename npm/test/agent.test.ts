@@ -3,7 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
-import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, tool, type AgentEvent } from '../src/node.js';
+import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let server: MockLlmServer;
@@ -152,6 +152,63 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.deepEqual(outcome, { sync: { ok: 1 }, bigint: 'execution_failed', fn: 'execution_failed', cyclic: 'execution_failed', weather_async: { celsius: 21 } });
     assert.equal(events.at(-1)!.type, 'agent.end');
   });
+  test('a host tool result past the 16 Mi-character ceiling is refused before it enters the core; the run goes on', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'dump', arguments: {} }, { name: 'get_weather', arguments: { city: 'Oslo' } }] }, { text: 'Done.' });
+    const dump = tool({ name: 'dump', description: 'd', inputSchema: { type: 'object', properties: {} }, execute: () => ({ blob: 'x'.repeat(17 * 2 ** 20) }) });
+    const agent = await createAgent({ model: model(), tools: [dump, weather], maxResultBytes: 64 * 2 ** 20 });
+    const events = await collect(agent.stream('?'));
+    const error = events.find((e) => e.type === 'tool.execute.error');
+    assert.ok(error?.type === 'tool.execute.error' && error.name === 'dump', JSON.stringify(error).slice(0, 300));
+    assert.equal(error.error.code, 'result_too_large');
+    assert.match(error.error.message, /the most a host tool may return is 16777216/);
+    assert.ok(events.some((e) => e.type === 'tool.execute.end' && e.name === 'get_weather'));
+    assert.equal(events.at(-1)!.type, 'agent.end');
+  });
+
+  test('a response past its bounds (128 tool calls, 8 MiB) ends the run as provider_protocol, and the provider is told to stop', async () => {
+    // Test doubles for a broken or hostile endpoint: they would stream for ever.
+    const pulled = { calls: 0, text: 0 };
+    const closed: string[] = [];
+    const endlessCalls: ModelProvider = {
+      id: 'test-double:endless-calls',
+      async *stream() {
+        try {
+          for (let i = 0; ; i++) {
+            pulled.calls++;
+            yield { type: 'tool_call', index: i, name: 'get_weather', argumentsDelta: '{"city":"Oslo"}' };
+          }
+        } finally {
+          closed.push('calls');
+        }
+      },
+    };
+    const endlessText: ModelProvider = {
+      id: 'test-double:endless-text',
+      async *stream() {
+        try {
+          for (;;) {
+            pulled.text++;
+            yield { type: 'text', delta: 'y'.repeat(65536) };
+          }
+        } finally {
+          closed.push('text');
+        }
+      },
+    };
+    for (const provider of [endlessCalls, endlessText]) {
+      const agent = await createAgent({ model: provider, tools: [weather] });
+      const events = await collect(agent.stream('?'));
+      const last = events.at(-1)!;
+      assert.ok(last.type === 'agent.error' && last.error.code === 'provider_protocol', JSON.stringify(last).slice(0, 300));
+      assert.match(last.error.message, /more than 128 tool calls|more than 8388608 bytes/);
+      assert.ok(!events.some((e) => e.type === 'tool.call'), 'no call of a response past its bounds runs');
+    }
+    assert.equal(pulled.calls, 129);
+    assert.equal(pulled.text, 129, '128 chunks of 64 KiB fill the 8 MiB; the next passes it');
+    assert.deepEqual(closed, ['calls', 'text']);
+  });
+
   test('accepts a Zod 4 schema and validates with the JSON Schema it gives', async () => {
     server.reset();
     const add = tool({

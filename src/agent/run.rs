@@ -154,12 +154,17 @@ struct TextForwarder<'e, 's> {
 
 impl ChunkSink for TextForwarder<'_, '_> {
     fn chunk(&mut self, chunk: &ModelChunk) {
+        self.assembler.push(chunk);
+        // Text past the response's bound is not forwarded either.
         if let ModelChunk::Text { delta } = chunk {
-            if !delta.is_empty() {
+            if !delta.is_empty() && !self.assembler.overflowed() {
                 self.emitter.emit(EventBody::TextDelta { step: self.step, delta: delta.clone() });
             }
         }
-        self.assembler.push(chunk);
+    }
+
+    fn stopped(&self) -> bool {
+        self.assembler.overflowed()
     }
 }
 
@@ -294,7 +299,7 @@ impl RunContext<'_> {
                 ModelRequest { messages, tools, temperature: self.config.temperature, max_tokens: self.config.max_tokens, response_format, tool_choice };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
             self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await?;
-            let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id));
+            let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id))?;
             let usage = response.usage.unwrap_or_default();
             state.usage.record(&model_id, usage);
             let finish_reason = response.finish_reason.clone().unwrap_or_else(|| "stop".into());

@@ -18,8 +18,8 @@
 //! through other pipelines stops at [`MAX_COMPOSE_DEPTH`] nested pipelines.
 //!
 //! Pipelines are bounded in width as well as depth: one has at most [`MAX_COMPOSE_STEPS`]
-//! steps, and one call runs at most [`MAX_PIPELINE_STEPS`] steps in all, nested pipelines
-//! included. Without the second bound a few small forges would multiply: a pipeline of 30
+//! steps, one call runs at most [`MAX_PIPELINE_STEPS`] steps in all, nested pipelines
+//! included, and holds at most [`MAX_PIPELINE_DATA_BYTES`] of step arguments and outputs. Without the second bound a few small forges would multiply: a pipeline of 30
 //! steps over one of 30 steps over one of 30 steps is 27,000 calls, and every forge runs its
 //! tests.
 
@@ -198,26 +198,68 @@ impl Mapping {
         }
     }
 
-    fn resolve(&self, scope: &Scope<'_>) -> Result<Value, ToolFailure> {
+    /// The step's arguments, each copy charged to `budget` before it is made.
+    fn resolve(&self, scope: &Scope<'_>, budget: &mut DataBudget) -> Result<Value, ToolFailure> {
         match self {
-            Self::Literal(v) => Ok(v.clone()),
-            Self::Whole(r, text) => lookup(r, scope, text).cloned(),
+            Self::Literal(v) => {
+                budget.charge(json_size(v))?;
+                Ok(v.clone())
+            }
+            Self::Whole(r, text) => {
+                let v = lookup(r, scope, text)?;
+                budget.charge(json_size(v))?;
+                Ok(v.clone())
+            }
             Self::Text(pieces) => {
                 let mut out = String::new();
                 for p in pieces {
-                    match p {
-                        Piece::Text(t) => out.push_str(t),
+                    let piece = match p {
+                        Piece::Text(t) => std::borrow::Cow::Borrowed(t.as_str()),
                         Piece::Ref(r, text) => match lookup(r, scope, text)? {
-                            Value::String(s) => out.push_str(s),
-                            other => out.push_str(&other.to_string()),
+                            Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                            other => {
+                                budget.charge(json_size(other))?;
+                                std::borrow::Cow::Owned(other.to_string())
+                            }
                         },
-                    }
+                    };
+                    budget.charge(piece.len())?;
+                    out.push_str(&piece);
                 }
                 Ok(Value::String(out))
             }
-            Self::Array(items) => items.iter().map(|x| x.resolve(scope)).collect::<Result<Vec<_>, _>>().map(Value::Array),
-            Self::Object(fields) => fields.iter().map(|(k, x)| Ok((k.clone(), x.resolve(scope)?))).collect::<Result<Map<_, _>, _>>().map(Value::Object),
+            Self::Array(items) => items.iter().map(|x| x.resolve(scope, budget)).collect::<Result<Vec<_>, _>>().map(Value::Array),
+            Self::Object(fields) => fields.iter().map(|(k, x)| Ok((k.clone(), x.resolve(scope, budget)?))).collect::<Result<Map<_, _>, _>>().map(Value::Object),
         }
+    }
+}
+
+/// What one pipeline call may hold in step arguments and step outputs, in bytes of JSON
+/// (roughly): references copy the values they name, so a mapping naming a large value many
+/// times would otherwise multiply it, step after step.
+pub const MAX_PIPELINE_DATA_BYTES: usize = 16 << 20;
+
+/// The bytes a pipeline call may still hold.
+struct DataBudget(usize);
+
+impl DataBudget {
+    fn charge(&mut self, bytes: usize) -> Result<(), ToolFailure> {
+        self.0 = self
+            .0
+            .checked_sub(bytes)
+            .ok_or_else(|| ToolFailure::new("execution_failed", format!("the pipeline's step arguments and outputs passed {MAX_PIPELINE_DATA_BYTES} bytes")))?;
+        Ok(())
+    }
+}
+
+/// About how many bytes `v` takes as JSON, without writing it.
+fn json_size(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| json_size(x) + 1).sum::<usize>(),
+        Value::Object(m) => 2 + m.iter().map(|(k, x)| k.len() + 4 + json_size(x)).sum::<usize>(),
     }
 }
 
@@ -362,6 +404,7 @@ impl ToolHandler for ComposeHandler {
         let steps_left = ctx.steps_left.clone().unwrap_or_else(|| Rc::new(std::cell::Cell::new(MAX_PIPELINE_STEPS)));
         let inner = CallContext { depth: ctx.depth + 1, steps_left: Some(steps_left.clone()), ..ctx.clone() };
         let mut outputs: Vec<Value> = Vec::with_capacity(self.steps.len());
+        let mut budget = DataBudget(MAX_PIPELINE_DATA_BYTES);
         for step in &self.steps {
             let Some(left) = steps_left.get().checked_sub(1) else {
                 return Err(ToolFailure::new(
@@ -375,7 +418,7 @@ impl ToolHandler for ComposeHandler {
             steps_left.set(left);
             let step_args = {
                 let prev = outputs.last().unwrap_or(&args);
-                step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs })?
+                step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs }, &mut budget)?
             };
             let fail = |f: ToolFailure| ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message));
             let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
@@ -386,7 +429,9 @@ impl ToolHandler for ComposeHandler {
             if tool.handler().needs_approval(&step_args).await {
                 return Err(fail(denied_without_approval(&step.tool)));
             }
-            outputs.push(invoke(&tool, step_args, &inner).await.map_err(fail)?);
+            let output = invoke(&tool, step_args, &inner).await.map_err(fail)?;
+            budget.charge(json_size(&output))?;
+            outputs.push(output);
         }
         Ok(outputs.pop().unwrap_or(args))
     }
@@ -401,7 +446,7 @@ mod tests {
         let input = json!({ "text": "Hi", "user": { "name": "Ada" } });
         let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
         let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
-        Mapping::parse(&v).resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] })
+        Mapping::parse(&v).resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] }, &mut DataBudget(1 << 20))
     }
 
     #[test]
@@ -415,5 +460,18 @@ mod tests {
         assert_eq!(scope_eval(json!(["$input.text", 3, "$5 price"])).unwrap(), json!(["Hi", 3, "$5 price"]));
         assert_eq!(scope_eval(json!("$inputs")).unwrap(), json!("$inputs"));
         assert!(scope_eval(json!("$input.missing")).is_err());
+    }
+
+    #[test]
+    fn a_mapping_copying_a_value_many_times_is_stopped_before_the_copies_are_made() {
+        let big = json!({ "s": "x".repeat(100_000) });
+        let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
+        let scope = Scope { input: &big, prev: &big, steps: &steps, outputs: &[] };
+        let copies = Mapping::parse(&json!("$prev.s".repeat(200)));
+        let err = copies.resolve(&scope, &mut DataBudget(MAX_PIPELINE_DATA_BYTES)).unwrap_err();
+        assert!(err.message.contains("passed 16777216 bytes"), "{}", err.message);
+        let whole = Mapping::parse(&json!(vec!["$prev"; 200]));
+        assert!(whole.resolve(&scope, &mut DataBudget(MAX_PIPELINE_DATA_BYTES)).is_err());
+        assert!(Mapping::parse(&json!(["$prev", "$prev.s"])).resolve(&scope, &mut DataBudget(MAX_PIPELINE_DATA_BYTES)).is_ok());
     }
 }

@@ -211,13 +211,23 @@ pub fn check_coherent(kind: ReviewKind, verdict: &Verdict) -> Result<(), JudgeEr
     }
 }
 
+/// Most verdict text read from a judge: a verdict is a few hundred bytes, and a judge that
+/// keeps writing is cut off (a cut-off verdict fails closed).
+const MAX_VERDICT_TEXT_BYTES: usize = 64 * 1024;
+
 struct TextCollector(String);
 
 impl ChunkSink for TextCollector {
     fn chunk(&mut self, chunk: &ModelChunk) {
         if let ModelChunk::Text { delta } = chunk {
-            self.0.push_str(delta);
+            if !self.stopped() {
+                self.0.push_str(delta);
+            }
         }
+    }
+
+    fn stopped(&self) -> bool {
+        self.0.len() > MAX_VERDICT_TEXT_BYTES
     }
 }
 

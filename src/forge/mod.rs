@@ -17,7 +17,9 @@ mod stats;
 mod testing;
 
 pub use classify::{classify, is_syntax_error, Evidence, RejectionCategory};
-pub use compose::{denied_without_approval, ComposeBuildError, ComposeHandler, MAX_COMPOSE_DEPTH, MAX_COMPOSE_STEPS, MAX_PIPELINE_STEPS};
+pub use compose::{
+    denied_without_approval, ComposeBuildError, ComposeHandler, MAX_COMPOSE_DEPTH, MAX_COMPOSE_STEPS, MAX_PIPELINE_DATA_BYTES, MAX_PIPELINE_STEPS,
+};
 pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
 pub use judge::{
     ask as ask_judge, check_coherent, parse_verdict, review_prompt, verdict_schema, JudgeError, ReviewKind, Verdict, APPROVAL_MIN_SCORE,
@@ -26,17 +28,12 @@ pub use judge::{
 pub use meta_tool::ForgeToolHandler;
 pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
 pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
-pub use request::{normalize, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, TEST_CASE_KEYS};
+pub use request::{
+    normalize, scope_label, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, MAX_SCOPE_CHARS, TEST_CASE_KEYS,
+};
 pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
-pub use shape::{shape_check, ShapeIssues, MAX_TEST_CASES, MIN_TEST_CASES};
+pub use shape::{shape_check, ShapeIssues, MAX_DESCRIPTION_CHARS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_TEST_CASES, MIN_TEST_CASES};
 pub use stats::{ForgeStats, ForgeStatsAggregator};
 pub use testing::{failure_reason as test_failure_reason, outputs_equal, run_test, run_tests, TestResult, NUMBER_TOLERANCE};
 
-/// The first `max_chars` characters of `text`, with `…` when it was cut: reasons quote model
-/// output and values, which can be long.
-pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
-}
+pub(crate) use crate::tools::shorten;

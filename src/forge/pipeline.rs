@@ -19,7 +19,7 @@ use super::classify::{classify, is_syntax_error, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
 use super::infer::infer_schemas;
 use super::judge::{ask, review_prompt, ReviewKind, Verdict};
-use super::request::{normalize, ForgeOrigin, ForgeRequest, Implementation};
+use super::request::{normalize, scope_label, ForgeOrigin, ForgeRequest, Implementation};
 use super::sandboxed::SandboxToolHandler;
 use super::shape::shape_check;
 use super::testing::{failure_reason, run_tests, TestResult};
@@ -149,9 +149,10 @@ impl Forge {
         let mut request = match normalize(raw) {
             Ok(r) => r,
             Err(e) => {
-                let name = raw.get("name").and_then(Value::as_str).unwrap_or_default();
+                // The name is recorded (stats, audit, a store key): only a valid one, as given.
+                let name = raw.get("name").and_then(Value::as_str).filter(|n| crate::tools::is_valid_tool_name(n)).unwrap_or_default();
                 let mut r = Rejection::new(name, format!("could not parse the forge request: {e}"), Evidence { parse: true, ..Default::default() });
-                r.scope = raw.get("scope").and_then(Value::as_str).map(str::to_string).or_else(|| origin.scope.clone());
+                r.scope = raw.get("scope").and_then(Value::as_str).map(scope_label).or_else(|| origin.scope.clone());
                 return Err(r);
             }
         };

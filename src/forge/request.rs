@@ -277,6 +277,14 @@ fn snake_name(raw: &str) -> String {
     out.trim_matches('_').chars().take(64).collect()
 }
 
+/// Longest scope label kept (it tags events, audit entries and provenance).
+pub const MAX_SCOPE_CHARS: usize = 128;
+
+/// A scope label as recorded: cut to [`MAX_SCOPE_CHARS`].
+pub fn scope_label(scope: &str) -> String {
+    shorten(scope, MAX_SCOPE_CHARS)
+}
+
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     // Argument text that is not JSON arrives as a string (`ToolHandler::accepts_raw_arguments`).
@@ -306,7 +314,7 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let implementation = implementation(obj)?;
     let test_cases = test_cases(obj)?;
     let scope = match pick(obj, &["scope"]) {
-        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::String(s)) => Some(scope_label(s)),
         _ => None,
     };
     Ok(ForgeRequest { name, description, input_schema, output_schema, implementation, test_cases, scope })

@@ -1,7 +1,8 @@
 //! The shape check (spec scope item 3): cheap structural checks that run before anything is
-//! built or judged, so a malformed request never costs a judge call. Empty schema properties,
-//! fewer than [`MIN_TEST_CASES`] or more than [`MAX_TEST_CASES`] test cases and test cases with
-//! empty input are `shape_check` rejections; a test input with a field the declared input schema forbids
+//! built or judged, so a malformed request never costs a judge call. A request over the size
+//! limits ([`MAX_DESCRIPTION_CHARS`], [`MAX_SCHEMA_BYTES`], [`MAX_REQUEST_BYTES`]), empty schema
+//! properties, fewer than [`MIN_TEST_CASES`] or more than [`MAX_TEST_CASES`] test cases and test
+//! cases with empty input are `shape_check` rejections; a test input with a field the declared input schema forbids
 //! (`additionalProperties: false`) is `schema_extra_field`.
 
 use serde_json::Value;
@@ -17,6 +18,20 @@ pub const MIN_TEST_CASES: usize = 2;
 /// deadline) and goes into the judge's prompt.
 pub const MAX_TEST_CASES: usize = 32;
 
+/// Longest description: it is sent with the tool on every model turn that offers it.
+pub const MAX_DESCRIPTION_CHARS: usize = 4096;
+
+/// Largest input or output schema, as JSON: sent on every turn (the input schema), quoted in
+/// the judge's prompt, kept in every version.
+pub const MAX_SCHEMA_BYTES: usize = 32 * 1024;
+
+/// Largest request as a whole, as JSON (code, test inputs and expected outputs included). A
+/// model's request is bounded by its token budget; `agent.forge` and `import` are not.
+pub const MAX_REQUEST_BYTES: usize = 512 * 1024;
+
+/// Most problems listed in one rejection.
+const MAX_REASONS: usize = 10;
+
 /// A failed shape check: the reason (all problems found) and the evidence for classification.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShapeIssues {
@@ -28,6 +43,9 @@ pub struct ShapeIssues {
 pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     let mut reasons = vec![];
     let mut evidence = Evidence::default();
+    if let Some(reason) = oversized(request) {
+        return Err(ShapeIssues { reasons: vec![reason], evidence: Evidence { shape: true, ..Default::default() } });
+    }
     if lacks_properties(&request.input_schema) {
         evidence.shape = true;
         reasons.push("inputSchema has no properties: declare each input field under `properties`".to_string());
@@ -43,6 +61,7 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     if request.test_cases.len() > MAX_TEST_CASES {
         evidence.shape = true;
         reasons.push(format!("{} test cases given; at most {MAX_TEST_CASES} are run: keep the ones that tell the most", request.test_cases.len()));
+        return Err(ShapeIssues { reasons, evidence });
     }
     for (i, case) in request.test_cases.iter().enumerate() {
         let empty = match &case.input {
@@ -63,6 +82,7 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
             for key in input.keys() {
                 if !declared.is_some_and(|d| d.contains_key(key)) {
                     evidence.extra_field = true;
+                    let key = super::shorten(key, 64);
                     reasons.push(format!("test case {i} input has field `{key}`, which inputSchema does not declare (additionalProperties is false)"));
                 }
             }
@@ -71,6 +91,27 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     if reasons.is_empty() {
         Ok(())
     } else {
+        if reasons.len() > MAX_REASONS {
+            let more = reasons.len() - MAX_REASONS;
+            reasons.truncate(MAX_REASONS);
+            reasons.push(format!("… and {more} more"));
+        }
         Err(ShapeIssues { reasons, evidence })
     }
+}
+
+/// Why `request` is too large to consider at all, if it is.
+fn oversized(request: &ForgeRequest) -> Option<String> {
+    let description = request.description.chars().count();
+    if description > MAX_DESCRIPTION_CHARS {
+        return Some(format!("the description is {description} characters; at most {MAX_DESCRIPTION_CHARS}: say in a sentence or two what the tool does"));
+    }
+    for (what, schema) in [("inputSchema", &request.input_schema), ("outputSchema", &request.output_schema)] {
+        let bytes = serde_json::to_vec(schema).map_or(0, |v| v.len());
+        if bytes > MAX_SCHEMA_BYTES {
+            return Some(format!("{what} is {bytes} bytes of JSON; at most {MAX_SCHEMA_BYTES}"));
+        }
+    }
+    let bytes = serde_json::to_vec(request).map_or(0, |v| v.len());
+    (bytes > MAX_REQUEST_BYTES).then(|| format!("the request is {bytes} bytes of JSON; at most {MAX_REQUEST_BYTES} (code, schemas and test cases together)"))
 }

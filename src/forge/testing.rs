@@ -109,12 +109,16 @@ pub(crate) fn compact(v: &Value) -> String {
     super::shorten(&v.to_string(), 200)
 }
 
+/// Longest quote of one test's error in a rejection reason (the reason is persisted in the
+/// audit trail and sent to the model; 32 tests may fail).
+const MAX_TEST_ERROR_CHARS: usize = 400;
+
 /// The reason listing every failing case, or `None` when all passed.
 pub fn failure_reason(results: &[TestResult]) -> Option<String> {
     let failing: Vec<String> = results
         .iter()
         .filter(|r| !r.passed)
-        .map(|r| format!("test {} (input {}): {}", r.index, compact(&r.input), r.error.as_deref().unwrap_or("failed")))
+        .map(|r| format!("test {} (input {}): {}", r.index, compact(&r.input), super::shorten(r.error.as_deref().unwrap_or("failed"), MAX_TEST_ERROR_CHARS)))
         .collect();
     (!failing.is_empty()).then(|| format!("{} of {} tests failed: {}", failing.len(), results.len(), failing.join("; ")))
 }

@@ -3,8 +3,21 @@
 //! Providers stream tool calls as indexed pieces (OpenAI `tool_calls[i]` deltas, Anthropic
 //! `input_json_delta`s); the first piece of a call carries its id and name. Pieces of different
 //! calls may interleave.
+//!
+//! A response is bounded ([`MAX_TOOL_CALLS_PER_RESPONSE`], [`MAX_RESPONSE_BYTES`]): the
+//! endpoint may be broken or hostile, and this instance's memory, which never shrinks, is
+//! shared by every agent of the process. Past a bound the assembler stops taking chunks and the
+//! response fails as `provider_protocol`.
 
-use super::{ModelChunk, ToolCall, Usage};
+use std::collections::HashMap;
+
+use super::{ModelChunk, ModelError, ToolCall, Usage};
+
+/// Most tool calls one response may carry (a step runs them all; `maxSteps` bounds a run).
+pub const MAX_TOOL_CALLS_PER_RESPONSE: usize = 128;
+
+/// Most bytes of text, tool names and tool arguments one response may stream.
+pub const MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 /// What one model response amounted to.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -21,7 +34,12 @@ pub struct ResponseAssembler {
     response: AssembledResponse,
     // (provider index, call) in first-seen order.
     calls: Vec<(u32, ToolCall)>,
+    /// The latest call at each provider index (a position in `calls`).
+    latest: HashMap<u32, usize>,
     generated_ids: u32,
+    bytes: usize,
+    /// Set once a bound was passed: chunks are then ignored.
+    overflow: Option<String>,
 }
 
 impl ResponseAssembler {
@@ -29,7 +47,27 @@ impl ResponseAssembler {
         Self::default()
     }
 
+    /// Whether a bound was passed (the rest of the response is not worth reading).
+    pub fn overflowed(&self) -> bool {
+        self.overflow.is_some()
+    }
+
     pub fn push(&mut self, chunk: &ModelChunk) {
+        if self.overflow.is_some() {
+            return;
+        }
+        let size = match chunk {
+            ModelChunk::Text { delta } => delta.len(),
+            ModelChunk::ToolCall { id, name, arguments_delta, .. } => {
+                id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len) + arguments_delta.len()
+            }
+            ModelChunk::Finish { .. } => 0,
+        };
+        self.bytes += size;
+        if self.bytes > MAX_RESPONSE_BYTES {
+            self.overflow = Some(format!("the model's response streamed more than {MAX_RESPONSE_BYTES} bytes of text and tool calls"));
+            return;
+        }
         match chunk {
             ModelChunk::Text { delta } => self.response.text.push_str(delta),
             ModelChunk::ToolCall { index, id, name, arguments_delta } => {
@@ -37,11 +75,15 @@ impl ResponseAssembler {
                 // Pieces go to the latest call at their index, unless they bring another id: some
                 // servers number every call 0 (Ollama's OpenAI-compatible endpoint) or give no
                 // index at all, and only the new id tells a second call from the first.
-                let latest = self.calls.iter().rposition(|(i, _)| i == index);
-                let pos = match latest {
+                let pos = match self.latest.get(index).copied() {
                     Some(pos) if id.is_none_or(|id| self.calls[pos].1.id.is_empty() || self.calls[pos].1.id == id) => pos,
                     _ => {
+                        if self.calls.len() == MAX_TOOL_CALLS_PER_RESPONSE {
+                            self.overflow = Some(format!("the model's response has more than {MAX_TOOL_CALLS_PER_RESPONSE} tool calls"));
+                            return;
+                        }
                         self.calls.push((*index, ToolCall { id: String::new(), name: String::new(), arguments: String::new() }));
+                        self.latest.insert(*index, self.calls.len() - 1);
                         self.calls.len() - 1
                     }
                 };
@@ -65,10 +107,14 @@ impl ResponseAssembler {
 
     /// Finishes assembly. Calls without an id (some servers omit it) get a generated one, and
     /// a call repeating an earlier call's id gets a fresh one, so every tool result (and every
-    /// approval decision, which names its call) matches exactly one call.
-    pub fn finish(mut self, id_prefix: &str) -> AssembledResponse {
+    /// approval decision, which names its call) matches exactly one call. A response that
+    /// passed a bound is a `provider_protocol` error.
+    pub fn finish(mut self, id_prefix: &str) -> Result<AssembledResponse, ModelError> {
+        if let Some(reason) = self.overflow {
+            return Err(ModelError::new("provider_protocol", reason));
+        }
         for (_, mut call) in self.calls.drain(..) {
-            // A step has a handful of calls: comparing with those already taken beats a set.
+            // At most 128 calls: comparing with those already taken beats a set.
             while call.id.is_empty() || self.response.tool_calls.iter().any(|taken| taken.id == call.id) {
                 self.generated_ids += 1;
                 call.id = format!("{id_prefix}-{}", self.generated_ids);
@@ -78,7 +124,7 @@ impl ResponseAssembler {
             }
             self.response.tool_calls.push(call);
         }
-        self.response
+        Ok(self.response)
     }
 }
 
@@ -97,7 +143,7 @@ mod tests {
         a.push(&piece(1, Some("c1"), Some("get_time"), "{}"));
         a.push(&piece(0, None, None, "ty\":\"Oslo\"}"));
         a.push(&ModelChunk::Finish { finish_reason: "tool_calls".into(), usage: Some(Usage { input_tokens: 3, output_tokens: 4 }) });
-        let r = a.finish("call");
+        let r = a.finish("call").unwrap();
         assert_eq!(r.tool_calls.len(), 2);
         assert_eq!(r.tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
         assert_eq!(r.tool_calls[1].name, "get_time");
@@ -108,7 +154,7 @@ mod tests {
     fn missing_ids_and_empty_arguments_are_filled_in() {
         let mut a = ResponseAssembler::new();
         a.push(&piece(0, None, Some("now"), ""));
-        let r = a.finish("run1-s1");
+        let r = a.finish("run1-s1").unwrap();
         assert_eq!(r.tool_calls[0].id, "run1-s1-1");
         assert_eq!(r.tool_calls[0].arguments, "{}");
     }
@@ -120,9 +166,30 @@ mod tests {
         a.push(&piece(0, Some("a"), Some("get_weather"), "{\"city\":"));
         a.push(&piece(0, None, None, "\"Oslo\"}"));
         a.push(&piece(0, Some("b"), Some("get_time"), "{}"));
-        let r = a.finish("call");
+        let r = a.finish("call").unwrap();
         let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
         assert_eq!(calls, [("a", "get_weather", "{\"city\":\"Oslo\"}"), ("b", "get_time", "{}")]);
+    }
+
+    #[test]
+    fn a_response_past_its_bounds_is_a_protocol_error_and_stops_growing() {
+        let mut many = ResponseAssembler::new();
+        for i in 0..100_000u32 {
+            many.push(&piece(i, None, Some("t"), "{}"));
+        }
+        assert_eq!(many.calls.len(), MAX_TOOL_CALLS_PER_RESPONSE);
+        assert!(many.overflowed());
+        let err = many.finish("r").unwrap_err();
+        assert_eq!(err.code, "provider_protocol");
+        assert!(err.message.contains("more than 128 tool calls"), "{}", err.message);
+
+        let mut long = ResponseAssembler::new();
+        let delta = "x".repeat(1 << 20);
+        for _ in 0..20 {
+            long.push(&ModelChunk::Text { delta: delta.clone() });
+        }
+        assert_eq!(long.response.text.len(), 8 << 20, "nothing past the bound is kept");
+        assert!(long.finish("r").unwrap_err().message.contains("more than 8388608 bytes"));
     }
 
     #[test]
@@ -130,7 +197,7 @@ mod tests {
         let mut a = ResponseAssembler::new();
         a.push(&piece(0, Some("c"), Some("refund"), "{\"amount\":1}"));
         a.push(&piece(1, Some("c"), Some("refund"), "{\"amount\":2}"));
-        let r = a.finish("run1-s1");
+        let r = a.finish("run1-s1").unwrap();
         assert_eq!(r.tool_calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c", "run1-s1-1"]);
     }
 }

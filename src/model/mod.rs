@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 mod assemble;
-pub use assemble::{AssembledResponse, ResponseAssembler};
+pub use assemble::{AssembledResponse, ResponseAssembler, MAX_RESPONSE_BYTES, MAX_TOOL_CALLS_PER_RESPONSE};
 
 /// Token counts for one or more model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +173,12 @@ impl ModelError {
 /// Receives chunks as the model produces them. Returning is the back-pressure point.
 pub trait ChunkSink {
     fn chunk(&mut self, chunk: &ModelChunk);
+
+    /// Whether the sink wants no more chunks (it has what it needs, or the response passed a
+    /// bound): a model should then stop reading and cancel the response.
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 /// Per-call context: which run the call belongs to, so the host can apply that run's

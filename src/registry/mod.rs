@@ -42,7 +42,7 @@ mod provider;
 mod types;
 
 pub use hash::{canonical_json, content_hash};
-pub use package::{ImportOptions, ToolPackage, AGENTOS_FORMAT, PACKAGE_FORMAT};
+pub use package::{ImportOptions, ToolPackage, AGENTOS_FORMAT, MAX_EXPANDED_BYTES, MAX_PACKAGE_BYTES, PACKAGE_FORMAT};
 pub use promotion::{PromotionOutcome, PromotionStatus};
 pub use types::{
     AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus, ToolVersion,
@@ -313,6 +313,9 @@ impl std::fmt::Debug for Registry {
 /// Schema version of every registry record this build writes (and the newest it reads).
 const RECORD_VERSION: u32 = 1;
 
+/// Longest audit detail kept: a detail quotes reasons, and a reason may quote model output.
+pub const MAX_AUDIT_DETAIL_CHARS: usize = 2000;
+
 fn versioned<T: Serialize>(kind: &str, data: &T) -> Value {
     serde_json::to_value(Versioned { kind: kind.to_string(), v: RECORD_VERSION, data }).unwrap_or(Value::Null)
 }
@@ -509,7 +512,8 @@ impl Registry {
     }
 
     /// Appends to the audit ring, dropping the oldest entries beyond capacity, and returns the
-    /// ops persisting that change (one put, and a delete per dropped entry).
+    /// ops persisting that change (one put, and a delete per dropped entry). The detail is cut
+    /// to [`MAX_AUDIT_DETAIL_CHARS`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn audit<'a>(
         &self,
@@ -527,7 +531,7 @@ impl Registry {
             tool: tool.to_string(),
             version,
             tier,
-            detail,
+            detail: crate::tools::shorten(&detail, MAX_AUDIT_DETAIL_CHARS),
             session_id: who.session.filter(|s| !s.is_empty()).map(str::to_string),
             scope: who.scope.map(str::to_string),
         };
@@ -711,7 +715,7 @@ impl Registry {
         ForgeOrigin {
             agent_id: self.agent_id.clone(),
             session_id: session.to_string(),
-            scope,
+            scope: scope.as_deref().map(crate::forge::scope_label),
             run_id: run_id.to_string(),
             calls_run_id: calls_run_id.to_string(),
         }

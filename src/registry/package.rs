@@ -14,9 +14,17 @@
 //! re-verified by tests and judge anyway; a hash that is present must match. agentos packages
 //! carry no test cases: the importer supplies them ([`ImportOptions::test_cases`]), and a
 //! package with none from either side is refused, since nothing could be re-run.
+//!
+//! A package is untrusted input of bounded size ([`MAX_PACKAGE_BYTES`]), and reading it is
+//! bounded too ([`MAX_EXPANDED_BYTES`]): YAML aliases repeat the value they name (the `yaml`
+//! package agentos writes with makes them for repeated objects), so a few kilobytes of aliases
+//! to aliases would otherwise expand to gigabytes.
 
+use std::cell::Cell;
+
+use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::forge::{normalize, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
@@ -62,6 +70,106 @@ pub struct ImportOptions {
 
 fn invalid(msg: impl Into<String>) -> RegistryError {
     RegistryError::InvalidPackage(msg.into())
+}
+
+/// Largest package text accepted.
+pub const MAX_PACKAGE_BYTES: usize = 2 << 20;
+
+/// Most bytes (roughly, as JSON) a package may expand to while it is read.
+pub const MAX_EXPANDED_BYTES: usize = 8 << 20;
+
+/// Reads a YAML value as a [`Value`], charging every node against a byte budget as it is built,
+/// aliases' repeats included.
+struct Budgeted<'b>(&'b Cell<usize>);
+
+impl Budgeted<'_> {
+    fn charge<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
+        let left = self.0.get().checked_sub(bytes).ok_or_else(|| E::custom(format!("the package expands to more than {MAX_EXPANDED_BYTES} bytes")))?;
+        self.0.set(left);
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Budgeted<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Budgeted<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Value, E> {
+        self.charge(5)?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
+        self.charge(8)?;
+        Ok(v.into())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+        self.charge(8)?;
+        Ok(v.into())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        self.charge(8)?;
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value, E> {
+        self.charge(v.len() + 2)?;
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.charge(4)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = vec![];
+        while let Some(item) = seq.next_element_seed(Budgeted(self.0))? {
+            self.charge(1)?;
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.charge(key.len() + 4)?;
+            let value = map.next_value_seed(Budgeted(self.0))?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Parses package text, within [`MAX_PACKAGE_BYTES`] and [`MAX_EXPANDED_BYTES`].
+fn read_package(text: &str) -> Result<Value, RegistryError> {
+    if text.len() > MAX_PACKAGE_BYTES {
+        return Err(invalid(format!("the package is {} bytes; at most {MAX_PACKAGE_BYTES}", text.len())));
+    }
+    let budget = Cell::new(MAX_EXPANDED_BYTES);
+    Budgeted(&budget).deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| invalid(format!("not YAML: {e}")))
 }
 
 impl Registry {
@@ -114,7 +222,7 @@ impl Registry {
 
     /// [`Registry::import`] with test cases for a package that carries none.
     pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
-        let raw: Value = serde_norway::from_str(package).map_err(|e| invalid(format!("not YAML: {e}")))?;
+        let raw = read_package(package)?;
         let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
         let format =
             ["format", "schemaVersion", "schema_version", "kind"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();

@@ -34,6 +34,15 @@ impl ToolFailure {
     }
 }
 
+/// The first `max_chars` characters of `text`, with `…` when it was cut: messages quote model
+/// output, arguments and values, which can be megabytes long.
+pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 /// Context a handler receives with each call.
 #[derive(Debug, Clone, Default)]
 pub struct CallContext {

@@ -10,6 +10,10 @@ use serde_json::Value;
 /// Most violations listed in one report; the model needs the first few, not hundreds.
 const MAX_REPORTED_VIOLATIONS: usize = 5;
 
+/// Longest violation line: jsonschema's messages quote the offending value whole, which may be
+/// megabytes of a tool's output, and reports reach the model, events and the audit trail.
+const MAX_VIOLATION_CHARS: usize = 300;
+
 /// Distinct schemas kept compiled per thread. Compiling checks the schema against the draft
 /// 2020-12 meta-schema, and on wasm jsonschema rebuilds that meta-validator for every compile
 /// (milliseconds each); registries rebuild tools often, with the same few schemas.
@@ -69,7 +73,7 @@ impl CompiledSchema {
             if lines.len() < MAX_REPORTED_VIOLATIONS {
                 let path = error.instance_path().to_string();
                 let at = if path.is_empty() { "(root)".to_string() } else { path };
-                lines.push(format!("{at}: {error}"));
+                lines.push(super::shorten(&format!("{at}: {error}"), MAX_VIOLATION_CHARS));
             }
         }
         if total > lines.len() {
@@ -96,6 +100,14 @@ mod tests {
         let err = s.check(&json!({ "days": "x" })).unwrap_err();
         assert!(err.contains("city"), "{err}");
         assert!(err.contains("/days"), "{err}");
+    }
+
+    #[test]
+    fn violations_quote_a_huge_value_only_in_part() {
+        let s = CompiledSchema::compile(&json!({ "type": "object", "properties": { "n": { "type": "number" } } })).unwrap();
+        let err = s.check(&json!({ "n": "x".repeat(1 << 20) })).unwrap_err();
+        assert!(err.starts_with("/n: \"xxx"), "{}", &err[..40]);
+        assert!(err.chars().count() <= MAX_VIOLATION_CHARS + 1, "{} chars", err.len());
     }
 
     #[test]

@@ -20,6 +20,10 @@ use crate::tools::{CallContext, ToolFailure, ToolHandler};
 /// Longest error message copied from a JS exception (host errors can be huge).
 const MAX_ERROR_MESSAGE: usize = 2000;
 
+/// Longest JSON text (in UTF-16 units) a host tool's value may be, whatever `maxResultBytes`
+/// says: the ceiling on what enters this instance's memory from one call.
+const MAX_HOST_RESULT_UNITS: usize = 16 << 20;
+
 // Values cross the boundary as JSON text: `serde_json` on this side, the engine's native
 // `JSON.parse`/`JSON.stringify` on the other. Walking an object field by field from wasm
 // (serde-wasm-bindgen) costs a boundary call and a string decode per key and value, which made
@@ -143,6 +147,10 @@ impl Model for JsModel {
             let value = Reflect::get(&step, &value_key).map_err(to_model_error)?;
             let chunk: ModelChunk = decode(&value).map_err(|e| ModelError::new("provider_protocol", format!("malformed model chunk: {e}")))?;
             sink.chunk(&chunk);
+            if sink.stopped() {
+                // `open` is dropped unfinished: the provider is told to stop reading.
+                return Ok(());
+            }
         }
     }
 }
@@ -254,6 +262,14 @@ impl ToolHandler for JsTool {
             Ok(promise) => JsFuture::from(promise).await.map_err(failure)?,
             Err(value) => value,
         };
+        // Measured before it is copied in: wasm memory never shrinks, so a host tool returning
+        // 500 MB would keep the instance (every agent of this process) that large for good.
+        if let Some(units) = result.dyn_ref::<js_sys::JsString>().map(|s| s.length() as usize).filter(|&n| n > MAX_HOST_RESULT_UNITS) {
+            return Err(ToolFailure::new(
+                "result_too_large",
+                format!("the tool returned {units} characters of JSON; the most a host tool may return is {MAX_HOST_RESULT_UNITS}"),
+            ));
+        }
         match result.as_string() {
             Some(text) => serde_json::from_str(&text).map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}"))),
             None if result.is_undefined() => Ok(Value::Null),
