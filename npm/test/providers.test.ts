@@ -673,6 +673,19 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.deepEqual(out.calls, [{ id: 'c1', name: 'get_weather', arguments: '{"city":"Oslo"}' }]);
   });
 
+  it('an SSE event or an NDJSON line longer than 16 Mi characters is provider_protocol, and reading stops there', async () => {
+    const mib = 'x'.repeat(2 ** 20);
+    pieces = ['data: {"choices":[{"index":0,"delta":{"content":"', ...Array.from({ length: 17 }, () => mib)];
+    const sse = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(sse instanceof ProviderError && sse.code === 'provider_protocol', `got ${String(sse)}`);
+    assert.match(sse.message, /an event of the stream is longer than 16777216 characters/);
+    pieces = ['{"message":{"content":"', ...Array.from({ length: 17 }, () => mib)];
+    const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 } });
+    const line = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(line instanceof ProviderError && line.code === 'provider_protocol', `got ${String(line)}`);
+    assert.match(line.message, /a line of the stream is longer than 16777216 characters/);
+  });
+
   it('a body cut off before [DONE] or a finish reason is a provider_protocol error', async () => {
     pieces = [`data: ${delta('half an ans')}\n\n`];
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));

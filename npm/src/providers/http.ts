@@ -253,17 +253,33 @@ export async function postJson(
   throw error;
 }
 
+/**
+ * Longest single unit read from a server, in characters: a whole JSON body, one SSE event, one
+ * NDJSON line. Past it the server is broken or hostile (`provider_protocol`) rather than left
+ * to fill memory; the core bounds a streamed response as a whole (8 MiB of text and calls).
+ */
+export const MAX_UNIT_CHARS = 16 * 2 ** 20;
+
+function tooLong(ctx: HttpContext, what: string): ProviderError {
+  return protocolError(ctx, `${what} is longer than ${MAX_UNIT_CHARS} characters`);
+}
+
 /** Reads a whole JSON body (non-streaming mode); malformed JSON is `provider_protocol`. */
 export async function readJson(ctx: HttpContext, response: Response): Promise<unknown> {
   let text = '';
-  for await (const piece of readText(ctx, response)) text += piece;
+  for await (const piece of readText(ctx, response)) {
+    text += piece;
+    if (text.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'the response body');
+  }
   return parseJson(ctx, text);
 }
 
 /** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. */
 export async function* readSse(ctx: HttpContext, response: Response): AsyncGenerator<EventSourceMessage> {
   const pending: EventSourceMessage[] = [];
+  let overflowed = false;
   const parser = createParser({
+    maxBufferSize: MAX_UNIT_CHARS,
     onEvent: (event) => pending.push(event),
     // Some llama.cpp builds report a failure mid-stream as an `error: {…}` line, a field SSE
     // does not define, and then send `data: [DONE]`. Dropped, the answer so far would pass for
@@ -273,11 +289,13 @@ export async function* readSse(ctx: HttpContext, response: Response): AsyncGener
       if (error.type === 'unknown-field' && error.field === 'error') {
         pending.push({ event: 'error', data: JSON.stringify({ type: 'error', error: errorFieldValue(error.value ?? '') }), id: undefined });
       }
+      if (error.type === 'max-buffer-size-exceeded') overflowed = true;
     },
   });
   for await (const piece of readText(ctx, response)) {
     parser.feed(piece);
     while (pending.length > 0) yield pending.shift()!;
+    if (overflowed) throw tooLong(ctx, 'an event of the stream');
   }
   // Servers that close right after a last `data:` line without its blank line still mean
   // that event; the spec would drop it, a lenient client should not.
@@ -294,13 +312,18 @@ function errorFieldValue(value: string): Record<string, unknown> {
 export async function* readNdjson(ctx: HttpContext, response: Response): AsyncGenerator<unknown> {
   let buffer = '';
   for await (const piece of readText(ctx, response)) {
+    // Only the new piece can hold the next newline: searching the whole buffer again on every
+    // piece made a long line quadratic.
+    let from = buffer.length;
     buffer += piece;
     let newline: number;
-    while ((newline = buffer.indexOf('\n')) >= 0) {
+    while ((newline = buffer.indexOf('\n', from)) >= 0) {
       const line = buffer.slice(0, newline).trim();
       buffer = buffer.slice(newline + 1);
+      from = 0;
       if (line) yield parseJson(ctx, line);
     }
+    if (buffer.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'a line of the stream');
   }
   if (buffer.trim()) yield parseJson(ctx, buffer.trim());
 }
