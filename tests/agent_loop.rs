@@ -132,13 +132,15 @@ fn invalid_arguments_become_an_error_result_and_the_loop_goes_on() {
 #[test]
 fn unknown_tools_and_throwing_tools_become_error_results() {
     let weather = FnTool::new(|_| Err(ToolFailure::new("execution_failed", "upstream weather service is down")));
-    let model = ScriptedModel::new(vec![calls(&[("no_such_tool", "{}"), ("get_weather", r#"{"city":"Oslo"}"#)]), text("Could not.")]);
+    let long_name = "n".repeat(100_000);
+    let model = ScriptedModel::new(vec![calls(&[(&long_name, "{}"), ("get_weather", r#"{"city":"Oslo"}"#)]), text("Could not.")]);
     let agent = agent_with(model, vec![weather_tool(weather)], AgentConfig::default());
     let mut sink = CollectingSink::default();
     block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
     let errors = tool_errors(&sink);
     assert_eq!(errors[0].code, "unknown_tool");
     assert!(errors[0].message.contains("get_weather"), "lists available tools: {}", errors[0].message);
+    assert!(errors[0].message.len() < 200, "the model's name is quoted in part: {} bytes", errors[0].message.len());
     assert_eq!(errors[1].code, "execution_failed");
 }
 

@@ -41,7 +41,8 @@ pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx:
         let known: Vec<&str> = tools.names().collect();
         return ToolOutcome {
             arguments: None,
-            result: Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}`; available tools: {}", known.join(", ")))),
+            // The name is the model's: quoted in part (it goes back into the conversation).
+            result: Err(ToolFailure::new("unknown_tool", format!("no tool named `{}`; available tools: {}", super::shorten(name, 80), known.join(", ")))),
         };
     };
     let args = match parse_arguments(raw_arguments) {
