@@ -526,6 +526,13 @@ export class Agent {
     this.#signals.set(runId, controller.signal);
     const push = (event: AgentEvent) => {
       if (event.type === 'agent.error') reportedError = true;
+      // A consumer that is behind gets the text it has not read yet as one delta, not one event
+      // per chunk (~200 bytes each): what waits is then about the size of the text.
+      const last = queue.length > head ? queue[queue.length - 1] : undefined;
+      if (event.type === 'text.delta' && last?.type === 'text.delta' && last.step === event.step) {
+        queue[queue.length - 1] = { ...last, delta: last.delta + event.delta };
+        return;
+      }
       queue.push(event);
       wake?.();
     };

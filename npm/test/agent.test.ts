@@ -209,6 +209,26 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.deepEqual(closed, ['calls', 'text']);
   });
 
+  test('a consumer that falls behind gets the text it has not read as one delta, and loses none', async () => {
+    const chatty: ModelProvider = {
+      id: 'test-double:chatty',
+      async *stream() {
+        for (let i = 0; i < 100_000; i++) yield { type: 'text', delta: i % 2 ? 'b' : 'a' };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: chatty });
+    const ended = new Promise<void>((resolve) => agent.on((e) => void (e.type === 'agent.end' && resolve())));
+    const events = agent.stream('?')[Symbol.asyncIterator]();
+    const seen: AgentEvent[] = [(await events.next()).value as AgentEvent];
+    await ended; // the whole run happened while nobody read
+    for (let r = await events.next(); !r.done; r = await events.next()) seen.push(r.value);
+    const deltas = seen.flatMap((e) => (e.type === 'text.delta' ? [e.delta] : []));
+    assert.ok(deltas.length <= 3, `${deltas.length} text.delta events waited`);
+    assert.equal(deltas.join(''), 'ab'.repeat(50_000));
+    assert.equal(seen.at(-1)!.type, 'agent.end');
+  });
+
   test('accepts a Zod 4 schema and validates with the JSON Schema it gives', async () => {
     server.reset();
     const add = tool({
