@@ -14,7 +14,7 @@ use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::EmergentConfig;
 use crucible::registry::MAX_AUDIT_DETAIL_CHARS;
 use crucible::store::MemoryStore;
-use crucible::tools::{Tool, ToolSet};
+use crucible::tools::{Tool, ToolSet, MAX_VALUE_DEPTH};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
@@ -205,6 +205,13 @@ fn shape_check_rejects_before_the_judge() {
     let mut big_schema = slugify_request("slugify", SLUGIFY_JS);
     big_schema["inputSchema"]["properties"]["text"]["description"] = json!("s".repeat(MAX_SCHEMA_BYTES));
     assert_shape_rejected_without_judge(big_schema, RejectionCategory::ShapeCheck, "inputSchema is");
+    let mut deep = slugify_request("slugify", SLUGIFY_JS);
+    let mut nested = json!("bottom");
+    for _ in 0..=MAX_VALUE_DEPTH {
+        nested = json!([nested]);
+    }
+    deep["testCases"][0]["input"]["extra"] = nested;
+    assert_shape_rejected_without_judge(deep, RejectionCategory::ShapeCheck, "nests more than 64 levels deep");
     let mut big_test = slugify_request("slugify", SLUGIFY_JS);
     big_test["testCases"][0]["input"]["text"] = json!("t".repeat(MAX_REQUEST_BYTES));
     assert_shape_rejected_without_judge(big_test, RejectionCategory::ShapeCheck, "bytes of JSON; at most 524288 (code, schemas and test cases together)");
@@ -313,6 +320,7 @@ fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
         (json!([]), "at least one step"),
         (json!([{ "name": "a", "tool": "selfie", "inputMapping": { "text": "$input.text" } }]), "cannot compose itself"),
         (json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "$steps.later.text" } }]), "not an earlier step"),
+        (json!([{ "name": "f", "tool": "forge_tool", "inputMapping": { "name": "other" } }]), "step `f` calls forge_tool; a pipeline cannot forge tools"),
         (
             Value::Array(
                 (0..=MAX_COMPOSE_STEPS).map(|i| json!({ "name": format!("s{i}"), "tool": "upper_case", "inputMapping": { "text": "$prev.text" } })).collect(),

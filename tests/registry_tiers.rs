@@ -157,6 +157,22 @@ fn promotion_needs_uses_and_confidence_above_the_threshold() {
     assert!(out.reason.contains("confidence"));
 }
 
+#[test]
+fn a_version_forged_while_the_panel_reviews_the_previous_one_is_not_promoted_with_its_verdicts() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    // The panel's answers stream in pieces; the re-forge registers version 2 meanwhile.
+    let newer = slugify_request("slugify", &format!("{SLUGIFY_JS} // v2"));
+    let (promoted, reforged) = block_on(futures::future::join(r.registry.request_promotion("slugify", Tier::Agent, "s1"), r.registry.forge(&newer, "s1")));
+    assert!(reforged.success, "{reforged:?}");
+    let promoted = promoted.unwrap();
+    assert_eq!(promoted.status, PromotionStatus::Rejected, "{promoted:?}");
+    assert!(promoted.reason.contains("a new version was forged while this one was reviewed"), "{}", promoted.reason);
+    let tools = r.registry.list("s1");
+    assert_eq!(tools.iter().map(|t| (t.tier, t.version)).collect::<Vec<_>>(), [(Tier::Session, 2)], "version 2 stays in the session, unreviewed by the panel");
+}
+
 struct ScriptedModelExt;
 impl ScriptedModelExt {
     fn judge(confidence: f64) -> Rc<support::ScriptedModel> {

@@ -268,6 +268,29 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('a listener that calls back into the registry while it is told of an event does not break the core', async () => {
+    const agent = await makeAgent(memoryStore());
+    const seen: string[] = [];
+    let nested: Promise<unknown> | undefined;
+    agent.on((e) => {
+      seen.push(e.type);
+      // Synchronously, while the registry is delivering forge.start: a forge of its own.
+      if (e.type === 'forge.start' && !nested) nested = agent.tools.call('forge_tool', {}, { sessionId: 's1' });
+    });
+    const res = await agent.forge(slugify, { sessionId: 's1' });
+    assert.equal(res.success, true, JSON.stringify(res));
+    assert.deepEqual(await nested, {
+      success: false,
+      category: 'parse_error',
+      reason: 'could not parse the forge request: missing `name`: give the new tool a snake_case name',
+      hint: 'Fix the request according to the reason and call forge_tool again.',
+    });
+    // The nested forge's event comes right after the one its listener was handling.
+    assert.deepEqual(seen, ['forge.start', 'forge.rejected', 'forge.test', 'forge.test', 'forge.judge', 'forge.registered']);
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Still Here' }, { sessionId: 's1' }), { slug: 'still-here' });
+    await agent.close();
+  });
+
   test('a tool call aborted while its stats flush waits for the store lock releases the lock when granted and loses no calls', async () => {
     const base = memoryStore();
     let gate: Promise<void> = Promise.resolve();

@@ -379,7 +379,12 @@ impl RunContext<'_> {
         let mut approvals = Vec::new();
         for call in calls {
             let Some(tool) = tools.get(&call.name) else { continue };
+            // Arguments that do not parse, or nest too deep to be stored in the run's state,
+            // are refused when the call executes (invalid_arguments): it never runs.
             let Ok(arguments) = serde_json::from_str::<Value>(&call.arguments) else { continue };
+            if crate::tools::nesting_depth(&arguments) > crate::tools::MAX_VALUE_DEPTH {
+                continue;
+            }
             if tool.handler().needs_approval(&arguments).await {
                 approvals.push(PendingApproval {
                     id: self.env.new_id("approval"),

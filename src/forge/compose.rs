@@ -48,6 +48,8 @@ pub enum ComposeBuildError {
     Empty,
     #[error("the pipeline has {0} steps; at most {MAX_COMPOSE_STEPS} are allowed")]
     TooManySteps(usize),
+    #[error("step `{0}` calls forge_tool; a pipeline cannot forge tools")]
+    Forges(String),
     #[error("step `{step}` uses unknown tool `{tool}`; available tools: {available}")]
     UnknownTool { step: String, tool: String, available: String },
     #[error("step `{step}` calls `{tool}` itself; a tool cannot compose itself")]
@@ -351,6 +353,11 @@ impl ComposeHandler {
         }
         let mut built: Vec<Step> = Vec::with_capacity(steps.len());
         for step in steps {
+            // A pipeline that forged would run the new tool's tests, which could call the
+            // pipeline again: recursion no depth or step limit sees, since tests start afresh.
+            if step.tool == super::FORGE_TOOL_NAME {
+                return Err(ComposeBuildError::Forges(step.name.clone()));
+            }
             if step.tool == tool_name {
                 return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
             }

@@ -30,6 +30,10 @@ impl ToolHandler for ForgeToolHandler {
     }
 
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        // Only a run's own step forges: never a pipeline's step or a test (see ComposeBuildError::Forges).
+        if ctx.trial || ctx.depth > 0 {
+            return Err(ToolFailure::new("denied", "forge_tool can only be called by the model in a run, not from a pipeline or a test"));
+        }
         let Some(registry) = self.registry.upgrade() else {
             return Err(ToolFailure::new("execution_failed", "the tool registry is gone"));
         };

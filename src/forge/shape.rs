@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::classify::Evidence;
 use super::infer::lacks_properties;
-use super::request::ForgeRequest;
+use super::request::{ForgeRequest, Implementation};
+use crate::tools::{nesting_depth, MAX_VALUE_DEPTH};
 
 /// Fewest test cases a forge request must carry.
 pub const MIN_TEST_CASES: usize = 2;
@@ -111,6 +112,17 @@ fn oversized(request: &ForgeRequest) -> Option<String> {
         if bytes > MAX_SCHEMA_BYTES {
             return Some(format!("{what} is {bytes} bytes of JSON; at most {MAX_SCHEMA_BYTES}"));
         }
+    }
+    let values = [&request.input_schema, &request.output_schema]
+        .into_iter()
+        .chain(request.test_cases.iter().flat_map(|c| std::iter::once(&c.input).chain(&c.expected_output)));
+    let steps = match &request.implementation {
+        Implementation::Compose { steps } => steps.as_slice(),
+        Implementation::Sandbox { .. } => &[],
+    };
+    let mappings = steps.iter().flat_map(|s| s.input_mapping.values());
+    if values.chain(mappings).any(|v| nesting_depth(v) > MAX_VALUE_DEPTH) {
+        return Some(format!("a schema, test value or input mapping nests more than {MAX_VALUE_DEPTH} levels deep"));
     }
     let bytes = serde_json::to_vec(request).map_or(0, |v| v.len());
     (bytes > MAX_REQUEST_BYTES).then(|| format!("the request is {bytes} bytes of JSON; at most {MAX_REQUEST_BYTES} (code, schemas and test cases together)"))

@@ -300,6 +300,9 @@ pub struct Registry {
     host_tools: RefCell<ToolSet>,
     pub(crate) state: RefCell<State>,
     sink: RefCell<Option<Box<dyn EventSink>>>,
+    /// Events emitted while the sink was busy delivering another: a listener may call back
+    /// into the registry synchronously (a JS `agent.on` listener calling `tools.call`).
+    deferred_events: RefCell<std::collections::VecDeque<AgentEvent>>,
     forge_tool: RefCell<Option<Tool>>,
     me: Weak<Registry>,
 }
@@ -350,7 +353,8 @@ impl Registry {
         }
         let audit_prefix = format!("agent/{agent_id}/audit/");
         for (key, value) in deps.store.scan(&audit_prefix).await? {
-            let Ok(seq) = key[audit_prefix.len()..].parse::<u64>() else { continue };
+            // A store of the host's own may return keys outside the prefix: skipped, not sliced.
+            let Some(Ok(seq)) = key.strip_prefix(&audit_prefix).map(str::parse::<u64>) else { continue };
             state.audit.push_back(unversioned(&key, "audit-entry", value)?);
             state.audit_seqs.push_back(seq);
             state.next_audit_seq = seq + 1;
@@ -376,8 +380,9 @@ impl Registry {
         }
         let names_prefix = format!("agent/{agent_id}/forge-name/");
         for (key, value) in deps.store.scan(&names_prefix).await? {
+            let Some(name) = key.strip_prefix(&names_prefix) else { continue };
             let record: ForgeNameRecord = unversioned(&key, "forge-name", value)?;
-            state.forge_stats.restore_name(&key[names_prefix.len()..], record.approved);
+            state.forge_stats.restore_name(name, record.approved);
         }
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
@@ -391,6 +396,7 @@ impl Registry {
             host_tools: RefCell::new(ToolSet::new()),
             state: RefCell::new(state),
             sink: RefCell::new(None),
+            deferred_events: RefCell::default(),
             forge_tool: RefCell::new(None),
             me: me.clone(),
         }))
@@ -443,10 +449,21 @@ impl Registry {
         self.host_tools.borrow().names().map(str::to_string).collect()
     }
 
+    /// Delivers an event to the sink. One emitted while the sink is delivering another (its
+    /// listener called back into the registry) is delivered after it, in order, rather than
+    /// borrowing the sink twice, which would panic and poison the wasm instance.
     pub(crate) fn emit(&self, run_id: &str, body: EventBody) {
-        if let Some(sink) = self.sink.borrow_mut().as_mut() {
-            let run_path = if run_id.is_empty() { vec![] } else { vec![run_id.to_string()] };
-            sink.emit(AgentEvent { run_id: run_id.to_string(), run_path, body });
+        let run_path = if run_id.is_empty() { vec![] } else { vec![run_id.to_string()] };
+        let event = AgentEvent { run_id: run_id.to_string(), run_path, body };
+        let Ok(mut sink) = self.sink.try_borrow_mut() else {
+            self.deferred_events.borrow_mut().push_back(event);
+            return;
+        };
+        let Some(sink) = sink.as_mut() else { return };
+        sink.emit(event);
+        loop {
+            let Some(next) = self.deferred_events.borrow_mut().pop_front() else { break };
+            sink.emit(next);
         }
     }
 
@@ -1167,8 +1184,8 @@ async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, E
     let stats_prefix = format!("{prefix}stats/");
     let mut stats: HashMap<String, ToolStats> = HashMap::new();
     for (key, value) in store.scan(&stats_prefix).await? {
-        let name = key[stats_prefix.len()..].to_string();
-        stats.insert(name, unversioned(&key, "stats", value)?);
+        let Some(name) = key.strip_prefix(&stats_prefix) else { continue };
+        stats.insert(name.to_string(), unversioned(&key, "stats", value)?);
     }
     let mut tier = BTreeMap::new();
     for (key, value) in store.scan(&format!("{prefix}tool/")).await? {

@@ -171,6 +171,14 @@ impl Registry {
 
         let (info, ops, version, undo) = {
             let mut state = self.state.borrow_mut();
+            // The tests and the panel reviewed `record`: a version forged meanwhile was not.
+            let current = state.tier(Tier::Session, session).and_then(|m| m.get(name)).map(|e| e.record.current.hash.as_str());
+            if current.is_some_and(|hash| hash != record.current.hash) {
+                return Ok(PromotionOutcome::new(
+                    PromotionStatus::Rejected,
+                    "a new version was forged while this one was reviewed; the new one is promoted on its own merits",
+                ));
+            }
             let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
             let Some(entry) = state.tier_mut(Tier::Session, session).remove(name) else { return Err(RegistryError::NotFound(name.into())) };
             let mut record = entry.record;

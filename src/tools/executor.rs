@@ -32,7 +32,11 @@ fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
     if trimmed.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_str(trimmed).map_err(|e| ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")))
+    let args: Value = serde_json::from_str(trimmed).map_err(|e| ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")))?;
+    if super::nesting_depth(&args) > super::MAX_VALUE_DEPTH {
+        return Err(ToolFailure::new("invalid_arguments", format!("arguments nest more than {} levels deep", super::MAX_VALUE_DEPTH)));
+    }
+    Ok(args)
 }
 
 /// Runs the call `name(raw_arguments)` against `tools`.

@@ -43,6 +43,20 @@ pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// Deepest nesting of arrays and objects accepted in tool arguments and forge requests. They
+/// are stored inside records (a tool's versions, a paused run's approvals) a few levels down,
+/// and a record nested past serde_json's 128 levels could not be read back.
+pub const MAX_VALUE_DEPTH: usize = 64;
+
+/// How deeply `v` nests arrays and objects (a scalar is 0).
+pub fn nesting_depth(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => 1 + a.iter().map(nesting_depth).max().unwrap_or(0),
+        Value::Object(m) => 1 + m.values().map(nesting_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Context a handler receives with each call.
 #[derive(Debug, Clone, Default)]
 pub struct CallContext {
