@@ -19,9 +19,11 @@
 //!
 //! Pipelines are bounded in width as well as depth: one has at most [`MAX_COMPOSE_STEPS`]
 //! steps, one call runs at most [`MAX_PIPELINE_STEPS`] steps in all, nested pipelines
-//! included, and holds at most [`MAX_PIPELINE_DATA_BYTES`] of step arguments and outputs. Without the second bound a few small forges would multiply: a pipeline of 30
-//! steps over one of 30 steps over one of 30 steps is 27,000 calls, and every forge runs its
-//! tests.
+//! included, and holds at most [`MAX_PIPELINE_DATA_BYTES`] of step arguments and outputs.
+//! Without the call's bounds a few small forges would multiply: a pipeline of 30 steps over
+//! one of 30 steps over one of 30 steps is 27,000 calls, and every forge runs its tests; a
+//! mapping naming a large value many times copies it that many times. A pipeline cannot call
+//! `forge_tool`.
 
 use std::rc::Rc;
 
