@@ -296,6 +296,14 @@ fn a_direct_forge_and_call_give_their_judge_and_host_tools_the_run_id_the_host_g
     block_on(r.registry.call_as("counted", json!({ "text": "x y z" }), "s1", "direct_c")).unwrap();
     block_on(r.registry.call("counted", json!({ "text": "x" }), "s1")).unwrap();
     assert_eq!(counter.run_ids.borrow()[2..], ["direct_c", ""]);
+
+    // forge_tool called directly: its forge is in no run either, its judge gets the call's id.
+    let steps = json!([{ "name": "count", "tool": "word_count", "inputMapping": { "text": "$input.text" } }]);
+    let cases = json!([{ "input": { "text": "a" }, "expectedOutput": { "count": 1 } }, { "input": { "text": "b c" }, "expectedOutput": { "count": 2 } }]);
+    let out = block_on(r.registry.call_as("forge_tool", compose_request("counted_again", steps, cases), "s1", "direct_t")).unwrap();
+    assert_eq!(out["success"], json!(true), "{out}");
+    assert_eq!(judge.run_ids.borrow().last().map(String::as_str), Some("direct_t"));
+    assert!(r.events.0.borrow().iter().all(|e| e.run_id.is_empty()), "no event names a run");
 }
 
 #[test]
@@ -366,6 +374,29 @@ fn one_call_runs_at_most_max_pipeline_steps_nested_pipelines_included() {
     assert!(per_test <= MAX_PIPELINE_STEPS as usize, "each test ran {per_test} host calls");
     // Calls are bounded separately: the next one has its own budget.
     assert_eq!(block_on(r.registry.call("x255", json!({ "text": "r" }), "s1")).unwrap(), json!({ "text": "R" }));
+}
+
+#[test]
+fn one_call_holds_at_most_max_pipeline_data_bytes_nested_pipelines_included() {
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let mut tools = ToolSet::new();
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let three_mib = FnTool::new(|_| Ok(json!({ "text": "x".repeat(3 << 20) })));
+    tools.insert(Tool::new("blob", "Three MiB of text", &text, Some(&text), three_mib).unwrap());
+    r.registry.set_host_tools(tools);
+    let chain = |name: &str, tool: &str, steps: usize| {
+        json!({
+            "name": name, "description": "chain", "inputSchema": text, "outputSchema": text,
+            "implementation": { "mode": "compose", "steps": (0..steps).map(|i| json!({ "name": format!("s{i}"), "tool": tool, "inputMapping": { "text": "$prev.text" } })).collect::<Vec<_>>() },
+            "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }]
+        })
+    };
+    // Three steps: about 3 × (3 MiB of arguments + 3 MiB of output) ≈ 15 MiB, within 16 MiB.
+    assert!(block_on(r.registry.forge(&chain("thrice", "blob", 3), "s1")).success);
+    // Twice that through a pipeline over it: the nested pipelines draw on the caller's budget.
+    let res = block_on(r.registry.forge(&chain("twice_thrice", "thrice", 2), "s1"));
+    assert!(!res.success);
+    assert!(res.reason.as_deref().unwrap().contains("pipeline step arguments and outputs passed 16777216 bytes"), "{:?}", res.reason);
 }
 
 /// A compose tool `{text} -> {text}` with one step calling `tool`, tested on "a" -> `expected`.

@@ -168,7 +168,8 @@ fn a_version_forged_while_the_panel_reviews_the_previous_one_is_not_promoted_wit
     assert!(reforged.success, "{reforged:?}");
     let promoted = promoted.unwrap();
     assert_eq!(promoted.status, PromotionStatus::Rejected, "{promoted:?}");
-    assert!(promoted.reason.contains("a new version was forged while this one was reviewed"), "{}", promoted.reason);
+    assert!(promoted.reason.contains("the tool changed while the panel reviewed it"), "{}", promoted.reason);
+    assert!(r.events.types().contains(&"promotion.rejected".to_string()), "{:?}", r.events.types());
     let tools = r.registry.list("s1");
     assert_eq!(tools.iter().map(|t| (t.tier, t.version)).collect::<Vec<_>>(), [(Tier::Session, 2)], "version 2 stays in the session, unreviewed by the panel");
 }

@@ -473,7 +473,9 @@ export class Agent {
 
   /**
    * Runs `input` and yields every event as it happens. The last event is `agent.end` or
-   * `agent.error`. Breaking out of the loop aborts the run.
+   * `agent.error`. Breaking out of the loop aborts the run. `text.delta` events the consumer
+   * has not read yet are merged into one (same text, fewer events), so a slow consumer holds
+   * about the text, not an event per chunk.
    */
   stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));

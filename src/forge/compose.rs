@@ -22,9 +22,11 @@
 //! included, and holds at most [`MAX_PIPELINE_DATA_BYTES`] of step arguments and outputs.
 //! Without the call's bounds a few small forges would multiply: a pipeline of 30 steps over
 //! one of 30 steps over one of 30 steps is 27,000 calls, and every forge runs its tests; a
-//! mapping naming a large value many times copies it that many times. A pipeline cannot call
-//! `forge_tool`.
+//! mapping naming a large value many times copies it that many times. A forge request's
+//! pipeline is checked for its step count, and for `forge_tool` as a step, in
+//! [`super::shape_check`] (stored pipelines are rebuilt as they are).
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use async_trait::async_trait;
@@ -48,10 +50,6 @@ pub const MAX_PIPELINE_STEPS: u32 = 256;
 pub enum ComposeBuildError {
     #[error("a compose pipeline needs at least one step")]
     Empty,
-    #[error("the pipeline has {0} steps; at most {MAX_COMPOSE_STEPS} are allowed")]
-    TooManySteps(usize),
-    #[error("step `{0}` calls forge_tool; a pipeline cannot forge tools")]
-    Forges(String),
     #[error("step `{step}` uses unknown tool `{tool}`; available tools: {available}")]
     UnknownTool { step: String, tool: String, available: String },
     #[error("step `{step}` calls `{tool}` itself; a tool cannot compose itself")]
@@ -203,7 +201,7 @@ impl Mapping {
     }
 
     /// The step's arguments, each copy charged to `budget` before it is made.
-    fn resolve(&self, scope: &Scope<'_>, budget: &mut DataBudget) -> Result<Value, ToolFailure> {
+    fn resolve(&self, scope: &Scope<'_>, budget: &PipelineBudget) -> Result<Value, ToolFailure> {
         match self {
             Self::Literal(v) => {
                 budget.charge(json_size(v))?;
@@ -217,18 +215,23 @@ impl Mapping {
             Self::Text(pieces) => {
                 let mut out = String::new();
                 for p in pieces {
-                    let piece = match p {
-                        Piece::Text(t) => std::borrow::Cow::Borrowed(t.as_str()),
+                    match p {
+                        Piece::Text(t) => {
+                            budget.charge(t.len())?;
+                            out.push_str(t);
+                        }
                         Piece::Ref(r, text) => match lookup(r, scope, text)? {
-                            Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                            Value::String(s) => {
+                                budget.charge(s.len())?;
+                                out.push_str(s);
+                            }
                             other => {
+                                // Charged before it is written out.
                                 budget.charge(json_size(other))?;
-                                std::borrow::Cow::Owned(other.to_string())
+                                out.push_str(&other.to_string());
                             }
                         },
-                    };
-                    budget.charge(piece.len())?;
-                    out.push_str(&piece);
+                    }
                 }
                 Ok(Value::String(out))
             }
@@ -238,20 +241,43 @@ impl Mapping {
     }
 }
 
-/// What one pipeline call may hold in step arguments and step outputs, in bytes of JSON
-/// (roughly): references copy the values they name, so a mapping naming a large value many
-/// times would otherwise multiply it, step after step.
+/// What one call may hold in step arguments and step outputs of the pipelines it runs, in
+/// bytes of JSON (roughly): references copy the values they name, so a mapping naming a large
+/// value many times would otherwise multiply it, step after step.
 pub const MAX_PIPELINE_DATA_BYTES: usize = 16 << 20;
 
-/// The bytes a pipeline call may still hold.
-struct DataBudget(usize);
+/// What a call may still spend in pipelines ([`MAX_PIPELINE_STEPS`] steps,
+/// [`MAX_PIPELINE_DATA_BYTES`] of data): made by the outermost pipeline, shared with the
+/// pipelines it reaches through [`CallContext::pipeline_budget`]. Nothing is given back.
+#[derive(Debug)]
+pub struct PipelineBudget {
+    steps: Cell<u32>,
+    bytes: Cell<usize>,
+}
 
-impl DataBudget {
-    fn charge(&mut self, bytes: usize) -> Result<(), ToolFailure> {
-        self.0 = self
-            .0
-            .checked_sub(bytes)
-            .ok_or_else(|| ToolFailure::new("execution_failed", format!("the pipeline's step arguments and outputs passed {MAX_PIPELINE_DATA_BYTES} bytes")))?;
+impl Default for PipelineBudget {
+    fn default() -> Self {
+        Self { steps: Cell::new(MAX_PIPELINE_STEPS), bytes: Cell::new(MAX_PIPELINE_DATA_BYTES) }
+    }
+}
+
+impl PipelineBudget {
+    fn charge(&self, bytes: usize) -> Result<(), ToolFailure> {
+        let left = self.bytes.get().checked_sub(bytes).ok_or_else(|| {
+            ToolFailure::new("execution_failed", format!("the call's pipeline step arguments and outputs passed {MAX_PIPELINE_DATA_BYTES} bytes"))
+        })?;
+        self.bytes.set(left);
+        Ok(())
+    }
+
+    fn take_step(&self, step: &str) -> Result<(), ToolFailure> {
+        let left = self.steps.get().checked_sub(1).ok_or_else(|| {
+            ToolFailure::new(
+                "execution_failed",
+                format!("the call ran {MAX_PIPELINE_STEPS} pipeline steps, nested pipelines included, which is the limit; step `{step}` was not run"),
+            )
+        })?;
+        self.steps.set(left);
         Ok(())
     }
 }
@@ -350,16 +376,8 @@ impl ComposeHandler {
         if steps.is_empty() {
             return Err(ComposeBuildError::Empty);
         }
-        if steps.len() > MAX_COMPOSE_STEPS {
-            return Err(ComposeBuildError::TooManySteps(steps.len()));
-        }
         let mut built: Vec<Step> = Vec::with_capacity(steps.len());
         for step in steps {
-            // A pipeline that forged would run the new tool's tests, which could call the
-            // pipeline again: recursion no depth or step limit sees, since tests start afresh.
-            if step.tool == super::FORGE_TOOL_NAME {
-                return Err(ComposeBuildError::Forges(step.name.clone()));
-            }
             if step.tool == tool_name {
                 return Err(ComposeBuildError::SelfReference { step: step.name.clone(), tool: step.tool.clone() });
             }
@@ -410,24 +428,14 @@ impl ToolHandler for ComposeHandler {
                 format!("compose pipelines nested {MAX_COMPOSE_DEPTH} deep; a pipeline that reaches itself is stopped here"),
             ));
         }
-        let steps_left = ctx.steps_left.clone().unwrap_or_else(|| Rc::new(std::cell::Cell::new(MAX_PIPELINE_STEPS)));
-        let inner = CallContext { depth: ctx.depth + 1, steps_left: Some(steps_left.clone()), ..ctx.clone() };
+        let budget = ctx.pipeline_budget.clone().unwrap_or_default();
+        let inner = CallContext { depth: ctx.depth + 1, pipeline_budget: Some(budget.clone()), ..ctx.clone() };
         let mut outputs: Vec<Value> = Vec::with_capacity(self.steps.len());
-        let mut budget = DataBudget(MAX_PIPELINE_DATA_BYTES);
         for step in &self.steps {
-            let Some(left) = steps_left.get().checked_sub(1) else {
-                return Err(ToolFailure::new(
-                    "execution_failed",
-                    format!(
-                        "the call ran {MAX_PIPELINE_STEPS} pipeline steps, nested pipelines included, which is the limit; step `{}` was not run",
-                        step.name
-                    ),
-                ));
-            };
-            steps_left.set(left);
+            budget.take_step(&step.name)?;
             let step_args = {
                 let prev = outputs.last().unwrap_or(&args);
-                step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs }, &mut budget)?
+                step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs }, &budget)?
             };
             let fail = |f: ToolFailure| ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message));
             let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
@@ -455,7 +463,7 @@ mod tests {
         let input = json!({ "text": "Hi", "user": { "name": "Ada" } });
         let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
         let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
-        Mapping::parse(&v).resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] }, &mut DataBudget(1 << 20))
+        Mapping::parse(&v).resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] }, &PipelineBudget::default())
     }
 
     #[test]
@@ -477,10 +485,10 @@ mod tests {
         let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
         let scope = Scope { input: &big, prev: &big, steps: &steps, outputs: &[] };
         let copies = Mapping::parse(&json!("$prev.s".repeat(200)));
-        let err = copies.resolve(&scope, &mut DataBudget(MAX_PIPELINE_DATA_BYTES)).unwrap_err();
+        let err = copies.resolve(&scope, &PipelineBudget::default()).unwrap_err();
         assert!(err.message.contains("passed 16777216 bytes"), "{}", err.message);
         let whole = Mapping::parse(&json!(vec!["$prev"; 200]));
-        assert!(whole.resolve(&scope, &mut DataBudget(MAX_PIPELINE_DATA_BYTES)).is_err());
-        assert!(Mapping::parse(&json!(["$prev", "$prev.s"])).resolve(&scope, &mut DataBudget(MAX_PIPELINE_DATA_BYTES)).is_ok());
+        assert!(whole.resolve(&scope, &PipelineBudget::default()).is_err());
+        assert!(Mapping::parse(&json!(["$prev", "$prev.s"])).resolve(&scope, &PipelineBudget::default()).is_ok());
     }
 }

@@ -37,7 +37,7 @@ impl ToolHandler for ForgeToolHandler {
         let Some(registry) = self.registry.upgrade() else {
             return Err(ToolFailure::new("execution_failed", "the tool registry is gone"));
         };
-        let result = registry.forge_in_run(&args, &ctx.session_id, &ctx.run_id).await;
+        let result = registry.forge_for_call(&args, ctx).await;
         Ok(match (&result.tool, result.success) {
             (Some(tool), true) => json!({
                 "success": true,

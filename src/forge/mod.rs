@@ -18,7 +18,8 @@ mod testing;
 
 pub use classify::{classify, is_syntax_error, Evidence, RejectionCategory};
 pub use compose::{
-    denied_without_approval, ComposeBuildError, ComposeHandler, MAX_COMPOSE_DEPTH, MAX_COMPOSE_STEPS, MAX_PIPELINE_DATA_BYTES, MAX_PIPELINE_STEPS,
+    denied_without_approval, ComposeBuildError, ComposeHandler, PipelineBudget, MAX_COMPOSE_DEPTH, MAX_COMPOSE_STEPS, MAX_PIPELINE_DATA_BYTES,
+    MAX_PIPELINE_STEPS,
 };
 pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
 pub use judge::{

@@ -8,7 +8,9 @@
 use serde_json::Value;
 
 use super::classify::Evidence;
+use super::compose::MAX_COMPOSE_STEPS;
 use super::infer::lacks_properties;
+use super::prompt::FORGE_TOOL_NAME;
 use super::request::{ForgeRequest, Implementation};
 use crate::tools::{nesting_depth, MAX_VALUE_DEPTH};
 
@@ -44,7 +46,7 @@ pub struct ShapeIssues {
 pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     let mut reasons = vec![];
     let mut evidence = Evidence::default();
-    if let Some(reason) = oversized(request) {
+    if let Some(reason) = oversized(request).or_else(|| unsound_pipeline(request)) {
         return Err(ShapeIssues { reasons: vec![reason], evidence: Evidence { shape: true, ..Default::default() } });
     }
     if lacks_properties(&request.input_schema) {
@@ -99,6 +101,19 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
         }
         Err(ShapeIssues { reasons, evidence })
     }
+}
+
+/// Why `request`'s pipeline cannot be forged, if it cannot: more than [`MAX_COMPOSE_STEPS`]
+/// steps, or a step calling `forge_tool`. A pipeline that forged would run the new tool's
+/// tests, which could call the pipeline again: recursion that no depth or step limit sees,
+/// since tests start afresh.
+fn unsound_pipeline(request: &ForgeRequest) -> Option<String> {
+    let Implementation::Compose { steps } = &request.implementation else { return None };
+    if steps.len() > MAX_COMPOSE_STEPS {
+        return Some(format!("the pipeline has {} steps; at most {MAX_COMPOSE_STEPS} are allowed", steps.len()));
+    }
+    let forging = steps.iter().find(|s| s.tool == FORGE_TOOL_NAME)?;
+    Some(format!("step `{}` calls {FORGE_TOOL_NAME}; a pipeline cannot forge tools", super::shorten(&forging.name, 64)))
 }
 
 /// Why `request` is too large to consider at all, if it is.

@@ -714,9 +714,12 @@ impl Registry {
         self.forge_from(request, self.origin(session, scope, "", "")).await
     }
 
-    /// Forges within the run `run_id` (events carry it); used by the `forge_tool` meta-tool.
-    pub async fn forge_in_run(&self, request: &Value, session: &str, run_id: &str) -> ForgeResult {
-        self.forge_from(request, self.origin(session, None, run_id, run_id)).await
+    /// Forges for the `forge_tool` call `ctx`: within its run (events carry the run's id), or,
+    /// for a call made through the registry API, in none (its id still reaches the forge's own
+    /// calls, for their abort signal).
+    pub async fn forge_for_call(&self, request: &Value, ctx: &CallContext) -> ForgeResult {
+        let run_id = if ctx.direct { "" } else { ctx.run_id.as_str() };
+        self.forge_from(request, self.origin(&ctx.session_id, None, run_id, &ctx.run_id)).await
     }
 
     /// Rejects, and counts, a forge request the host could not even turn into JSON (a
@@ -753,6 +756,11 @@ impl Registry {
     ) -> Option<ForgeResult> {
         let origin = self.origin(session, scope, "", calls_run_id);
         let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
+        // The judge and the host tools see the same signal: their failure may end the work in
+        // the very poll that cancels it, and is then the abort's doing, not the tool's.
+        if cancel.is_some_and(|c| c.is_cancelled()) {
+            return None;
+        }
         Some(self.settle(checked, &origin).await)
     }
 
@@ -1028,7 +1036,7 @@ impl Registry {
 
     /// The context of a call made through the registry API, outside any run.
     fn direct_call(&self, session: &str, run_id: &str) -> CallContext {
-        CallContext::new(run_id, self.env.new_id("call"), session)
+        CallContext { direct: true, ..CallContext::new(run_id, self.env.new_id("call"), session) }
     }
 
     /// Calls `name` at exactly `tier`: fails with `denied` when the tool there is demoted.

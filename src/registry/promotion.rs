@@ -169,16 +169,21 @@ impl Registry {
             return self.remember_rejection(name, session, reason, verdicts).await;
         }
 
+        // The tests and the panel reviewed `record`: a version forged meanwhile was not, and a
+        // tool demoted meanwhile stays demoted. Not remembered as a rejection: the tool as it is
+        // now was never judged.
+        let changed = {
+            let state = self.state.borrow();
+            let now = state.tier(Tier::Session, session).and_then(|m| m.get(name));
+            now.is_some_and(|e| e.record.current.hash != record.current.hash || e.record.status != ToolStatus::Active)
+        };
+        if changed {
+            let reason = "the tool changed while the panel reviewed it (a new version, or a demotion); it is not promoted".to_string();
+            self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: reason.clone() });
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
+        }
         let (info, ops, version, undo) = {
             let mut state = self.state.borrow_mut();
-            // The tests and the panel reviewed `record`: a version forged meanwhile was not.
-            let current = state.tier(Tier::Session, session).and_then(|m| m.get(name)).map(|e| e.record.current.hash.as_str());
-            if current.is_some_and(|hash| hash != record.current.hash) {
-                return Ok(PromotionOutcome::new(
-                    PromotionStatus::Rejected,
-                    "a new version was forged while this one was reviewed; the new one is promoted on its own merits",
-                ));
-            }
             let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
             let Some(entry) = state.tier_mut(Tier::Session, session).remove(name) else { return Err(RegistryError::NotFound(name.into())) };
             let mut record = entry.record;

@@ -60,6 +60,8 @@ pub fn nesting_depth(v: &Value) -> usize {
 /// Context a handler receives with each call.
 #[derive(Debug, Clone, Default)]
 pub struct CallContext {
+    /// The run the call belongs to; for a call made through the registry API (`direct`), an
+    /// id the host gave that call to find its abort signal by, or empty.
     pub run_id: String,
     pub call_id: String,
     pub session_id: String,
@@ -70,10 +72,11 @@ pub struct CallContext {
     /// reaches (a pipeline's steps among them) do not count it in their stats or towards
     /// their promotion.
     pub trial: bool,
-    /// Pipeline steps this call may still run, nested pipelines included: set by the outermost
-    /// compose pipeline and shared with the pipelines it reaches (see
-    /// [`crate::forge::MAX_PIPELINE_STEPS`]). `None` outside any pipeline.
-    pub steps_left: Option<Rc<std::cell::Cell<u32>>>,
+    /// Made through the registry API, not by a run: `run_id` names no run.
+    pub direct: bool,
+    /// What this call may still spend in pipelines, nested ones included: set by the outermost
+    /// compose pipeline and shared with the pipelines it reaches. `None` outside any pipeline.
+    pub pipeline_budget: Option<Rc<crate::forge::PipelineBudget>>,
 }
 
 impl CallContext {
