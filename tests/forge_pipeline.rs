@@ -220,11 +220,13 @@ fn shape_check_rejects_before_the_judge() {
 #[test]
 fn what_a_rejection_records_is_bounded_however_large_the_request() {
     let r = rig();
-    // An unparseable request's name is recorded only when it is a valid tool name.
+    // An unparseable request's name is recorded as a tool name (64 characters at most).
     let res = block_on(r.registry.forge_scoped(&json!({ "name": "n".repeat(100_000), "implementation": 5 }), "s1", Some("x".repeat(10_000))));
     assert_eq!(res.category, Some(RejectionCategory::ParseError));
     let entry = r.registry.audit_trail().pop().unwrap();
-    assert_eq!(entry.tool, "");
+    assert_eq!(entry.tool, "n".repeat(64));
+    block_on(r.registry.forge(&json!({ "name": "count vowels!", "implementation": 5 }), "s1"));
+    assert_eq!(r.registry.audit_trail().pop().unwrap().tool, "count_vowels", "as a request that parses would name it");
     assert_eq!(entry.scope.as_deref().map(|s| s.chars().count()), Some(MAX_SCOPE_CHARS + 1), "cut, with an ellipsis");
     // 32 failing tests, each quoting its output: the reason lists them all, the audit keeps the start.
     let mut failing = slugify_request("wrong", WRONG_JS);

@@ -261,7 +261,7 @@ fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeE
 /// made a tool name: runs of characters outside `[A-Za-z0-9_-]` become one `_`, trimmed at the
 /// ends. A name that is already valid is kept as is; one with nothing usable stays empty and is
 /// rejected by the caller.
-fn snake_name(raw: &str) -> String {
+pub(crate) fn snake_name(raw: &str) -> String {
     let raw = raw.trim();
     if crate::tools::is_valid_tool_name(raw) {
         return raw.to_string();
