@@ -5,7 +5,9 @@ mod support;
 
 use std::rc::Rc;
 
-use crucible::agent::{Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus};
+use crucible::agent::{
+    Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus, StoredRunStatus,
+};
 use crucible::model::Message;
 use crucible::store::{MemoryStore, Store};
 use crucible::tools::{Tool, ToolSet};
@@ -50,6 +52,27 @@ fn arguments_nested_too_deep_to_store_are_refused_and_never_wait_for_approval() 
     });
     assert_eq!(error.map(|e| (e.code, e.message)), Some(("invalid_arguments".to_string(), "arguments nest more than 64 levels deep".to_string())));
     assert_eq!(refunds.calls.get(), 0, "the refund never ran");
+}
+
+#[test]
+fn stored_runs_lists_what_the_store_holds_and_discard_run_removes_it() {
+    let store = Rc::new(MemoryStore::new());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#)]);
+    let agent = refund_agent(model, refund_tool(), store.clone());
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("refund 42", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(out.status, RunStatus::Paused);
+    // A record this build does not read is left out of the list, not an error.
+    block_on(store.put("agent/support-bot/run/other", json!({ "kind": "run", "v": 99, "data": {} }))).unwrap();
+    let stored = block_on(agent.stored_runs()).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!((stored[0].run_id.as_str(), stored[0].status, stored[0].pending_approvals.len()), (out.run_id.as_str(), StoredRunStatus::Paused, 1));
+
+    assert!(block_on(agent.discard_run(&out.run_id)).unwrap());
+    assert!(!block_on(agent.discard_run(&out.run_id)).unwrap(), "nothing left");
+    assert!(block_on(agent.stored_runs()).unwrap().is_empty());
+    let err = block_on(agent.resume(&out.run_id, &[], None, &mut sink)).unwrap_err();
+    assert!(matches!(err, AgentError::InvalidResume(_)), "{err}");
 }
 
 #[test]

@@ -12,8 +12,8 @@ import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
-export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, Value } from '../wasm/crucible_core.js';
-import type { PendingApproval } from '../wasm/crucible_core.js';
+export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
+import type { PendingApproval, StoredRun } from '../wasm/crucible_core.js';
 
 /** The signal of host tool calls made outside a run (nothing can abort them); one shared
  * instance, since creating an AbortController per call shows up in call latency. */
@@ -201,6 +201,8 @@ interface CoreAgentHandle {
   resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   history(sessionId: string): unknown;
   endSession(sessionId: string): Promise<void>;
+  storedRuns(): Promise<StoredRun[]>;
+  discardRun(runId: string): Promise<boolean>;
   toolNames(): string[];
   free(): void;
 }
@@ -590,6 +592,35 @@ export class Agent {
   /** Forgets a session's conversation and discards its session-tier tools. */
   async endSession(sessionId = 'default'): Promise<void> {
     await this.#core.endSession(sessionId);
+  }
+
+  /**
+   * The runs whose state this agent's store holds: paused ones (with their `pendingApprovals`)
+   * and ones interrupted between steps (a model error, an abort, a process that ended). Each
+   * can be resumed with {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing
+   * else removes them. Empty without a store.
+   */
+  async storedRuns(): Promise<StoredRun[]> {
+    try {
+      return await this.#core.storedRuns();
+    } catch (error) {
+      throw toCrucibleError(error, '');
+    }
+  }
+
+  /**
+   * Deletes the stored state of a run that will not be resumed; resolves `true` when there was
+   * one. A run that is running or being resumed in this agent is refused (`invalid_resume`); a
+   * resume in another tab or process is waited for.
+   */
+  async discardRun(runId: string): Promise<boolean> {
+    if (typeof runId !== 'string') throw new CrucibleError('invalid_argument', `discardRun: the run id must be a string, got ${describeType(runId)}`);
+    if (this.#hub.streams.has(runId)) throw new AgentRunError('invalid_resume', `run ${runId} is running in this agent`, runId);
+    try {
+      return await this.#core.discardRun(runId);
+    } catch (error) {
+      throw toCrucibleError(error, runId);
+    }
   }
 
   /** Names of the tools offered to the model. */

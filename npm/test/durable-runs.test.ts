@@ -99,3 +99,33 @@ test('a paused run is resumed once: a second resume, at once or later, is invali
   assert.deepEqual(executed, [7]);
   await agent.close();
 });
+
+test('storedRuns lists paused and interrupted runs; discardRun drops one for good', async () => {
+  const refund = tool({
+    name: 'refund',
+    description: 'Refund an order',
+    inputSchema: { type: 'object', properties: { order: { type: 'integer' }, amount: { type: 'number' } }, required: ['order', 'amount'] },
+    needsApproval: true,
+    execute: ({ order }: { order: number; amount: number }) => ({ refunded: order }),
+  });
+  const store = memoryStore();
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } }), tools: [refund], store });
+  assert.deepEqual(await agent.storedRuns(), []);
+  server.reset();
+  // One run pauses for approval; another is interrupted between steps by a model failure.
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 8, amount: 500 } }] });
+  const paused = await agent.run('Refund order 8', { sessionId: 's1' });
+  server.enqueue({ toolCalls: [{ name: 'refund_status', arguments: {} }] }, { status: 500 });
+  await assert.rejects(agent.run('Check it', { sessionId: 's2' }), { code: 'provider_http' });
+  const stored = await agent.storedRuns();
+  assert.deepEqual(stored.map((r) => [r.sessionId, r.status, r.pendingApprovals.length]).sort(), [['s1', 'paused', 1], ['s2', 'interrupted', 0]]);
+  assert.equal(stored.find((r) => r.status === 'paused')!.pendingApprovals[0]!.id, paused.pendingApprovals[0]!.id);
+
+  const interrupted = stored.find((r) => r.status === 'interrupted')!;
+  assert.equal(await agent.discardRun(interrupted.runId), true);
+  assert.equal(await agent.discardRun(interrupted.runId), false, 'already gone');
+  await assert.rejects(agent.resume(interrupted.runId), { code: 'invalid_resume' });
+  assert.deepEqual((await agent.storedRuns()).map((r) => r.runId), [paused.runId]);
+  await assert.rejects(agent.discardRun(42 as never), { code: 'invalid_argument' });
+  await agent.close();
+});

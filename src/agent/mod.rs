@@ -19,7 +19,7 @@ pub use config::AgentConfig;
 pub use env::{unless_cancelled, CancelFlag, CancelSignal, Environment, NativeEnvironment};
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
-pub use run::{RunOutput, RunState, RunStatus, SharedModel};
+pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunStatus};
 pub use structured::{extract_json, json_values};
 pub use usage::RunUsage;
 
@@ -209,6 +209,34 @@ impl Agent {
         let (_state, result) = ctx.drive(state, sink).await;
         self.remember(&session_id, &result);
         result
+    }
+
+    /// The runs whose state this agent's store holds: paused ones (waiting for approvals) and
+    /// ones interrupted between steps (a model error, an abort, a process that ended), in run
+    /// id order. Records that are not run states this build reads are left out.
+    pub async fn stored_runs(&self) -> Result<Vec<StoredRun>, AgentError> {
+        let Some(store) = self.store.as_deref() else { return Ok(vec![]) };
+        let records = store.scan(&self.run_prefix()).await.map_err(AgentError::Store)?;
+        Ok(records
+            .into_iter()
+            .filter_map(|(_, value)| serde_json::from_value::<Versioned<RunState>>(value).ok())
+            .filter(|record| record.kind == "run" && record.v <= RUN_STATE_VERSION)
+            .map(|record| StoredRun::of(record.data))
+            .collect())
+    }
+
+    /// Deletes the stored state of `run_id`, a run that will not be resumed; `true` when there
+    /// was one. It takes the run's claim first, so it never pulls a state from under a resume
+    /// (one in this context is `invalid_resume`; one elsewhere is waited for).
+    pub async fn discard_run(&self, run_id: &str) -> Result<bool, AgentError> {
+        let Some(store) = self.store.as_deref() else { return Ok(false) };
+        let _claim = ResumeClaim::take(run_id, Some(store), &self.run_lock_name(run_id)).await?;
+        let key = format!("{}{run_id}", self.run_prefix());
+        if store.get(&key).await.map_err(AgentError::Store)?.is_none() {
+            return Ok(false);
+        }
+        store.delete(&key).await.map_err(AgentError::Store)?;
+        Ok(true)
     }
 
     /// [`Agent::resume_state`] from the state persisted in the agent's store.

@@ -43,6 +43,39 @@ pub struct RunState {
     pub pending: Option<PendingStep>,
 }
 
+/// A run whose state is stored (see [`crate::agent::Agent::stored_runs`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
+#[serde(rename_all = "camelCase")]
+pub struct StoredRun {
+    pub run_id: String,
+    pub session_id: String,
+    pub status: StoredRunStatus,
+    pub turns: u32,
+    pub steps: u32,
+    /// What a paused run waits for (empty for an interrupted one).
+    pub pending_approvals: Vec<PendingApproval>,
+}
+
+/// Where a stored run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
+#[serde(rename_all = "lowercase")]
+pub enum StoredRunStatus {
+    /// Its calls wait for approval.
+    Paused,
+    /// It stopped between steps.
+    Interrupted,
+}
+
+impl StoredRun {
+    pub(crate) fn of(state: RunState) -> Self {
+        let pending_approvals = state.pending.map(|p| p.approvals).unwrap_or_default();
+        let status = if pending_approvals.is_empty() { StoredRunStatus::Interrupted } else { StoredRunStatus::Paused };
+        Self { run_id: state.run_id, session_id: state.session_id, status, turns: state.turns, steps: state.steps, pending_approvals }
+    }
+}
+
 /// How a run call ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -170,6 +170,26 @@ impl CoreAgent {
         })
     }
 
+    /// The runs whose state the store holds (StoredRun[]).
+    #[wasm_bindgen(js_name = storedRuns)]
+    pub fn stored_runs(&self) -> Promise {
+        let agent = self.agent.clone();
+        future_to_promise(async move {
+            let runs = agent.stored_runs().await.map_err(|e| error_object(&e.code(), &e.to_string()))?;
+            to_js(&runs)
+        })
+    }
+
+    /// Deletes a run's stored state; resolves `true` when there was one.
+    #[wasm_bindgen(js_name = discardRun)]
+    pub fn discard_run(&self, run_id: String) -> Promise {
+        let agent = self.agent.clone();
+        future_to_promise(async move {
+            let discarded = agent.discard_run(&run_id).await.map_err(|e| error_object(&e.code(), &e.to_string()))?;
+            Ok(JsValue::from_bool(discarded))
+        })
+    }
+
     /// The conversation of a session so far (JSON messages).
     pub fn history(&self, session_id: String) -> Result<JsValue, JsValue> {
         to_js(&self.agent.history(&session_id))
