@@ -390,13 +390,6 @@ export class Agent {
         throw toCrucibleError(error, '');
       }
     };
-    const wrapAsync = async <T>(f: () => Promise<T>): Promise<T> => {
-      try {
-        return await f();
-      } catch (error) {
-        throw toCrucibleError(error, '');
-      }
-    };
     // After a change that may touch the shared tier, the other agents of the runtime re-read it.
     const shared = async <T>(result: T): Promise<T> => {
       await reloadSharedTier(store, core);
@@ -448,13 +441,10 @@ export class Agent {
    * throws for a bad request (one with no JSON form, such as a circular object, included).
    * Rejects with `AbortError` when `options.signal` aborts it.
    */
-  async forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
-    try {
-      const signal = abortSignal(options.signal, 'forge');
-      return await this.#direct(signal, (signal, runId) => this.#core.forge(request, options.sessionId ?? 'default', options.scope, signal, runId));
-    } catch (error) {
-      throw toCrucibleError(error, '');
-    }
+  forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
+    return wrapAsync(() =>
+      this.#direct(abortSignal(options.signal, 'forge'), (signal, runId) => this.#core.forge(request, options.sessionId ?? 'default', options.scope, signal, runId)),
+    );
   }
 
   /**
@@ -600,12 +590,8 @@ export class Agent {
    * can be resumed with {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing
    * else removes them. Empty without a store.
    */
-  async storedRuns(): Promise<StoredRun[]> {
-    try {
-      return await this.#core.storedRuns();
-    } catch (error) {
-      throw toCrucibleError(error, '');
-    }
+  storedRuns(): Promise<StoredRun[]> {
+    return wrapAsync(() => this.#core.storedRuns());
   }
 
   /**
@@ -616,11 +602,7 @@ export class Agent {
   async discardRun(runId: string): Promise<boolean> {
     if (typeof runId !== 'string') throw new CrucibleError('invalid_argument', `discardRun: the run id must be a string, got ${describeType(runId)}`);
     if (this.#hub.streams.has(runId)) throw new AgentRunError('invalid_resume', `run ${runId} is running in this agent`, runId);
-    try {
-      return await this.#core.discardRun(runId);
-    } catch (error) {
-      throw toCrucibleError(error, runId);
-    }
+    return wrapAsync(() => this.#core.discardRun(runId), runId);
   }
 
   /** Names of the tools offered to the model. */
@@ -671,6 +653,15 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
     }
   }
   throw new CrucibleError('internal', 'the run ended without a final event');
+}
+
+/** `f()`, its failure (thrown or rejected) as a typed error. */
+async function wrapAsync<T>(f: () => Promise<T>, runId = ''): Promise<T> {
+  try {
+    return await f();
+  } catch (error) {
+    throw toCrucibleError(error, runId);
+  }
 }
 
 function toCrucibleError(error: unknown, runId: string): CrucibleError {

@@ -24,10 +24,10 @@ pub use structured::{extract_json, json_values};
 pub use usage::RunUsage;
 
 use crate::model::{Message, Model};
-use crate::store::{Store, Versioned};
+use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use claim::{ResumeClaim, RunPosition};
-use run::{RunContext, RunRecorder, RUN_STATE_VERSION};
+use run::{read_run_state, RunContext, RunRecorder};
 
 /// Supplies the tools of each model turn. The agent asks before every turn, so a tool
 /// registered during turn 1 (e.g. by `forge_tool`) is offered and callable in turn 2.
@@ -121,15 +121,15 @@ impl Agent {
     pub async fn load_run(&self, run_id: &str) -> Result<RunState, AgentError> {
         let store = self.store.as_deref().ok_or_else(|| AgentError::InvalidResume("this agent has no store".into()))?;
         let value = store
-            .get(&format!("{}{run_id}", self.run_prefix()))
+            .get(&self.run_key(run_id))
             .await
             .map_err(AgentError::Store)?
             .ok_or_else(|| AgentError::InvalidResume(format!("no persisted run `{run_id}`")))?;
-        let record: Versioned<RunState> = serde_json::from_value(value).map_err(|e| AgentError::InvalidState(e.to_string()))?;
-        if record.kind != "run" || record.v > RUN_STATE_VERSION {
-            return Err(AgentError::InvalidState(format!("record kind `{}` version {} is not a run state this build reads", record.kind, record.v)));
-        }
-        Ok(record.data)
+        read_run_state(value)
+    }
+
+    fn run_key(&self, run_id: &str) -> String {
+        format!("{}{run_id}", self.run_prefix())
     }
 
     /// Continues a paused run (or one interrupted between steps) from `state`, applying
@@ -217,12 +217,7 @@ impl Agent {
     pub async fn stored_runs(&self) -> Result<Vec<StoredRun>, AgentError> {
         let Some(store) = self.store.as_deref() else { return Ok(vec![]) };
         let records = store.scan(&self.run_prefix()).await.map_err(AgentError::Store)?;
-        Ok(records
-            .into_iter()
-            .filter_map(|(_, value)| serde_json::from_value::<Versioned<RunState>>(value).ok())
-            .filter(|record| record.kind == "run" && record.v <= RUN_STATE_VERSION)
-            .map(|record| StoredRun::of(record.data))
-            .collect())
+        Ok(records.into_iter().filter_map(|(_, value)| read_run_state(value).ok()).map(StoredRun::of).collect())
     }
 
     /// Deletes the stored state of `run_id`, a run that will not be resumed; `true` when there
@@ -231,7 +226,7 @@ impl Agent {
     pub async fn discard_run(&self, run_id: &str) -> Result<bool, AgentError> {
         let Some(store) = self.store.as_deref() else { return Ok(false) };
         let _claim = ResumeClaim::take(run_id, Some(store), &self.run_lock_name(run_id)).await?;
-        let key = format!("{}{run_id}", self.run_prefix());
+        let key = self.run_key(run_id);
         if store.get(&key).await.map_err(AgentError::Store)?.is_none() {
             return Ok(false);
         }

@@ -150,6 +150,16 @@ pub(crate) struct RunRecorder<'a> {
 /// Schema version of persisted run states.
 pub(crate) const RUN_STATE_VERSION: u32 = 1;
 
+/// A stored run-state record as a [`RunState`]: one of another kind, or of a newer version, is
+/// `InvalidState`.
+pub(crate) fn read_run_state(value: Value) -> Result<RunState, AgentError> {
+    let record: Versioned<RunState> = serde_json::from_value(value).map_err(|e| AgentError::InvalidState(e.to_string()))?;
+    if record.kind != "run" || record.v > RUN_STATE_VERSION {
+        return Err(AgentError::InvalidState(format!("record kind `{}` version {} is not a run state this build reads", record.kind, record.v)));
+    }
+    Ok(record.data)
+}
+
 impl RunRecorder<'_> {
     pub(crate) fn key(&self, run_id: &str) -> String {
         format!("{}{run_id}", self.prefix)

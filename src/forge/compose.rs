@@ -32,7 +32,7 @@ use std::rc::Rc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::tools::{invoke, CallContext, ToolFailure, ToolHandler, ToolLookup};
+use crate::tools::{invoke, json_len, CallContext, ToolFailure, ToolHandler, ToolLookup};
 
 use super::request::ComposeStep;
 
@@ -204,12 +204,12 @@ impl Mapping {
     fn resolve(&self, scope: &Scope<'_>, budget: &PipelineBudget) -> Result<Value, ToolFailure> {
         match self {
             Self::Literal(v) => {
-                budget.charge(json_size(v))?;
+                budget.charge(json_len(v))?;
                 Ok(v.clone())
             }
             Self::Whole(r, text) => {
                 let v = lookup(r, scope, text)?;
-                budget.charge(json_size(v))?;
+                budget.charge(json_len(v))?;
                 Ok(v.clone())
             }
             Self::Text(pieces) => {
@@ -227,7 +227,7 @@ impl Mapping {
                             }
                             other => {
                                 // Charged before it is written out.
-                                budget.charge(json_size(other))?;
+                                budget.charge(json_len(other))?;
                                 out.push_str(&other.to_string());
                             }
                         },
@@ -242,7 +242,7 @@ impl Mapping {
 }
 
 /// What one call may hold in step arguments and step outputs of the pipelines it runs, in
-/// bytes of JSON (roughly): references copy the values they name, so a mapping naming a large
+/// bytes of JSON: references copy the values they name, so a mapping naming a large
 /// value many times would otherwise multiply it, step after step.
 pub const MAX_PIPELINE_DATA_BYTES: usize = 16 << 20;
 
@@ -279,17 +279,6 @@ impl PipelineBudget {
         })?;
         self.steps.set(left);
         Ok(())
-    }
-}
-
-/// About how many bytes `v` takes as JSON, without writing it.
-fn json_size(v: &Value) -> usize {
-    match v {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => 8,
-        Value::String(s) => s.len() + 2,
-        Value::Array(a) => 2 + a.iter().map(|x| json_size(x) + 1).sum::<usize>(),
-        Value::Object(m) => 2 + m.iter().map(|(k, x)| k.len() + 4 + json_size(x)).sum::<usize>(),
     }
 }
 
@@ -447,7 +436,7 @@ impl ToolHandler for ComposeHandler {
                 return Err(fail(denied_without_approval(&step.tool)));
             }
             let output = invoke(&tool, step_args, &inner).await.map_err(fail)?;
-            budget.charge(json_size(&output))?;
+            budget.charge(json_len(&output))?;
             outputs.push(output);
         }
         Ok(outputs.pop().unwrap_or(args))

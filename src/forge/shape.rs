@@ -12,7 +12,7 @@ use super::compose::MAX_COMPOSE_STEPS;
 use super::infer::lacks_properties;
 use super::prompt::FORGE_TOOL_NAME;
 use super::request::{ForgeRequest, Implementation};
-use crate::tools::{nesting_depth, MAX_VALUE_DEPTH};
+use crate::tools::{json_len, nesting_depth, MAX_VALUE_DEPTH};
 
 /// Fewest test cases a forge request must carry.
 pub const MIN_TEST_CASES: usize = 2;
@@ -123,7 +123,7 @@ fn oversized(request: &ForgeRequest) -> Option<String> {
         return Some(format!("the description is {description} characters; at most {MAX_DESCRIPTION_CHARS}: say in a sentence or two what the tool does"));
     }
     for (what, schema) in [("inputSchema", &request.input_schema), ("outputSchema", &request.output_schema)] {
-        let bytes = serde_json::to_vec(schema).map_or(0, |v| v.len());
+        let bytes = json_len(schema);
         if bytes > MAX_SCHEMA_BYTES {
             return Some(format!("{what} is {bytes} bytes of JSON; at most {MAX_SCHEMA_BYTES}"));
         }
@@ -139,6 +139,6 @@ fn oversized(request: &ForgeRequest) -> Option<String> {
     if values.chain(mappings).any(|v| nesting_depth(v) > MAX_VALUE_DEPTH) {
         return Some(format!("a schema, test value or input mapping nests more than {MAX_VALUE_DEPTH} levels deep"));
     }
-    let bytes = serde_json::to_vec(request).map_or(0, |v| v.len());
+    let bytes = json_len(request);
     (bytes > MAX_REQUEST_BYTES).then(|| format!("the request is {bytes} bytes of JSON; at most {MAX_REQUEST_BYTES} (code, schemas and test cases together)"))
 }

@@ -55,7 +55,7 @@ pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx:
         Err(failure) => return ToolOutcome { arguments: None, result: Err(failure) },
     };
     let result = invoke(tool, args.clone(), ctx).await.and_then(|output| {
-        let size = serde_json::to_string(&output).map(|s| s.len()).unwrap_or(usize::MAX);
+        let size = super::json_len(&output);
         if size > limits.max_result_bytes {
             return Err(ToolFailure::new(
                 "result_too_large",

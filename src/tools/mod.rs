@@ -43,6 +43,24 @@ pub(crate) fn shorten(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// How many bytes `value` takes as JSON, counted as it is written, without a buffer: how
+/// results, step data and requests are measured against their limits.
+pub fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // A value that cannot be written (a map with non-string keys) counts as too large.
+    serde_json::to_writer(&mut counter, value).map_or(usize::MAX, |()| counter.0)
+}
+
 /// Deepest nesting of arrays and objects accepted in tool arguments and forge requests. They
 /// are stored inside records (a tool's versions, a paused run's approvals) a few levels down,
 /// and a record nested past serde_json's 128 levels could not be read back.
