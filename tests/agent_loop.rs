@@ -203,7 +203,7 @@ fn structured_returns_ask_for_the_schema_on_turns_without_tools_only() {
         let format = model.requests.borrow()[0].response_format.clone();
         format
     };
-    assert_eq!(asked(vec![], schema.clone()), Some(ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.clone() }));
+    assert_eq!(asked(vec![], schema.clone()), Some(ResponseFormat::JsonSchema { name: "answer".into(), schema: std::rc::Rc::new(schema.clone()) }));
     // With tools the answer may be a call; a non-object root is not sent (checked only).
     assert_eq!(asked(vec![weather_tool(FnTool::new(|_| Ok(json!({}))))], schema), None);
     assert_eq!(asked(vec![], json!({ "type": "array" })), None);

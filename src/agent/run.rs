@@ -232,7 +232,7 @@ impl RunContext<'_> {
     /// for all.
     fn response_format(&self, tools: &[ToolDefinition]) -> Option<ResponseFormat> {
         let schema = self.config.returns.as_ref().filter(|s| s.get("type").and_then(Value::as_str) == Some("object"))?;
-        tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.clone() })
+        tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: Rc::new(schema.clone()) })
     }
 
     /// The tool choice of a turn: the configured one until the run's first tool call (unless

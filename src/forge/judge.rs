@@ -90,8 +90,16 @@ pub const REASONING_MAX_CHARS: u32 = 400;
 const VERDICT_FORMAT: &str = r#"Reply with only a JSON object with exactly these keys. Each score is a number from 0.0 (worst) to 1.0 (best); confidence is how sure you are of your verdict, from 0.0 to 1.0.
 {"approved": <true or false>, "safety": <score>, "correctness": <score>, "determinism": <score>, "boundedness": <score>, "confidence": <score>, "reasoning": "<one or two sentences>"}"#;
 
-/// The JSON Schema of a verdict, sent as the judge's response format.
-pub fn verdict_schema() -> Value {
+/// The JSON Schema of a verdict, sent as the judge's response format. Built once per thread:
+/// every review sends it, and building it cost as much as a compose tool's two test runs.
+pub fn verdict_schema() -> Rc<Value> {
+    thread_local! {
+        static SCHEMA: Rc<Value> = Rc::new(build_verdict_schema());
+    }
+    SCHEMA.with(Rc::clone)
+}
+
+fn build_verdict_schema() -> Value {
     let mut properties = Map::new();
     properties.insert("approved".into(), json!({ "type": "boolean" }));
     for key in SCORE_KEYS {

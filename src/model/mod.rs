@@ -118,7 +118,8 @@ pub enum ResponseFormat {
     JsonSchema {
         /// A short identifier for the schema (OpenAI requires one).
         name: String,
-        schema: serde_json::Value,
+        /// Shared: the judge sends the same verdict schema with every review.
+        schema: std::rc::Rc<serde_json::Value>,
     },
 }
 
