@@ -52,6 +52,7 @@ describe('createSandbox options are checked with a SandboxError', () => {
   test('a timeout that is not a usable number of milliseconds is refused', async () => {
     for (const timeoutMs of [Number.NaN, Infinity, 0, -1, '5000', 2 ** 31]) await refused({ timeoutMs }, /timeoutMs must be a positive number of milliseconds/);
     await refused({ memoryMB: '64' }, /memoryMB must be between 32 and 4096/);
+    for (const maxQueued of [-1, 1.5, '8']) await refused({ maxQueued }, /maxQueued must be a whole number/);
   });
 });
 
@@ -235,6 +236,28 @@ describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/c
       assert.equal((await sandbox.execute({ code: 'function execute(){ return 2; }' }, { signal: done.signal })).output, 2);
       done.abort();
       assert.equal(sandbox.stats().workersKilled, 1);
+    } finally {
+      await sandbox.close();
+    }
+  });
+
+  test('past maxQueued waiting executions, one more ends at once with queue_full; the waiting ones still run', async () => {
+    const sandbox = await createSandbox({ poolSize: 1, maxQueued: 2, timeoutMs: 20_000 });
+    try {
+      const running = new AbortController();
+      const spin = sandbox.execute({ code: 'function execute(){ for(;;){} }' }, { signal: running.signal });
+      const waiting = [1, 2].map((n) => sandbox.execute({ code: 'function execute(input){ return input; }', input: n }));
+      const started = performance.now();
+      const refused = await sandbox.execute({ code: 'function execute(){ return 3; }' });
+      assert.ok(performance.now() - started < 500, 'refused at once, not after the spinning execution');
+      assert.equal(refused.status, 'error');
+      assert.equal(refused.error?.code, 'queue_full');
+      assert.match(refused.error?.message ?? '', /2 executions are already waiting.*maxQueued 2/);
+      running.abort();
+      assert.equal((await spin).error?.code, 'aborted');
+      assert.deepEqual((await Promise.all(waiting)).map((r) => r.output), [1, 2]);
+      // With the queue drained, executions are accepted again.
+      assert.equal((await sandbox.execute({ code: 'function execute(){ return 4; }' })).output, 4);
     } finally {
       await sandbox.close();
     }

@@ -26,10 +26,12 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   const timeoutMs = options.timeoutMs ?? 5000;
   const memoryMB = options.memoryMB ?? 128;
   const poolSize = options.poolSize ?? 2;
+  const maxQueued = options.maxQueued ?? 256;
   // Timers fire at once past MAX_TIMER_MS, which would time out every execution.
   if (!(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS)) throw new SandboxError(`timeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS})`);
   if (!(typeof memoryMB === 'number' && memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
   if (!(Number.isInteger(poolSize) && poolSize >= 1)) throw new SandboxError('poolSize must be a positive integer');
+  if (!(Number.isInteger(maxQueued) && maxQueued >= 0)) throw new SandboxError('maxQueued must be a whole number (0: never wait for a Worker)');
   const allowlist = options.fetchDomainAllowlist ?? [];
   // A string here would be spread into one "host" per character.
   if (!Array.isArray(allowlist) || !allowlist.every((host) => typeof host === 'string' && host !== '')) {
@@ -52,6 +54,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     timeoutMs,
     memoryMB,
     poolSize,
+    maxQueued,
     fetchDomainAllowlist,
     allowHttp: options.allowHttp ?? false,
     maxFetchBodyBytes: options.maxFetchBodyBytes ?? 4 * 1024 * 1024,

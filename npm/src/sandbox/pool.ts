@@ -116,6 +116,8 @@ export interface PoolConfig {
   timeoutMs: number;
   memoryMB: number;
   poolSize: number;
+  /** Executions that may wait for a Worker; one more fails with `queue_full`. */
+  maxQueued: number;
   fetchDomainAllowlist: string[];
   allowHttp: boolean;
   maxFetchBodyBytes: number;
@@ -170,6 +172,14 @@ export class WorkerPool {
       json = JSON.stringify({ code: request.code, input: request.input ?? null, allowlist: request.allowlist ?? [] });
     } catch (error) {
       return Promise.resolve(failure('rejected', 'bad_request', `input is not JSON-serialisable: ${String(error)}`, started));
+    }
+    // A flood of executions (many runs, each with many calls) must not pile up without bound:
+    // each waiting job holds its request, and the last would wait behind all the others.
+    const idle = this.slots.some((s) => s.state === 'idle');
+    if (!idle && this.queue.length >= this.config.maxQueued) {
+      return Promise.resolve(
+        failure('error', 'queue_full', `${this.queue.length} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
+      );
     }
     return new Promise((settle) => {
       const job: Job = { id: this.nextId++, request: json, resolve: settle, started };

@@ -24,6 +24,12 @@ export interface SandboxOptions {
   allowHttp?: boolean;
   /** Warm Workers kept ready. Default 2. */
   poolSize?: number;
+  /**
+   * Executions that may wait for a free Worker. One past it ends at once with
+   * `status: 'error'`, `error.code: 'queue_full'` instead of waiting behind all the others
+   * (waiting does not count against `timeoutMs`). Default 256.
+   */
+  maxQueued?: number;
   /** Cap on a fetched response body. Default 4 MiB. */
   maxFetchBodyBytes?: number;
   /** Override where the Worker script is loaded from (unusual bundlers). */
