@@ -1,0 +1,320 @@
+//! Seeded random input through every parser a model, an endpoint or a package author reaches,
+//! and through the whole forge pipeline: none may panic. In wasm a panic is a trap that leaves
+//! the core unusable for every agent of the page or process, so "bad input gets a typed error"
+//! has to hold for inputs nobody thought of, not only for the ones the other tests name.
+//!
+//! The generator is a fixed-seed xorshift, so a failure reproduces; `FUZZ_ITERATIONS` runs more.
+
+mod support;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crucible::agent::{extract_json, json_values};
+use crucible::forge::{infer_schemas, normalize, parse_verdict, shape_check};
+use crucible::model::{ModelChunk, ResponseAssembler};
+use crucible::tools::CompiledSchema;
+use futures::executor::block_on;
+use serde_json::{json, Map, Value};
+use support::emergent::*;
+
+fn iterations(default: usize) -> usize {
+    std::env::var("FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// Keys the runtime gives meaning to: random objects use them, so generated values reach deep
+/// into normalization, schemas and pipelines instead of failing at the first lookup.
+const KEYS: &[&str] = &[
+    "name",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "implementation",
+    "mode",
+    "steps",
+    "tool",
+    "inputMapping",
+    "testCases",
+    "input",
+    "expectedOutput",
+    "code",
+    "allowlist",
+    "scope",
+    "type",
+    "properties",
+    "required",
+    "items",
+    "enum",
+    "const",
+    "pattern",
+    "$ref",
+    "$id",
+    "$defs",
+    "definitions",
+    "additionalProperties",
+    "minimum",
+    "maximum",
+    "maxLength",
+    "format",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "text",
+    "slug",
+    "approved",
+    "safety",
+    "correctness",
+    "determinism",
+    "boundedness",
+    "confidence",
+    "reasoning",
+];
+
+const STRINGS: &[&str] = &[
+    "",
+    "object",
+    "string",
+    "number",
+    "integer",
+    "array",
+    "boolean",
+    "null",
+    "compose",
+    "sandbox",
+    "pipeline",
+    "js",
+    "upper_case",
+    "word_count",
+    "forge_tool",
+    "slugify",
+    "$input",
+    "$input.text",
+    "$input.",
+    "$prev",
+    "$prev.text",
+    "$prev.0.x",
+    "$steps",
+    "$steps.up",
+    "$steps.up.text",
+    "$steps..",
+    "Say: $prev.text and $input.text",
+    "$$",
+    "$",
+    "#",
+    "#/definitions/a",
+    "#/$defs/a",
+    "http://example.com/s",
+    "(a+)+$",
+    "[",
+    "\\",
+    "(?<n>x)\\k<n>",
+    "^\\p{L}+$",
+    "date-time",
+    "email",
+    "function execute(input){ return { slug: input.text }; }",
+    "function execute(",
+    "{\"approved\":true}",
+    "```json",
+    "é✓\u{1}",
+    "\u{feff}",
+    "NaN",
+    "-0",
+    "1e400",
+    "fetch",
+    "crypto",
+    "Fn Name!",
+];
+
+fn random_value(rng: &mut Rng, depth: usize) -> Value {
+    let leaf = depth >= 5 || rng.below(3) == 0;
+    match if leaf { rng.below(5) } else { 5 + rng.below(2) } {
+        0 => Value::Null,
+        1 => Value::Bool(rng.below(2) == 0),
+        2 => rng.pick(&[json!(0), json!(-1), json!(1.5), json!(1e300), json!(-1e300), json!(u64::MAX), json!(i64::MIN), json!(2), json!(32)]).clone(),
+        3 | 4 => Value::String(rng.pick(STRINGS).to_string()),
+        5 => Value::Array((0..rng.below(4)).map(|_| random_value(rng, depth + 1)).collect()),
+        _ => {
+            let mut map = Map::new();
+            for _ in 0..rng.below(5) {
+                map.insert(rng.pick(KEYS).to_string(), random_value(rng, depth + 1));
+            }
+            Value::Object(map)
+        }
+    }
+}
+
+/// `base` with one node replaced, one key dropped, or one array entry repeated.
+fn mutate(base: &Value, rng: &mut Rng) -> Value {
+    let mut out = base.clone();
+    let mut node = &mut out;
+    for _ in 0..rng.below(6) {
+        let next_key = match node {
+            Value::Object(m) if !m.is_empty() => Some(m.keys().nth(rng.below(m.len())).cloned().map(Ok)),
+            Value::Array(a) if !a.is_empty() => Some(Some(Err(rng.below(a.len())))),
+            _ => None,
+        };
+        node = match (next_key.flatten(), node) {
+            (Some(Ok(k)), Value::Object(m)) => m.get_mut(&k).expect("key just listed"),
+            (Some(Err(i)), Value::Array(a)) => &mut a[i],
+            (_, n) => n,
+        };
+    }
+    match (rng.below(3), node) {
+        (0, Value::Object(m)) if !m.is_empty() => {
+            let k = m.keys().nth(rng.below(m.len())).cloned().expect("non-empty");
+            m.remove(&k);
+        }
+        (1, Value::Array(a)) if !a.is_empty() => {
+            let copy = a[rng.below(a.len())].clone();
+            a.push(copy);
+        }
+        (_, n) => *n = random_value(rng, 2),
+    }
+    out
+}
+
+fn compose_request(name: &str) -> Value {
+    json!({
+        "name": name,
+        "description": "Upper-case then count",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "count": { "type": "number" } }, "required": ["count"] },
+        "implementation": { "mode": "compose", "steps": [
+            { "name": "up", "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
+            { "name": "count", "tool": "word_count", "inputMapping": { "text": "Say: $steps.up.text" } }
+        ] },
+        "testCases": [
+            { "input": { "text": "a b" }, "expectedOutput": { "count": 3 } },
+            { "input": { "text": "one" }, "expectedOutput": { "count": 2 } }
+        ]
+    })
+}
+
+fn no_panic<T>(what: &str, input: &dyn std::fmt::Debug, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => panic!("{what} panicked on {input:?}"),
+    }
+}
+
+#[test]
+fn random_and_mutated_forge_requests_never_panic_and_the_registry_keeps_serving() {
+    let r = rig();
+    let mut rng = Rng(0x5eed_f0f0_1234_5678);
+    let bases = [compose_request("counted"), slugify_request("slugged", "function execute(input){ return { slug: input.text }; }")];
+    let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
+    for i in 0..iterations(1500) {
+        let raw = if i % 5 == 0 { random_value(&mut rng, 0) } else { mutate(rng.pick(&bases), &mut rng) };
+        no_panic("normalize/infer/shape_check", &raw, || {
+            if let Ok(mut request) = normalize(&raw) {
+                infer_schemas(&mut request);
+                let _ = shape_check(&request);
+            }
+        });
+        let result = no_panic("Registry::forge", &raw, || block_on(r.registry.forge(&raw, "s1")));
+        let outcome = if result.success { "registered".to_string() } else { format!("{:?}", result.category) };
+        *outcomes.entry(outcome).or_default() += 1;
+        if result.success {
+            let name = result.tool.as_ref().map(|t| t.name.clone()).unwrap_or_default();
+            let args = random_value(&mut rng, 1);
+            let _ = no_panic("calling a forged tool", &(&name, &args), || block_on(r.registry.call(&name, args.clone(), "s1")));
+        }
+    }
+    // The inputs reach every stage: some register, others are refused at several of them.
+    assert!(outcomes.get("registered").copied().unwrap_or(0) > 0 && outcomes.len() >= 4, "{outcomes:?}");
+    // Still serving: a well-formed compose request forges and its tool answers.
+    let ok = block_on(r.registry.forge(&compose_request("after_fuzz"), "s2"));
+    assert!(ok.success, "{ok:?}");
+}
+
+#[test]
+fn random_schemas_compile_or_fail_with_an_error_and_check_any_instance_without_panicking() {
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let fixed = [json!({ "$ref": "#" }), json!({ "$defs": { "a": { "$ref": "#/$defs/a" } }, "$ref": "#/$defs/a" }), json!({ "pattern": "(a+)+$" })];
+    for i in 0..iterations(3000) {
+        let schema = if i < fixed.len() { fixed[i].clone() } else { random_value(&mut rng, 0) };
+        let Ok(compiled) = no_panic("CompiledSchema::compile", &schema, || CompiledSchema::compile(&schema)) else { continue };
+        for _ in 0..3 {
+            let instance = random_value(&mut rng, 1);
+            no_panic("CompiledSchema::check", &(&schema, &instance), || compiled.check(&instance).err());
+        }
+    }
+}
+
+#[test]
+fn model_text_never_panics_the_verdict_and_answer_parsers() {
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let pieces = [
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        "\\",
+        ":",
+        ",",
+        "```json\n",
+        "```",
+        "approved",
+        "true",
+        "0.9",
+        "\"reasoning\"",
+        "é",
+        "\u{0}",
+        " ",
+        "\n",
+        "{\"approved\":true,",
+    ];
+    for _ in 0..iterations(5000) {
+        let text: String = (0..rng.below(24)).map(|_| *rng.pick(&pieces)).collect();
+        no_panic("parse_verdict", &text, || parse_verdict(&text).ok());
+        no_panic("extract_json", &text, || extract_json(&text));
+        no_panic("json_values", &text, || json_values(&text));
+    }
+}
+
+#[test]
+fn random_stream_chunks_assemble_into_a_response_or_a_protocol_error() {
+    let mut rng = Rng(0x0f0f_0f0f_1357_9bdf);
+    for _ in 0..iterations(3000) {
+        let mut assembler = ResponseAssembler::new();
+        let chunks: Vec<ModelChunk> = (0..rng.below(12))
+            .map(|_| match rng.below(3) {
+                0 => ModelChunk::Text { delta: rng.pick(STRINGS).to_string() },
+                1 => ModelChunk::ToolCall {
+                    index: *rng.pick(&[0, 1, 7, 127, 128, 4096, u32::MAX]),
+                    id: rng.below(2).eq(&0).then(|| rng.pick(STRINGS).to_string()),
+                    name: rng.below(2).eq(&0).then(|| rng.pick(STRINGS).to_string()),
+                    arguments_delta: rng.pick(&["", "{", "\"text\":", "\"a\"", "}", "null", "[1,", "{\"x\":1}"]).to_string(),
+                },
+                _ => ModelChunk::Finish { finish_reason: rng.pick(&["stop", "tool_calls", "length", ""]).to_string(), usage: None },
+            })
+            .collect();
+        no_panic("ResponseAssembler", &chunks, || {
+            for chunk in &chunks {
+                assembler.push(chunk);
+            }
+            assembler.finish("call").ok()
+        });
+    }
+}
