@@ -318,3 +318,158 @@ fn random_stream_chunks_assemble_into_a_response_or_a_protocol_error() {
         });
     }
 }
+
+/// YAML packages come from anyone: byte- and line-level mutations of a real export go through
+/// `import` (the YAML reader, the alias budget, the package shapes, then the forge).
+#[test]
+fn mutated_tool_packages_import_or_fail_with_an_error_without_panicking() {
+    let r = rig_with(
+        crucible::registry::EmergentConfig { persist_sandbox_source: true, ..Default::default() },
+        Some(approving_judge()),
+        None,
+        std::rc::Rc::new(crucible::store::MemoryStore::new()),
+    );
+    assert!(block_on(r.registry.forge(&compose_request("pkg_tool"), "s1")).success);
+    let package = r.registry.export("pkg_tool", "s1").unwrap();
+    let lines: Vec<&str> = package.lines().collect();
+    let yaml_bits =
+        ["&a ", "*a", "<<: *a", "!!binary ", "!!str", "? ", "- ", ": ", "{", "}", "[", "]", "|", ">-", "'", "\"", "#", "\t", "%YAML 1.2", "---", "...", "~"];
+    let mut rng = Rng(0xa11a_5e5e_d00d_f00d);
+    let mut imported = 0;
+    for _ in 0..iterations(1500) {
+        let mutated = match rng.below(3) {
+            0 => {
+                let mut bytes = package.clone().into_bytes();
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(bytes.len());
+                    bytes[at] = *rng.pick(b"{}[]:-&*!|>'\"#\n \t0aZ\\%?");
+                }
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            1 => {
+                let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+                let at = rng.below(out.len());
+                match rng.below(3) {
+                    0 => drop(out.remove(at)),
+                    1 => out.insert(at, out[rng.below(out.len())].clone()),
+                    _ => out[at] = format!("{}{}", out[at], rng.pick(&yaml_bits)),
+                }
+                out.join("\n")
+            }
+            _ => (0..rng.below(30)).map(|_| *rng.pick(&yaml_bits)).collect::<Vec<_>>().join(if rng.below(2) == 0 { "\n" } else { "" }),
+        };
+        if no_panic("Registry::import", &mutated, || block_on(r.registry.import(&mutated, "s2"))).is_ok_and(|res| res.success) {
+            imported += 1;
+        }
+    }
+    // Harmless mutations (inside a description, a trailing comment) still import.
+    assert!(imported > 0, "no mutated package imported: the mutations never reach the forge");
+}
+
+/// Model-written code is token soup often enough: random programs through the sandbox's
+/// validation, Boa's parser and, when they parse, its engine. A panic there would trap the
+/// sandbox Worker (it is replaced), which a model could repeat to keep Workers restarting.
+#[test]
+fn random_programs_never_panic_the_sandbox() {
+    use crucible::sandbox::SandboxStatus;
+    use support::sandbox::{run, runner};
+    let tokens = [
+        "function",
+        "execute",
+        "(",
+        ")",
+        "{",
+        "}",
+        "[",
+        "]",
+        "input",
+        "input.a",
+        "return",
+        ";",
+        ",",
+        ".",
+        "=>",
+        "=",
+        "+",
+        "-",
+        "*",
+        "/",
+        "/a+/g",
+        "`",
+        "${",
+        "'x'",
+        "\"y\"",
+        "1",
+        "0x1",
+        "1n",
+        "...",
+        "?",
+        ":",
+        "?.",
+        "??",
+        "async",
+        "await",
+        "class",
+        "extends",
+        "super",
+        "new",
+        "this",
+        "let",
+        "const",
+        "var",
+        "x",
+        "y",
+        "if",
+        "else",
+        "try",
+        "catch",
+        "finally",
+        "throw",
+        "typeof",
+        "delete",
+        "in",
+        "of",
+        "instanceof",
+        "\\u0065",
+        "#p",
+        "static",
+        "get",
+        "set",
+        "import",
+        "export",
+        "break",
+        "continue",
+        "switch",
+        "case",
+        "default",
+        "\n",
+        "//c\n",
+        "/*c*/",
+        "arguments",
+        "eval",
+        "Symbol",
+        "Proxy",
+        "Reflect",
+        "Object",
+        "Array",
+        "JSON",
+        "Math",
+        "Promise",
+        "then",
+        "constructor",
+        "__proto__",
+        "prototype",
+    ];
+    let sandbox = runner();
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut ran = 0;
+    for _ in 0..iterations(2000) {
+        let body: Vec<&str> = (0..rng.below(40)).map(|_| *rng.pick(&tokens)).collect();
+        let code = format!("function execute(input){{ {} }}", body.join(" "));
+        let result = no_panic("the sandbox", &code, || run(&sandbox, &code, json!({ "a": 1 })));
+        if matches!(result.status, SandboxStatus::Ok) || result.error.as_ref().is_some_and(|e| e.code == "runtime_error") {
+            ran += 1;
+        }
+    }
+    assert!(ran > 0, "no random program got past the parser");
+}
