@@ -686,6 +686,70 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.match(line.message, /a line of the stream is longer than 16777216 characters/);
   });
 
+  it('random and mutated bodies of the three wire formats end in chunks of the right shape or a ProviderError, never another exception', async () => {
+    // A seeded xorshift, so a failure reproduces.
+    let seed = 0x2545f491;
+    const rnd = (n: number) => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) % n;
+    };
+    const pick = <T,>(xs: readonly T[]): T => xs[rnd(xs.length)]!;
+    const odd = [null, -1, 1e9, 'a', {}, [], true, 0, 1.5, '0'];
+    const openaiEvents = () => [
+      `data: ${delta(pick(['a', 'é', '']))}`,
+      `data: ${JSON.stringify({ choices: [{ index: 0, delta: { tool_calls: [{ index: pick(odd), id: pick(['c1', null, 7]), function: { name: pick(['f', null, 3]), arguments: pick(['{"a":', '1}', null, { a: 1 }]) } }] } }] })}`,
+      `data: ${JSON.stringify({ choices: [{ index: 0, delta: pick([null, {}, { content: pick(odd) }]), finish_reason: pick(['stop', 'tool_calls', 'length', null, 5]) }] })}`,
+      `data: ${JSON.stringify({ choices: pick([null, [], [null], 'x']), usage: pick([null, { prompt_tokens: 'x' }, { prompt_tokens: 1, completion_tokens: 2 }]) })}`,
+      'data: [DONE]', 'data: {', 'data: null', 'data: []', 'event: x', ': c', 'error: {"message":"m"}', 'data:', 'retry: 1',
+    ];
+    const anthropicEvents = () => [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: pick([{ usage: { input_tokens: 3 } }, null, {}]) })}`,
+      `event: content_block_start\ndata: ${JSON.stringify({ type: 'content_block_start', index: pick(odd), content_block: pick([{ type: 'tool_use', id: 't', name: pick(['f', null]) }, { type: 'text', text: 'x' }, null]) })}`,
+      `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: pick(odd), delta: pick([{ type: 'text_delta', text: 'hi' }, { type: 'input_json_delta', partial_json: pick(['{"a"', ':1}', null]) }, null, {}]) })}`,
+      `event: message_delta\ndata: ${JSON.stringify({ type: 'message_delta', delta: { stop_reason: pick(['end_turn', 'tool_use', 'max_tokens', null, 4]) }, usage: pick([{ output_tokens: 2 }, null, 'x']) })}`,
+      'event: message_stop\ndata: {"type":"message_stop"}', 'event: ping\ndata: {"type":"ping"}', 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"m"}}',
+      'data: {', 'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}',
+    ];
+    const ollamaLines = () => [
+      JSON.stringify({ message: { content: pick(['a', '', null, 5]) }, done: false }),
+      JSON.stringify({ message: { tool_calls: pick([[{ function: { name: pick(['f', null]), arguments: pick([{ a: 1 }, '{"a":1}', null, 'x']) } }], null, 'x', [null]]) }, done: false }),
+      JSON.stringify({ done: true, done_reason: pick(['stop', 'length', null, 3]), prompt_eval_count: pick([1, 'x', null]), eval_count: 2 }),
+      '{', 'null', '[]', '"x"', '',
+    ];
+    const formats = [
+      { make: provider, events: openaiEvents, join: (xs: string[]) => xs.map((x) => `${x}\n\n`).join('') },
+      { make: () => anthropic({ baseURL: base.replace(/\/v1$/, ''), apiKey: 'x', model: 'm', retry: { maxRetries: 0 } }), events: anthropicEvents, join: (xs: string[]) => xs.map((x) => `${x}\n\n`).join('') },
+      { make: () => ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 } }), events: ollamaLines, join: (xs: string[]) => xs.map((x) => `${x}\n`).join('') },
+    ];
+    let finished = 0;
+    let refused = 0;
+    for (let i = 0; i < Number(process.env.FUZZ_ITERATIONS ?? 450); i++) {
+      const format = formats[i % formats.length]!;
+      const body = format.join(Array.from({ length: rnd(8) }, () => pick(format.events())));
+      // Whole, or cut at a random byte.
+      pieces = [rnd(4) === 0 ? body.slice(0, rnd(body.length + 1)) : body];
+      try {
+        for await (const chunk of format.make().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })) {
+          const ok =
+            (chunk.type === 'text' && typeof chunk.delta === 'string') ||
+            (chunk.type === 'tool_call' && Number.isInteger(chunk.index) && chunk.index >= 0 && typeof chunk.argumentsDelta === 'string' &&
+              (chunk.name === undefined || typeof chunk.name === 'string') && (chunk.id === undefined || typeof chunk.id === 'string')) ||
+            (chunk.type === 'finish' && typeof chunk.finishReason === 'string');
+          assert.ok(ok, `malformed chunk ${JSON.stringify(chunk)} from ${JSON.stringify(body)}`);
+          if (chunk.type === 'finish') finished++;
+        }
+      } catch (error) {
+        if (error instanceof assert.AssertionError) throw error;
+        assert.ok(error instanceof ProviderError, `${String(error)} (not a ProviderError) from ${JSON.stringify(pieces[0])}`);
+        refused++;
+      }
+    }
+    // Both outcomes occur: the bodies are not all garbage, nor all accepted.
+    assert.ok(finished > 20 && refused > 20, `finished ${finished}, refused ${refused}`);
+  });
+
   it('a body cut off before [DONE] or a finish reason is a provider_protocol error', async () => {
     pieces = [`data: ${delta('half an ans')}\n\n`];
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));

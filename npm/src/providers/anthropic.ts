@@ -21,6 +21,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
+import { WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint. */
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
@@ -135,24 +136,6 @@ function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant
 // ---------------------------------------------------------------------------------------------
 // Response mapping
 
-interface WireContentBlock {
-  type?: string;
-  text?: string;
-  id?: string;
-  name?: string;
-  input?: unknown;
-}
-
-interface WireEvent {
-  type?: string;
-  index?: number;
-  message?: { usage?: { input_tokens?: number; output_tokens?: number } };
-  content_block?: WireContentBlock;
-  delta?: { type?: string; text?: string; partial_json?: string; stop_reason?: string | null };
-  usage?: { output_tokens?: number; input_tokens?: number };
-  error?: { type?: string; message?: string };
-}
-
 async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceMessage>): AsyncGenerator<ModelChunk> {
   let inputTokens: number | undefined;
   let outputTokens: number | undefined;
@@ -161,53 +144,55 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   const callByBlock = new Map<number, number>();
 
   for await (const message of events) {
-    const event = expectObject(ctx, parseJson(ctx, message.data), message.data) as WireEvent;
-    const type = event.type ?? message.event;
+    const event = expectObject(ctx, parseJson(ctx, message.data), message.data);
+    const read = new WireReader(ctx, message.data);
+    const type = typeof event.type === 'string' ? event.type : message.event;
     switch (type) {
-      case 'message_start':
-        inputTokens = event.message?.usage?.input_tokens ?? inputTokens;
-        outputTokens = event.message?.usage?.output_tokens ?? outputTokens;
+      case 'message_start': {
+        const usage = read.object(read.object(event.message, 'message')?.usage, 'message.usage');
+        inputTokens = read.count(usage?.input_tokens) ?? inputTokens;
+        outputTokens = read.count(usage?.output_tokens) ?? outputTokens;
         break;
+      }
       case 'content_block_start': {
-        const block = event.content_block;
-        if (block?.type === 'text' && block.text) yield { type: 'text', delta: block.text };
-        if (block?.type === 'tool_use') {
+        const block = read.object(event.content_block, 'content_block');
+        const blockType = read.string(block?.type, 'content_block.type');
+        const text = read.string(block?.text, 'content_block.text');
+        if (blockType === 'text' && text) yield { type: 'text', delta: text };
+        if (block && blockType === 'tool_use') {
           const index = callByBlock.size;
-          callByBlock.set(event.index ?? index, index);
-          const chunk: ModelChunk = { type: 'tool_call', index, argumentsDelta: '' };
-          if (block.id) chunk.id = block.id;
-          if (block.name) chunk.name = block.name;
-          yield chunk;
+          callByBlock.set(read.index(event.index, 'index') ?? index, index);
+          yield toolUseChunk(read, block, index, '');
         }
         break;
       }
       case 'content_block_delta': {
-        const delta = event.delta;
-        if (delta?.type === 'text_delta' && delta.text) yield { type: 'text', delta: delta.text };
-        if (delta?.type === 'input_json_delta' && delta.partial_json) {
-          const index = callByBlock.get(event.index ?? -1);
-          if (index === undefined) throw protocolError(ctx, `input_json_delta for unknown block ${event.index}`, undefined, message.data);
-          yield { type: 'tool_call', index, argumentsDelta: delta.partial_json };
+        const delta = read.object(event.delta, 'delta');
+        const deltaType = read.string(delta?.type, 'delta.type');
+        const text = read.string(delta?.text, 'delta.text');
+        const json = read.string(delta?.partial_json, 'delta.partial_json');
+        if (deltaType === 'text_delta' && text) yield { type: 'text', delta: text };
+        if (deltaType === 'input_json_delta' && json) {
+          const block = read.index(event.index, 'index');
+          const index = block === undefined ? undefined : callByBlock.get(block);
+          if (index === undefined) throw protocolError(ctx, `input_json_delta for unknown block ${String(block)}`, undefined, message.data);
+          yield { type: 'tool_call', index, argumentsDelta: json };
         }
         break;
       }
-      case 'message_delta':
-        stopReason = event.delta?.stop_reason ?? stopReason;
-        outputTokens = event.usage?.output_tokens ?? outputTokens;
+      case 'message_delta': {
+        stopReason = read.string(read.object(event.delta, 'delta')?.stop_reason, 'delta.stop_reason') ?? stopReason;
+        const usage = typeof event.usage === 'object' && event.usage !== null ? (event.usage as WireObject) : undefined;
+        outputTokens = read.count(usage?.output_tokens) ?? outputTokens;
         // Newer API versions also report final input tokens here; a 0 would mean "unknown".
-        if (event.usage?.input_tokens) inputTokens = event.usage.input_tokens;
+        inputTokens = read.count(usage?.input_tokens) || inputTokens;
         break;
+      }
       case 'message_stop':
         yield finishChunk(stopReason, inputTokens, outputTokens);
         return;
-      case 'error': {
-        const errorType = event.error?.type ?? 'error';
-        throw streamedError(ctx, `${errorType}: ${event.error?.message ?? ''}`, {
-          status: errorType === 'overloaded_error' ? 529 : undefined,
-          retryable: /overloaded_error|api_error|rate_limit_error/.test(errorType),
-          body: message.data,
-        });
-      }
+      case 'error':
+        throw errorEvent(ctx, event, message.data);
       default:
         // `ping` and event types added after this mapping was written carry nothing we need.
         break;
@@ -218,28 +203,41 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
 
 async function* parseMessage(ctx: HttpContext, json: unknown): AsyncGenerator<ModelChunk> {
   const raw = JSON.stringify(json);
-  const message = expectObject(ctx, json, raw) as {
-    type?: string;
-    content?: WireContentBlock[];
-    stop_reason?: string | null;
-    usage?: { input_tokens?: number; output_tokens?: number };
-    error?: { type?: string; message?: string };
-  };
-  if (message.type === 'error') {
-    throw streamedError(ctx, `${message.error?.type}: ${message.error?.message ?? ''}`, { retryable: false, body: raw });
-  }
+  const message = expectObject(ctx, json, raw);
+  const read = new WireReader(ctx, raw);
+  if (message.type === 'error') throw errorEvent(ctx, message, raw, false);
   if (!Array.isArray(message.content)) throw protocolError(ctx, 'message has no `content` array', undefined, raw);
   let index = 0;
-  for (const block of message.content) {
-    if (block.type === 'text' && block.text) yield { type: 'text', delta: block.text };
-    if (block.type === 'tool_use') {
-      const chunk: ModelChunk = { type: 'tool_call', index: index++, argumentsDelta: JSON.stringify(block.input ?? {}) };
-      if (block.id) chunk.id = block.id;
-      if (block.name) chunk.name = block.name;
-      yield chunk;
-    }
+  for (const [position, entry] of message.content.entries()) {
+    const block = read.object(entry, `content[${position}]`);
+    const blockType = read.string(block?.type, 'content[].type');
+    const text = read.string(block?.text, 'content[].text');
+    if (blockType === 'text' && text) yield { type: 'text', delta: text };
+    if (block && blockType === 'tool_use') yield toolUseChunk(read, block, index++, JSON.stringify(block.input ?? {}));
   }
-  yield finishChunk(message.stop_reason ?? undefined, message.usage?.input_tokens, message.usage?.output_tokens);
+  const usage = typeof message.usage === 'object' && message.usage !== null ? (message.usage as WireObject) : undefined;
+  yield finishChunk(read.string(message.stop_reason, 'stop_reason'), read.count(usage?.input_tokens), read.count(usage?.output_tokens));
+}
+
+function toolUseChunk(read: WireReader, block: WireObject, index: number, argumentsDelta: string): ModelChunk {
+  const chunk: ModelChunk = { type: 'tool_call', index, argumentsDelta };
+  const id = read.string(block.id, 'content_block.id');
+  const name = read.string(block.name, 'content_block.name');
+  if (id) chunk.id = id;
+  if (name) chunk.name = name;
+  return chunk;
+}
+
+/** An `error` event, or a whole-body error (`retryable` only decided by its type when streamed). */
+function errorEvent(ctx: HttpContext, event: WireObject, raw: string, streamed = true) {
+  const error = typeof event.error === 'object' && event.error !== null ? (event.error as WireObject) : {};
+  const errorType = typeof error.type === 'string' ? error.type : 'error';
+  const detail = typeof error.message === 'string' ? error.message : '';
+  return streamedError(ctx, `${errorType}: ${detail}`, {
+    status: streamed && errorType === 'overloaded_error' ? 529 : undefined,
+    retryable: streamed && /overloaded_error|api_error|rate_limit_error/.test(errorType),
+    body: raw,
+  });
 }
 
 function finishChunk(stopReason: string | undefined, inputTokens?: number, outputTokens?: number): ModelChunk {

@@ -21,6 +21,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions } from './types.js';
+import { WireReader } from './wire.js';
 
 /** Default endpoint of a local Ollama. */
 export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
@@ -97,48 +98,38 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
 // ---------------------------------------------------------------------------------------------
 // Response mapping
 
-interface WireLine {
-  message?: {
-    content?: string;
-    tool_calls?: Array<{ id?: string; function?: { name?: string; arguments?: unknown } }>;
-  };
-  done?: boolean;
-  done_reason?: string;
-  prompt_eval_count?: number;
-  eval_count?: number;
-  error?: string;
-}
-
 async function* parseLines(ctx: HttpContext, lines: AsyncIterable<unknown>): AsyncGenerator<ModelChunk> {
   let callIndex = 0;
   for await (const value of lines) {
     const raw = JSON.stringify(value);
-    const line = expectObject(ctx, value, raw) as WireLine;
+    const line = expectObject(ctx, value, raw);
+    const read = new WireReader(ctx, raw);
     if (line.error !== undefined) {
-      throw streamedError(ctx, `server error in stream: ${line.error}`, { retryable: false, body: raw });
+      throw streamedError(ctx, `server error in stream: ${typeof line.error === 'string' ? line.error : raw.slice(0, 200)}`, { retryable: false, body: raw });
     }
-    if (line.message?.content) yield { type: 'text', delta: line.message.content };
-    for (const call of line.message?.tool_calls ?? []) {
-      const args = call.function?.arguments;
+    const message = read.object(line.message, 'message');
+    const content = read.string(message?.content, 'message.content');
+    if (content) yield { type: 'text', delta: content };
+    for (const [position, entry] of read.array(message?.tool_calls, 'message.tool_calls').entries()) {
+      const call = read.object(entry, `message.tool_calls[${position}]`);
+      const fn = read.object(call?.function, 'tool_calls[].function');
+      const args = fn?.arguments;
       yield {
         type: 'tool_call',
         index: callIndex++,
         // Ollama sends no call ids; tool results are matched by name on its side, ids on ours.
-        id: call.id || generateCallId(),
-        name: call.function?.name ?? '',
+        id: read.string(call?.id, 'tool_calls[].id') || generateCallId(),
+        name: read.string(fn?.name, 'tool_calls[].function.name') ?? '',
         argumentsDelta: typeof args === 'string' ? args : JSON.stringify(args ?? {}),
       };
     }
-    if (line.done) {
-      const finishReason = line.done_reason ?? 'stop';
-      if (line.prompt_eval_count === undefined && line.eval_count === undefined) {
+    if (read.boolean(line.done, 'done')) {
+      const finishReason = read.string(line.done_reason, 'done_reason') || 'stop';
+      const [inputTokens, outputTokens] = [read.count(line.prompt_eval_count), read.count(line.eval_count)];
+      if (inputTokens === undefined && outputTokens === undefined) {
         yield { type: 'finish', finishReason };
       } else {
-        yield {
-          type: 'finish',
-          finishReason,
-          usage: { inputTokens: line.prompt_eval_count ?? 0, outputTokens: line.eval_count ?? 0 },
-        };
+        yield { type: 'finish', finishReason, usage: { inputTokens: inputTokens ?? 0, outputTokens: outputTokens ?? 0 } };
       }
       return;
     }

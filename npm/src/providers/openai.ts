@@ -23,6 +23,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
+import { WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -109,23 +110,11 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
 // ---------------------------------------------------------------------------------------------
 // Response mapping
 
-interface WireToolCallDelta {
-  index?: number;
-  id?: string;
-  /** JSON text per the spec; some compatible servers send the object itself. */
-  function?: { name?: string; arguments?: string | Record<string, unknown> };
-}
-
-interface WireChunk {
-  choices?: Array<{
-    delta?: { content?: string | null; tool_calls?: WireToolCallDelta[] };
-    message?: { content?: string | null; tool_calls?: WireToolCallDelta[] };
-    finish_reason?: string | null;
-  }>;
-  usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
-  error?: { message?: string; type?: string; code?: number | string };
-}
-
+/**
+ * One chunk (streamed) or the completion (not streamed). Both carry `choices[0]`, with the
+ * answer so far under `delta` or the whole answer under `message`, and optionally `usage` or
+ * an `error` reported with status 200.
+ */
 async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceMessage>): AsyncGenerator<ModelChunk> {
   let finishReason: string | undefined;
   let usage: Usage | undefined;
@@ -136,17 +125,15 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
       terminated = true;
       break;
     }
-    const chunk = expectObject(ctx, parseJson(ctx, event.data), event.data) as WireChunk;
+    const chunk = expectObject(ctx, parseJson(ctx, event.data), event.data);
+    const read = new WireReader(ctx, event.data);
     throwIfError(ctx, chunk, event.data);
-    usage = toUsage(chunk.usage) ?? usage;
+    usage = toUsage(read, chunk.usage) ?? usage;
     // The usage-only chunk that `include_usage` adds has `choices: []`.
-    const choice = chunk.choices?.[0];
+    const choice = read.object(read.array(chunk.choices, 'choices')[0], 'choices[0]');
     if (!choice) continue;
-    const content = choice.delta?.content;
-    if (content) yield { type: 'text', delta: content };
-    const calls = choice.delta?.tool_calls ?? [];
-    for (const [position, call] of calls.entries()) yield toToolCallChunk(call, position);
-    if (choice.finish_reason) finishReason = choice.finish_reason;
+    yield* answerChunks(read, read.object(choice.delta, 'choices[0].delta'), 'delta');
+    finishReason = read.string(choice.finish_reason, 'finish_reason') || finishReason;
   }
 
   // A body that ends with neither `[DONE]` nor a finish reason was cut off mid-answer.
@@ -155,44 +142,58 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
 }
 
 async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator<ModelChunk> {
-  const completion = expectObject(ctx, json, JSON.stringify(json)) as WireChunk;
-  throwIfError(ctx, completion, JSON.stringify(json));
-  const choice = completion.choices?.[0];
-  if (!choice?.message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, JSON.stringify(json));
-  if (choice.message.content) yield { type: 'text', delta: choice.message.content };
-  for (const [position, call] of (choice.message.tool_calls ?? []).entries()) yield toToolCallChunk(call, position);
-  const usage = toUsage(completion.usage);
-  const finishReason = choice.finish_reason ?? 'stop';
+  const raw = JSON.stringify(json);
+  const completion = expectObject(ctx, json, raw);
+  const read = new WireReader(ctx, raw);
+  throwIfError(ctx, completion, raw);
+  const choice = read.object(read.array(completion.choices, 'choices')[0], 'choices[0]');
+  const message = read.object(choice?.message, 'choices[0].message');
+  if (!choice || !message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, raw);
+  yield* answerChunks(read, message, 'message');
+  const usage = toUsage(read, completion.usage);
+  const finishReason = read.string(choice.finish_reason, 'finish_reason') || 'stop';
   yield usage ? { type: 'finish', finishReason, usage } : { type: 'finish', finishReason };
 }
 
-function toToolCallChunk(call: WireToolCallDelta, position: number): ModelChunk {
-  const args = call.function?.arguments;
+/** The text and tool-call chunks of a choice's `delta` or `message`. */
+function* answerChunks(read: WireReader, answer: WireObject | undefined, where: string): Generator<ModelChunk> {
+  if (!answer) return;
+  const content = read.string(answer.content, `${where}.content`);
+  if (content) yield { type: 'text', delta: content };
+  for (const [position, call] of read.array(answer.tool_calls, `${where}.tool_calls`).entries()) {
+    yield toToolCallChunk(read, read.object(call, `${where}.tool_calls[${position}]`) ?? {}, position);
+  }
+}
+
+function toToolCallChunk(read: WireReader, call: WireObject, position: number): ModelChunk {
+  const fn = read.object(call.function, 'tool_calls[].function');
+  // JSON text per the spec; some compatible servers send the object itself.
+  const args = fn?.arguments;
   const chunk: Extract<ModelChunk, { type: 'tool_call' }> = {
     type: 'tool_call',
     // `index` is in the spec, but some compatible servers leave it out of single-call deltas.
-    index: call.index ?? position,
-    argumentsDelta: typeof args === 'object' && args !== null ? JSON.stringify(args) : (args ?? ''),
+    index: read.index(call.index, 'tool_calls[].index') ?? position,
+    argumentsDelta: typeof args === 'object' && args !== null ? JSON.stringify(args) : (read.string(args, 'tool_calls[].function.arguments') ?? ''),
   };
-  if (call.id) chunk.id = call.id;
-  if (call.function?.name) chunk.name = call.function.name;
+  const id = read.string(call.id, 'tool_calls[].id');
+  const name = read.string(fn?.name, 'tool_calls[].function.name');
+  if (id) chunk.id = id;
+  if (name) chunk.name = name;
   return chunk;
 }
 
-function toUsage(usage: WireChunk['usage']): Usage | undefined {
+function toUsage(read: WireReader, value: unknown): Usage | undefined {
+  const usage = typeof value === 'object' && value !== null ? (value as WireObject) : undefined;
   if (!usage) return undefined;
-  return { inputTokens: usage.prompt_tokens ?? 0, outputTokens: usage.completion_tokens ?? 0 };
+  return { inputTokens: read.count(usage.prompt_tokens) ?? 0, outputTokens: read.count(usage.completion_tokens) ?? 0 };
 }
 
-function throwIfError(ctx: HttpContext, chunk: WireChunk, raw: string): void {
-  if (!chunk.error) return;
-  const status = typeof chunk.error.code === 'number' ? chunk.error.code : undefined;
-  const retryable =
-    (status !== undefined && (status === 429 || status >= 500)) ||
-    /server_error|overloaded|rate_limit/.test(chunk.error.type ?? '');
-  throw streamedError(ctx, `server error in stream: ${chunk.error.message ?? raw.slice(0, 200)}`, {
-    status,
-    retryable,
-    body: raw,
-  });
+function throwIfError(ctx: HttpContext, chunk: WireObject, raw: string): void {
+  if (chunk.error === undefined || chunk.error === null) return;
+  const error = typeof chunk.error === 'object' ? (chunk.error as WireObject) : { message: String(chunk.error) };
+  const status = typeof error.code === 'number' ? error.code : undefined;
+  const type = typeof error.type === 'string' ? error.type : '';
+  const retryable = (status !== undefined && (status === 429 || status >= 500)) || /server_error|overloaded|rate_limit/.test(type);
+  const message = typeof error.message === 'string' ? error.message : raw.slice(0, 200);
+  throw streamedError(ctx, `server error in stream: ${message}`, { status, retryable, body: raw });
 }

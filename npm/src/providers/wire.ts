@@ -1,0 +1,59 @@
+/**
+ * Typed reads of a server's JSON. A response is parsed, not trusted: a field the mapping needs
+ * as a string, an array or an index may arrive as anything, and a value read on trust turns
+ * into a `TypeError` inside the provider or a chunk of the wrong shape handed to the core.
+ * Absent and `null` read as `undefined`; a value of another type is a `provider_protocol` error
+ * that quotes the event, since guessing would make up part of an answer. Token counts are
+ * informational and read leniently.
+ */
+import { protocolError, type HttpContext } from './http.js';
+
+export type WireObject = Record<string, unknown>;
+
+export class WireReader {
+  /** `raw`: the event or body being read, quoted by the errors. */
+  constructor(
+    private readonly ctx: HttpContext,
+    private readonly raw: string,
+  ) {}
+
+  private wrong(what: string, expected: string, value: unknown): never {
+    const got = Array.isArray(value) ? 'an array' : typeof value;
+    throw protocolError(this.ctx, `\`${what}\` is ${got}, not ${expected}`, undefined, this.raw);
+  }
+
+  string(value: unknown, what: string): string | undefined {
+    if (value === undefined || value === null || typeof value === 'string') return value ?? undefined;
+    return this.wrong(what, 'a string', value);
+  }
+
+  object(value: unknown, what: string): WireObject | undefined {
+    if (value === undefined || value === null) return undefined;
+    if (typeof value === 'object' && !Array.isArray(value)) return value as WireObject;
+    return this.wrong(what, 'an object', value);
+  }
+
+  /** The entries of an array field, none when it is absent. */
+  array(value: unknown, what: string): unknown[] {
+    if (value === undefined || value === null) return [];
+    if (Array.isArray(value)) return value;
+    return this.wrong(what, 'an array', value);
+  }
+
+  /** A position (a tool call's or a content block's index). */
+  index(value: unknown, what: string): number | undefined {
+    if (value === undefined || value === null) return undefined;
+    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+    return this.wrong(what, 'a non-negative integer', value);
+  }
+
+  boolean(value: unknown, what: string): boolean | undefined {
+    if (value === undefined || value === null || typeof value === 'boolean') return value ?? undefined;
+    return this.wrong(what, 'a boolean', value);
+  }
+
+  /** A token count: anything but a non-negative number reads as unknown. */
+  count(value: unknown): number | undefined {
+    return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+  }
+}
