@@ -3,7 +3,7 @@
 // the registry persists through a store.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AbortError, createAgent, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
+import { AbortError, createAgent, CrucibleError, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -494,6 +494,82 @@ describe('emergent options and edge cases through createAgent', () => {
     const big = await agent.forge({ ...slugify, name: 'big', testCases: [{ input: { n: 1n } }] } as unknown as typeof slugify);
     assert.ok(!big.success && big.category === 'parse_error', JSON.stringify(big));
     assert.equal(agent.emergent.stats().rejectionsByCategory.parse_error, 2);
+    await agent.close();
+  });
+
+  test('the public API answers hostile values with a result or a CrucibleError, and the core keeps serving', async () => {
+    // Seeded, so a failure reproduces. Values a caller (or a model's output, passed on) can
+    // hand the bindings: non-JSON ones, throwing getters and toJSON, proxies, cycles.
+    let seed = 0x9e3779b9;
+    const rnd = (n: number) => {
+      seed ^= seed << 13;
+      seed ^= seed >>> 17;
+      seed ^= seed << 5;
+      return (seed >>> 0) % n;
+    };
+    const pick = <T,>(xs: readonly T[]): T => xs[rnd(xs.length)]!;
+    const keys = ['name', 'description', 'inputSchema', 'outputSchema', 'implementation', 'mode', 'code', 'steps', 'tool', 'inputMapping', 'testCases', 'input', 'expectedOutput', 'type', 'properties', 'required', 'text', 'allowlist', '__proto__', 'constructor', 'toJSON'];
+    const hostile = (): unknown => {
+      const cyclic: Record<string, unknown> = { name: 'cyc' };
+      cyclic.self = cyclic;
+      return pick([
+        () => cyclic,
+        () => ({ get name() { throw new Error('getter'); } }),
+        () => ({ toJSON() { throw new Error('toJSON'); } }),
+        () => new Proxy({}, { get() { throw new Error('proxy'); }, ownKeys() { throw new Error('proxy'); } }),
+        () => 10n,
+        () => Symbol('s'),
+        () => () => 1,
+        () => new Map([[1, 2]]),
+        () => new Date(Number.NaN),
+        () => Object.create(null),
+        () => new Uint8Array(3),
+      ])();
+    };
+    const value = (depth = 0): unknown => {
+      switch (rnd(depth > 3 ? 4 : 7)) {
+        case 0: return pick([undefined, null, true, 0, -0, NaN, Infinity, 1e308, -1, 2 ** 53 + 2]);
+        case 1: return pick(['', 'slugify', 'upper', 'forge_tool', '$input.text', '$prev', 'compose', 'sandbox', 'session', 'shared', 'x'.repeat(5000), '\u0000', 'function execute(i){ return { slug: i.text }; }']);
+        case 2: return hostile();
+        case 3: return pick([undefined, null, 'compose', 1]);
+        case 4: return Array.from({ length: rnd(4) }, () => value(depth + 1));
+        default: return Object.fromEntries(Array.from({ length: rnd(5) }, () => [pick(keys), value(depth + 1)]));
+      }
+    };
+    const mutate = (base: Record<string, unknown>): Record<string, unknown> => ({ ...base, [pick(keys)]: value(1) });
+    const agent = await makeAgent(memoryStore());
+    const typed = (error: unknown, what: string) => assert.ok(error instanceof CrucibleError, `${what}: ${String(error)} is not a CrucibleError`);
+    let forged = 0;
+    for (let i = 0; i < Number(process.env.FUZZ_ITERATIONS ?? 250); i++) {
+      const request = rnd(3) === 0 ? value() : mutate({ ...slugify, name: `fz_${i}` });
+      const options = pick([undefined, { sessionId: 's' }, { sessionId: value() }, value()]) as never;
+      try {
+        const res = await agent.forge(request as never, options);
+        assert.equal(typeof res.success, 'boolean', JSON.stringify(res));
+        if (res.success) forged++;
+      } catch (error) {
+        typed(error, 'agent.forge');
+      }
+      const calls: Array<() => Promise<unknown> | unknown> = [
+        () => agent.tools.call(pick(['upper', 'slugify', `fz_${i}`, value()]) as string, value() as never, options),
+        () => agent.tools.list(options),
+        () => agent.emergent.import(pick([value(), 'format: crucible.tool.v1\ntool: {}', 'a: [', '*x']) as string, options),
+        () => agent.emergent.requestPromotion(pick(['slugify', value()]) as string, value() as never, options),
+        () => agent.emergent.rollback(pick([`fz_${i}`, value()]) as string, value() as never, options),
+        () => agent.emergent.demote(value() as string, options),
+        () => agent.emergent.approve(value() as string),
+        () => agent.emergent.export(value() as string, options),
+      ];
+      try {
+        await pick(calls)();
+      } catch (error) {
+        typed(error, 'an API call');
+      }
+    }
+    assert.ok(forged > 0, 'some mutated requests still forge');
+    // The core was not poisoned: it forges and calls as before.
+    assert.ok((await agent.forge({ ...slugify, name: 'after_fuzz' }, { sessionId: 'ok' })).success);
+    assert.deepEqual(await agent.tools.call('after_fuzz', { text: 'Still Here' }, { sessionId: 'ok' }), { slug: 'still-here' });
     await agent.close();
   });
 
