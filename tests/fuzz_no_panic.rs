@@ -473,3 +473,58 @@ fn random_programs_never_panic_the_sandbox() {
     }
     assert!(ran > 0, "no random program got past the parser");
 }
+
+/// A model's answers, turn after turn: random text and tool calls (unknown names, garbled or
+/// hostile arguments, `forge_tool` with mutated requests, calls of what it forged) through
+/// whole runs of an agent whose registry is attached. Each run ends with an answer or a typed
+/// error, and the agent answers a normal run afterwards.
+#[test]
+fn random_model_turns_never_panic_a_run_with_forging_enabled() {
+    use crucible::agent::{Agent, AgentConfig, CollectingSink, NativeEnvironment, RunOptions, ToolProvider};
+    use support::{Reply, ScriptedModel};
+
+    let r = rig();
+    let mut rng = Rng(0xfeed_face_dead_c0de);
+    let forge_base = compose_request("fuzzed");
+    let names = ["upper_case", "word_count", "forge_tool", "fuzzed", "missing", "", "upper_case\u{0}", "Fn Name!"];
+    let mut answered = 0;
+    for i in 0..iterations(300) {
+        let turns: Vec<Reply> = (0..1 + rng.below(5))
+            .map(|_| match rng.below(4) {
+                0 => Reply::Text(rng.pick(STRINGS).to_string()),
+                1 => {
+                    let request = if rng.below(2) == 0 { mutate(&forge_base, &mut rng) } else { forge_base.clone() };
+                    Reply::Calls(vec![("forge_tool".into(), request.to_string())])
+                }
+                _ => Reply::Calls(
+                    (0..1 + rng.below(3))
+                        .map(|_| {
+                            let args = match rng.below(3) {
+                                0 => random_value(&mut rng, 1).to_string(),
+                                1 => json!({ "text": rng.pick(STRINGS) }).to_string(),
+                                _ => rng.pick(&["", "{", "null", "[1,2]", "{\"text\":", "not json"]).to_string(),
+                            };
+                            (rng.pick(&names).to_string(), args)
+                        })
+                        .collect(),
+                ),
+            })
+            .collect();
+        let model = ScriptedModel::new(turns);
+        let agent =
+            Agent::new(AgentConfig { max_turns: 6, ..Default::default() }, model, host_tools(), std::rc::Rc::new(NativeEnvironment::default())).unwrap();
+        agent.set_tool_provider(Some(r.registry.clone() as std::rc::Rc<dyn ToolProvider>));
+        let options = RunOptions { session_id: Some(format!("run{}", i % 7)), ..Default::default() };
+        if no_panic("Agent::run", &i, || block_on(agent.run("go", options, &mut CollectingSink::default()))).is_ok() {
+            answered += 1;
+        }
+    }
+    // The turns reach the forge (some register, others are refused) and some runs answer.
+    let stats = r.registry.stats();
+    assert!(stats.approved > 0 && stats.rejected > 0 && answered > 0, "{stats:?}, {answered} answered");
+    let model = ScriptedModel::new(vec![support::call("upper_case", r#"{"text":"ok"}"#), support::text("done")]);
+    let agent = Agent::new(AgentConfig::default(), model, host_tools(), std::rc::Rc::new(NativeEnvironment::default())).unwrap();
+    agent.set_tool_provider(Some(r.registry.clone() as std::rc::Rc<dyn ToolProvider>));
+    let out = block_on(agent.run("go", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.text, "done");
+}
