@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AbortError, createAgent, CrucibleError, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
+import type { ExecuteOptions, SandboxRequest } from '../src/sandbox/types.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let chat: MockLlmServer;
@@ -480,6 +481,39 @@ describe('emergent options and edge cases through createAgent', () => {
       const agent = await makeAgent(memoryStore(), { sandbox: own });
       assert.ok((await agent.forge(slugify)).success, 'your own sandbox runs the tests');
       await agent.close();
+    } finally {
+      await own.close();
+    }
+  });
+
+  test('forged code runs through the sandbox JSON fast path when the host offers it, through execute otherwise', async () => {
+    const { createSandbox } = await import('../src/sandbox/index.js');
+    const own = await createSandbox();
+    const fastPath = Symbol.for('crucible.sandbox.executeJson');
+    const counts = { json: 0, execute: 0 };
+    const viaExecute = {
+      execute: (request: SandboxRequest, options?: ExecuteOptions) => {
+        counts.execute++;
+        return own.execute(request, options);
+      },
+    };
+    const withFastPath = {
+      ...viaExecute,
+      [fastPath]: (json: string) => {
+        counts.json++;
+        return (own as unknown as Record<symbol, (json: string) => unknown>)[fastPath]!(json);
+      },
+    };
+    try {
+      const fast = await makeAgent(memoryStore(), { sandbox: withFastPath });
+      assert.ok((await fast.forge(slugify, { sessionId: 's' })).success);
+      assert.deepEqual(await fast.tools.call('slugify', { text: 'Fast Path' }, { sessionId: 's' }), { slug: 'fast-path' });
+      assert.deepEqual(counts, { json: 3, execute: 0 }, 'two tests and a call, all as JSON text');
+      await fast.close();
+      const plain = await makeAgent(memoryStore(), { sandbox: viaExecute });
+      assert.ok((await plain.forge(slugify, { sessionId: 's' })).success);
+      assert.deepEqual(counts, { json: 3, execute: 2 }, 'a host without it gets request objects');
+      await plain.close();
     } finally {
       await own.close();
     }

@@ -472,27 +472,37 @@ impl CancelSignal for JsAbortSignal {
     }
 }
 
-/// Aborts an execution's signal if the execution is dropped before it settles (the run that
-/// wanted it was stopped): the host frees its Worker instead of running on to the deadline.
-struct AbortOnDrop {
-    controller: web_sys::AbortController,
-    settled: bool,
+/// Stops an execution the core no longer waits for (the run that wanted it was stopped): the
+/// host frees its Worker instead of running on to the deadline. Disarmed once it settles.
+struct CancelOnDrop(Option<Box<dyn FnOnce()>>);
+
+impl CancelOnDrop {
+    fn settled(&mut self) {
+        self.0 = None;
+    }
 }
 
-impl Drop for AbortOnDrop {
+impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if !self.settled {
-            self.controller.abort();
+        if let Some(cancel) = self.0.take() {
+            cancel();
         }
     }
 }
 
+/// The symbol under which `createSandbox()` offers its JSON fast path (`npm/src/sandbox`):
+/// `(requestJson) => { result: Promise<string>, cancel() }`. The request and the result cross
+/// as the JSON text the Worker reads and writes anyway, instead of being parsed into objects
+/// and stringified again on each side, and no `AbortController` is made per execution.
+const EXECUTE_JSON: &str = "crucible.sandbox.executeJson";
+
 /// The TS sandbox host (`createSandbox()`): `{ execute(request, { signal }) =>
-/// Promise<SandboxResult> }`. Forged code runs there, in a Worker, never in this instance
-/// (DESIGN decision 2).
+/// Promise<SandboxResult> }`, and our own pool's JSON fast path when it has one. Forged code
+/// runs there, in a Worker, never in this instance (DESIGN decision 2).
 pub(crate) struct JsSandbox {
     target: JsValue,
     execute: Function,
+    execute_json: Option<Function>,
 }
 
 impl JsSandbox {
@@ -500,7 +510,30 @@ impl JsSandbox {
         let execute = Reflect::get(&target, &"execute".into())?
             .dyn_into::<Function>()
             .map_err(|_| error_object("invalid_config", "sandbox.execute must be a function"))?;
-        Ok(Self { target, execute })
+        let execute_json = Reflect::get(&target, &js_sys::Symbol::for_(EXECUTE_JSON)).ok().and_then(|f| f.dyn_into::<Function>().ok());
+        Ok(Self { target, execute, execute_json })
+    }
+
+    /// Starts `request` on the host: the promise of its result and what cancels it.
+    fn start(&self, request: &SandboxRequest) -> Result<(JsValue, CancelOnDrop), JsValue> {
+        if let Some(execute_json) = &self.execute_json {
+            let text = serde_json::to_string(request).map_err(|e| JsValue::from_str(&e.to_string()))?;
+            let handle = execute_json.call1(&self.target, &JsValue::from_str(&text))?;
+            let cancel = Reflect::get(&handle, &"cancel".into())?.dyn_into::<Function>()?;
+            let target = handle.clone();
+            let guard = CancelOnDrop(Some(Box::new(move || drop(cancel.call0(&target)))));
+            return Ok((Reflect::get(&handle, &"result".into())?, guard));
+        }
+        let js_request = to_js(request)?;
+        let options = Object::new();
+        let guard = match web_sys::AbortController::new() {
+            Ok(controller) => {
+                Reflect::set(&options, &"signal".into(), &controller.signal())?;
+                CancelOnDrop(Some(Box::new(move || controller.abort())))
+            }
+            Err(_) => CancelOnDrop(None),
+        };
+        Ok((self.execute.call2(&self.target, &js_request, &options)?, guard))
     }
 }
 
@@ -517,28 +550,19 @@ impl SandboxRunner for JsSandbox {
                 duration_ms: 0.0,
             }
         };
-        let js_request = match to_js(request) {
-            Ok(v) => v,
-            Err(e) => return failed(e),
-        };
-        let mut abort = match web_sys::AbortController::new() {
-            Ok(controller) => Some(AbortOnDrop { controller, settled: false }),
-            Err(_) => None,
-        };
-        let options = Object::new();
-        if let Some(abort) = &abort {
-            let _ = Reflect::set(&options, &"signal".into(), &abort.controller.signal());
-        }
-        let returned = match self.execute.call2(&self.target, &js_request, &options) {
-            Ok(v) => v,
+        let malformed = |e: String| failed(JsValue::from_str(&format!("malformed sandbox result: {e}")));
+        let (returned, mut cancel) = match self.start(request) {
+            Ok(started) => started,
             Err(e) => return failed(e),
         };
         let settled = await_promise(returned).await;
-        if let Some(abort) = &mut abort {
-            abort.settled = true;
-        }
+        cancel.settled();
         match settled {
-            Ok(v) => decode(&v).unwrap_or_else(|e| failed(JsValue::from_str(&format!("malformed sandbox result: {e}")))),
+            Ok(v) => match v.as_string() {
+                // The fast path's result is the Worker's JSON text.
+                Some(text) if self.execute_json.is_some() => serde_json::from_str(&text).unwrap_or_else(|e| malformed(e.to_string())),
+                _ => decode(&v).unwrap_or_else(malformed),
+            },
             Err(e) => failed(e),
         }
     }

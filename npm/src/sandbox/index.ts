@@ -76,5 +76,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
       await guarded?.close();
     },
     stats: () => pool.stats(),
-  };
+    // The agent core's JSON fast path (src/wasm/interop.rs, `JsSandbox`); not part of the API.
+    [Symbol.for('crucible.sandbox.executeJson')]: (requestJson: string) => pool.executeJson(requestJson),
+  } as Sandbox;
 }

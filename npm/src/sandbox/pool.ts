@@ -99,8 +99,17 @@ export function loadSandboxModule(source: SandboxOptions['wasm']): Promise<WebAs
 interface Job {
   id: number;
   request: string;
-  resolve: (result: SandboxResult) => void;
+  /** With the Worker's result as its JSON text, or a failure the pool decided itself. */
+  resolve: (result: SandboxResult | string) => void;
   started: number;
+}
+
+/** An execution started on the JSON fast path (see {@link WorkerPool.executeJson}). */
+export interface JsonExecution {
+  /** The result's JSON text (a {@link SandboxResult}). */
+  result: Promise<string>;
+  /** Ends the execution as `aborted` (as an aborted signal does); a finished one is left alone. */
+  cancel(): void;
 }
 
 interface Slot {
@@ -161,9 +170,7 @@ export class WorkerPool {
 
   execute(request: SandboxRequest, signal?: AbortSignal): Promise<SandboxResult> {
     const started = performance.now();
-    if (this.closed) return Promise.resolve(failure('error', 'closed', 'the sandbox is closed', started));
     if (signal?.aborted) return Promise.resolve(aborted(started));
-    if (this.broken) return Promise.resolve(failure('error', 'worker_start', this.broken, started));
     if (typeof request?.code !== 'string') {
       return Promise.resolve(failure('rejected', 'bad_request', 'request.code must be a string', started));
     }
@@ -173,27 +180,61 @@ export class WorkerPool {
     } catch (error) {
       return Promise.resolve(failure('rejected', 'bad_request', `input is not JSON-serialisable: ${String(error)}`, started));
     }
+    return new Promise((settle) => {
+      let job: Job | undefined;
+      const onAbort = () => job && this.abandon(job);
+      job = this.submit(json, started, (result) => {
+        signal?.removeEventListener('abort', onAbort);
+        if (typeof result !== 'string') return settle(result);
+        let parsed: SandboxResult;
+        try {
+          parsed = JSON.parse(result) as SandboxResult;
+        } catch {
+          return settle(failure('error', 'internal', 'malformed result from the sandbox worker', started));
+        }
+        parsed.durationMs = performance.now() - started;
+        settle(parsed);
+      });
+      if (job) signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /**
+   * The agent core's way in: the request as the JSON text the Worker reads, the result as the
+   * JSON text it writes, and a `cancel` instead of an `AbortSignal`, so an execution costs no
+   * parse and stringify on either side and no `AbortController`. The core finds it under
+   * `Symbol.for('crucible.sandbox.executeJson')` on the sandbox `createSandbox` returns.
+   */
+  executeJson(requestJson: string): JsonExecution {
+    const started = performance.now();
+    let job: Job | undefined;
+    const result = new Promise<string>((settle) => {
+      job = this.submit(requestJson, started, (r) => settle(typeof r === 'string' ? r : JSON.stringify(r)));
+    });
+    return { result, cancel: () => job && this.abandon(job) };
+  }
+
+  /** Queues an execution of `json`, or ends it at once (closed, broken, queue full); the job
+   *  when it was queued. */
+  private submit(json: string, started: number, resolve: Job['resolve']): Job | undefined {
+    const refuse = (result: SandboxResult) => {
+      resolve(result);
+      return undefined;
+    };
+    if (this.closed) return refuse(failure('error', 'closed', 'the sandbox is closed', started));
+    if (this.broken) return refuse(failure('error', 'worker_start', this.broken, started));
     // A flood of executions (many runs, each with many calls) must not pile up without bound:
     // each waiting job holds its request, and the last would wait behind all the others.
     const idle = this.slots.some((s) => s.state === 'idle');
     if (!idle && this.queue.length >= this.config.maxQueued) {
-      return Promise.resolve(
+      return refuse(
         failure('error', 'queue_full', `${this.queue.length} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
       );
     }
-    return new Promise((settle) => {
-      const job: Job = { id: this.nextId++, request: json, resolve: settle, started };
-      if (signal) {
-        const onAbort = () => this.abandon(job);
-        signal.addEventListener('abort', onAbort, { once: true });
-        job.resolve = (result) => {
-          signal.removeEventListener('abort', onAbort);
-          settle(result);
-        };
-      }
-      this.queue.push(job);
-      this.pump();
-    });
+    const job: Job = { id: this.nextId++, request: json, resolve, started };
+    this.queue.push(job);
+    this.pump();
+    return job;
   }
 
   /** Ends `job` as aborted: dropped from the queue, or its Worker terminated and replaced
@@ -263,7 +304,7 @@ export class WorkerPool {
           this.startFailed(slot, `sandbox worker failed to start: ${message.message}`);
           return;
         case 'result':
-          return this.finish(slot, message.id, () => JSON.parse(message.result) as SandboxResult, message.memoryBytes);
+          return this.finish(slot, message.id, message.result, message.memoryBytes);
         case 'trap':
           return this.onTrap(slot, message);
         case 'fetch':
@@ -299,12 +340,12 @@ export class WorkerPool {
   }
 
   /**
-   * Ends the slot's job with `produce()`'s result. A Worker whose instance has grown past half
+   * Ends the slot's job with the Worker's result text. A Worker whose instance has grown past half
    * the memory budget is then replaced rather than reused: a wasm memory never shrinks, and
    * some engine state outlives executions (Boa's global symbol registry, its string interner),
    * so a long-lived Worker would otherwise fail some later, innocent execution with `memory`.
    */
-  private finish(slot: Slot, id: number, produce: () => SandboxResult, memoryBytes = 0): void {
+  private finish(slot: Slot, id: number, result: string, memoryBytes = 0): void {
     const job = slot.job;
     if (!job || job.id !== id) return;
     clearTimeout(slot.timer);
@@ -313,13 +354,6 @@ export class WorkerPool {
     slot.fetchAbort = undefined;
     slot.state = 'idle';
     slot.handle.setBusy(false);
-    let result: SandboxResult;
-    try {
-      result = produce();
-    } catch {
-      result = failure('error', 'internal', 'malformed result from the sandbox worker', job.started);
-    }
-    result.durationMs = performance.now() - job.started;
     job.resolve(result);
     if (memoryBytes > this.config.memoryMB * 1048576 * RECYCLE_AT) this.replace(slot, 'recycled');
     this.pump();
