@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { AbortError, createAgent, CrucibleError, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
+import { iterations, seeded } from './support/seeded.js';
 import type { ExecuteOptions, SandboxRequest } from '../src/sandbox/types.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -532,16 +533,9 @@ describe('emergent options and edge cases through createAgent', () => {
   });
 
   test('the public API answers hostile values with a result or a CrucibleError, and the core keeps serving', async () => {
-    // Seeded, so a failure reproduces. Values a caller (or a model's output, passed on) can
-    // hand the bindings: non-JSON ones, throwing getters and toJSON, proxies, cycles.
-    let seed = 0x9e3779b9;
-    const rnd = (n: number) => {
-      seed ^= seed << 13;
-      seed ^= seed >>> 17;
-      seed ^= seed << 5;
-      return (seed >>> 0) % n;
-    };
-    const pick = <T,>(xs: readonly T[]): T => xs[rnd(xs.length)]!;
+    // Values a caller (or a model's output, passed on) can hand the bindings: non-JSON ones,
+    // throwing getters and toJSON, proxies, cycles.
+    const { below: rnd, pick } = seeded(0x9e3779b9);
     const keys = ['name', 'description', 'inputSchema', 'outputSchema', 'implementation', 'mode', 'code', 'steps', 'tool', 'inputMapping', 'testCases', 'input', 'expectedOutput', 'type', 'properties', 'required', 'text', 'allowlist', '__proto__', 'constructor', 'toJSON'];
     const hostile = (): unknown => {
       const cyclic: Record<string, unknown> = { name: 'cyc' };
@@ -574,7 +568,7 @@ describe('emergent options and edge cases through createAgent', () => {
     const agent = await makeAgent(memoryStore());
     const typed = (error: unknown, what: string) => assert.ok(error instanceof CrucibleError, `${what}: ${String(error)} is not a CrucibleError`);
     let forged = 0;
-    for (let i = 0; i < Number(process.env.FUZZ_ITERATIONS ?? 250); i++) {
+    for (let i = 0; i < iterations(250); i++) {
       const request = rnd(3) === 0 ? value() : mutate({ ...slugify, name: `fz_${i}` });
       const options = pick([undefined, { sessionId: 's' }, { sessionId: value() }, value()]) as never;
       try {

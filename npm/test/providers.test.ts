@@ -10,6 +10,7 @@ import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
 import { echoToolResponder, startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+import { iterations, seeded } from './support/seeded.js';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -687,15 +688,7 @@ describe('openai() reads SSE framing as servers write it', () => {
   });
 
   it('random and mutated bodies of the three wire formats end in chunks of the right shape or a ProviderError, never another exception', async () => {
-    // A seeded xorshift, so a failure reproduces.
-    let seed = 0x2545f491;
-    const rnd = (n: number) => {
-      seed ^= seed << 13;
-      seed ^= seed >>> 17;
-      seed ^= seed << 5;
-      return (seed >>> 0) % n;
-    };
-    const pick = <T,>(xs: readonly T[]): T => xs[rnd(xs.length)]!;
+    const { below: rnd, pick } = seeded(0x2545f491);
     const odd = [null, -1, 1e9, 'a', {}, [], true, 0, 1.5, '0'];
     const openaiEvents = () => [
       `data: ${delta(pick(['a', 'é', '']))}`,
@@ -725,7 +718,7 @@ describe('openai() reads SSE framing as servers write it', () => {
     ];
     let finished = 0;
     let refused = 0;
-    for (let i = 0; i < Number(process.env.FUZZ_ITERATIONS ?? 450); i++) {
+    for (let i = 0; i < iterations(450); i++) {
       const format = formats[i % formats.length]!;
       const body = format.join(Array.from({ length: rnd(8) }, () => pick(format.events())));
       // Whole, or cut at a random byte.
