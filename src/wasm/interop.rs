@@ -137,11 +137,19 @@ impl Model for JsModel {
         let iterator = self.stream.call2(&self.target, &js_request, &JsValue::from_str(&call.run_id)).map_err(to_model_error)?;
         let next = method_of(&iterator, "next").ok_or_else(|| ModelError::new("provider_protocol", "model.stream did not return an async iterator"))?;
         let (done_key, value_key) = (JsValue::from_str("done"), JsValue::from_str("value"));
-        let mut open = ReturnOnDrop { iterator: iterator.clone(), finished: false };
+        // A stream dropped before its end (the forge or run awaiting it was aborted, or the
+        // answer outgrew its bounds) is closed: `iterator.return()` lets the provider cancel
+        // its response body instead of reading on. A rejection of that call is nobody's.
+        let closing = iterator.clone();
+        let mut open = UnlessSettled::new(move || {
+            if let Some(Ok(returned)) = method_of(&closing, "return").map(|close| close.call0(&closing)) {
+                then_quietly(&returned, &JsValue::UNDEFINED);
+            }
+        });
         loop {
             let step = await_promise(next.call0(&iterator).map_err(to_model_error)?).await.map_err(to_model_error)?;
             if Reflect::get(&step, &done_key).ok().and_then(|d| d.as_bool()).unwrap_or(false) {
-                open.finished = true;
+                open.settled();
                 return Ok(());
             }
             let value = Reflect::get(&step, &value_key).map_err(to_model_error)?;
@@ -155,21 +163,25 @@ impl Model for JsModel {
     }
 }
 
-/// Closes a model stream that is dropped before its end (the forge or run awaiting it was
-/// aborted): `iterator.return()` lets the provider cancel its response body instead of reading
-/// on. A rejection of that call is nobody's to handle and is swallowed.
-struct ReturnOnDrop {
-    iterator: JsValue,
-    finished: bool,
+/// What to do if a JS operation the core awaits is dropped before it settles (the run or
+/// forge awaiting it was aborted): close a model stream, release a lock granted later, cancel
+/// a sandbox execution. Disarmed by `settled`.
+struct UnlessSettled(Option<Box<dyn FnOnce()>>);
+
+impl UnlessSettled {
+    fn new(on_drop: impl FnOnce() + 'static) -> Self {
+        Self(Some(Box::new(on_drop)))
+    }
+
+    fn settled(&mut self) {
+        self.0 = None;
+    }
 }
 
-impl Drop for ReturnOnDrop {
+impl Drop for UnlessSettled {
     fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        if let Some(Ok(returned)) = method_of(&self.iterator, "return").map(|close| close.call0(&self.iterator)) {
-            then_quietly(&returned, &JsValue::UNDEFINED);
+        if let Some(on_drop) = self.0.take() {
+            on_drop();
         }
     }
 }
@@ -333,28 +345,6 @@ fn to_store_error(e: JsValue) -> StoreError {
     StoreError::new(code.filter(|c| c.starts_with("store_")).unwrap_or_else(|| "store_error".into()), message)
 }
 
-/// A lock asked for and not yet granted. If the wait is dropped (the flush holding it was
-/// abandoned with its caller), the lock is released as soon as it is granted: a Web Lock
-/// nobody releases would block every later holder, in every tab.
-struct LockRequest {
-    granted_to: Promise,
-    received: bool,
-}
-
-impl Drop for LockRequest {
-    fn drop(&mut self) {
-        if self.received {
-            return;
-        }
-        let release_when_granted = Closure::once_into_js(|release: JsValue| {
-            if let Some(release) = release.dyn_ref::<Function>() {
-                let _ = release.call0(&JsValue::NULL);
-            }
-        });
-        then_quietly(&self.granted_to, &release_when_granted);
-    }
-}
-
 fn store_encoding_error(e: JsValue) -> StoreError {
     let (_, message, _) = describe_thrown(&e);
     StoreError::new("store_error", message)
@@ -391,9 +381,21 @@ impl Store for JsStore {
     async fn lock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
         let Some(lock) = self.method("lock") else { return Ok(None) };
         let returned = lock.call1(&self.target, &name.into()).map_err(to_store_error)?;
-        let mut request = LockRequest { granted_to: Promise::resolve(&returned), received: false };
-        let release = JsFuture::from(request.granted_to.clone()).await.map_err(to_store_error);
-        request.received = true;
+        let granted_to = Promise::resolve(&returned);
+        // If the wait is dropped (the flush holding it was abandoned with its caller), the lock
+        // is released as soon as it is granted: a Web Lock nobody releases would block every
+        // later holder, in every tab.
+        let pending = granted_to.clone();
+        let mut request = UnlessSettled::new(move || {
+            let release_when_granted = Closure::once_into_js(|release: JsValue| {
+                if let Some(release) = release.dyn_ref::<Function>() {
+                    let _ = release.call0(&JsValue::NULL);
+                }
+            });
+            then_quietly(&pending, &release_when_granted);
+        });
+        let release = JsFuture::from(granted_to).await.map_err(to_store_error);
+        request.settled();
         let release = release?;
         Ok(Some(StoreLock::new(move || {
             if let Some(release) = release.dyn_ref::<Function>() {
@@ -472,24 +474,6 @@ impl CancelSignal for JsAbortSignal {
     }
 }
 
-/// Stops an execution the core no longer waits for (the run that wanted it was stopped): the
-/// host frees its Worker instead of running on to the deadline. Disarmed once it settles.
-struct CancelOnDrop(Option<Box<dyn FnOnce()>>);
-
-impl CancelOnDrop {
-    fn settled(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some(cancel) = self.0.take() {
-            cancel();
-        }
-    }
-}
-
 /// The symbol under which `createSandbox()` offers its JSON fast path (`npm/src/sandbox`):
 /// `(requestJson) => { result: Promise<string>, cancel() }`. The request and the result cross
 /// as the JSON text the Worker reads and writes anyway, instead of being parsed into objects
@@ -514,14 +498,15 @@ impl JsSandbox {
         Ok(Self { target, execute, execute_json })
     }
 
-    /// Starts `request` on the host: the promise of its result and what cancels it.
-    fn start(&self, request: &SandboxRequest) -> Result<(JsValue, CancelOnDrop), JsValue> {
+    /// Starts `request` on the host: the promise of its result, and what cancels it if the
+    /// core stops waiting (the host frees its Worker instead of running on to the deadline).
+    fn start(&self, request: &SandboxRequest) -> Result<(JsValue, UnlessSettled), JsValue> {
         if let Some(execute_json) = &self.execute_json {
             let text = serde_json::to_string(request).map_err(|e| JsValue::from_str(&e.to_string()))?;
             let handle = execute_json.call1(&self.target, &JsValue::from_str(&text))?;
             let cancel = Reflect::get(&handle, &"cancel".into())?.dyn_into::<Function>()?;
             let target = handle.clone();
-            let guard = CancelOnDrop(Some(Box::new(move || drop(cancel.call0(&target)))));
+            let guard = UnlessSettled::new(move || drop(cancel.call0(&target)));
             return Ok((Reflect::get(&handle, &"result".into())?, guard));
         }
         let js_request = to_js(request)?;
@@ -529,9 +514,9 @@ impl JsSandbox {
         let guard = match web_sys::AbortController::new() {
             Ok(controller) => {
                 Reflect::set(&options, &"signal".into(), &controller.signal())?;
-                CancelOnDrop(Some(Box::new(move || controller.abort())))
+                UnlessSettled::new(move || controller.abort())
             }
-            Err(_) => CancelOnDrop(None),
+            Err(_) => UnlessSettled(None),
         };
         Ok((self.execute.call2(&self.target, &js_request, &options)?, guard))
     }
