@@ -515,6 +515,12 @@ describe('emergent options and edge cases through createAgent', () => {
       assert.ok((await plain.forge(slugify, { sessionId: 's' })).success);
       assert.deepEqual(counts, { json: 3, execute: 2 }, 'a host without it gets request objects');
       await plain.close();
+      // A host that wraps the sandbox with spread has its own execute called: the fast path
+      // is not an enumerable property, so it is not copied past the wrapper.
+      const wrapped = await makeAgent(memoryStore(), { sandbox: { ...own, execute: viaExecute.execute } });
+      assert.ok((await wrapped.forge(slugify, { sessionId: 's' })).success);
+      assert.deepEqual(counts, { json: 3, execute: 4 });
+      await wrapped.close();
     } finally {
       await own.close();
     }

@@ -236,6 +236,10 @@ describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/c
       assert.equal((await sandbox.execute({ code: 'function execute(){ return 2; }' }, { signal: done.signal })).output, 2);
       done.abort();
       assert.equal(sandbox.stats().workersKilled, 1);
+      // Something that is not an AbortSignal is a bad request, refused before anything runs.
+      const notSignal = await sandbox.execute({ code: 'function execute(){ return 3; }' }, { signal: {} as AbortSignal });
+      assert.deepEqual([notSignal.status, notSignal.error?.code], ['rejected', 'bad_request']);
+      assert.equal((await sandbox.execute({ code: 'function execute(){ return 4; }' })).output, 4);
     } finally {
       await sandbox.close();
     }

@@ -504,7 +504,10 @@ impl JsSandbox {
         if let Some(execute_json) = &self.execute_json {
             let text = serde_json::to_string(request).map_err(|e| JsValue::from_str(&e.to_string()))?;
             let handle = execute_json.call1(&self.target, &JsValue::from_str(&text))?;
-            let cancel = Reflect::get(&handle, &"cancel".into())?.dyn_into::<Function>()?;
+            let cancel = Reflect::get(&handle, &"cancel".into())
+                .ok()
+                .and_then(|f| f.dyn_into::<Function>().ok())
+                .ok_or_else(|| JsValue::from_str("the sandbox's JSON fast path returned no { result, cancel } handle"))?;
             let target = handle.clone();
             let guard = UnlessSettled::new(move || drop(cancel.call0(&target)));
             return Ok((Reflect::get(&handle, &"result".into())?, guard));

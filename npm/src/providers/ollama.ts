@@ -111,14 +111,14 @@ async function* parseLines(ctx: HttpContext, lines: AsyncIterable<unknown>): Asy
     const content = read.string(message?.content, 'message.content');
     if (content) yield { type: 'text', delta: content };
     for (const [position, entry] of read.array(message?.tool_calls, 'message.tool_calls').entries()) {
-      const call = read.object(entry, `message.tool_calls[${position}]`);
-      const fn = read.object(call?.function, 'tool_calls[].function');
+      const call = read.entry(entry, `message.tool_calls[${position}]`);
+      const fn = read.object(call.function, 'tool_calls[].function');
       const args = fn?.arguments;
       yield {
         type: 'tool_call',
         index: callIndex++,
         // Ollama sends no call ids; tool results are matched by name on its side, ids on ours.
-        id: read.string(call?.id, 'tool_calls[].id') || generateCallId(),
+        id: read.string(call.id, 'tool_calls[].id') || generateCallId(),
         name: read.string(fn?.name, 'tool_calls[].function.name') ?? '',
         argumentsDelta: typeof args === 'string' ? args : JSON.stringify(args ?? {}),
       };

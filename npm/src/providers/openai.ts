@@ -161,7 +161,7 @@ function* answerChunks(read: WireReader, answer: WireObject | undefined, where: 
   const content = read.string(answer.content, `${where}.content`);
   if (content) yield { type: 'text', delta: content };
   for (const [position, call] of read.array(answer.tool_calls, `${where}.tool_calls`).entries()) {
-    yield toToolCallChunk(read, read.object(call, `${where}.tool_calls[${position}]`) ?? {}, position);
+    yield toToolCallChunk(read, read.entry(call, `${where}.tool_calls[${position}]`), position);
   }
 }
 
@@ -189,7 +189,8 @@ function toUsage(read: WireReader, value: unknown): Usage | undefined {
 }
 
 function throwIfError(ctx: HttpContext, chunk: WireObject, raw: string): void {
-  if (chunk.error === undefined || chunk.error === null) return;
+  // Some servers send `"error": null` (or another falsy value) in every chunk.
+  if (!chunk.error) return;
   const error = typeof chunk.error === 'object' ? (chunk.error as WireObject) : { message: String(chunk.error) };
   const status = typeof error.code === 'number' ? error.code : undefined;
   const type = typeof error.type === 'string' ? error.type : '';

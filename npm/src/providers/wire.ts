@@ -18,7 +18,7 @@ export class WireReader {
   ) {}
 
   private wrong(what: string, expected: string, value: unknown): never {
-    const got = Array.isArray(value) ? 'an array' : typeof value;
+    const got = value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
     throw protocolError(this.ctx, `\`${what}\` is ${got}, not ${expected}`, undefined, this.raw);
   }
 
@@ -31,6 +31,11 @@ export class WireReader {
     if (value === undefined || value === null) return undefined;
     if (typeof value === 'object' && !Array.isArray(value)) return value as WireObject;
     return this.wrong(what, 'an object', value);
+  }
+
+  /** An entry of an array that must be an object (`null` there is no entry at all). */
+  entry(value: unknown, what: string): WireObject {
+    return this.object(value, what) ?? this.wrong(what, 'an object', value);
   }
 
   /** The entries of an array field, none when it is absent. */

@@ -69,14 +69,17 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     await guarded?.close();
     throw new SandboxError('sandbox workers failed to start', { cause });
   }
-  return {
+  const sandbox: Sandbox = {
     execute: (request, executeOptions) => pool.execute(request, executeOptions?.signal),
     close: async () => {
       await pool.close();
       await guarded?.close();
     },
     stats: () => pool.stats(),
-    // The agent core's JSON fast path (src/wasm/interop.rs, `JsSandbox`); not part of the API.
-    [Symbol.for('crucible.sandbox.executeJson')]: (requestJson: string) => pool.executeJson(requestJson),
-  } as Sandbox;
+  };
+  // The agent core's JSON fast path (src/wasm/interop.rs, `JsSandbox`); not part of the API.
+  // Not enumerable: a host that wraps this sandbox with spread (`{ ...sandbox, execute }`)
+  // must not have its own `execute` bypassed.
+  Object.defineProperty(sandbox, Symbol.for('crucible.sandbox.executeJson'), { value: (requestJson: string) => pool.executeJson(requestJson) });
+  return sandbox;
 }

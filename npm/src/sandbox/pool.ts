@@ -170,6 +170,9 @@ export class WorkerPool {
 
   execute(request: SandboxRequest, signal?: AbortSignal): Promise<SandboxResult> {
     const started = performance.now();
+    if (signal !== undefined && typeof (signal as { addEventListener?: unknown } | null)?.addEventListener !== 'function') {
+      return Promise.resolve(failure('rejected', 'bad_request', 'options.signal must be an AbortSignal', started));
+    }
     if (signal?.aborted) return Promise.resolve(aborted(started));
     if (typeof request?.code !== 'string') {
       return Promise.resolve(failure('rejected', 'bad_request', 'request.code must be a string', started));
