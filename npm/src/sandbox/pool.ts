@@ -170,7 +170,8 @@ export class WorkerPool {
 
   execute(request: SandboxRequest, signal?: AbortSignal): Promise<SandboxResult> {
     const started = performance.now();
-    if (signal !== undefined && typeof (signal as { addEventListener?: unknown } | null)?.addEventListener !== 'function') {
+    // `null` counts as no signal, as `undefined` does.
+    if (signal != null && typeof (signal as { addEventListener?: unknown }).addEventListener !== 'function') {
       return Promise.resolve(failure('rejected', 'bad_request', 'options.signal must be an AbortSignal', started));
     }
     if (signal?.aborted) return Promise.resolve(aborted(started));
