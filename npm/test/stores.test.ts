@@ -13,8 +13,9 @@ import { fileURLToPath } from 'node:url';
 import { IDBFactory, IDBKeyRange, IDBObjectStore } from 'fake-indexeddb';
 import { StoreError } from '../src/errors.js';
 import { indexedDbStore, memoryStore, nodeStore } from '../src/stores/node-entry.js';
-import type { BatchOp, JsonValue, Store } from '../src/stores/types.js';
-import { iterations, seeded } from './support/seeded.js';
+import type { JsonValue, Store } from '../src/stores/types.js';
+import { iterations } from './support/seeded.js';
+import { applyStoreOps, randomStoreOps } from './support/store-ops.js';
 import { durabilityProblems } from './support/durability.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -244,59 +245,17 @@ for (const kind of kinds) {
     });
 
     it('random op sequences read back what a plain sorted map would, also after a reopen', async () => {
-      // Keys share prefixes and reach past ASCII (below U+E000, where every store's key order
-      // agrees: see stores/README.md); ops overwrite, delete missing keys, batch both.
-      const rng = seeded(0x5707e5 + kind.name.length);
-      const alphabet = ['a', 'b', 'a/', 'ab', '/', 'é', '漢', 'z', '~', ' ', '\u0000'];
-      const key = () => Array.from({ length: 1 + rng.below(4) }, () => rng.pick(alphabet)).join('');
-      const value = (): JsonValue => rng.pick<JsonValue>([null, 0, -1.5, 'x', '', [1, 'é'], { a: { b: [] } }, true, sample]);
-      const model = new Map<string, JsonValue>();
-      const expectedScan = (prefix: string) =>
-        [...model.entries()].filter(([k]) => k.startsWith(prefix)).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      const { ops, reads, final } = randomStoreOps(0x5707e5 + kind.name.length, iterations(300), sample);
+      assert.ok(final.length > 10, 'the sequence leaves records to read back');
       const subject = await kind.make();
-      let store = subject.store;
-      for (let i = 0; i < iterations(300); i++) {
-        switch (rng.below(5)) {
-          case 0: {
-            const [k, v] = [key(), value()];
-            await store.put(k, v);
-            model.set(k, v);
-            break;
-          }
-          case 1: {
-            const k = rng.below(2) ? key() : (rng.pick([...model.keys(), 'missing']) ?? 'missing');
-            await store.delete(k);
-            model.delete(k);
-            break;
-          }
-          case 2: {
-            const ops: BatchOp[] = Array.from({ length: rng.below(5) }, () => (rng.below(3) ? { type: 'put', key: key(), value: value() } : { type: 'delete', key: key() }));
-            await store.batch(ops);
-            for (const op of ops) {
-              if (op.type === 'put') model.set(op.key, op.value);
-              else model.delete(op.key);
-            }
-            break;
-          }
-          case 3: {
-            const k = key();
-            assert.deepEqual(await store.get(k), model.get(k), `get ${JSON.stringify(k)}`);
-            break;
-          }
-          default: {
-            const prefix = rng.below(4) ? key().slice(0, rng.below(3)) : '';
-            assert.deepEqual(await store.scan(prefix), expectedScan(prefix), `scan ${JSON.stringify(prefix)}`);
-          }
-        }
-      }
-      assert.ok(model.size > 10, 'the sequence left records to read back');
-      assert.deepEqual(await store.scan(''), expectedScan(''));
+      assert.deepEqual(await applyStoreOps(subject.store, ops), reads);
+      assert.deepEqual(await subject.store.scan(''), final);
+      await subject.store.close();
       if (subject.reopen) {
-        await store.close();
-        store = await subject.reopen();
-        assert.deepEqual(await store.scan(''), expectedScan(''), 'the same records after a reopen');
+        const again = await subject.reopen();
+        assert.deepEqual(await again.scan(''), final, 'the same records after a reopen');
+        await again.close();
       }
-      await store.close();
     });
 
     it('ops after close reject with store_error', async () => {
