@@ -537,3 +537,107 @@ fn random_model_turns_never_panic_a_run_with_forging_enabled() {
     let out = block_on(agent.run("go", RunOptions::default(), &mut CollectingSink::default())).unwrap();
     assert_eq!(out.text, "done");
 }
+
+/// Strings YAML reads as something else when written plainly (booleans, nulls, numbers, dates,
+/// anchors, tags, comments, document markers, indentation-sensitive text).
+const YAML_TRICKY: &[&str] = &[
+    "yes",
+    "no",
+    "on",
+    "off",
+    "true",
+    "False",
+    "null",
+    "~",
+    "",
+    "1e3",
+    "0x10",
+    "010",
+    "0o7",
+    "-0",
+    ".inf",
+    "-.Inf",
+    ".NaN",
+    "1_000",
+    "2024-01-01",
+    "12:30:45",
+    ": x",
+    "- a",
+    "#c",
+    "a #b",
+    "'q'",
+    "\"d\"",
+    "a: b",
+    "? k",
+    " lead",
+    "trail ",
+    "\t",
+    "tab\there",
+    "two\nlines",
+    "\r\n",
+    "---",
+    "...",
+    "%YAML",
+    "@at",
+    "`tick`",
+    "!tag",
+    "&anchor",
+    "*alias",
+    "{a: 1}",
+    "[1, 2]",
+    "|",
+    ">-",
+    "\\",
+    "é ✓ 漢",
+    "\u{feff}bom",
+    "\u{85}nel",
+    "\u{2028}",
+    "\u{0}nul",
+    "\u{7f}",
+];
+
+/// Every forged tool exports to a package that imports again, with the same content hash and
+/// the same answers, whatever its strings are: descriptions, schema annotations, test inputs
+/// and expected outputs that YAML would read as booleans, numbers, nulls or structure if they
+/// were written without quoting, and sandbox code with such text in it.
+#[test]
+fn forged_tools_with_yaml_tricky_strings_export_and_import_with_the_same_hash() {
+    let r = rig_with(
+        crucible::registry::EmergentConfig { persist_sandbox_source: true, max_session_tools: 100_000, ..Default::default() },
+        Some(approving_judge()),
+        None,
+        std::rc::Rc::new(crucible::store::MemoryStore::new()),
+    );
+    let mut rng = Rng(0x00dd_ba11_5eed_0001);
+    for i in 0..iterations(300) {
+        let [a, b, c, d] = [0; 4].map(|_| rng.pick(YAML_TRICKY).to_string());
+        let text_schema = json!({ "type": "object", "properties": { "text": { "type": "string", "description": c } }, "required": ["text"] });
+        let name = format!("round_trip_{i}");
+        let request = if rng.below(2) == 0 {
+            json!({
+                "name": name, "description": format!("Upper-cases {a}"), "inputSchema": text_schema, "outputSchema": text_schema,
+                "implementation": { "mode": "compose", "steps": [{ "name": "up", "tool": "upper_case", "inputMapping": { "text": "$input.text" } }] },
+                "testCases": [
+                    { "input": { "text": b }, "expectedOutput": { "text": b.to_uppercase() } },
+                    { "input": { "text": d }, "expectedOutput": { "text": d.to_uppercase() } }
+                ]
+            })
+        } else {
+            let slug_schema = json!({ "type": "object", "properties": { "slug": { "type": "string", "description": c } }, "required": ["slug"] });
+            json!({
+                "name": name, "description": format!("Slugifies {a}"), "inputSchema": text_schema, "outputSchema": slug_schema,
+                "implementation": { "mode": "sandbox", "code": format!("// SLUGIFY {b}\n{d}\nfunction execute(input) {{ return {{ slug: input.text }}; }}\n") },
+                "testCases": [{ "input": { "text": b } }, { "input": { "text": d } }]
+            })
+        };
+        let forged = block_on(r.registry.forge(&request, "s1"));
+        assert!(forged.success, "{request} did not forge: {forged:?}");
+        let hash = forged.tool.as_ref().map(|t| t.hash.clone()).unwrap_or_default();
+        let package = r.registry.export(&name, "s1").unwrap();
+        let imported = block_on(r.registry.import(&package, "s2")).unwrap_or_else(|e| panic!("{e}\n{package}"));
+        assert!(imported.success, "{imported:?}\n{package}");
+        assert_eq!(imported.tool.as_ref().map(|t| t.hash.clone()), Some(hash), "{package}");
+        let args = json!({ "text": b });
+        assert_eq!(block_on(r.registry.call(&name, args.clone(), "s2")), block_on(r.registry.call(&name, args, "s1")));
+    }
+}
