@@ -667,6 +667,16 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.match(error.message, /exceeds the available context size/);
   });
 
+  it('content sent as text parts rather than a string is read as its text', async () => {
+    const parts = [{ type: 'text', text: 'Hel' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'lo' }];
+    pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: parts }, finish_reason: 'stop' }] })}\n\n`, 'data: [DONE]\n\n'];
+    const out = await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
+    assert.equal(out.text, 'Hello');
+    pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: [{ type: 'text', text: 5 }] } }] })}\n\n`, 'data: [DONE]\n\n'];
+    const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `got ${String(error)}`);
+  });
+
   it('tool-call arguments sent as an object rather than JSON text are read as that object', async () => {
     const call = { index: 0, id: 'c1', type: 'function', function: { name: 'get_weather', arguments: { city: 'Oslo' } } };
     pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] })}\n\n`, 'data: [DONE]\n\n'];

@@ -158,11 +158,23 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
 /** The text and tool-call chunks of a choice's `delta` or `message`. */
 function* answerChunks(read: WireReader, answer: WireObject | undefined, where: string): Generator<ModelChunk> {
   if (!answer) return;
-  const content = read.string(answer.content, `${where}.content`);
+  const content = contentText(read, answer.content, `${where}.content`);
   if (content) yield { type: 'text', delta: content };
   for (const [position, call] of read.array(answer.tool_calls, `${where}.tool_calls`).entries()) {
     yield toToolCallChunk(read, read.entry(call, `${where}.tool_calls[${position}]`), position);
   }
+}
+
+/** A message's text: a string, or text parts (`[{ type: 'text', text }]`), which some
+ *  compatible servers answer with as requests may be written; other parts carry no text. */
+function contentText(read: WireReader, content: unknown, where: string): string | undefined {
+  if (!Array.isArray(content)) return read.string(content, where);
+  return content
+    .map((part, i) => {
+      const entry = read.entry(part, `${where}[${i}]`);
+      return entry.type === 'text' ? (read.string(entry.text, `${where}[${i}].text`) ?? '') : '';
+    })
+    .join('');
 }
 
 function toToolCallChunk(read: WireReader, call: WireObject, position: number): ModelChunk {
