@@ -667,11 +667,14 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.match(error.message, /exceeds the available context size/);
   });
 
-  it('content sent as text parts rather than a string is read as its text', async () => {
+  it('content sent as text parts rather than a string, or as a refusal, is read as its text', async () => {
     const parts = [{ type: 'text', text: 'Hel' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'lo' }];
     pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: parts }, finish_reason: 'stop' }] })}\n\n`, 'data: [DONE]\n\n'];
     const out = await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
     assert.equal(out.text, 'Hello');
+    // A refusal (OpenAI sends it in its own field) is the answer's text.
+    pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: null, refusal: "I can't help with that." }, finish_reason: 'stop' }] })}\n\n`, 'data: [DONE]\n\n'];
+    assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, "I can't help with that.");
     pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: [{ type: 'text', text: 5 }] } }] })}\n\n`, 'data: [DONE]\n\n'];
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `got ${String(error)}`);

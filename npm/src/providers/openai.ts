@@ -160,6 +160,9 @@ function* answerChunks(read: WireReader, answer: WireObject | undefined, where: 
   if (!answer) return;
   const content = contentText(read, answer.content, `${where}.content`);
   if (content) yield { type: 'text', delta: content };
+  // A refusal comes in its own field instead of the content: it is the answer the user gets.
+  const refusal = read.string(answer.refusal, `${where}.refusal`);
+  if (refusal) yield { type: 'text', delta: refusal };
   for (const [position, call] of read.array(answer.tool_calls, `${where}.tool_calls`).entries()) {
     yield toToolCallChunk(read, read.entry(call, `${where}.tool_calls[${position}]`), position);
   }
