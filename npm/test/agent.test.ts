@@ -295,6 +295,36 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.ok(Date.now() - started < 5000);
   });
 
+  test('breaking out of for await aborts the run: the tool it was running gets its signal, and the model is not asked again', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'wait', arguments: {} }] }, { text: 'never asked' });
+    let signalled: Promise<void> | undefined;
+    const wait = tool({
+      name: 'wait',
+      description: 'Waits for its abort signal',
+      inputSchema: { type: 'object' },
+      execute: (_args, { signal }) => {
+        signalled = new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+        return new Promise(() => {});
+      },
+    });
+    const agent = await createAgent({ model: model(), tools: [wait] });
+    const started = Date.now();
+    for await (const e of agent.stream('?')) {
+      if (e.type === 'tool.execute.start') break;
+    }
+    assert.ok(signalled, 'the tool ran');
+    const late = new Promise((_, reject) => setTimeout(() => reject(new Error('the tool never got its abort signal')), 3000).unref());
+    await Promise.race([signalled, late]);
+    assert.ok(Date.now() - started < 3000, 'the tool was told at once');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(server.requests.length, 1, 'the model was asked once: the run ended with the break');
+    // The agent keeps serving (the reply the ended run never asked for is dropped first).
+    server.reset();
+    server.enqueue({ text: 'fine' });
+    assert.equal((await agent.run('again?')).output, 'fine');
+  });
+
   test('aborting while a tool that ignores its signal runs ends the run promptly, without waiting for it', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'stubborn', arguments: {} }] }, { text: 'never asked' });
