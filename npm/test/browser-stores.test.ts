@@ -3,9 +3,6 @@
 // reload, two tabs writing at once, a versionchange from another tab — and the store
 // benchmark against idb-keyval, run once in the page and printed.
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { formatStoreBench } from '../../bench/stores-core.js';
@@ -13,12 +10,9 @@ import { runBrowserStoreBench } from '../../bench/stores.browser.bench.js';
 import {
   callInPage,
   describeInBrowser,
+  importMapSite,
   launchChromium,
-  modulePage,
   openPage,
-  packageRoot,
-  pagesRoot,
-  startStaticServer,
   watchPage,
   type StaticServer,
   type WatchedPage,
@@ -55,20 +49,7 @@ describeInBrowser('indexedDbStore on real IndexedDB in Chromium', () => {
     });
 
   before(async () => {
-    for (const built of ['dist/browser.js', 'wasm/crucible_core_bg.wasm']) {
-      assert.ok(existsSync(join(packageRoot, built)), `${built} is missing: run \`npm run build\` (or \`npm run build:ts\` when the wasm is built) first`);
-    }
-    const parser = dirname(createRequire(join(packageRoot, 'package.json')).resolve('eventsource-parser'));
-    site = await startStaticServer({
-      mounts: { '/pkg/': packageRoot, '/deps/eventsource-parser/': parser, '/pages/': pagesRoot },
-      files: {
-        '/': modulePage({
-          title: 'crucible-agents stores',
-          imports: { 'crucible-agents': '/pkg/dist/browser.js', 'eventsource-parser': '/deps/eventsource-parser/index.js' },
-          module: '/pages/store-page.js',
-        }),
-      },
-    });
+    site = await importMapSite('store-page.js', 'crucible-agents stores');
     browser = await launchChromium();
     context = await browser.newContext();
     tab = await openPage(context, `${site.url}/`);

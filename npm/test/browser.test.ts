@@ -2,21 +2,15 @@
 // loads in Debian's Chromium as a plain ES module behind an import map and runs an agent with
 // a host tool against the mock LLM server (a test double speaking the OpenAI wire format).
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Browser } from 'playwright-core';
 import { startMockLlmServer, type MockLlmServer, type MockResponder } from './support/mock-llm-server.js';
 import {
   callInPage,
   describeInBrowser,
+  importMapSite,
   launchChromium,
-  modulePage,
   openPage,
-  packageRoot,
-  pagesRoot,
-  startStaticServer,
   type StaticServer,
   type WatchedPage,
 } from './browser/harness.js';
@@ -35,20 +29,7 @@ describeInBrowser('crucible-agents in Chromium (built dist/ behind an import map
   let tab: WatchedPage;
 
   before(async () => {
-    for (const built of ['dist/browser.js', 'wasm/crucible_core_bg.wasm']) {
-      assert.ok(existsSync(join(packageRoot, built)), `${built} is missing: run \`npm run build\` (or \`npm run build:ts\` when the wasm is built) first`);
-    }
-    const parser = dirname(createRequire(join(packageRoot, 'package.json')).resolve('eventsource-parser'));
-    site = await startStaticServer({
-      mounts: { '/pkg/': packageRoot, '/deps/eventsource-parser/': parser, '/pages/': pagesRoot },
-      files: {
-        '/': modulePage({
-          title: 'crucible-agents smoke',
-          imports: { 'crucible-agents': '/pkg/dist/browser.js', 'eventsource-parser': '/deps/eventsource-parser/index.js' },
-          module: '/pages/agent-smoke.js',
-        }),
-      },
-    });
+    site = await importMapSite('agent-smoke.js', 'crucible-agents smoke');
     llm = await startMockLlmServer({ replies: [], respond: weatherResponder });
     browser = await launchChromium();
     tab = await openPage(browser, `${site.url}/`);

@@ -17,7 +17,8 @@ import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { extname, join, resolve, sep } from 'node:path';
+import { createRequire } from 'node:module';
+import { dirname, extname, join, resolve, sep } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -311,4 +312,26 @@ try {
 </body>
 </html>
 `;
+}
+
+/**
+ * Serves the built package (`dist/`, `wasm/`) and its one runtime dependency behind an import
+ * map, with `page` (a module of test/browser/pages/) as the page's module. `files` are served
+ * too (and stay live: a test may delete an entry to break a path).
+ */
+export async function importMapSite(page: string, title: string, files: Record<string, string> = {}): Promise<StaticServer> {
+  for (const built of ['dist/browser.js', 'wasm/crucible_core_bg.wasm']) {
+    assert.ok(existsSync(join(packageRoot, built)), `${built} is missing: run \`npm run build\` (or \`npm run build:ts\` when the wasm is built) first`);
+  }
+  const parser = dirname(createRequire(join(packageRoot, 'package.json')).resolve('eventsource-parser'));
+  return startStaticServer({
+    mounts: { '/pkg/': packageRoot, '/deps/eventsource-parser/': parser, '/pages/': pagesRoot },
+    files: Object.assign(files, {
+      '/': modulePage({
+        title,
+        imports: { 'crucible-agents': '/pkg/dist/browser.js', 'eventsource-parser': '/deps/eventsource-parser/index.js' },
+        module: `/pages/${page}`,
+      }),
+    }),
+  });
 }

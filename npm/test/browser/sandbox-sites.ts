@@ -6,11 +6,10 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { after } from 'node:test';
-import { modulePage, packageRoot, pagesRoot, startStaticServer, type StaticServer } from './harness.js';
+import { importMapSite, packageRoot, pagesRoot, startStaticServer, type StaticServer } from './harness.js';
 
 const work = mkdtempSync(join(tmpdir(), 'crucible-bsandbox-'));
 after(() => rmSync(work, { recursive: true, force: true }));
@@ -51,18 +50,7 @@ export async function viteSandboxSite(): Promise<{ site: StaticServer; assets: s
 }
 
 /** Serves dist/ and wasm/ as they are, behind an import map. */
-export async function importMapSandboxSite(extraFiles: Record<string, string> = {}): Promise<StaticServer> {
-  const parser = dirname(createRequire(join(packageRoot, 'package.json')).resolve('eventsource-parser'));
-  return startStaticServer({
-    mounts: { '/pkg/': packageRoot, '/deps/eventsource-parser/': parser, '/pages/': pagesRoot },
-    // The same object stays live in the server: tests may delete entries to break a path.
-    files: Object.assign(extraFiles, {
-      '/': modulePage({
-        title: 'sandbox (import map)',
-        imports: { 'crucible-agents': '/pkg/dist/browser.js', 'eventsource-parser': '/deps/eventsource-parser/index.js' },
-        module: '/pages/sandbox-app.js',
-      }),
-    }),
-  });
+export function importMapSandboxSite(extraFiles: Record<string, string> = {}): Promise<StaticServer> {
+  return importMapSite('sandbox-app.js', 'sandbox (import map)', extraFiles);
 }
 
