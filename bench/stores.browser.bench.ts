@@ -30,14 +30,15 @@ export async function bundleBrowserBench(): Promise<string> {
   return result.outputFiles[0]!.text;
 }
 
-/** Runs the benchmark in a fresh headless Chromium and returns its rows. */
-export async function runBrowserStoreBench(rounds: number, log: (line: string) => void = () => {}): Promise<{ rows: BenchRow[]; version: string }> {
+/** Runs the benchmark in `shared` (a page of its own) or else a fresh headless Chromium, and
+ *  returns its rows. */
+export async function runBrowserStoreBench(rounds: number, log: (line: string) => void = () => {}, shared?: Awaited<ReturnType<typeof launchChromium>>): Promise<{ rows: BenchRow[]; version: string }> {
   const bundle = await bundleBrowserBench();
   const site = await startStaticServer({
     mounts: {},
     files: { '/': modulePage({ title: 'store bench', imports: {}, module: '/bench.js' }), '/bench.js': bundle },
   });
-  const browser = await launchChromium();
+  const browser = shared ?? (await launchChromium());
   try {
     const tab = await openPage(browser, `${site.url}/`);
     tab.page.on('console', (msg) => log(msg.text()));
@@ -46,7 +47,7 @@ export async function runBrowserStoreBench(rounds: number, log: (line: string) =
     tab.assertClean();
     return { rows, version: browser.version() };
   } finally {
-    await browser.close();
+    if (!shared) await browser.close();
     await site.close();
   }
 }

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod forge;
+mod guard;
 pub mod model;
 pub mod registry;
 pub mod sandbox;

@@ -12,8 +12,6 @@ import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-serve
 import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
 import { viteSandboxSite } from './browser/sandbox-sites.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
-import { iterations } from './support/seeded.js';
-import { randomStoreOps } from './support/store-ops.js';
 
 const slugify = SLUGIFY_FORGE;
 
@@ -138,13 +136,5 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
     } finally {
       await context.close();
     }
-  });
-
-  test('random Store op sequences read back in real IndexedDB what a sorted map would, also after a reload', async () => {
-    const { ops, reads, final } = randomStoreOps(0x1db5eed, iterations(300), { name: 'slugify', nested: { list: [1, 'é', null] } });
-    const storeName = `crucible-ops-${Date.now()}`;
-    assert.deepEqual(await callInPage(tab.page, 'storeApply', storeName, ops), reads);
-    await tab.page.reload({ waitUntil: 'load' });
-    assert.deepEqual(await callInPage(tab.page, 'storeApply', storeName, [{ method: 'scan', args: [''] }]), [final]);
   });
 });

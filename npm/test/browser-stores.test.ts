@@ -6,6 +6,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { formatStoreBench } from '../../bench/stores-core.js';
+import { iterations } from './support/seeded.js';
+import { randomStoreOps, STORE_SAMPLE } from './support/store-ops.js';
 import { runBrowserStoreBench } from '../../bench/stores.browser.bench.js';
 import {
   callInPage,
@@ -26,12 +28,7 @@ type Op =
   | { op: 'batch'; ops: unknown[] }
   | { op: 'close' };
 
-const sample = {
-  name: 'slugify',
-  v: 1,
-  nested: { list: [1, -2.5, 0, 1e300, true, false, null, 'x'], empty: {}, none: [] },
-  text: 'unicode: é 漢字 🧪 \u0000 "quoted" \\ \n',
-};
+const sample = STORE_SAMPLE;
 
 describeInBrowser('indexedDbStore on real IndexedDB in Chromium', () => {
   let browser: Browser;
@@ -184,6 +181,14 @@ describeInBrowser('indexedDbStore on real IndexedDB in Chromium', () => {
     tab.assertClean();
   });
 
+  test('random op sequences read back what a sorted map would, also after a reload', async () => {
+    const db = freshDb();
+    const { ops: list, results, final } = randomStoreOps(0x1db5eed, iterations(300), sample);
+    assert.deepEqual(await ops(db, list), results);
+    await tab.page.reload({ waitUntil: 'load' });
+    assert.deepEqual(await ops(db, [{ op: 'scan', prefix: '' }]), [{ value: final }]);
+  });
+
   test('two tabs of the same origin writing interleaved keys at once lose nothing', async () => {
     const db = freshDb();
     const second = watchPage(await context.newPage());
@@ -232,7 +237,7 @@ describeInBrowser('indexedDbStore on real IndexedDB in Chromium', () => {
   });
 
   test('the store benchmark runs in Chromium against idb-keyval (one round; full: npm run bench:stores:browser)', async () => {
-    const { rows, version } = await runBrowserStoreBench(1);
+    const { rows, version } = await runBrowserStoreBench(1, undefined, browser);
     assert.deepEqual(rows.map((r) => r.name), ['idb-keyval (Chromium)', 'indexedDbStore (Chromium)']);
     for (const row of rows) assert.ok(row.totalMs > 0 && Number.isFinite(row.totalMs));
     console.log(`# Chromium ${version}, one round\n${formatStoreBench(rows).replace(/^/gm, '# ')}`);

@@ -15,7 +15,7 @@ import { StoreError } from '../src/errors.js';
 import { indexedDbStore, memoryStore, nodeStore } from '../src/stores/node-entry.js';
 import type { JsonValue, Store } from '../src/stores/types.js';
 import { iterations } from './support/seeded.js';
-import { applyStoreOps, randomStoreOps } from './support/store-ops.js';
+import { applyStoreOps, randomStoreOps, STORE_SAMPLE } from './support/store-ops.js';
 import { durabilityProblems } from './support/durability.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -71,12 +71,7 @@ async function rejectsWith(promise: Promise<unknown>, code: StoreError['code']):
   assert.fail(`expected a StoreError ${code}, but the op succeeded`);
 }
 
-const sample: JsonValue = {
-  name: 'slugify',
-  v: 1,
-  nested: { list: [1, -2.5, 0, 1e300, true, false, null, 'x'], empty: {}, none: [] },
-  text: 'unicode: é 漢字 🧪 \u0000 "quoted" \\ \n',
-};
+const sample = STORE_SAMPLE;
 
 for (const kind of kinds) {
   describe(`Store contract: ${kind.name}`, () => {
@@ -245,10 +240,10 @@ for (const kind of kinds) {
     });
 
     it('random op sequences read back what a plain sorted map would, also after a reopen', async () => {
-      const { ops, reads, final } = randomStoreOps(0x5707e5 + kind.name.length, iterations(300), sample);
+      const { ops, results, final } = randomStoreOps(0x5707e5 + kind.name.length, iterations(300), sample);
       assert.ok(final.length > 10, 'the sequence leaves records to read back');
       const subject = await kind.make();
-      assert.deepEqual(await applyStoreOps(subject.store, ops), reads);
+      assert.deepEqual(await applyStoreOps(subject.store, ops), results);
       assert.deepEqual(await subject.store.scan(''), final);
       await subject.store.close();
       if (subject.reopen) {

@@ -119,17 +119,14 @@ impl Agent {
 
     /// The persisted state of a paused or interrupted run.
     pub async fn load_run(&self, run_id: &str) -> Result<RunState, AgentError> {
-        let store = self.store.as_deref().ok_or_else(|| AgentError::InvalidResume("this agent has no store".into()))?;
-        let value = store
-            .get(&self.run_key(run_id))
+        let runs = self.recorder().ok_or_else(|| AgentError::InvalidResume("this agent has no store".into()))?;
+        let value = runs
+            .store
+            .get(&runs.key(run_id))
             .await
             .map_err(AgentError::Store)?
             .ok_or_else(|| AgentError::InvalidResume(format!("no persisted run `{run_id}`")))?;
         read_run_state(value)
-    }
-
-    fn run_key(&self, run_id: &str) -> String {
-        format!("{}{run_id}", self.run_prefix())
     }
 
     /// Continues a paused run (or one interrupted between steps) from `state`, applying
@@ -224,13 +221,12 @@ impl Agent {
     /// was one. It takes the run's claim first, so it never pulls a state from under a resume
     /// (one in this context is `invalid_resume`; one elsewhere is waited for).
     pub async fn discard_run(&self, run_id: &str) -> Result<bool, AgentError> {
-        let Some(store) = self.store.as_deref() else { return Ok(false) };
-        let _claim = ResumeClaim::take(run_id, Some(store), &self.run_lock_name(run_id)).await?;
-        let key = self.run_key(run_id);
-        if store.get(&key).await.map_err(AgentError::Store)?.is_none() {
+        let Some(runs) = self.recorder() else { return Ok(false) };
+        let _claim = ResumeClaim::take(run_id, Some(runs.store), &self.run_lock_name(run_id)).await?;
+        if runs.store.get(&runs.key(run_id)).await.map_err(AgentError::Store)?.is_none() {
             return Ok(false);
         }
-        store.delete(&key).await.map_err(AgentError::Store)?;
+        runs.forget(run_id).await?;
         Ok(true)
     }
 

@@ -171,7 +171,7 @@ impl RunRecorder<'_> {
         self.store.put(&self.key(&state.run_id), value).await.map_err(AgentError::Store)
     }
 
-    async fn forget(&self, run_id: &str) -> Result<(), AgentError> {
+    pub(crate) async fn forget(&self, run_id: &str) -> Result<(), AgentError> {
         self.store.delete(&self.key(run_id)).await.map_err(AgentError::Store)
     }
 }
@@ -231,8 +231,8 @@ impl RunContext<'_> {
     /// object (OpenAI-compatible structured output wants one); the prompt and the check hold
     /// for all.
     fn response_format(&self, tools: &[ToolDefinition]) -> Option<ResponseFormat> {
-        let schema = self.config.returns.as_ref().filter(|s| s.get("type").and_then(Value::as_str) == Some("object"))?;
-        tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: Rc::new(schema.clone()) })
+        let schema = self.returns.filter(|s| s.source().get("type").and_then(Value::as_str) == Some("object"))?;
+        tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.shared_source() })
     }
 
     /// The tool choice of a turn: the configured one until the run's first tool call (unless
@@ -424,10 +424,7 @@ impl RunContext<'_> {
             let Some(tool) = tools.get(&call.name) else { continue };
             // Arguments that do not parse, or nest too deep to be stored in the run's state,
             // are refused when the call executes (invalid_arguments): it never runs.
-            let Ok(arguments) = serde_json::from_str::<Value>(&call.arguments) else { continue };
-            if crate::tools::nesting_depth(&arguments) > crate::tools::MAX_VALUE_DEPTH {
-                continue;
-            }
+            let Ok(arguments) = crate::tools::parse_arguments(&call.arguments) else { continue };
             if tool.handler().needs_approval(&arguments).await {
                 approvals.push(PendingApproval {
                     id: self.env.new_id("approval"),

@@ -27,6 +27,7 @@
 //! [`super::shape_check`] (stored pipelines are rebuilt as they are).
 
 use std::cell::Cell;
+use std::fmt::Write as _;
 use std::rc::Rc;
 
 use async_trait::async_trait;
@@ -153,7 +154,8 @@ fn split(s: &str) -> Vec<Piece> {
 /// values up).
 #[derive(Debug, Clone, PartialEq)]
 enum Mapping {
-    Literal(Value),
+    /// A constant, with its size in bytes of JSON (charged to the budget on every call).
+    Literal(Value, usize),
     /// A string that is exactly one reference: the referenced value keeps its JSON type.
     Whole(Reference, String),
     /// A string with references inside it: interpolated into a string.
@@ -168,7 +170,7 @@ impl Mapping {
             Value::String(s) if s.contains('$') => {
                 let pieces = split(s);
                 if pieces.iter().all(|p| matches!(p, Piece::Text(_))) {
-                    return Self::Literal(v.clone());
+                    return Self::literal(v);
                 }
                 match <[Piece; 1]>::try_from(pieces) {
                     Ok([Piece::Ref(r, text)]) => Self::Whole(r, text),
@@ -178,8 +180,12 @@ impl Mapping {
             }
             Value::Array(a) => Self::Array(a.iter().map(Self::parse).collect()),
             Value::Object(m) => Self::object(m),
-            other => Self::Literal(other.clone()),
+            other => Self::literal(other),
         }
+    }
+
+    fn literal(v: &Value) -> Self {
+        Self::Literal(v.clone(), json_len(v))
     }
 
     fn object(m: &Map<String, Value>) -> Self {
@@ -189,7 +195,7 @@ impl Mapping {
     /// Every reference in the mapping (for build-time checks).
     fn references<'m>(&'m self, out: &mut Vec<&'m Reference>) {
         match self {
-            Self::Literal(_) => {}
+            Self::Literal(..) => {}
             Self::Whole(r, _) => out.push(r),
             Self::Text(pieces) => out.extend(pieces.iter().filter_map(|p| match p {
                 Piece::Ref(r, _) => Some(r),
@@ -203,8 +209,8 @@ impl Mapping {
     /// The step's arguments, each copy charged to `budget` before it is made.
     fn resolve(&self, scope: &Scope<'_>, budget: &PipelineBudget) -> Result<Value, ToolFailure> {
         match self {
-            Self::Literal(v) => {
-                budget.charge(json_len(v))?;
+            Self::Literal(v, size) => {
+                budget.charge(*size)?;
                 Ok(v.clone())
             }
             Self::Whole(r, text) => {
@@ -228,7 +234,7 @@ impl Mapping {
                             other => {
                                 // Charged before it is written out.
                                 budget.charge(json_len(other))?;
-                                out.push_str(&other.to_string());
+                                let _ = write!(out, "{other}");
                             }
                         },
                     }

@@ -30,7 +30,7 @@ impl ToolHandler for ForgeToolHandler {
     }
 
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
-        // Only a run's own step forges: never a pipeline's step or a test (see ComposeBuildError::Forges).
+        // Only a run's own step forges: never a pipeline's step or a test (a pipeline step naming forge_tool is refused by shape_check as well).
         if ctx.trial || ctx.depth > 0 {
             return Err(ToolFailure::new("denied", "forge_tool can only be called by the model in a run, not from a pipeline or a test"));
         }

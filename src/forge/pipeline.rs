@@ -151,7 +151,7 @@ impl Forge {
             Err(e) => {
                 // The name is recorded (stats, audit, a store key): made a tool name, as a
                 // request that parses would have it, or none.
-                let name = raw.get("name").and_then(Value::as_str).map(snake_name).filter(|n| crate::tools::is_valid_tool_name(n)).unwrap_or_default();
+                let name = raw.get("name").and_then(Value::as_str).map(snake_name).unwrap_or_default();
                 let mut r = Rejection::new(&name, format!("could not parse the forge request: {e}"), Evidence { parse: true, ..Default::default() });
                 r.scope = raw.get("scope").and_then(Value::as_str).map(scope_label).or_else(|| origin.scope.clone());
                 return Err(r);

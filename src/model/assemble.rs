@@ -9,8 +9,6 @@
 //! shared by every agent of the process. Past a bound the assembler stops taking chunks and the
 //! response fails as `provider_protocol`.
 
-use std::collections::HashMap;
-
 use super::{ModelChunk, ModelError, ToolCall, Usage};
 
 /// Most tool calls one response may carry (a step runs them all; `maxSteps` bounds a run).
@@ -32,10 +30,9 @@ pub struct AssembledResponse {
 #[derive(Debug, Default)]
 pub struct ResponseAssembler {
     response: AssembledResponse,
-    // (provider index, call) in first-seen order.
+    // (provider index, call) in first-seen order; at most MAX_TOOL_CALLS_PER_RESPONSE, so
+    // finding the latest call at an index is a short scan.
     calls: Vec<(u32, ToolCall)>,
-    /// The latest call at each provider index (a position in `calls`).
-    latest: HashMap<u32, usize>,
     generated_ids: u32,
     bytes: usize,
     /// Set once a bound was passed: chunks are then ignored.
@@ -75,7 +72,7 @@ impl ResponseAssembler {
                 // Pieces go to the latest call at their index, unless they bring another id: some
                 // servers number every call 0 (Ollama's OpenAI-compatible endpoint) or give no
                 // index at all, and only the new id tells a second call from the first.
-                let pos = match self.latest.get(index).copied() {
+                let pos = match self.calls.iter().rposition(|(i, _)| i == index) {
                     Some(pos) if id.is_none_or(|id| self.calls[pos].1.id.is_empty() || self.calls[pos].1.id == id) => pos,
                     _ => {
                         if self.calls.len() == MAX_TOOL_CALLS_PER_RESPONSE {
@@ -83,7 +80,6 @@ impl ResponseAssembler {
                             return;
                         }
                         self.calls.push((*index, ToolCall { id: String::new(), name: String::new(), arguments: String::new() }));
-                        self.latest.insert(*index, self.calls.len() - 1);
                         self.calls.len() - 1
                     }
                 };

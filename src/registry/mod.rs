@@ -453,14 +453,14 @@ impl Registry {
     /// listener called back into the registry) is delivered after it, in order, rather than
     /// borrowing the sink twice, which would panic and poison the wasm instance.
     pub(crate) fn emit(&self, run_id: &str, body: EventBody) {
-        let run_path = if run_id.is_empty() { vec![] } else { vec![run_id.to_string()] };
-        let event = AgentEvent { run_id: run_id.to_string(), run_path, body };
+        // Built only when someone listens: a registry without a sink emits on every forge.
+        let event = || AgentEvent { run_id: run_id.to_string(), run_path: if run_id.is_empty() { vec![] } else { vec![run_id.to_string()] }, body };
         let Ok(mut sink) = self.sink.try_borrow_mut() else {
-            self.deferred_events.borrow_mut().push_back(event);
+            self.deferred_events.borrow_mut().push_back(event());
             return;
         };
         let Some(sink) = sink.as_mut() else { return };
-        sink.emit(event);
+        sink.emit(event());
         loop {
             let Some(next) = self.deferred_events.borrow_mut().pop_front() else { break };
             sink.emit(next);

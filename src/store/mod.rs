@@ -59,26 +59,18 @@ pub trait Store {
 }
 
 /// A held [`Store::lock`]; dropping it releases the lock.
-pub struct StoreLock(Option<Box<dyn FnOnce()>>);
+pub struct StoreLock(crate::guard::OnDrop);
 
 impl StoreLock {
     /// A lock that `release` gives back.
     pub fn new(release: impl FnOnce() + 'static) -> Self {
-        Self(Some(Box::new(release)))
-    }
-}
-
-impl Drop for StoreLock {
-    fn drop(&mut self) {
-        if let Some(release) = self.0.take() {
-            release();
-        }
+        Self(crate::guard::OnDrop::new(release))
     }
 }
 
 impl std::fmt::Debug for StoreLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreLock").field("held", &self.0.is_some()).finish()
+        f.debug_struct("StoreLock").field("held", &self.0.armed()).finish()
     }
 }
 

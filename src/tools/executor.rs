@@ -27,7 +27,7 @@ pub struct ToolOutcome {
 }
 
 /// Parses arguments text the way models actually produce it: JSON, possibly empty.
-fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
+pub(crate) fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Ok(Value::Object(Default::default()));

@@ -13,6 +13,7 @@ use crate::model::ToolDefinition;
 mod executor;
 mod schema;
 
+pub(crate) use executor::parse_arguments;
 pub use executor::{check_output, execute_call, invoke, invoke_keeping_output, ExecutionLimits, ToolOutcome};
 pub use schema::{CompiledSchema, SchemaError};
 

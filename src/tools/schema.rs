@@ -26,7 +26,9 @@ thread_local! {
 /// A compiled schema. Compile once per tool; validation is then allocation-light.
 pub struct CompiledSchema {
     validator: Rc<jsonschema::Validator>,
-    source: Value,
+    /// Shared, so a request can carry the schema (a structured answer's response format)
+    /// without copying it every turn.
+    source: Rc<Value>,
 }
 
 impl fmt::Debug for CompiledSchema {
@@ -44,7 +46,7 @@ impl CompiledSchema {
     pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
         let key = schema.to_string();
         if let Some(validator) = SCHEMA_CACHE.with(|c| c.borrow().get(&key).cloned()) {
-            return Ok(Self { validator, source: schema.clone() });
+            return Ok(Self { validator, source: Rc::new(schema.clone()) });
         }
         let validator = Rc::new(jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?);
         SCHEMA_CACHE.with(|c| {
@@ -54,11 +56,16 @@ impl CompiledSchema {
             }
             cache.insert(key, validator.clone());
         });
-        Ok(Self { validator, source: schema.clone() })
+        Ok(Self { validator, source: Rc::new(schema.clone()) })
     }
 
     pub fn source(&self) -> &Value {
         &self.source
+    }
+
+    /// The schema, shared rather than copied.
+    pub fn shared_source(&self) -> Rc<Value> {
+        self.source.clone()
     }
 
     /// `Ok` when `instance` is valid; otherwise a readable list of violations with their paths.

@@ -8,7 +8,7 @@ use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::agent::{Agent, AgentConfig, AgentEvent, ApprovalDecision, Environment, RunOptions, RunState};
+use crate::agent::{Agent, AgentConfig, AgentError, AgentEvent, ApprovalDecision, Environment, RunOptions, RunState};
 use crate::registry::{Registry, RegistryError};
 use crate::store::Store;
 use crate::tools::{is_valid_tool_name, Tool, ToolSet};
@@ -27,6 +27,11 @@ export type AgentEvent = EventBody & { runId: string; runPath: string[] };
 /// `{ code, message }` of a registry failure.
 pub(crate) fn registry_error(e: RegistryError) -> JsValue {
     error_object(e.code(), &e.to_string())
+}
+
+/// An agent error as the TS layer's typed error object.
+fn agent_error(e: AgentError) -> JsValue {
+    error_object(&e.code(), &e.to_string())
 }
 
 /// A host tool's public contract, as the TS layer passes it.
@@ -115,7 +120,7 @@ impl CoreAgent {
         }
         let env: Rc<dyn Environment> = Rc::new(JsEnvironment::new());
         let store: Option<Rc<dyn Store>> = if store.is_undefined() || store.is_null() { None } else { Some(Rc::new(JsStore::new(store)?)) };
-        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone()).map_err(|e| error_object(&e.code(), &e.to_string()))?;
+        let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone()).map_err(agent_error)?;
         if let Some(store) = &store {
             agent = agent.with_store(store.clone(), agent_id.clone());
         }
@@ -140,7 +145,7 @@ impl CoreAgent {
             let options = RunOptions { session_id, cancel: signal.map(|s| Rc::new(JsAbortSignal(s)) as _), parent_path: vec![], run_id: Some(run_id) };
             match agent.run(&input, options, &mut emit).await {
                 Ok(out) => to_js(&out),
-                Err(e) => Err(error_object(&e.code(), &e.to_string())),
+                Err(e) => Err(agent_error(e)),
             }
         })
     }
@@ -165,7 +170,7 @@ impl CoreAgent {
             };
             match result {
                 Ok(out) => to_js(&out),
-                Err(e) => Err(error_object(&e.code(), &e.to_string())),
+                Err(e) => Err(agent_error(e)),
             }
         })
     }
@@ -175,7 +180,7 @@ impl CoreAgent {
     pub fn stored_runs(&self) -> Promise {
         let agent = self.agent.clone();
         future_to_promise(async move {
-            let runs = agent.stored_runs().await.map_err(|e| error_object(&e.code(), &e.to_string()))?;
+            let runs = agent.stored_runs().await.map_err(agent_error)?;
             to_js(&runs)
         })
     }
@@ -185,7 +190,7 @@ impl CoreAgent {
     pub fn discard_run(&self, run_id: String) -> Promise {
         let agent = self.agent.clone();
         future_to_promise(async move {
-            let discarded = agent.discard_run(&run_id).await.map_err(|e| error_object(&e.code(), &e.to_string()))?;
+            let discarded = agent.discard_run(&run_id).await.map_err(agent_error)?;
             Ok(JsValue::from_bool(discarded))
         })
     }

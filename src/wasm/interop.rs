@@ -12,6 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::agent::{CancelSignal, Environment};
+use crate::guard::OnDrop;
 use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
 use crate::store::{BatchOp, Store, StoreError, StoreLock};
@@ -141,7 +142,7 @@ impl Model for JsModel {
         // answer outgrew its bounds) is closed: `iterator.return()` lets the provider cancel
         // its response body instead of reading on. A rejection of that call is nobody's.
         let closing = iterator.clone();
-        let mut open = UnlessSettled::new(move || {
+        let mut open = OnDrop::new(move || {
             if let Some(Ok(returned)) = method_of(&closing, "return").map(|close| close.call0(&closing)) {
                 then_quietly(&returned, &JsValue::UNDEFINED);
             }
@@ -149,7 +150,7 @@ impl Model for JsModel {
         loop {
             let step = await_promise(next.call0(&iterator).map_err(to_model_error)?).await.map_err(to_model_error)?;
             if Reflect::get(&step, &done_key).ok().and_then(|d| d.as_bool()).unwrap_or(false) {
-                open.settled();
+                open.disarm();
                 return Ok(());
             }
             let value = Reflect::get(&step, &value_key).map_err(to_model_error)?;
@@ -159,29 +160,6 @@ impl Model for JsModel {
                 // `open` is dropped unfinished: the provider is told to stop reading.
                 return Ok(());
             }
-        }
-    }
-}
-
-/// What to do if a JS operation the core awaits is dropped before it settles (the run or
-/// forge awaiting it was aborted): close a model stream, release a lock granted later, cancel
-/// a sandbox execution. Disarmed by `settled`.
-struct UnlessSettled(Option<Box<dyn FnOnce()>>);
-
-impl UnlessSettled {
-    fn new(on_drop: impl FnOnce() + 'static) -> Self {
-        Self(Some(Box::new(on_drop)))
-    }
-
-    fn settled(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for UnlessSettled {
-    fn drop(&mut self) {
-        if let Some(on_drop) = self.0.take() {
-            on_drop();
         }
     }
 }
@@ -386,7 +364,7 @@ impl Store for JsStore {
         // is released as soon as it is granted: a Web Lock nobody releases would block every
         // later holder, in every tab.
         let pending = granted_to.clone();
-        let mut request = UnlessSettled::new(move || {
+        let mut request = OnDrop::new(move || {
             let release_when_granted = Closure::once_into_js(|release: JsValue| {
                 if let Some(release) = release.dyn_ref::<Function>() {
                     let _ = release.call0(&JsValue::NULL);
@@ -395,7 +373,7 @@ impl Store for JsStore {
             then_quietly(&pending, &release_when_granted);
         });
         let release = JsFuture::from(granted_to).await.map_err(to_store_error);
-        request.settled();
+        request.disarm();
         let release = release?;
         Ok(Some(StoreLock::new(move || {
             if let Some(release) = release.dyn_ref::<Function>() {
@@ -500,16 +478,13 @@ impl JsSandbox {
 
     /// Starts `request` on the host: the promise of its result, and what cancels it if the
     /// core stops waiting (the host frees its Worker instead of running on to the deadline).
-    fn start(&self, request: &SandboxRequest) -> Result<(JsValue, UnlessSettled), JsValue> {
+    fn start(&self, request: &SandboxRequest) -> Result<(JsValue, OnDrop), JsValue> {
         if let Some(execute_json) = &self.execute_json {
             let text = serde_json::to_string(request).map_err(|e| JsValue::from_str(&e.to_string()))?;
             let handle = execute_json.call1(&self.target, &JsValue::from_str(&text))?;
-            let cancel = Reflect::get(&handle, &"cancel".into())
-                .ok()
-                .and_then(|f| f.dyn_into::<Function>().ok())
-                .ok_or_else(|| JsValue::from_str("the sandbox's JSON fast path returned no { result, cancel } handle"))?;
+            let cancel = method_of(&handle, "cancel").ok_or_else(|| JsValue::from_str("the sandbox's JSON fast path returned no { result, cancel } handle"))?;
             let target = handle.clone();
-            let guard = UnlessSettled::new(move || drop(cancel.call0(&target)));
+            let guard = OnDrop::new(move || drop(cancel.call0(&target)));
             return Ok((Reflect::get(&handle, &"result".into())?, guard));
         }
         let js_request = to_js(request)?;
@@ -517,9 +492,9 @@ impl JsSandbox {
         let guard = match web_sys::AbortController::new() {
             Ok(controller) => {
                 Reflect::set(&options, &"signal".into(), &controller.signal())?;
-                UnlessSettled::new(move || controller.abort())
+                OnDrop::new(move || controller.abort())
             }
-            Err(_) => UnlessSettled(None),
+            Err(_) => OnDrop::none(),
         };
         Ok((self.execute.call2(&self.target, &js_request, &options)?, guard))
     }
@@ -544,7 +519,7 @@ impl SandboxRunner for JsSandbox {
             Err(e) => return failed(e),
         };
         let settled = await_promise(returned).await;
-        cancel.settled();
+        cancel.disarm();
         match settled {
             Ok(v) => match v.as_string() {
                 // The fast path's result is the Worker's JSON text.

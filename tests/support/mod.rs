@@ -50,20 +50,17 @@ pub struct ScriptedModel {
 
 impl ScriptedModel {
     pub fn new(replies: Vec<Reply>) -> Rc<Self> {
-        Rc::new(Self {
-            replies: RefCell::new(replies.into()),
-            repeat_last: None,
-            requests: RefCell::new(vec![]),
-            run_ids: RefCell::new(vec![]),
-            usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
-            id: "scripted:test".into(),
-        })
+        Self::scripted(replies.into(), None)
     }
 
     pub fn repeating(reply: Reply) -> Rc<Self> {
+        Self::scripted(VecDeque::new(), Some(reply))
+    }
+
+    fn scripted(replies: VecDeque<Reply>, repeat_last: Option<Reply>) -> Rc<Self> {
         Rc::new(Self {
-            replies: RefCell::new(VecDeque::new()),
-            repeat_last: Some(reply),
+            replies: RefCell::new(replies),
+            repeat_last,
             requests: RefCell::new(vec![]),
             run_ids: RefCell::new(vec![]),
             usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
@@ -146,15 +143,7 @@ pub struct FnTool {
 
 impl FnTool {
     pub fn new(f: impl Fn(Value) -> Result<Value, ToolFailure> + 'static) -> Rc<Self> {
-        Rc::new(Self {
-            f: Box::new(f),
-            yields: Box::new(|_| 0),
-            in_flight: Cell::new(0),
-            max_in_flight: Cell::new(0),
-            calls: Cell::new(0),
-            finished_order: RefCell::new(vec![]),
-            run_ids: RefCell::new(vec![]),
-        })
+        Self::with_delay(f, |_| 0)
     }
 
     pub fn with_delay(f: impl Fn(Value) -> Result<Value, ToolFailure> + 'static, yields: impl Fn(&Value) -> usize + 'static) -> Rc<Self> {

@@ -21,7 +21,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
-import { WireReader, type WireObject } from './wire.js';
+import { loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint. */
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
@@ -182,7 +182,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
       }
       case 'message_delta': {
         stopReason = read.string(read.object(event.delta, 'delta')?.stop_reason, 'delta.stop_reason') ?? stopReason;
-        const usage = typeof event.usage === 'object' && event.usage !== null ? (event.usage as WireObject) : undefined;
+        const usage = loose(event.usage);
         outputTokens = read.count(usage?.output_tokens) ?? outputTokens;
         // Newer API versions also report final input tokens here; a 0 would mean "unknown".
         inputTokens = read.count(usage?.input_tokens) || inputTokens;
@@ -215,7 +215,7 @@ async function* parseMessage(ctx: HttpContext, json: unknown): AsyncGenerator<Mo
     if (blockType === 'text' && text) yield { type: 'text', delta: text };
     if (block && blockType === 'tool_use') yield toolUseChunk(read, block, index++, JSON.stringify(block.input ?? {}));
   }
-  const usage = typeof message.usage === 'object' && message.usage !== null ? (message.usage as WireObject) : undefined;
+  const usage = loose(message.usage);
   yield finishChunk(read.string(message.stop_reason, 'stop_reason'), read.count(usage?.input_tokens), read.count(usage?.output_tokens));
 }
 
@@ -230,7 +230,7 @@ function toolUseChunk(read: WireReader, block: WireObject, index: number, argume
 
 /** An `error` event, or a whole-body error (`retryable` only decided by its type when streamed). */
 function errorEvent(ctx: HttpContext, event: WireObject, raw: string, streamed = true) {
-  const error = typeof event.error === 'object' && event.error !== null ? (event.error as WireObject) : {};
+  const error = loose(event.error) ?? {};
   const errorType = typeof error.type === 'string' ? error.type : 'error';
   const detail = typeof error.message === 'string' ? error.message : '';
   return streamedError(ctx, `${errorType}: ${detail}`, {

@@ -338,9 +338,10 @@ export function parseJson(ctx: HttpContext, text: string): unknown {
 }
 
 /** Narrows a parsed value to a JSON object; anything else breaks the wire format. */
-export function expectObject(ctx: HttpContext, value: unknown, raw: string): Record<string, unknown> {
+export function expectObject(ctx: HttpContext, value: unknown, raw: string | (() => string)): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw protocolError(ctx, `expected a JSON object, got: ${raw.slice(0, 120)}`, undefined, raw);
+    const text = typeof raw === 'string' ? raw : raw();
+    throw protocolError(ctx, `expected a JSON object, got: ${text.slice(0, 120)}`, undefined, text);
   }
   return value as Record<string, unknown>;
 }

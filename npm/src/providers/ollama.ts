@@ -101,11 +101,13 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
 async function* parseLines(ctx: HttpContext, lines: AsyncIterable<unknown>): AsyncGenerator<ModelChunk> {
   let callIndex = 0;
   for await (const value of lines) {
-    const raw = JSON.stringify(value);
+    // The line's text is needed only to quote it in an error: made then, not for every line.
+    let text: string | undefined;
+    const raw = () => (text ??= JSON.stringify(value));
     const line = expectObject(ctx, value, raw);
     const read = new WireReader(ctx, raw);
     if (line.error !== undefined) {
-      throw streamedError(ctx, `server error in stream: ${typeof line.error === 'string' ? line.error : raw.slice(0, 200)}`, { retryable: false, body: raw });
+      throw streamedError(ctx, `server error in stream: ${typeof line.error === 'string' ? line.error : raw().slice(0, 200)}`, { retryable: false, body: raw() });
     }
     const message = read.object(line.message, 'message');
     const content = read.string(message?.content, 'message.content');

@@ -23,7 +23,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
-import { WireReader, type WireObject } from './wire.js';
+import { loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -198,7 +198,7 @@ function toToolCallChunk(read: WireReader, call: WireObject, position: number): 
 }
 
 function toUsage(read: WireReader, value: unknown): Usage | undefined {
-  const usage = typeof value === 'object' && value !== null ? (value as WireObject) : undefined;
+  const usage = loose(value);
   if (!usage) return undefined;
   return { inputTokens: read.count(usage.prompt_tokens) ?? 0, outputTokens: read.count(usage.completion_tokens) ?? 0 };
 }

@@ -10,17 +10,25 @@ import { protocolError, type HttpContext } from './http.js';
 
 export type WireObject = Record<string, unknown>;
 
+/** An object field read leniently (informational parts such as token usage, or an error's
+ *  details): anything else reads as absent. */
+export function loose(value: unknown): WireObject | undefined {
+  return typeof value === 'object' && value !== null ? (value as WireObject) : undefined;
+}
+
 export class WireReader {
-  /** `raw`: the event or body being read, quoted by the errors. */
+  /** `raw`: the event or body being read, quoted by the errors (a function when it has to be
+   *  made, so it is made only for an error). */
   constructor(
     private readonly ctx: HttpContext,
-    private readonly raw: string,
+    private readonly raw: string | (() => string),
   ) {}
 
   private wrong(what: string, expected: string, value: unknown): never {
     const got = value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
-    throw protocolError(this.ctx, `\`${what}\` is ${got}, not ${expected}`, undefined, this.raw);
+    throw protocolError(this.ctx, `\`${what}\` is ${got}, not ${expected}`, undefined, typeof this.raw === 'string' ? this.raw : this.raw());
   }
+
 
   string(value: unknown, what: string): string | undefined {
     if (value === undefined || value === null || typeof value === 'string') return value ?? undefined;

@@ -1,82 +1,84 @@
 /**
  * Seeded random Store op sequences and what a plain sorted map answers to them: the oracle the
  * Store contract tests hold every store to (Node stores directly, IndexedDB in Chromium through
- * the test page).
+ * the store page's `storeOps`, which takes and answers ops in this same form).
  */
 import type { BatchOp, JsonValue, Store } from '../../src/stores/types.js';
 import { seeded } from './seeded.js';
 
-/** One call of a Store method, as data (it crosses into the test page as JSON). */
+/** A record with every kind of JSON value, unicode and escapes: what the Store tests write. */
+export const STORE_SAMPLE: JsonValue = {
+  name: 'slugify',
+  v: 1,
+  nested: { list: [1, -2.5, 0, 1e300, true, false, null, 'x'], empty: {}, none: [] },
+  text: 'unicode: é 漢字 🧪 \u0000 "quoted" \\ \n',
+};
+
 export type StoreOp =
-  | { method: 'put'; args: [key: string, value: JsonValue] }
-  | { method: 'delete'; args: [key: string] }
-  | { method: 'batch'; args: [ops: BatchOp[]] }
-  | { method: 'get'; args: [key: string] }
-  | { method: 'scan'; args: [prefix: string] };
+  | { op: 'put'; key: string; value: JsonValue }
+  | { op: 'delete'; key: string }
+  | { op: 'get'; key: string }
+  | { op: 'batch'; ops: BatchOp[] }
+  | { op: 'scan'; prefix: string };
 
-/** What a read answered: `get` as `{ found, value }` (JSON has no `undefined`), `scan` its entries. */
-export type StoreRead = { found: boolean; value: JsonValue } | Array<[string, JsonValue]>;
+/** What an op answered: `{ value }`, or `{}` for `undefined` (JSON has none). */
+export type StoreResult = { value?: JsonValue | Array<[string, JsonValue]> };
 
-/** `count` ops from `seed`, the reads a sorted map gives them, and its final entries. Keys share
+/** `count` ops from `seed`, the results a sorted map gives them, and its final entries. Keys share
  *  prefixes and reach past ASCII, below U+E000 where every store's key order agrees (see
  *  stores/README.md); ops overwrite, delete missing keys and batch both. */
-export function randomStoreOps(seed: number, count: number, sample: JsonValue): { ops: StoreOp[]; reads: StoreRead[]; final: Array<[string, JsonValue]> } {
+export function randomStoreOps(seed: number, count: number, sample: JsonValue): { ops: StoreOp[]; results: StoreResult[]; final: Array<[string, JsonValue]> } {
   const rng = seeded(seed);
   const alphabet = ['a', 'b', 'a/', 'ab', '/', 'é', '漢', 'z', '~', ' ', '\u0000'];
   const key = () => Array.from({ length: 1 + rng.below(4) }, () => rng.pick(alphabet)).join('');
   const value = (): JsonValue => rng.pick<JsonValue>([null, 0, -1.5, 'x', '', [1, 'é'], { a: { b: [] } }, true, sample]);
   const model = new Map<string, JsonValue>();
+  const write = (op: BatchOp) => (op.type === 'put' ? model.set(op.key, op.value) : model.delete(op.key));
   const scan = (prefix: string): Array<[string, JsonValue]> =>
     [...model.entries()].filter(([k]) => k.startsWith(prefix)).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const ops: StoreOp[] = [];
-  const reads: StoreRead[] = [];
+  const results: StoreResult[] = [];
   for (let i = 0; i < count; i++) {
+    let op: StoreOp;
+    let result: StoreResult = {};
     switch (rng.below(5)) {
-      case 0: {
-        const [k, v] = [key(), value()];
-        model.set(k, v);
-        ops.push({ method: 'put', args: [k, v] });
+      case 0:
+        op = { op: 'put', key: key(), value: value() };
+        write({ type: 'put', key: op.key, value: op.value });
         break;
-      }
-      case 1: {
-        const k = rng.below(2) ? key() : rng.pick([...model.keys(), 'missing']);
-        model.delete(k);
-        ops.push({ method: 'delete', args: [k] });
+      case 1:
+        op = { op: 'delete', key: rng.below(2) ? key() : rng.pick([...model.keys(), 'missing']) };
+        write({ type: 'delete', key: op.key });
         break;
-      }
-      case 2: {
-        const batch: BatchOp[] = Array.from({ length: rng.below(5) }, () => (rng.below(3) ? { type: 'put', key: key(), value: value() } : { type: 'delete', key: key() }));
-        for (const op of batch) {
-          if (op.type === 'put') model.set(op.key, op.value);
-          else model.delete(op.key);
-        }
-        ops.push({ method: 'batch', args: [batch] });
+      case 2:
+        op = { op: 'batch', ops: Array.from({ length: rng.below(5) }, () => (rng.below(3) ? { type: 'put', key: key(), value: value() } : { type: 'delete', key: key() })) };
+        op.ops.forEach(write);
         break;
-      }
-      case 3: {
-        const k = key();
-        ops.push({ method: 'get', args: [k] });
-        reads.push({ found: model.has(k), value: model.get(k) ?? null });
+      case 3:
+        op = { op: 'get', key: key() };
+        if (model.has(op.key)) result = { value: model.get(op.key)! };
         break;
-      }
-      default: {
-        const prefix = rng.below(4) ? key().slice(0, rng.below(3)) : '';
-        ops.push({ method: 'scan', args: [prefix] });
-        reads.push(scan(prefix));
-      }
+      default:
+        op = { op: 'scan', prefix: rng.below(4) ? key().slice(0, rng.below(3)) : '' };
+        result = { value: scan(op.prefix) };
     }
+    ops.push(op);
+    results.push(result);
   }
-  return { ops, reads, final: scan('') };
+  return { ops, results, final: scan('') };
 }
 
-/** Applies `ops` to `store`; the reads, in order. (`storeApply` in the test page does the same
- *  in the browser.) */
-export async function applyStoreOps(store: Store, ops: StoreOp[]): Promise<StoreRead[]> {
-  const reads: StoreRead[] = [];
-  for (const { method, args } of ops) {
-    const result: unknown = await (store[method] as (...a: unknown[]) => Promise<unknown>).apply(store, args);
-    if (method === 'get') reads.push({ found: result !== undefined, value: (result ?? null) as JsonValue });
-    if (method === 'scan') reads.push(result as Array<[string, JsonValue]>);
+/** Applies `ops` to `store` (as the store page's `storeOps` does in the browser); their results. */
+export async function applyStoreOps(store: Store, ops: StoreOp[]): Promise<StoreResult[]> {
+  const results: StoreResult[] = [];
+  for (const step of ops) {
+    let value: StoreResult['value'] | void;
+    if (step.op === 'put') value = await store.put(step.key, step.value);
+    else if (step.op === 'get') value = await store.get(step.key);
+    else if (step.op === 'delete') value = await store.delete(step.key);
+    else if (step.op === 'scan') value = await store.scan(step.prefix);
+    else value = await store.batch(step.ops);
+    results.push(value === undefined ? {} : { value });
   }
-  return reads;
+  return results;
 }

@@ -213,20 +213,3 @@ window.sandboxStartError = async (options) => {
     return { failed: true, name: error.name, message: error.message, cause: String(error.cause?.message ?? error.cause), ms: performance.now() - started };
   }
 };
-
-// The Store contract's random op sequences (test/support/store-ops.ts) against real IndexedDB:
-// applies the method calls to a store named `storeName`, answers the reads.
-window.storeApply = async (storeName, ops) => {
-  const store = indexedDbStore({ name: storeName });
-  const reads = [];
-  try {
-    for (const { method, args } of ops) {
-      const result = await store[method](...args);
-      if (method === 'get') reads.push({ found: result !== undefined, value: result ?? null });
-      if (method === 'scan') reads.push(result);
-    }
-  } finally {
-    await store.close();
-  }
-  return reads;
-};
