@@ -376,3 +376,151 @@ fn an_approval_is_announced_only_once_its_run_is_saved() {
     assert!(matches!(sink.events.last().unwrap().body, EventBody::AgentError { .. }));
     assert_eq!(refunds.calls.get(), 0);
 }
+
+/// The store's records, copied: what another process opening the same store would read.
+fn records_of(store: &MemoryStore) -> Vec<(String, Value)> {
+    block_on(store.scan("")).unwrap()
+}
+
+fn store_with(records: Vec<(String, Value)>) -> Rc<MemoryStore> {
+    let store = Rc::new(MemoryStore::new());
+    for (key, value) in records {
+        block_on(store.put(&key, value)).unwrap();
+    }
+    store
+}
+
+#[test]
+fn a_paused_state_kept_past_a_restart_cannot_run_its_approved_call_again() {
+    // Process 1 pauses; process 2 resumes, and the run is stopped right after the approved
+    // refund ran (its step saved, the run interrupted at the same counters); process 3 still
+    // holds the paused state. Each "process" is a thread: nothing in memory is shared.
+    let flag = Rc::new(CancelFlag::default());
+    let refund = Rc::new(RefundStoppedMidway { flag: flag.clone(), calls: Default::default() });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, refund.clone()).unwrap());
+    let store = Rc::new(MemoryStore::new());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42}"#)]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "support-bot");
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let kept = paused.state.clone().unwrap();
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    assert_eq!(block_on(agent.resume(&paused.run_id, &decisions, Some(flag), &mut CollectingSink::default())).unwrap_err(), AgentError::Aborted);
+    assert_eq!(refund.calls.get(), 1);
+
+    let records = records_of(&store);
+    let (calls, err) = std::thread::spawn(move || {
+        let refunds = refund_tool();
+        let agent = refund_agent(ScriptedModel::repeating(text("Refunded.")), refunds.clone(), store_with(records));
+        let err = block_on(agent.resume_state(kept, &decisions, None, &mut CollectingSink::default())).err();
+        (refunds.calls.get(), err)
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(&err, Some(AgentError::InvalidResume(m)) if m.contains("later state")), "{err:?}");
+    assert_eq!(calls, 0, "the refund ran once, in process 2");
+}
+
+#[test]
+fn with_a_store_the_stored_calls_run_not_calls_edited_into_the_state() {
+    let store = Rc::new(MemoryStore::new());
+    let refunded = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = refunded.clone();
+    let refunds = FnTool::new(move |args| {
+        log.borrow_mut().push(args["order"].clone());
+        Ok(json!({ "refunded": args["order"] }))
+    });
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")]);
+    let agent = refund_agent(model, refunds, store);
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let mut edited = paused.state.clone().unwrap();
+    let pending = edited.pending.as_mut().unwrap();
+    pending.calls[0].arguments = r#"{"order":9999,"amount":50000}"#.into();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let out = block_on(agent.resume_state(edited, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.status, RunStatus::Completed);
+    assert_eq!(*refunded.borrow(), vec![json!(42)], "the call a human approved, as stored");
+}
+
+#[test]
+fn runs_of_one_session_that_overlap_both_stay_in_its_conversation() {
+    let store = Rc::new(MemoryStore::new());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#), text("B answer"), text("Refunded.")]);
+    let agent = refund_agent(model, refund_tool(), store);
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(paused.status, RunStatus::Paused);
+    // While A waits for its approval, B runs to its end in the same session.
+    block_on(agent.run("question B", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    let said: Vec<String> = agent
+        .history("default")
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(format!("user:{content}")),
+            Message::Assistant { content, .. } if !content.is_empty() => Some(format!("assistant:{content}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said, ["user:question B", "assistant:B answer", "user:Refund order 42", "assistant:Refunded."]);
+}
+
+#[test]
+fn a_run_that_fails_in_its_first_turn_is_stored_and_resumes() {
+    let store = Rc::new(MemoryStore::new());
+    let down = ScriptedModel::new(vec![]);
+    let agent = refund_agent(down, refund_tool(), store.clone());
+    let err = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "provider_protocol");
+    let stored = block_on(agent.stored_runs()).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].status, StoredRunStatus::Interrupted);
+    // The model is back (a new agent over the same store): the run asks it again.
+    let back = ScriptedModel::new(vec![text("Done.")]);
+    let agent = refund_agent(back.clone(), refund_tool(), store.clone());
+    let out = block_on(agent.resume(&stored[0].run_id, &[], None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.text, "Done.");
+    assert!(matches!(back.requests.borrow()[0].messages.last(), Some(Message::User { content }) if content == "Refund order 42"));
+    assert!(block_on(agent.stored_runs()).unwrap().is_empty(), "completed: nothing left to resume");
+}
+
+/// A model of the host's own whose request fails with its own error once the run is aborted
+/// (as `fetch` rejects with an `AbortError`): a test double.
+struct FailsWhenAborted(Rc<CancelFlag>);
+
+#[async_trait::async_trait(?Send)]
+impl crucible::model::Model for FailsWhenAborted {
+    fn id(&self) -> String {
+        "double:fails-when-aborted".into()
+    }
+
+    async fn stream(
+        &self,
+        _: &crucible::model::ModelRequest,
+        _: &crucible::model::CallInfo,
+        _: &mut dyn crucible::model::ChunkSink,
+    ) -> Result<(), crucible::model::ModelError> {
+        self.0.cancel();
+        Err(crucible::model::ModelError::new("provider_protocol", "The operation was aborted due to timeout"))
+    }
+}
+
+#[test]
+fn an_aborted_run_is_aborted_whatever_error_the_model_fails_with() {
+    let flag = Rc::new(CancelFlag::default());
+    let agent = Agent::new(AgentConfig::default(), Rc::new(FailsWhenAborted(flag.clone())), ToolSet::new(), Rc::new(NativeEnvironment::default())).unwrap();
+    let options = RunOptions { cancel: Some(flag), ..RunOptions::default() };
+    assert_eq!(block_on(agent.run("hi", options, &mut CollectingSink::default())).unwrap_err(), AgentError::Aborted);
+}
+
+#[test]
+fn the_paused_steps_end_reports_the_tokens_of_its_turn() {
+    let (agent, paused, decisions) = paused_refund(Some(Rc::new(MemoryStore::new())), refund_tool());
+    let mut sink = CollectingSink::default();
+    block_on(agent.resume(&paused.run_id, &decisions, None, &mut sink)).unwrap();
+    let first_end = sink.events.iter().find_map(|e| match &e.body {
+        EventBody::StepEnd { step: 0, usage, .. } => Some(*usage),
+        _ => None,
+    });
+    assert_eq!(first_end, Some(crucible::model::Usage { input_tokens: 10, output_tokens: 5 }));
+}

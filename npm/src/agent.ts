@@ -464,8 +464,8 @@ export class Agent {
   }
 
   /**
-   * Runs `input` and yields every event as it happens. The last event is `agent.end` or
-   * `agent.error`. Breaking out of the loop aborts the run. `text.delta` events the consumer
+   * Runs `input` and yields every event as it happens. The last event is `agent.end`,
+   * `agent.paused` or `agent.error`. Breaking out of the loop aborts the run. `text.delta` events the consumer
    * has not read yet are merged into one (same text, fewer events), so a slow consumer holds
    * about the text, not an event per chunk.
    */

@@ -295,6 +295,21 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.ok(Date.now() - started < 5000);
   });
 
+  test('a provider of your own that fails with fetch\'s AbortError ends an aborted run as aborted', async () => {
+    server.reset();
+    server.enqueue({ text: 'slow', delayMs: 10_000 });
+    // Not one of ours: it reads the reply with a plain fetch and lets fetch's error through.
+    const ownProvider: ModelProvider = {
+      id: 'own:fetch',
+      async *stream(_request, options) {
+        const res = await fetch(`${server.openaiBaseURL}/chat/completions`, { method: 'POST', body: '{}', signal: options?.signal });
+        yield { type: 'text', delta: await res.text() };
+      },
+    };
+    const agent = await createAgent({ model: ownProvider });
+    await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(200) }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
+  });
+
   test('breaking out of for await aborts the run: the tool it was running gets its signal, and the model is not asked again', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'wait', arguments: {} }] }, { text: 'never asked' });

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::ToolCall;
+use crate::model::{ToolCall, Usage};
 
 /// Approvals (tool calls waiting for a human, and shared-tier promotions) share one type and
 /// one event, `approval.requested`; tool-call approvals have kind `tool_call`.
@@ -31,6 +31,10 @@ pub struct PendingStep {
     pub finish_reason: String,
     pub calls: Vec<ToolCall>,
     pub approvals: Vec<PendingApproval>,
+    /// The tokens of the turn that asked for the calls, reported by the step's `step.end`
+    /// when the resumed step finishes (states saved before this field read as zero).
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 /// What to do with one call of a resumed step.

@@ -27,16 +27,20 @@ thread_local! {
 }
 
 /// How far a run has got: a resumed run always moves past the position it was resumed from.
+/// Running a paused step's approved calls changes no counter, only `paused`: without it, the
+/// state saved after them would pass for the paused one, and a kept paused state would run
+/// them again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RunPosition {
     turns: u32,
     steps: u32,
     output_retries: u32,
+    paused: bool,
 }
 
 impl RunPosition {
     pub(crate) fn of(state: &RunState) -> Self {
-        Self { turns: state.turns, steps: state.steps, output_retries: state.output_retries }
+        Self { turns: state.turns, steps: state.steps, output_retries: state.output_retries, paused: state.pending.is_some() }
     }
 }
 

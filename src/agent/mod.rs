@@ -134,7 +134,9 @@ impl Agent {
     /// the model sees. A state is resumed once: with a store, it must still be the run's
     /// stored state (read under the run's store lock), so a second resume of it, here or in
     /// another tab, is an `invalid_resume` error rather than a second execution of its
-    /// approved calls (see `claim`).
+    /// approved calls (see `claim`). With a store, `state` only says which point of the run
+    /// is resumed: the stored state is what runs, so calls edited in `state` after the pause
+    /// are not the calls that run.
     pub async fn resume_state(
         &self,
         state: RunState,
@@ -154,6 +156,7 @@ impl Agent {
             if RunPosition::of(&stored) != RunPosition::of(&state) {
                 return Err(AgentError::InvalidResume(format!("this agent's store holds a later state of run `{run_id}`: it was resumed already")));
             }
+            return self.resume_claimed(&claim, stored, decisions, cancel, sink).await;
         }
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
@@ -203,8 +206,9 @@ impl Agent {
             runs: self.recorder(),
             decisions,
         };
+        let history_len = state.history_len;
         let (_state, result) = ctx.drive(state, sink).await;
-        self.remember(&session_id, &result);
+        self.remember(&session_id, history_len, &result);
         result
     }
 
@@ -243,11 +247,22 @@ impl Agent {
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
-    fn remember(&self, session_id: &str, result: &Result<RunOutput, AgentError>) {
-        if let Ok(out) = result {
-            if out.status == RunStatus::Completed {
-                self.sessions.borrow_mut().insert(session_id.to_string(), out.messages.clone());
+    /// Adds a completed run's own messages to its session. Other runs of the session may have
+    /// completed while it ran: their messages stay, and this run's follow them. When the
+    /// session no longer starts with what the run started from (it was ended, or the process
+    /// restarted before a resume), the run's whole conversation becomes the session's.
+    fn remember(&self, session_id: &str, history_len: Option<u32>, result: &Result<RunOutput, AgentError>) {
+        let Ok(out) = result else { return };
+        if out.status != RunStatus::Completed {
+            return;
+        }
+        let mut sessions = self.sessions.borrow_mut();
+        let history = sessions.entry(session_id.to_string()).or_default();
+        match history_len.map(|n| n as usize) {
+            Some(n) if n <= out.messages.len() && history.len() >= n && history[..n] == out.messages[..n] => {
+                history.extend_from_slice(&out.messages[n..]);
             }
+            _ => *history = out.messages.clone(),
         }
     }
 
@@ -292,6 +307,7 @@ impl Agent {
         let mut run_path = options.parent_path;
         run_path.push(run_id.clone());
         let mut messages = self.history(&session_id);
+        let history_len = Some(messages.len() as u32);
         messages.push(Message::User { content: input.to_string() });
         sink.emit(AgentEvent {
             run_id: run_id.clone(),
@@ -308,6 +324,7 @@ impl Agent {
             output_retries: 0,
             usage: RunUsage::default(),
             pending: None,
+            history_len,
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
     }

@@ -41,6 +41,11 @@ pub struct RunState {
     /// The step a paused run waits in (calls awaiting approval); `None` between steps.
     #[serde(default)]
     pub pending: Option<PendingStep>,
+    /// How many of `messages` are the session's conversation from before the run; the rest
+    /// are the run's own, which are all a completed run adds to the session (after what other
+    /// runs of the session added meanwhile). `None` in states saved before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_len: Option<u32>,
 }
 
 /// A run whose state is stored (see [`crate::agent::Agent::stored_runs`]).
@@ -301,6 +306,11 @@ impl RunContext<'_> {
 
     async fn turns(&self, state: &mut RunState, emitter: &Emitter<'_>) -> Result<RunOutput, AgentError> {
         let model_id = self.model.id();
+        if state.turns == 0 && state.pending.is_none() {
+            // Saved before the first model call, so a run that fails on the model or is
+            // aborted in its first turn is resumable like one that fails later.
+            self.save(state).await?;
+        }
         if let Some(pending) = state.pending.clone() {
             let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
             let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
@@ -314,7 +324,7 @@ impl RunContext<'_> {
             emitter.emit(EventBody::StepEnd {
                 step: pending.step,
                 finish_reason: pending.finish_reason,
-                usage: Default::default(),
+                usage: pending.usage,
                 tool_calls: pending.calls.len() as u32,
             });
             self.save(state).await?;
@@ -341,7 +351,13 @@ impl RunContext<'_> {
             let request =
                 ModelRequest { messages, tools, temperature: self.config.temperature, max_tokens: self.config.max_tokens, response_format, tool_choice };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
-            self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await?;
+            // A provider of the host's own may fail an aborted request with its own error (a
+            // fetch's `AbortError` read as a protocol failure): the run was aborted all the same.
+            let streamed = self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await;
+            if streamed.is_err() && self.cancelled() {
+                return Err(AgentError::Aborted);
+            }
+            streamed?;
             let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id))?;
             let usage = response.usage.unwrap_or_default();
             state.usage.record(&model_id, usage);
@@ -394,7 +410,7 @@ impl RunContext<'_> {
             }
             let approvals = self.unless_cancelled(self.approvals_needed(state, &calls, turn_tools)).await?;
             if !approvals.is_empty() {
-                state.pending = Some(PendingStep { step, finish_reason, calls, approvals: approvals.clone() });
+                state.pending = Some(PendingStep { step, finish_reason, calls, approvals: approvals.clone(), usage });
                 // Saved first: an approval someone acts on must belong to a run that can resume.
                 self.save(state).await?;
                 for approval in approvals {
