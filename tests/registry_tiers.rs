@@ -776,3 +776,56 @@ fn a_lifecycle_change_whose_write_fails_is_undone_in_memory_and_can_be_retried()
     assert_eq!(restarted.registry.audit_trail(), r.registry.audit_trail());
     assert!(restarted.registry.pending_approvals().is_empty());
 }
+
+#[test]
+fn forges_running_at_once_still_keep_to_max_session_tools() {
+    let r = rig_with(EmergentConfig { max_session_tools: 2, ..Default::default() }, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let requests: Vec<_> = (0..5).map(|i| slugify_request(&format!("t{i}"), SLUGIFY_JS)).collect();
+    let results = block_on(futures::future::join_all(requests.iter().map(|q| r.registry.forge(q, "s1"))));
+    assert_eq!(results.iter().filter(|res| res.success).count(), 2, "{results:?}");
+    assert!(results.iter().filter(|res| !res.success).all(|res| res.reason.as_deref().unwrap_or_default().contains("maxSessionTools")));
+    assert_eq!(r.registry.list("s1").len(), 2);
+}
+
+#[test]
+fn a_forge_that_ends_after_its_session_ended_does_not_bring_the_session_back() {
+    let r = rig();
+    let request = slugify_request("late", SLUGIFY_JS);
+    let end_meanwhile = async {
+        support::YieldOnce::default().await; // the forge is at its judge by now
+        r.registry.end_session("e").await.unwrap();
+    };
+    let (res, ()) = block_on(futures::future::join(r.registry.forge(&request, "e"), end_meanwhile));
+    assert!(!res.success && res.reason.as_deref().unwrap_or_default().contains("ended"), "{res:?}");
+    assert!(r.registry.list("e").is_empty());
+    assert_eq!(block_on(r.registry.call("late", json!({ "text": "x" }), "e")).unwrap_err().code, "unknown_tool");
+    forge_ok(&r, "late", SLUGIFY_JS, "e"); // the session id can start afresh
+}
+
+#[test]
+fn promotions_running_at_once_still_keep_to_max_agent_tools() {
+    let config = EmergentConfig { max_agent_tools: 1, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    for name in ["a", "b", "c"] {
+        forge_ok(&r, name, SLUGIFY_JS, "s1");
+        use_n(&r, name, 3, "s1");
+    }
+    let outcomes = block_on(futures::future::join_all(["a", "b", "c"].map(|n| r.registry.request_promotion(n, Tier::Agent, "s1"))));
+    let promoted = outcomes.iter().filter(|o| o.as_ref().unwrap().status == PromotionStatus::Promoted).count();
+    assert_eq!(promoted, 1, "{outcomes:?}");
+    assert_eq!(r.registry.list("s1").iter().filter(|t| t.tier == Tier::Agent).count(), 1);
+}
+
+#[test]
+fn calls_crossing_the_threshold_together_convene_one_panel() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let panel = approving_judge();
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    let args = json!({ "text": "A b" });
+    let calls = block_on(futures::future::join_all((0..4).map(|_| r.registry.call("slugify", args.clone(), "s1"))));
+    assert!(calls.iter().all(Result::is_ok));
+    assert_eq!(panel.requests.borrow().len(), 2, "one promotion: one safety and one correctness review");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
+}

@@ -162,6 +162,36 @@ pub(crate) struct State {
     forge_stats: ForgeStatsAggregator,
     dirty: BTreeSet<(Tier, String)>,
     calls_since_flush: u32,
+    /// Forges and imports in flight, by ticket: their session, and whether it ended meanwhile
+    /// (their tool must not bring an ended session back).
+    in_flight: HashMap<u64, InFlight>,
+    next_ticket: u64,
+    /// Session tools under promotion review, as (session, name): one review per tool at a
+    /// time, however many calls cross the threshold together.
+    pub(crate) promoting: BTreeSet<(String, String)>,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    session: String,
+    session_ended: bool,
+}
+
+/// A forge or import in flight for a session (see [`Registry::ticket`]); it stops counting
+/// when dropped, however the forge ended.
+pub(crate) struct ForgeTicket {
+    registry: Weak<Registry>,
+    id: u64,
+}
+
+impl Drop for ForgeTicket {
+    fn drop(&mut self) {
+        if let Some(registry) = self.registry.upgrade() {
+            if let Ok(mut state) = registry.state.try_borrow_mut() {
+                state.in_flight.remove(&self.id);
+            }
+        }
+    }
 }
 
 impl State {
@@ -755,40 +785,58 @@ impl Registry {
         calls_run_id: &str,
     ) -> Option<ForgeResult> {
         let origin = self.origin(session, scope, "", calls_run_id);
+        let ticket = self.ticket(session);
         let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
         // The judge and the host tools see the same signal: their failure may end the work in
         // the very poll that cancels it, and is then the abort's doing, not the tool's.
         if cancel.is_some_and(|c| c.is_cancelled()) {
             return None;
         }
-        Some(self.settle(checked, &origin).await)
+        Some(self.settle(checked, &origin, &ticket).await)
     }
 
     async fn forge_from(&self, request: &Value, origin: ForgeOrigin) -> ForgeResult {
+        let ticket = self.ticket(&origin.session_id);
         let checked = self.verify(request, &origin, &self.lookup()).await;
-        self.settle(checked, &origin).await
+        self.settle(checked, &origin, &ticket).await
     }
 
     /// Registers a verified tool or records the rejection.
-    async fn settle(&self, checked: Result<Verified, Rejection>, origin: &ForgeOrigin) -> ForgeResult {
+    async fn settle(&self, checked: Result<Verified, Rejection>, origin: &ForgeOrigin, ticket: &ForgeTicket) -> ForgeResult {
         match checked {
-            Ok(verified) => self.register_session(verified, origin, "forge").await,
+            Ok(verified) => self.register_session(verified, origin, "forge", ticket).await,
             Err(rejection) => self.reject(&rejection, origin).await,
         }
     }
 
+    /// Counts a forge or import of `session` as in flight until the ticket is dropped.
+    pub(crate) fn ticket(&self, session: &str) -> ForgeTicket {
+        let mut state = self.state.borrow_mut();
+        let id = state.next_ticket;
+        state.next_ticket += 1;
+        state.in_flight.insert(id, InFlight { session: session.to_string(), session_ended: false });
+        ForgeTicket { registry: self.me.clone(), id }
+    }
+
+    /// Why `session` has no room for a new tool `name` (one replacing its own version always
+    /// fits). Asked before the tests, and again at registration: forges that ran at the same
+    /// time were all admitted against the same count.
+    fn session_room(&self, state: &State, session: &str, name: &str) -> Result<(), String> {
+        let max = self.config.max_session_tools;
+        let count = state.active_count(Tier::Session, session, name);
+        if count >= max {
+            return Err(format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"));
+        }
+        Ok(())
+    }
+
     pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &Rc<dyn crate::tools::ToolLookup>) -> Result<Verified, Rejection> {
         let session = origin.session_id.clone();
-        let max = self.config.max_session_tools;
         let admit = |req: &crate::forge::ForgeRequest| {
             if req.name == FORGE_TOOL_NAME {
                 return Err(format!("`{FORGE_TOOL_NAME}` is reserved"));
             }
-            let count = self.state.borrow().active_count(Tier::Session, &session, &req.name);
-            if count >= max {
-                return Err(format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"));
-            }
-            Ok(())
+            self.session_room(&self.state.borrow(), &session, &req.name)
         };
         let run_id = origin.run_id.clone();
         let emit = |body: EventBody| self.emit(&run_id, body);
@@ -838,8 +886,23 @@ impl Registry {
     }
 
     /// Registers a verified tool in the session tier (a new version when the name exists).
-    pub(crate) async fn register_session(&self, verified: Verified, origin: &ForgeOrigin, action: &str) -> ForgeResult {
+    pub(crate) async fn register_session(&self, verified: Verified, origin: &ForgeOrigin, action: &str, ticket: &ForgeTicket) -> ForgeResult {
         let session = origin.session_id.as_str();
+        let refusal = {
+            let state = self.state.borrow();
+            if state.in_flight.get(&ticket.id).is_some_and(|f| f.session_ended) {
+                Err(format!("session `{session}` ended while the tool was being forged; it was not registered"))
+            } else {
+                self.session_room(&state, session, &verified.request.name)
+            }
+        };
+        if let Err(reason) = refusal {
+            let mut rejection = Rejection::new(&verified.request.name, reason, Evidence::default());
+            rejection.scope = verified.request.scope.clone();
+            rejection.tests = verified.tests;
+            rejection.verdict = Some(verified.verdict);
+            return self.reject(&rejection, origin).await;
+        }
         let hash = content_hash(&verified.request);
         let now = self.now();
         let name = verified.request.name.clone();
@@ -1078,6 +1141,9 @@ impl Registry {
         {
             let mut state = self.state.borrow_mut();
             state.sessions.remove(session);
+            for forge in state.in_flight.values_mut().filter(|f| f.session == session) {
+                forge.session_ended = true;
+            }
         }
         self.flush_stats().await
     }

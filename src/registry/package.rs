@@ -264,8 +264,9 @@ impl Registry {
         }
         let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), ..Default::default() };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
+        let ticket = self.ticket(session);
         Ok(match self.verify(&request_value, &origin, &self.lookup()).await {
-            Ok(verified) => self.register_session(verified, &origin, "import").await,
+            Ok(verified) => self.register_session(verified, &origin, "import", &ticket).await,
             Err(rejection) => self.reject(&rejection, &origin).await,
         })
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::EventBody;
 use crate::forge::{ask_judge, review_prompt, run_tests, ReviewKind, Verdict};
+use crate::guard::OnDrop;
 use crate::tools::CallContext;
 
 use super::{tool_info, Entry, PendingApproval, Registry, RegistryError, Tier, ToolInfo, ToolStatus};
@@ -79,7 +80,8 @@ impl Registry {
         let memo = &e.record.promotion;
         let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
             && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
-        confidence >= config.promotion_threshold.confidence && !suppressed
+        let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name);
+        confidence >= config.promotion_threshold.confidence && !suppressed && !reviewing
     }
 
     async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
@@ -104,6 +106,16 @@ impl Registry {
             e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
             e.record.promotion.rejected_at_successes = e.stats.successes;
         }
+    }
+
+    /// Why the agent tier has no room for `name` (a tool already there by that name fits).
+    fn agent_room(&self, state: &super::State, name: &str) -> Result<(), String> {
+        let max = self.config().max_agent_tools;
+        let count = state.active_count(Tier::Agent, "", name);
+        if count >= max {
+            return Err(format!("the agent tier is full ({count} of maxAgentTools {max})"));
+        }
+        Ok(())
     }
 
     async fn promote_to_agent(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
@@ -135,13 +147,21 @@ impl Registry {
                 format!("verdict confidence {confidence} is below the threshold {}", threshold.confidence),
             ));
         }
-        let agent_count = self.state.borrow().active_count(Tier::Agent, "", name);
-        if agent_count >= self.config().max_agent_tools {
-            return Ok(PromotionOutcome::new(
-                PromotionStatus::Rejected,
-                format!("the agent tier is full ({agent_count} of maxAgentTools {})", self.config().max_agent_tools),
-            ));
+        if let Err(full) = self.agent_room(&self.state.borrow(), name) {
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, full));
         }
+        let reviewing = (session.to_string(), name.to_string());
+        if !self.state.borrow_mut().promoting.insert(reviewing.clone()) {
+            return Ok(PromotionOutcome::new(PromotionStatus::Suppressed, "this tool's promotion is already under review"));
+        }
+        let registry = self.me.clone();
+        let _reviewed = OnDrop::new(move || {
+            if let Some(registry) = registry.upgrade() {
+                if let Ok(mut state) = registry.state.try_borrow_mut() {
+                    state.promoting.remove(&reviewing);
+                }
+            }
+        });
 
         // Re-run the tests against the tool as it is built now.
         let request = record.current.request.clone();
@@ -177,8 +197,12 @@ impl Registry {
             let now = state.tier(Tier::Session, session).and_then(|m| m.get(name));
             now.is_some_and(|e| e.record.current.hash != record.current.hash || e.record.status != ToolStatus::Active)
         };
-        if changed {
-            let reason = "the tool changed while the panel reviewed it (a new version, or a demotion); it is not promoted".to_string();
+        // Promotions that ran at the same time were all admitted against the same count.
+        let refusal = match changed {
+            true => Err("the tool changed while the panel reviewed it (a new version, or a demotion); it is not promoted".to_string()),
+            false => self.agent_room(&self.state.borrow(), name),
+        };
+        if let Err(reason) = refusal {
             self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: reason.clone() });
             return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
         }
