@@ -829,3 +829,20 @@ fn calls_crossing_the_threshold_together_convene_one_panel() {
     assert_eq!(panel.requests.borrow().len(), 2, "one promotion: one safety and one correctness review");
     assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
 }
+
+#[test]
+fn work_in_flight_when_the_agent_closes_writes_nothing_more_to_its_store() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let before = block_on(store.scan("")).unwrap();
+    let request = slugify_request("late", SLUGIFY_JS);
+    let close_meanwhile = async {
+        support::YieldOnce::default().await; // the forge is at its judge by now
+        r.registry.close();
+    };
+    let (res, ()) = block_on(futures::future::join(r.registry.forge(&request, "s1"), close_meanwhile));
+    assert!(res.success, "the forge itself finishes: {res:?}");
+    use_n(&r, "slugify", 50, "s1"); // agent-tier calls whose stats would be flushed
+    assert_eq!(block_on(r.registry.flush_stats()).unwrap_err().code(), "closed");
+    assert_eq!(block_on(store.scan("")).unwrap(), before, "nothing written after close");
+}

@@ -340,6 +340,7 @@ export class Agent {
   /** Gives back this agent's claim on its registry records (see `claimRegistry`). */
   readonly #releaseRegistry: (() => void) | undefined;
   readonly #channel: BroadcastChannel | undefined;
+  #closed = false;
 
   /** Forged tools (the emergent registry). */
   readonly tools: {
@@ -382,7 +383,7 @@ export class Agent {
     this.#signals = signals;
     this.#hub = hub;
     this.#sandbox = sandbox;
-    const session = (o?: SessionOptions) => o?.sessionId ?? 'default';
+    const session = (o?: SessionOptions) => sessionOf(o?.sessionId);
     const wrap = <T>(f: () => T): T => {
       try {
         return f();
@@ -396,28 +397,43 @@ export class Agent {
       channel?.postMessage(SHARED_TIER_CHANGED);
       return result;
     };
+    // Every entry point checks first that the agent is open: a closed agent's core is freed,
+    // and the binding would fail with an untyped "null pointer passed to rust".
+    const open = <T>(what: string, f: () => T): T => {
+      this.#assertOpen(what);
+      return f();
+    };
+    const toolName = (name: unknown, what: string) => text(name, `${what}: the tool name`);
     this.tools = {
       call: (name, args, o) =>
-        wrapAsync(() => this.#direct(abortSignal(o?.signal, 'tools.call'), (signal, runId) => core.callTool(name, args, session(o), signal, runId))),
-      list: (o) => wrap(() => core.listTools(session(o))),
+        wrapAsync(() =>
+          open('tools.call', () => {
+            const [tool, sessionId] = [toolName(name, 'tools.call'), session(o)];
+            return this.#direct(abortSignal(o?.signal, 'tools.call'), (signal, runId) => core.callTool(tool, args, sessionId, signal, runId));
+          }),
+        ),
+      list: (o) => wrap(() => open('tools.list', () => core.listTools(session(o)))),
     };
     this.emergent = {
-      stats: () => wrap(() => core.forgeStats()),
-      requestPromotion: (name, tier, o) => wrapAsync(() => core.requestPromotion(name, tier, session(o))),
-      approve: (id) => wrapAsync(() => core.approve(approvalId(id)).then(shared)),
-      deny: (id, reason = 'denied') => wrapAsync(() => core.deny(approvalId(id), String(reason))),
-      demote: (name, o) => wrapAsync(() => core.demote(name, session(o)).then(shared)),
+      stats: () => wrap(() => open('emergent.stats', () => core.forgeStats())),
+      requestPromotion: (name, tier, o) =>
+        wrapAsync(() => open('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), text(tier, 'requestPromotion: the tier'), session(o)))),
+      approve: (id) => wrapAsync(() => open('approve', () => core.approve(text(id, 'an approval id')).then(shared))),
+      deny: (id, reason = 'denied') => wrapAsync(() => open('deny', () => core.deny(text(id, 'an approval id'), String(reason)))),
+      demote: (name, o) => wrapAsync(() => open('demote', () => core.demote(toolName(name, 'demote'), session(o)).then(shared))),
       rollback: (name, version, o) =>
-        wrapAsync(() => {
-          // The binding would turn 1.5 into version 1 without a word.
-          if (!Number.isInteger(version) || version < 1) throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer, got ${String(version)}`);
-          return core.rollback(name, version, session(o)).then(shared);
-        }),
-      export: (name, o) => wrapAsync(async () => core.exportTool(name, session(o))),
-      import: (pkg, o) => wrapAsync(() => core.importTool(pkg, session(o), { testCases: o?.testCases })),
-      pendingApprovals: () => wrap(() => core.pendingApprovals()),
-      audit: () => wrap(() => core.audit()),
-      flushStats: () => wrapAsync(() => core.flushStats()),
+        wrapAsync(() =>
+          open('rollback', () => {
+            // The binding would turn 1.5 into version 1 without a word.
+            if (!Number.isInteger(version) || version < 1) throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer, got ${String(version)}`);
+            return core.rollback(toolName(name, 'rollback'), version, session(o)).then(shared);
+          }),
+        ),
+      export: (name, o) => wrapAsync(async () => open('export', () => core.exportTool(toolName(name, 'export'), session(o)))),
+      import: (pkg, o) => wrapAsync(() => open('import', () => core.importTool(text(pkg, 'import: the package'), session(o), { testCases: o?.testCases }))),
+      pendingApprovals: () => wrap(() => open('pendingApprovals', () => core.pendingApprovals())),
+      audit: () => wrap(() => open('audit', () => core.audit())),
+      flushStats: () => wrapAsync(() => open('flushStats', () => core.flushStats())),
     };
   }
 
@@ -442,9 +458,17 @@ export class Agent {
    * Rejects with `AbortError` when `options.signal` aborts it.
    */
   forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
-    return wrapAsync(() =>
-      this.#direct(abortSignal(options.signal, 'forge'), (signal, runId) => this.#core.forge(request, options.sessionId ?? 'default', options.scope, signal, runId)),
-    );
+    return wrapAsync(async () => {
+      this.#assertOpen('forge');
+      const sessionId = sessionOf(options?.sessionId);
+      const scope = options?.scope === undefined ? undefined : text(options.scope, 'forge: scope');
+      return this.#direct(abortSignal(options?.signal, 'forge'), (signal, runId) => this.#core.forge(request, sessionId, scope, signal, runId));
+    });
+  }
+
+  /** Throws the typed `closed` error once {@link Agent.close} has begun. */
+  #assertOpen(what: string): void {
+    if (this.#closed) throw new CrucibleError('closed', `${what}: the agent is closed; create a new one`);
   }
 
   /**
@@ -472,6 +496,10 @@ export class Agent {
   stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.run/stream: options must be an object'));
+    if (options.sessionId !== undefined && typeof options.sessionId !== 'string') {
+      return failing(new CrucibleError('invalid_config', `agent.run/stream: sessionId must be a string, got ${describeType(options.sessionId)}`));
+    }
+    if (this.#closed) return failing(new CrucibleError('closed', 'agent.run/stream: the agent is closed; create a new one'));
     return this.#drive(newRunId(), options.signal, (runId, onEvent, signal) => this.#core.run(input, runId, options.sessionId, onEvent, signal));
   }
 
@@ -485,6 +513,7 @@ export class Agent {
       return failing(new CrucibleError('invalid_config', 'agent.resume: pass a run id or the paused RunResult ({ runId, state })'));
     }
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
+    if (this.#closed) return failing(new CrucibleError('closed', 'agent.resume: the agent is closed; create a new one'));
     const runId = typeof run === 'string' ? run : run.runId;
     const state = typeof run === 'string' ? undefined : run.state;
     return this.#drive(runId, options.signal, (id, onEvent, signal) => this.#core.resume(id, state, options.approvals, onEvent, signal));
@@ -532,7 +561,16 @@ export class Agent {
     };
     // Registry events of this run (forge stages) arrive through the hub.
     this.#hub.streams.set(runId, push);
-    const done = start(runId, this.#hub.dispatch, controller.signal)
+    // A start that throws at once fails the stream like one that rejects: the run's entries
+    // in the hub and the signal map are removed below either way.
+    const begin = (): Promise<unknown> => {
+      try {
+        return start(runId, this.#hub.dispatch, controller.signal);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    };
+    const done = begin()
       // Run-level failures arrive as an `agent.error` event; only unexpected core failures land here.
       .catch((error: unknown) => {
         if (!reportedError) failure = error;
@@ -576,12 +614,14 @@ export class Agent {
 
   /** The conversation of a session so far. */
   history(sessionId = 'default'): unknown[] {
-    return this.#core.history(sessionId) as unknown[];
+    this.#assertOpen('history');
+    return this.#core.history(text(sessionId, 'history: sessionId')) as unknown[];
   }
 
   /** Forgets a session's conversation and discards its session-tier tools. */
   async endSession(sessionId = 'default'): Promise<void> {
-    await this.#core.endSession(sessionId);
+    this.#assertOpen('endSession');
+    await wrapAsync(() => this.#core.endSession(text(sessionId, 'endSession: sessionId')));
   }
 
   /**
@@ -591,7 +631,10 @@ export class Agent {
    * else removes them. Empty without a store.
    */
   storedRuns(): Promise<StoredRun[]> {
-    return wrapAsync(() => this.#core.storedRuns());
+    return wrapAsync(async () => {
+      this.#assertOpen('storedRuns');
+      return this.#core.storedRuns();
+    });
   }
 
   /**
@@ -600,6 +643,7 @@ export class Agent {
    * resume in another tab or process is waited for.
    */
   async discardRun(runId: string): Promise<boolean> {
+    this.#assertOpen('discardRun');
     if (typeof runId !== 'string') throw new CrucibleError('invalid_argument', `discardRun: the run id must be a string, got ${describeType(runId)}`);
     if (this.#hub.streams.has(runId)) throw new AgentRunError('invalid_resume', `run ${runId} is running in this agent`, runId);
     return wrapAsync(() => this.#core.discardRun(runId), runId);
@@ -607,11 +651,17 @@ export class Agent {
 
   /** Names of the tools offered to the model. */
   toolNames(): string[] {
+    this.#assertOpen('toolNames');
     return this.#core.toolNames();
   }
 
-  /** Writes buffered stats, stops the sandbox this agent created, releases the wasm agent. */
+  /**
+   * Writes buffered stats, stops the sandbox this agent created, releases the wasm agent.
+   * Afterwards every method fails with the `closed` error; closing again does nothing.
+   */
   async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
     if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
     this.#channel?.close();
     if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
@@ -629,10 +679,18 @@ async function* failing(error: CrucibleError): AsyncGenerator<AgentEvent, void, 
   throw error;
 }
 
-/** An approval id as the core takes it; anything else is a typed error, not a binding's TypeError. */
-function approvalId(id: unknown): string {
-  if (typeof id !== 'string') throw new CrucibleError('invalid_argument', `an approval id must be a string, got ${describeType(id)}`);
-  return id;
+/**
+ * A string argument as the core takes it; anything else is a typed error here. The binding
+ * does not check: a number where it expects a string reads wasm memory out of bounds.
+ */
+function text(value: unknown, what: string): string {
+  if (typeof value !== 'string') throw new CrucibleError('invalid_argument', `${what} must be a string, got ${describeType(value)}`);
+  return value;
+}
+
+/** The session an option names (`"default"` when it names none). */
+function sessionOf(sessionId: unknown): string {
+  return sessionId === undefined ? 'default' : text(sessionId, 'sessionId');
 }
 
 

@@ -43,6 +43,8 @@ export type CrucibleErrorCode =
   | 'no_such_approval'
   | 'invalid_promotion'
   | 'invalid_package'
+  /** The agent was closed (`agent.close()`); create a new one. */
+  | 'closed'
   | 'internal';
 
 /** Base class of every error Crucible throws. Branch on `code`, not on message text. */

@@ -598,6 +598,9 @@ describe('emergent options and edge cases through createAgent', () => {
         await pick(calls)();
       } catch (error) {
         typed(error, 'an API call');
+        // Bad values are refused before the binding reads them, not caught after a trap in it
+        // (the hostile values' own throws pass through as they are).
+        assert.doesNotMatch(String(error), /out of bounds|null pointer|unreachable|RuntimeError/);
       }
     }
     assert.ok(forged > 0, 'some mutated requests still forge');
@@ -605,6 +608,72 @@ describe('emergent options and edge cases through createAgent', () => {
     assert.ok((await agent.forge({ ...slugify, name: 'after_fuzz' }, { sessionId: 'ok' })).success);
     assert.deepEqual(await agent.tools.call('after_fuzz', { text: 'Still Here' }, { sessionId: 'ok' }), { slug: 'still-here' });
     await agent.close();
+  });
+
+  test('a session id, scope, name or package that is not a string is invalid_argument before it reaches the core', async () => {
+    const agent = await makeAgent(memoryStore());
+    for (const bad of [5, null, {}, 10n]) {
+      const refused = { code: 'invalid_argument' };
+      await assert.rejects(agent.forge(slugify, { sessionId: bad as never }), refused);
+      await assert.rejects(agent.forge(slugify, { scope: bad as never }), refused);
+      await assert.rejects(agent.tools.call(bad as never, { text: 'a' }), refused);
+      await assert.rejects(agent.tools.call('upper', { text: 'a' }, { sessionId: bad as never }), refused);
+      assert.throws(() => agent.tools.list({ sessionId: bad as never }), refused);
+      await assert.rejects(agent.emergent.export(bad as never), refused);
+      await assert.rejects(agent.emergent.import(bad as never), refused);
+      await assert.rejects(agent.emergent.requestPromotion('slugify', bad as never), refused);
+      assert.throws(() => agent.history(bad as never), refused);
+      await assert.rejects(agent.endSession(bad as never), refused);
+      await assert.rejects(agent.run('hi', { sessionId: bad as never }), { code: 'invalid_config' });
+    }
+    assert.ok((await agent.forge(slugify, { sessionId: 's', scope: 'ok' })).success, 'the agent keeps serving');
+    await agent.close();
+  });
+
+  test('a closed agent answers every call with the closed error, and closing twice is fine', async () => {
+    const agent = await makeAgent(memoryStore());
+    await agent.close();
+    const closed = { code: 'closed' };
+    await assert.rejects(agent.run('hi'), closed);
+    await assert.rejects(agent.resume('run_1'), closed);
+    await assert.rejects(agent.forge(slugify), closed);
+    await assert.rejects(agent.tools.call('upper', { text: 'a' }), closed);
+    assert.throws(() => agent.tools.list(), closed);
+    assert.throws(() => agent.emergent.stats(), closed);
+    await assert.rejects(agent.emergent.approve('approval_1'), closed);
+    assert.throws(() => agent.history(), closed);
+    await assert.rejects(agent.endSession(), closed);
+    await assert.rejects(agent.storedRuns(), closed);
+    await assert.rejects(agent.discardRun('run_1'), closed);
+    assert.throws(() => agent.toolNames(), closed);
+    await agent.close();
+  });
+
+  test('a forge still running when its agent closes writes nothing into the store the next agent of that id uses', async () => {
+    const store = memoryStore();
+    let answer!: () => void;
+    const judged = new Promise<void>((resolve) => (answer = resolve));
+    const slowJudge: ModelProvider = {
+      id: 'double:slow-judge',
+      async *stream() {
+        await judged;
+        yield { type: 'text', delta: verdict(true).text as string };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const first = await makeAgent(store, { judge: { model: slowJudge } });
+    const forging = first.forge(slugify);
+    await new Promise((resolve) => setTimeout(resolve, 50)); // its tests ran; it waits for the judge
+    await first.close();
+    const next = await makeAgent(store);
+    assert.ok((await next.forge({ ...slugify, name: 'next_tool' })).success);
+    const snapshot = async () => JSON.stringify(await store.scan(''));
+    const before = await snapshot();
+    answer();
+    await forging.catch(() => undefined);
+    assert.equal(await snapshot(), before, 'the closed agent wrote nothing after close');
+    assert.deepEqual(next.emergent.audit().map((a) => `${a.action}:${a.tool}`), ['forge:next_tool', 'verdict:next_tool', 'register:next_tool']);
+    await next.close();
   });
 
   test('a scope label tags the attempt: its events and audit entries', async () => {

@@ -192,7 +192,7 @@ pub fn parse_verdict(text: &str) -> Result<Verdict, JudgeError> {
     if verdicts.iter().any(|&i| values[i].get("approved") != values[verdicts[0]].get("approved")) {
         return Err(JudgeError::Invalid("the answer holds verdicts that disagree on `approved` (one may be quoted from the code)".into()));
     }
-    let keys_read: usize = values.iter().map(|v| approved_keys(v)).sum();
+    let keys_read: usize = values.iter().map(approved_keys).sum();
     if text.matches("\"approved\"").count() > keys_read {
         return Err(JudgeError::Invalid("the answer has an `approved` verdict that is not valid JSON".into()));
     }

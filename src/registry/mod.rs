@@ -69,6 +69,10 @@ pub enum RegistryError {
     Corrupt { key: String, message: String },
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The agent was closed while the operation ran: its records belong to whoever opens the
+    /// agent id next, so nothing more is written.
+    #[error("the agent was closed; nothing more is written to its store")]
+    Closed,
 }
 
 impl RegistryError {
@@ -82,6 +86,7 @@ impl RegistryError {
             Self::InvalidPromotion { .. } => "invalid_promotion",
             Self::InvalidPackage(_) => "invalid_package",
             Self::Corrupt { .. } => "store_corrupt",
+            Self::Closed => "closed",
             // The store's own codes pass through (a full quota or a blocked upgrade is
             // something a caller can act on); anything else is a generic store error.
             Self::Store(e) => match e.code.as_str() {
@@ -335,6 +340,8 @@ pub struct Registry {
     deferred_events: RefCell<std::collections::VecDeque<AgentEvent>>,
     forge_tool: RefCell<Option<Tool>>,
     me: Weak<Registry>,
+    /// Set by [`Registry::close`]; work still in flight then writes nothing.
+    closed: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -429,7 +436,15 @@ impl Registry {
             deferred_events: RefCell::default(),
             forge_tool: RefCell::new(None),
             me: me.clone(),
+            closed: Default::default(),
         }))
+    }
+
+    /// Stops all writes to the store: forges, promotions and calls still in flight when their
+    /// agent is closed may finish, but write nothing. Another agent may open the same agent id
+    /// on the same store at once, and late writes would land among its records.
+    pub fn close(&self) {
+        self.closed.set(true);
     }
 
     /// Re-reads the shared tier from the store. Agents of one runtime share a store; after one
@@ -617,6 +632,9 @@ impl Registry {
 
     /// Writes a batch, keeping only the last write per key.
     pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
+        if self.closed.get() {
+            return Err(RegistryError::Closed);
+        }
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
         let mut order: Vec<String> = vec![];
         for op in ops {
@@ -640,6 +658,9 @@ impl Registry {
     /// Agent-tier stats belong to this agent and are written as they are; shared-tier stats
     /// are read back and this agent's new calls added, so agents sharing a tool add up.
     pub async fn flush_stats(&self) -> Result<(), RegistryError> {
+        if self.closed.get() {
+            return Err(RegistryError::Closed);
+        }
         let (ops, shared, agent) = {
             let mut state = self.state.borrow_mut();
             let dirty = std::mem::take(&mut state.dirty);

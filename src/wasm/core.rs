@@ -65,6 +65,16 @@ pub struct CoreAgent {
     pub(super) registry: Option<Rc<Registry>>,
 }
 
+/// `free()` from JS (the TS `agent.close()`): the registry's work still in flight holds it
+/// alive, but must not write into records a new agent of the same id may now own.
+impl Drop for CoreAgent {
+    fn drop(&mut self) {
+        if let Some(registry) = &self.registry {
+            registry.close();
+        }
+    }
+}
+
 #[wasm_bindgen]
 impl CoreAgent {
     /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
