@@ -846,3 +846,32 @@ fn work_in_flight_when_the_agent_closes_writes_nothing_more_to_its_store() {
     assert_eq!(block_on(r.registry.flush_stats()).unwrap_err().code(), "closed");
     assert_eq!(block_on(store.scan("")).unwrap(), before, "nothing written after close");
 }
+
+#[test]
+fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unreviewed_version() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    // The panel reviewed version 2 only: version 1 does not come back at the agent tier.
+    let err = block_on(r.registry.rollback("slugify", 1, "s1")).unwrap_err();
+    assert_eq!(err.code(), "unreviewed_version", "{err}");
+
+    // The human is asked about version 2; version 3 is promoted before they answer.
+    let asked = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    forge_ok(&r, "slugify", &format!("{SLUGIFY_JS} // v3"), "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let err = block_on(r.registry.approve(&asked.id)).unwrap_err();
+    assert!(err.code() == "invalid_promotion" && err.to_string().contains("changed since"), "{err}");
+    assert!(r.registry.list("s1").iter().all(|t| t.tier != Tier::Shared));
+    // Promoting version 3 kept the versions before it.
+    assert_eq!(r.registry.list("s1")[0].versions, vec![1, 2, 3]);
+
+    // Asked again about the version that is there, the approval goes through.
+    let asked = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    let shared = block_on(r.registry.approve(&asked.id)).unwrap();
+    assert_eq!(shared.tier, Tier::Shared);
+    assert_eq!(block_on(r.registry.rollback("slugify", shared.version - 1, "s1")).unwrap_err().code(), "unreviewed_version");
+}

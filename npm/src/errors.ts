@@ -40,6 +40,8 @@ export type CrucibleErrorCode =
   | 'tool_not_found'
   | 'lowest_tier'
   | 'no_such_version'
+  /** `rollback` above the session tier to a version that never passed that tier's review. */
+  | 'unreviewed_version'
   | 'no_such_approval'
   | 'invalid_promotion'
   | 'invalid_package'

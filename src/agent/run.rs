@@ -453,6 +453,7 @@ impl RunContext<'_> {
                     run_id: Some(state.run_id.clone()),
                     call_id: Some(call.id.clone()),
                     arguments: Some(arguments),
+                    hash: None,
                 });
             }
         }

@@ -73,6 +73,8 @@ pub enum RegistryError {
     /// agent id next, so nothing more is written.
     #[error("the agent was closed; nothing more is written to its store")]
     Closed,
+    #[error("`{name}` version {version} did not pass the {} tier's review; a rollback there restores only versions that did", tier.as_str())]
+    Unreviewed { name: String, version: u32, tier: Tier },
 }
 
 impl RegistryError {
@@ -87,6 +89,7 @@ impl RegistryError {
             Self::InvalidPackage(_) => "invalid_package",
             Self::Corrupt { .. } => "store_corrupt",
             Self::Closed => "closed",
+            Self::Unreviewed { .. } => "unreviewed_version",
             // The store's own codes pass through (a full quota or a blocked upgrade is
             // something a caller can act on); anything else is a generic store error.
             Self::Store(e) => match e.code.as_str() {
@@ -935,9 +938,19 @@ impl Registry {
                 .resolve(&name, session)
                 .map(|(_, e)| e.record.history.iter().map(|v| v.version).max().unwrap_or(e.record.current.version) + 1)
                 .unwrap_or(1);
-            // This session's entry (active or demoted) is replaced; its history carries over.
-            let mut history = state.tier_mut(Tier::Session, session).remove(&name).map(|e| e.record.history).unwrap_or_default();
-            let current = ToolVersion { version, hash: hash.clone(), request: verified.request, verdict: Some(verified.verdict.clone()), created_at: now };
+            // This session's entry (active or demoted) is replaced; its history carries over,
+            // else that of the tool the session reaches above it (a new version of a promoted
+            // tool keeps the versions before it).
+            let own = state.tier_mut(Tier::Session, session).remove(&name).map(|e| e.record.history);
+            let mut history = own.unwrap_or_else(|| state.resolve(&name, session).map(|(_, e)| e.record.history.clone()).unwrap_or_default());
+            let current = ToolVersion {
+                version,
+                hash: hash.clone(),
+                request: verified.request,
+                verdict: Some(verified.verdict.clone()),
+                created_at: now,
+                reviewed_for: None,
+            };
             history.push(current.clone());
             if history.len() > MAX_VERSIONS {
                 history.remove(0);
@@ -1225,6 +1238,11 @@ impl Registry {
             let entry = state.tier_mut(tier, session).get_mut(name).expect("resolved above");
             let target =
                 entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
+            // Above the session tier, a version got there through a review (the panel, a
+            // human): a rollback must not bring back one that never had it.
+            if tier > Tier::Session && target.reviewed_for < Some(tier) {
+                return Err(RegistryError::Unreviewed { name: name.to_string(), version, tier });
+            }
             let from = entry.record.current.version;
             entry.record.current = target;
             entry.built = None;

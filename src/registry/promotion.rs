@@ -214,6 +214,10 @@ impl Registry {
             record.tier = Tier::Agent;
             record.status = ToolStatus::Active;
             record.promotion = Default::default();
+            record.mark_reviewed(Tier::Agent);
+            if let Some(replaced) = state.agent.get(name) {
+                record.absorb_history(&replaced.record.history);
+            }
             let entry = Entry::new(record, entry.stats);
             let mut ops = self.entry_ops(&entry);
             let info = tool_info(&entry);
@@ -241,10 +245,9 @@ impl Registry {
     async fn request_shared(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
         let (approval, ops, undo) = {
             let mut state = self.state.borrow_mut();
-            let active = state.agent.get(name).is_some_and(|e| e.record.status == ToolStatus::Active);
-            if !active {
+            let Some(hash) = state.agent.get(name).filter(|e| e.active()).map(|e| e.record.current.hash.clone()) else {
                 return Err(RegistryError::InvalidPromotion { name: name.into(), from: "a tier other than agent".into(), to: "shared".into() });
-            }
+            };
             if let Some(existing) = state.approvals.values().find(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).cloned() {
                 let mut out = PromotionOutcome::new(PromotionStatus::Pending, "already waiting for approval");
                 out.approval = Some(existing);
@@ -261,6 +264,7 @@ impl Registry {
                 run_id: None,
                 call_id: None,
                 arguments: None,
+                hash: Some(hash),
             };
             let undo = state.undo_point(&[], &[&approval.id]);
             state.approvals.insert(approval.id.clone(), approval.clone());
@@ -280,7 +284,8 @@ impl Registry {
     pub async fn approve(&self, id: &str) -> Result<ToolInfo, RegistryError> {
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
-            let name = state.approvals.get(id).map(|a| a.tool.clone()).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
+            let (name, approved_hash) =
+                state.approvals.get(id).map(|a| (a.tool.clone(), a.hash.clone())).ok_or_else(|| RegistryError::NoSuchApproval(id.into()))?;
             let undo = state.undo_point(&[(Tier::Agent, "", &name), (Tier::Shared, "", &name)], &[id]);
             state.approvals.remove(id);
             let mut ops = vec![crate::store::BatchOp::Delete { key: self.approval_key(id) }];
@@ -301,6 +306,15 @@ impl Registry {
                 None if !state.agent.get(&name).is_some_and(Entry::active) => {
                     Some(("tool no longer at the agent tier".to_string(), RegistryError::NotFound(name.clone())))
                 }
+                // The human approved the version they were shown, not whatever is current now.
+                None if approved_hash.as_ref().is_some_and(|h| state.agent.get(&name).is_some_and(|e| e.record.current.hash != *h)) => Some((
+                    "the tool changed since the approval was requested".to_string(),
+                    RegistryError::InvalidPromotion {
+                        name: name.clone(),
+                        from: "agent".into(),
+                        to: "shared: it changed since the approval was requested (a new version or a rollback); request the promotion again".into(),
+                    },
+                )),
                 None => None,
             };
             let outcome = match refusal {
@@ -315,6 +329,10 @@ impl Registry {
                         ops.extend(self.delete_ops(Tier::Agent, &name));
                         let mut record = entry.record;
                         record.tier = Tier::Shared;
+                        record.mark_reviewed(Tier::Shared);
+                        if let Some(replaced) = state.shared.get(&name) {
+                            record.absorb_history(&replaced.record.history);
+                        }
                         let entry = Entry::new(record, entry.stats);
                         ops.extend(self.entry_ops(&entry));
                         let info = tool_info(&entry);

@@ -93,6 +93,11 @@ pub struct ToolVersion {
     pub request: ForgeRequest,
     pub verdict: Option<Verdict>,
     pub created_at: f64,
+    /// The highest tier whose review this version passed: the panel's (agent) or a human's
+    /// approval (shared); absent for a version that was only forged. A rollback at a tier
+    /// restores only versions reviewed for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewed_for: Option<Tier>,
 }
 
 /// What a rejected promotion remembers so it is not re-asked too soon.
@@ -120,6 +125,27 @@ pub struct ToolRecord {
     pub origin: ForgeOrigin,
     #[serde(default)]
     pub promotion: PromotionMemo,
+}
+
+impl ToolRecord {
+    /// Adds the versions of `older` (the record this one replaces) that this history lacks,
+    /// in version order, keeping the newest [`MAX_VERSIONS`].
+    pub(crate) fn absorb_history(&mut self, older: &[ToolVersion]) {
+        let missing: Vec<ToolVersion> = older.iter().filter(|v| !self.history.iter().any(|h| h.hash == v.hash)).cloned().collect();
+        self.history.extend(missing);
+        self.history.sort_by_key(|v| v.version);
+        let excess = self.history.len().saturating_sub(MAX_VERSIONS);
+        self.history.drain(..excess);
+    }
+
+    /// Records that the current version passed the review for `tier` (in its history too,
+    /// where a rollback looks).
+    pub(crate) fn mark_reviewed(&mut self, tier: Tier) {
+        let version = self.current.version;
+        for v in std::iter::once(&mut self.current).chain(self.history.iter_mut().filter(|v| v.version == version)) {
+            v.reviewed_for = v.reviewed_for.max(Some(tier));
+        }
+    }
 }
 
 /// Most versions a record keeps.
@@ -195,6 +221,10 @@ pub struct PendingApproval {
     pub call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
+    /// Promotion approvals: the content hash of the version the human is asked about; a tool
+    /// that changed since (a new version, a rollback) is not promoted by this approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
 }
 
 /// Promotion thresholds: successful uses and minimum verdict confidence.
