@@ -148,13 +148,15 @@ fn promotion_needs_uses_and_confidence_above_the_threshold() {
     assert_eq!(out.status, PromotionStatus::Rejected);
     assert!(out.reason.contains("3 successful uses"));
 
-    let low = ScriptedModelExt::judge(0.5);
-    let r = rig_with(promo_config(), Some(low), Some(approving_judge()), Rc::new(MemoryStore::new()));
-    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
-    use_n(&r, "slugify", 5, "s1");
-    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
-    assert_eq!(out.status, PromotionStatus::Rejected);
-    assert!(out.reason.contains("confidence"));
+    // Above the threshold (0.8), as the spec says: equal is not enough.
+    for confidence in [0.5, 0.8] {
+        let r = rig_with(promo_config(), Some(ScriptedModelExt::judge(confidence)), Some(approving_judge()), Rc::new(MemoryStore::new()));
+        forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+        use_n(&r, "slugify", 5, "s1");
+        let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+        assert_eq!(out.status, PromotionStatus::Rejected, "confidence {confidence}");
+        assert!(out.reason.contains("not above the threshold"), "{}", out.reason);
+    }
 }
 
 #[test]

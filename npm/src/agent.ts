@@ -105,6 +105,9 @@ export interface EmergentOptions {
   sandboxTimeoutMs?: number;
   /** Memory budget of the sandbox instance (default 128). Default sandbox only, as above. */
   sandboxMemoryMB?: number;
+  /** A session tool is promoted to the agent tier after `uses` successful calls (default 5)
+   *  when its creation verdict's confidence is above `confidence` (default 0.8; equal is not
+   *  enough). */
   promotionThreshold?: { uses?: number; confidence?: number };
   /** Promote a session tool to the agent tier by itself once it reaches the threshold (default true). */
   autoPromote?: boolean;

@@ -1,7 +1,8 @@
 //! Promotion between tiers.
 //!
 //! session → agent: the tool needs `promotionThreshold.uses` successful calls and a creation
-//! verdict with confidence at or above `promotionThreshold.confidence`; its tests are re-run;
+//! verdict with confidence above `promotionThreshold.confidence` (as the spec words it: equal is
+//! not enough); its tests are re-run;
 //! then a two-reviewer panel (a safety reviewer and a correctness reviewer: two judge calls with
 //! different prompts) must both approve. A panel or test rejection is remembered: the same
 //! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
@@ -81,7 +82,7 @@ impl Registry {
         let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
             && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
         let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name);
-        confidence >= config.promotion_threshold.confidence && !suppressed && !reviewing
+        confidence > config.promotion_threshold.confidence && !suppressed && !reviewing
     }
 
     async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
@@ -141,10 +142,10 @@ impl Registry {
             return Ok(PromotionOutcome::new(PromotionStatus::Rejected, format!("needs {} successful uses, has {successes}", threshold.uses)));
         }
         let confidence = record.current.verdict.as_ref().map(|v| v.confidence).unwrap_or(0.0);
-        if confidence < threshold.confidence {
+        if confidence <= threshold.confidence {
             return Ok(PromotionOutcome::new(
                 PromotionStatus::Rejected,
-                format!("verdict confidence {confidence} is below the threshold {}", threshold.confidence),
+                format!("verdict confidence {confidence} is not above the threshold {}", threshold.confidence),
             ));
         }
         if let Err(full) = self.agent_room(&self.state.borrow(), name) {
