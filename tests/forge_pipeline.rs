@@ -109,6 +109,26 @@ fn rejected_attempts_carry_the_callers_scope_in_their_event_and_audit_entry() {
     }
 }
 
+#[test]
+fn a_request_that_does_not_parse_is_counted_under_the_name_and_scope_it_gives() {
+    let r = rig();
+    // No implementation: it does not normalize, but it names itself, stringified, wrapped or
+    // under a synonym, as a request that parses would.
+    let requests = [
+        json!(r#"{"name":"word count","scope":"task-1","testCases":[]}"#),
+        json!({ "request": { "name": "word count", "scope": "task-1" } }),
+        json!({ "toolName": "word_count", "scope": "task-1" }),
+    ];
+    for request in &requests {
+        let res = block_on(r.registry.forge(request, "s1"));
+        assert_eq!(res.category, Some(RejectionCategory::ParseError), "{res:?}");
+        let rejected = serde_json::to_value(&r.events.0.borrow().last().unwrap().body).unwrap();
+        assert_eq!((rejected["name"].clone(), rejected["scope"].clone()), (json!("word_count"), json!("task-1")), "{rejected}");
+    }
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.unique_names, stats.unique_terminal_rejections), (3, 1, 1));
+}
+
 // ---- 2. schema inference -----------------------------------------------------------------
 
 #[test]

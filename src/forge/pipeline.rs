@@ -19,7 +19,7 @@ use super::classify::{classify, is_syntax_error, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
 use super::infer::infer_schemas;
 use super::judge::{ask, review_prompt, ReviewKind, Verdict};
-use super::request::{normalize, scope_label, snake_name, ForgeOrigin, ForgeRequest, Implementation};
+use super::request::{attempt_labels, normalize, ForgeOrigin, ForgeRequest, Implementation};
 use super::sandboxed::SandboxToolHandler;
 use super::shape::shape_check;
 use super::testing::{failure_reason, run_tests, TestResult};
@@ -151,9 +151,13 @@ impl Forge {
             Err(e) => {
                 // The name is recorded (stats, audit, a store key): made a tool name, as a
                 // request that parses would have it, or none.
-                let name = raw.get("name").and_then(Value::as_str).map(snake_name).unwrap_or_default();
-                let mut r = Rejection::new(&name, format!("could not parse the forge request: {e}"), Evidence { parse: true, ..Default::default() });
-                r.scope = raw.get("scope").and_then(Value::as_str).map(scope_label).or_else(|| origin.scope.clone());
+                let (name, scope) = attempt_labels(raw);
+                let mut r = Rejection::new(
+                    &name.unwrap_or_default(),
+                    format!("could not parse the forge request: {e}"),
+                    Evidence { parse: true, ..Default::default() },
+                );
+                r.scope = scope.or_else(|| origin.scope.clone());
                 return Err(r);
             }
         };

@@ -109,6 +109,42 @@ fn err<T>(msg: impl Into<String>) -> Result<T, NormalizeError> {
 }
 
 /// The first present key among `keys`.
+/// The request as JSON: argument text that is not JSON arrives as a string
+/// (`ToolHandler::accepts_raw_arguments`), and JSON text is parsed.
+fn request_value(raw: &Value) -> Result<Cow<'_, Value>, NormalizeError> {
+    json_text(raw).map_err(|e| NormalizeError(format!("the arguments are not valid JSON ({e}): {}", shorten(raw.as_str().unwrap_or_default(), 120))))
+}
+
+/// The request inside a wrapper: some models send `{ "request": {...} }` or `{ "tool": {...} }`.
+fn unwrapped(outer: &Value) -> &Value {
+    match outer {
+        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {
+            m.values().next().unwrap_or(&Value::Null)
+        }
+        other => other,
+    }
+}
+
+/// The tool name a request gives, under any of its synonyms, made snake_case.
+fn name_of(obj: &Map<String, Value>) -> Option<String> {
+    match pick(obj, &["name", "toolName", "tool_name"]) {
+        Some(Value::String(n)) => Some(snake_name(n)),
+        _ => None,
+    }
+}
+
+/// The name and scope label a request gives, read as [`normalize`] reads them, for a request
+/// that does not normalize: its rejection is still counted under its name and scope.
+pub(crate) fn attempt_labels(raw: &Value) -> (Option<String>, Option<String>) {
+    let Ok(outer) = request_value(raw) else { return (None, None) };
+    let Value::Object(obj) = unwrapped(&outer) else { return (None, None) };
+    let scope = match pick(obj, &["scope"]) {
+        Some(Value::String(s)) => Some(scope_label(s)),
+        _ => None,
+    };
+    (name_of(obj), scope)
+}
+
 fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| obj.get(*k)).filter(|v| !v.is_null())
 }
@@ -287,21 +323,10 @@ pub fn scope_label(scope: &str) -> String {
 
 /// Normalizes raw forge arguments (an object or JSON text) into a [`ForgeRequest`].
 pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
-    // Argument text that is not JSON arrives as a string (`ToolHandler::accepts_raw_arguments`).
-    let outer =
-        json_text(raw).map_err(|e| NormalizeError(format!("the arguments are not valid JSON ({e}): {}", shorten(raw.as_str().unwrap_or_default(), 120))))?;
-    // Some models wrap everything in { "request": {...} } or { "tool": {...} }.
-    let raw = match &*outer {
-        Value::Object(m) if m.len() == 1 && matches!(pick(m, &["request", "tool", "forge"]), Some(Value::Object(_))) => {
-            m.values().next().unwrap_or(&Value::Null)
-        }
-        other => other,
-    };
+    let outer = request_value(raw)?;
+    let raw = unwrapped(&outer);
     let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(raw))) };
-    let name = match pick(obj, &["name", "toolName", "tool_name"]) {
-        Some(Value::String(n)) => snake_name(n),
-        _ => return err("missing `name`: give the new tool a snake_case name"),
-    };
+    let Some(name) = name_of(obj) else { return err("missing `name`: give the new tool a snake_case name") };
     if !crate::tools::is_valid_tool_name(&name) {
         return err(format!("tool name `{name}` must match ^[A-Za-z0-9_-]{{1,64}}$"));
     }
