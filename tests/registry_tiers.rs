@@ -877,3 +877,45 @@ fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unrevie
     assert_eq!(shared.tier, Tier::Shared);
     assert_eq!(block_on(r.registry.rollback("slugify", shared.version - 1, "s1")).unwrap_err().code(), "unreviewed_version");
 }
+
+/// A store whose batches land a few polls after they are sent (a slow IndexedDB write): a
+/// test double over `MemoryStore`.
+struct SlowWrites(Rc<MemoryStore>);
+
+#[async_trait::async_trait(?Send)]
+impl Store for SlowWrites {
+    async fn get(&self, key: &str) -> Result<Option<serde_json::Value>, crucible::store::StoreError> {
+        self.0.get(key).await
+    }
+    async fn put(&self, key: &str, value: serde_json::Value) -> Result<(), crucible::store::StoreError> {
+        self.0.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
+        self.0.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, serde_json::Value)>, crucible::store::StoreError> {
+        self.0.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        for _ in 0..3 {
+            support::YieldOnce::default().await;
+        }
+        self.0.batch(ops).await
+    }
+}
+
+#[test]
+fn a_reload_of_the_shared_tier_keeps_this_agents_approval_still_being_written() {
+    let memory = Rc::new(MemoryStore::new());
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), Rc::new(SlowWrites(memory)));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    // Another agent's change makes this one reload while its own approval is being written.
+    let (approved, reloaded) = block_on(futures::future::join(r.registry.approve(&approval.id), r.registry.reload_shared()));
+    approved.unwrap();
+    reloaded.unwrap();
+    assert_eq!(r.registry.list("s1").iter().map(|t| t.tier).collect::<Vec<_>>(), vec![Tier::Shared]);
+    assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "A b" }), "s2")).unwrap(), json!({ "slug": "a-b" }));
+}

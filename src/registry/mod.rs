@@ -345,6 +345,10 @@ pub struct Registry {
     me: Weak<Registry>,
     /// Set by [`Registry::close`]; work still in flight then writes nothing.
     closed: std::cell::Cell<bool>,
+    /// Held by a reload of the shared tier and by this agent's changes to it until they are
+    /// written: a reload that read the store before such a write landed would replace the
+    /// tier with a snapshot that lacks the change.
+    shared_turn: futures::lock::Mutex<()>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -440,6 +444,7 @@ impl Registry {
             forge_tool: RefCell::new(None),
             me: me.clone(),
             closed: Default::default(),
+            shared_turn: futures::lock::Mutex::new(()),
         }))
     }
 
@@ -454,6 +459,7 @@ impl Registry {
     /// of them changes the shared tier (approval, demotion, rollback) the others reload it, so
     /// the change is visible to all of them at once. Built handlers of unchanged tools stay.
     pub async fn reload_shared(&self) -> Result<(), RegistryError> {
+        let _turn = self.shared_turn.lock().await;
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
         let tools = loaded.len() as u32;
         {
@@ -1188,6 +1194,7 @@ impl Registry {
     /// tier keeps a demoted tombstone that cannot be called. The highest active tier holding
     /// the name is demoted.
     pub async fn demote(&self, name: &str, session: &str) -> Result<ToolInfo, RegistryError> {
+        let _turn = self.shared_turn.lock().await;
         let (info, ops, from, to, undo) = {
             let mut state = self.state.borrow_mut();
             let from = [Tier::Shared, Tier::Agent, Tier::Session]
@@ -1231,6 +1238,7 @@ impl Registry {
     /// Restores version `version` of `name` (the entry `session` reaches) as its current
     /// version.
     pub async fn rollback(&self, name: &str, version: u32, session: &str) -> Result<ToolInfo, RegistryError> {
+        let _turn = self.shared_turn.lock().await;
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;

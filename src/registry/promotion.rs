@@ -283,6 +283,7 @@ impl Registry {
 
     /// Grants a pending approval: the tool moves from the agent to the shared tier.
     pub async fn approve(&self, id: &str) -> Result<ToolInfo, RegistryError> {
+        let _turn = self.shared_turn.lock().await;
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let (name, approved_hash) =
