@@ -201,9 +201,11 @@ fn shape_check_rejects_before_the_judge() {
     one_case["testCases"].as_array_mut().unwrap().pop();
     assert_shape_rejected_without_judge(one_case, RejectionCategory::ShapeCheck, "at least 2");
 
-    let mut empty_input = slugify_request("slugify", SLUGIFY_JS);
-    empty_input["testCases"][1]["input"] = json!({});
-    assert_shape_rejected_without_judge(empty_input, RejectionCategory::ShapeCheck, "empty input");
+    for empty in [json!({}), json!(""), json!([])] {
+        let mut empty_input = slugify_request("slugify", SLUGIFY_JS);
+        empty_input["testCases"][1]["input"] = empty;
+        assert_shape_rejected_without_judge(empty_input, RejectionCategory::ShapeCheck, "empty input");
+    }
 
     let mut no_props = slugify_request("slugify", SLUGIFY_JS);
     no_props["outputSchema"] = json!({ "type": "object" });

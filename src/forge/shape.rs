@@ -70,6 +70,8 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
         let empty = match &case.input {
             Value::Null => true,
             Value::Object(m) => m.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            Value::String(s) => s.is_empty(),
             _ => false,
         };
         if empty {
