@@ -70,9 +70,11 @@ fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
     assert_eq!(map.len(), 2);
     assert_eq!(map[0].expected_output, Some(json!(2)));
     assert_eq!(map[1].expected_output, Some(json!(3)));
-    let single = base(json!({ "input": { "x": 1 }, "expected_output": 5 }), "tests");
-    assert_eq!(single.len(), 1);
-    assert_eq!(single[0].expected_output, Some(json!(5)));
+    for input_key in ["input", "args", "arguments", "inputs"] {
+        let single = base(json!({ input_key: { "x": 1 }, "expected_output": 5 }), "tests");
+        assert_eq!(single.len(), 1, "a single case under `{input_key}`");
+        assert_eq!((&single[0].input, &single[0].expected_output), (&json!({ "x": 1 }), &Some(json!(5))));
+    }
     let stringly = base(json!("[{\"input\":\"{\\\"x\\\":1}\"}]"), "test_cases");
     assert_eq!(stringly[0].input, json!({ "x": 1 }));
     assert_eq!(stringly[0].expected_output, None);

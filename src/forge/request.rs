@@ -270,7 +270,7 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
 fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
     let c = unstringify(v)?;
     let Value::Object(c) = &*c else { return err(format!("test case {i} must be an object with `input`")) };
-    let input = match pick(c, &["input", "args", "arguments", "inputs"]) {
+    let input = match pick(c, &TEST_INPUT_KEYS) {
         Some(v) => unstringify(v)?.into_owned(),
         None => Value::Object(Map::new()),
     };
@@ -281,12 +281,16 @@ fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
 /// Keys a request's test cases may sit under (the first present one is read).
 pub const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "examples"];
 
+/// Where a test case keeps its input (a single case given as an object is told from a map of
+/// named cases by one of these keys).
+const TEST_INPUT_KEYS: [&str; 4] = ["input", "args", "arguments", "inputs"];
+
 fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeError> {
     let Some(raw) = pick(obj, &TEST_CASE_KEYS) else { return Ok(vec![]) };
     let raw = unstringify(raw)?;
     match &*raw {
         Value::Array(a) => a.iter().enumerate().map(|(i, v)| test_case(v, i)).collect(),
-        Value::Object(m) if m.contains_key("input") || m.contains_key("args") => Ok(vec![test_case(&raw, 0)?]),
+        Value::Object(m) if TEST_INPUT_KEYS.iter().any(|k| m.contains_key(*k)) => Ok(vec![test_case(&raw, 0)?]),
         // A map of named cases: { "case1": { input, expected }, ... }.
         Value::Object(m) => m.values().enumerate().map(|(i, v)| test_case(v, i)).collect(),
         other => err(format!("testCases must be an array, got {}", type_name(other))),
