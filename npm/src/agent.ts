@@ -344,6 +344,8 @@ export class Agent {
   readonly #releaseRegistry: (() => void) | undefined;
   readonly #channel: BroadcastChannel | undefined;
   #closed = false;
+  /** Runs this agent is driving: `close()` aborts them and waits for them to end. */
+  readonly #runs = new Map<string, { controller: AbortController; done: Promise<unknown> }>();
 
   /** Forged tools (the emergent registry). */
   readonly tools: {
@@ -580,8 +582,10 @@ export class Agent {
       })
       .finally(() => {
         finished = true;
+        this.#runs.delete(runId);
         wake?.();
       });
+    this.#runs.set(runId, { controller, done });
     try {
       for (;;) {
         if (head < queue.length) {
@@ -659,12 +663,17 @@ export class Agent {
   }
 
   /**
-   * Writes buffered stats, stops the sandbox this agent created, releases the wasm agent.
+   * Aborts the runs still going (they end with `AbortError`) and waits for them, writes
+   * buffered stats, stops the sandbox this agent created, releases the wasm agent. A forge or
+   * tool call made outside a run still finishes, but writes nothing more to the store.
    * Afterwards every method fails with the `closed` error; closing again does nothing.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    const runs = [...this.#runs.values()];
+    for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
+    await Promise.all(runs.map((run) => run.done));
     if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
     this.#channel?.close();
     if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);

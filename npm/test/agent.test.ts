@@ -295,6 +295,18 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.ok(Date.now() - started < 5000);
   });
 
+  test('close() aborts the runs still going and waits for them', async () => {
+    server.reset();
+    server.enqueue({ text: 'slow', delayMs: 10_000 });
+    const agent = await createAgent({ model: model() });
+    const running = agent.run('?');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const started = Date.now();
+    await agent.close();
+    assert.ok(Date.now() - started < 3000, 'close did not wait out the 10 s answer');
+    await assert.rejects(running, (e: unknown) => e instanceof AbortError);
+  });
+
   test('a provider of your own that fails with fetch\'s AbortError ends an aborted run as aborted', async () => {
     server.reset();
     server.enqueue({ text: 'slow', delayMs: 10_000 });
