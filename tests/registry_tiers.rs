@@ -390,12 +390,19 @@ fn a_promotion_that_cannot_be_recorded_is_not_asked_again_on_every_use() {
     }
 }
 
-#[test]
-fn forge_tests_of_a_pipeline_are_not_uses_of_its_step_tools() {
+/// A rig that promotes by itself (approving judge and panel) with `slugify` forged in `s1`, and
+/// its panel, to count the reviews.
+fn auto_promoting_rig_with_slugify() -> (Rig, Rc<support::ScriptedModel>) {
     let config = EmergentConfig { auto_promote: true, ..promo_config() };
     let panel = approving_judge();
     let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    (r, panel)
+}
+
+#[test]
+fn forge_tests_of_a_pipeline_are_not_uses_of_its_step_tools() {
+    let (r, panel) = auto_promoting_rig_with_slugify();
     let slug_schema = json!({ "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] });
     let text_schema = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
     let pipeline = |expected: &str| {
@@ -820,10 +827,7 @@ fn promotions_running_at_once_still_keep_to_max_agent_tools() {
 
 #[test]
 fn calls_crossing_the_threshold_together_convene_one_panel() {
-    let config = EmergentConfig { auto_promote: true, ..promo_config() };
-    let panel = approving_judge();
-    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
-    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let (r, panel) = auto_promoting_rig_with_slugify();
     use_n(&r, "slugify", 2, "s1");
     let args = json!({ "text": "A b" });
     let calls = block_on(futures::future::join_all((0..4).map(|_| r.registry.call("slugify", args.clone(), "s1"))));
