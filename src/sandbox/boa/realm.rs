@@ -57,10 +57,16 @@ const BOOTSTRAP: &str = r#"(function (hostObjects) {
   const { getOwnPropertyDescriptor, defineProperty, freeze, getPrototypeOf } = Object;
   const ownKeys = Reflect.ownKeys;
   const TypeErrorCtor = TypeError;
+  // A tamed value is then held only by its accessor's closure, where the walk below (which
+  // follows properties and prototypes) would never reach it: it is frozen as a root, or guest
+  // code could change `Object.prototype.hasOwnProperty`'s prototype and see the next tool's
+  // calls through it.
+  const tamed = [];
   const tame = (obj, key) => {
     const desc = getOwnPropertyDescriptor(obj, key);
     if (!desc || !('value' in desc)) return;
     const value = desc.value;
+    tamed.push(value);
     defineProperty(obj, key, {
       get() { return value; },
       set(v) {
@@ -77,7 +83,7 @@ const BOOTSTRAP: &str = r#"(function (hostObjects) {
   for (const E of errors) for (const key of ['name', 'message', 'constructor', 'toString']) tame(E.prototype, key);
   tame(Function.prototype, 'toString');
 
-  const roots = [globalThis, ...hostObjects];
+  const roots = [globalThis, ...hostObjects, ...tamed];
   roots.push(getPrototypeOf(function* () {}), getPrototypeOf(async function () {}), getPrototypeOf(async function* () {}));
   roots.push((function* () {})(), (async function* () {})());
   roots.push([][Symbol.iterator](), new Map()[Symbol.iterator](), new Set()[Symbol.iterator](), ''[Symbol.iterator]());
