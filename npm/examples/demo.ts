@@ -11,6 +11,7 @@
 const QUESTION = 'Count the vowels in "programming language".';
 
 import { anthropic, createAgent, openai, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
+import { SLUGIFY_EXAMPLE } from './slugify-forge.js';
 
 function pickModel(): ModelProvider {
   if (process.env.ANTHROPIC_API_KEY) {
@@ -92,21 +93,6 @@ function show(event: AgentEvent): void {
   }
 }
 
-const SLUGIFY = {
-  name: 'slugify',
-  description: 'Turns text into a URL slug: lowercase words joined by hyphens',
-  inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
-  outputSchema: { type: 'object', properties: { slug: { type: 'string' } }, required: ['slug'] },
-  implementation: {
-    mode: 'sandbox' as const,
-    code: "function execute(input) { const s = input.text.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, ''); return { slug: s }; }",
-  },
-  testCases: [
-    { input: { text: 'Hello World!' }, expectedOutput: { slug: 'hello-world' } },
-    { input: { text: 'Rust & Wasm' }, expectedOutput: { slug: 'rust-wasm' } },
-  ],
-};
-
 async function ask(question: string): Promise<void> {
   console.log(`\n> ${question}`);
   for await (const event of agent.stream(question, { sessionId: 'demo', signal })) show(event);
@@ -137,7 +123,7 @@ await ask('What is the weather in Oslo?');
 // Forging through the API: the request a capable model sends through forge_tool. The runtime
 // tests it in the sandbox Worker and asks the judge (here the same model) for a verdict.
 console.log('\n== 2. forging `slugify`: sandbox tests, then the judge');
-const result = await agent.forge(SLUGIFY, { sessionId: 'demo' });
+const result = await agent.forge(SLUGIFY_EXAMPLE, { sessionId: 'demo' });
 if (result.success) {
   console.log('\n== 3. the agent uses the tool it now has');
   await ask('Use the slugify tool to make a URL slug of "Crucible Forges Tools".');

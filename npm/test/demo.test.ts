@@ -476,6 +476,22 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      await page.click('#forge-example');
+      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), null, { timeout: 60_000 });
+      await page.waitForSelector('.tl-card[data-name="slugify"][data-status="registered"]', { timeout: 10_000 });
+      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
+      // The registry says what a reload does to a session tool; promotion offers only the agent tier.
+      await page.click('#registry-list [data-tool="slugify"]');
+      assert.deepEqual(await page.$$eval('#promote-tier option', (els) => els.map((e) => (e as HTMLOptionElement).value)), ['agent']);
+      assert.deepEqual(errors, []);
+    });
+
     describe('forge, promotion, reload (emergent API)', () => {
       let opened: Opened;
       let context: BrowserContext;

@@ -149,7 +149,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           addEvent('tool-forged', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forged ', h('code', {}, event.name), ` (${event.tier} tier, v${event.version})`);
           return false;
         case 'forge.rejected':
-          addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forge of ', h('code', {}, event.name), ` rejected: ${event.category}`);
+          addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forge of ', h('code', {}, event.name), ` rejected (${event.category}): ${brief(event.reason, 300)}`);
           return false;
         case 'output.retry':
           addEvent('tool-call', `retrying the answer: ${brief(event.reason, 160)}`);

@@ -2,6 +2,7 @@
 import { App } from './app.ts';
 import { mountApprovals } from './approvals.ts';
 import { mountChat } from './chat.ts';
+import { mountForgeExample } from './forge-example.ts';
 import { $, errorText } from './dom.ts';
 import { mountRegistry } from './registry.ts';
 import { Runtime, type ProviderSettings } from './runtime.ts';
@@ -26,6 +27,7 @@ window.__crucibleDemo = { ready: false, emergent: false, sessionId };
 
 const chat = mountChat(app);
 mountTimeline(app);
+mountForgeExample(app);
 mountRegistry(app);
 mountApprovals(app);
 mountStats(app);
@@ -56,10 +58,6 @@ async function start(settings: ProviderSettings): Promise<void> {
 }
 
 async function startOnce(settings: ProviderSettings): Promise<void> {
-  if (app.running) {
-    settingsStatus.textContent = 'Stop the current run first; the new provider applies to the next agent.';
-    return;
-  }
   chat.setState('loading');
   document.body.dataset.ready = 'false';
   let runtime: Runtime | undefined;
@@ -82,6 +80,7 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     if (runtime && app.runtime === runtime) app.setRuntime(undefined);
     else void runtime?.close();
     chat.setState('error');
+    emergentBadge.hidden = true;
     settingsStatus.textContent = `Could not start the agent: ${errorText(error)}`;
     ($('#settings-details') as HTMLDetailsElement).open = true;
     window.__crucibleDemo = { ready: true, emergent: false, sessionId, error: errorText(error) };
@@ -91,5 +90,10 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
 // Buffered tool stats go to IndexedDB before the page goes away.
 addEventListener('pagehide', () => void app.runtime?.flushStats().catch(() => undefined));
 
-const settings = mountSettings((next) => void start(next));
+const settings = mountSettings((next) => {
+  // The running agent stays until its run ends; settings are applied (and saved) only then.
+  if (app.running) return 'Stop the current run first, then apply the new provider.';
+  void start(next);
+  return undefined;
+});
 void start(settings.current());

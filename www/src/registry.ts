@@ -7,7 +7,8 @@ import { $, brief, clear, errorText, h, pretty, time } from './dom.ts';
 import { highlightJs } from './highlight.ts';
 import { EmergentUnavailable, type AuditEntry, type Tier, type ToolInfo } from './runtime.ts';
 
-const NEXT_TIERS: Record<Tier, Tier[]> = { session: ['agent', 'shared'], agent: ['shared'], shared: [] };
+// Shared is reached from the agent tier only (the package refuses session → shared).
+const NEXT_TIERS: Record<Tier, Tier[]> = { session: ['agent'], agent: ['shared'], shared: [] };
 
 export function mountRegistry(app: App): void {
   const list = $<HTMLUListElement>('#registry-list');

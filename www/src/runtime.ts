@@ -187,7 +187,8 @@ function provider(settings: ProviderSettings) {
 // The runtime
 
 export interface RuntimeOptions {
-  /** Uses before a session tool may be promoted to the agent tier (default 5). */
+  /** Uses before a session tool may be promoted to the agent tier (default 3 here, so a person
+   *  watching sees a promotion after a few calls; the package's default is 5). */
   promotionUses?: number;
   /** Promote session tools to the agent tier by themselves after `promotionUses` (default true). */
   autoPromote?: boolean;
@@ -250,7 +251,7 @@ export class Runtime {
         maxAgentTools: 50,
         sandboxTimeoutMs: 5000,
         sandboxMemoryMB: 128,
-        promotionThreshold: { uses: options.promotionUses ?? 5, confidence: 0.8 },
+        promotionThreshold: { uses: options.promotionUses ?? 3, confidence: 0.8 },
         autoPromote: options.autoPromote,
         allowedSandboxAPIs: [],
         fetchDomainAllowlist: [],

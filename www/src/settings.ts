@@ -51,7 +51,7 @@ export interface SettingsController {
  * A remembered key is filled in only for the base URL it was remembered for, so a link with
  * another `baseURL` cannot send it elsewhere.
  */
-export function mountSettings(onApply: (settings: ProviderSettings) => void): SettingsController {
+export function mountSettings(onApply: (settings: ProviderSettings) => string | undefined): SettingsController {
   const stored = readStored();
   const hadStored = localStorage.getItem(STORAGE_KEY) !== null;
   const params = new URLSearchParams(location.search);
@@ -156,11 +156,24 @@ export function mountSettings(onApply: (settings: ProviderSettings) => void): Se
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     if (!form.reportValidity()) return;
+    const next = currentFromForm();
+    // The browser's URL check lets `localhost:8089` through; the provider would refuse it, and
+    // saved it would greet the next visit with the same failure.
+    if (!/^https?:\/\/[^/]/i.test(next.baseURL)) {
+      status.textContent = 'The base URL must start with http:// or https://, e.g. http://127.0.0.1:8089/v1.';
+      baseURL.focus();
+      return;
+    }
+    // The page may refuse (a run is going): then nothing is saved or shown as applied.
+    const refusal = onApply(next);
+    if (refusal) {
+      status.textContent = refusal;
+      return;
+    }
     persist();
-    applied = currentFromForm();
+    applied = next;
     showSummary();
     status.textContent = `Applied: ${PROVIDER_DEFAULTS[kind].label}, model ${applied.model}.${remember.checked ? '' : ' The key (if any) is kept for this page only.'}`;
-    onApply(applied);
   });
   remember.addEventListener('change', () => {
     if (!remember.checked) persist(); // Forget stored keys at once.

@@ -1,0 +1,34 @@
+/**
+ * "Forge an example tool": forges `slugify` through `agent.forge()`, so the stages (sandbox
+ * tests, judge, registration) can be watched whatever the model; small local models rarely
+ * write a `forge_tool` call that works.
+ */
+import { SLUGIFY_EXAMPLE } from '../../npm/examples/slugify-forge.ts';
+import type { App } from './app.ts';
+import { $, errorText } from './dom.ts';
+
+export function mountForgeExample(app: App): void {
+  const button = $<HTMLButtonElement>('#forge-example');
+  const status = $('#forge-example-status');
+  const enable = () => {
+    button.disabled = !app.runtime?.emergentAvailable;
+  };
+  app.onRuntime(enable);
+  button.addEventListener('click', async () => {
+    const runtime = app.runtime;
+    if (!runtime) return;
+    button.disabled = true;
+    status.textContent = 'Forging slugify: its tests run in the sandbox, then the judge reviews it…';
+    try {
+      const result = await runtime.forge(SLUGIFY_EXAMPLE, app.sessionId);
+      status.textContent = result.success
+        ? `Registered slugify v${result.tool.version} in this session. Ask the chat to slugify a title; promote it to keep it after a reload.`
+        : `Rejected (${result.category}): ${result.reason}`;
+    } catch (error) {
+      status.textContent = `Could not forge: ${errorText(error)}`;
+    } finally {
+      enable();
+      app.refreshSoon();
+    }
+  });
+}
