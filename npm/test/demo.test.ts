@@ -476,6 +476,32 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
+      const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
+      await send(page, 'hello?');
+      await lastAgentStatus(page, 'error');
+      const note = (await page.textContent('.msg-agent:last-of-type .run-note')) ?? '';
+      assert.match(note, /Could not reach the model server/, note);
+      assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
+      // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
+      const storedRuns = async () =>
+        page.evaluate(
+          (name) =>
+            new Promise<number>((resolve, reject) => {
+              const open = indexedDB.open(name);
+              open.onerror = () => reject(open.error);
+              open.onsuccess = () => {
+                const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
+                keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
+              };
+            }),
+          'crucible-demo',
+        );
+      const until = Date.now() + 5_000;
+      while ((await storedRuns()) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await storedRuns(), 0);
+    });
+
     test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
       const context = await browser.newContext({ viewport: DESKTOP });
       contexts.push(context);

@@ -58,7 +58,10 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     const runtime = app.runtime!;
     transcript.querySelector('.empty-note')?.remove();
     transcript.append(h('div', { class: 'msg msg-user' }, h('span', { class: 'msg-role' }, 'You'), h('p', { class: 'msg-text' }, text)));
-    await drive('Agent', (signal) => runtime.stream(text, { signal, sessionId: app.sessionId }));
+    const ended = await drive('Agent', (signal) => runtime.stream(text, { signal, sessionId: app.sessionId }));
+    // The page offers no way to resume a stopped or failed run (only paused ones): its stored
+    // state would pile up in IndexedDB.
+    if ((ended.status === 'stopped' || ended.status === 'error') && ended.runId) void runtime.discardRun(ended.runId).catch(() => undefined);
   }
 
   // Approving or denying a tool call of a paused run continues it here.
@@ -78,7 +81,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
   };
 
   /** Runs a stream into a new bubble; resolves with how it ended (it never throws). */
-  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<{ status: RunEnd; note?: string; code?: string }> {
+  async function drive(role: string, start: (signal: AbortSignal) => AsyncIterable<DemoEvent>): Promise<{ status: RunEnd; note?: string; code?: string; runId?: string }> {
     const body = h('div', { class: 'msg-body' });
     const bubble = h('div', { class: 'msg msg-agent', 'data-status': 'streaming' }, h('span', { class: 'msg-role' }, role), body);
     transcript.append(bubble);
@@ -100,25 +103,32 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       scroll();
     };
     let ending: { status: RunEnd; note?: string; code?: string } = { status: 'done' };
-    const finish = (status: RunEnd, note?: string, code?: string) => {
+    let runId: string | undefined;
+    const finish = (status: RunEnd, note?: string, code?: string, raw?: string) => {
       ending = { status, note, code };
       bubble.dataset.status = status;
       if (note) body.append(h('p', { class: `run-note run-note-${status}` }, note));
+      if (raw) body.append(h('details', { class: 'run-detail' }, h('summary', {}, `Details (${code ?? 'error'})`), h('pre', {}, raw)));
       scroll();
     };
+    const failed = (code: string | undefined, status: number | undefined, message: string) => finish('error', explain(code, status, message), code, message);
 
     controller = new AbortController();
     setState('running');
     let ended = false;
     try {
       for await (const event of start(controller.signal)) {
+        runId ??= event.runId;
         app.emit(event);
         ended = onEvent(event) || ended;
       }
       if (!ended) finish(controller.signal.aborted ? 'stopped' : 'done', controller.signal.aborted ? 'Stopped.' : undefined);
     } catch (error) {
       if (controller.signal.aborted) finish('stopped', 'Stopped.');
-      else finish('error', `Error: ${errorText(error)}`, (error as { code?: unknown } | null)?.code as string | undefined);
+      else {
+        const e = error as { code?: unknown; status?: unknown } | null;
+        failed(typeof e?.code === 'string' ? e.code : undefined, typeof e?.status === 'number' ? e.status : undefined, errorText(error));
+      }
     } finally {
       controller = undefined;
       setState('idle');
@@ -129,7 +139,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       app.refreshSoon(0);
       input.focus();
     }
-    return ending;
+    return { ...ending, runId };
 
     function onEvent(event: DemoEvent): boolean {
       switch (event.type) {
@@ -170,7 +180,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
         }
         case 'agent.error':
           if (event.error.code === 'aborted') finish('stopped', 'Stopped.');
-          else finish('error', `Error (${event.error.code}): ${event.error.message}`, event.error.code);
+          else failed(event.error.code, event.error.status ?? undefined, event.error.message);
           return true;
         default:
           return false;
@@ -180,4 +190,19 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
 
   setState('loading');
   return { setState };
+}
+
+/** A plain sentence for the failures a person trying providers meets; the raw message is shown
+ *  under it in a "Details" disclosure. */
+export function explain(code: string | undefined, status: number | undefined, message: string): string {
+  if (code === 'provider_network') return 'Could not reach the model server: is it running, and does it accept requests from this page (CORS)?';
+  if (code === 'provider_timeout') return 'The model took too long to answer.';
+  if (/exceed_context|context (size|length)|too long|maximum context/i.test(message)) return 'The conversation is too long for this model: start a new session or send less.';
+  if (code === 'provider_http' && (status === 401 || status === 403)) return 'The provider refused the request: check the API key.';
+  if (code === 'provider_http' && status === 404) return 'The provider does not know this address or model: check the base URL and the model name.';
+  if (code === 'provider_http' && status === 429) return 'The provider is limiting requests: wait a moment and try again.';
+  if (/peg-native|does not match the expected/i.test(message)) return 'The model wrote a tool call its server could not read (small local models do this): try again or rephrase.';
+  if (code === 'max_turns_exceeded' || code === 'max_steps_exceeded') return 'The agent used up its turns without a final answer.';
+  if (code === 'invalid_resume') return `This run can no longer be resumed: ${message}`;
+  return `The run failed (${code ?? 'error'}): ${message}`;
 }

@@ -294,6 +294,11 @@ export class Runtime {
     return await this.#agent.forge(request, { sessionId });
   }
 
+  /** Drops the stored state of a run that will not be resumed. */
+  async discardRun(runId: string): Promise<boolean> {
+    return await this.#agent.discardRun(runId);
+  }
+
   async callTool(name: string, args: unknown, sessionId: string): Promise<unknown> {
     return await this.#agent.tools.call(name, args, { sessionId });
   }
