@@ -923,3 +923,23 @@ fn a_reload_of_the_shared_tier_keeps_this_agents_approval_still_being_written() 
     assert_eq!(r.registry.list("s1").iter().map(|t| t.tier).collect::<Vec<_>>(), vec![Tier::Shared]);
     assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "A b" }), "s2")).unwrap(), json!({ "slug": "a-b" }));
 }
+
+#[test]
+fn a_shared_tool_demoted_by_another_agent_goes_back_to_its_owner_not_to_the_demoter() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = promoted_rig(store.clone());
+    let approval = block_on(owner.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(owner.registry.approve(&approval.id)).unwrap();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    let demoted = block_on(other.registry.demote("slugify", "z")).unwrap();
+    assert_eq!(demoted.tier, Tier::Agent);
+    // The demoter did not gain it: it only sees the shared tombstone.
+    let seen: Vec<_> = other.registry.list("z").into_iter().map(|t| (t.tier, t.status)).collect();
+    assert_eq!(seen, vec![(Tier::Shared, ToolStatus::Demoted)]);
+    assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap_err().code, "denied");
+    // Its owner finds it in its own agent tier when it next loads.
+    let owner_again = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
+    let tiers: Vec<_> = owner_again.registry.list("s9").into_iter().filter(|t| t.status == ToolStatus::Active).map(|t| t.tier).collect();
+    assert_eq!(tiers, vec![Tier::Agent]);
+    assert_eq!(block_on(owner_again.registry.call("slugify", json!({ "text": "A b" }), "s9")).unwrap(), json!({ "slug": "a-b" }));
+}

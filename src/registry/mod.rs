@@ -1214,19 +1214,26 @@ impl Registry {
             if to == Tier::Session {
                 record.session_id = Some(session.to_string());
             }
+            // A shared tool goes back to the agent that forged it: another agent demoting it
+            // takes it out of the shared tier, but does not gain it (it never passed this agent's
+            // panel); the owner finds it in its agent tier when it next loads.
+            let owner = (from == Tier::Shared && record.origin.agent_id != self.agent_id).then(|| record.origin.agent_id.clone());
             let entry = Entry::new(record, stats);
-            ops.extend(self.entry_ops(&entry));
             let info = tool_info(&entry);
-            state.tier_mut(to, session).insert(name.to_string(), entry);
-            ops.extend(self.audit(
-                &mut state,
-                "demote",
-                name,
-                Some(info.version),
-                Some(to),
-                format!("demoted from {} to {}", from.as_str(), to.as_str()),
-                Some(session).into(),
-            ));
+            let detail = match &owner {
+                Some(owner) => {
+                    let prefix = format!("agent/{owner}/");
+                    ops.push(BatchOp::Put { key: format!("{prefix}tool/{name}"), value: versioned("tool", &entry.record) });
+                    ops.push(BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) });
+                    format!("demoted from shared to the agent tier of its owner `{owner}`")
+                }
+                None => {
+                    ops.extend(self.entry_ops(&entry));
+                    state.tier_mut(to, session).insert(name.to_string(), entry);
+                    format!("demoted from {} to {}", from.as_str(), to.as_str())
+                }
+            };
+            ops.extend(self.audit(&mut state, "demote", name, Some(info.version), Some(to), detail, Some(session).into()));
             let undo = undo.sealed(&state);
             (info, ops, from, to, undo)
         };
