@@ -906,6 +906,50 @@ impl Store for SlowWrites {
         }
         self.0.batch(ops).await
     }
+
+    fn data_key(&self) -> usize {
+        self.0.data_key()
+    }
+}
+
+/// A store whose reads take many polls (a store that is slow or stuck): a test double.
+struct SlowReads(Rc<MemoryStore>);
+
+#[async_trait::async_trait(?Send)]
+impl Store for SlowReads {
+    async fn get(&self, key: &str) -> Result<Option<serde_json::Value>, crucible::store::StoreError> {
+        for _ in 0..50 {
+            support::YieldOnce::default().await;
+        }
+        self.0.get(key).await
+    }
+    async fn put(&self, key: &str, value: serde_json::Value) -> Result<(), crucible::store::StoreError> {
+        self.0.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
+        self.0.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, serde_json::Value)>, crucible::store::StoreError> {
+        self.0.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        self.0.batch(ops).await
+    }
+}
+
+#[test]
+fn a_slow_store_holds_up_the_shared_stats_flushes_of_its_own_agents_only() {
+    let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+    let slow_memory = store_with_shared_slugify();
+    let slow = rig_over("slow", config.clone(), Some(approving_judge()), None, slow_memory.clone(), Rc::new(SlowReads(slow_memory)));
+    let other_memory = store_with_shared_slugify();
+    let other = rig_over("other", config, Some(approving_judge()), None, other_memory.clone(), other_memory.clone());
+    use_n(&slow, "slugify", 2, "a");
+    use_n(&other, "slugify", 2, "b");
+    let (slow_flush, other_flush) = (Box::pin(slow.registry.flush_stats()), Box::pin(other.registry.flush_stats()));
+    let first = block_on(futures::future::select(slow_flush, other_flush));
+    assert!(matches!(first, futures::future::Either::Right((Ok(()), _))), "the other store's flush did not wait for the slow one");
+    assert_eq!(stored_shared_calls(&other_memory), 3 + 2);
 }
 
 #[test]

@@ -691,6 +691,16 @@ async function* failing(error: CrucibleError): AsyncGenerator<AgentEvent, void, 
   throw error;
 }
 
+/** Numbers for store objects, so the core knows which agents share one (it keeps some turns
+ *  per store); a store that is gone is forgotten with it. */
+const storeIds = new WeakMap<object, number>();
+let nextStoreId = 1;
+function storeIdOf(store: object): number {
+  let id = storeIds.get(store);
+  if (id === undefined) storeIds.set(store, (id = nextStoreId++));
+  return id;
+}
+
 /**
  * A string argument as the core takes it; anything else is a typed error here. The binding
  * does not check: a number where it expects a string reads wasm memory out of bounds.
@@ -842,7 +852,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     }
     let handle: CoreAgentHandle;
     try {
-      handle = (await core.CoreAgent.create(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId }, emergent)) as unknown as CoreAgentHandle;
+      handle = (await core.CoreAgent.create(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId, storeId: options.store ? storeIdOf(options.store) : 0 }, emergent)) as unknown as CoreAgentHandle;
     } catch (error) {
       const e = error as { code?: string; message?: string };
       throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));

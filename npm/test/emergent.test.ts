@@ -334,6 +334,22 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('two agents on one store without locks flush a shared tool\'s stats in turns and lose no calls', async () => {
+    const store = memoryStore(); // no lock(): the agents of this process take turns in the core
+    const a = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never, 'agent-a');
+    assert.ok((await a.forge(slugify, { sessionId: 's' })).success);
+    await a.tools.call('slugify', { text: 'x' }, { sessionId: 's' }); // promoted to the agent tier
+    const pending = await a.emergent.requestPromotion('slugify', 'shared', { sessionId: 's' });
+    await a.emergent.approve((pending as { approval: { id: string } }).approval.id);
+    const b = await makeAgent(store, { statsFlushEvery: 1000 } as never, 'agent-b');
+    const calls = (agent: typeof a, n: number) => Promise.all(Array.from({ length: n }, () => agent.tools.call('slugify', { text: 'y z' }, { sessionId: 't' })));
+    await Promise.all([calls(a, 7), calls(b, 5)]);
+    await Promise.all([a.emergent.flushStats(), b.emergent.flushStats()]);
+    const stored = (await store.get('shared/stats/slugify')) as { data: { calls: number } };
+    assert.equal(stored.data.calls, 1 + 7 + 5);
+    await Promise.all([a.close(), b.close()]);
+  });
+
   test('promotion: agent tier survives a restart; shared tier waits for approval', async () => {
     const store = memoryStore();
     const agent = await makeAgent(store);

@@ -322,8 +322,25 @@ impl State {
 }
 
 thread_local! {
-    /// One turn at a time for read-add-write flushes of shared-tier stats (see `flush_stats`).
-    static SHARED_STATS_TURN: Rc<futures::lock::Mutex<()>> = Rc::new(futures::lock::Mutex::new(()));
+    /// The turns for read-add-write flushes of shared-tier stats (see `flush_stats`), one per
+    /// store's data: agents on other stores never wait for this one (a hung store stalls only
+    /// the agents that use it).
+    static SHARED_STATS_TURNS: RefCell<HashMap<usize, Weak<futures::lock::Mutex<()>>>> = RefCell::new(HashMap::new());
+}
+
+/// The shared-stats turn of the store whose data is `key`, made on first use; turns no agent
+/// holds any more are dropped.
+fn shared_stats_turn(key: usize) -> Rc<futures::lock::Mutex<()>> {
+    SHARED_STATS_TURNS.with(|turns| {
+        let mut turns = turns.borrow_mut();
+        if let Some(turn) = turns.get(&key).and_then(Weak::upgrade) {
+            return turn;
+        }
+        turns.retain(|_, turn| turn.strong_count() > 0);
+        let turn = Rc::new(futures::lock::Mutex::new(()));
+        turns.insert(key, Rc::downgrade(&turn));
+        turn
+    })
 }
 
 /// The tiered tool registry of one agent. Create with [`Registry::load`]; it is shared as
@@ -349,6 +366,8 @@ pub struct Registry {
     /// written: a reload that read the store before such a write landed would replace the
     /// tier with a snapshot that lacks the change.
     shared_turn: futures::lock::Mutex<()>,
+    /// This store's turn for shared-stats flushes (see [`shared_stats_turn`]).
+    shared_stats_turn: Rc<futures::lock::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -430,6 +449,7 @@ impl Registry {
         }
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
+        let stats_turn_key = deps.store.data_key();
         Ok(Rc::new_cyclic(|me| Registry {
             agent_id: agent_id.to_string(),
             config,
@@ -445,6 +465,7 @@ impl Registry {
             me: me.clone(),
             closed: Default::default(),
             shared_turn: futures::lock::Mutex::new(()),
+            shared_stats_turn: shared_stats_turn(stats_turn_key),
         }))
     }
 
@@ -706,8 +727,7 @@ impl Registry {
     /// instance take turns, and with agents in other contexts through the store's lock, so no
     /// agent's write lands between another's read and write.
     async fn write_shared_stats(&self, mut ops: Vec<BatchOp>, shared: &[(String, ToolStats)], sent: &std::cell::Cell<bool>) -> Result<(), RegistryError> {
-        let turn = SHARED_STATS_TURN.with(Rc::clone);
-        let _turn = turn.lock().await;
+        let _turn = self.shared_stats_turn.lock().await;
         let _store_lock = self.store.lock("shared-stats").await?;
         let mut merged = Vec::with_capacity(shared.len());
         for (name, delta) in shared {

@@ -56,6 +56,13 @@ pub trait Store {
     async fn lock(&self, _name: &str) -> Result<Option<StoreLock>, StoreError> {
         Ok(None)
     }
+
+    /// Names the data behind this handle within this context: handles on the same data (the
+    /// agents given one store) answer the same, so the turns the core keeps per store are
+    /// shared by them and by no one else. By default, this handle's address.
+    fn data_key(&self) -> usize {
+        self as *const Self as *const () as usize
+    }
 }
 
 /// A held [`Store::lock`]; dropping it releases the lock.

@@ -55,6 +55,9 @@ struct HostToolSpec {
 struct HostOptions {
     #[serde(default)]
     agent_id: Option<String>,
+    /// The host's number for the store object (the same for every agent given it).
+    #[serde(default)]
+    store_id: usize,
 }
 
 /// The agent core. Built by the TS `createAgent`; not meant to be used directly.
@@ -129,7 +132,7 @@ impl CoreAgent {
             set.insert(tool);
         }
         let env: Rc<dyn Environment> = Rc::new(JsEnvironment::new());
-        let store: Option<Rc<dyn Store>> = if store.is_undefined() || store.is_null() { None } else { Some(Rc::new(JsStore::new(store)?)) };
+        let store: Option<Rc<dyn Store>> = if store.is_undefined() || store.is_null() { None } else { Some(Rc::new(JsStore::new(store, host.store_id)?)) };
         let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone()).map_err(agent_error)?;
         if let Some(store) = &store {
             agent = agent.with_store(store.clone(), agent_id.clone());

@@ -286,16 +286,19 @@ impl ToolHandler for JsTool {
 /// A TS `Store` (`get`, `put`, `delete`, `scan`, `batch`, each returning a promise).
 pub(crate) struct JsStore {
     target: JsValue,
+    /// The host's number for this JS store object: agents given the same object share it (each
+    /// agent has a `JsStore` of its own around it). See [`Store::data_key`].
+    data_key: usize,
 }
 
 impl JsStore {
-    pub(crate) fn new(target: JsValue) -> Result<Self, JsValue> {
+    pub(crate) fn new(target: JsValue, data_key: usize) -> Result<Self, JsValue> {
         for method in ["get", "put", "delete", "scan", "batch"] {
             if !Reflect::get(&target, &method.into()).map(|f| f.is_function()).unwrap_or(false) {
                 return Err(error_object("invalid_config", &format!("store.{method} must be a function")));
             }
         }
-        Ok(Self { target })
+        Ok(Self { target, data_key })
     }
 
     /// The store's method `name`, when it has one.
@@ -380,6 +383,10 @@ impl Store for JsStore {
                 let _ = release.call0(&JsValue::NULL);
             }
         })))
+    }
+
+    fn data_key(&self) -> usize {
+        self.data_key
     }
 }
 

@@ -293,4 +293,9 @@ impl Store for SharedDataStore {
         let name = name.to_string();
         Ok(Some(StoreLock::new(move || log.borrow_mut().push(format!("release {name}")))))
     }
+
+    /// A handle on `memory`'s data, as the agents of one runtime each hold one.
+    fn data_key(&self) -> usize {
+        self.memory.data_key()
+    }
 }
