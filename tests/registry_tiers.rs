@@ -61,6 +61,14 @@ fn promoted_rig(store: Rc<MemoryStore>) -> Rig {
     r
 }
 
+/// A rig whose `slugify` went on, with a human's approval, to the shared tier.
+fn shared_rig(store: Rc<MemoryStore>) -> Rig {
+    let r = promoted_rig(store);
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+    r
+}
+
 #[test]
 fn session_tools_are_limited_per_session_and_discarded_at_session_end() {
     let r = rig_with(EmergentConfig { max_session_tools: 2, ..Default::default() }, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
@@ -275,9 +283,7 @@ fn shared_promotion_waits_for_approval_which_survives_a_restart() {
 fn agents_on_one_store_see_shared_tier_changes_after_reloading_it() {
     let store = Rc::new(MemoryStore::new());
     let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
-    let r = promoted_rig(store.clone());
-    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
-    block_on(r.registry.approve(&approval.id)).unwrap();
+    let r = shared_rig(store.clone());
     assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A b" }), "z")).unwrap_err().code, "unknown_tool", "loaded before the approval");
     block_on(other.registry.reload_shared()).unwrap();
     assert!(other.events.types().contains(&"registry.reloaded".to_string()));
@@ -315,9 +321,7 @@ fn agents_sharing_a_tool_add_up_its_stats_instead_of_overwriting_them() {
 /// A store where `slugify` is in the shared tier with 3 calls counted.
 fn store_with_shared_slugify() -> Rc<MemoryStore> {
     let memory = Rc::new(MemoryStore::new());
-    let setup = promoted_rig(memory.clone());
-    let approval = block_on(setup.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
-    block_on(setup.registry.approve(&approval.id)).unwrap();
+    shared_rig(memory.clone());
     memory
 }
 
@@ -452,9 +456,7 @@ fn approving_after_the_tool_was_demoted_keeps_its_tombstone() {
 #[test]
 fn approving_does_not_overwrite_another_agents_shared_tool() {
     let store = Rc::new(MemoryStore::new());
-    let first = promoted_rig(store.clone());
-    let approval = block_on(first.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
-    block_on(first.registry.approve(&approval.id)).unwrap();
+    shared_rig(store.clone());
 
     let second = rig_for("agent2", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
     block_on(second.registry.forge(&slugify_request("slugify", SLUGIFY_V2_JS), "t1"));
@@ -882,58 +884,46 @@ fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unrevie
     assert_eq!(block_on(r.registry.rollback("slugify", shared.version - 1, "s1")).unwrap_err().code(), "unreviewed_version");
 }
 
-/// A store whose batches land a few polls after they are sent (a slow IndexedDB write): a
-/// test double over `MemoryStore`.
-struct SlowWrites(Rc<MemoryStore>);
+/// A store over `MemoryStore` whose reads and batches take some polls each (a slow or stuck
+/// IndexedDB): a test double. `shares_data` says whether it names the inner store's data.
+struct Delayed {
+    memory: Rc<MemoryStore>,
+    read_polls: usize,
+    write_polls: usize,
+    shares_data: bool,
+}
 
-#[async_trait::async_trait(?Send)]
-impl Store for SlowWrites {
-    async fn get(&self, key: &str) -> Result<Option<serde_json::Value>, crucible::store::StoreError> {
-        self.0.get(key).await
-    }
-    async fn put(&self, key: &str, value: serde_json::Value) -> Result<(), crucible::store::StoreError> {
-        self.0.put(key, value).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
-        self.0.delete(key).await
-    }
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, serde_json::Value)>, crucible::store::StoreError> {
-        self.0.scan(prefix).await
-    }
-    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
-        for _ in 0..3 {
-            support::YieldOnce::default().await;
-        }
-        self.0.batch(ops).await
-    }
-
-    fn data_key(&self) -> usize {
-        self.0.data_key()
+async fn polls(n: usize) {
+    for _ in 0..n {
+        support::YieldOnce::default().await;
     }
 }
 
-/// A store whose reads take many polls (a store that is slow or stuck): a test double.
-struct SlowReads(Rc<MemoryStore>);
-
 #[async_trait::async_trait(?Send)]
-impl Store for SlowReads {
+impl Store for Delayed {
     async fn get(&self, key: &str) -> Result<Option<serde_json::Value>, crucible::store::StoreError> {
-        for _ in 0..50 {
-            support::YieldOnce::default().await;
-        }
-        self.0.get(key).await
+        polls(self.read_polls).await;
+        self.memory.get(key).await
     }
     async fn put(&self, key: &str, value: serde_json::Value) -> Result<(), crucible::store::StoreError> {
-        self.0.put(key, value).await
+        self.memory.put(key, value).await
     }
     async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
-        self.0.delete(key).await
+        self.memory.delete(key).await
     }
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, serde_json::Value)>, crucible::store::StoreError> {
-        self.0.scan(prefix).await
+        self.memory.scan(prefix).await
     }
     async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
-        self.0.batch(ops).await
+        polls(self.write_polls).await;
+        self.memory.batch(ops).await
+    }
+    fn data_key(&self) -> usize {
+        if self.shares_data {
+            self.memory.data_key()
+        } else {
+            0
+        }
     }
 }
 
@@ -941,7 +931,8 @@ impl Store for SlowReads {
 fn a_slow_store_holds_up_the_shared_stats_flushes_of_its_own_agents_only() {
     let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
     let slow_memory = store_with_shared_slugify();
-    let slow = rig_over("slow", config.clone(), Some(approving_judge()), None, slow_memory.clone(), Rc::new(SlowReads(slow_memory)));
+    let slow_reads = Delayed { memory: slow_memory.clone(), read_polls: 50, write_polls: 0, shares_data: false };
+    let slow = rig_over("slow", config.clone(), Some(approving_judge()), None, slow_memory, Rc::new(slow_reads));
     let other_memory = store_with_shared_slugify();
     let other = rig_over("other", config, Some(approving_judge()), None, other_memory.clone(), other_memory.clone());
     use_n(&slow, "slugify", 2, "a");
@@ -955,7 +946,8 @@ fn a_slow_store_holds_up_the_shared_stats_flushes_of_its_own_agents_only() {
 #[test]
 fn a_reload_of_the_shared_tier_keeps_this_agents_approval_still_being_written() {
     let memory = Rc::new(MemoryStore::new());
-    let r = rig_over("agent1", promo_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), Rc::new(SlowWrites(memory)));
+    let slow_writes = Delayed { memory: memory.clone(), read_polls: 0, write_polls: 3, shares_data: true };
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), Some(approving_judge()), memory, Rc::new(slow_writes));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     use_n(&r, "slugify", 3, "s1");
     assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
@@ -971,9 +963,7 @@ fn a_reload_of_the_shared_tier_keeps_this_agents_approval_still_being_written() 
 #[test]
 fn a_shared_tool_demoted_by_another_agent_goes_back_to_its_owner_not_to_the_demoter() {
     let store = Rc::new(MemoryStore::new());
-    let owner = promoted_rig(store.clone());
-    let approval = block_on(owner.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
-    block_on(owner.registry.approve(&approval.id)).unwrap();
+    shared_rig(store.clone());
     let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
     let demoted = block_on(other.registry.demote("slugify", "z")).unwrap();
     assert_eq!(demoted.tier, Tier::Agent);
@@ -986,4 +976,53 @@ fn a_shared_tool_demoted_by_another_agent_goes_back_to_its_owner_not_to_the_demo
     let tiers: Vec<_> = owner_again.registry.list("s9").into_iter().filter(|t| t.status == ToolStatus::Active).map(|t| t.tier).collect();
     assert_eq!(tiers, vec![Tier::Agent]);
     assert_eq!(block_on(owner_again.registry.call("slugify", json!({ "text": "A b" }), "s9")).unwrap(), json!({ "slug": "a-b" }));
+}
+
+#[test]
+fn a_shared_promotion_asked_again_after_the_tool_changed_replaces_the_stale_request() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    let stale = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let fresh = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    assert_ne!(fresh.id, stale.id);
+    assert_ne!(fresh.hash, stale.hash);
+    assert_eq!(r.registry.pending_approvals().len(), 1);
+    assert_eq!(block_on(r.registry.approve(&stale.id)).unwrap_err().code(), "no_such_approval");
+    assert_eq!(block_on(r.registry.approve(&fresh.id)).unwrap().tier, Tier::Shared);
+}
+
+#[test]
+fn a_demotion_by_another_agent_does_not_overwrite_the_owners_own_agent_tier_tool() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    // The owner promotes a newer version of its own to its agent tier meanwhile.
+    forge_ok(&owner, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(&owner, "slugify", 3, "s2");
+    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    let own = block_on(store.get("agent/agent1/tool/slugify")).unwrap();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    block_on(other.registry.demote("slugify", "z")).unwrap();
+    assert_eq!(block_on(store.get("agent/agent1/tool/slugify")).unwrap(), own, "the owner's newer tool stays as it was");
+    assert!(other.registry.list("z").iter().all(|t| t.status == ToolStatus::Demoted));
+}
+
+#[test]
+fn tools_stored_before_versions_recorded_their_review_still_roll_back_to_the_version_in_service() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let version = r.registry.list("s1")[0].version;
+    // As an earlier build stored it: no `reviewedFor` anywhere.
+    let mut record = block_on(store.get("agent/agent1/tool/slugify")).unwrap().unwrap();
+    record["data"]["current"].as_object_mut().unwrap().remove("reviewedFor");
+    for v in record["data"]["history"].as_array_mut().unwrap() {
+        v.as_object_mut().unwrap().remove("reviewedFor");
+    }
+    block_on(store.put("agent/agent1/tool/slugify", record)).unwrap();
+    let reloaded = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), store);
+    assert_eq!(block_on(reloaded.registry.rollback("slugify", version, "s1")).unwrap().version, version);
 }

@@ -344,6 +344,9 @@ export class Agent {
   readonly #releaseRegistry: (() => void) | undefined;
   readonly #channel: BroadcastChannel | undefined;
   #closed = false;
+  #closing: Promise<void> | undefined;
+  /** Read once: the core it comes from is freed by `close()`. */
+  readonly #emergentEnabled: boolean;
   /** Runs this agent is driving: `close()` aborts them and waits for them to end. */
   readonly #runs = new Map<string, { controller: AbortController; done: Promise<unknown> }>();
 
@@ -386,6 +389,7 @@ export class Agent {
       runtimes.set(store, agents);
     }
     this.#signals = signals;
+    this.#emergentEnabled = core.emergentEnabled;
     this.#hub = hub;
     this.#sandbox = sandbox;
     const session = (o?: SessionOptions) => sessionOf(o?.sessionId);
@@ -404,47 +408,47 @@ export class Agent {
     };
     // Every entry point checks first that the agent is open: a closed agent's core is freed,
     // and the binding would fail with an untyped "null pointer passed to rust".
-    const open = <T>(what: string, f: () => T): T => {
+    const whileOpen = <T>(what: string, f: () => T): T => {
       this.#assertOpen(what);
       return f();
     };
-    const toolName = (name: unknown, what: string) => text(name, `${what}: the tool name`);
+    const toolName = (name: unknown, what: string) => requireString(name, `${what}: the tool name`);
     this.tools = {
       call: (name, args, o) =>
         wrapAsync(() =>
-          open('tools.call', () => {
+          whileOpen('tools.call', () => {
             const [tool, sessionId] = [toolName(name, 'tools.call'), session(o)];
             return this.#direct(abortSignal(o?.signal, 'tools.call'), (signal, runId) => core.callTool(tool, args, sessionId, signal, runId));
           }),
         ),
-      list: (o) => wrap(() => open('tools.list', () => core.listTools(session(o)))),
+      list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o)))),
     };
     this.emergent = {
-      stats: () => wrap(() => open('emergent.stats', () => core.forgeStats())),
+      stats: () => wrap(() => whileOpen('emergent.stats', () => core.forgeStats())),
       requestPromotion: (name, tier, o) =>
-        wrapAsync(() => open('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), text(tier, 'requestPromotion: the tier'), session(o)))),
-      approve: (id) => wrapAsync(() => open('approve', () => core.approve(text(id, 'an approval id')).then(shared))),
-      deny: (id, reason = 'denied') => wrapAsync(() => open('deny', () => core.deny(text(id, 'an approval id'), String(reason)))),
-      demote: (name, o) => wrapAsync(() => open('demote', () => core.demote(toolName(name, 'demote'), session(o)).then(shared))),
+        wrapAsync(() => whileOpen('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), requireString(tier, 'requestPromotion: the tier'), session(o)))),
+      approve: (id) => wrapAsync(() => whileOpen('approve', () => core.approve(requireString(id, 'an approval id')).then(shared))),
+      deny: (id, reason = 'denied') => wrapAsync(() => whileOpen('deny', () => core.deny(requireString(id, 'an approval id'), String(reason)))),
+      demote: (name, o) => wrapAsync(() => whileOpen('demote', () => core.demote(toolName(name, 'demote'), session(o)).then(shared))),
       rollback: (name, version, o) =>
         wrapAsync(() =>
-          open('rollback', () => {
+          whileOpen('rollback', () => {
             // The binding would turn 1.5 into version 1 without a word.
             if (!Number.isInteger(version) || version < 1) throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer, got ${String(version)}`);
             return core.rollback(toolName(name, 'rollback'), version, session(o)).then(shared);
           }),
         ),
-      export: (name, o) => wrapAsync(async () => open('export', () => core.exportTool(toolName(name, 'export'), session(o)))),
-      import: (pkg, o) => wrapAsync(() => open('import', () => core.importTool(text(pkg, 'import: the package'), session(o), { testCases: o?.testCases }))),
-      pendingApprovals: () => wrap(() => open('pendingApprovals', () => core.pendingApprovals())),
-      audit: () => wrap(() => open('audit', () => core.audit())),
-      flushStats: () => wrapAsync(() => open('flushStats', () => core.flushStats())),
+      export: (name, o) => wrapAsync(async () => whileOpen('export', () => core.exportTool(toolName(name, 'export'), session(o)))),
+      import: (pkg, o) => wrapAsync(() => whileOpen('import', () => core.importTool(requireString(pkg, 'import: the package'), session(o), { testCases: o?.testCases }))),
+      pendingApprovals: () => wrap(() => whileOpen('pendingApprovals', () => core.pendingApprovals())),
+      audit: () => wrap(() => whileOpen('audit', () => core.audit())),
+      flushStats: () => wrapAsync(() => whileOpen('flushStats', () => core.flushStats())),
     };
   }
 
   /** Whether `forge_tool` and the registry are enabled. */
   get emergentEnabled(): boolean {
-    return this.#core.emergentEnabled;
+    return this.#emergentEnabled;
   }
 
   /**
@@ -466,7 +470,7 @@ export class Agent {
     return wrapAsync(async () => {
       this.#assertOpen('forge');
       const sessionId = sessionOf(options?.sessionId);
-      const scope = options?.scope === undefined ? undefined : text(options.scope, 'forge: scope');
+      const scope = options?.scope === undefined ? undefined : requireString(options.scope, 'forge: scope');
       return this.#direct(abortSignal(options?.signal, 'forge'), (signal, runId) => this.#core.forge(request, sessionId, scope, signal, runId));
     });
   }
@@ -534,6 +538,9 @@ export class Agent {
     outerSignal: AbortSignal | undefined,
     start: (runId: string, onEvent: EventListener, signal: AbortSignal) => Promise<unknown>,
   ): AsyncGenerator<AgentEvent, void, undefined> {
+    // A generator's body runs at its first `next()`: a stream made before `close()` and read
+    // after it must not reach the freed core.
+    this.#assertOpen('agent.run/stream');
     // One stream per run: a second resume of a run still going would take over its event
     // stream and abort signal (the core refuses it too, but only after this point).
     if (this.#hub.streams.has(runId)) {
@@ -622,13 +629,13 @@ export class Agent {
   /** The conversation of a session so far. */
   history(sessionId = 'default'): unknown[] {
     this.#assertOpen('history');
-    return this.#core.history(text(sessionId, 'history: sessionId')) as unknown[];
+    return this.#core.history(requireString(sessionId, 'history: sessionId')) as unknown[];
   }
 
   /** Forgets a session's conversation and discards its session-tier tools. */
   async endSession(sessionId = 'default'): Promise<void> {
     this.#assertOpen('endSession');
-    await wrapAsync(() => this.#core.endSession(text(sessionId, 'endSession: sessionId')));
+    await wrapAsync(() => this.#core.endSession(requireString(sessionId, 'endSession: sessionId')));
   }
 
   /**
@@ -663,24 +670,35 @@ export class Agent {
   }
 
   /**
-   * Aborts the runs still going (they end with `AbortError`) and waits for them, writes
+   * Aborts the runs still going (they end with `AbortError`) and waits for them (a resumed
+   * step's human-approved calls are not abandoned: a host tool among them that ignores its
+   * signal holds `close()` until it returns), writes
    * buffered stats, stops the sandbox this agent created, releases the wasm agent. A forge or
    * tool call made outside a run still finishes, but writes nothing more to the store.
    * Afterwards every method fails with the `closed` error; closing again does nothing.
    */
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  close(): Promise<void> {
+    // A second close() waits for the first: its caller may open the same agent id next.
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
     this.#closed = true;
-    const runs = [...this.#runs.values()];
-    for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
-    await Promise.all(runs.map((run) => run.done));
-    if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
-    this.#channel?.close();
-    if (this.#core.emergentEnabled) await this.#core.flushStats().catch(() => undefined);
-    await this.#sandbox?.close?.();
-    this.#core.free();
-    unclosedAgents.unregister(this);
-    this.#releaseRegistry?.();
+    try {
+      const runs = [...this.#runs.values()];
+      for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
+      await Promise.all(runs.map((run) => run.done));
+      if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
+      this.#channel?.close();
+      if (this.#emergentEnabled) await this.#core.flushStats().catch(() => undefined);
+      await this.#sandbox?.close?.();
+    } finally {
+      // Whatever failed above, the core and the agent id are let go.
+      this.#core.free();
+      unclosedAgents.unregister(this);
+      this.#releaseRegistry?.();
+    }
   }
 }
 
@@ -705,14 +723,14 @@ function storeIdOf(store: object): number {
  * A string argument as the core takes it; anything else is a typed error here. The binding
  * does not check: a number where it expects a string reads wasm memory out of bounds.
  */
-function text(value: unknown, what: string): string {
+function requireString(value: unknown, what: string): string {
   if (typeof value !== 'string') throw new CrucibleError('invalid_argument', `${what} must be a string, got ${describeType(value)}`);
   return value;
 }
 
 /** The session an option names (`"default"` when it names none). */
 function sessionOf(sessionId: unknown): string {
-  return sessionId === undefined ? 'default' : text(sessionId, 'sessionId');
+  return sessionId === undefined ? 'default' : requireString(sessionId, 'sessionId');
 }
 
 

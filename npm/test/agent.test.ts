@@ -299,10 +299,17 @@ describe('agent over an OpenAI-compatible server', () => {
     server.reset();
     server.enqueue({ text: 'slow', delayMs: 10_000 });
     const agent = await createAgent({ model: model() });
+    const ended: string[] = [];
+    agent.on((e) => {
+      if (e.type === 'agent.error') ended.push(e.error.code);
+    });
     const running = agent.run('?');
     await new Promise((resolve) => setTimeout(resolve, 50));
     const started = Date.now();
-    await agent.close();
+    const [first, second] = [agent.close(), agent.close()];
+    await second; // a second close() waits for the first
+    assert.deepEqual(ended, ['aborted'], 'the run had ended when close() resolved');
+    await first;
     assert.ok(Date.now() - started < 3000, 'close did not wait out the 10 s answer');
     await assert.rejects(running, (e: unknown) => e instanceof AbortError);
   });

@@ -648,8 +648,11 @@ describe('emergent options and edge cases through createAgent', () => {
 
   test('a closed agent answers every call with the closed error, and closing twice is fine', async () => {
     const agent = await makeAgent(memoryStore());
+    const madeBefore = agent.stream('hi'); // a generator: it starts at its first read
     await agent.close();
+    assert.equal(agent.emergentEnabled, true, 'read without the freed core');
     const closed = { code: 'closed' };
+    await assert.rejects(madeBefore.next(), closed);
     await assert.rejects(agent.run('hi'), closed);
     await assert.rejects(agent.resume('run_1'), closed);
     await assert.rejects(agent.forge(slugify), closed);
@@ -657,6 +660,15 @@ describe('emergent options and edge cases through createAgent', () => {
     assert.throws(() => agent.tools.list(), closed);
     assert.throws(() => agent.emergent.stats(), closed);
     await assert.rejects(agent.emergent.approve('approval_1'), closed);
+    await assert.rejects(agent.emergent.deny('approval_1', 'no'), closed);
+    await assert.rejects(agent.emergent.demote('slugify'), closed);
+    await assert.rejects(agent.emergent.rollback('slugify', 1), closed);
+    await assert.rejects(agent.emergent.export('slugify'), closed);
+    await assert.rejects(agent.emergent.import('format: crucible.tool.v1'), closed);
+    await assert.rejects(agent.emergent.requestPromotion('slugify', 'agent'), closed);
+    await assert.rejects(agent.emergent.flushStats(), closed);
+    assert.throws(() => agent.emergent.pendingApprovals(), closed);
+    assert.throws(() => agent.emergent.audit(), closed);
     assert.throws(() => agent.history(), closed);
     await assert.rejects(agent.endSession(), closed);
     await assert.rejects(agent.storedRuns(), closed);

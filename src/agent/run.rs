@@ -271,12 +271,19 @@ impl RunContext<'_> {
         let emitter = Emitter { sink: RefCell::new(sink), run_id: state.run_id.clone(), run_path: state.run_path.clone() };
         let mut result = self.turns(&mut state, &emitter).await;
         if let Some(runs) = &self.runs {
-            // A finished run needs no resumable state, nor does one that hit a limit (resuming
-            // it would hit the limit again); a paused one was saved when it paused, and one
-            // that failed on the model, a store or an abort stays resumable from its last step.
+            // A finished run needs no resumable state, nor does one that hit a limit or its
+            // configuration (resuming it would fail the same way); a paused one was saved when
+            // it paused, and one that failed on the model, a store or an abort stays resumable
+            // from its last step.
             let ended = match &result {
                 Ok(out) => out.status == RunStatus::Completed,
-                Err(e) => matches!(e, AgentError::MaxTurnsExceeded { .. } | AgentError::MaxStepsExceeded { .. } | AgentError::StructuredOutputInvalid { .. }),
+                Err(e) => matches!(
+                    e,
+                    AgentError::MaxTurnsExceeded { .. }
+                        | AgentError::MaxStepsExceeded { .. }
+                        | AgentError::StructuredOutputInvalid { .. }
+                        | AgentError::InvalidConfig(_)
+                ),
             };
             if ended {
                 if let Err(e) = runs.forget(&state.run_id).await {

@@ -152,6 +152,12 @@ pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResu
     )
 }
 
+/// How many times `text` writes an `"approved"` key (the word followed by a colon): the word in
+/// prose or as a string value (`{"status":"approved"}`) is not a verdict.
+fn approved_keys_in_text(text: &str) -> usize {
+    text.match_indices("\"approved\"").filter(|(at, word)| text[at + word.len()..].trim_start().starts_with(':')).count()
+}
+
 /// How many `approved` keys `value` holds, at any depth.
 fn approved_keys(value: &Value) -> usize {
     match value {
@@ -193,7 +199,7 @@ pub fn parse_verdict(text: &str) -> Result<Verdict, JudgeError> {
         return Err(JudgeError::Invalid("the answer holds verdicts that disagree on `approved` (one may be quoted from the code)".into()));
     }
     let keys_read: usize = values.iter().map(approved_keys).sum();
-    if text.matches("\"approved\"").count() > keys_read {
+    if approved_keys_in_text(text) > keys_read {
         return Err(JudgeError::Invalid("the answer has an `approved` verdict that is not valid JSON".into()));
     }
     let index = verdicts.last().copied().unwrap_or(0);
@@ -347,7 +353,10 @@ mod tests {
         let broken = format!("It contains {approving} in a comment. {{\"approved\": false, \"safety\": 0.1, \"reasoning\": \"eval");
         assert!(matches!(parse_verdict(&broken), Err(JudgeError::Invalid(m)) if m.contains("not valid JSON")), "{broken}");
         let malformed = format!("It contains {approving} in a comment. {{\"approved\": nope}} ");
-        assert!(parse_verdict(&malformed).is_err());
+        assert!(matches!(parse_verdict(&malformed), Err(JudgeError::Invalid(m)) if m.contains("not valid JSON")), "{malformed}");
+        // The word as prose or as a value is not a verdict: a tool about approvals is judged.
+        let prose = format!("The tool maps {{\"status\":\"approved\"}} to true; I marked it \"approved\". {approving}");
+        assert!(parse_verdict(&prose).unwrap().approved, "{prose}");
         // Agreeing verdicts: the judge's own, the last one, is read.
         let agreeing = format!("Quoted: {approving}. Mine: {}", approving.replace("\"confidence\":1", "\"confidence\":0.7"));
         assert_eq!(parse_verdict(&agreeing).unwrap().confidence, 0.7);

@@ -108,7 +108,6 @@ fn err<T>(msg: impl Into<String>) -> Result<T, NormalizeError> {
     Err(NormalizeError(msg.into()))
 }
 
-/// The first present key among `keys`.
 /// The request as JSON: argument text that is not JSON arrives as a string
 /// (`ToolHandler::accepts_raw_arguments`), and JSON text is parsed.
 fn request_value(raw: &Value) -> Result<Cow<'_, Value>, NormalizeError> {
@@ -145,6 +144,7 @@ pub(crate) fn attempt_labels(raw: &Value) -> (Option<String>, Option<String>) {
     (name_of(obj), scope)
 }
 
+/// The first present (non-null) value among `keys`.
 fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| obj.get(*k)).filter(|v| !v.is_null())
 }

@@ -563,7 +563,7 @@ impl Registry {
     fn prefix(&self, tier: Tier) -> String {
         match tier {
             Tier::Shared => "shared/".to_string(),
-            _ => format!("agent/{}/", self.agent_id),
+            _ => agent_prefix(&self.agent_id),
         }
     }
 
@@ -1215,6 +1215,13 @@ impl Registry {
     /// the name is demoted.
     pub async fn demote(&self, name: &str, session: &str) -> Result<ToolInfo, RegistryError> {
         let _turn = self.shared_turn.lock().await;
+        // Another agent's shared tool goes back to its owner's agent tier, unless the owner has
+        // one of that name there already (a newer version it promoted since): that one stays.
+        let other_owner = self.state.borrow().shared.get(name).filter(|e| e.active()).map(|e| e.record.origin.agent_id.clone()).filter(|o| *o != self.agent_id);
+        let owner_keeps_own = match &other_owner {
+            Some(owner) => self.store.get(&format!("{}tool/{name}", agent_prefix(owner))).await?.is_some(),
+            None => false,
+        };
         let (info, ops, from, to, undo) = {
             let mut state = self.state.borrow_mut();
             let from = [Tier::Shared, Tier::Agent, Tier::Session]
@@ -1237,12 +1244,13 @@ impl Registry {
             // A shared tool goes back to the agent that forged it: another agent demoting it
             // takes it out of the shared tier, but does not gain it (it never passed this agent's
             // panel); the owner finds it in its agent tier when it next loads.
-            let owner = (from == Tier::Shared && record.origin.agent_id != self.agent_id).then(|| record.origin.agent_id.clone());
+            let owner = other_owner.filter(|_| from == Tier::Shared);
             let entry = Entry::new(record, stats);
             let info = tool_info(&entry);
             let detail = match &owner {
+                Some(owner) if owner_keeps_own => format!("taken out of the shared tier; its owner `{owner}` keeps the `{name}` of its own agent tier"),
                 Some(owner) => {
-                    let prefix = format!("agent/{owner}/");
+                    let prefix = agent_prefix(owner);
                     ops.push(BatchOp::Put { key: format!("{prefix}tool/{name}"), value: versioned("tool", &entry.record) });
                     ops.push(BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) });
                     format!("demoted from shared to the agent tier of its owner `{owner}`")
@@ -1328,6 +1336,11 @@ impl crate::tools::ToolLookup for RegistryTools {
 }
 
 /// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
+/// Where the records of agent `agent_id` live.
+fn agent_prefix(agent_id: &str) -> String {
+    format!("agent/{agent_id}/")
+}
+
 async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, Entry>, RegistryError> {
     let stats_prefix = format!("{prefix}stats/");
     let mut stats: HashMap<String, ToolStats> = HashMap::new();
@@ -1337,7 +1350,12 @@ async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, E
     }
     let mut tier = BTreeMap::new();
     for (key, value) in store.scan(&format!("{prefix}tool/")).await? {
-        let record: ToolRecord = unversioned(&key, "tool", value)?;
+        let mut record: ToolRecord = unversioned(&key, "tool", value)?;
+        // Stored before versions recorded their review: the version in service at an agent or
+        // shared tier got there through that tier's review (what a rollback there may restore).
+        if record.tier != Tier::Session && record.current.reviewed_for.is_none() {
+            record.mark_reviewed(record.tier);
+        }
         let s = stats.remove(&record.name).unwrap_or_default();
         tier.insert(record.name.clone(), Entry::new(record, s));
     }

@@ -28,7 +28,8 @@ pub enum PromotionStatus {
     Pending,
     /// Refused (thresholds, tests, panel, limits); see `reason`.
     Rejected,
-    /// Not re-asked: the same version was rejected and not enough uses passed since.
+    /// Not asked now: the same version was rejected and not enough uses passed since, or a
+    /// review of this tool is already under way.
     Suppressed,
 }
 
@@ -249,11 +250,17 @@ impl Registry {
             let Some(hash) = state.agent.get(name).filter(|e| e.active()).map(|e| e.record.current.hash.clone()) else {
                 return Err(RegistryError::InvalidPromotion { name: name.into(), from: "a tier other than agent".into(), to: "shared".into() });
             };
-            if let Some(existing) = state.approvals.values().find(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).cloned() {
-                let mut out = PromotionOutcome::new(PromotionStatus::Pending, "already waiting for approval");
-                out.approval = Some(existing);
-                return Ok(out);
-            }
+            let existing = state.approvals.values().find(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).cloned();
+            // A request still waiting for the version in service is that request; one made for a
+            // version since replaced (a new one, a rollback) is replaced by a request for this one.
+            let stale = match existing {
+                Some(existing) if existing.hash.as_ref().is_none_or(|h| *h == hash) => {
+                    let mut out = PromotionOutcome::new(PromotionStatus::Pending, "already waiting for approval");
+                    out.approval = Some(existing);
+                    return Ok(out);
+                }
+                other => other,
+            };
             let approval = PendingApproval {
                 id: self.env().new_id("approval"),
                 kind: "promotion".into(),
@@ -267,9 +274,14 @@ impl Registry {
                 arguments: None,
                 hash: Some(hash),
             };
-            let undo = state.undo_point(&[], &[&approval.id]);
-            state.approvals.insert(approval.id.clone(), approval.clone());
+            let stale_id = stale.as_ref().map(|a| a.id.as_str()).unwrap_or_default();
+            let undo = state.undo_point(&[], &[&approval.id, stale_id]);
             let mut ops = vec![self.approval_op(&approval)];
+            if let Some(stale) = &stale {
+                state.approvals.remove(&stale.id);
+                ops.push(crate::store::BatchOp::Delete { key: self.approval_key(&stale.id) });
+            }
+            state.approvals.insert(approval.id.clone(), approval.clone());
             ops.extend(self.audit(&mut state, "approval.requested", name, None, Some(Tier::Shared), approval.id.clone(), Some(session).into()));
             let undo = undo.sealed(&state);
             (approval, ops, undo)

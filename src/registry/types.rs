@@ -131,7 +131,9 @@ impl ToolRecord {
     /// Adds the versions of `older` (the record this one replaces) that this history lacks,
     /// in version order, keeping the newest [`MAX_VERSIONS`].
     pub(crate) fn absorb_history(&mut self, older: &[ToolVersion]) {
-        let missing: Vec<ToolVersion> = older.iter().filter(|v| !self.history.iter().any(|h| h.hash == v.hash)).cloned().collect();
+        // Versions are restored by number: one this history already numbers (a lineage forged
+        // in another session may reuse numbers) is not taken, nor one it already holds.
+        let missing: Vec<ToolVersion> = older.iter().filter(|v| !self.history.iter().any(|h| h.hash == v.hash || h.version == v.version)).cloned().collect();
         self.history.extend(missing);
         self.history.sort_by_key(|v| v.version);
         let excess = self.history.len().saturating_sub(MAX_VERSIONS);
