@@ -524,3 +524,18 @@ fn the_paused_steps_end_reports_the_tokens_of_its_turn() {
     });
     assert_eq!(first_end, Some(crucible::model::Usage { input_tokens: 10, output_tokens: 5 }));
 }
+
+#[test]
+fn a_run_that_ends_after_its_session_ended_does_not_bring_the_conversation_back() {
+    let model = ScriptedModel::new(vec![text("first answer"), text("a long answer that streams in many pieces")]);
+    let agent = Agent::new(AgentConfig::default(), model, ToolSet::new(), Rc::new(NativeEnvironment::default())).unwrap();
+    block_on(agent.run("first", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let end_meanwhile = async {
+        YieldOnce::default().await; // the second run is streaming its answer
+        agent.end_session("default");
+    };
+    let mut sink = CollectingSink::default();
+    let (out, ()) = block_on(futures::future::join(agent.run("second", RunOptions::default(), &mut sink), end_meanwhile));
+    assert_eq!(out.unwrap().status, RunStatus::Completed, "the run itself finishes");
+    assert!(agent.history("default").is_empty(), "{:?}", agent.history("default"));
+}

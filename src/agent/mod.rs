@@ -65,6 +65,10 @@ pub struct Agent {
     tools: RefCell<ToolSet>,
     env: Rc<dyn Environment>,
     sessions: RefCell<HashMap<String, Vec<Message>>>,
+    /// Runs going, by ticket: their session, and whether it ended meanwhile (`end_session`): a
+    /// run that completes after its session ended must not bring the conversation back.
+    runs_going: RefCell<HashMap<u64, (String, bool)>>,
+    next_run_ticket: std::cell::Cell<u64>,
     store: Option<Rc<dyn Store>>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
@@ -91,6 +95,8 @@ impl Agent {
             tools: RefCell::new(tools),
             env,
             sessions: RefCell::new(HashMap::new()),
+            runs_going: RefCell::default(),
+            next_run_ticket: Default::default(),
             store: None,
             agent_id: "default".into(),
             provider: RefCell::new(None),
@@ -207,8 +213,11 @@ impl Agent {
             decisions,
         };
         let history_len = state.history_len;
+        let ticket = RunTicket::new(self, &session_id);
         let (_state, result) = ctx.drive(state, sink).await;
-        self.remember(&session_id, history_len, &result);
+        if !ticket.session_ended() {
+            self.remember(&session_id, history_len, &result);
+        }
         result
     }
 
@@ -249,8 +258,9 @@ impl Agent {
 
     /// Adds a completed run's own messages to its session. Other runs of the session may have
     /// completed while it ran: their messages stay, and this run's follow them. When the
-    /// session no longer starts with what the run started from (it was ended, or the process
-    /// restarted before a resume), the run's whole conversation becomes the session's.
+    /// session no longer starts with what the run started from (the process restarted before a
+    /// resume, or the session ended while the run was paused), the run's whole conversation
+    /// becomes the session's. (A session that ended while the run was going gets nothing.)
     fn remember(&self, session_id: &str, history_len: Option<u32>, result: &Result<RunOutput, AgentError>) {
         let Ok(out) = result else { return };
         if out.status != RunStatus::Completed {
@@ -294,9 +304,14 @@ impl Agent {
         self.sessions.borrow().get(session_id).cloned().unwrap_or_default()
     }
 
-    /// Forgets a session's conversation.
+    /// Forgets a session's conversation; runs of it still going add nothing when they end.
     pub fn end_session(&self, session_id: &str) {
         self.sessions.borrow_mut().remove(session_id);
+        for (session, ended) in self.runs_going.borrow_mut().values_mut() {
+            if session == session_id {
+                *ended = true;
+            }
+        }
     }
 
     /// Runs one user input to a final answer, emitting every event to `sink`. On success the
@@ -327,5 +342,32 @@ impl Agent {
             history_len,
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
+    }
+}
+
+/// A run of `session` counted as going until dropped (however the run ended).
+struct RunTicket<'a> {
+    agent: &'a Agent,
+    id: u64,
+}
+
+impl<'a> RunTicket<'a> {
+    fn new(agent: &'a Agent, session: &str) -> Self {
+        let id = agent.next_run_ticket.get();
+        agent.next_run_ticket.set(id + 1);
+        agent.runs_going.borrow_mut().insert(id, (session.to_string(), false));
+        Self { agent, id }
+    }
+
+    fn session_ended(&self) -> bool {
+        self.agent.runs_going.borrow().get(&self.id).is_some_and(|(_, ended)| *ended)
+    }
+}
+
+impl Drop for RunTicket<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut going) = self.agent.runs_going.try_borrow_mut() {
+            going.remove(&self.id);
+        }
     }
 }
