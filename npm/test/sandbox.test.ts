@@ -382,6 +382,8 @@ function startBridgeServer(): Promise<{ server: Server; origin: string; port: nu
         }
       } else if (url.pathname === '/see-other' || url.pathname === '/temporary') {
         res.writeHead(url.pathname === '/see-other' ? 303 : 307, { location: '/echo' }).end();
+      } else if (url.pathname === '/controls') {
+        res.end(Buffer.alloc(n, 1));
       } else if (url.pathname === '/stream') {
         const total = Number(url.searchParams.get('bytes'));
         const chunk = Buffer.alloc(16 * 1024, 'x');
@@ -462,6 +464,14 @@ describe('sandbox fetch: redirects, body and header limits on the host side (Nod
     target.received.length = 0;
     const temporary = await fetchOne(`${target.origin}/temporary`, init);
     assert.deepEqual(temporary, { status: 200, url: `${target.origin}/echo`, body: JSON.stringify({ method: 'POST', body: 'posted-payload' }) });
+  });
+
+  test('a body of control characters, which JSON would grow sixfold on its way to the Worker, is refused', async () => {
+    const r = await fetchOne(`${target.origin}/controls?n=${MAX_BODY - 1024}`);
+    assert.match(String(r.refused), /escapes to \d+ characters of JSON/, JSON.stringify(r).slice(0, 300));
+    // Text of the same size crosses as it is.
+    const text = await fetchOne(`${target.origin}/echo`, { method: 'POST', body: 'x'.repeat(MAX_BODY - 1024) });
+    assert.equal(text.status, 200);
   });
 
   test('a body streamed without Content-Length past maxFetchBodyBytes is refused and the host stops reading', async () => {

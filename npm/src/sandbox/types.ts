@@ -30,7 +30,9 @@ export interface SandboxOptions {
    * (waiting does not count against `timeoutMs`). Default 256.
    */
   maxQueued?: number;
-  /** Cap on a fetched response body. Default 4 MiB. */
+  /** Cap on a fetched response body. Default 4 MiB. A body that would grow past twice the cap
+   *  as the JSON text it crosses to the Worker in (control characters escape to six) is refused
+   *  too. */
   maxFetchBodyBytes?: number;
   /** Override where the Worker script is loaded from (unusual bundlers). */
   workerUrl?: string | URL;
