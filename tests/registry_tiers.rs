@@ -1026,3 +1026,32 @@ fn tools_stored_before_versions_recorded_their_review_still_roll_back_to_the_ver
     let reloaded = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), store);
     assert_eq!(block_on(reloaded.registry.rollback("slugify", version, "s1")).unwrap().version, version);
 }
+
+#[test]
+fn calls_running_while_their_tool_is_promoted_count_where_it_went() {
+    let config = EmergentConfig { auto_promote: true, promotion_threshold: PromotionThreshold { uses: 1, confidence: 0.8 }, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let mut tools = host_tools();
+    // The tests' inputs and "fast" return at once; the other calls take longer than a
+    // promotion's review (its test re-run and two reviewers).
+    let slow_upper = support::FnTool::with_delay(
+        |a| Ok(json!({ "text": a["text"].as_str().unwrap_or_default().to_uppercase() })),
+        |a| if ["fast", "a", "b c"].contains(&a["text"].as_str().unwrap_or_default()) { 0 } else { 2_000 },
+    );
+    tools.insert(crucible::tools::Tool::new("slow_upper", "Upper-cases text, slowly", &text, None, slow_upper).unwrap());
+    r.registry.set_host_tools(tools);
+    let request = json!({
+        "name": "shout", "description": "Upper-cases text", "inputSchema": text, "outputSchema": text,
+        "implementation": { "mode": "compose", "steps": [{ "name": "up", "tool": "slow_upper", "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "a" }, "expectedOutput": { "text": "A" } }, { "input": { "text": "b c" }, "expectedOutput": { "text": "B C" } }]
+    });
+    assert!(block_on(r.registry.forge(&request, "s1")).success);
+    // Four calls at once: the fast one crosses the threshold and promotes the tool while the
+    // other three still run.
+    let inputs = ["fast", "x", "y", "z"];
+    let calls = block_on(futures::future::join_all(inputs.map(|t| r.registry.call("shout", json!({ "text": t }), "s1"))));
+    assert!(calls.iter().all(Result::is_ok));
+    let info = r.registry.list("s1").into_iter().find(|t| t.name == "shout").unwrap();
+    assert_eq!((info.tier, info.stats.calls, info.stats.successes), (Tier::Agent, 4, 4));
+}

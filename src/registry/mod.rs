@@ -767,8 +767,11 @@ impl Registry {
     }
 
     /// Counts one call of `name` at `tier`; returns whether a stats flush is due.
-    pub(crate) fn record_call(&self, tier: Tier, session: &str, name: &str, ok: bool, latency_ms: f64) -> bool {
+    pub(crate) fn record_call(&self, tier: Tier, session: &str, name: &str, hash: &str, ok: bool, latency_ms: f64) -> bool {
         let mut state = self.state.borrow_mut();
+        // A call that ran while its tool moved up (a promotion) counts where the tool is now.
+        let holds = |state: &State, t: Tier| state.tier(t, session).and_then(|m| m.get(name)).is_some_and(|e| e.record.current.hash == hash);
+        let tier = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter(|t| *t >= tier).find(|t| holds(&state, *t)).unwrap_or(tier);
         let Some(entry) = state.tier_mut(tier, session).get_mut(name) else { return false };
         entry.stats.record(ok, latency_ms);
         if tier == Tier::Session {
@@ -1102,7 +1105,7 @@ impl Registry {
             entry.record.clone()
         };
         let inner = self.forge.build(&record.current.request, &self.lookup(), session).ok()?;
-        let tool = provider::tracked(inner, self.me.clone(), tier, session)?;
+        let tool = provider::tracked(inner, self.me.clone(), tier, session, &record.current.hash)?;
         if let Some(entry) = self.state.borrow_mut().tier_mut(tier, session).get_mut(name) {
             if entry.record.current.hash == record.current.hash {
                 entry.built = Some(tool.clone());

@@ -19,6 +19,8 @@ struct TrackedHandler {
     registry: Weak<Registry>,
     tier: Tier,
     session: String,
+    /// The content hash of the version built: a promotion may move the tool while it runs.
+    hash: String,
 }
 
 #[async_trait(?Send)]
@@ -33,7 +35,7 @@ impl ToolHandler for TrackedHandler {
         };
         if let Some(registry) = registry {
             let latency = registry.now() - started;
-            if registry.record_call(self.tier, &self.session, &self.inner.name, result.is_ok(), latency) {
+            if registry.record_call(self.tier, &self.session, &self.inner.name, &self.hash, result.is_ok(), latency) {
                 // Best effort: failed stats writes stay dirty and are retried at the next flush.
                 let _ = registry.flush_stats().await;
             }
@@ -54,11 +56,11 @@ impl ToolHandler for TrackedHandler {
 
 /// Wraps a built forged tool so its calls are counted for (`tier`, `session`). The wrapper
 /// has no output schema of its own: [`TrackedHandler`] checks the output (one check per call).
-pub(super) fn tracked(inner: Tool, registry: Weak<Registry>, tier: Tier, session: &str) -> Option<Tool> {
+pub(super) fn tracked(inner: Tool, registry: Weak<Registry>, tier: Tier, session: &str, hash: &str) -> Option<Tool> {
     let input = inner.input_schema().source().clone();
     let name = inner.name.clone();
     let description = inner.description.clone();
-    let handler = Rc::new(TrackedHandler { inner, registry, tier, session: session.to_string() });
+    let handler = Rc::new(TrackedHandler { inner, registry, tier, session: session.to_string(), hash: hash.to_string() });
     Tool::new(name, description, &input, None, handler).ok()
 }
 
