@@ -9,7 +9,7 @@ import { AbortError, CrucibleError, describeType, StoreError, type CrucibleError
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
-import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, Tier, ToolInfo } from './emergent/types.js';
+import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
@@ -189,7 +189,7 @@ interface CoreAgentHandle {
   callTool(name: string, args: unknown, sessionId: string, signal: AbortSignal | undefined, runId: string): Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
-  requestPromotion(name: string, tier: string, sessionId: string): Promise<unknown>;
+  requestPromotion(name: string, tier: string, sessionId: string): Promise<PromotionOutcome>;
   approve(id: string): Promise<ToolInfo>;
   deny(id: string, reason: string): Promise<void>;
   demote(name: string, sessionId: string): Promise<ToolInfo>;
@@ -361,7 +361,7 @@ export class Agent {
   /** Registry management: stats, promotion, approvals, demotion, rollback, export/import. */
   readonly emergent: {
     stats(): ForgeStats;
-    requestPromotion(name: string, tier: Tier, options?: SessionOptions): Promise<unknown>;
+    requestPromotion(name: string, tier: Tier, options?: SessionOptions): Promise<PromotionOutcome>;
     approve(approvalId: string): Promise<ToolInfo>;
     deny(approvalId: string, reason?: string): Promise<void>;
     demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
@@ -663,7 +663,8 @@ export class Agent {
     return wrapAsync(() => this.#core.discardRun(runId), runId);
   }
 
-  /** Names of the tools offered to the model. */
+  /** Names of the agent's own (host) tools. Forged tools and `forge_tool`, which the model is
+   *  offered too, are listed by `tools.list()`. */
   toolNames(): string[] {
     this.#assertOpen('toolNames');
     return this.#core.toolNames();

@@ -107,7 +107,7 @@ describe('the packed tarball', () => {
   test('holds the built JS, its types and the wasm, and no sources or tests', async () => {
     const { tarball, size, unpackedSize, files } = await packed();
     const paths = files.map((f) => f.path);
-    for (const required of ['package.json', 'dist/index.js', 'dist/index.d.ts', 'dist/node.js', 'dist/browser.js', 'wasm/crucible_core.js', 'wasm/crucible_core_bg.wasm']) {
+    for (const required of ['package.json', 'README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'dist/index.js', 'dist/index.d.ts', 'dist/node.js', 'dist/browser.js', 'wasm/crucible_core.js', 'wasm/crucible_core_bg.wasm']) {
       assert.ok(paths.includes(required), `${required} is in the tarball`);
     }
     assert.ok(paths.filter((p) => /^dist\/.+\.js$/.test(p)).length > 5);

@@ -126,6 +126,22 @@ export interface PendingApproval {
   toTier?: Tier;
   requestedAt: number;
   reason: string;
+  /** Promotion approvals: the content hash of the version the human is asked about. */
+  hash?: string;
+}
+
+/**
+ * How `agent.emergent.requestPromotion` ended: `promoted` (with the tool and the panel's
+ * verdicts), `pending` (shared: waiting for `approve(approval.id)` / `deny`), `rejected`
+ * (thresholds, tests, the panel, limits: `reason` says which) or `suppressed` (not asked now:
+ * the same version was rejected recently, or a review of it is under way).
+ */
+export interface PromotionOutcome {
+  status: 'promoted' | 'pending' | 'rejected' | 'suppressed';
+  reason: string;
+  tool?: ToolInfo;
+  approval?: PendingApproval;
+  verdicts?: Verdict[];
 }
 
 /**
