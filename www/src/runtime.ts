@@ -12,6 +12,7 @@ import type {
   ForgeResult,
   ForgeStats,
   PendingApproval,
+  PromotionOutcome,
   RejectionCategory,
   TestResult,
   Tier,
@@ -20,7 +21,7 @@ import type {
 } from '../../npm/src/emergent/types.ts';
 
 export type { ApprovalDecision };
-export type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval, RejectionCategory, TestResult, Tier, ToolInfo, Verdict };
+export type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval, PromotionOutcome, RejectionCategory, TestResult, Tier, ToolInfo, Verdict };
 
 export type ProviderKind = 'local' | 'openai' | 'anthropic' | 'ollama';
 
@@ -194,15 +195,6 @@ export interface RuntimeOptions {
   autoPromote?: boolean;
 }
 
-/** What `agent.emergent.requestPromotion` resolves with (`PromotionOutcome` of the core). */
-export interface PromotionOutcome {
-  status: 'promoted' | 'pending' | 'rejected' | 'suppressed';
-  reason: string;
-  tool?: ToolInfo;
-  approval?: PendingApproval;
-  verdicts?: Verdict[];
-}
-
 /** A tool-call approval of a paused run (`agent.paused`). */
 export interface RunApproval {
   id: string;
@@ -324,7 +316,7 @@ export class Runtime {
   }
 
   async requestPromotion(name: string, tier: Tier, sessionId: string): Promise<PromotionOutcome> {
-    return (await this.#agent.emergent.requestPromotion(name, tier, { sessionId })) as PromotionOutcome;
+    return await this.#agent.emergent.requestPromotion(name, tier, { sessionId });
   }
 
   async approve(id: string): Promise<ToolInfo> {
