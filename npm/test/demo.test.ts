@@ -476,6 +476,18 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a second tab waits while the first holds the agent, and takes over once it closes', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const first = await open({}, DESKTOP, context);
+      const second = await context.newPage();
+      await second.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
+      await second.waitForFunction(() => /another tab/.test(window.__crucibleDemo?.error ?? ''), null, { timeout: 20_000 });
+      assert.match((await second.textContent('#settings-status')) ?? '', /tries again/);
+      await first.page.close();
+      await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
+    });
+
     test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
       const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
       await send(page, 'hello?');

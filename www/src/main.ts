@@ -57,7 +57,13 @@ async function start(settings: ProviderSettings): Promise<void> {
   document.body.dataset.ready = 'true';
 }
 
+// While another tab of this page holds the agent (one open agent per id and database), this
+// one tries again now and then, and takes over once that tab closes.
+let retryBlocked: ReturnType<typeof setTimeout> | undefined;
+const RETRY_BLOCKED_MS = 2000;
+
 async function startOnce(settings: ProviderSettings): Promise<void> {
+  clearTimeout(retryBlocked);
   chat.setState('loading');
   document.body.dataset.ready = 'false';
   let runtime: Runtime | undefined;
@@ -81,8 +87,10 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     else void runtime?.close();
     chat.setState('error');
     emergentBadge.hidden = true;
-    settingsStatus.textContent = `Could not start the agent: ${errorText(error)}`;
-    ($('#settings-details') as HTMLDetailsElement).open = true;
+    const blocked = (error as { code?: unknown } | null)?.code === 'store_blocked';
+    settingsStatus.textContent = `Could not start the agent: ${errorText(error)}${blocked ? ' This page tries again every few seconds.' : ''}`;
+    if (blocked) retryBlocked = setTimeout(() => void start(settings), RETRY_BLOCKED_MS);
+    else ($('#settings-details') as HTMLDetailsElement).open = true;
     window.__crucibleDemo = { ready: true, emergent: false, sessionId, error: errorText(error) };
   }
 }
