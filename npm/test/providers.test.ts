@@ -366,7 +366,7 @@ describe('anthropic request mapping', () => {
     assert.equal(request.headers['anthropic-version'], '2023-06-01');
     assert.deepEqual(request.body, {
       model: 'claude-test',
-      max_tokens: 1024,
+      max_tokens: 4096,
       system: 'Be brief.',
       messages: [
         { role: 'user', content: 'Weather in Paris and Rome?' },

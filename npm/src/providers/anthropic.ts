@@ -27,8 +27,10 @@ import { loose, WireReader, type WireObject } from './wire.js';
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
 /** The API version this provider's wire mapping was written against. */
 export const ANTHROPIC_VERSION = '2023-06-01';
-/** The Messages API requires `max_tokens`; used when the request does not set `maxTokens`. */
-export const ANTHROPIC_DEFAULT_MAX_TOKENS = 1024;
+/** The Messages API requires `max_tokens`; used when the request does not set `maxTokens`.
+ *  4096 is the largest every Claude 3+ model allows: a lower cap cut `forge_tool` calls (whole
+ *  programs in their arguments) off mid-argument. */
+export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
 
 /**
  * Creates a provider for the Anthropic Messages API.
