@@ -33,3 +33,56 @@ impl Drop for OnDrop {
         }
     }
 }
+
+/// Work going on per session (an agent's runs, a registry's forges) and whether its session
+/// ended meanwhile: work that finishes after its session ended must not bring the session back.
+#[derive(Default)]
+pub(crate) struct SessionWork(std::rc::Rc<std::cell::RefCell<WorkGoing>>);
+
+#[derive(Default)]
+struct WorkGoing {
+    next: u64,
+    /// By ticket: the session, and whether it ended.
+    going: std::collections::HashMap<u64, (String, bool)>,
+}
+
+impl SessionWork {
+    /// Counts work of `session` as going until the ticket is dropped, however it ends.
+    pub(crate) fn begin(&self, session: &str) -> SessionTicket {
+        let mut work = self.0.borrow_mut();
+        let id = work.next;
+        work.next += 1;
+        work.going.insert(id, (session.to_string(), false));
+        SessionTicket { work: std::rc::Rc::downgrade(&self.0), id }
+    }
+
+    /// `session` ended: its work going now will find so.
+    pub(crate) fn end(&self, session: &str) {
+        for (s, ended) in self.0.borrow_mut().going.values_mut() {
+            if s == session {
+                *ended = true;
+            }
+        }
+    }
+}
+
+/// One piece of work of [`SessionWork`].
+pub(crate) struct SessionTicket {
+    work: std::rc::Weak<std::cell::RefCell<WorkGoing>>,
+    id: u64,
+}
+
+impl SessionTicket {
+    /// Whether the session ended while this work was going.
+    pub(crate) fn session_ended(&self) -> bool {
+        self.work.upgrade().is_some_and(|work| work.borrow().going.get(&self.id).is_some_and(|(_, ended)| *ended))
+    }
+}
+
+impl Drop for SessionTicket {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.upgrade() {
+            work.borrow_mut().going.remove(&self.id);
+        }
+    }
+}

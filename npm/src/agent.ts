@@ -506,9 +506,8 @@ export class Agent {
     if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.run/stream: options must be an object'));
     if (options.sessionId !== undefined && typeof options.sessionId !== 'string') {
-      return failing(new CrucibleError('invalid_config', `agent.run/stream: sessionId must be a string, got ${describeType(options.sessionId)}`));
+      return failing(notString(options.sessionId, 'agent.run/stream: sessionId', 'invalid_config'));
     }
-    if (this.#closed) return failing(new CrucibleError('closed', 'agent.run/stream: the agent is closed; create a new one'));
     return this.#drive(newRunId(), options.signal, (runId, onEvent, signal) => this.#core.run(input, runId, options.sessionId, onEvent, signal));
   }
 
@@ -522,7 +521,6 @@ export class Agent {
       return failing(new CrucibleError('invalid_config', 'agent.resume: pass a run id or the paused RunResult ({ runId, state })'));
     }
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
-    if (this.#closed) return failing(new CrucibleError('closed', 'agent.resume: the agent is closed; create a new one'));
     const runId = typeof run === 'string' ? run : run.runId;
     const state = typeof run === 'string' ? undefined : run.state;
     return this.#drive(runId, options.signal, (id, onEvent, signal) => this.#core.resume(id, state, options.approvals, onEvent, signal));
@@ -658,7 +656,7 @@ export class Agent {
    */
   async discardRun(runId: string): Promise<boolean> {
     this.#assertOpen('discardRun');
-    if (typeof runId !== 'string') throw new CrucibleError('invalid_argument', `discardRun: the run id must be a string, got ${describeType(runId)}`);
+    requireString(runId, 'discardRun: the run id');
     if (this.#hub.streams.has(runId)) throw new AgentRunError('invalid_resume', `run ${runId} is running in this agent`, runId);
     return wrapAsync(() => this.#core.discardRun(runId), runId);
   }
@@ -725,8 +723,13 @@ function storeIdOf(store: object): number {
  * does not check: a number where it expects a string reads wasm memory out of bounds.
  */
 function requireString(value: unknown, what: string): string {
-  if (typeof value !== 'string') throw new CrucibleError('invalid_argument', `${what} must be a string, got ${describeType(value)}`);
+  if (typeof value !== 'string') throw notString(value, what);
   return value;
+}
+
+/** The error for `value` where a string was needed. */
+function notString(value: unknown, what: string, code: 'invalid_argument' | 'invalid_config' = 'invalid_argument'): CrucibleError {
+  return new CrucibleError(code, `${what} must be a string, got ${describeType(value)}`);
 }
 
 /** The session an option names (`"default"` when it names none). */

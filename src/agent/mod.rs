@@ -23,6 +23,7 @@ pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunS
 pub use structured::{extract_json, json_values};
 pub use usage::RunUsage;
 
+use crate::guard::SessionWork;
 use crate::model::{Message, Model};
 use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
@@ -65,10 +66,9 @@ pub struct Agent {
     tools: RefCell<ToolSet>,
     env: Rc<dyn Environment>,
     sessions: RefCell<HashMap<String, Vec<Message>>>,
-    /// Runs going, by ticket: their session, and whether it ended meanwhile (`end_session`): a
-    /// run that completes after its session ended must not bring the conversation back.
-    runs_going: RefCell<HashMap<u64, (String, bool)>>,
-    next_run_ticket: std::cell::Cell<u64>,
+    /// Runs going, per session: one that completes after its session ended must not bring the
+    /// conversation back.
+    runs_going: SessionWork,
     store: Option<Rc<dyn Store>>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
@@ -95,8 +95,7 @@ impl Agent {
             tools: RefCell::new(tools),
             env,
             sessions: RefCell::new(HashMap::new()),
-            runs_going: RefCell::default(),
-            next_run_ticket: Default::default(),
+            runs_going: SessionWork::default(),
             store: None,
             agent_id: "default".into(),
             provider: RefCell::new(None),
@@ -152,7 +151,7 @@ impl Agent {
     ) -> Result<RunOutput, AgentError> {
         let run_id = state.run_id.clone();
         let claim = ResumeClaim::take(&run_id, self.store.as_deref(), &self.run_lock_name(&run_id)).await?;
-        if self.store.is_some() {
+        let state = if self.store.is_some() {
             let stored = self.load_run(&run_id).await.map_err(|e| match e {
                 AgentError::InvalidResume(_) => AgentError::InvalidResume(format!(
                     "run `{run_id}` is not paused in this agent's store: it was resumed to its end already (or belongs to another store)"
@@ -162,8 +161,10 @@ impl Agent {
             if RunPosition::of(&stored) != RunPosition::of(&state) {
                 return Err(AgentError::InvalidResume(format!("this agent's store holds a later state of run `{run_id}`: it was resumed already")));
             }
-            return self.resume_claimed(&claim, stored, decisions, cancel, sink).await;
-        }
+            stored
+        } else {
+            state
+        };
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
@@ -213,7 +214,7 @@ impl Agent {
             decisions,
         };
         let history_len = state.history_len;
-        let ticket = RunTicket::new(self, &session_id);
+        let ticket = self.runs_going.begin(&session_id);
         let (_state, result) = ctx.drive(state, sink).await;
         if !ticket.session_ended() {
             self.remember(&session_id, history_len, &result);
@@ -307,11 +308,7 @@ impl Agent {
     /// Forgets a session's conversation; runs of it still going add nothing when they end.
     pub fn end_session(&self, session_id: &str) {
         self.sessions.borrow_mut().remove(session_id);
-        for (session, ended) in self.runs_going.borrow_mut().values_mut() {
-            if session == session_id {
-                *ended = true;
-            }
-        }
+        self.runs_going.end(session_id);
     }
 
     /// Runs one user input to a final answer, emitting every event to `sink`. On success the
@@ -342,32 +339,5 @@ impl Agent {
             history_len,
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
-    }
-}
-
-/// A run of `session` counted as going until dropped (however the run ended).
-struct RunTicket<'a> {
-    agent: &'a Agent,
-    id: u64,
-}
-
-impl<'a> RunTicket<'a> {
-    fn new(agent: &'a Agent, session: &str) -> Self {
-        let id = agent.next_run_ticket.get();
-        agent.next_run_ticket.set(id + 1);
-        agent.runs_going.borrow_mut().insert(id, (session.to_string(), false));
-        Self { agent, id }
-    }
-
-    fn session_ended(&self) -> bool {
-        self.agent.runs_going.borrow().get(&self.id).is_some_and(|(_, ended)| *ended)
-    }
-}
-
-impl Drop for RunTicket<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut going) = self.agent.runs_going.try_borrow_mut() {
-            going.remove(&self.id);
-        }
     }
 }

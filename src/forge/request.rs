@@ -132,16 +132,20 @@ fn name_of(obj: &Map<String, Value>) -> Option<String> {
     }
 }
 
+/// The scope label a request gives, made a label.
+fn scope_of(obj: &Map<String, Value>) -> Option<String> {
+    match pick(obj, &["scope"]) {
+        Some(Value::String(s)) => Some(scope_label(s)),
+        _ => None,
+    }
+}
+
 /// The name and scope label a request gives, read as [`normalize`] reads them, for a request
 /// that does not normalize: its rejection is still counted under its name and scope.
 pub(crate) fn attempt_labels(raw: &Value) -> (Option<String>, Option<String>) {
     let Ok(outer) = request_value(raw) else { return (None, None) };
     let Value::Object(obj) = unwrapped(&outer) else { return (None, None) };
-    let scope = match pick(obj, &["scope"]) {
-        Some(Value::String(s)) => Some(scope_label(s)),
-        _ => None,
-    };
-    (name_of(obj), scope)
+    (name_of(obj), scope_of(obj))
 }
 
 /// The first present (non-null) value among `keys`.
@@ -342,9 +346,6 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let output_schema = schema_field(obj, &["outputSchema", "output_schema", "returns", "output"], "outputSchema")?;
     let implementation = implementation(obj)?;
     let test_cases = test_cases(obj)?;
-    let scope = match pick(obj, &["scope"]) {
-        Some(Value::String(s)) => Some(scope_label(s)),
-        _ => None,
-    };
+    let scope = scope_of(obj);
     Ok(ForgeRequest { name, description, input_schema, output_schema, implementation, test_cases, scope })
 }

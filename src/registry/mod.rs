@@ -24,6 +24,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
+use crate::guard::{SessionTicket, SessionWork};
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -170,36 +172,9 @@ pub(crate) struct State {
     forge_stats: ForgeStatsAggregator,
     dirty: BTreeSet<(Tier, String)>,
     calls_since_flush: u32,
-    /// Forges and imports in flight, by ticket: their session, and whether it ended meanwhile
-    /// (their tool must not bring an ended session back).
-    in_flight: HashMap<u64, InFlight>,
-    next_ticket: u64,
     /// Session tools under promotion review, as (session, name): one review per tool at a
     /// time, however many calls cross the threshold together.
     pub(crate) promoting: BTreeSet<(String, String)>,
-}
-
-#[derive(Debug)]
-struct InFlight {
-    session: String,
-    session_ended: bool,
-}
-
-/// A forge or import in flight for a session (see [`Registry::ticket`]); it stops counting
-/// when dropped, however the forge ended.
-pub(crate) struct ForgeTicket {
-    registry: Weak<Registry>,
-    id: u64,
-}
-
-impl Drop for ForgeTicket {
-    fn drop(&mut self) {
-        if let Some(registry) = self.registry.upgrade() {
-            if let Ok(mut state) = registry.state.try_borrow_mut() {
-                state.in_flight.remove(&self.id);
-            }
-        }
-    }
 }
 
 impl State {
@@ -224,6 +199,16 @@ impl State {
         [Tier::Session, Tier::Agent, Tier::Shared]
             .into_iter()
             .find_map(|t| self.tier(t, session).and_then(|m| m.get(name)).filter(|e| e.active()).map(|e| (t, e)))
+    }
+
+    /// Whether `tier` has room for `name` under `max` active tools (a tool replacing its own
+    /// version always fits); the count when it has none.
+    pub(crate) fn room(&self, tier: Tier, session: &str, name: &str, max: usize) -> Result<(), usize> {
+        let count = self.active_count(tier, session, name);
+        if count >= max {
+            return Err(count);
+        }
+        Ok(())
     }
 
     /// Active tools of a tier, not counting `except` (the tool being replaced). Entries are
@@ -368,6 +353,8 @@ pub struct Registry {
     shared_turn: futures::lock::Mutex<()>,
     /// This store's turn for shared-stats flushes (see [`shared_stats_turn`]).
     shared_stats_turn: Rc<futures::lock::Mutex<()>>,
+    /// Forges and imports going, per session.
+    forges: SessionWork,
 }
 
 impl std::fmt::Debug for Registry {
@@ -466,6 +453,7 @@ impl Registry {
             closed: Default::default(),
             shared_turn: futures::lock::Mutex::new(()),
             shared_stats_turn: shared_stats_turn(stats_turn_key),
+            forges: SessionWork::default(),
         }))
     }
 
@@ -585,10 +573,7 @@ impl Registry {
         if tier == Tier::Session {
             return vec![];
         }
-        vec![
-            BatchOp::Put { key: self.tool_key(tier, &entry.record.name), value: versioned("tool", &entry.record) },
-            BatchOp::Put { key: self.stats_key(tier, &entry.record.name), value: versioned("stats", &entry.stats) },
-        ]
+        entry_ops_under(&self.prefix(tier), entry)
     }
 
     /// Ops deleting a persisted entry.
@@ -855,20 +840,17 @@ impl Registry {
     }
 
     /// Registers a verified tool or records the rejection.
-    async fn settle(&self, checked: Result<Verified, Rejection>, origin: &ForgeOrigin, ticket: &ForgeTicket) -> ForgeResult {
+    async fn settle(&self, checked: Result<Verified, Rejection>, origin: &ForgeOrigin, ticket: &SessionTicket) -> ForgeResult {
         match checked {
             Ok(verified) => self.register_session(verified, origin, "forge", ticket).await,
             Err(rejection) => self.reject(&rejection, origin).await,
         }
     }
 
-    /// Counts a forge or import of `session` as in flight until the ticket is dropped.
-    pub(crate) fn ticket(&self, session: &str) -> ForgeTicket {
-        let mut state = self.state.borrow_mut();
-        let id = state.next_ticket;
-        state.next_ticket += 1;
-        state.in_flight.insert(id, InFlight { session: session.to_string(), session_ended: false });
-        ForgeTicket { registry: self.me.clone(), id }
+    /// Counts a forge or import of `session` as going until the ticket is dropped: its tool
+    /// must not bring the session back if it ends meanwhile.
+    pub(crate) fn ticket(&self, session: &str) -> SessionTicket {
+        self.forges.begin(session)
     }
 
     /// Why `session` has no room for a new tool `name` (one replacing its own version always
@@ -876,11 +858,9 @@ impl Registry {
     /// time were all admitted against the same count.
     fn session_room(&self, state: &State, session: &str, name: &str) -> Result<(), String> {
         let max = self.config.max_session_tools;
-        let count = state.active_count(Tier::Session, session, name);
-        if count >= max {
-            return Err(format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"));
-        }
-        Ok(())
+        state
+            .room(Tier::Session, session, name, max)
+            .map_err(|count| format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"))
     }
 
     pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &Rc<dyn crate::tools::ToolLookup>) -> Result<Verified, Rejection> {
@@ -939,11 +919,11 @@ impl Registry {
     }
 
     /// Registers a verified tool in the session tier (a new version when the name exists).
-    pub(crate) async fn register_session(&self, verified: Verified, origin: &ForgeOrigin, action: &str, ticket: &ForgeTicket) -> ForgeResult {
+    pub(crate) async fn register_session(&self, verified: Verified, origin: &ForgeOrigin, action: &str, ticket: &SessionTicket) -> ForgeResult {
         let session = origin.session_id.as_str();
         let refusal = {
             let state = self.state.borrow();
-            if state.in_flight.get(&ticket.id).is_some_and(|f| f.session_ended) {
+            if ticket.session_ended() {
                 Err(format!("session `{session}` ended while the tool was being forged; it was not registered"))
             } else {
                 self.session_room(&state, session, &verified.request.name)
@@ -1201,13 +1181,8 @@ impl Registry {
 
     /// Discards the session tier of `session` and flushes pending stats.
     pub async fn end_session(&self, session: &str) -> Result<(), RegistryError> {
-        {
-            let mut state = self.state.borrow_mut();
-            state.sessions.remove(session);
-            for forge in state.in_flight.values_mut().filter(|f| f.session == session) {
-                forge.session_ended = true;
-            }
-        }
+        self.state.borrow_mut().sessions.remove(session);
+        self.forges.end(session);
         self.flush_stats().await
     }
 
@@ -1253,9 +1228,7 @@ impl Registry {
             let detail = match &owner {
                 Some(owner) if owner_keeps_own => format!("taken out of the shared tier; its owner `{owner}` keeps the `{name}` of its own agent tier"),
                 Some(owner) => {
-                    let prefix = agent_prefix(owner);
-                    ops.push(BatchOp::Put { key: format!("{prefix}tool/{name}"), value: versioned("tool", &entry.record) });
-                    ops.push(BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) });
+                    ops.extend(entry_ops_under(&agent_prefix(owner), &entry));
                     format!("demoted from shared to the agent tier of its owner `{owner}`")
                 }
                 None => {
@@ -1338,12 +1311,21 @@ impl crate::tools::ToolLookup for RegistryTools {
     }
 }
 
-/// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
 /// Where the records of agent `agent_id` live.
 fn agent_prefix(agent_id: &str) -> String {
     format!("agent/{agent_id}/")
 }
 
+/// Ops writing `entry` (record and stats) under `prefix` (a tier's records of some agent).
+fn entry_ops_under(prefix: &str, entry: &Entry) -> Vec<BatchOp> {
+    let name = &entry.record.name;
+    vec![
+        BatchOp::Put { key: format!("{prefix}tool/{name}"), value: versioned("tool", &entry.record) },
+        BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) },
+    ]
+}
+
+/// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
 async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, Entry>, RegistryError> {
     let stats_prefix = format!("{prefix}stats/");
     let mut stats: HashMap<String, ToolStats> = HashMap::new();

@@ -113,11 +113,7 @@ impl Registry {
     /// Why the agent tier has no room for `name` (a tool already there by that name fits).
     fn agent_room(&self, state: &super::State, name: &str) -> Result<(), String> {
         let max = self.config().max_agent_tools;
-        let count = state.active_count(Tier::Agent, "", name);
-        if count >= max {
-            return Err(format!("the agent tier is full ({count} of maxAgentTools {max})"));
-        }
-        Ok(())
+        state.room(Tier::Agent, "", name, max).map_err(|count| format!("the agent tier is full ({count} of maxAgentTools {max})"))
     }
 
     async fn promote_to_agent(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {

@@ -5,7 +5,7 @@ import { mountChat } from './chat.ts';
 import { mountForgeExample } from './forge-example.ts';
 import { $, errorText } from './dom.ts';
 import { mountRegistry } from './registry.ts';
-import { Runtime, type ProviderSettings } from './runtime.ts';
+import { provider, Runtime, type ProviderSettings } from './runtime.ts';
 import { mountSettings } from './settings.ts';
 import { mountStats } from './stats.ts';
 import { mountTimeline } from './timeline.ts';
@@ -99,6 +99,12 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
 addEventListener('pagehide', () => void app.runtime?.flushStats().catch(() => undefined));
 
 const settings = mountSettings((next) => {
+  // The package's own check of the options (the browser's URL check lets `localhost:8089` by).
+  try {
+    provider(next);
+  } catch (error) {
+    return errorText(error);
+  }
   // The running agent stays until its run ends; settings are applied (and saved) only then.
   if (app.running) return 'Stop the current run first, then apply the new provider.';
   void start(next);

@@ -169,7 +169,8 @@ export const hostTools: HostTool[] = [
 // ---------------------------------------------------------------------------------------------
 // Providers
 
-function provider(settings: ProviderSettings) {
+/** The provider `settings` name; the package checks the options here, before anything is sent. */
+export function provider(settings: ProviderSettings) {
   const apiKey = settings.apiKey || undefined;
   const common = { baseURL: settings.baseURL, model: settings.model, apiKey, retry: { maxRetries: 1 } };
   switch (settings.kind) {

@@ -157,14 +157,8 @@ export function mountSettings(onApply: (settings: ProviderSettings) => string | 
     event.preventDefault();
     if (!form.reportValidity()) return;
     const next = currentFromForm();
-    // The browser's URL check lets `localhost:8089` through; the provider would refuse it, and
-    // saved it would greet the next visit with the same failure.
-    if (!/^https?:\/\/[^/]/i.test(next.baseURL)) {
-      status.textContent = 'The base URL must start with http:// or https://, e.g. http://127.0.0.1:8089/v1.';
-      baseURL.focus();
-      return;
-    }
-    // The page may refuse (a run is going): then nothing is saved or shown as applied.
+    // The page may refuse (options the provider cannot use, a run going): then nothing is
+    // saved or shown as applied, so a bad URL does not greet the next visit too.
     const refusal = onApply(next);
     if (refusal) {
       status.textContent = refusal;

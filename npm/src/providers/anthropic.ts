@@ -21,7 +21,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
-import { loose, WireReader, type WireObject } from './wire.js';
+import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint. */
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
@@ -204,11 +204,12 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
 }
 
 async function* parseMessage(ctx: HttpContext, json: unknown): AsyncGenerator<ModelChunk> {
-  const raw = JSON.stringify(json);
+  // Quoted only by an error: made then, not for every reply.
+  const raw = lazyText(json);
   const message = expectObject(ctx, json, raw);
   const read = new WireReader(ctx, raw);
-  if (message.type === 'error') throw errorEvent(ctx, message, raw, false);
-  if (!Array.isArray(message.content)) throw protocolError(ctx, 'message has no `content` array', undefined, raw);
+  if (message.type === 'error') throw errorEvent(ctx, message, raw(), false);
+  if (!Array.isArray(message.content)) throw protocolError(ctx, 'message has no `content` array', undefined, raw());
   let index = 0;
   for (const [position, entry] of message.content.entries()) {
     const block = read.object(entry, `content[${position}]`);

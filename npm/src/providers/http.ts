@@ -337,10 +337,15 @@ export function parseJson(ctx: HttpContext, text: string): unknown {
   }
 }
 
+/** The text of `raw`, making it when it is made on demand (`lazyText`). */
+export function textOf(raw: string | (() => string)): string {
+  return typeof raw === 'string' ? raw : raw();
+}
+
 /** Narrows a parsed value to a JSON object; anything else breaks the wire format. */
 export function expectObject(ctx: HttpContext, value: unknown, raw: string | (() => string)): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    const text = typeof raw === 'string' ? raw : raw();
+    const text = textOf(raw);
     throw protocolError(ctx, `expected a JSON object, got: ${text.slice(0, 120)}`, undefined, text);
   }
   return value as Record<string, unknown>;

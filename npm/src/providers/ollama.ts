@@ -21,7 +21,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions } from './types.js';
-import { WireReader } from './wire.js';
+import { lazyText, WireReader } from './wire.js';
 
 /** Default endpoint of a local Ollama. */
 export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
@@ -102,8 +102,7 @@ async function* parseLines(ctx: HttpContext, lines: AsyncIterable<unknown>): Asy
   let callIndex = 0;
   for await (const value of lines) {
     // The line's text is needed only to quote it in an error: made then, not for every line.
-    let text: string | undefined;
-    const raw = () => (text ??= JSON.stringify(value));
+    const raw = lazyText(value);
     const line = expectObject(ctx, value, raw);
     const read = new WireReader(ctx, raw);
     if (line.error !== undefined) {

@@ -16,6 +16,7 @@ import {
   readJson,
   readSse,
   streamedError,
+  textOf,
   functionTools,
   postProvider,
   checkProviderOptions,
@@ -23,7 +24,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
-import { loose, WireReader, type WireObject } from './wire.js';
+import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -142,13 +143,14 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
 }
 
 async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator<ModelChunk> {
-  const raw = JSON.stringify(json);
+  // Quoted only by an error: made then, not for every reply.
+  const raw = lazyText(json);
   const completion = expectObject(ctx, json, raw);
   const read = new WireReader(ctx, raw);
   throwIfError(ctx, completion, raw);
   const choice = read.object(read.array(completion.choices, 'choices')[0], 'choices[0]');
   const message = read.object(choice?.message, 'choices[0].message');
-  if (!choice || !message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, raw);
+  if (!choice || !message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, raw());
   yield* answerChunks(read, message, 'message');
   const usage = toUsage(read, completion.usage);
   const finishReason = read.string(choice.finish_reason, 'finish_reason') || 'stop';
@@ -203,13 +205,13 @@ function toUsage(read: WireReader, value: unknown): Usage | undefined {
   return { inputTokens: read.count(usage.prompt_tokens) ?? 0, outputTokens: read.count(usage.completion_tokens) ?? 0 };
 }
 
-function throwIfError(ctx: HttpContext, chunk: WireObject, raw: string): void {
+function throwIfError(ctx: HttpContext, chunk: WireObject, raw: string | (() => string)): void {
   // Some servers send `"error": null` (or another falsy value) in every chunk.
   if (!chunk.error) return;
   const error = typeof chunk.error === 'object' ? (chunk.error as WireObject) : { message: String(chunk.error) };
   const status = typeof error.code === 'number' ? error.code : undefined;
   const type = typeof error.type === 'string' ? error.type : '';
   const retryable = (status !== undefined && (status === 429 || status >= 500)) || /server_error|overloaded|rate_limit/.test(type);
-  const message = typeof error.message === 'string' ? error.message : raw.slice(0, 200);
-  throw streamedError(ctx, `server error in stream: ${message}`, { status, retryable, body: raw });
+  const message = typeof error.message === 'string' ? error.message : textOf(raw).slice(0, 200);
+  throw streamedError(ctx, `server error in stream: ${message}`, { status, retryable, body: textOf(raw) });
 }

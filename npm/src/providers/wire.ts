@@ -6,7 +6,8 @@
  * that quotes the event, since guessing would make up part of an answer. Token counts are
  * informational and read leniently.
  */
-import { protocolError, type HttpContext } from './http.js';
+import { protocolError, textOf, type HttpContext } from './http.js';
+import { describeType, isRecord } from '../errors.js';
 
 export type WireObject = Record<string, unknown>;
 
@@ -25,8 +26,7 @@ export class WireReader {
   ) {}
 
   private wrong(what: string, expected: string, value: unknown): never {
-    const got = value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
-    throw protocolError(this.ctx, `\`${what}\` is ${got}, not ${expected}`, undefined, typeof this.raw === 'string' ? this.raw : this.raw());
+    throw protocolError(this.ctx, `\`${what}\` is ${describeType(value)}, not ${expected}`, undefined, textOf(this.raw));
   }
 
 
@@ -37,7 +37,7 @@ export class WireReader {
 
   object(value: unknown, what: string): WireObject | undefined {
     if (value === undefined || value === null) return undefined;
-    if (typeof value === 'object' && !Array.isArray(value)) return value as WireObject;
+    if (isRecord(value)) return value as WireObject;
     return this.wrong(what, 'an object', value);
   }
 
@@ -69,4 +69,10 @@ export class WireReader {
   count(value: unknown): number | undefined {
     return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
   }
+}
+
+/** `value`'s JSON text, made on the first call (errors quote it; nothing else needs it). */
+export function lazyText(value: unknown): () => string {
+  let text: string | undefined;
+  return () => (text ??= JSON.stringify(value));
 }
