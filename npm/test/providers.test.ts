@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import { AbortError, CrucibleError, ProviderError } from '../src/errors.js';
 import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
 import { echoToolResponder, startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 import { iterations, seeded } from './support/seeded.js';
 
@@ -353,6 +353,23 @@ describe('openai request mapping', () => {
     assert.equal('tools' in request.body, false);
     assert.equal(request.headers.authorization, undefined);
   });
+  it('asks reasoning models (o-series, gpt-5) for max_completion_tokens and no temperature, which they require', async () => {
+    const sent = async (options: Record<string, unknown>) => {
+      server.enqueue({ text: 'ok' });
+      await collect(openai({ baseURL: server.openaiBaseURL, ...options } as OpenAIOptions).stream({ messages: hello, tools: [], temperature: 0, maxTokens: 512 }));
+      const { temperature, max_tokens, max_completion_tokens, reasoning_effort } = server.requests.at(-1)!.body as Record<string, unknown>;
+      return { temperature, max_tokens, max_completion_tokens, reasoning_effort };
+    };
+    const reasoning = { temperature: undefined, max_tokens: undefined, max_completion_tokens: 512, reasoning_effort: undefined };
+    for (const model of ['o1', 'o3-mini', 'o4-mini-2025-04-16', 'gpt-5', 'gpt-5-nano', 'GPT-5.1']) assert.deepEqual(await sent({ model }), reasoning, model);
+    // Other models, OpenRouter's vendor-prefixed names (it maps parameters itself) and names
+    // that only look alike keep the classic fields.
+    const classic = { temperature: 0, max_tokens: 512, max_completion_tokens: undefined, reasoning_effort: undefined };
+    for (const model of ['gpt-4o-mini', 'qwen2.5-0.5b-instruct', 'openai/o3-mini', 'olmo-2', 'gpt-50x']) assert.deepEqual(await sent({ model }), classic, model);
+    // The name guess can be overridden both ways, and an effort is passed through.
+    assert.deepEqual(await sent({ model: 'my-azure-deployment', reasoningModel: true, reasoningEffort: 'low' }), { ...reasoning, reasoning_effort: 'low' });
+    assert.deepEqual(await sent({ model: 'o3-mini', reasoningModel: false }), classic);
+  });
 });
 
 describe('anthropic request mapping', () => {
@@ -532,6 +549,17 @@ describe('ollama request mapping', () => {
       ],
       options: { temperature: 0, num_predict: 32 },
     });
+  });
+
+  it("sends the provider's model options and keep_alive with every request; the request's own settings win", async () => {
+    server.enqueue({ text: 'ok' }, { text: 'ok' });
+    const model = ollama({ model: 'qwen3:4b', baseURL: server.ollamaBaseURL, options: { num_ctx: 8192, temperature: 0.7, seed: 7 }, keepAlive: '10m' });
+    await collect(model.stream({ messages: hello, tools: [], temperature: 0, maxTokens: 32 }));
+    await collect(model.stream({ messages: hello, tools: [] }));
+    const [first, second] = server.requests.map((r) => r.body as Record<string, unknown>);
+    assert.deepEqual(first!.options, { num_ctx: 8192, temperature: 0, seed: 7, num_predict: 32 });
+    assert.equal(first!.keep_alive, '10m');
+    assert.deepEqual(second!.options, { num_ctx: 8192, temperature: 0.7, seed: 7 });
   });
 });
 
@@ -831,6 +859,14 @@ describe('provider options are checked when the provider is created', () => {
       throwsInvalid(() => make({ fetch: 'fetch' }), own, /`fetch` must be a function/);
     });
   }
+
+  it("openai() and ollama(): their own options of the wrong type", () => {
+    const base = { model: 'm', baseURL: server.openaiBaseURL };
+    throwsInvalid(() => openai({ ...base, reasoningModel: 'yes' } as never), /^openai\(\)/, /`reasoningModel` must be true or false/);
+    throwsInvalid(() => openai({ ...base, reasoningEffort: 1 } as never), /`reasoningEffort` must be a string/);
+    throwsInvalid(() => ollama({ ...base, options: 'num_ctx=8192' } as never), /^ollama\(\)/, /`options` must be an object/);
+    throwsInvalid(() => ollama({ ...base, keepAlive: true } as never), /`keepAlive` must be a duration/);
+  });
 
   it('a fractional timeoutMs is rounded up to whole milliseconds, not a RangeError from AbortSignal.timeout', async () => {
     server.enqueue({ text: 'ok' });

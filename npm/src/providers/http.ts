@@ -33,6 +33,11 @@ export interface HttpContext {
   readonly retry: Required<RetryOptions>;
 }
 
+/** The `invalid_config` error for a provider factory's option `name` that is not `expected`. */
+export function optionError(provider: string, name: string, expected: string, got: unknown): CrucibleError {
+  return new CrucibleError('invalid_config', `${provider}(): \`${name}\` must be ${expected} (got ${describeValue(got)})`);
+}
+
 /**
  * Checks a provider factory's options before anything reads them, so a mistake surfaces as
  * `invalid_config` when the provider is created, not as a `TypeError`, a request to the wrong
@@ -40,44 +45,43 @@ export interface HttpContext {
  */
 export function checkProviderOptions(provider: string, options: unknown): asserts options is ProviderOptions {
   const where = `${provider}()`;
-  const bad = (problem: string) => new CrucibleError('invalid_config', `${where}: ${problem}`);
   if (!isRecord(options)) {
     throw new CrucibleError('invalid_config', `${where} needs an options object, e.g. ${provider}({ model: 'name-of-the-model' }) (got ${describeValue(options)})`);
   }
   const { model, baseURL, apiKey, headers, stream, fetch, timeoutMs, retry } = options;
   if (typeof model !== 'string' || model.trim() === '') {
-    throw bad(`\`model\` must be a non-empty string naming the model (got ${describeValue(model)})`);
+    throw optionError(provider, 'model', 'a non-empty string naming the model', model);
   }
   if (baseURL != null) checkBaseURL(where, baseURL);
   else if (options.baseUrl !== undefined) {
-    throw bad(`unknown option \`baseUrl\`; the option is spelled \`baseURL\``);
+    throw new CrucibleError('invalid_config', `${where}: unknown option \`baseUrl\`; the option is spelled \`baseURL\``);
   }
   if (apiKey != null && typeof apiKey !== 'string') {
-    throw bad(`\`apiKey\` must be a string (got ${describeValue(apiKey)})`);
+    throw optionError(provider, 'apiKey', 'a string', apiKey);
   }
   if (headers != null && !isRecord(headers)) {
-    throw bad(`\`headers\` must be an object of header names to values (got ${describeValue(headers)})`);
+    throw optionError(provider, 'headers', 'an object of header names to values', headers);
   }
   if (stream != null && typeof stream !== 'boolean') {
-    throw bad(`\`stream\` must be true or false (got ${describeValue(stream)})`);
+    throw optionError(provider, 'stream', 'true or false', stream);
   }
   if (fetch != null && typeof fetch !== 'function') {
-    throw bad(`\`fetch\` must be a function (got ${describeValue(fetch)})`);
+    throw optionError(provider, 'fetch', 'a function', fetch);
   }
   if (timeoutMs != null && !(typeof timeoutMs === 'number' && timeoutMs > 0 && timeoutMs <= MAX_TIMER_MS)) {
-    throw bad(`\`timeoutMs\` must be a number of milliseconds above 0 and at most ${MAX_TIMER_MS} (got ${describeValue(timeoutMs)})`);
+    throw optionError(provider, 'timeoutMs', `a number of milliseconds above 0 and at most ${MAX_TIMER_MS}`, timeoutMs);
   }
   if (retry != null) {
     if (!isRecord(retry)) {
-      throw bad(`\`retry\` must be an object such as { maxRetries: 2 } (got ${describeValue(retry)})`);
+      throw optionError(provider, 'retry', 'an object such as { maxRetries: 2 }', retry);
     }
     const { maxRetries, initialDelayMs, maxDelayMs } = retry;
     if (maxRetries != null && !(Number.isInteger(maxRetries) && (maxRetries as number) >= 0)) {
-      throw bad(`\`retry.maxRetries\` must be a whole number, 0 or more (got ${describeValue(maxRetries)})`);
+      throw optionError(provider, 'retry.maxRetries', 'a whole number, 0 or more', maxRetries);
     }
     for (const [key, value] of [['initialDelayMs', initialDelayMs], ['maxDelayMs', maxDelayMs]] as const) {
       if (value != null && !(typeof value === 'number' && value >= 0 && value <= MAX_TIMER_MS)) {
-        throw bad(`\`retry.${key}\` must be a number of milliseconds from 0 to ${MAX_TIMER_MS} (got ${describeValue(value)})`);
+        throw optionError(provider, `retry.${key}`, `a number of milliseconds from 0 to ${MAX_TIMER_MS}`, value);
       }
     }
   }

@@ -16,6 +16,8 @@ export type {
   ModelProvider,
   ModelRequest,
   ProviderOptions,
+  OpenAIOptions,
+  OllamaOptions,
   RetryOptions,
   ToolCall,
   ResponseFormat,

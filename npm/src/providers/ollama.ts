@@ -18,9 +18,11 @@ import {
   argumentsObject,
   postProvider,
   checkProviderOptions,
+  optionError,
   type HttpContext,
 } from './http.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions } from './types.js';
+import { isRecord } from '../errors.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OllamaOptions } from './types.js';
 import { lazyText, WireReader } from './wire.js';
 
 /** Default endpoint of a local Ollama. */
@@ -34,8 +36,12 @@ export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
  * const model = ollama({ model: 'qwen3:4b' });
  * ```
  */
-export function ollama(options: ProviderOptions): ModelProvider {
+export function ollama(options: OllamaOptions): ModelProvider {
   checkProviderOptions('ollama', options);
+  const { options: modelOptions, keepAlive } = options;
+  if (modelOptions != null && !isRecord(modelOptions)) throw optionError('ollama', 'options', 'an object such as { num_ctx: 8192 }', modelOptions);
+  if (keepAlive != null && typeof keepAlive !== 'string' && typeof keepAlive !== 'number') throw optionError('ollama', 'keepAlive', 'a duration such as "10m" or a number of seconds', keepAlive);
+  const wire: WireOptions = { modelOptions: modelOptions ?? {}, keepAlive: keepAlive ?? undefined };
   const headers: Record<string, string> = { ...options.headers };
   // Ollama itself needs no key; hosted Ollama-compatible gateways take a Bearer token.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
@@ -45,7 +51,7 @@ export function ollama(options: ProviderOptions): ModelProvider {
     defaultBaseURL: OLLAMA_DEFAULT_BASE_URL,
     path: 'api/chat',
     headers,
-    toWire: toWireRequest,
+    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, wire),
     parse: async function* (ctx, response, streaming) {
       const lines = streaming ? readNdjson(ctx, response) : single(await readJson(ctx, response));
       yield* parseLines(ctx, lines);
@@ -56,7 +62,13 @@ export function ollama(options: ProviderOptions): ModelProvider {
 // ---------------------------------------------------------------------------------------------
 // Request mapping
 
-function toWireRequest(model: string, request: ModelRequest, streaming: boolean): Record<string, unknown> {
+/** What {@link OllamaOptions} add to every request. */
+interface WireOptions {
+  modelOptions: Record<string, unknown>;
+  keepAlive: string | number | undefined;
+}
+
+function toWireRequest(model: string, request: ModelRequest, streaming: boolean, wire: WireOptions): Record<string, unknown> {
   const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage), stream: streaming };
   // The chat API has no tool choice: `none` and a named tool narrow the tools sent instead;
   // `required` cannot be expressed (see `ToolChoice`).
@@ -68,7 +80,8 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
   // `format` takes `"json"` or, since Ollama 0.5, a JSON Schema.
   const format = request.responseFormat;
   if (format !== undefined) body.format = format === 'json' ? 'json' : format.jsonSchema.schema;
-  const modelOptions: Record<string, number> = {};
+  if (wire.keepAlive !== undefined) body.keep_alive = wire.keepAlive;
+  const modelOptions: Record<string, unknown> = { ...wire.modelOptions };
   if (request.temperature !== undefined) modelOptions.temperature = request.temperature;
   if (request.maxTokens !== undefined) modelOptions.num_predict = request.maxTokens;
   if (Object.keys(modelOptions).length > 0) body.options = modelOptions;

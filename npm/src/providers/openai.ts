@@ -20,10 +20,11 @@ import {
   functionTools,
   postProvider,
   checkProviderOptions,
+  optionError,
   argumentsText,
   type HttpContext,
 } from './http.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
@@ -38,8 +39,12 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
  * for await (const chunk of model.stream({ messages, tools: [] })) console.log(chunk);
  * ```
  */
-export function openai(options: ProviderOptions): ModelProvider {
+export function openai(options: OpenAIOptions): ModelProvider {
   checkProviderOptions('openai', options);
+  const { reasoningModel = isReasoningModel(options.model), reasoningEffort } = options;
+  if (typeof reasoningModel !== 'boolean') throw optionError('openai', 'reasoningModel', 'true or false', reasoningModel);
+  if (reasoningEffort != null && typeof reasoningEffort !== 'string') throw optionError('openai', 'reasoningEffort', 'a string such as "low"', reasoningEffort);
+  const wire: WireOptions = { reasoningModel, reasoningEffort: reasoningEffort ?? undefined };
   const headers: Record<string, string> = { ...options.headers };
   // Local servers (llama-server, vLLM) need no key; sending an empty Bearer confuses some proxies.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
@@ -49,7 +54,7 @@ export function openai(options: ProviderOptions): ModelProvider {
     defaultBaseURL: OPENAI_DEFAULT_BASE_URL,
     path: 'chat/completions',
     headers,
-    toWire: toWireRequest,
+    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, wire),
     parse: async function* (ctx, response, streaming) {
       if (streaming) yield* parseStream(ctx, readSse(ctx, response));
       else yield* parseCompletion(ctx, await readJson(ctx, response));
@@ -60,7 +65,18 @@ export function openai(options: ProviderOptions): ModelProvider {
 // ---------------------------------------------------------------------------------------------
 // Request mapping
 
-function toWireRequest(model: string, request: ModelRequest, streaming: boolean): Record<string, unknown> {
+/** What {@link OpenAIOptions} change in every request. */
+interface WireOptions {
+  reasoningModel: boolean;
+  reasoningEffort: string | undefined;
+}
+
+/** OpenAI's reasoning families by model name (`o1`, `o3-mini`, `o4-mini`, `gpt-5`, `gpt-5-nano`, …). */
+function isReasoningModel(model: unknown): boolean {
+  return typeof model === 'string' && /^(o[1-9]|gpt-5)(\b|-|$)/i.test(model);
+}
+
+function toWireRequest(model: string, request: ModelRequest, streaming: boolean, wire: WireOptions): Record<string, unknown> {
   const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage) };
   // Some servers reject an empty `tools` array, and it means the same as no tools.
   if (request.tools.length > 0) {
@@ -70,8 +86,10 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
       body.tool_choice = typeof choice === 'string' ? choice : { type: 'function', function: { name: choice.tool } };
     }
   }
-  if (request.temperature !== undefined) body.temperature = request.temperature;
-  if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens;
+  // Reasoning models refuse both `max_tokens` and a temperature other than their default.
+  if (request.temperature !== undefined && !wire.reasoningModel) body.temperature = request.temperature;
+  if (request.maxTokens !== undefined) body[wire.reasoningModel ? 'max_completion_tokens' : 'max_tokens'] = request.maxTokens;
+  if (wire.reasoningEffort !== undefined) body.reasoning_effort = wire.reasoningEffort;
   // The structured-output form, for plain JSON with an open object schema: servers that ignore
   // the older `json_object` switch (llama-server builds among them) do constrain decoding for it.
   const format = request.responseFormat;

@@ -122,3 +122,34 @@ export interface ProviderOptions {
   /** Custom fetch (tests, proxies). Default `globalThis.fetch`. */
   fetch?: typeof globalThis.fetch;
 }
+
+/** Options of {@link openai}: the transport's, and what reasoning models need. */
+export interface OpenAIOptions extends ProviderOptions {
+  /**
+   * The model is a reasoning model (OpenAI's o-series and gpt-5 families). Those refuse
+   * `max_tokens` and any `temperature` but the default, so their requests carry
+   * `max_completion_tokens` and no temperature. Default: guessed from the model name (`o1…`,
+   * `o3…`, `o4…`, `gpt-5…`); set it for deployments named otherwise (Azure).
+   */
+  reasoningModel?: boolean;
+  /**
+   * `reasoning_effort` sent with every request (OpenAI: `minimal`, `low`, `medium`, `high`).
+   * A reasoning model's hidden reasoning counts against the request's token limit, and the
+   * forge judge asks for at most 512 tokens: a judge on a reasoning model wants a low effort.
+   */
+  reasoningEffort?: string;
+}
+
+/** Options of {@link ollama}: the transport's, and Ollama's model options. */
+export interface OllamaOptions extends ProviderOptions {
+  /**
+   * Ollama model options sent with every request (`num_ctx`, `top_k`, `seed`, …); a request's
+   * own temperature and token limit win over the same keys here. Ollama's default context
+   * (2,048 or 4,096 tokens, by version) silently drops the start of longer conversations, and
+   * an agent's instructions and tool descriptions come first: set `num_ctx` to what the model
+   * supports.
+   */
+  options?: Record<string, unknown>;
+  /** How long Ollama keeps the model loaded after a request (`keep_alive`: `"10m"`, seconds, `-1` for ever). */
+  keepAlive?: string | number;
+}
