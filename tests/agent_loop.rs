@@ -130,6 +130,23 @@ fn invalid_arguments_become_an_error_result_and_the_loop_goes_on() {
 }
 
 #[test]
+fn a_call_cut_off_at_the_token_limit_is_refused_with_the_reason() {
+    let weather = FnTool::new(|_| Ok(json!({ "celsius": 21 })));
+    let cut = cut_off(&[("get_weather", r#"{"city":"Oslo"}"#), ("get_weather", r#"{"city":"Li"#)]);
+    let broken = call("get_weather", r#"{"city":"Li"#);
+    let model = ScriptedModel::new(vec![cut, broken, text("Sorry.")]);
+    let agent = agent_with(model, vec![weather_tool(weather.clone())], AgentConfig::default());
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(weather.calls.get(), 1, "the complete call of the cut-off answer runs");
+    let errors = tool_errors(&sink);
+    assert_eq!(errors.len(), 2);
+    assert!(errors[0].message.contains("token limit") && errors[0].message.contains("`length`"), "{}", errors[0].message);
+    // The same broken arguments in an answer that was not cut off say nothing of a limit.
+    assert!(errors[1].message.contains("not valid JSON") && !errors[1].message.contains("token limit"), "{}", errors[1].message);
+}
+
+#[test]
 fn unknown_tools_and_throwing_tools_become_error_results() {
     let weather = FnTool::new(|_| Err(ToolFailure::new("execution_failed", "upstream weather service is down")));
     let long_name = "n".repeat(100_000);

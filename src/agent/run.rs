@@ -325,7 +325,7 @@ impl RunContext<'_> {
             // Not abandoned on a cancel, unlike other calls: a human approved these, and their
             // results must be saved, or resuming the paused state again would run them twice.
             // The cancel takes effect right after.
-            let results = self.execute_calls(pending.step, state, &pending.calls, step_tools, Some(&decisions), emitter).await;
+            let results = self.execute_calls(pending.step, state, &pending.calls, &pending.finish_reason, step_tools, Some(&decisions), emitter).await;
             state.messages.extend(results);
             state.pending = None;
             emitter.emit(EventBody::StepEnd {
@@ -425,7 +425,7 @@ impl RunContext<'_> {
                 }
                 return Ok(RunOutput::paused(state));
             }
-            let results = self.unless_cancelled(self.execute_calls(step, state, &calls, turn_tools, None, emitter)).await?;
+            let results = self.unless_cancelled(self.execute_calls(step, state, &calls, &finish_reason, turn_tools, None, emitter)).await?;
             state.messages.extend(results);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
             self.save(state).await?;
@@ -474,10 +474,14 @@ impl RunContext<'_> {
         step: u32,
         state: &RunState,
         calls: &[ToolCall],
+        finish_reason: &str,
         tools: &ToolSet,
         decisions: Option<&[CallDecision]>,
         emitter: &Emitter<'_>,
     ) -> Vec<Message> {
+        // An answer cut off at the token limit ends inside its last call: say so where that
+        // call's arguments are refused, or the model (and the host) see only broken JSON.
+        let cut_off_call = matches!(finish_reason, "length" | "max_tokens").then(|| calls.last().map(|c| c.id.as_str())).flatten();
         let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
         let env = self.env;
         let run_id = &state.run_id;
@@ -504,7 +508,13 @@ impl RunContext<'_> {
                     emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
                     content
                 }
-                Err(error) => {
+                Err(mut error) => {
+                    if error.code == "invalid_arguments" && cut_off_call == Some(call.id.as_str()) {
+                        error.message = format!(
+                            "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",
+                            error.message
+                        );
+                    }
                     let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
                     emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
                     content

@@ -20,6 +20,8 @@ pub enum Reply {
     Text(String),
     /// (name, raw arguments JSON)
     Calls(Vec<(String, String)>),
+    /// Calls whose answer stopped at the token limit (finish reason `length`).
+    CutOff(Vec<(String, String)>),
     Fail(ModelError),
 }
 
@@ -29,6 +31,11 @@ pub fn text(s: &str) -> Reply {
 
 pub fn call(name: &str, args: &str) -> Reply {
     Reply::Calls(vec![(name.to_string(), args.to_string())])
+}
+
+/// `list` as an answer that hit the token limit: its last call's arguments are as cut.
+pub fn cut_off(list: &[(&str, &str)]) -> Reply {
+    Reply::CutOff(list.iter().map(|(n, a)| (n.to_string(), a.to_string())).collect())
 }
 
 pub fn calls(list: &[(&str, &str)]) -> Reply {
@@ -69,6 +76,24 @@ impl ScriptedModel {
     }
 }
 
+impl ScriptedModel {
+    /// Streams `list` as tool calls, each call's arguments in two halves.
+    fn stream_calls(&self, list: &[(String, String)], finish_reason: &str, sink: &mut dyn ChunkSink) {
+        for (i, (name, args)) in list.iter().enumerate() {
+            let mid = args.len() / 2;
+            let mid = (0..=mid).rev().find(|m| args.is_char_boundary(*m)).unwrap_or(0);
+            sink.chunk(&ModelChunk::ToolCall {
+                index: i as u32,
+                id: Some(format!("call_{i}")),
+                name: Some(name.clone()),
+                arguments_delta: args[..mid].to_string(),
+            });
+            sink.chunk(&ModelChunk::ToolCall { index: i as u32, id: None, name: None, arguments_delta: args[mid..].to_string() });
+        }
+        sink.chunk(&ModelChunk::Finish { finish_reason: finish_reason.into(), usage: Some(self.usage_per_call) });
+    }
+}
+
 #[async_trait(?Send)]
 impl Model for ScriptedModel {
     fn id(&self) -> String {
@@ -91,20 +116,8 @@ impl Model for ScriptedModel {
                 }
                 sink.chunk(&ModelChunk::Finish { finish_reason: "stop".into(), usage: Some(self.usage_per_call) });
             }
-            Reply::Calls(list) => {
-                for (i, (name, args)) in list.iter().enumerate() {
-                    let mid = args.len() / 2;
-                    let mid = (0..=mid).rev().find(|m| args.is_char_boundary(*m)).unwrap_or(0);
-                    sink.chunk(&ModelChunk::ToolCall {
-                        index: i as u32,
-                        id: Some(format!("call_{i}")),
-                        name: Some(name.clone()),
-                        arguments_delta: args[..mid].to_string(),
-                    });
-                    sink.chunk(&ModelChunk::ToolCall { index: i as u32, id: None, name: None, arguments_delta: args[mid..].to_string() });
-                }
-                sink.chunk(&ModelChunk::Finish { finish_reason: "tool_calls".into(), usage: Some(self.usage_per_call) });
-            }
+            Reply::Calls(list) => self.stream_calls(&list, "tool_calls", sink),
+            Reply::CutOff(list) => self.stream_calls(&list, "length", sink),
             Reply::Fail(e) => return Err(e),
         }
         Ok(())
