@@ -325,7 +325,15 @@ impl RunContext<'_> {
             // Not abandoned on a cancel, unlike other calls: a human approved these, and their
             // results must be saved, or resuming the paused state again would run them twice.
             // The cancel takes effect right after.
-            let results = self.execute_calls(pending.step, state, &pending.calls, &pending.finish_reason, step_tools, Some(&decisions), emitter).await;
+            let results = self
+                .execute_calls(
+                    StepCalls { step: pending.step, calls: &pending.calls, finish_reason: &pending.finish_reason },
+                    state,
+                    step_tools,
+                    Some(&decisions),
+                    emitter,
+                )
+                .await;
             state.messages.extend(results);
             state.pending = None;
             emitter.emit(EventBody::StepEnd {
@@ -425,7 +433,9 @@ impl RunContext<'_> {
                 }
                 return Ok(RunOutput::paused(state));
             }
-            let results = self.unless_cancelled(self.execute_calls(step, state, &calls, &finish_reason, turn_tools, None, emitter)).await?;
+            let results = self
+                .unless_cancelled(self.execute_calls(StepCalls { step, calls: &calls, finish_reason: &finish_reason }, state, turn_tools, None, emitter))
+                .await?;
             state.messages.extend(results);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
             self.save(state).await?;
@@ -471,10 +481,8 @@ impl RunContext<'_> {
     /// returns the tool messages in call order.
     async fn execute_calls(
         &self,
-        step: u32,
+        StepCalls { step, calls, finish_reason }: StepCalls<'_>,
         state: &RunState,
-        calls: &[ToolCall],
-        finish_reason: &str,
         tools: &ToolSet,
         decisions: Option<&[CallDecision]>,
         emitter: &Emitter<'_>,
@@ -528,3 +536,11 @@ impl RunContext<'_> {
 
 /// Shared handle type for models held by agents.
 pub type SharedModel = Rc<dyn Model>;
+
+/// The tool calls of one model answer, and how that answer ended.
+#[derive(Clone, Copy)]
+struct StepCalls<'a> {
+    step: u32,
+    calls: &'a [ToolCall],
+    finish_reason: &'a str,
+}
