@@ -107,8 +107,9 @@ fn calls_a_tool_feeds_the_result_back_and_finishes() {
     let requests = model.requests.borrow();
     assert_eq!(requests[0].messages[0], Message::System { content: "Be concise.".into() });
     assert_eq!(requests[0].tools[0].name, "get_weather");
-    let Message::Tool { content, tool_call_id, .. } = requests[1].messages.last().unwrap() else { panic!("last message is not a tool result") };
+    let Message::Tool { content, tool_call_id, is_error, .. } = requests[1].messages.last().unwrap() else { panic!("last message is not a tool result") };
     assert_eq!(tool_call_id, "call_0");
+    assert!(!is_error);
     assert_eq!(serde_json::from_str::<Value>(content).unwrap(), json!({ "city": "Oslo", "celsius": 21 }));
 }
 
@@ -125,8 +126,9 @@ fn invalid_arguments_become_an_error_result_and_the_loop_goes_on() {
     assert_eq!(errors.len(), 2);
     assert!(errors.iter().all(|e| e.code == "invalid_arguments"));
     assert!(errors[0].message.contains("city"), "{}", errors[0].message);
-    let Message::Tool { content, .. } = &model.requests.borrow()[1].messages.last().unwrap().clone() else { panic!() };
+    let Message::Tool { content, is_error, .. } = &model.requests.borrow()[1].messages.last().unwrap().clone() else { panic!() };
     assert!(content.contains("invalid_arguments"));
+    assert!(is_error, "a failed call's result is marked as an error for the provider");
 }
 
 #[test]

@@ -431,6 +431,23 @@ describe('anthropic request mapping', () => {
     ]);
   });
 
+  it('marks the result of a failed call is_error, as the API documents', async () => {
+    server.enqueue({ text: 'ok' });
+    const failed = '{"error":{"code":"execution_failed","message":"down"}}';
+    await collect(
+      anthropic({ model: 'c', baseURL: server.anthropicBaseURL }).stream({
+        messages: [
+          { role: 'user', content: 'Weather?' },
+          { role: 'assistant', content: '', toolCalls: [{ id: 't1', name: 'get_weather', arguments: '{"city":"Oslo"}' }] },
+          { role: 'tool', toolCallId: 't1', name: 'get_weather', content: failed, isError: true },
+        ],
+        tools: [weatherTool],
+      }),
+    );
+    const messages = (server.requests[0]!.body as { messages: unknown[] }).messages;
+    assert.deepEqual(messages.at(-1), { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: failed, is_error: true }] });
+  });
+
   it('retries an overloaded error event that arrives before any output', async () => {
     server.enqueue({ streamError: { type: 'overloaded_error', message: 'Overloaded' } }, { text: 'recovered' });
     const model = anthropic({ model: 'c', baseURL: server.anthropicBaseURL, retry: { initialDelayMs: 5 } });

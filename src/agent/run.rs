@@ -510,6 +510,7 @@ impl RunContext<'_> {
 
         let mut messages = Vec::with_capacity(calls.len());
         while let Some((call, outcome, duration_ms)) = ordered.next().await {
+            let is_error = outcome.result.is_err();
             let content = match outcome.result {
                 Ok(result) => {
                     let content = serde_json::to_string(&result).unwrap_or_default();
@@ -528,7 +529,7 @@ impl RunContext<'_> {
                     content
                 }
             };
-            messages.push(Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content });
+            messages.push(Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error });
         }
         messages
     }

@@ -57,6 +57,11 @@ pub enum Message {
         tool_call_id: String,
         name: String,
         content: String,
+        /// The call failed (`content` is the error): Anthropic's `is_error`. Absent in states
+        /// stored before it existed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[cfg_attr(feature = "wasm-core", tsify(optional))]
+        is_error: bool,
     },
 }
 

@@ -68,7 +68,7 @@ export function anthropic(options: ProviderOptions): ModelProvider {
 type WireBlock =
   | { type: 'text'; text: string }
   | { type: 'tool_use'; id: string; name: string; input: unknown }
-  | { type: 'tool_result'; tool_use_id: string; content: string };
+  | { type: 'tool_result'; tool_use_id: string; content: string; is_error?: true };
 
 interface WireMessage {
   role: 'user' | 'assistant';
@@ -85,7 +85,8 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
       continue;
     }
     if (message.role === 'tool') {
-      const block: WireBlock = { type: 'tool_result', tool_use_id: message.toolCallId, content: message.content };
+      // `is_error` tells the model the call failed, as the API documents (the error is the content).
+      const block: WireBlock = { type: 'tool_result', tool_use_id: message.toolCallId, content: message.content, ...(message.isError ? { is_error: true } : {}) };
       const last = messages.at(-1);
       // Results of one turn's parallel calls must share a single user message.
       if (last?.role === 'user' && Array.isArray(last.content) && last.content.every((b) => b.type === 'tool_result')) {

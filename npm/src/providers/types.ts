@@ -22,7 +22,7 @@ export type ChatMessage =
   | { role: 'system'; content: string }
   | { role: 'user'; content: string }
   | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
-  | { role: 'tool'; toolCallId: string; name: string; content: string };
+  | { role: 'tool'; toolCallId: string; name: string; content: string; /** The call failed; `content` is its error. */ isError?: boolean };
 
 /** A tool the model may call. `inputSchema` is JSON Schema. */
 export interface ToolDefinition {
