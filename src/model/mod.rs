@@ -60,7 +60,6 @@ pub enum Message {
         /// The call failed (`content` is the error): Anthropic's `is_error`. Absent in states
         /// stored before it existed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        #[cfg_attr(feature = "wasm-core", tsify(optional))]
         is_error: bool,
     },
 }
