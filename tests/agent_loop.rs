@@ -307,6 +307,48 @@ fn a_cancelled_run_stops_before_the_next_turn() {
     assert_eq!(model.requests.borrow().len(), 1, "no model call after the abort");
 }
 
+/// A provider of the host's own that sees the abort mid-answer and then either ends quietly
+/// (with the partial text so far) or ignores it and never ends.
+struct AbortedMidAnswer {
+    flag: Rc<CancelFlag>,
+    hangs: bool,
+}
+
+#[async_trait::async_trait(?Send)]
+impl crucible::model::Model for AbortedMidAnswer {
+    fn id(&self) -> String {
+        "test:aborted-mid-answer".into()
+    }
+
+    async fn stream(
+        &self,
+        _: &crucible::model::ModelRequest,
+        _: &crucible::model::CallInfo,
+        sink: &mut dyn crucible::model::ChunkSink,
+    ) -> Result<(), ModelError> {
+        sink.chunk(&crucible::model::ModelChunk::Text { delta: "partial ans".into() });
+        self.flag.cancel();
+        YieldOnce::default().await;
+        if self.hangs {
+            futures::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn an_abort_during_the_model_answer_ends_the_run_whatever_the_provider_does() {
+    for hangs in [false, true] {
+        let flag = Rc::new(CancelFlag::default());
+        let model = Rc::new(AbortedMidAnswer { flag: flag.clone(), hangs });
+        let agent = Agent::new(AgentConfig::default(), model, ToolSet::new(), Rc::new(NativeEnvironment::default())).unwrap();
+        let options = RunOptions { cancel: Some(flag), session_id: Some("s".into()), ..Default::default() };
+        let err = block_on(agent.run("?", options, &mut CollectingSink::default())).unwrap_err();
+        assert_eq!(err, AgentError::Aborted, "hangs: {hangs}");
+        assert!(agent.history("s").is_empty(), "an aborted run adds no partial answer to its session (hangs: {hangs})");
+    }
+}
+
 /// A tool that never finishes and ignores cancellation (a host tool that drops its signal,
 /// or forge tests running to a long sandbox deadline).
 struct NeverFinishes;

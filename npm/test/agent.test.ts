@@ -329,6 +329,31 @@ describe('agent over an OpenAI-compatible server', () => {
     await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(200) }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
   });
 
+  test('a provider of your own that ignores the signal, or ends quietly on it, cannot keep an aborted run going', async () => {
+    // One streams on past the abort and never ends; the other stops early, as if done.
+    const ignoring: ModelProvider = {
+      id: 'own:ignores-abort',
+      async *stream() {
+        yield { type: 'text', delta: 'partial' };
+        await new Promise(() => {});
+      },
+    };
+    const quiet: ModelProvider = {
+      id: 'own:quiet-on-abort',
+      async *stream(_request, options) {
+        yield { type: 'text', delta: 'partial ans' };
+        await new Promise((resolve) => options?.signal?.addEventListener('abort', resolve, { once: true }));
+      },
+    };
+    for (const provider of [ignoring, quiet]) {
+      const agent = await createAgent({ model: provider });
+      await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(100), sessionId: 's' }), (e: unknown) => e instanceof AbortError, provider.id);
+      // Breaking out of the loop ends the run too, and close() does not wait for the provider.
+      for await (const e of agent.stream('?', { sessionId: 's' })) if (e.type === 'text.delta') break;
+      await agent.close();
+    }
+  });
+
   test('breaking out of for await aborts the run: the tool it was running gets its signal, and the model is not asked again', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'wait', arguments: {} }] }, { text: 'never asked' });

@@ -366,10 +366,12 @@ impl RunContext<'_> {
             let request =
                 ModelRequest { messages, tools, temperature: self.config.temperature, max_tokens: self.config.max_tokens, response_format, tool_choice };
             let mut forwarder = TextForwarder { emitter, assembler: ResponseAssembler::new(), step };
-            // A provider of the host's own may fail an aborted request with its own error (a
-            // fetch's `AbortError` read as a protocol failure): the run was aborted all the same.
-            let streamed = self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder).await;
-            if streamed.is_err() && self.cancelled() {
+            // Abandoned on an abort, like tool calls: a provider of the host's own may ignore
+            // the signal and stream on (or never end). One that stops early instead, ending
+            // quietly or with its own error (a fetch's `AbortError` read as a protocol failure),
+            // leaves a partial answer the run must not take: it was aborted all the same.
+            let streamed = self.unless_cancelled(self.model.stream(&request, &CallInfo { run_id: state.run_id.clone() }, &mut forwarder)).await?;
+            if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
             streamed?;
