@@ -69,11 +69,17 @@ impl ResponseAssembler {
             ModelChunk::Text { delta } => self.response.text.push_str(delta),
             ModelChunk::ToolCall { index, id, name, arguments_delta } => {
                 let id = id.as_deref().filter(|s| !s.is_empty());
+                let name = name.as_deref().filter(|s| !s.is_empty());
                 // Pieces go to the latest call at their index, unless they bring another id: some
                 // servers number every call 0 (Ollama's OpenAI-compatible endpoint) or give no
-                // index at all, and only the new id tells a second call from the first.
+                // index at all, and only the new id tells a second call from the first. Without
+                // ids, another name after complete arguments starts the next call.
+                let continues = |call: &ToolCall| {
+                    id.is_none_or(|id| call.id.is_empty() || call.id == id)
+                        && name.is_none_or(|name| call.name.is_empty() || call.name == name || !complete_json(&call.arguments))
+                };
                 let pos = match self.calls.iter().rposition(|(i, _)| i == index) {
-                    Some(pos) if id.is_none_or(|id| self.calls[pos].1.id.is_empty() || self.calls[pos].1.id == id) => pos,
+                    Some(pos) if continues(&self.calls[pos].1) => pos,
                     _ => {
                         if self.calls.len() == MAX_TOOL_CALLS_PER_RESPONSE {
                             self.overflow = Some(format!("the model's response has more than {MAX_TOOL_CALLS_PER_RESPONSE} tool calls"));
@@ -87,7 +93,9 @@ impl ResponseAssembler {
                 if let Some(id) = id {
                     call.id = id.to_string();
                 }
-                if let Some(name) = name.as_deref().filter(|s| !s.is_empty()) {
+                // Some servers repeat the whole name in every piece (MiniMax on NVIDIA NIM among
+                // them); OpenAI's sends it once. A piece naming the call again adds nothing.
+                if let Some(name) = name.filter(|name| call.name != *name) {
                     call.name.push_str(name);
                 }
                 call.arguments.push_str(arguments_delta);
@@ -122,6 +130,11 @@ impl ResponseAssembler {
         }
         Ok(self.response)
     }
+}
+
+/// Whether `arguments` already are a whole JSON value (a call's last piece came).
+fn complete_json(arguments: &str) -> bool {
+    !arguments.trim().is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
 }
 
 #[cfg(test)]
@@ -165,6 +178,29 @@ mod tests {
         let r = a.finish("call").unwrap();
         let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
         assert_eq!(calls, [("a", "get_weather", "{\"city\":\"Oslo\"}"), ("b", "get_time", "{}")]);
+    }
+
+    #[test]
+    fn a_name_repeated_in_every_piece_is_taken_once() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some("a"), Some("get_weather"), "{\"city\":"));
+        a.push(&piece(0, Some("a"), Some("get_weather"), "\"Oslo\"}"));
+        // A name that arrives in fragments still joins up.
+        a.push(&piece(1, Some("b"), Some("get_"), ""));
+        a.push(&piece(1, None, Some("time"), "{}"));
+        let r = a.finish("call").unwrap();
+        let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
+        assert_eq!(calls, [("get_weather", "{\"city\":\"Oslo\"}"), ("get_time", "{}")]);
+    }
+
+    #[test]
+    fn calls_without_index_or_id_are_told_apart_by_their_names() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some(""), Some("get_weather"), "{\"city\":\"Oslo\"}"));
+        a.push(&piece(0, Some(""), Some("get_time"), "{}"));
+        let r = a.finish("call").unwrap();
+        let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
+        assert_eq!(calls, [("get_weather", "{\"city\":\"Oslo\"}"), ("get_time", "{}")]);
     }
 
     #[test]
