@@ -281,6 +281,32 @@ fn a_resume_stopped_while_its_approved_call_runs_saves_the_call_so_it_never_runs
     assert!(matches!(model.requests.borrow().last().unwrap().messages.last().unwrap(), Message::Tool { content, .. } if content.contains("refunded")));
 }
 
+/// A resume whose signal was aborted before it began: nothing runs, and the same state
+/// resumes afterwards. (One run per test: run ids repeat across agents of a test thread, and a
+/// context remembers the states it resumed.)
+fn resume_aborted_before_it_starts(store: Option<Rc<MemoryStore>>) {
+    let refunds = refund_tool();
+    let (agent, paused, decisions) = paused_refund(store, refunds.clone());
+    let aborted = Rc::new(CancelFlag::default());
+    aborted.cancel();
+    let state = || paused.state.clone().unwrap();
+    let err = block_on(agent.resume_state(state(), &decisions, Some(aborted), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err, AgentError::Aborted);
+    assert_eq!(refunds.calls.get(), 0, "an approved call must not run for a resume aborted before it began");
+    let out = block_on(agent.resume_state(state(), &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!((out.status, refunds.calls.get()), (RunStatus::Completed, 1));
+}
+
+#[test]
+fn a_resume_aborted_before_it_starts_runs_nothing_and_leaves_the_run_resumable() {
+    resume_aborted_before_it_starts(Some(Rc::new(MemoryStore::new())));
+}
+
+#[test]
+fn without_a_store_too_a_resume_aborted_before_it_starts_runs_nothing() {
+    resume_aborted_before_it_starts(None);
+}
+
 #[test]
 fn two_resumes_at_once_run_the_approved_call_once() {
     let refunds = refund_tool();

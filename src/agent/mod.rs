@@ -168,8 +168,10 @@ impl Agent {
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
-    /// Resumes `state` under `claim`: decisions that do not fit the paused step are refused
-    /// before the state counts as resumed, so a corrected resume can follow.
+    /// Resumes `state` under `claim`: decisions that do not fit the paused step, and a cancel
+    /// that came before the resume, are refused before the state counts as resumed, so a
+    /// corrected resume can follow (an aborted one would otherwise run the approved calls,
+    /// which are never abandoned once started, and leave nothing to resume).
     async fn resume_claimed(
         &self,
         claim: &ResumeClaim,
@@ -180,6 +182,9 @@ impl Agent {
     ) -> Result<RunOutput, AgentError> {
         if let Some(pending) = &state.pending {
             pending.resolve(decisions).map_err(AgentError::InvalidResume)?;
+        }
+        if cancel.as_deref().is_some_and(|c| c.is_cancelled()) {
+            return Err(AgentError::Aborted);
         }
         claim.consume(&state)?;
         self.drive(state, cancel.as_deref(), decisions, sink).await
