@@ -565,3 +565,32 @@ fn a_run_that_ends_after_its_session_ended_does_not_bring_the_conversation_back(
     assert_eq!(out.unwrap().status, RunStatus::Completed, "the run itself finishes");
     assert!(agent.history("default").is_empty(), "{:?}", agent.history("default"));
 }
+
+#[test]
+fn a_run_paused_when_its_session_ended_does_not_bring_the_conversation_back_when_resumed() {
+    let store = Rc::new(MemoryStore::new());
+    let model = ScriptedModel::new(vec![text("my secret is 1234"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")]);
+    let agent = refund_agent(model, refund_tool(), store);
+    block_on(agent.run("remember this", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(paused.status, RunStatus::Paused);
+    agent.end_session("default");
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.status, RunStatus::Completed, "the run itself finishes");
+    assert!(agent.history("default").is_empty(), "the ended session stays ended: {:?}", agent.history("default"));
+}
+
+#[test]
+fn a_run_paused_and_resumed_in_a_live_session_adds_its_messages() {
+    let store = Rc::new(MemoryStore::new());
+    let model = ScriptedModel::new(vec![text("hello"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")]);
+    let agent = refund_agent(model, refund_tool(), store);
+    block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    let history = agent.history("default");
+    assert_eq!(history.len(), 6, "{history:?}");
+    assert!(matches!(history.last(), Some(Message::Assistant { content, .. }) if content == "Refunded."));
+}

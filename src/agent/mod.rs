@@ -1,7 +1,7 @@
 //! The agent: configuration, tools, conversation memory per session, and the run loop.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 mod approval;
@@ -23,7 +23,7 @@ pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunS
 pub use structured::{extract_json, json_values};
 pub use usage::RunUsage;
 
-use crate::guard::SessionWork;
+use crate::guard::{SessionTicket, SessionWork};
 use crate::model::{Message, Model};
 use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
@@ -39,6 +39,10 @@ pub trait ToolProvider {
 
 /// Session used when a run names none.
 pub const DEFAULT_SESSION: &str = "default";
+
+/// Paused runs whose session this context follows (see `Agent::paused`); older ones are
+/// forgotten first and then count as paused before a restart.
+const PAUSED_KEPT: usize = 4096;
 
 /// Per-run options.
 #[derive(Default)]
@@ -69,6 +73,11 @@ pub struct Agent {
     /// Runs going, per session: one that completes after its session ended must not bring the
     /// conversation back.
     runs_going: SessionWork,
+    /// The tickets of runs paused in this context, by run id: a paused run is still going, so
+    /// one resumed after its session ended adds nothing either. Oldest first, at most
+    /// [`PAUSED_KEPT`]; a run paused before a restart has none and brings its conversation
+    /// back (it cannot tell a restart from an ended session).
+    paused: RefCell<VecDeque<(String, SessionTicket)>>,
     store: Option<Rc<dyn Store>>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
@@ -96,6 +105,7 @@ impl Agent {
             env,
             sessions: RefCell::new(HashMap::new()),
             runs_going: SessionWork::default(),
+            paused: RefCell::default(),
             store: None,
             agent_id: "default".into(),
             provider: RefCell::new(None),
@@ -219,12 +229,27 @@ impl Agent {
             decisions,
         };
         let history_len = state.history_len;
-        let ticket = self.runs_going.begin(&session_id);
+        let run_id = state.run_id.clone();
+        let ticket = self.take_paused(&run_id).unwrap_or_else(|| self.runs_going.begin(&session_id));
         let (_state, result) = ctx.drive(state, sink).await;
         if !ticket.session_ended() {
             self.remember(&session_id, history_len, &result);
         }
+        if matches!(&result, Ok(out) if out.status == RunStatus::Paused) {
+            let mut paused = self.paused.borrow_mut();
+            if paused.len() >= PAUSED_KEPT {
+                paused.pop_front();
+            }
+            paused.push_back((run_id, ticket));
+        }
         result
+    }
+
+    /// The ticket `run_id` kept when it paused in this context, if it did.
+    fn take_paused(&self, run_id: &str) -> Option<SessionTicket> {
+        let mut paused = self.paused.borrow_mut();
+        let at = paused.iter().position(|(id, _)| id == run_id)?;
+        paused.remove(at).map(|(_, ticket)| ticket)
     }
 
     /// The runs whose state this agent's store holds: paused ones (waiting for approvals) and
@@ -246,6 +271,7 @@ impl Agent {
             return Ok(false);
         }
         runs.forget(run_id).await?;
+        self.take_paused(run_id);
         Ok(true)
     }
 
@@ -265,8 +291,8 @@ impl Agent {
     /// Adds a completed run's own messages to its session. Other runs of the session may have
     /// completed while it ran: their messages stay, and this run's follow them. When the
     /// session no longer starts with what the run started from (the process restarted before a
-    /// resume, or the session ended while the run was paused), the run's whole conversation
-    /// becomes the session's. (A session that ended while the run was going gets nothing.)
+    /// resume), the run's whole conversation becomes the session's. (A session that ended
+    /// while the run was going, or paused in this context, gets nothing.)
     fn remember(&self, session_id: &str, history_len: Option<u32>, result: &Result<RunOutput, AgentError>) {
         let Ok(out) = result else { return };
         if out.status != RunStatus::Completed {
