@@ -583,6 +583,17 @@ describe('ollama request mapping', () => {
 // ---------------------------------------------------------------------------------------------
 // Retry-After
 
+describe('an exhausted quota', () => {
+  it('is not retried: OpenAI answers it with 429 too, and waiting cannot help', async () => {
+    const body = JSON.stringify({ error: { message: 'You exceeded your current quota.', type: 'insufficient_quota', code: 'insufficient_quota' } });
+    server.enqueue({ status: 429, body }, { text: 'never' });
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1 } });
+    const error = await rejection(collect(model.stream({ messages: hello, tools: [] })));
+    assert.ok(error instanceof ProviderError && error.status === 429 && !error.retryable, `got ${String(error)}`);
+    assert.equal(server.requests.length, 1);
+  });
+});
+
 describe('Retry-After', () => {
   it('waits the number of seconds the server asks for', async () => {
     server.enqueue({ status: 429, retryAfter: 1 }, { text: 'ok' });
@@ -671,10 +682,14 @@ describe('openai() reads SSE framing as servers write it', () => {
   let raw: import('node:http').Server;
   let base = '';
   let pieces: string[] = [];
+  let contentType = 'text/event-stream';
+  beforeEach(() => {
+    contentType = 'text/event-stream';
+  });
   before(async () => {
     const { createServer } = await import('node:http');
     raw = createServer(async (_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.writeHead(200, { 'content-type': contentType });
       for (const piece of pieces) {
         res.write(piece);
         await new Promise((resolve) => setTimeout(resolve, 2));
@@ -703,6 +718,23 @@ describe('openai() reads SSE framing as servers write it', () => {
     const out = await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
     assert.equal(out.text, 'Héllo 🌍');
     assert.equal(out.finish?.finishReason, 'stop');
+  });
+
+  it('empty `data:` keep-alives are skipped', async () => {
+    pieces = ['data:\n\n', `data: ${delta('Hel')}\n\n`, 'data: \r\n\r\n', `data: ${delta('lo')}\n\n`, 'data: [DONE]\n\n'];
+    assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'Hello');
+  });
+
+  it('a plain JSON reply to a streaming request is read whole: an answer, or an error with its message', async () => {
+    contentType = 'application/json; charset=utf-8';
+    // LM Studio, asked at a path it does not serve, answers 200 with an error object.
+    pieces = ['{"error":"Unexpected endpoint or method. (POST /chat/completions)"}'];
+    const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+    assert.match(error.message, /Unexpected endpoint or method/);
+    // A server that ignores `stream: true` and answers the whole completion.
+    pieces = [JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'whole answer' }, finish_reason: 'stop' }] })];
+    assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'whole answer');
   });
 
   it('an `error:` line before [DONE] is a ProviderError, not a finished answer', async () => {

@@ -18,6 +18,7 @@ import {
   argumentsObject,
   postProvider,
   checkProviderOptions,
+  repliesWithJson,
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
@@ -56,7 +57,9 @@ export function anthropic(options: ProviderOptions): ModelProvider {
     headers,
     toWire: toWireRequest,
     parse: async function* (ctx, response, streaming) {
-      if (streaming) yield* parseStream(ctx, readSse(ctx, response));
+      // A server that ignores `stream` (or answers an error as plain JSON with status 200)
+      // sends one JSON body: read as events it would be an empty stream, its message lost.
+      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response));
       else yield* parseMessage(ctx, await readJson(ctx, response));
     },
   });

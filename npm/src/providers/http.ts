@@ -246,7 +246,8 @@ export async function postJson(
   if (response.ok) return response;
 
   const excerpt = await readExcerpt(response);
-  const retryable = response.status === 429 || response.status >= 500;
+  // OpenAI answers an exhausted quota (a billing matter) with 429 too: retrying cannot help.
+  const retryable = (response.status === 429 && !/"insufficient_quota"/.test(excerpt)) || response.status >= 500;
   const error = new ProviderError(
     'provider_http',
     `${ctx.provider}: HTTP ${response.status}${excerpt ? `: ${excerpt.slice(0, 200)}` : ''}`,
@@ -278,13 +279,21 @@ export async function readJson(ctx: HttpContext, response: Response): Promise<un
   return parseJson(ctx, text);
 }
 
-/** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. */
+/** Whether a response says its body is one JSON document (`application/json`), not a stream. */
+export function repliesWithJson(response: Response): boolean {
+  return /^application\/json\b/i.test(response.headers.get('content-type') ?? '');
+}
+
+/** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. Events
+ *  with no data are keep-alives some gateways send (`data:` and a blank line): skipped. */
 export async function* readSse(ctx: HttpContext, response: Response): AsyncGenerator<EventSourceMessage> {
   const pending: EventSourceMessage[] = [];
   let overflowed = false;
   const parser = createParser({
     maxBufferSize: MAX_UNIT_CHARS,
-    onEvent: (event) => pending.push(event),
+    onEvent: (event) => {
+      if (event.data.trim() !== '') pending.push(event);
+    },
     // Some llama.cpp builds report a failure mid-stream as an `error: {…}` line, a field SSE
     // does not define, and then send `data: [DONE]`. Dropped, the answer so far would pass for
     // a complete one; it becomes an `error` event in the shape Anthropic and OpenAI-compatible

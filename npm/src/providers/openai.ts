@@ -20,6 +20,7 @@ import {
   functionTools,
   postProvider,
   checkProviderOptions,
+  repliesWithJson,
   optionError,
   argumentsText,
   type HttpContext,
@@ -56,7 +57,9 @@ export function openai(options: OpenAIOptions): ModelProvider {
     headers,
     toWire: (model, request, streaming) => toWireRequest(model, request, streaming, wire),
     parse: async function* (ctx, response, streaming) {
-      if (streaming) yield* parseStream(ctx, readSse(ctx, response));
+      // A server that ignores `stream` (or answers an error as plain JSON with status 200)
+      // sends one JSON body: read as events it would be an empty stream, its message lost.
+      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response));
       else yield* parseCompletion(ctx, await readJson(ctx, response));
     },
   });
