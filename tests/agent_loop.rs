@@ -385,11 +385,7 @@ fn a_cancel_abandons_tool_calls_still_running() {
 }
 
 #[test]
-fn a_model_abort_or_failure_ends_the_run_with_its_code() {
-    let model = ScriptedModel::new(vec![Reply::Fail(ModelError::new("aborted", "signal"))]);
-    let agent = agent_with(model, vec![], AgentConfig::default());
-    assert_eq!(block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err(), AgentError::Aborted);
-
+fn a_model_failure_ends_the_run_with_its_code() {
     let model = ScriptedModel::new(vec![Reply::Fail(ModelError { code: "provider_http".into(), message: "500".into(), status: Some(500) })]);
     let agent = agent_with(model, vec![], AgentConfig::default());
     let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
@@ -477,4 +473,13 @@ fn tool_choice_reads_from_the_ts_option_shapes() {
     assert_eq!(parse(json!({ "tool": "forge_tool" })).unwrap(), Some(ToolChoice::Tool("forge_tool".into())));
     assert!(parse(json!("always")).is_err());
     assert!(AgentConfig { tool_choice: Some(ToolChoice::Tool(String::new())), ..AgentConfig::default() }.validate().is_err());
+}
+
+#[test]
+fn a_provider_failing_as_aborted_in_a_run_nobody_aborted_is_a_model_failure() {
+    let model = ScriptedModel::new(vec![Reply::Fail(ModelError::new("aborted", "the provider's own timer fired"))]);
+    let agent = agent_with(model, vec![], AgentConfig::default());
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "provider_protocol", "{err}");
+    assert!(err.to_string().contains("own timer fired"), "{err}");
 }

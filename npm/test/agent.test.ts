@@ -329,6 +329,26 @@ describe('agent over an OpenAI-compatible server', () => {
     await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(200) }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
   });
 
+  test('a provider of your own failing with a code the runtime does not define fails the run as provider_protocol, the code in the message', async () => {
+    const failing = (code: string): ModelProvider => ({
+      id: `own:${code}`,
+      // eslint-disable-next-line require-yield
+      async *stream() {
+        throw Object.assign(new Error('socket hang up'), { code });
+      },
+    });
+    for (const code of ['ECONNRESET', 'max_turns_exceeded', 'aborted']) {
+      const agent = await createAgent({ model: failing(code) });
+      await assert.rejects(agent.run('?'), (e: unknown) => {
+        assert.ok(e instanceof AgentRunError && !(e instanceof AbortError), `${code}: got ${String(e)}`);
+        assert.equal(e.code, 'provider_protocol');
+        assert.match(e.message, /socket hang up/);
+        return true;
+      });
+      await agent.close();
+    }
+  });
+
   test('a provider of your own that ignores the signal, or ends quietly on it, cannot keep an aborted run going', async () => {
     // One streams on past the abort and never ends; the other stops early, as if done.
     const ignoring: ModelProvider = {

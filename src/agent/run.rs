@@ -9,7 +9,9 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, ResponseAssembler, ResponseFormat, ToolCall, ToolChoice, ToolDefinition};
+use crate::model::{
+    CallInfo, ChunkSink, Message, Model, ModelChunk, ModelError, ModelRequest, ResponseAssembler, ResponseFormat, ToolCall, ToolChoice, ToolDefinition,
+};
 use crate::store::{Store, Versioned};
 use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
 
@@ -374,7 +376,16 @@ impl RunContext<'_> {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
-            streamed?;
+            // An `aborted` failure of a run nobody aborted is the provider's own (a timeout of
+            // its own making, say): a model failure, not the run's abort.
+            streamed.map_err(|e| match e.is_abort() {
+                true => AgentError::Model(ModelError {
+                    code: "provider_protocol".into(),
+                    message: format!("the provider stopped as aborted, but the run was not: {}", e.message),
+                    status: e.status,
+                }),
+                false => AgentError::from(e),
+            })?;
             let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id))?;
             let usage = response.usage.unwrap_or_default();
             state.usage.record(&model_id, usage);

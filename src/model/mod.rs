@@ -173,6 +173,18 @@ impl ModelError {
     pub fn is_abort(&self) -> bool {
         self.code == "aborted"
     }
+
+    /// The error a provider of the host's own failed with, under a code the runtime defines:
+    /// its code becomes the run's error code, so any other (`ECONNRESET`, `max_turns_exceeded`)
+    /// would pass for something it is not. Such codes stay in the message.
+    pub fn from_provider(code: Option<String>, message: String, status: Option<u16>) -> Self {
+        const PROVIDER_CODES: [&str; 5] = ["provider_http", "provider_timeout", "provider_network", "provider_protocol", "aborted"];
+        match code {
+            Some(code) if PROVIDER_CODES.contains(&code.as_str()) => Self { code, message, status },
+            Some(code) => Self { code: "provider_protocol".into(), message: format!("{code}: {message}"), status },
+            None => Self { code: "provider_protocol".into(), message, status },
+        }
+    }
 }
 
 /// Receives chunks as the model produces them. Returning is the back-pressure point.
@@ -205,4 +217,21 @@ pub trait Model {
     /// Streams one response. Every chunk is passed to `sink` as it arrives; the call returns
     /// after the stream ends, with an error if the provider failed.
     async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModelError;
+
+    #[test]
+    fn a_provider_error_keeps_only_codes_the_runtime_defines() {
+        let from = |code: &str| ModelError::from_provider(Some(code.into()), "m".into(), None);
+        assert_eq!(from("provider_timeout").code, "provider_timeout");
+        assert_eq!(from("aborted").code, "aborted");
+        for foreign in ["ECONNRESET", "max_turns_exceeded", "invalid_config"] {
+            let e = from(foreign);
+            assert_eq!((e.code.as_str(), e.message), ("provider_protocol", format!("{foreign}: m")));
+        }
+        assert_eq!(ModelError::from_provider(None, "m".into(), Some(502)).code, "provider_protocol");
+    }
 }

@@ -132,7 +132,7 @@ impl Model for JsModel {
     async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
         let to_model_error = |e: JsValue| {
             let (code, message, status) = describe_thrown(&e);
-            ModelError { code: code.unwrap_or_else(|| "provider_protocol".into()), message, status }
+            ModelError::from_provider(code, message, status)
         };
         let js_request = to_js(request).map_err(to_model_error)?;
         let iterator = self.stream.call2(&self.target, &js_request, &JsValue::from_str(&call.run_id)).map_err(to_model_error)?;
