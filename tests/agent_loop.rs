@@ -483,3 +483,12 @@ fn a_provider_failing_as_aborted_in_a_run_nobody_aborted_is_a_model_failure() {
     assert_eq!(err.code(), "provider_protocol", "{err}");
     assert!(err.to_string().contains("own timer fired"), "{err}");
 }
+
+#[test]
+fn settings_every_provider_refuses_are_invalid_config() {
+    let with = |config: AgentConfig| config.validate();
+    assert!(with(AgentConfig { temperature: Some(f64::NAN), ..AgentConfig::default() }).is_err());
+    assert!(with(AgentConfig { temperature: Some(-0.5), ..AgentConfig::default() }).is_err());
+    assert!(with(AgentConfig { max_tokens: Some(0), ..AgentConfig::default() }).is_err());
+    assert!(with(AgentConfig { temperature: Some(0.0), max_tokens: Some(1), ..AgentConfig::default() }).is_ok());
+}

@@ -508,6 +508,8 @@ export class Agent {
     if (options.sessionId !== undefined && typeof options.sessionId !== 'string') {
       return failing(notString(options.sessionId, 'agent.run/stream: sessionId', 'invalid_config'));
     }
+    const wrongSignal = notSignal(options.signal, 'agent.run/stream', 'invalid_config');
+    if (wrongSignal) return failing(wrongSignal);
     return this.#drive(newRunId(), options.signal, (runId, onEvent, signal) => this.#core.run(input, runId, options.sessionId, onEvent, signal));
   }
 
@@ -521,6 +523,8 @@ export class Agent {
       return failing(new CrucibleError('invalid_config', 'agent.resume: pass a run id or the paused RunResult ({ runId, state })'));
     }
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
+    const wrongSignal = notSignal(options.signal, 'agent.resume', 'invalid_config');
+    if (wrongSignal) return failing(wrongSignal);
     const runId = typeof run === 'string' ? run : run.runId;
     const state = typeof run === 'string' ? undefined : run.state;
     return this.#drive(runId, options.signal, (id, onEvent, signal) => this.#core.resume(id, state, options.approvals, onEvent, signal));
@@ -828,6 +832,13 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     toolChoice: options.toolChoice,
     resetToolChoice: options.resetToolChoice,
   };
+  // The core reads options as JSON, where NaN and ±Infinity are null: an optional setting so
+  // given would vanish without a word.
+  for (const [key, value] of Object.entries(config)) {
+    if (typeof value === 'number' && !Number.isFinite(value)) {
+      throw new CrucibleError('invalid_config', `createAgent: ${key} must be a finite number, got ${value}`);
+    }
+  }
   for (const t of tools) {
     // Tools not made with tool() are checked here too.
     if (!isApprovalRule(t.needsApproval)) {
@@ -902,13 +913,20 @@ async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
  *  aborted one rejects before anything starts. */
 function abortSignal(signal: unknown, what: string): AbortSignal | undefined {
   if (signal === undefined) return undefined;
-  // Duck-typed: a signal from another realm (an iframe, jsdom) is not an instance of this one's.
-  const s = signal as Partial<AbortSignal> | null;
-  if (typeof s?.aborted !== 'boolean' || typeof s.addEventListener !== 'function') {
-    throw new CrucibleError('invalid_argument', `${what}: signal must be an AbortSignal, got ${describeType(signal)}`);
-  }
-  if (s.aborted) throw new AbortError(`the ${what} was aborted before it started`);
+  const wrong = notSignal(signal, what);
+  if (wrong) throw wrong;
+  if ((signal as AbortSignal).aborted) throw new AbortError(`the ${what} was aborted before it started`);
   return signal as AbortSignal;
+}
+
+/** The error for a `signal` option that is not an AbortSignal, or `undefined` when it is one
+ *  (or absent). Duck-typed: a signal from another realm (an iframe, jsdom) is not an instance
+ *  of this one's. */
+function notSignal(signal: unknown, what: string, code: 'invalid_argument' | 'invalid_config' = 'invalid_argument'): CrucibleError | undefined {
+  if (signal === undefined) return undefined;
+  const s = signal as Partial<AbortSignal> | null;
+  if (typeof s?.aborted === 'boolean' && typeof s.addEventListener === 'function') return undefined;
+  return new CrucibleError(code, `${what}: signal must be an AbortSignal, got ${describeType(signal)}`);
 }
 
 // serde's `default` fills absent fields; `undefined` would not deserialize as absent.

@@ -87,10 +87,17 @@ describe('agent over an OpenAI-compatible server', () => {
     await assert.rejects(createAgent({ model: model(), tools: weather as unknown as [] }), code('invalid_config'));
     await assert.rejects(createAgent({ model: model(), store: 'db' as never }), code('invalid_config'));
     await assert.rejects(createAgent({ model: model(), emergent: { enabled: true, judge: model() as never } }), code('invalid_config'));
+    for (const settings of [{ temperature: Number.NaN }, { temperature: -1 }, { maxTokens: 0 }, { maxTokens: Infinity }, { maxTurns: Number.NaN }]) {
+      await assert.rejects(createAgent({ model: model(), ...settings }), code('invalid_config'), JSON.stringify(settings));
+    }
     const agent = await createAgent({ model: model(), tools: [weather] });
     await assert.rejects(agent.run(123 as unknown as string), code('invalid_config'));
     await assert.rejects(agent.run(undefined as unknown as string), code('invalid_config'));
     await assert.rejects(agent.resume(null as never), code('invalid_config'));
+    for (const signal of ['nope', {}, null]) {
+      await assert.rejects(agent.run('hi', { signal: signal as never }), code('invalid_config'), `run signal ${String(signal)}`);
+      await assert.rejects(agent.resume('run_x', { signal: signal as never }), code('invalid_config'), `resume signal ${String(signal)}`);
+    }
     await agent.close();
   });
 

@@ -62,6 +62,13 @@ impl AgentConfig {
         if self.max_result_bytes == 0 {
             return Err("maxResultBytes must be at least 1".into());
         }
+        // Providers refuse these, each with its own message, on every turn.
+        if self.temperature.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+            return Err("temperature must be a finite number, 0 or more".into());
+        }
+        if self.max_tokens == Some(0) {
+            return Err("maxTokens must be at least 1".into());
+        }
         if matches!(&self.tool_choice, Some(ToolChoice::Tool(name)) if name.is_empty()) {
             return Err("toolChoice { tool } must name a tool".into());
         }
