@@ -752,7 +752,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
         return { runId: event.runId, status: 'paused', pendingApprovals: event.approvals, state: event.state, output: undefined as Output, text: '', usage: event.usage, turns: state.turns ?? 0, steps: state.steps ?? 0 };
       }
       case 'agent.error':
-        if (event.error.code === 'aborted') throw new AbortError(event.error.message);
+        if (event.error.code === 'aborted') throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage });
         throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status);
       default:
         break;

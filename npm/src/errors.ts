@@ -3,6 +3,8 @@
  * with a stable `code`; subclasses add the fields their callers branch on.
  */
 
+import type { RunUsage } from '../wasm/crucible_core.js';
+
 /** Stable machine-readable error codes. Add, never rename. */
 export type CrucibleErrorCode =
   | 'provider_http'
@@ -97,9 +99,15 @@ export class StoreError extends CrucibleError {
 
 /** The run was aborted through its `AbortSignal`. */
 export class AbortError extends CrucibleError {
-  constructor(message = 'The run was aborted', options?: { cause?: unknown }) {
+  /** The aborted run, when a run was aborted (`agent.run`/`resume`): resume it by this id. */
+  readonly runId: string | undefined;
+  /** What the aborted run had used up to the abort. */
+  readonly usage: RunUsage | undefined;
+  constructor(message = 'The run was aborted', options?: { cause?: unknown; runId?: string; usage?: RunUsage }) {
     super('aborted', message, options);
     this.name = 'AbortError';
+    this.runId = options?.runId;
+    this.usage = options?.usage;
   }
 }
 

@@ -298,7 +298,13 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.ok(last.type === 'agent.error' && last.error.code === 'aborted', JSON.stringify(last));
 
     server.enqueue({ text: 'slow', delayMs: 10_000 });
-    await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(200) }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
+    await assert.rejects(agent.run('?', { signal: AbortSignal.timeout(200) }), (e: unknown) => {
+      assert.ok(e instanceof AbortError && e.code === 'aborted', String(e));
+      // The aborted run is named (a store keeps it resumable under that id) with its usage so far.
+      assert.match(e.runId ?? '', /^run_/);
+      assert.equal(e.usage?.inputTokens, 0);
+      return true;
+    });
     assert.ok(Date.now() - started < 5000);
   });
 
