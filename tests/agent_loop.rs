@@ -283,6 +283,33 @@ fn parallel_calls_are_bounded_and_results_come_back_in_call_order() {
 }
 
 #[test]
+fn a_slow_call_does_not_hold_up_the_calls_after_it() {
+    let tool = FnTool::with_delay(|args| Ok(json!({ "city": args["city"] })), |args| if args["city"] == "slow" { 40 } else { 1 });
+    let list: Vec<(&str, &str)> =
+        [r#"{"city":"slow"}"#, r#"{"city":"b"}"#, r#"{"city":"c"}"#, r#"{"city":"d"}"#, r#"{"city":"e"}"#].iter().map(|args| ("get_weather", *args)).collect();
+    let model = ScriptedModel::new(vec![calls(&list), text("done")]);
+    let agent = agent_with(model, vec![weather_tool(tool.clone())], AgentConfig { max_parallel_tools: 2, ..Default::default() });
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(tool.max_in_flight.get(), 2);
+    assert_eq!(
+        tool.finished_order.borrow().last().map(String::as_str),
+        Some("call_0"),
+        "the fast calls ran beside the slow one: {:?}",
+        tool.finished_order.borrow()
+    );
+    let ends: Vec<String> = sink
+        .events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ToolExecuteEnd { call_id, .. } => Some(call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, ["call_0", "call_1", "call_2", "call_3", "call_4"], "still reported in call order");
+}
+
+#[test]
 fn usage_is_accounted_per_model() {
     let weather = FnTool::new(|_| Ok(json!({})));
     let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("ok")]);

@@ -490,8 +490,10 @@ impl RunContext<'_> {
         approvals
     }
 
-    /// Runs a step's calls concurrently (bounded), emitting end events in call order, and
-    /// returns the tool messages in call order.
+    /// Runs a step's calls concurrently (at most `maxParallelTools` at once), emitting end
+    /// events in call order, and returns the tool messages in call order. A call that finished
+    /// waits for the ones before it to be reported, but not to free its slot: a slow first call
+    /// does not hold up the rest.
     async fn execute_calls(
         &self,
         StepCalls { step, calls, finish_reason }: StepCalls<'_>,
@@ -500,14 +502,11 @@ impl RunContext<'_> {
         decisions: Option<&[CallDecision]>,
         emitter: &Emitter<'_>,
     ) -> Vec<Message> {
-        // An answer cut off at the token limit ends inside its last call: say so where that
-        // call's arguments are refused, or the model (and the host) see only broken JSON.
-        let cut_off_call = matches!(finish_reason, "length" | "max_tokens").then(|| calls.last().map(|c| c.id.as_str())).flatten();
         let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
         let env = self.env;
         let run_id = &state.run_id;
         let session_id = &state.session_id;
-        let mut ordered = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
+        let mut finishing = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
             let ctx = CallContext::new(run_id.clone(), call.id.clone(), session_id.clone());
             let started = env.now_ms();
@@ -517,35 +516,49 @@ impl RunContext<'_> {
                 }
                 _ => execute_call(tools, &call.name, &call.arguments, &ctx, limits).await,
             };
-            (call, outcome, env.now_ms() - started)
+            (i, outcome, env.now_ms() - started)
         }))
-        .buffered(self.config.max_parallel_tools);
+        .buffer_unordered(self.config.max_parallel_tools);
 
+        let mut finished: Vec<Option<(ToolOutcome, f64)>> = vec![None; calls.len()];
         let mut messages = Vec::with_capacity(calls.len());
-        while let Some((call, outcome, duration_ms)) = ordered.next().await {
-            let is_error = outcome.result.is_err();
-            let content = match outcome.result {
-                Ok(result) => {
-                    let content = serde_json::to_string(&result).unwrap_or_default();
-                    emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
-                    content
-                }
-                Err(mut error) => {
-                    if error.code == "invalid_arguments" && cut_off_call == Some(call.id.as_str()) {
-                        error.message = format!(
-                            "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",
-                            error.message
-                        );
-                    }
-                    let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
-                    emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
-                    content
-                }
-            };
-            messages.push(Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error });
+        while let Some((i, outcome, duration_ms)) = finishing.next().await {
+            finished[i] = Some((outcome, duration_ms));
+            while let Some((outcome, duration_ms)) = finished.get_mut(messages.len()).and_then(Option::take) {
+                let call = &calls[messages.len()];
+                messages.push(report_call(StepCalls { step, calls, finish_reason }, call, outcome, duration_ms, emitter));
+            }
         }
         messages
     }
+}
+
+/// The tool message of `call`, whose `outcome` is reported as its end event.
+fn report_call(calls: StepCalls<'_>, call: &ToolCall, outcome: ToolOutcome, duration_ms: f64, emitter: &Emitter<'_>) -> Message {
+    let StepCalls { step, finish_reason, .. } = calls;
+    let is_error = outcome.result.is_err();
+    let content = match outcome.result {
+        Ok(result) => {
+            let content = serde_json::to_string(&result).unwrap_or_default();
+            emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
+            content
+        }
+        Err(mut error) => {
+            // An answer cut off at the token limit ends inside its last call: say so where that
+            // call's arguments are refused, or the model (and the host) see only broken JSON.
+            let cut_off = matches!(finish_reason, "length" | "max_tokens") && calls.calls.last().is_some_and(|last| last.id == call.id);
+            if error.code == "invalid_arguments" && cut_off {
+                error.message = format!(
+                    "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",
+                    error.message
+                );
+            }
+            let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
+            emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
+            content
+        }
+    };
+    Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }
 }
 
 /// Shared handle type for models held by agents.
