@@ -519,3 +519,17 @@ fn settings_every_provider_refuses_are_invalid_config() {
     assert!(with(AgentConfig { max_tokens: Some(0), ..AgentConfig::default() }).is_err());
     assert!(with(AgentConfig { temperature: Some(0.0), max_tokens: Some(1), ..AgentConfig::default() }).is_ok());
 }
+
+#[test]
+fn the_result_says_why_the_answer_ended_in_one_vocabulary() {
+    for (provider_said, expected) in
+        [("stop", "stop"), ("end_turn", "stop"), ("length", "length"), ("max_tokens", "length"), ("content_filter", "content_filter")]
+    {
+        let model = ScriptedModel::new(vec![text_ending("an answer cut mid-sen", provider_said)]);
+        let agent = agent_with(model, vec![], AgentConfig::default());
+        let mut sink = CollectingSink::default();
+        let out = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+        assert_eq!(out.finish_reason, expected, "{provider_said}");
+        assert!(matches!(&sink.events.last().unwrap().body, EventBody::AgentEnd { finish_reason, .. } if finish_reason == expected));
+    }
+}

@@ -163,6 +163,12 @@ export interface RunResult<Output = unknown> {
   usage: RunUsage;
   turns: number;
   steps: number;
+  /**
+   * Why the last answer ended, the same across providers: `length` is an answer cut off at
+   * the token limit (`maxTokens`, or the server's), `content_filter` one the provider withheld;
+   * `tool_calls` for a paused run.
+   */
+  finishReason: 'stop' | 'length' | 'content_filter' | 'tool_calls' | 'other';
 }
 
 /** A run ended without a final answer: a limit, a model error or invalid structured output. */
@@ -746,10 +752,31 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
   for await (const event of events) {
     switch (event.type) {
       case 'agent.end':
-        return { runId: event.runId, status: 'completed', pendingApprovals: [], output: event.output as Output, text: event.text, usage: event.usage, turns: event.turns, steps: event.steps };
+        return {
+          runId: event.runId,
+          status: 'completed',
+          pendingApprovals: [],
+          output: event.output as Output,
+          text: event.text,
+          usage: event.usage,
+          turns: event.turns,
+          steps: event.steps,
+          finishReason: event.finishReason as RunResult['finishReason'],
+        };
       case 'agent.paused': {
         const state = event.state as { turns?: number; steps?: number };
-        return { runId: event.runId, status: 'paused', pendingApprovals: event.approvals, state: event.state, output: undefined as Output, text: '', usage: event.usage, turns: state.turns ?? 0, steps: state.steps ?? 0 };
+        return {
+          runId: event.runId,
+          status: 'paused',
+          pendingApprovals: event.approvals,
+          state: event.state,
+          output: undefined as Output,
+          text: '',
+          usage: event.usage,
+          turns: state.turns ?? 0,
+          steps: state.steps ?? 0,
+          finishReason: 'tool_calls',
+        };
       }
       case 'agent.error':
         if (event.error.code === 'aborted') throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage });

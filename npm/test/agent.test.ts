@@ -101,6 +101,17 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('run() says an answer cut off at the token limit ended so', async () => {
+    server.reset();
+    server.enqueue({ text: 'an answer cut mid-sen', finishReason: 'length' }, { text: 'whole.' });
+    const agent = await createAgent({ model: model() });
+    const cut = await agent.run('?');
+    assert.equal(cut.status, 'completed');
+    assert.equal(cut.finishReason, 'length');
+    assert.equal((await agent.run('?')).finishReason, 'stop');
+    await agent.close();
+  });
+
   test('run() collects the stream and continues the session conversation', async () => {
     server.reset();
     server.enqueue({ text: 'Sunny.', usage: { inputTokens: 7, outputTokens: 2 } }, { text: 'Rainy.', usage: { inputTokens: 9, outputTokens: 3 } });

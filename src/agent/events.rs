@@ -71,9 +71,10 @@ pub enum EventBody {
     #[serde(rename = "output.retry", rename_all = "camelCase")]
     OutputRetry { step: u32, reason: String },
     /// The run finished with a final answer (`output` is the parsed value when `returns` is
-    /// set, else the text).
+    /// set, else the text). `finishReason` says why the answer ended (see
+    /// [`crate::model::finish_kind`]): `length` is an answer cut off at the token limit.
     #[serde(rename = "agent.end", rename_all = "camelCase")]
-    AgentEnd { output: Value, text: String, usage: RunUsage, turns: u32, steps: u32 },
+    AgentEnd { output: Value, text: String, usage: RunUsage, turns: u32, steps: u32, finish_reason: String },
     /// The run paused for approvals; continue it with `resume`.
     #[serde(rename = "agent.paused", rename_all = "camelCase")]
     AgentPaused {

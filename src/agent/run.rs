@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{
-    CallInfo, ChunkSink, Message, Model, ModelChunk, ModelError, ModelRequest, ResponseAssembler, ResponseFormat, ToolCall, ToolChoice, ToolDefinition,
+    finish_kind, CallInfo, ChunkSink, Message, Model, ModelChunk, ModelError, ModelRequest, ResponseAssembler, ResponseFormat, ToolCall, ToolChoice,
+    ToolDefinition,
 };
 use crate::store::{Store, Versioned};
 use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
@@ -107,6 +108,8 @@ pub struct RunOutput {
     pub steps: u32,
     /// The conversation including this run (without the system message).
     pub messages: Vec<Message>,
+    /// Why the last answer ended ([`crate::model::finish_kind`]); `tool_calls` when paused.
+    pub finish_reason: String,
     /// Calls waiting for a decision (paused runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_approvals: Vec<PendingApproval>,
@@ -126,6 +129,7 @@ impl RunOutput {
             turns: state.turns,
             steps: state.steps,
             messages: state.messages.clone(),
+            finish_reason: "tool_calls".into(),
             pending_approvals: state.pending.as_ref().map(|p| p.approvals.clone()).unwrap_or_default(),
             state: Some(state.clone()),
         }
@@ -307,6 +311,7 @@ impl RunContext<'_> {
                 usage: out.usage.clone(),
                 turns: out.turns,
                 steps: out.steps,
+                finish_reason: out.finish_reason.clone(),
             }),
             Err(e) => emitter.emit(EventBody::AgentError { error: e.info(), usage: state.usage.clone() }),
         }
@@ -393,6 +398,7 @@ impl RunContext<'_> {
 
             if response.tool_calls.is_empty() {
                 state.messages.push(Message::Assistant { content: response.text.clone(), tool_calls: vec![] });
+                let answer_ended = finish_kind(&finish_reason);
                 emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: 0 });
                 let output = match self.returns {
                     None => Value::String(response.text.clone()),
@@ -420,6 +426,7 @@ impl RunContext<'_> {
                     turns: state.turns,
                     steps: state.steps,
                     messages: state.messages.clone(),
+                    finish_reason: answer_ended.into(),
                 });
             }
 
@@ -546,7 +553,7 @@ fn report_call(calls: StepCalls<'_>, call: &ToolCall, outcome: ToolOutcome, dura
         Err(mut error) => {
             // An answer cut off at the token limit ends inside its last call: say so where that
             // call's arguments are refused, or the model (and the host) see only broken JSON.
-            let cut_off = matches!(finish_reason, "length" | "max_tokens") && calls.calls.last().is_some_and(|last| last.id == call.id);
+            let cut_off = finish_kind(finish_reason) == "length" && calls.calls.last().is_some_and(|last| last.id == call.id);
             if error.code == "invalid_arguments" && cut_off {
                 error.message = format!(
                     "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",

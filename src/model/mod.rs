@@ -219,9 +219,28 @@ pub trait Model {
     async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError>;
 }
 
+/// Why an answer ended, in one vocabulary across providers: `stop`, `length` (the token
+/// limit), `content_filter`, `tool_calls`, or `other`. Providers report their own words
+/// (`end_turn`, `max_tokens`, `tool_use`, …).
+pub fn finish_kind(finish_reason: &str) -> &'static str {
+    match finish_reason {
+        "stop" | "end_turn" | "stop_sequence" | "eos" | "" => "stop",
+        "length" | "max_tokens" | "model_length" => "length",
+        "content_filter" | "refusal" | "safety" => "content_filter",
+        "tool_calls" | "tool_use" | "function_call" => "tool_calls",
+        _ => "other",
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ModelError;
+    use super::{finish_kind, ModelError};
+
+    #[test]
+    fn finish_reasons_of_every_provider_read_as_one_vocabulary() {
+        let kinds: Vec<_> = ["stop", "end_turn", "length", "max_tokens", "content_filter", "refusal", "tool_use", "pause_turn"].map(finish_kind).to_vec();
+        assert_eq!(kinds, ["stop", "stop", "length", "length", "content_filter", "content_filter", "tool_calls", "other"]);
+    }
 
     #[test]
     fn a_provider_error_keeps_only_codes_the_runtime_defines() {

@@ -18,6 +18,8 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub enum Reply {
     Text(String),
+    /// Text whose answer ended for this provider finish reason (`length`, `end_turn`, …).
+    TextEnding(String, String),
     /// (name, raw arguments JSON)
     Calls(Vec<(String, String)>),
     /// Calls whose answer stopped at the token limit (finish reason `length`).
@@ -27,6 +29,10 @@ pub enum Reply {
 
 pub fn text(s: &str) -> Reply {
     Reply::Text(s.to_string())
+}
+
+pub fn text_ending(s: &str, finish_reason: &str) -> Reply {
+    Reply::TextEnding(s.to_string(), finish_reason.to_string())
 }
 
 pub fn call(name: &str, args: &str) -> Reply {
@@ -77,6 +83,16 @@ impl ScriptedModel {
 }
 
 impl ScriptedModel {
+    /// Streams `text` four characters at a time, yielding between pieces.
+    async fn stream_text(&self, text: &str, finish_reason: &str, sink: &mut dyn ChunkSink) {
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(4) {
+            sink.chunk(&ModelChunk::Text { delta: piece.iter().collect() });
+            YieldOnce::default().await;
+        }
+        sink.chunk(&ModelChunk::Finish { finish_reason: finish_reason.into(), usage: Some(self.usage_per_call) });
+    }
+
     /// Streams `list` as tool calls, each call's arguments in two halves.
     fn stream_calls(&self, list: &[(String, String)], finish_reason: &str, sink: &mut dyn ChunkSink) {
         for (i, (name, args)) in list.iter().enumerate() {
@@ -108,14 +124,8 @@ impl Model for ScriptedModel {
             return Err(ModelError::new("provider_protocol", "scripted model ran out of replies"));
         };
         match reply {
-            Reply::Text(t) => {
-                let chars: Vec<char> = t.chars().collect();
-                for piece in chars.chunks(4) {
-                    sink.chunk(&ModelChunk::Text { delta: piece.iter().collect() });
-                    YieldOnce::default().await;
-                }
-                sink.chunk(&ModelChunk::Finish { finish_reason: "stop".into(), usage: Some(self.usage_per_call) });
-            }
+            Reply::Text(t) => self.stream_text(&t, "stop", sink).await,
+            Reply::TextEnding(t, finish_reason) => self.stream_text(&t, &finish_reason, sink).await,
             Reply::Calls(list) => self.stream_calls(&list, "tool_calls", sink),
             Reply::CutOff(list) => self.stream_calls(&list, "length", sink),
             Reply::Fail(e) => return Err(e),
