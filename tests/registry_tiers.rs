@@ -148,6 +148,31 @@ fn agent_stats_are_batch_written() {
 }
 
 #[test]
+fn agent_tier_calls_whose_flush_failed_are_written_by_the_next_flush() {
+    for with_shared_calls in [false, true] {
+        let memory = store_with_shared_slugify();
+        let store = Rc::new(SharedDataStore::new(memory.clone()));
+        let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+        let r = rig_over("agent_f", config.clone(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+        forge_ok(&r, "tidy", SLUGIFY_JS, "s1");
+        use_n(&r, "tidy", 3, "s1");
+        assert_eq!(block_on(r.registry.request_promotion("tidy", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+        use_n(&r, "tidy", 2, "s1");
+        if with_shared_calls {
+            use_n(&r, "slugify", 1, "s1");
+        }
+        store.refuse_writes.set(true);
+        assert_eq!(block_on(r.registry.flush_stats()).unwrap_err().code(), "store_quota");
+        store.refuse_writes.set(false);
+        block_on(r.registry.flush_stats()).unwrap();
+        let reopened = rig_for("agent_f", config, Some(approving_judge()), None, memory.clone());
+        let tidy = reopened.registry.list("s2").into_iter().find(|t| t.name == "tidy").unwrap();
+        assert_eq!(tidy.stats.calls, 3 + 2, "the calls the failed flush took are written by the next (with shared calls: {with_shared_calls})");
+        assert_eq!(stored_shared_calls(&memory), 3 + u64::from(with_shared_calls));
+    }
+}
+
+#[test]
 fn promotion_needs_uses_and_confidence_above_the_threshold() {
     let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");

@@ -222,22 +222,28 @@ impl State {
 }
 
 /// What a stats flush took out of memory to write. Until the write is sent (`sent`), a flush
-/// that ends early puts it back: one dropped while it waits for the shared-stats lock or reads
-/// the totals (its tool call was abandoned by an abort), or one that failed there. Otherwise
-/// those calls would be missing from the totals for good.
+/// that ends early puts the shared-tier deltas back: one dropped while it waits for the
+/// shared-stats lock or reads the totals (its tool call was abandoned by an abort), or one that
+/// failed there. Otherwise those calls would be missing from the totals for good. Agent-tier
+/// names are dirty again unless the write is known to have landed (`written`): their stats are
+/// written whole, so writing them twice is harmless, while a name left clean would never be
+/// written until its tool is called again.
 struct FlushTaken<'a> {
     registry: &'a Registry,
     shared: &'a [(String, ToolStats)],
     agent: Vec<String>,
     sent: std::cell::Cell<bool>,
+    written: std::cell::Cell<bool>,
 }
 
 impl Drop for FlushTaken<'_> {
     fn drop(&mut self) {
-        if self.sent.get() {
+        if self.written.get() {
             return;
         }
-        self.registry.keep_unflushed(self.shared);
+        if !self.sent.get() {
+            self.registry.keep_unflushed(self.shared);
+        }
         let mut state = self.registry.state.borrow_mut();
         for name in self.agent.drain(..) {
             state.dirty.insert((Tier::Agent, name));
@@ -696,14 +702,12 @@ impl Registry {
             }
             (ops, shared, agent)
         };
-        let taken = FlushTaken { registry: self, shared: &shared, agent, sent: std::cell::Cell::new(shared.is_empty()) };
-        if shared.is_empty() {
-            return self.persist(ops).await;
-        }
-        let written = self.write_shared_stats(ops, &shared, &taken.sent).await;
+        let taken = FlushTaken { registry: self, shared: &shared, agent, sent: Default::default(), written: Default::default() };
+        let written = if shared.is_empty() { self.persist(ops).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
         if written.is_err() && taken.sent.get() {
             self.keep_unflushed(&shared);
         }
+        taken.written.set(written.is_ok());
         written
     }
 
