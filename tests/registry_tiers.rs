@@ -402,6 +402,68 @@ fn a_shared_stats_flush_dropped_before_its_write_keeps_its_calls_for_the_next_fl
     assert_eq!(stored_shared_calls(&memory), 3 + 2, "the dropped flush's calls are written by the next");
 }
 
+/// `owner`'s `slugify` (shared at version 1) goes on to the shared tier at version 2, with 3
+/// calls as a session tool of its own.
+fn approve_slugify_v2(owner: &Rig) {
+    forge_ok(owner, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(owner, "slugify", 3, "s2");
+    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(owner.registry.request_promotion("slugify", Tier::Shared, "s2")).unwrap().approval.unwrap();
+    assert_eq!(block_on(owner.registry.approve(&approval.id)).unwrap().version, 2);
+}
+
+#[test]
+fn approving_a_new_version_of_a_shared_tool_adds_its_calls_to_every_agents_instead_of_replacing_them() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    use_n(&other, "slugify", 4, "b");
+    block_on(other.registry.flush_stats()).unwrap();
+    // The owner has not seen the other agent's calls when it approves version 2.
+    approve_slugify_v2(&owner);
+    assert_eq!(stored_shared_calls(&store), 3 + 4 + 3);
+    assert_eq!(owner.registry.list("x")[0].stats.calls, 3 + 4 + 3, "the owner sees the totals");
+}
+
+#[test]
+fn rolling_back_a_shared_tool_keeps_other_agents_calls_and_counts_its_own_once() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    approve_slugify_v2(&owner);
+    let before = stored_shared_calls(&store);
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    use_n(&other, "slugify", 4, "b");
+    block_on(other.registry.flush_stats()).unwrap();
+    // The owner rolls back without having seen the other agent's calls.
+    assert_eq!(block_on(owner.registry.rollback("slugify", 1, "x")).unwrap().version, 1);
+    assert_eq!(stored_shared_calls(&store), before + 4, "the other agent's calls stay counted");
+    use_n(&owner, "slugify", 3, "x");
+    block_on(owner.registry.rollback("slugify", 2, "x")).unwrap();
+    assert_eq!(stored_shared_calls(&store), before + 4, "calls not flushed yet are not written by a rollback");
+    block_on(owner.registry.flush_stats()).unwrap();
+    assert_eq!(stored_shared_calls(&store), before + 4 + 3, "the flush counts them once");
+    let fresh = rig_for("agent3", promo_config(), Some(approving_judge()), None, store.clone());
+    assert_eq!(fresh.registry.list("z")[0].stats.calls, before + 4 + 3);
+}
+
+#[test]
+fn demoting_a_shared_tool_keeps_other_agents_calls_and_counts_its_own_once() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    use_n(&other, "slugify", 4, "b");
+    block_on(other.registry.flush_stats()).unwrap();
+    use_n(&owner, "slugify", 2, "x");
+    // The shared tombstone keeps the calls the tool got at the shared tier.
+    assert_eq!(block_on(owner.registry.demote("slugify", "x")).unwrap().tier, Tier::Agent);
+    assert_eq!(stored_shared_calls(&store), 3 + 4, "a demotion does not write the shared totals");
+    block_on(owner.registry.flush_stats()).unwrap();
+    assert_eq!(stored_shared_calls(&store), 3 + 4 + 2, "the owner's calls made before the demotion are added once");
+    let fresh = rig_for("agent3", promo_config(), Some(approving_judge()), None, store.clone());
+    let tombstone = &fresh.registry.list("z")[0];
+    assert_eq!((tombstone.status, tombstone.stats.calls), (ToolStatus::Demoted, 3 + 4 + 2));
+}
+
 #[test]
 fn a_promotion_that_cannot_be_recorded_is_not_asked_again_on_every_use() {
     for panel_approves in [false, true] {

@@ -573,13 +573,17 @@ impl Registry {
         format!("agent/{}/approval/{id}", self.agent_id)
     }
 
-    /// Ops writing `entry` (record and stats) when its tier is persisted.
+    /// Ops writing `entry` when its tier is persisted: its record, and at the agent tier its
+    /// stats. Shared-tier stats are every agent's calls added up, and change only through the
+    /// read-add-write of [`Registry::flush_stats`]: a lifecycle change writing this agent's view
+    /// of them would drop the calls other agents flushed since it last read them, and its own
+    /// unflushed calls would be added again by its next flush.
     pub(crate) fn entry_ops(&self, entry: &Entry) -> Vec<BatchOp> {
-        let tier = entry.record.tier;
-        if tier == Tier::Session {
-            return vec![];
+        match entry.record.tier {
+            Tier::Session => vec![],
+            Tier::Agent => entry_ops_under(&self.prefix(Tier::Agent), entry),
+            Tier::Shared => vec![record_op(&self.prefix(Tier::Shared), entry)],
         }
-        entry_ops_under(&self.prefix(tier), entry)
     }
 
     /// Ops deleting a persisted entry.
@@ -744,7 +748,8 @@ impl Registry {
         self.persist(ops).await
     }
 
-    /// Puts shared-tier deltas that could not be written back, to be written next time.
+    /// Adds shared-tier deltas to what the next flush writes (calls a flush could not write,
+    /// or an approved tool's calls joining the shared totals).
     fn keep_unflushed(&self, shared: &[(String, ToolStats)]) {
         let mut state = self.state.borrow_mut();
         for (name, delta) in shared {
@@ -1215,6 +1220,9 @@ impl Registry {
             let old = state.tier_mut(from, session).get_mut(name).expect("found above");
             old.record.status = ToolStatus::Demoted;
             old.built = None;
+            // A shared tombstone keeps its stats: the calls the tool got at the shared tier, to
+            // which the flush still adds those this agent (or any other) has not written yet.
+            // The tier below starts from this agent's view of them.
             let mut ops = self.entry_ops(old);
             let mut record = old.record.clone();
             let stats = old.stats.clone();
@@ -1320,13 +1328,15 @@ fn agent_prefix(agent_id: &str) -> String {
     format!("agent/{agent_id}/")
 }
 
-/// Ops writing `entry` (record and stats) under `prefix` (a tier's records of some agent).
+/// Ops writing `entry` (record and stats) under `prefix` (the agent tier of some agent).
 fn entry_ops_under(prefix: &str, entry: &Entry) -> Vec<BatchOp> {
     let name = &entry.record.name;
-    vec![
-        BatchOp::Put { key: format!("{prefix}tool/{name}"), value: versioned("tool", &entry.record) },
-        BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) },
-    ]
+    vec![record_op(prefix, entry), BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) }]
+}
+
+/// The op writing `entry`'s tool record under `prefix`.
+fn record_op(prefix: &str, entry: &Entry) -> BatchOp {
+    BatchOp::Put { key: format!("{prefix}tool/{}", entry.record.name), value: versioned("tool", &entry.record) }
 }
 
 /// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
