@@ -653,6 +653,24 @@ fn an_audit_ring_stored_in_the_old_single_key_format_is_read_and_migrated() {
     assert_eq!(again.registry.audit_trail().len(), 5);
 }
 
+#[test]
+fn a_legacy_audit_ring_migrated_beside_newer_per_entry_records_goes_before_them_and_replaces_none() {
+    let store = Rc::new(MemoryStore::new());
+    let entry = |tool: &str| json!({ "at": 1.0, "action": "forge", "tool": tool, "detail": "hash x" });
+    for (seq, tool) in ["new0", "new1", "new2"].into_iter().enumerate() {
+        block_on(store.put(&format!("agent/agent1/audit/{seq:012}"), json!({ "kind": "audit-entry", "v": 1, "data": entry(tool) }))).unwrap();
+    }
+    block_on(store.put("agent/agent1/audit", json!({ "kind": "audit", "v": 1, "data": [entry("old0"), entry("old1")] }))).unwrap();
+    let tools = |r: &Rig| r.registry.audit_trail().into_iter().map(|a| a.tool).collect::<Vec<_>>();
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
+    assert_eq!(tools(&r), ["old0", "old1", "new0", "new1", "new2"]);
+    let reopened = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
+    assert_eq!(tools(&reopened), ["old0", "old1", "new0", "new1", "new2"], "the store holds every entry, oldest first");
+    forge_ok(&reopened, "c", SLUGIFY_JS, "s1");
+    let again = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
+    assert_eq!(tools(&again), ["old0", "old1", "new0", "new1", "new2", "c", "c", "c"], "later entries go after them");
+}
+
 fn rig_audit_actions() -> Vec<String> {
     let r = rig();
     forge_ok(&r, "x", SLUGIFY_JS, "s1");

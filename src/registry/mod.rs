@@ -419,9 +419,20 @@ impl Registry {
         if let Some(value) = deps.store.get(&legacy_audit_key).await? {
             let entries: Vec<AuditEntry> = unversioned(&legacy_audit_key, "audit", value)?;
             let mut ops = vec![BatchOp::Delete { key: legacy_audit_key }];
-            // The legacy ring is older than any per-entry key.
-            let first = state.audit_seqs.front().copied().unwrap_or(state.next_audit_seq).saturating_sub(entries.len() as u64);
-            for (i, entry) in entries.into_iter().enumerate().rev() {
+            // The legacy ring is older than any per-entry key, so it goes below the first one.
+            // Without room there, the per-entry entries move up after it (a legacy entry put
+            // on an existing key would replace a newer entry).
+            let front = state.audit_seqs.front().copied().unwrap_or(state.next_audit_seq);
+            let (first, moved): (u64, Vec<(u64, AuditEntry)>) = match front.checked_sub(entries.len() as u64) {
+                Some(first) => (first, vec![]),
+                None => (state.next_audit_seq, state.audit_seqs.drain(..).zip(state.audit.drain(..)).collect()),
+            };
+            let mut ring = entries;
+            for (seq, entry) in moved {
+                ops.push(BatchOp::Delete { key: audit_entry_key(agent_id, seq) });
+                ring.push(entry);
+            }
+            for (i, entry) in ring.into_iter().enumerate().rev() {
                 let seq = first + i as u64;
                 ops.push(BatchOp::Put { key: audit_entry_key(agent_id, seq), value: versioned("audit-entry", &entry) });
                 state.audit.push_front(entry);
