@@ -148,6 +148,31 @@ fn agent_stats_are_batch_written() {
 }
 
 #[test]
+fn agent_tier_calls_whose_flush_failed_are_written_by_the_next_flush() {
+    for with_shared_calls in [false, true] {
+        let memory = store_with_shared_slugify();
+        let store = Rc::new(SharedDataStore::new(memory.clone()));
+        let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+        let r = rig_over("agent_f", config.clone(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+        forge_ok(&r, "tidy", SLUGIFY_JS, "s1");
+        use_n(&r, "tidy", 3, "s1");
+        assert_eq!(block_on(r.registry.request_promotion("tidy", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+        use_n(&r, "tidy", 2, "s1");
+        if with_shared_calls {
+            use_n(&r, "slugify", 1, "s1");
+        }
+        store.refuse_writes.set(true);
+        assert_eq!(block_on(r.registry.flush_stats()).unwrap_err().code(), "store_quota");
+        store.refuse_writes.set(false);
+        block_on(r.registry.flush_stats()).unwrap();
+        let reopened = rig_for("agent_f", config, Some(approving_judge()), None, memory.clone());
+        let tidy = reopened.registry.list("s2").into_iter().find(|t| t.name == "tidy").unwrap();
+        assert_eq!(tidy.stats.calls, 3 + 2, "the calls the failed flush took are written by the next (with shared calls: {with_shared_calls})");
+        assert_eq!(stored_shared_calls(&memory), 3 + u64::from(with_shared_calls));
+    }
+}
+
+#[test]
 fn promotion_needs_uses_and_confidence_above_the_threshold() {
     let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
@@ -377,6 +402,68 @@ fn a_shared_stats_flush_dropped_before_its_write_keeps_its_calls_for_the_next_fl
     assert_eq!(stored_shared_calls(&memory), 3 + 2, "the dropped flush's calls are written by the next");
 }
 
+/// `owner`'s `slugify` (shared at version 1) goes on to the shared tier at version 2, with 3
+/// calls as a session tool of its own.
+fn approve_slugify_v2(owner: &Rig) {
+    forge_ok(owner, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(owner, "slugify", 3, "s2");
+    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(owner.registry.request_promotion("slugify", Tier::Shared, "s2")).unwrap().approval.unwrap();
+    assert_eq!(block_on(owner.registry.approve(&approval.id)).unwrap().version, 2);
+}
+
+#[test]
+fn approving_a_new_version_of_a_shared_tool_adds_its_calls_to_every_agents_instead_of_replacing_them() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    use_n(&other, "slugify", 4, "b");
+    block_on(other.registry.flush_stats()).unwrap();
+    // The owner has not seen the other agent's calls when it approves version 2.
+    approve_slugify_v2(&owner);
+    assert_eq!(stored_shared_calls(&store), 3 + 4 + 3);
+    assert_eq!(owner.registry.list("x")[0].stats.calls, 3 + 4 + 3, "the owner sees the totals");
+}
+
+#[test]
+fn rolling_back_a_shared_tool_keeps_other_agents_calls_and_counts_its_own_once() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    approve_slugify_v2(&owner);
+    let before = stored_shared_calls(&store);
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    use_n(&other, "slugify", 4, "b");
+    block_on(other.registry.flush_stats()).unwrap();
+    // The owner rolls back without having seen the other agent's calls.
+    assert_eq!(block_on(owner.registry.rollback("slugify", 1, "x")).unwrap().version, 1);
+    assert_eq!(stored_shared_calls(&store), before + 4, "the other agent's calls stay counted");
+    use_n(&owner, "slugify", 3, "x");
+    block_on(owner.registry.rollback("slugify", 2, "x")).unwrap();
+    assert_eq!(stored_shared_calls(&store), before + 4, "calls not flushed yet are not written by a rollback");
+    block_on(owner.registry.flush_stats()).unwrap();
+    assert_eq!(stored_shared_calls(&store), before + 4 + 3, "the flush counts them once");
+    let fresh = rig_for("agent3", promo_config(), Some(approving_judge()), None, store.clone());
+    assert_eq!(fresh.registry.list("z")[0].stats.calls, before + 4 + 3);
+}
+
+#[test]
+fn demoting_a_shared_tool_keeps_other_agents_calls_and_counts_its_own_once() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    use_n(&other, "slugify", 4, "b");
+    block_on(other.registry.flush_stats()).unwrap();
+    use_n(&owner, "slugify", 2, "x");
+    // The shared tombstone keeps the calls the tool got at the shared tier.
+    assert_eq!(block_on(owner.registry.demote("slugify", "x")).unwrap().tier, Tier::Agent);
+    assert_eq!(stored_shared_calls(&store), 3 + 4, "a demotion does not write the shared totals");
+    block_on(owner.registry.flush_stats()).unwrap();
+    assert_eq!(stored_shared_calls(&store), 3 + 4 + 2, "the owner's calls made before the demotion are added once");
+    let fresh = rig_for("agent3", promo_config(), Some(approving_judge()), None, store.clone());
+    let tombstone = &fresh.registry.list("z")[0];
+    assert_eq!((tombstone.status, tombstone.stats.calls), (ToolStatus::Demoted, 3 + 4 + 2));
+}
+
 #[test]
 fn a_promotion_that_cannot_be_recorded_is_not_asked_again_on_every_use() {
     for panel_approves in [false, true] {
@@ -564,6 +651,24 @@ fn an_audit_ring_stored_in_the_old_single_key_format_is_read_and_migrated() {
     assert!(block_on(store.get("agent/agent1/audit")).unwrap().is_none(), "the old key is replaced");
     let again = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
     assert_eq!(again.registry.audit_trail().len(), 5);
+}
+
+#[test]
+fn a_legacy_audit_ring_migrated_beside_newer_per_entry_records_goes_before_them_and_replaces_none() {
+    let store = Rc::new(MemoryStore::new());
+    let entry = |tool: &str| json!({ "at": 1.0, "action": "forge", "tool": tool, "detail": "hash x" });
+    for (seq, tool) in ["new0", "new1", "new2"].into_iter().enumerate() {
+        block_on(store.put(&format!("agent/agent1/audit/{seq:012}"), json!({ "kind": "audit-entry", "v": 1, "data": entry(tool) }))).unwrap();
+    }
+    block_on(store.put("agent/agent1/audit", json!({ "kind": "audit", "v": 1, "data": [entry("old0"), entry("old1")] }))).unwrap();
+    let tools = |r: &Rig| r.registry.audit_trail().into_iter().map(|a| a.tool).collect::<Vec<_>>();
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
+    assert_eq!(tools(&r), ["old0", "old1", "new0", "new1", "new2"]);
+    let reopened = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
+    assert_eq!(tools(&reopened), ["old0", "old1", "new0", "new1", "new2"], "the store holds every entry, oldest first");
+    forge_ok(&reopened, "c", SLUGIFY_JS, "s1");
+    let again = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
+    assert_eq!(tools(&again), ["old0", "old1", "new0", "new1", "new2", "c", "c", "c"], "later entries go after them");
 }
 
 fn rig_audit_actions() -> Vec<String> {

@@ -222,22 +222,28 @@ impl State {
 }
 
 /// What a stats flush took out of memory to write. Until the write is sent (`sent`), a flush
-/// that ends early puts it back: one dropped while it waits for the shared-stats lock or reads
-/// the totals (its tool call was abandoned by an abort), or one that failed there. Otherwise
-/// those calls would be missing from the totals for good.
+/// that ends early puts the shared-tier deltas back: one dropped while it waits for the
+/// shared-stats lock or reads the totals (its tool call was abandoned by an abort), or one that
+/// failed there. Otherwise those calls would be missing from the totals for good. Agent-tier
+/// names are dirty again unless the write is known to have landed (`written`): their stats are
+/// written whole, so writing them twice is harmless, while a name left clean would never be
+/// written until its tool is called again.
 struct FlushTaken<'a> {
     registry: &'a Registry,
     shared: &'a [(String, ToolStats)],
     agent: Vec<String>,
     sent: std::cell::Cell<bool>,
+    written: std::cell::Cell<bool>,
 }
 
 impl Drop for FlushTaken<'_> {
     fn drop(&mut self) {
-        if self.sent.get() {
+        if self.written.get() {
             return;
         }
-        self.registry.keep_unflushed(self.shared);
+        if !self.sent.get() {
+            self.registry.keep_unflushed(self.shared);
+        }
         let mut state = self.registry.state.borrow_mut();
         for name in self.agent.drain(..) {
             state.dirty.insert((Tier::Agent, name));
@@ -413,9 +419,20 @@ impl Registry {
         if let Some(value) = deps.store.get(&legacy_audit_key).await? {
             let entries: Vec<AuditEntry> = unversioned(&legacy_audit_key, "audit", value)?;
             let mut ops = vec![BatchOp::Delete { key: legacy_audit_key }];
-            // The legacy ring is older than any per-entry key.
-            let first = state.audit_seqs.front().copied().unwrap_or(state.next_audit_seq).saturating_sub(entries.len() as u64);
-            for (i, entry) in entries.into_iter().enumerate().rev() {
+            // The legacy ring is older than any per-entry key, so it goes below the first one.
+            // Without room there, the per-entry entries move up after it (a legacy entry put
+            // on an existing key would replace a newer entry).
+            let front = state.audit_seqs.front().copied().unwrap_or(state.next_audit_seq);
+            let (first, moved): (u64, Vec<(u64, AuditEntry)>) = match front.checked_sub(entries.len() as u64) {
+                Some(first) => (first, vec![]),
+                None => (state.next_audit_seq, state.audit_seqs.drain(..).zip(state.audit.drain(..)).collect()),
+            };
+            let mut ring = entries;
+            for (seq, entry) in moved {
+                ops.push(BatchOp::Delete { key: audit_entry_key(agent_id, seq) });
+                ring.push(entry);
+            }
+            for (i, entry) in ring.into_iter().enumerate().rev() {
                 let seq = first + i as u64;
                 ops.push(BatchOp::Put { key: audit_entry_key(agent_id, seq), value: versioned("audit-entry", &entry) });
                 state.audit.push_front(entry);
@@ -567,13 +584,17 @@ impl Registry {
         format!("agent/{}/approval/{id}", self.agent_id)
     }
 
-    /// Ops writing `entry` (record and stats) when its tier is persisted.
+    /// Ops writing `entry` when its tier is persisted: its record, and at the agent tier its
+    /// stats. Shared-tier stats are every agent's calls added up, and change only through the
+    /// read-add-write of [`Registry::flush_stats`]: a lifecycle change writing this agent's view
+    /// of them would drop the calls other agents flushed since it last read them, and its own
+    /// unflushed calls would be added again by its next flush.
     pub(crate) fn entry_ops(&self, entry: &Entry) -> Vec<BatchOp> {
-        let tier = entry.record.tier;
-        if tier == Tier::Session {
-            return vec![];
+        match entry.record.tier {
+            Tier::Session => vec![],
+            Tier::Agent => entry_ops_under(&self.prefix(Tier::Agent), entry),
+            Tier::Shared => vec![record_op(&self.prefix(Tier::Shared), entry)],
         }
-        entry_ops_under(&self.prefix(tier), entry)
     }
 
     /// Ops deleting a persisted entry.
@@ -696,14 +717,12 @@ impl Registry {
             }
             (ops, shared, agent)
         };
-        let taken = FlushTaken { registry: self, shared: &shared, agent, sent: std::cell::Cell::new(shared.is_empty()) };
-        if shared.is_empty() {
-            return self.persist(ops).await;
-        }
-        let written = self.write_shared_stats(ops, &shared, &taken.sent).await;
+        let taken = FlushTaken { registry: self, shared: &shared, agent, sent: Default::default(), written: Default::default() };
+        let written = if shared.is_empty() { self.persist(ops).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
         if written.is_err() && taken.sent.get() {
             self.keep_unflushed(&shared);
         }
+        taken.written.set(written.is_ok());
         written
     }
 
@@ -740,7 +759,8 @@ impl Registry {
         self.persist(ops).await
     }
 
-    /// Puts shared-tier deltas that could not be written back, to be written next time.
+    /// Adds shared-tier deltas to what the next flush writes (calls a flush could not write,
+    /// or an approved tool's calls joining the shared totals).
     fn keep_unflushed(&self, shared: &[(String, ToolStats)]) {
         let mut state = self.state.borrow_mut();
         for (name, delta) in shared {
@@ -1211,6 +1231,9 @@ impl Registry {
             let old = state.tier_mut(from, session).get_mut(name).expect("found above");
             old.record.status = ToolStatus::Demoted;
             old.built = None;
+            // A shared tombstone keeps its stats: the calls the tool got at the shared tier, to
+            // which the flush still adds those this agent (or any other) has not written yet.
+            // The tier below starts from this agent's view of them.
             let mut ops = self.entry_ops(old);
             let mut record = old.record.clone();
             let stats = old.stats.clone();
@@ -1316,13 +1339,15 @@ fn agent_prefix(agent_id: &str) -> String {
     format!("agent/{agent_id}/")
 }
 
-/// Ops writing `entry` (record and stats) under `prefix` (a tier's records of some agent).
+/// Ops writing `entry` (record and stats) under `prefix` (the agent tier of some agent).
 fn entry_ops_under(prefix: &str, entry: &Entry) -> Vec<BatchOp> {
     let name = &entry.record.name;
-    vec![
-        BatchOp::Put { key: format!("{prefix}tool/{name}"), value: versioned("tool", &entry.record) },
-        BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) },
-    ]
+    vec![record_op(prefix, entry), BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) }]
+}
+
+/// The op writing `entry`'s tool record under `prefix`.
+fn record_op(prefix: &str, entry: &Entry) -> BatchOp {
+    BatchOp::Put { key: format!("{prefix}tool/{}", entry.record.name), value: versioned("tool", &entry.record) }
 }
 
 /// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.

@@ -16,7 +16,7 @@ use crate::forge::{ask_judge, review_prompt, run_tests, ReviewKind, Verdict};
 use crate::guard::OnDrop;
 use crate::tools::CallContext;
 
-use super::{tool_info, Entry, PendingApproval, Registry, RegistryError, Tier, ToolInfo, ToolStatus};
+use super::{tool_info, Entry, PendingApproval, Registry, RegistryError, Tier, ToolInfo, ToolStats, ToolStatus};
 
 /// How a promotion request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -292,6 +292,7 @@ impl Registry {
     /// Grants a pending approval: the tool moves from the agent to the shared tier.
     pub async fn approve(&self, id: &str) -> Result<ToolInfo, RegistryError> {
         let _turn = self.shared_turn.lock().await;
+        let mut joining = ToolStats::default();
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let (name, approved_hash) =
@@ -340,13 +341,20 @@ impl Registry {
                         let mut record = entry.record;
                         record.tier = Tier::Shared;
                         record.mark_reviewed(Tier::Shared);
+                        // The agent's calls join the shared totals (those of the version replaced,
+                        // as a rollback keeps them) as a delta flushed once the record is written:
+                        // writing them whole would drop the calls other agents counted.
+                        let mut promoted = Entry::new(record, entry.stats.clone());
                         if let Some(replaced) = state.shared.get(&name) {
-                            record.absorb_history(&replaced.record.history);
+                            promoted.record.absorb_history(&replaced.record.history);
+                            promoted.stats = replaced.stats.clone();
+                            promoted.stats.merge(&entry.stats);
+                            promoted.unflushed = replaced.unflushed.clone();
                         }
-                        let entry = Entry::new(record, entry.stats);
-                        ops.extend(self.entry_ops(&entry));
-                        let info = tool_info(&entry);
-                        state.shared.insert(name.clone(), entry);
+                        joining = entry.stats;
+                        ops.extend(self.entry_ops(&promoted));
+                        let info = tool_info(&promoted);
+                        state.shared.insert(name.clone(), promoted);
                         ops.extend(self.audit(&mut state, "approval.approved", &name, Some(info.version), Some(Tier::Shared), id.to_string(), None.into()));
                         ops.extend(self.audit(
                             &mut state,
@@ -365,7 +373,10 @@ impl Registry {
         };
         self.persist_or_undo(ops, undo).await?;
         let info = info?;
+        self.keep_unflushed(&[(info.name.clone(), joining)]);
         self.emit("", EventBody::ToolPromoted { name: info.name.clone(), from_tier: Tier::Agent, to_tier: Tier::Shared, version: info.version });
+        // Best effort: a delta the flush could not write stays dirty for the next one.
+        let _ = self.flush_stats().await;
         Ok(info)
     }
 
