@@ -233,6 +233,15 @@ for (const { name, factory, baseURL, splitsArguments } of providers) {
       assert.equal(server.requests.length, 1);
     });
 
+    it('lets a streamed answer that keeps coming run past timeoutMs: the timeout is for stalls', async () => {
+      const pieces = Array.from({ length: 8 }, (_, i) => `w${i} `);
+      server.enqueue({ text: pieces, chunkDelayMs: 60 });
+      const started = Date.now();
+      const result = await collect(make({ timeoutMs: 250 }).stream({ messages: hello, tools: [] }));
+      assert.equal(result.text, pieces.join(''));
+      assert.ok(Date.now() - started > 250, 'the whole answer took longer than timeoutMs');
+    });
+
     it('fails with provider_protocol on malformed streamed JSON, without retrying', async () => {
       server.enqueue({ text: ['a', 'b'], malformed: true }, { text: 'not reached' });
       const error = await rejection(collect(make().stream({ messages: hello, tools: [] })));

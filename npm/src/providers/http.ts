@@ -112,7 +112,6 @@ export function httpContext(provider: string, options: ProviderOptions): HttpCon
     provider,
     // Calling a detached `globalThis.fetch` throws "Illegal invocation" in browsers.
     fetch: options.fetch ?? ((input, init) => globalThis.fetch(input, init)),
-    // Node's AbortSignal.timeout takes whole milliseconds only.
     timeoutMs: Math.ceil(options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
     retry,
   };
@@ -190,9 +189,10 @@ export function joinUrl(baseURL: string, path: string): string {
  * Runs `attempt` with a fresh timeout signal, retrying retryable failures while no item has
  * been yielded yet. Failures come out mapped: `AbortError` when the caller aborted,
  * `provider_timeout` when the attempt's timeout fired, otherwise the `ProviderError` raised
- * by the attempt (raw network errors become `provider_network`). A timeout is not retried:
- * `timeoutMs` is the caller's budget for the call, and a stalled server rarely recovers
- * within it.
+ * by the attempt (raw network errors become `provider_network`). The timeout measures a
+ * stall, not the whole answer: it restarts with every item, so a local model writing for
+ * minutes is not cut off while it makes progress. A timeout is not retried: a stalled server
+ * rarely recovers within it.
  */
 export async function* withRetry<T>(
   ctx: HttpContext,
@@ -201,21 +201,26 @@ export async function* withRetry<T>(
 ): AsyncGenerator<T, void, undefined> {
   for (let attemptNo = 0; ; attemptNo++) {
     if (callerSignal?.aborted) throw abortError(callerSignal);
-    const timeout = AbortSignal.timeout(ctx.timeoutMs);
-    const signal = callerSignal ? anySignal(callerSignal, timeout) : timeout;
+    const stall = stallTimer(ctx.timeoutMs);
+    const signal = callerSignal ? anySignal(callerSignal, stall.signal) : stall.signal;
     let yielded = false;
     try {
       for await (const item of attempt(signal)) {
         yielded = true;
+        // Paused while the consumer holds the item: its own time is not the server's stall.
+        stall.stop();
         yield item;
+        stall.restart();
       }
       return;
     } catch (raw) {
-      const error = classify(ctx, raw, callerSignal, timeout);
+      const error = classify(ctx, raw, callerSignal, stall.signal);
       const canRetry =
         error instanceof ProviderError && error.retryable && error.code !== 'provider_timeout' && !yielded;
       if (!canRetry || attemptNo >= ctx.retry.maxRetries) throw error;
       await sleep(backoffMs(ctx.retry, attemptNo, retryAfterByError.get(error)), callerSignal);
+    } finally {
+      stall.stop();
     }
   }
 }
@@ -449,7 +454,7 @@ function classify(
   // The signals decide first: an abort surfaces inside fetch as a network-looking error.
   if (callerSignal?.aborted) return raw instanceof AbortError ? raw : abortError(callerSignal, raw);
   if (timeout.aborted) {
-    return new ProviderError('provider_timeout', `${ctx.provider}: no complete answer within ${ctx.timeoutMs} ms`, {
+    return new ProviderError('provider_timeout', `${ctx.provider}: no progress for ${ctx.timeoutMs} ms`, {
       provider: ctx.provider,
       retryable: true,
       cause: raw,
@@ -489,6 +494,19 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
 }
 
 /** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
+/** A signal that aborts once `ms` pass without a {@link restart}; `stop` holds it. */
+function stallTimer(ms: number): { signal: AbortSignal; restart(): void; stop(): void } {
+  const controller = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stop = () => clearTimeout(timer);
+  const restart = () => {
+    stop();
+    timer = setTimeout(() => controller.abort(new DOMException(`no progress for ${ms} ms`, 'TimeoutError')), ms);
+  };
+  restart();
+  return { signal: controller.signal, restart, stop };
+}
+
 function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
   if (typeof AbortSignal.any === 'function') return AbortSignal.any([a, b]);
   const controller = new AbortController();

@@ -114,7 +114,11 @@ export interface ProviderOptions {
   baseURL?: string;
   apiKey?: string;
   headers?: Record<string, string>;
-  /** Per-request timeout in ms (connect + full stream). Default 120000. */
+  /**
+   * Longest stall in ms: until the answer starts, then between two of its pieces (a streamed
+   * answer may take longer in all while it makes progress; a whole one must arrive within it).
+   * Default 120000.
+   */
   timeoutMs?: number;
   retry?: RetryOptions;
   /** Use streaming (SSE / NDJSON). Default true. */
