@@ -235,7 +235,9 @@ const unclosedAgents = new FinalizationRegistry<() => void>((release) => release
  * Claims `agentId` on `store` for one open agent with emergent capabilities: its registry keeps
  * its tools, stats and audit trail in memory and writes them back, so a second writer of the
  * same records (another agent object here, or another tab) would overwrite them. Refused with
- * `store_blocked` when taken; resolves with the release function.
+ * `store_blocked` when taken; resolves with the release function. `openRegistries` is per store
+ * object, enough where each object owns its data (memory, LevelDB); stores whose objects share
+ * data (IndexedDB) take `agent:<agentId>` with `tryLock`, which spans all of them.
  */
 async function claimRegistry(store: Store, agentId: string): Promise<() => void> {
   const open = openRegistries.get(store) ?? new Set<string>();
@@ -244,7 +246,7 @@ async function claimRegistry(store: Store, agentId: string): Promise<() => void>
   }
   const releaseLock = store.tryLock ? await store.tryLock(`agent:${agentId}`) : () => undefined;
   if (!releaseLock) {
-    throw new StoreError('store_blocked', `agent "${agentId}" is open in another tab or worker on this store: close it there, or give this agent another agentId`);
+    throw new StoreError('store_blocked', `agent "${agentId}" is open on this store's data through another store object, tab or worker: close it there, or give this agent another agentId`);
   }
   open.add(agentId);
   openRegistries.set(store, open);

@@ -3,7 +3,8 @@
 // the registry persists through a store.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AbortError, createAgent, CrucibleError, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
+import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
+import { AbortError, createAgent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { iterations, seeded } from './support/seeded.js';
 import type { ExecuteOptions, SandboxRequest } from '../src/sandbox/types.js';
@@ -728,6 +729,21 @@ describe('emergent options and edge cases through createAgent', () => {
     const again = await makeAgent(store);
     assert.ok((await again.forge(slugify)).success);
     await Promise.all([again.close(), other.close()]);
+  });
+
+  test('indexedDbStore objects on one database are one store: a second agent of an id is refused there too', async () => {
+    // Node has no Web Locks: the claim must hold across store objects within the process.
+    const factory = new IDBFactory();
+    const open = (storeName?: string) => indexedDbStore({ name: 'app', storeName, indexedDB: factory, IDBKeyRange });
+    const stores = [open(), open(), open(), open('elsewhere')];
+    const first = await makeAgent(stores[0]!);
+    await assert.rejects(makeAgent(stores[1]!), { code: 'store_blocked', message: /agent "bot"/ });
+    const elsewhere = await makeAgent(stores[3]!); // another object store: its own records
+    await first.close();
+    const again = await makeAgent(stores[2]!);
+    assert.ok((await again.forge(slugify)).success);
+    await Promise.all([again.close(), elsewhere.close()]);
+    await Promise.all(stores.map((s) => s.close()));
   });
 
   test('a host tool that needs approval is refused to direct calls and to forged pipelines', async () => {

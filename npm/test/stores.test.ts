@@ -71,6 +71,15 @@ async function rejectsWith(promise: Promise<unknown>, code: StoreError['code']):
   assert.fail(`expected a StoreError ${code}, but the op succeeded`);
 }
 
+/** `promise`, or a rejection saying it is still pending after `ms` (instead of a hung test). */
+function settlesWithin<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`still pending after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 const sample = STORE_SAMPLE;
 
 for (const kind of kinds) {
@@ -302,7 +311,7 @@ describe('indexedDbStore specifics', () => {
     await store.close();
   });
 
-  it('a blocked upgrade rejects with store_blocked', async () => {
+  it('while its upgrade is blocked every op fails at once with store_blocked; once the blocker closes ops work', async () => {
     const factory = new IDBFactory();
     // A tab that holds version 1 open and ignores versionchange.
     const stubborn = await new Promise<IDBDatabase>((resolve, reject) => {
@@ -313,12 +322,46 @@ describe('indexedDbStore specifics', () => {
     });
     // A store needing a new object store must upgrade the database.
     const store = indexedDbStore({ name: 'blocked', indexedDB: factory, IDBKeyRange, storeName: 'tools' });
-    await rejectsWith(store.put('k', 1), 'store_blocked');
-    stubborn.close();
-    await new Promise((r) => setTimeout(r, 20));
-    await store.put('k', 1); // unblocked: the next op opens and upgrades
+    // Not only the op that met the blocked upgrade: later ones (an agent's registry load is a
+    // scan) must not queue behind it until the blocker closes.
+    const ops: Array<() => Promise<unknown>> = [() => store.put('k', 1), () => store.get('k'), () => store.scan(''), () => store.batch([{ type: 'delete', key: 'k' }])];
+    try {
+      for (const op of ops) await rejectsWith(settlesWithin(op(), 500), 'store_blocked');
+    } finally {
+      stubborn.close(); // fake-indexeddb polls until it closes, which would keep the test process alive
+    }
+    await new Promise((r) => setTimeout(r, 20)); // the engine lets the queued upgrade start
+    await store.put('k', 1);
     assert.equal(await store.get('k'), 1);
     await store.close();
+  });
+
+  it('without Web Locks, store objects on one database share their locks in this context', async () => {
+    assert.equal((globalThis as { navigator?: { locks?: unknown } }).navigator?.locks, undefined, 'Node has no Web Locks');
+    const factory = new IDBFactory();
+    const open = (name = 'app', storeName?: string, indexedDB = factory) => indexedDbStore({ name, storeName, indexedDB, IDBKeyRange });
+    const [a, b] = [open(), open()];
+    const release = await a.tryLock!('agent:bot');
+    assert.ok(release);
+    assert.equal(await b.tryLock!('agent:bot'), undefined, 'the same database and object store: taken');
+    for (const other of [open('other'), open('app', 'other'), open('app', undefined, new IDBFactory())]) {
+      const free = await other.tryLock!('agent:bot');
+      assert.ok(free, 'another database, object store or factory holds other records');
+      free();
+    }
+    const order: string[] = [];
+    const waiting = b.lock!('agent:bot').then((releaseB) => {
+      order.push('b holds it');
+      releaseB();
+    });
+    await new Promise((r) => setTimeout(r, 10));
+    order.push('a releases');
+    release();
+    await waiting;
+    assert.deepEqual(order, ['a releases', 'b holds it']);
+    const again = await b.tryLock!('agent:bot');
+    assert.ok(again, 'released by its holders: free again');
+    again();
   });
 
   it('a QuotaExceededError aborts the batch and rejects with store_quota', async () => {

@@ -10,7 +10,8 @@
  *   two agents writing different keys at once lose nothing, and the last writer of one key wins.
  * - Another tab asking for a version upgrade (`versionchange`) makes this store close its
  *   connection at once; the next op reopens lazily. If this store's own upgrade is held up by a
- *   connection that does not close, the op fails with `store_blocked`.
+ *   connection that does not close, every op fails with `store_blocked` until the upgrade can
+ *   start (the blocker closed); then the next op opens again.
  * - Errors: `QuotaExceededError` becomes `store_quota`, everything else `store_error`.
  *
  * Dependency-free on purpose: the `idb` wrapper would save ~40 lines of promisification but
@@ -44,9 +45,11 @@ export interface IndexedDbStoreOptions {
  * without a database `name` or when no IndexedDB factory is available.
  *
  * Its `lock`/`tryLock` use Web Locks, which browsers offer only to secure contexts (https,
- * localhost). Elsewhere the store has neither, and tabs no longer take turns: shared-tier stats
- * flushed by two tabs at once can lose counts, and a second tab can open an agent id that is
- * already open.
+ * localhost) and Node does not have. Without them the locks hold only within this JavaScript
+ * context (keyed by factory, database and object store, so two store objects on one database
+ * take turns), and other tabs, workers or processes are not locked out: shared-tier stats
+ * flushed by two of them at once can lose counts, and one of them can open an agent id that is
+ * already open in another.
  */
 export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   if (!isRecord(options)) {
@@ -68,11 +71,22 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
 
   let connection: Promise<IDBDatabase> | null = null;
   let closed = false;
+  // Set while an upgrade of ours is blocked. Its open request stays queued (an open cannot be
+  // withdrawn), and a new open would queue behind it without ever hearing `blocked` and hang:
+  // ops fail fast instead, until the request moves on.
+  let blockedUpgrade: Promise<void> | null = null;
+  const onBlocked = (movedOn: Promise<void>): void => {
+    blockedUpgrade = movedOn;
+    void movedOn.then(() => {
+      if (blockedUpgrade === movedOn) blockedUpgrade = null;
+    });
+  };
 
   const connect = (): Promise<IDBDatabase> => {
     if (closed) return Promise.reject(new StoreError('store_error', `The IndexedDB store "${name}" is closed`));
+    if (blockedUpgrade !== null) return Promise.reject(blockedError(name));
     if (connection === null) {
-      const opening: Promise<IDBDatabase> = openDatabase(factory, name, storeName).then((db) => {
+      const opening: Promise<IDBDatabase> = openDatabase(factory, name, storeName, onBlocked).then((db) => {
         const drop = (): void => {
           if (connection === opening) connection = null;
         };
@@ -137,19 +151,20 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   // Web Locks span every tab and worker of the origin, as the database does.
   const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
   // Resolves with the lock's release function once it is held, or `undefined` when
-  // `ifAvailable` and another context holds it (without `ifAvailable` the lock is always given).
-  const acquire = (manager: LockManager, lockName: string, ifAvailable: boolean): Promise<(() => void) | undefined> =>
-    new Promise((held, failed) => {
-      manager
-        .request(`${broadcastName}:${lockName}`, { ifAvailable }, (granted) => (granted ? new Promise<void>((release) => held(() => release())) : held(undefined)))
-        .catch(failed);
-    });
+  // `ifAvailable` and another holder has it (without `ifAvailable` the lock is always given).
+  const acquire = (lockName: string, ifAvailable: boolean): Promise<(() => void) | undefined> =>
+    locks
+      ? new Promise((held, failed) => {
+          locks
+            .request(`${broadcastName}:${lockName}`, { ifAvailable }, (granted) => (granted ? new Promise<void>((release) => held(() => release())) : held(undefined)))
+            .catch(failed);
+        })
+      : acquireInContext(factory, `${broadcastName}:${lockName}`, ifAvailable);
 
   return {
     broadcastName,
-    ...(locks
-      ? { lock: (lockName: string) => acquire(locks, lockName, false) as Promise<() => void>, tryLock: (lockName: string) => acquire(locks, lockName, true) }
-      : {}),
+    lock: (lockName: string) => acquire(lockName, false) as Promise<() => void>,
+    tryLock: (lockName: string) => acquire(lockName, true),
     async get(key: string): Promise<JsonValue | undefined> {
       checkKey(key);
       return run('readonly', 'get', (os) => {
@@ -212,13 +227,15 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
 
 /**
  * Opens `name` and makes sure `storeName` exists, upgrading the version when it does not.
- * A blocked upgrade rejects with `store_blocked`; if the blocking connection closes later,
- * the late connection is closed again so it never leaks.
+ * A blocked upgrade rejects with `store_blocked` and hands `onBlocked` a promise that resolves
+ * once its still-queued request moves on (the upgrade starts, or the request fails); if the
+ * request then succeeds, the late connection is closed again so it never leaks.
  */
-async function openDatabase(factory: IDBFactory, name: string, storeName: string): Promise<IDBDatabase> {
+async function openDatabase(factory: IDBFactory, name: string, storeName: string, onBlocked: (movedOn: Promise<void>) => void): Promise<IDBDatabase> {
   const attempt = (version?: number): Promise<IDBDatabase> =>
     new Promise((resolve, reject) => {
       let settled = false;
+      let movedOn: (() => void) | undefined; // set once `blocked` fired
       let req: IDBOpenDBRequest;
       try {
         req = version === undefined ? factory.open(name) : factory.open(name, version);
@@ -227,20 +244,18 @@ async function openDatabase(factory: IDBFactory, name: string, storeName: string
         return;
       }
       req.onupgradeneeded = () => {
+        movedOn?.();
         const db = req.result;
         if (!db.objectStoreNames.contains(storeName)) db.createObjectStore(storeName);
       };
       req.onblocked = () => {
         if (settled) return;
         settled = true;
-        reject(
-          new StoreError(
-            'store_blocked',
-            `Opening IndexedDB "${name}" is blocked: another connection (tab) holds an older version open and does not close`,
-          ),
-        );
+        onBlocked(new Promise<void>((resolve) => (movedOn = resolve)));
+        reject(blockedError(name));
       };
       req.onsuccess = () => {
+        movedOn?.();
         if (settled) {
           req.result.close();
           return;
@@ -250,6 +265,7 @@ async function openDatabase(factory: IDBFactory, name: string, storeName: string
       };
       req.onerror = (event) => {
         event.preventDefault?.();
+        movedOn?.();
         if (settled) return;
         settled = true;
         reject(toStoreError(req.error, 'open'));
@@ -275,6 +291,31 @@ async function openDatabase(factory: IDBFactory, name: string, storeName: string
 }
 
 /**
+ * The locks of each IndexedDB factory held in this JavaScript context, for where there are no
+ * Web Locks (Node, insecure origins): by lock name (database, object store and lock), the
+ * promise that settles when the last holder or waiter in line releases it. Keyed by name rather
+ * than by store object, because every store object on one database opens the same records.
+ */
+const contextLocks = new WeakMap<IDBFactory, Map<string, Promise<void>>>();
+
+/** {@link indexedDbStore}'s `lock`/`tryLock` without Web Locks: first come, first served. */
+function acquireInContext(factory: IDBFactory, lockName: string, ifAvailable: boolean): Promise<(() => void) | undefined> {
+  const held = contextLocks.get(factory) ?? new Map<string, Promise<void>>();
+  contextLocks.set(factory, held);
+  const before = held.get(lockName);
+  if (before !== undefined && ifAvailable) return Promise.resolve(undefined);
+  const turn = before ?? Promise.resolve();
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const last = turn.then(() => released);
+  held.set(lockName, last);
+  return turn.then(() => () => {
+    release();
+    if (held.get(lockName) === last) held.delete(lockName); // nobody waits: forget the name
+  });
+}
+
+/**
  * The key range of every string starting with `prefix`: from `prefix` (inclusive) up to the
  * next string after all of them (exclusive). Exact for every key, unlike `prefix + '\uffff'`
  * as an upper bound, which misses keys continuing with U+FFFF.
@@ -285,6 +326,10 @@ function prefixRange(range: typeof IDBKeyRange, prefix: string): IDBKeyRange {
   if (stem === '') return range.lowerBound(prefix);
   const upper = stem.slice(0, -1) + String.fromCharCode(stem.charCodeAt(stem.length - 1) + 1);
   return range.bound(prefix, upper, false, true);
+}
+
+function blockedError(name: string): StoreError {
+  return new StoreError('store_blocked', `Opening IndexedDB "${name}" is blocked: another connection (tab) holds an older version open and does not close`);
 }
 
 function isNamed(err: unknown, name: string): boolean {
