@@ -246,7 +246,7 @@ async function claimRegistry(store: Store, agentId: string): Promise<() => void>
   }
   const releaseLock = store.tryLock ? await store.tryLock(`agent:${agentId}`) : () => undefined;
   if (!releaseLock) {
-    throw new StoreError('store_blocked', `agent "${agentId}" is open on this store's data through another store object, tab or worker: close it there, or give this agent another agentId`);
+    throw new StoreError('store_blocked', `agent "${agentId}" is already open on this store (in another tab or worker, or through another store object on the same database): close it there, or give this agent another agentId`);
   }
   open.add(agentId);
   openRegistries.set(store, open);
