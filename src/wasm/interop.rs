@@ -390,8 +390,10 @@ impl Store for JsStore {
     }
 }
 
-/// Clock from `Date.now()`; ids from a counter plus a random suffix (ids must not collide
-/// across page reloads sharing one store).
+/// Clock from `Date.now()`; ids from a counter plus a random salt per instance (ids must not
+/// collide across page reloads and processes sharing one store: a pending approval's record
+/// is keyed by its id). 64 random bits: with 24, two of a few thousand restarts would likely
+/// share a salt.
 pub(crate) struct JsEnvironment {
     counter: std::cell::Cell<u64>,
     salt: String,
@@ -399,8 +401,8 @@ pub(crate) struct JsEnvironment {
 
 impl JsEnvironment {
     pub(crate) fn new() -> Self {
-        let salt = format!("{:06x}", (js_sys::Math::random() * 16_777_215.0) as u32);
-        Self { counter: std::cell::Cell::new(0), salt }
+        let word = || (js_sys::Math::random() * 4_294_967_296.0) as u32;
+        Self { counter: std::cell::Cell::new(0), salt: format!("{:08x}{:08x}", word(), word()) }
     }
 }
 
