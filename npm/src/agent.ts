@@ -283,6 +283,18 @@ function sharedTierChannel(store: Store | undefined, core: CoreAgentHandle): Bro
   return channel;
 }
 
+/**
+ * In a page, writes the agent's buffered tool stats when the page is hidden: stats go to the
+ * store every 16 calls, at `endSession` and at `close()`, and a tab closed without `close()`
+ * would lose the calls since. Returns the listener's removal; `undefined` outside pages.
+ */
+function flushOnPageHide(core: CoreAgentHandle): (() => void) | undefined {
+  if (!core.emergentEnabled || typeof document === 'undefined' || typeof globalThis.addEventListener !== 'function') return undefined;
+  const flush = () => void core.flushStats().catch(() => undefined);
+  globalThis.addEventListener('pagehide', flush);
+  return () => globalThis.removeEventListener('pagehide', flush);
+}
+
 let runCounter = 0;
 function newRunId(): string {
   const random = typeof crypto !== 'undefined' && 'randomUUID' in crypto ? crypto.randomUUID().slice(0, 8) : Math.random().toString(16).slice(2, 10);
@@ -351,6 +363,7 @@ export class Agent {
   /** Gives back this agent's claim on its registry records (see `claimRegistry`). */
   readonly #releaseRegistry: (() => void) | undefined;
   readonly #channel: BroadcastChannel | undefined;
+  readonly #stopPageHideFlush: (() => void) | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
   /** Read once: the core it comes from is freed by `close()`. */
@@ -391,6 +404,7 @@ export class Agent {
     this.#releaseRegistry = releaseRegistry;
     if (releaseRegistry) unclosedAgents.register(this, releaseRegistry, this);
     const channel = (this.#channel = sharedTierChannel(store, core));
+    this.#stopPageHideFlush = flushOnPageHide(core);
     if (store && core.emergentEnabled) {
       const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
       agents.add(core);
@@ -702,6 +716,7 @@ export class Agent {
       await Promise.all(runs.map((run) => run.done));
       if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
       this.#channel?.close();
+      this.#stopPageHideFlush?.();
       if (this.#emergentEnabled) await this.#core.flushStats().catch(() => undefined);
       await this.#sandbox?.close?.();
     } finally {

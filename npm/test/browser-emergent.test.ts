@@ -73,6 +73,15 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
     await tab.screenshot('browser-emergent');
   });
 
+  test('a page being hidden writes the buffered tool stats, so a tab closed without close() keeps its calls', async () => {
+    const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-pagehide-${Date.now()}`, agentId: 'hide-bot' };
+    const first = await callInPage<{ promoted?: { status: string } }>(tab.page, 'forgeAndPromote', config, slugify);
+    assert.equal(first.promoted?.status, 'promoted', JSON.stringify(first));
+    const counts = await callInPage<{ before: number | null; after: number | null }>(tab.page, 'callThenHidePage', config, 'slugify', 'One More');
+    assert.ok(typeof counts.before === 'number', JSON.stringify(counts));
+    assert.equal(counts.after, counts.before + 1, JSON.stringify(counts));
+  });
+
   test('a shared-tier approval in one tab reaches an agent open in another tab', async () => {
     const context = await browser.newContext();
     try {

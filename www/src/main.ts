@@ -95,9 +95,6 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
   }
 }
 
-// Buffered tool stats go to IndexedDB before the page goes away.
-addEventListener('pagehide', () => void app.runtime?.flushStats().catch(() => undefined));
-
 const settings = mountSettings((next) => {
   // The package's own check of the options (the browser's URL check lets `localhost:8089` by).
   try {

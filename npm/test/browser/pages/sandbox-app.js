@@ -130,6 +130,30 @@ window.forgeAndPromote = async (config, forgeRequest) => {
   }
 };
 
+// The calls' count in the store before and after one more call and a `pagehide`, read
+// through another store object while the agent is still open (its close() would flush).
+window.callThenHidePage = async (config, name, text) => {
+  const agent = await makeAgent(config);
+  const storedCalls = async () => {
+    const record = await indexedDbStore({ name: config.storeName }).get(`agent/${config.agentId}/stats/${name}`);
+    return record?.calls ?? record?.data?.calls ?? null;
+  };
+  try {
+    const before = await storedCalls();
+    await agent.tools.call(name, { text }, { sessionId: 'hide' });
+    dispatchEvent(new PageTransitionEvent('pagehide', { persisted: false }));
+    const deadline = Date.now() + 5000;
+    let after = await storedCalls();
+    while (after === before && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      after = await storedCalls();
+    }
+    return { before, after };
+  } finally {
+    await agent.close();
+  }
+};
+
 window.reopenAndCall = async (config, name, text) => {
   const agent = await makeAgent(config);
   try {
