@@ -818,7 +818,9 @@ function toCrucibleError(error: unknown, runId: string): CrucibleError {
   if (error instanceof CrucibleError) return error;
   const e = error as { code?: string; message?: string };
   if (e?.code === 'aborted') return new AbortError(e.message);
-  // A store failure is a StoreError wherever it surfaced (a run's save, a registry write).
+  // A store failure outside a run is a StoreError (a registry write, a run's claim). A run that
+  // fails on its store ends with an AgentRunError of the store's code (see `collect`), which
+  // names the run to resume.
   if (typeof e?.code === 'string' && e.code.startsWith('store_')) {
     return new StoreError(e.code as Extract<CrucibleErrorCode, `store_${string}`>, e.message ?? String(error));
   }
