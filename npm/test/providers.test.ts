@@ -746,6 +746,29 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'whole answer');
   });
 
+  it('anthropic(): a tool input sent whole at its block start (as proxies do) is the call\'s input, and cached prompt tokens count', async () => {
+    const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+    const usage = { input_tokens: 10, cache_creation_input_tokens: 500, cache_read_input_tokens: 1000, output_tokens: 1 };
+    pieces = [
+      ev('message_start', { message: { usage } }),
+      ev('content_block_start', { index: 0, content_block: { type: 'tool_use', id: 't1', name: 'get_weather', input: { city: 'Oslo' } } }),
+      ev('content_block_stop', { index: 0 }),
+      // The API's own way: `{}` at the start, the input streamed.
+      ev('content_block_start', { index: 1, content_block: { type: 'tool_use', id: 't2', name: 'get_weather', input: {} } }),
+      ev('content_block_delta', { index: 1, delta: { type: 'input_json_delta', partial_json: '{"city":"Lima"}' } }),
+      ev('content_block_stop', { index: 1 }),
+      ev('message_delta', { delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 20 } }),
+      ev('message_stop', {}),
+    ];
+    const model = anthropic({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } });
+    const out = await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [weatherTool] }));
+    assert.deepEqual(out.calls, [
+      { id: 't1', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+      { id: 't2', name: 'get_weather', arguments: '{"city":"Lima"}' },
+    ]);
+    assert.deepEqual(out.finish?.usage, { inputTokens: 1510, outputTokens: 20 });
+  });
+
   it('an `error:` line before [DONE] is a ProviderError, not a finished answer', async () => {
     pieces = [`data: ${delta('partial')}\n\n`, 'error: {"code":500,"message":"the request exceeds the available context size","type":"server_error"}\n\n', 'data: [DONE]\n\n'];
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));

@@ -148,6 +148,15 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   let stopReason: string | undefined;
   // Content blocks are numbered across text and tool_use; tool calls are numbered on their own.
   const callByBlock = new Map<number, number>();
+  // A tool_use block's `input` as it came at its start, until a delta says the input streams:
+  // the API sends `{}` there and streams the input, but proxies send it whole and stream none.
+  const inputAtStart = new Map<number, string>();
+  const flushInputAtStart = function* (block: number): Generator<ModelChunk> {
+    const input = inputAtStart.get(block);
+    inputAtStart.delete(block);
+    const index = callByBlock.get(block);
+    if (input !== undefined && index !== undefined) yield { type: 'tool_call', index, argumentsDelta: input };
+  };
 
   for await (const message of events) {
     const event = expectObject(ctx, parseJson(ctx, message.data), message.data);
@@ -156,7 +165,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
     switch (type) {
       case 'message_start': {
         const usage = read.object(read.object(event.message, 'message')?.usage, 'message.usage');
-        inputTokens = read.count(usage?.input_tokens) ?? inputTokens;
+        inputTokens = promptTokens(read, usage) ?? inputTokens;
         outputTokens = read.count(usage?.output_tokens) ?? outputTokens;
         break;
       }
@@ -167,9 +176,17 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         if (blockType === 'text' && text) yield { type: 'text', delta: text };
         if (block && blockType === 'tool_use') {
           const index = callByBlock.size;
-          callByBlock.set(read.index(event.index, 'index') ?? index, index);
+          const blockIndex = read.index(event.index, 'index') ?? index;
+          callByBlock.set(blockIndex, index);
+          const input = loose(block.input);
+          if (input && Object.keys(input).length > 0) inputAtStart.set(blockIndex, JSON.stringify(input));
           yield toolUseChunk(read, block, index, '');
         }
+        break;
+      }
+      case 'content_block_stop': {
+        const block = read.index(event.index, 'index');
+        if (block !== undefined) yield* flushInputAtStart(block);
         break;
       }
       case 'content_block_delta': {
@@ -182,6 +199,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
           const block = read.index(event.index, 'index');
           const index = block === undefined ? undefined : callByBlock.get(block);
           if (index === undefined) throw protocolError(ctx, `input_json_delta for unknown block ${String(block)}`, undefined, message.data);
+          inputAtStart.delete(block!);
           yield { type: 'tool_call', index, argumentsDelta: json };
         }
         break;
@@ -191,10 +209,11 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         const usage = loose(event.usage);
         outputTokens = read.count(usage?.output_tokens) ?? outputTokens;
         // Newer API versions also report final input tokens here; a 0 would mean "unknown".
-        inputTokens = read.count(usage?.input_tokens) || inputTokens;
+        inputTokens = promptTokens(read, usage) || inputTokens;
         break;
       }
       case 'message_stop':
+        for (const block of [...inputAtStart.keys()]) yield* flushInputAtStart(block);
         yield finishChunk(stopReason, inputTokens, outputTokens);
         return;
       case 'error':
@@ -223,7 +242,14 @@ async function* parseMessage(ctx: HttpContext, json: unknown): AsyncGenerator<Mo
     if (block && blockType === 'tool_use') yield toolUseChunk(read, block, index++, JSON.stringify(block.input ?? {}));
   }
   const usage = loose(message.usage);
-  yield finishChunk(read.string(message.stop_reason, 'stop_reason'), read.count(usage?.input_tokens), read.count(usage?.output_tokens));
+  yield finishChunk(read.string(message.stop_reason, 'stop_reason'), promptTokens(read, usage), read.count(usage?.output_tokens));
+}
+
+/** The prompt's tokens: `input_tokens` counts only those after the last cache breakpoint, so
+ *  tokens read from or written to the prompt cache are added (`undefined` when none is given). */
+function promptTokens(read: WireReader, usage: WireObject | undefined): number | undefined {
+  const counts = [usage?.input_tokens, usage?.cache_creation_input_tokens, usage?.cache_read_input_tokens].map((n) => read.count(n));
+  return counts.every((n) => n === undefined) ? undefined : counts.reduce<number>((sum, n) => sum + (n ?? 0), 0);
 }
 
 function toolUseChunk(read: WireReader, block: WireObject, index: number, argumentsDelta: string): ModelChunk {
