@@ -61,6 +61,17 @@ fn types(sink: &CollectingSink) -> Vec<&'static str> {
         .collect()
 }
 
+/// The calls whose `tool.execute.end` the run reported, in the order it reported them.
+fn ended_calls(sink: &CollectingSink) -> Vec<String> {
+    sink.events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ToolExecuteEnd { call_id, .. } => Some(call_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn tool_errors(sink: &CollectingSink) -> Vec<ToolFailure> {
     sink.events
         .iter()
@@ -261,14 +272,7 @@ fn parallel_calls_are_bounded_and_results_come_back_in_call_order() {
     block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
     assert_eq!(tool.max_in_flight.get(), 2, "at most maxParallelTools calls run at once, and they do overlap");
     assert_ne!(tool.finished_order.borrow()[0], "call_0", "the slow first call finishes later");
-    let ends: Vec<String> = sink
-        .events
-        .iter()
-        .filter_map(|e| match &e.body {
-            EventBody::ToolExecuteEnd { call_id, .. } => Some(call_id.clone()),
-            _ => None,
-        })
-        .collect();
+    let ends = ended_calls(&sink);
     assert_eq!(ends, ["call_0", "call_1", "call_2", "call_3"]);
     let request = &model.requests.borrow()[1];
     let ids: Vec<&str> = request
@@ -298,14 +302,7 @@ fn a_slow_call_does_not_hold_up_the_calls_after_it() {
         "the fast calls ran beside the slow one: {:?}",
         tool.finished_order.borrow()
     );
-    let ends: Vec<String> = sink
-        .events
-        .iter()
-        .filter_map(|e| match &e.body {
-            EventBody::ToolExecuteEnd { call_id, .. } => Some(call_id.clone()),
-            _ => None,
-        })
-        .collect();
+    let ends = ended_calls(&sink);
     assert_eq!(ends, ["call_0", "call_1", "call_2", "call_3", "call_4"], "still reported in call order");
 }
 
@@ -334,40 +331,11 @@ fn a_cancelled_run_stops_before_the_next_turn() {
     assert_eq!(model.requests.borrow().len(), 1, "no model call after the abort");
 }
 
-/// A provider of the host's own that sees the abort mid-answer and then either ends quietly
-/// (with the partial text so far) or ignores it and never ends.
-struct AbortedMidAnswer {
-    flag: Rc<CancelFlag>,
-    hangs: bool,
-}
-
-#[async_trait::async_trait(?Send)]
-impl crucible::model::Model for AbortedMidAnswer {
-    fn id(&self) -> String {
-        "test:aborted-mid-answer".into()
-    }
-
-    async fn stream(
-        &self,
-        _: &crucible::model::ModelRequest,
-        _: &crucible::model::CallInfo,
-        sink: &mut dyn crucible::model::ChunkSink,
-    ) -> Result<(), ModelError> {
-        sink.chunk(&crucible::model::ModelChunk::Text { delta: "partial ans".into() });
-        self.flag.cancel();
-        YieldOnce::default().await;
-        if self.hangs {
-            futures::future::pending::<()>().await;
-        }
-        Ok(())
-    }
-}
-
 #[test]
 fn an_abort_during_the_model_answer_ends_the_run_whatever_the_provider_does() {
     for hangs in [false, true] {
         let flag = Rc::new(CancelFlag::default());
-        let model = Rc::new(AbortedMidAnswer { flag: flag.clone(), hangs });
+        let model = Rc::new(AbortedMidAnswer { flag: flag.clone(), then: if hangs { AfterAbort::Hang } else { AfterAbort::EndQuietly } });
         let agent = Agent::new(AgentConfig::default(), model, ToolSet::new(), Rc::new(NativeEnvironment::default())).unwrap();
         let options = RunOptions { cancel: Some(flag), session_id: Some("s".into()), ..Default::default() };
         let err = block_on(agent.run("?", options, &mut CollectingSink::default())).unwrap_err();

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use crucible::agent::{
     Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus, StoredRunStatus,
 };
-use crucible::model::Message;
+use crucible::model::{Message, ModelError};
 use crucible::store::{MemoryStore, Store};
 use crucible::tools::{Tool, ToolSet};
 use futures::executor::block_on;
@@ -510,31 +510,19 @@ fn a_run_that_fails_in_its_first_turn_is_stored_and_resumes() {
     assert!(block_on(agent.stored_runs()).unwrap().is_empty(), "completed: nothing left to resume");
 }
 
-/// A model of the host's own whose request fails with its own error once the run is aborted
-/// (as `fetch` rejects with an `AbortError`): a test double.
-struct FailsWhenAborted(Rc<CancelFlag>);
-
-#[async_trait::async_trait(?Send)]
-impl crucible::model::Model for FailsWhenAborted {
-    fn id(&self) -> String {
-        "double:fails-when-aborted".into()
-    }
-
-    async fn stream(
-        &self,
-        _: &crucible::model::ModelRequest,
-        _: &crucible::model::CallInfo,
-        _: &mut dyn crucible::model::ChunkSink,
-    ) -> Result<(), crucible::model::ModelError> {
-        self.0.cancel();
-        Err(crucible::model::ModelError::new("provider_protocol", "The operation was aborted due to timeout"))
-    }
-}
-
 #[test]
 fn an_aborted_run_is_aborted_whatever_error_the_model_fails_with() {
     let flag = Rc::new(CancelFlag::default());
-    let agent = Agent::new(AgentConfig::default(), Rc::new(FailsWhenAborted(flag.clone())), ToolSet::new(), Rc::new(NativeEnvironment::default())).unwrap();
+    let agent = Agent::new(
+        AgentConfig::default(),
+        Rc::new(AbortedMidAnswer {
+            flag: flag.clone(),
+            then: AfterAbort::Fail(ModelError::new("provider_protocol", "The operation was aborted due to timeout")),
+        }),
+        ToolSet::new(),
+        Rc::new(NativeEnvironment::default()),
+    )
+    .unwrap();
     let options = RunOptions { cancel: Some(flag), ..RunOptions::default() };
     assert_eq!(block_on(agent.run("hi", options, &mut CollectingSink::default())).unwrap_err(), AgentError::Aborted);
 }
@@ -566,31 +554,30 @@ fn a_run_that_ends_after_its_session_ended_does_not_bring_the_conversation_back(
     assert!(agent.history("default").is_empty(), "{:?}", agent.history("default"));
 }
 
-#[test]
-fn a_run_paused_when_its_session_ended_does_not_bring_the_conversation_back_when_resumed() {
-    let store = Rc::new(MemoryStore::new());
+/// A session with one completed run, then a run of it paused on a refund, resumed with the
+/// refund approved; `meanwhile` runs while it is paused. Returns the session's history.
+fn pause_and_resume_in_a_session(meanwhile: impl FnOnce(&Agent)) -> Vec<Message> {
     let model = ScriptedModel::new(vec![text("my secret is 1234"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")]);
-    let agent = refund_agent(model, refund_tool(), store);
+    let agent = refund_agent(model, refund_tool(), Rc::new(MemoryStore::new()));
     block_on(agent.run("remember this", RunOptions::default(), &mut CollectingSink::default())).unwrap();
     let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
     assert_eq!(paused.status, RunStatus::Paused);
-    agent.end_session("default");
+    meanwhile(&agent);
     let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
     let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
     assert_eq!(out.status, RunStatus::Completed, "the run itself finishes");
-    assert!(agent.history("default").is_empty(), "the ended session stays ended: {:?}", agent.history("default"));
+    agent.history("default")
+}
+
+#[test]
+fn a_run_paused_when_its_session_ended_does_not_bring_the_conversation_back_when_resumed() {
+    let history = pause_and_resume_in_a_session(|agent| agent.end_session("default"));
+    assert!(history.is_empty(), "the ended session stays ended: {history:?}");
 }
 
 #[test]
 fn a_run_paused_and_resumed_in_a_live_session_adds_its_messages() {
-    let store = Rc::new(MemoryStore::new());
-    let model = ScriptedModel::new(vec![text("hello"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")]);
-    let agent = refund_agent(model, refund_tool(), store);
-    block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
-    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
-    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
-    block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
-    let history = agent.history("default");
+    let history = pause_and_resume_in_a_session(|_| {});
     assert_eq!(history.len(), 6, "{history:?}");
     assert!(matches!(history.last(), Some(Message::Assistant { content, .. }) if content == "Refunded."));
 }

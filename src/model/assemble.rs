@@ -141,6 +141,11 @@ fn complete_json(arguments: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The assembled calls as (name, arguments).
+    fn names_and_arguments(assembler: ResponseAssembler) -> Vec<String> {
+        assembler.finish("call").unwrap().tool_calls.into_iter().map(|c| format!("{} {}", c.name, c.arguments)).collect()
+    }
+
     fn piece(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> ModelChunk {
         ModelChunk::ToolCall { index, id: id.map(str::to_string), name: name.map(str::to_string), arguments_delta: args.to_string() }
     }
@@ -188,9 +193,7 @@ mod tests {
         // A name that arrives in fragments still joins up.
         a.push(&piece(1, Some("b"), Some("get_"), ""));
         a.push(&piece(1, None, Some("time"), "{}"));
-        let r = a.finish("call").unwrap();
-        let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
-        assert_eq!(calls, [("get_weather", "{\"city\":\"Oslo\"}"), ("get_time", "{}")]);
+        assert_eq!(names_and_arguments(a), [r#"get_weather {"city":"Oslo"}"#, "get_time {}"]);
     }
 
     #[test]
@@ -198,9 +201,7 @@ mod tests {
         let mut a = ResponseAssembler::new();
         a.push(&piece(0, Some(""), Some("get_weather"), "{\"city\":\"Oslo\"}"));
         a.push(&piece(0, Some(""), Some("get_time"), "{}"));
-        let r = a.finish("call").unwrap();
-        let calls: Vec<_> = r.tool_calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
-        assert_eq!(calls, [("get_weather", "{\"city\":\"Oslo\"}"), ("get_time", "{}")]);
+        assert_eq!(names_and_arguments(a), [r#"get_weather {"city":"Oslo"}"#, "get_time {}"]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
+use crucible::agent::CancelFlag;
 use crucible::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest, Usage};
 use crucible::tools::{CallContext, ToolFailure, ToolHandler};
 use serde_json::Value;
@@ -221,3 +222,38 @@ pub mod sandbox;
 #[cfg(feature = "sandbox")]
 #[allow(unused_imports)] // each test binary uses a different part of the support module
 pub use sandbox::*;
+
+/// What [`AbortedMidAnswer`] does once it has seen the abort.
+pub enum AfterAbort {
+    /// Ends as if the answer were done (a provider that returns on `signal.aborted`).
+    EndQuietly,
+    /// Streams on for ever (a provider that ignores the signal).
+    Hang,
+    /// Fails with its own error (`fetch`'s `AbortError` read as another failure).
+    Fail(ModelError),
+}
+
+/// A test double: a provider of the host's own that starts answering, sees the run aborted
+/// (it cancels `flag` itself, as the host would) and then does what `then` says.
+pub struct AbortedMidAnswer {
+    pub flag: Rc<CancelFlag>,
+    pub then: AfterAbort,
+}
+
+#[async_trait(?Send)]
+impl Model for AbortedMidAnswer {
+    fn id(&self) -> String {
+        "double:aborted-mid-answer".into()
+    }
+
+    async fn stream(&self, _: &ModelRequest, _: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+        sink.chunk(&ModelChunk::Text { delta: "partial ans".into() });
+        self.flag.cancel();
+        YieldOnce::default().await;
+        match &self.then {
+            AfterAbort::EndQuietly => Ok(()),
+            AfterAbort::Hang => futures::future::pending().await,
+            AfterAbort::Fail(error) => Err(error.clone()),
+        }
+    }
+}
