@@ -421,15 +421,19 @@ impl Environment for JsEnvironment {
 pub(crate) struct JsAbortSignal(pub(crate) web_sys::AbortSignal);
 
 /// Removes the `abort` listener when the wait is dropped (the calls finished first), so a
-/// long-lived signal does not collect one listener per step.
+/// long-lived signal does not collect one listener per step, and settles the wait's promise:
+/// a `JsFuture` frees its two callbacks only when its promise settles, so one left pending for
+/// good (a signal never aborted) kept them, and what they hold, for every wait of every turn.
 struct AbortListener {
     signal: web_sys::AbortSignal,
+    /// The promise's `resolve`.
     listener: Function,
 }
 
 impl Drop for AbortListener {
     fn drop(&mut self) {
         let _ = self.signal.remove_event_listener_with_callback("abort", &self.listener);
+        let _ = self.listener.call0(&JsValue::UNDEFINED);
     }
 }
 
