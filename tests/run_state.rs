@@ -581,3 +581,23 @@ fn a_run_paused_and_resumed_in_a_live_session_adds_its_messages() {
     assert_eq!(history.len(), 6, "{history:?}");
     assert!(matches!(history.last(), Some(Message::Assistant { content, .. }) if content == "Refunded."));
 }
+
+#[test]
+fn a_run_whose_resume_failed_after_its_session_ended_does_not_bring_the_conversation_back_later() {
+    let model = ScriptedModel::new(vec![
+        text("my secret is 1234"),
+        call("refund", r#"{"order":42,"amount":99}"#),
+        Reply::Fail(ModelError::new("provider_http", "the model is down")),
+        text("Refunded."),
+    ]);
+    let agent = refund_agent(model, refund_tool(), Rc::new(MemoryStore::new()));
+    block_on(agent.run("remember this", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    agent.end_session("default");
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let failed = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default()));
+    assert_eq!(failed.unwrap_err().code(), "provider_http", "the resume fails on the model and stays resumable");
+    let out = block_on(agent.resume(&paused.run_id, &[], None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.status, RunStatus::Completed);
+    assert!(agent.history("default").is_empty(), "the ended session stays ended: {:?}", agent.history("default"));
+}

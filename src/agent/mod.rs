@@ -28,7 +28,7 @@ use crate::model::{Message, Model};
 use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use claim::{ResumeClaim, RunPosition};
-use run::{read_run_state, RunContext, RunRecorder};
+use run::{read_run_state, run_ended, RunContext, RunRecorder};
 
 /// Supplies the tools of each model turn. The agent asks before every turn, so a tool
 /// registered during turn 1 (e.g. by `forge_tool`) is offered and callable in turn 2.
@@ -40,9 +40,9 @@ pub trait ToolProvider {
 /// Session used when a run names none.
 pub const DEFAULT_SESSION: &str = "default";
 
-/// Paused runs whose session this context follows (see `Agent::paused`); older ones are
-/// forgotten first and then count as paused before a restart.
-const PAUSED_KEPT: usize = 4096;
+/// Resumable runs whose session this context follows (see `Agent::resumable`); older ones
+/// are forgotten first and then count as left before a restart.
+const RESUMABLE_KEPT: usize = 4096;
 
 /// Per-run options.
 #[derive(Default)]
@@ -73,11 +73,12 @@ pub struct Agent {
     /// Runs going, per session: one that completes after its session ended must not bring the
     /// conversation back.
     runs_going: SessionWork,
-    /// The tickets of runs paused in this context, by run id: a paused run is still going, so
-    /// one resumed after its session ended adds nothing either. Oldest first, at most
-    /// [`PAUSED_KEPT`]; a run paused before a restart has none and brings its conversation
-    /// back (it cannot tell a restart from an ended session).
-    paused: RefCell<VecDeque<(String, SessionTicket)>>,
+    /// The tickets of runs left resumable in this context (paused, or interrupted with a
+    /// store to resume from), by run id: such a run is still going, so one resumed after its
+    /// session ended adds nothing either. Oldest first, at most [`RESUMABLE_KEPT`]; a run left
+    /// before a restart has none and brings its conversation back (it cannot tell a restart
+    /// from an ended session).
+    resumable: RefCell<VecDeque<(String, SessionTicket)>>,
     store: Option<Rc<dyn Store>>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
@@ -105,7 +106,7 @@ impl Agent {
             env,
             sessions: RefCell::new(HashMap::new()),
             runs_going: SessionWork::default(),
-            paused: RefCell::default(),
+            resumable: RefCell::default(),
             store: None,
             agent_id: "default".into(),
             provider: RefCell::new(None),
@@ -230,26 +231,27 @@ impl Agent {
         };
         let history_len = state.history_len;
         let run_id = state.run_id.clone();
-        let ticket = self.take_paused(&run_id).unwrap_or_else(|| self.runs_going.begin(&session_id));
+        let ticket = self.take_resumable(&run_id).unwrap_or_else(|| self.runs_going.begin(&session_id));
         let (_state, result) = ctx.drive(state, sink).await;
         if !ticket.session_ended() {
             self.remember(&session_id, history_len, &result);
         }
-        if matches!(&result, Ok(out) if out.status == RunStatus::Paused) {
-            let mut paused = self.paused.borrow_mut();
-            if paused.len() >= PAUSED_KEPT {
-                paused.pop_front();
+        let paused = matches!(&result, Ok(out) if out.status == RunStatus::Paused);
+        if paused || (self.store.is_some() && !run_ended(&result)) {
+            let mut resumable = self.resumable.borrow_mut();
+            if resumable.len() >= RESUMABLE_KEPT {
+                resumable.pop_front();
             }
-            paused.push_back((run_id, ticket));
+            resumable.push_back((run_id, ticket));
         }
         result
     }
 
-    /// The ticket `run_id` kept when it paused in this context, if it did.
-    fn take_paused(&self, run_id: &str) -> Option<SessionTicket> {
-        let mut paused = self.paused.borrow_mut();
-        let at = paused.iter().position(|(id, _)| id == run_id)?;
-        paused.remove(at).map(|(_, ticket)| ticket)
+    /// The ticket `run_id` kept when it was left resumable in this context, if it was.
+    fn take_resumable(&self, run_id: &str) -> Option<SessionTicket> {
+        let mut resumable = self.resumable.borrow_mut();
+        let at = resumable.iter().position(|(id, _)| id == run_id)?;
+        resumable.remove(at).map(|(_, ticket)| ticket)
     }
 
     /// The runs whose state this agent's store holds: paused ones (waiting for approvals) and
@@ -271,7 +273,7 @@ impl Agent {
             return Ok(false);
         }
         runs.forget(run_id).await?;
-        self.take_paused(run_id);
+        self.take_resumable(run_id);
         Ok(true)
     }
 
@@ -292,7 +294,7 @@ impl Agent {
     /// completed while it ran: their messages stay, and this run's follow them. When the
     /// session no longer starts with what the run started from (the process restarted before a
     /// resume), the run's whole conversation becomes the session's. (A session that ended
-    /// while the run was going, or paused in this context, gets nothing.)
+    /// while the run was going, or left resumable in this context, gets nothing.)
     fn remember(&self, session_id: &str, history_len: Option<u32>, result: &Result<RunOutput, AgentError>) {
         let Ok(out) = result else { return };
         if out.status != RunStatus::Completed {

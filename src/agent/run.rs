@@ -277,21 +277,7 @@ impl RunContext<'_> {
         let emitter = Emitter { sink: RefCell::new(sink), run_id: state.run_id.clone(), run_path: state.run_path.clone() };
         let mut result = self.turns(&mut state, &emitter).await;
         if let Some(runs) = &self.runs {
-            // A finished run needs no resumable state, nor does one that hit a limit or its
-            // configuration (resuming it would fail the same way); a paused one was saved when
-            // it paused, and one that failed on the model, a store or an abort stays resumable
-            // from its last step.
-            let ended = match &result {
-                Ok(out) => out.status == RunStatus::Completed,
-                Err(e) => matches!(
-                    e,
-                    AgentError::MaxTurnsExceeded { .. }
-                        | AgentError::MaxStepsExceeded { .. }
-                        | AgentError::StructuredOutputInvalid { .. }
-                        | AgentError::InvalidConfig(_)
-                ),
-            };
-            if ended {
+            if run_ended(&result) {
                 if let Err(e) = runs.forget(&state.run_id).await {
                     if result.is_ok() {
                         result = Err(e);
@@ -566,6 +552,23 @@ fn report_call(calls: StepCalls<'_>, call: &ToolCall, outcome: ToolOutcome, dura
         }
     };
     Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }
+}
+
+/// Whether a run is over for good, so nothing of it is kept to resume: it finished, or hit a
+/// limit or its configuration (resuming it would fail the same way). A paused one was saved
+/// when it paused, and one that failed on the model, a store or an abort stays resumable from
+/// its last step.
+pub(crate) fn run_ended(result: &Result<RunOutput, AgentError>) -> bool {
+    match result {
+        Ok(out) => out.status == RunStatus::Completed,
+        Err(e) => matches!(
+            e,
+            AgentError::MaxTurnsExceeded { .. }
+                | AgentError::MaxStepsExceeded { .. }
+                | AgentError::StructuredOutputInvalid { .. }
+                | AgentError::InvalidConfig(_)
+        ),
+    }
 }
 
 /// Shared handle type for models held by agents.

@@ -249,7 +249,8 @@ impl Model for AbortedMidAnswer {
     async fn stream(&self, _: &ModelRequest, _: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
         sink.chunk(&ModelChunk::Text { delta: "partial ans".into() });
         self.flag.cancel();
-        YieldOnce::default().await;
+        // Ending or failing in the same poll as the cancel: the loop must then tell the abort
+        // from what the provider returned (a JS provider settles before the cancel is seen).
         match &self.then {
             AfterAbort::EndQuietly => Ok(()),
             AfterAbort::Hang => futures::future::pending().await,
