@@ -465,6 +465,22 @@ fn demoting_a_shared_tool_keeps_other_agents_calls_and_counts_its_own_once() {
 }
 
 #[test]
+fn a_shared_tool_demoted_and_approved_again_counts_its_shared_calls_once() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    use_n(&owner, "slugify", 2, "x");
+    block_on(owner.registry.flush_stats()).unwrap();
+    let shared_calls = stored_shared_calls(&store);
+    block_on(owner.registry.demote("slugify", "x")).unwrap();
+    use_n(&owner, "slugify", 1, "x");
+    let approval = block_on(owner.registry.request_promotion("slugify", Tier::Shared, "x")).unwrap().approval.unwrap();
+    block_on(owner.registry.approve(&approval.id)).unwrap();
+    block_on(owner.registry.flush_stats()).unwrap();
+    assert_eq!(stored_shared_calls(&store), shared_calls + 1, "the shared calls once, and the one made at the agent tier");
+    assert_eq!(owner.registry.list("x")[0].stats.calls, shared_calls + 1);
+}
+
+#[test]
 fn a_promotion_that_cannot_be_recorded_is_not_asked_again_on_every_use() {
     for panel_approves in [false, true] {
         let memory = Rc::new(MemoryStore::new());

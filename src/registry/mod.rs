@@ -194,6 +194,25 @@ impl State {
         }
     }
 
+    /// The entry `name` of a tier, without making a map for a session that has none (a call or
+    /// review finishing after its session ended must not bring an empty one back).
+    pub(crate) fn entry_mut(&mut self, tier: Tier, session: &str, name: &str) -> Option<&mut Entry> {
+        match tier {
+            Tier::Session => self.sessions.get_mut(session)?.get_mut(name),
+            Tier::Agent => self.agent.get_mut(name),
+            Tier::Shared => self.shared.get_mut(name),
+        }
+    }
+
+    /// Takes the entry `name` out of a tier (see [`State::entry_mut`] on sessions that ended).
+    pub(crate) fn remove_entry(&mut self, tier: Tier, session: &str, name: &str) -> Option<Entry> {
+        match tier {
+            Tier::Session => self.sessions.get_mut(session)?.remove(name),
+            Tier::Agent => self.agent.remove(name),
+            Tier::Shared => self.shared.remove(name),
+        }
+    }
+
     /// The active entry callers of `session` reach for `name`: session, then agent, then shared.
     pub(crate) fn resolve(&self, name: &str, session: &str) -> Option<(Tier, &Entry)> {
         [Tier::Session, Tier::Agent, Tier::Shared]
@@ -292,10 +311,9 @@ impl State {
     /// change pushed out of a full audit ring stay out of memory until a restart reads them.)
     pub(crate) fn undo(&mut self, undo: Undo) {
         for (tier, session, name, before) in undo.entries {
-            let map = self.tier_mut(tier, &session);
             match before {
-                Some(entry) => map.insert(name, entry),
-                None => map.remove(&name),
+                Some(entry) => self.tier_mut(tier, &session).insert(name, entry),
+                None => self.remove_entry(tier, &session, &name),
             };
         }
         for (id, before) in undo.approvals {
@@ -709,7 +727,7 @@ impl Registry {
                     if let Some(e) = state.shared.get_mut(&name) {
                         shared.push((name, std::mem::take(&mut e.unflushed)));
                     }
-                } else if let Some(e) = state.tier_mut(tier, "").get_mut(&name) {
+                } else if let Some(e) = state.entry_mut(tier, "", &name) {
                     e.unflushed = ToolStats::default();
                     ops.push(BatchOp::Put { key: self.stats_key(tier, &name), value: versioned("stats", &e.stats) });
                     agent.push(name);
@@ -777,7 +795,7 @@ impl Registry {
         // A call that ran while its tool moved up (a promotion) counts where the tool is now.
         let holds = |state: &State, t: Tier| state.tier(t, session).and_then(|m| m.get(name)).is_some_and(|e| e.record.current.hash == hash);
         let tier = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter(|t| *t >= tier).find(|t| holds(&state, *t)).unwrap_or(tier);
-        let Some(entry) = state.tier_mut(tier, session).get_mut(name) else { return false };
+        let Some(entry) = state.entry_mut(tier, session, name) else { return false };
         entry.stats.record(ok, latency_ms);
         if tier == Tier::Session {
             return false;
@@ -970,7 +988,7 @@ impl Registry {
             // This session's entry (active or demoted) is replaced; its history carries over,
             // else that of the tool the session reaches above it (a new version of a promoted
             // tool keeps the versions before it).
-            let own = state.tier_mut(Tier::Session, session).remove(&name).map(|e| e.record.history);
+            let own = state.remove_entry(Tier::Session, session, &name).map(|e| e.record.history);
             let mut history = own.unwrap_or_else(|| state.resolve(&name, session).map(|(_, e)| e.record.history.clone()).unwrap_or_default());
             let current = ToolVersion {
                 version,
@@ -1106,7 +1124,7 @@ impl Registry {
         };
         let inner = self.forge.build(&record.current.request, &self.lookup(), session).ok()?;
         let tool = provider::tracked(inner, self.me.clone(), tier, session, &record.current.hash)?;
-        if let Some(entry) = self.state.borrow_mut().tier_mut(tier, session).get_mut(name) {
+        if let Some(entry) = self.state.borrow_mut().entry_mut(tier, session, name) {
             if entry.record.current.hash == record.current.hash {
                 entry.built = Some(tool.clone());
             }
@@ -1228,15 +1246,17 @@ impl Registry {
                 .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let to = from.lower().ok_or_else(|| RegistryError::LowestTier(name.to_string()))?;
             let undo = state.undo_point(&[(from, session, name), (to, session, name)], &[]);
-            let old = state.tier_mut(from, session).get_mut(name).expect("found above");
+            let old = state.entry_mut(from, session, name).expect("found above");
             old.record.status = ToolStatus::Demoted;
             old.built = None;
             // A shared tombstone keeps its stats: the calls the tool got at the shared tier, to
             // which the flush still adds those this agent (or any other) has not written yet.
-            // The tier below starts from this agent's view of them.
+            // The agent tier below counts from zero: an approval adds the calls the tool got
+            // there to the shared totals, and totals it started from would be added twice. A
+            // tool demoted to a session keeps its agent-tier stats, which are written whole.
             let mut ops = self.entry_ops(old);
             let mut record = old.record.clone();
-            let stats = old.stats.clone();
+            let stats = if from == Tier::Shared { ToolStats::default() } else { old.stats.clone() };
             record.tier = to;
             record.status = ToolStatus::Active;
             if to == Tier::Session {
@@ -1277,7 +1297,7 @@ impl Registry {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let undo = state.undo_point(&[(tier, session, name)], &[]);
-            let entry = state.tier_mut(tier, session).get_mut(name).expect("resolved above");
+            let entry = state.entry_mut(tier, session, name).expect("resolved above");
             let target =
                 entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
             // Above the session tier, a version got there through a review (the panel, a

@@ -104,7 +104,7 @@ impl Registry {
     /// Remembers that this version's promotion did not happen: it is not asked again until
     /// `promotionRetryUses` more successful uses or a new version.
     pub(crate) fn hold_off_promotion(&self, state: &mut super::State, name: &str, session: &str) {
-        if let Some(e) = state.tier_mut(Tier::Session, session).get_mut(name) {
+        if let Some(e) = state.entry_mut(Tier::Session, session, name) {
             e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
             e.record.promotion.rejected_at_successes = e.stats.successes;
         }
@@ -207,7 +207,7 @@ impl Registry {
         let (info, ops, version, undo) = {
             let mut state = self.state.borrow_mut();
             let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
-            let Some(entry) = state.tier_mut(Tier::Session, session).remove(name) else { return Err(RegistryError::NotFound(name.into())) };
+            let Some(entry) = state.remove_entry(Tier::Session, session, name) else { return Err(RegistryError::NotFound(name.into())) };
             let mut record = entry.record;
             record.tier = Tier::Agent;
             record.status = ToolStatus::Active;
