@@ -598,7 +598,7 @@ export class Agent {
     // Registry events of this run (forge stages) arrive through the hub.
     this.#hub.streams.set(runId, push);
     // A start that throws at once fails the stream like one that rejects: the run's entries
-    // in the hub and the signal map are removed below either way.
+    // in the hub and the signal map are removed when it settles either way.
     const begin = (): Promise<unknown> => {
       try {
         return start(runId, this.#hub.dispatch, controller.signal);
@@ -611,9 +611,14 @@ export class Agent {
       .catch((error: unknown) => {
         if (!reportedError) failure = error;
       })
+      // The run's entries go when it ends, not when the stream is closed: a consumer may drop
+      // the stream mid-read without closing it, and they would stay for good.
       .finally(() => {
         finished = true;
         this.#runs.delete(runId);
+        this.#hub.streams.delete(runId);
+        this.#signals.delete(runId);
+        options.signal?.removeEventListener('abort', onOuterAbort);
         wake?.();
       });
     this.#runs.set(runId, { controller, done });
@@ -636,9 +641,6 @@ export class Agent {
     } finally {
       if (!finished) controller.abort(new AbortError('The stream consumer stopped early'));
       await done;
-      this.#hub.streams.delete(runId);
-      this.#signals.delete(runId);
-      options.signal?.removeEventListener('abort', onOuterAbort);
     }
   }
 
@@ -817,7 +819,7 @@ async function wrapAsync<T>(f: () => Promise<T>, runId = ''): Promise<T> {
 function toCrucibleError(error: unknown, runId: string): CrucibleError {
   if (error instanceof CrucibleError) return error;
   const e = error as { code?: string; message?: string };
-  if (e?.code === 'aborted') return new AbortError(e.message);
+  if (e?.code === 'aborted') return new AbortError(e.message, { runId: runId || undefined });
   // A store failure outside a run is a StoreError (a registry write, a run's claim). A run that
   // fails on its store ends with an AgentRunError of the store's code (see `collect`), which
   // names the run to resume.

@@ -373,6 +373,37 @@ describe('agent over an OpenAI-compatible server', () => {
     }
   });
 
+  test('runs given a signal that never fires leave nothing of their waits behind in the core', async () => {
+    // The JS values the wasm instance holds (wasm-bindgen's table; `initSync` returns the
+    // running instance's exports): each wait on the signal used to leave two closures there.
+    const { initSync } = await import('../wasm/crucible_core.js');
+    const held = () => {
+      const table = (initSync as unknown as () => { __wbindgen_externrefs: WebAssembly.Table })().__wbindgen_externrefs;
+      let functions = 0;
+      for (let i = 0; i < table.length; i++) if (typeof table.get(i) === 'function') functions++;
+      return functions;
+    };
+    const quick: ModelProvider = {
+      id: 'double:quick',
+      async *stream() {
+        yield { type: 'text', delta: 'hi' };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: quick });
+    const signal = new AbortController().signal;
+    for (let i = 0; i < 20; i++) await agent.run('?', { signal, sessionId: `warm${i}` });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const before = held();
+    for (let i = 0; i < 200; i++) {
+      await agent.run('?', { signal, sessionId: `s${i}` });
+      await agent.endSession(`s${i}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.ok(held() - before < 20, `the core holds ${held() - before} more functions after 200 runs`);
+    await agent.close();
+  });
+
   test('a provider of your own that ignores the signal, or ends quietly on it, cannot keep an aborted run going', async () => {
     // One streams on past the abort and never ends; the other stops early, as if done.
     const ignoring: ModelProvider = {

@@ -7,7 +7,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createAgent, memoryStore, openai, tool } from '../src/node.js';
+import { getEventListeners } from 'node:events';
+import { AbortError, createAgent, memoryStore, openai, tool } from '../src/node.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 const run = promisify(execFile);
@@ -127,5 +128,48 @@ test('storedRuns lists paused and interrupted runs; discardRun drops one for goo
   await assert.rejects(agent.resume(interrupted.runId), { code: 'invalid_resume' });
   assert.deepEqual((await agent.storedRuns()).map((r) => r.runId), [paused.runId]);
   await assert.rejects(agent.discardRun(42 as never), { code: 'invalid_argument' });
+  await agent.close();
+});
+
+test('a resume whose signal was aborted before it began runs nothing, names its run, and the run resumes afterwards', async () => {
+  server.reset();
+  const executed: number[] = [];
+  const refund = tool({
+    name: 'refund',
+    description: 'Refund an order',
+    inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
+    needsApproval: true,
+    execute: ({ order }: { order: number }) => {
+      executed.push(order);
+      return { refunded: order };
+    },
+  });
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }), tools: [refund], store: memoryStore() });
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 9 } }] }, { text: 'Refunded order 9.' });
+  const paused = await agent.run('refund 9');
+  const approvals = [{ id: paused.pendingApprovals[0]!.id, approved: true }];
+  await assert.rejects(agent.resume(paused.runId, { approvals, signal: AbortSignal.abort() }), (e: unknown) => {
+    assert.ok(e instanceof AbortError, String(e));
+    assert.equal(e.runId, paused.runId);
+    return true;
+  });
+  assert.deepEqual(executed, []);
+  assert.equal((await agent.resume(paused.runId, { approvals })).output, 'Refunded order 9.');
+  assert.deepEqual(executed, [9]);
+  await agent.close();
+});
+
+test('a stream dropped mid-read without being closed lets go of its run once the run ends', async () => {
+  server.reset();
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }) });
+  const signal = new AbortController().signal;
+  for (let i = 0; i < 20; i++) {
+    server.enqueue({ text: ['a', 'b'] });
+    const stream = agent.stream('?', { signal })[Symbol.asyncIterator]();
+    await stream.next(); // agent.start, then dropped: no return(), no further reads
+  }
+  // The runs end on their own; what they registered goes with them.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  assert.equal(getEventListeners(signal, 'abort').length, 0, 'no abort listener is left on the caller signal');
   await agent.close();
 });
