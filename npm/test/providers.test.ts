@@ -692,8 +692,10 @@ describe('openai() reads SSE framing as servers write it', () => {
   let base = '';
   let pieces: string[] = [];
   let contentType = 'text/event-stream';
+  let pieceDelayMs = 2;
   beforeEach(() => {
     contentType = 'text/event-stream';
+    pieceDelayMs = 2;
   });
   before(async () => {
     const { createServer } = await import('node:http');
@@ -701,7 +703,7 @@ describe('openai() reads SSE framing as servers write it', () => {
       res.writeHead(200, { 'content-type': contentType });
       for (const piece of pieces) {
         res.write(piece);
-        await new Promise((resolve) => setTimeout(resolve, 2));
+        await new Promise((resolve) => setTimeout(resolve, pieceDelayMs));
       }
       res.end();
     });
@@ -727,6 +729,14 @@ describe('openai() reads SSE framing as servers write it', () => {
     const out = await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
     assert.equal(out.text, 'Héllo 🌍');
     assert.equal(out.finish?.finishReason, 'stop');
+  });
+
+  it('a model thinking past timeoutMs is not cut off: its reasoning and keep-alives are progress, though they yield no text', async () => {
+    pieceDelayMs = 60;
+    const thinking = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { reasoning_content: 'hmm' } }] })}\n\n`;
+    pieces = [...Array.from({ length: 4 }, () => thinking), ': keep-alive\n\n', 'data:\n\n', `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
+    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    assert.equal((await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
   });
 
   it('empty `data:` keep-alives are skipped', async () => {

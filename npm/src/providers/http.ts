@@ -31,6 +31,9 @@ export interface HttpContext {
   readonly fetch: typeof globalThis.fetch;
   readonly timeoutMs: number;
   readonly retry: Required<RetryOptions>;
+  /** Called on every piece of a response body read: the server is making progress (see
+   *  {@link withRetry}'s stall timer). */
+  readonly progress?: () => void;
 }
 
 /** The `invalid_config` error for a provider factory's option `name` that is not `expected`. */
@@ -142,9 +145,9 @@ export function postProvider(spec: ProviderSpec): ModelProvider {
     id,
     stream(request, callOptions) {
       const body = spec.toWire(spec.options.model, request, streaming);
-      return withRetry(ctx, callOptions?.signal, async function* (signal) {
+      return withRetry(ctx, callOptions?.signal, async function* (signal, progress) {
         const response = await postJson(ctx, url, spec.headers, body, signal);
-        yield* spec.parse(ctx, response, streaming);
+        yield* spec.parse({ ...ctx, progress }, response, streaming);
       });
     },
   };
@@ -190,14 +193,15 @@ export function joinUrl(baseURL: string, path: string): string {
  * been yielded yet. Failures come out mapped: `AbortError` when the caller aborted,
  * `provider_timeout` when the attempt's timeout fired, otherwise the `ProviderError` raised
  * by the attempt (raw network errors become `provider_network`). The timeout measures a
- * stall, not the whole answer: it restarts with every item, so a local model writing for
- * minutes is not cut off while it makes progress. A timeout is not retried: a stalled server
- * rarely recovers within it.
+ * stall, not the whole answer: it restarts whenever the attempt reports `progress` (every
+ * piece of body read: a reasoning model's thinking and keep-alives yield no item but are
+ * progress) and with every item, so a local model writing for minutes is not cut off. A
+ * timeout is not retried: a stalled server rarely recovers within it.
  */
 export async function* withRetry<T>(
   ctx: HttpContext,
   callerSignal: AbortSignal | undefined,
-  attempt: (signal: AbortSignal) => AsyncIterable<T>,
+  attempt: (signal: AbortSignal, progress: () => void) => AsyncIterable<T>,
 ): AsyncGenerator<T, void, undefined> {
   for (let attemptNo = 0; ; attemptNo++) {
     if (callerSignal?.aborted) throw abortError(callerSignal);
@@ -205,7 +209,7 @@ export async function* withRetry<T>(
     const signal = callerSignal ? anySignal(callerSignal, stall.signal) : stall.signal;
     let yielded = false;
     try {
-      for await (const item of attempt(signal)) {
+      for await (const item of attempt(signal, stall.restart)) {
         yielded = true;
         // Paused while the consumer holds the item: its own time is not the server's stall.
         stall.stop();
@@ -416,6 +420,7 @@ async function* readText(ctx: HttpContext, response: Response): AsyncGenerator<s
         if (tail) yield tail;
         return;
       }
+      ctx.progress?.();
       const text = decoder.decode(result.value, { stream: true });
       if (text) yield text;
     }
@@ -493,8 +498,7 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
   return Math.max(0, date - now);
 }
 
-/** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
-/** A signal that aborts once `ms` pass without a {@link restart}; `stop` holds it. */
+/** A signal that aborts once `ms` pass without a `restart`; `stop` holds it. */
 function stallTimer(ms: number): { signal: AbortSignal; restart(): void; stop(): void } {
   const controller = new AbortController();
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -502,11 +506,15 @@ function stallTimer(ms: number): { signal: AbortSignal; restart(): void; stop():
   const restart = () => {
     stop();
     timer = setTimeout(() => controller.abort(new DOMException(`no progress for ${ms} ms`, 'TimeoutError')), ms);
+    // Node: the request's socket keeps a process alive while it matters; the timer of an
+    // answer nobody reads any more must not.
+    (timer as { unref?: () => void }).unref?.();
   };
   restart();
   return { signal: controller.signal, restart, stop };
 }
 
+/** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
 function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
   if (typeof AbortSignal.any === 'function') return AbortSignal.any([a, b]);
   const controller = new AbortController();
