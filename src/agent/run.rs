@@ -369,13 +369,12 @@ impl RunContext<'_> {
             }
             // An `aborted` failure of a run nobody aborted is the provider's own (a timeout of
             // its own making, say): a model failure, not the run's abort.
-            streamed.map_err(|e| match e.is_abort() {
-                true => AgentError::Model(ModelError {
-                    code: "provider_protocol".into(),
-                    message: format!("the provider stopped as aborted, but the run was not: {}", e.message),
-                    status: e.status,
-                }),
-                false => AgentError::from(e),
+            streamed.map_err(|e| {
+                if !e.is_abort() {
+                    return AgentError::from(e);
+                }
+                let message = format!("the provider stopped as aborted, but the run was not: {}", e.message);
+                AgentError::Model(ModelError { code: "provider_protocol".into(), message, status: e.status })
             })?;
             let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id))?;
             let usage = response.usage.unwrap_or_default();
@@ -518,17 +517,17 @@ impl RunContext<'_> {
         while let Some((i, outcome, duration_ms)) = finishing.next().await {
             finished[i] = Some((outcome, duration_ms));
             while let Some((outcome, duration_ms)) = finished.get_mut(messages.len()).and_then(Option::take) {
-                let call = &calls[messages.len()];
-                messages.push(report_call(StepCalls { step, calls, finish_reason }, call, outcome, duration_ms, emitter));
+                messages.push(report_call(StepCalls { step, calls, finish_reason }, messages.len(), outcome, duration_ms, emitter));
             }
         }
         messages
     }
 }
 
-/// The tool message of `call`, whose `outcome` is reported as its end event.
-fn report_call(calls: StepCalls<'_>, call: &ToolCall, outcome: ToolOutcome, duration_ms: f64, emitter: &Emitter<'_>) -> Message {
+/// The tool message of call `index` of the step, whose `outcome` is reported as its end event.
+fn report_call(calls: StepCalls<'_>, index: usize, outcome: ToolOutcome, duration_ms: f64, emitter: &Emitter<'_>) -> Message {
     let StepCalls { step, finish_reason, .. } = calls;
+    let call = &calls.calls[index];
     let is_error = outcome.result.is_err();
     let content = match outcome.result {
         Ok(result) => {
@@ -539,7 +538,7 @@ fn report_call(calls: StepCalls<'_>, call: &ToolCall, outcome: ToolOutcome, dura
         Err(mut error) => {
             // An answer cut off at the token limit ends inside its last call: say so where that
             // call's arguments are refused, or the model (and the host) see only broken JSON.
-            let cut_off = finish_kind(finish_reason) == "length" && calls.calls.last().is_some_and(|last| last.id == call.id);
+            let cut_off = finish_kind(finish_reason) == "length" && index + 1 == calls.calls.len();
             if error.code == "invalid_arguments" && cut_off {
                 error.message = format!(
                     "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",

@@ -178,6 +178,7 @@ impl ModelError {
     /// its code becomes the run's error code, so any other (`ECONNRESET`, `max_turns_exceeded`)
     /// would pass for something it is not. Such codes stay in the message.
     pub fn from_provider(code: Option<String>, message: String, status: Option<u16>) -> Self {
+        // The `provider_*` codes of the TS `CrucibleErrorCode` (npm/src/errors.ts), and `aborted`.
         const PROVIDER_CODES: [&str; 5] = ["provider_http", "provider_timeout", "provider_network", "provider_protocol", "aborted"];
         match code {
             Some(code) if PROVIDER_CODES.contains(&code.as_str()) => Self { code, message, status },
