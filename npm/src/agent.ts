@@ -227,8 +227,10 @@ const runtimes = new WeakMap<object, Set<CoreAgentHandle>>();
 /** Agent ids with emergent capabilities open on each store object in this context. */
 const openRegistries = new WeakMap<object, Set<string>>();
 
-/** Releases the registry claim of an agent that was dropped without `close()`, once it is
- *  garbage-collected, so its id can be opened again (when is up to the engine). */
+/** Lets go of what an agent dropped without `close()` held outside itself, once it is
+ *  garbage-collected (when is up to the engine): its registry claim, so its id can be opened
+ *  again; the sandbox Workers it started (about 28 MB each); its place among the store's
+ *  agents and its listeners, which would keep its core (and its wasm memory) for good. */
 const unclosedAgents = new FinalizationRegistry<() => void>((release) => release());
 
 /**
@@ -295,6 +297,34 @@ function flushOnPageHide(core: CoreAgentHandle): (() => void) | undefined {
   return () => globalThis.removeEventListener('pagehide', flush);
 }
 
+/**
+ * Ties an agent's core to the world outside it: the store's agents (`runtimes`), the shared
+ * tier's channel, the page's `pagehide`. `detach` undoes that; `letGo` also releases what the
+ * agent owns, for one dropped without `close()`. Made here rather than in the constructor: a
+ * closure made there shares its scope with closures that use `this`, so it would keep the
+ * agent alive and the finalizer holding it would never run.
+ */
+function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: SandboxHost | undefined, releaseRegistry: (() => void) | undefined) {
+  const channel = sharedTierChannel(store, core);
+  const stopPageHideFlush = flushOnPageHide(core);
+  if (store && core.emergentEnabled) {
+    const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
+    agents.add(core);
+    runtimes.set(store, agents);
+  }
+  const detach = () => {
+    if (store) runtimes.get(store)?.delete(core);
+    channel?.close();
+    stopPageHideFlush?.();
+  };
+  const letGo = () => {
+    detach();
+    releaseRegistry?.();
+    void sandbox?.close?.();
+  };
+  return { channel, detach, letGo };
+}
+
 let runCounter = 0;
 function newRunId(): string {
   const random = typeof crypto !== 'undefined' && 'randomUUID' in crypto ? crypto.randomUUID().slice(0, 8) : Math.random().toString(16).slice(2, 10);
@@ -359,11 +389,10 @@ export class Agent {
   readonly #signals: Map<string, AbortSignal>;
   readonly #hub: EventHub;
   readonly #sandbox: SandboxHost | undefined;
-  readonly #store: object | undefined;
   /** Gives back this agent's claim on its registry records (see `claimRegistry`). */
   readonly #releaseRegistry: (() => void) | undefined;
-  readonly #channel: BroadcastChannel | undefined;
-  readonly #stopPageHideFlush: (() => void) | undefined;
+  /** Undoes what ties the core to the world outside the agent (see the constructor). */
+  readonly #detach: () => void;
   #closed = false;
   #closing: Promise<void> | undefined;
   /** Read once: the core it comes from is freed by `close()`. */
@@ -400,16 +429,10 @@ export class Agent {
   /** @internal use {@link createAgent} */
   constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: Store, releaseRegistry?: () => void) {
     this.#core = core;
-    this.#store = store;
     this.#releaseRegistry = releaseRegistry;
-    if (releaseRegistry) unclosedAgents.register(this, releaseRegistry, this);
-    const channel = (this.#channel = sharedTierChannel(store, core));
-    this.#stopPageHideFlush = flushOnPageHide(core);
-    if (store && core.emergentEnabled) {
-      const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
-      agents.add(core);
-      runtimes.set(store, agents);
-    }
+    const { channel, detach, letGo } = attach(core, store, sandbox, releaseRegistry);
+    this.#detach = detach;
+    unclosedAgents.register(this, letGo, this);
     this.#signals = signals;
     this.#emergentEnabled = core.emergentEnabled;
     this.#hub = hub;
@@ -716,9 +739,7 @@ export class Agent {
       const runs = [...this.#runs.values()];
       for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
       await Promise.all(runs.map((run) => run.done));
-      if (this.#store) runtimes.get(this.#store)?.delete(this.#core);
-      this.#channel?.close();
-      this.#stopPageHideFlush?.();
+      this.#detach();
       if (this.#emergentEnabled) await this.#core.flushStats().catch(() => undefined);
       await this.#sandbox?.close?.();
     } finally {

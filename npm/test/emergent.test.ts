@@ -491,6 +491,40 @@ describe('emergent options and edge cases through createAgent', () => {
     await open.close();
   });
 
+  test('agents dropped without close() are let go once collected: their cores are freed and their ids open again', async () => {
+    const { setFlagsFromString } = await import('node:v8');
+    const { runInNewContext } = await import('node:vm');
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const { initSync } = await import('../wasm/crucible_core.js');
+    // The JS functions the wasm instance holds: each agent's core holds its host callbacks.
+    const held = () => {
+      const table = (initSync as unknown as () => { __wbindgen_externrefs: WebAssembly.Table })().__wbindgen_externrefs;
+      let functions = 0;
+      for (let i = 0; i < table.length; i++) if (typeof table.get(i) === 'function') functions++;
+      return functions;
+    };
+    const collect = async () => {
+      for (let i = 0; i < 10; i++) {
+        gc();
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    };
+    const store = memoryStore();
+    const sandbox = { execute: async () => ({ ok: false, error: { kind: 'trap', message: 'unused' }, logs: [], durationMs: 0 }) };
+    await (await makeAgent(store, { sandbox }, 'warm')).close(); // loads the core
+    await collect();
+    const before = held();
+    await (async () => {
+      for (let i = 0; i < 5; i++) await makeAgent(store, { sandbox }, `dropped${i}`);
+    })();
+    assert.ok(held() - before >= 20, 'the open cores hold their callbacks');
+    await collect();
+    assert.ok(held() - before < 5, `${held() - before} functions are still held by cores of dropped agents`);
+    const again = await makeAgent(store, { sandbox }, 'dropped0');
+    await again.close();
+  });
+
   test('limits next to a sandbox of your own are a configuration error, not ignored', async () => {
     const { createSandbox } = await import('../src/sandbox/index.js');
     const own = await createSandbox({ timeoutMs: 1000 });
