@@ -86,3 +86,28 @@ impl Drop for SessionTicket {
         }
     }
 }
+
+/// Tickets kept past the work that took them, by id, for work that goes on later (a run left
+/// resumable goes on when resumed). The oldest are dropped first past `cap`.
+pub(crate) struct KeptTickets {
+    cap: usize,
+    kept: std::collections::VecDeque<(String, SessionTicket)>,
+}
+
+impl KeptTickets {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self { cap, kept: Default::default() }
+    }
+
+    pub(crate) fn keep(&mut self, id: String, ticket: SessionTicket) {
+        if self.kept.len() >= self.cap {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((id, ticket));
+    }
+
+    pub(crate) fn take(&mut self, id: &str) -> Option<SessionTicket> {
+        let at = self.kept.iter().position(|(kept, _)| kept == id)?;
+        self.kept.remove(at).map(|(_, ticket)| ticket)
+    }
+}

@@ -317,10 +317,19 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
     channel?.close();
     stopPageHideFlush?.();
   };
+  // As close() does, in its order: buffered stats written, the sandbox stopped, the core freed
+  // (its registry writes nothing more), and only then the id released for a new agent.
   const letGo = () => {
     detach();
-    releaseRegistry?.();
-    void sandbox?.close?.();
+    const flushed = core.emergentEnabled ? core.flushStats() : Promise.resolve();
+    void flushed
+      .catch(() => undefined)
+      .then(() => sandbox?.close?.())
+      .catch(() => undefined)
+      .finally(() => {
+        core.free();
+        releaseRegistry?.();
+      });
   };
   return { channel, detach, letGo };
 }
@@ -391,7 +400,7 @@ export class Agent {
   readonly #sandbox: SandboxHost | undefined;
   /** Gives back this agent's claim on its registry records (see `claimRegistry`). */
   readonly #releaseRegistry: (() => void) | undefined;
-  /** Undoes what ties the core to the world outside the agent (see the constructor). */
+  /** Undoes what ties the core to the world outside the agent (see {@link attach}). */
   readonly #detach: () => void;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -531,9 +540,11 @@ export class Agent {
    * (`direct_…`) for the time it runs; its events still carry none (it is in no run).
    */
   async #direct<T>(signal: AbortSignal | undefined, start: (signal: AbortSignal | undefined, runId: string) => Promise<T>): Promise<T> {
-    if (!signal) return start(undefined, '');
-    const runId = `direct_${newRunId().slice('run_'.length)}`;
-    this.#signals.set(runId, signal);
+    const runId = signal ? `direct_${newRunId().slice('run_'.length)}` : '';
+    if (signal) this.#signals.set(runId, signal);
+    // Awaited here, and `this` used after it: while a forge or call is in flight its agent
+    // stays reachable, so the finalizer of an agent dropped without close() cannot let go of
+    // its sandbox and registry under it.
     try {
       return await start(signal, runId);
     } finally {

@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
 import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
+import { functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let server: MockLlmServer;
@@ -373,16 +374,8 @@ describe('agent over an OpenAI-compatible server', () => {
     }
   });
 
-  test('runs given a signal that never fires leave nothing of their waits behind in the core', async () => {
-    // The JS values the wasm instance holds (wasm-bindgen's table; `initSync` returns the
-    // running instance's exports): each wait on the signal used to leave two closures there.
-    const { initSync } = await import('../wasm/crucible_core.js');
-    const held = () => {
-      const table = (initSync as unknown as () => { __wbindgen_externrefs: WebAssembly.Table })().__wbindgen_externrefs;
-      let functions = 0;
-      for (let i = 0; i < table.length; i++) if (typeof table.get(i) === 'function') functions++;
-      return functions;
-    };
+  test('runs leave nothing of their waits behind in the core', async () => {
+    // Each wait of a run on its abort signal (which never fires) used to leave two closures.
     const quick: ModelProvider = {
       id: 'double:quick',
       async *stream() {
@@ -391,16 +384,16 @@ describe('agent over an OpenAI-compatible server', () => {
       },
     };
     const agent = await createAgent({ model: quick });
-    const signal = new AbortController().signal;
-    for (let i = 0; i < 20; i++) await agent.run('?', { signal, sessionId: `warm${i}` });
+    for (let i = 0; i < 20; i++) await agent.run('?', { sessionId: `warm${i}` });
     await new Promise((resolve) => setTimeout(resolve, 50));
-    const before = held();
+    const before = functionsHeldByCore();
     for (let i = 0; i < 200; i++) {
-      await agent.run('?', { signal, sessionId: `s${i}` });
+      await agent.run('?', { sessionId: `s${i}` });
       await agent.endSession(`s${i}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
-    assert.ok(held() - before < 20, `the core holds ${held() - before} more functions after 200 runs`);
+    const more = functionsHeldByCore() - before;
+    assert.ok(more < 20, `the core holds ${more} more functions after 200 runs`);
     await agent.close();
   });
 

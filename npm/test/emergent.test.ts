@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
 import { AbortError, createAgent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
+import { collectGarbage, functionsHeldByCore } from './support/core-internals.js';
 import { iterations, seeded } from './support/seeded.js';
 import type { ExecuteOptions, SandboxRequest } from '../src/sandbox/types.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
@@ -492,37 +493,37 @@ describe('emergent options and edge cases through createAgent', () => {
   });
 
   test('agents dropped without close() are let go once collected: their cores are freed and their ids open again', async () => {
-    const { setFlagsFromString } = await import('node:v8');
-    const { runInNewContext } = await import('node:vm');
-    setFlagsFromString('--expose-gc');
-    const gc = runInNewContext('gc') as () => void;
-    const { initSync } = await import('../wasm/crucible_core.js');
-    // The JS functions the wasm instance holds: each agent's core holds its host callbacks.
-    const held = () => {
-      const table = (initSync as unknown as () => { __wbindgen_externrefs: WebAssembly.Table })().__wbindgen_externrefs;
-      let functions = 0;
-      for (let i = 0; i < table.length; i++) if (typeof table.get(i) === 'function') functions++;
-      return functions;
-    };
-    const collect = async () => {
-      for (let i = 0; i < 10; i++) {
-        gc();
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-    };
     const store = memoryStore();
     const sandbox = { execute: async () => ({ ok: false, error: { kind: 'trap', message: 'unused' }, logs: [], durationMs: 0 }) };
     await (await makeAgent(store, { sandbox }, 'warm')).close(); // loads the core
-    await collect();
-    const before = held();
+    await collectGarbage();
+    const before = functionsHeldByCore();
     await (async () => {
       for (let i = 0; i < 5; i++) await makeAgent(store, { sandbox }, `dropped${i}`);
     })();
-    assert.ok(held() - before >= 20, 'the open cores hold their callbacks');
-    await collect();
-    assert.ok(held() - before < 5, `${held() - before} functions are still held by cores of dropped agents`);
+    assert.ok(functionsHeldByCore() - before >= 20, 'the open cores hold their callbacks');
+    await collectGarbage();
+    const still = functionsHeldByCore() - before;
+    assert.ok(still < 5, `${still} functions are still held by cores of dropped agents`);
     const again = await makeAgent(store, { sandbox }, 'dropped0');
     await again.close();
+  });
+
+  test('an agent dropped without close() stops the sandbox Workers it started, once collected (Linux: its threads)', { skip: process.platform !== 'linux' }, async () => {
+    const { readdirSync } = await import('node:fs');
+    const threads = () => readdirSync('/proc/self/task').length;
+    const settle = async (until: () => boolean) => {
+      for (let i = 0; i < 50 && !until(); i++) await collectGarbage();
+    };
+    await collectGarbage();
+    const before = threads();
+    await (async () => {
+      const agent = await makeAgent(memoryStore(), {}, 'drops-its-sandbox');
+      assert.ok((await agent.forge(slugify, { sessionId: 's' })).success, 'the forge ran its tests in the default sandbox');
+    })();
+    assert.ok(threads() > before, 'the default sandbox runs Workers');
+    await settle(() => threads() <= before);
+    assert.ok(threads() <= before, `${threads() - before} threads are left by the dropped agent's sandbox`);
   });
 
   test('limits next to a sandbox of your own are a configuration error, not ignored', async () => {

@@ -734,9 +734,17 @@ describe('openai() reads SSE framing as servers write it', () => {
   it('a model thinking past timeoutMs is not cut off: its reasoning and keep-alives are progress, though they yield no text', async () => {
     pieceDelayMs = 60;
     const thinking = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { reasoning_content: 'hmm' } }] })}\n\n`;
-    pieces = [...Array.from({ length: 4 }, () => thinking), ': keep-alive\n\n', 'data:\n\n', `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
+    pieces = [...Array.from({ length: 5 }, () => thinking), `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
     const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
     assert.equal((await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
+  });
+
+  it('keep-alives alone do not hold a stalled answer open past timeoutMs', async () => {
+    pieceDelayMs = 60;
+    pieces = [`data: ${delta('a')}\n\n`, ...Array.from({ length: 8 }, (_, i) => (i % 2 ? ': keep-alive\n\n' : 'data:\n\n')), `data: ${delta('b')}\n\n`, 'data: [DONE]\n\n'];
+    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    const error = await rejection(collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
   });
 
   it('empty `data:` keep-alives are skipped', async () => {

@@ -1,7 +1,7 @@
 //! The agent: configuration, tools, conversation memory per session, and the run loop.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 mod approval;
@@ -23,7 +23,7 @@ pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunS
 pub use structured::{extract_json, json_values};
 pub use usage::RunUsage;
 
-use crate::guard::{SessionTicket, SessionWork};
+use crate::guard::{KeptTickets, SessionTicket, SessionWork};
 use crate::model::{Message, Model};
 use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
@@ -40,8 +40,8 @@ pub trait ToolProvider {
 /// Session used when a run names none.
 pub const DEFAULT_SESSION: &str = "default";
 
-/// Resumable runs whose session this context follows (see `Agent::resumable`); older ones
-/// are forgotten first and then count as left before a restart.
+/// Resumable runs of each kind whose session this context follows (see `Agent::paused`);
+/// older ones are forgotten first and then count as left before a restart.
 const RESUMABLE_KEPT: usize = 4096;
 
 /// Per-run options.
@@ -73,12 +73,14 @@ pub struct Agent {
     /// Runs going, per session: one that completes after its session ended must not bring the
     /// conversation back.
     runs_going: SessionWork,
-    /// The tickets of runs left resumable in this context (paused, or interrupted with a
-    /// store to resume from), by run id: such a run is still going, so one resumed after its
-    /// session ended adds nothing either. Oldest first, at most [`RESUMABLE_KEPT`]; a run left
-    /// before a restart has none and brings its conversation back (it cannot tell a restart
-    /// from an ended session).
-    resumable: RefCell<VecDeque<(String, SessionTicket)>>,
+    /// The tickets of runs left resumable in this context, by run id: such a run is still
+    /// going, so one resumed after its session ended adds nothing either. Paused runs and runs
+    /// interrupted with a store (a model error, an abort) are kept apart, at most
+    /// [`RESUMABLE_KEPT`] each, so a service with many failures does not push out the paused
+    /// runs waiting on people. A run left before a restart has none and brings its conversation
+    /// back (it cannot tell a restart from an ended session).
+    paused: RefCell<KeptTickets>,
+    interrupted: RefCell<KeptTickets>,
     store: Option<Rc<dyn Store>>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
@@ -106,7 +108,8 @@ impl Agent {
             env,
             sessions: RefCell::new(HashMap::new()),
             runs_going: SessionWork::default(),
-            resumable: RefCell::default(),
+            paused: RefCell::new(KeptTickets::new(RESUMABLE_KEPT)),
+            interrupted: RefCell::new(KeptTickets::new(RESUMABLE_KEPT)),
             store: None,
             agent_id: "default".into(),
             provider: RefCell::new(None),
@@ -236,22 +239,17 @@ impl Agent {
         if !ticket.session_ended() {
             self.remember(&session_id, history_len, &result);
         }
-        let paused = matches!(&result, Ok(out) if out.status == RunStatus::Paused);
-        if paused || (self.store.is_some() && !run_ended(&result)) {
-            let mut resumable = self.resumable.borrow_mut();
-            if resumable.len() >= RESUMABLE_KEPT {
-                resumable.pop_front();
-            }
-            resumable.push_back((run_id, ticket));
+        if matches!(&result, Ok(out) if out.status == RunStatus::Paused) {
+            self.paused.borrow_mut().keep(run_id, ticket);
+        } else if self.store.is_some() && !run_ended(&result) {
+            self.interrupted.borrow_mut().keep(run_id, ticket);
         }
         result
     }
 
     /// The ticket `run_id` kept when it was left resumable in this context, if it was.
     fn take_resumable(&self, run_id: &str) -> Option<SessionTicket> {
-        let mut resumable = self.resumable.borrow_mut();
-        let at = resumable.iter().position(|(id, _)| id == run_id)?;
-        resumable.remove(at).map(|(_, ticket)| ticket)
+        self.paused.borrow_mut().take(run_id).or_else(|| self.interrupted.borrow_mut().take(run_id))
     }
 
     /// The runs whose state this agent's store holds: paused ones (waiting for approvals) and

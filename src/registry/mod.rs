@@ -194,23 +194,24 @@ impl State {
         }
     }
 
-    /// The entry `name` of a tier, without making a map for a session that has none (a call or
-    /// review finishing after its session ended must not bring an empty one back).
-    pub(crate) fn entry_mut(&mut self, tier: Tier, session: &str, name: &str) -> Option<&mut Entry> {
+    /// A tier's map, without making one for a session that has none: a call, review or undo
+    /// finishing after its session ended must not bring the session back.
+    fn existing_tier_mut(&mut self, tier: Tier, session: &str) -> Option<&mut BTreeMap<String, Entry>> {
         match tier {
-            Tier::Session => self.sessions.get_mut(session)?.get_mut(name),
-            Tier::Agent => self.agent.get_mut(name),
-            Tier::Shared => self.shared.get_mut(name),
+            Tier::Session => self.sessions.get_mut(session),
+            Tier::Agent => Some(&mut self.agent),
+            Tier::Shared => Some(&mut self.shared),
         }
     }
 
-    /// Takes the entry `name` out of a tier (see [`State::entry_mut`] on sessions that ended).
+    /// The entry `name` of a tier (see [`State::existing_tier_mut`]).
+    pub(crate) fn entry_mut(&mut self, tier: Tier, session: &str, name: &str) -> Option<&mut Entry> {
+        self.existing_tier_mut(tier, session)?.get_mut(name)
+    }
+
+    /// Takes the entry `name` out of a tier (see [`State::existing_tier_mut`]).
     pub(crate) fn remove_entry(&mut self, tier: Tier, session: &str, name: &str) -> Option<Entry> {
-        match tier {
-            Tier::Session => self.sessions.get_mut(session)?.remove(name),
-            Tier::Agent => self.agent.remove(name),
-            Tier::Shared => self.shared.remove(name),
-        }
+        self.existing_tier_mut(tier, session)?.remove(name)
     }
 
     /// The active entry callers of `session` reach for `name`: session, then agent, then shared.
@@ -311,9 +312,10 @@ impl State {
     /// change pushed out of a full audit ring stay out of memory until a restart reads them.)
     pub(crate) fn undo(&mut self, undo: Undo) {
         for (tier, session, name, before) in undo.entries {
+            let Some(map) = self.existing_tier_mut(tier, &session) else { continue };
             match before {
-                Some(entry) => self.tier_mut(tier, &session).insert(name, entry),
-                None => self.remove_entry(tier, &session, &name),
+                Some(entry) => map.insert(name, entry),
+                None => map.remove(&name),
             };
         }
         for (id, before) in undo.approvals {

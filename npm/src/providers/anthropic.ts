@@ -208,8 +208,9 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         stopReason = read.string(read.object(event.delta, 'delta')?.stop_reason, 'delta.stop_reason') ?? stopReason;
         const usage = loose(event.usage);
         outputTokens = read.count(usage?.output_tokens) ?? outputTokens;
-        // Newer API versions also report final input tokens here; a 0 would mean "unknown".
-        inputTokens = promptTokens(read, usage) || inputTokens;
+        // Newer API versions also report final input tokens here; a 0 would mean "unknown", and
+        // a proxy that leaves out the cache counts here must not shrink the total.
+        inputTokens = Math.max(promptTokens(read, usage) ?? 0, inputTokens ?? 0) || inputTokens;
         break;
       }
       case 'message_stop':

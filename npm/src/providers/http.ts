@@ -31,8 +31,8 @@ export interface HttpContext {
   readonly fetch: typeof globalThis.fetch;
   readonly timeoutMs: number;
   readonly retry: Required<RetryOptions>;
-  /** Called on every piece of a response body read: the server is making progress (see
-   *  {@link withRetry}'s stall timer). */
+  /** Called whenever the response makes progress: an event or line with data, a piece of a
+   *  whole body that is not blank (see {@link withRetry}'s stall timer). */
   readonly progress?: () => void;
 }
 
@@ -194,8 +194,8 @@ export function joinUrl(baseURL: string, path: string): string {
  * `provider_timeout` when the attempt's timeout fired, otherwise the `ProviderError` raised
  * by the attempt (raw network errors become `provider_network`). The timeout measures a
  * stall, not the whole answer: it restarts whenever the attempt reports `progress` (every
- * piece of body read: a reasoning model's thinking and keep-alives yield no item but are
- * progress) and with every item, so a local model writing for minutes is not cut off. A
+ * event with data: a reasoning model's thinking yields no item but is progress; keep-alives
+ * are not) and with every item, so a local model writing for minutes is not cut off. A
  * timeout is not retried: a stalled server rarely recovers within it.
  */
 export async function* withRetry<T>(
@@ -284,6 +284,7 @@ export async function readJson(ctx: HttpContext, response: Response): Promise<un
   for await (const piece of readText(ctx, response)) {
     text += piece;
     if (text.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'the response body');
+    if (piece.trim() !== '') ctx.progress?.();
   }
   return parseJson(ctx, text);
 }
@@ -300,8 +301,12 @@ export async function* readSse(ctx: HttpContext, response: Response): AsyncGener
   let overflowed = false;
   const parser = createParser({
     maxBufferSize: MAX_UNIT_CHARS,
+    // Events with data are progress, reasoning deltas among them (they yield no chunk); a
+    // gateway's keep-alives are not, or one pinging for a hung model would never time out.
     onEvent: (event) => {
-      if (event.data.trim() !== '') pending.push(event);
+      if (event.data.trim() === '') return;
+      ctx.progress?.();
+      pending.push(event);
     },
     // Some llama.cpp builds report a failure mid-stream as an `error: {…}` line, a field SSE
     // does not define, and then send `data: [DONE]`. Dropped, the answer so far would pass for
@@ -343,7 +348,9 @@ export async function* readNdjson(ctx: HttpContext, response: Response): AsyncGe
       const line = buffer.slice(0, newline).trim();
       buffer = buffer.slice(newline + 1);
       from = 0;
-      if (line) yield parseJson(ctx, line);
+      if (!line) continue;
+      ctx.progress?.();
+      yield parseJson(ctx, line);
     }
     if (buffer.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'a line of the stream');
   }
@@ -420,7 +427,6 @@ async function* readText(ctx: HttpContext, response: Response): AsyncGenerator<s
         if (tail) yield tail;
         return;
       }
-      ctx.progress?.();
       const text = decoder.decode(result.value, { stream: true });
       if (text) yield text;
     }

@@ -115,9 +115,9 @@ export interface ProviderOptions {
   apiKey?: string;
   headers?: Record<string, string>;
   /**
-   * Longest stall in ms: until the answer starts, then between two of its pieces (a streamed
-   * answer may take longer in all while it makes progress; a whole one must arrive within it).
-   * Default 120000.
+   * Longest stall in ms: until the answer starts, then between two of its pieces (events or
+   * lines with data: a streamed answer may take longer in all while it makes progress, but
+   * keep-alives alone do not hold it open). Default 120000.
    */
   timeoutMs?: number;
   retry?: RetryOptions;
