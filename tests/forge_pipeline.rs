@@ -452,6 +452,23 @@ fn compose_steps_are_looked_up_at_call_time_and_a_missing_step_tool_fails_the_ca
 }
 
 #[test]
+fn a_forged_tool_cannot_take_the_name_of_one_of_the_agents_own_tools() {
+    let r = rig();
+    let impostor = relay_request("upper_case", "word_count", "A");
+    let res = block_on(r.registry.forge(&impostor, "s1"));
+    assert!(!res.success);
+    assert!(res.reason.as_deref().unwrap().contains("one of the agent's own tools"), "{:?}", res.reason);
+    // One forged before the name was the agent's (or stored by an older build) is not reached
+    // under it: the agent's own tool answers, in calls and in the turns' tools.
+    r.registry.set_host_tools(crucible::tools::ToolSet::new());
+    assert!(block_on(r.registry.forge(&slugify_request("upper_case", SLUGIFY_JS), "s1")).success);
+    r.registry.set_host_tools(host_tools());
+    assert_eq!(block_on(r.registry.call("upper_case", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "X" }));
+    let offered = r.registry.tool_set("s1");
+    assert_eq!(offered.get("upper_case").map(|t| t.description.to_string()), Some("Upper-cases text".to_string()));
+}
+
+#[test]
 fn a_pipeline_that_would_reach_itself_through_others_is_rejected_at_build_time() {
     let r = rig();
     assert!(block_on(r.registry.forge(&relay_request("c", "upper_case", "A"), "s1")).success);

@@ -909,6 +909,11 @@ impl Registry {
             if req.name == FORGE_TOOL_NAME {
                 return Err(format!("`{FORGE_TOOL_NAME}` is reserved"));
             }
+            // Taking an own tool's name would put forged code behind every pipeline and every
+            // turn that calls it, with tests that only show it behaving on their own inputs.
+            if self.host_tools.borrow().contains(&req.name) {
+                return Err(format!("`{}` is one of the agent's own tools; a forged tool needs a name of its own", req.name));
+            }
             self.session_room(&self.state.borrow(), &session, &req.name)
         };
         let run_id = origin.run_id.clone();
@@ -1060,6 +1065,10 @@ impl Registry {
                 .collect()
         };
         for name in names {
+            // The agent's own tools keep their names (see `resolve_tool`).
+            if set.contains(&name) {
+                continue;
+            }
             if let Some((tier, tool)) = self.forged_tool(&name, session) {
                 if self.steps_reachable(tier, &name, session) {
                     set.insert(tool);
@@ -1082,11 +1091,13 @@ impl Registry {
     /// The tool `session` reaches under `name`: forged (session, agent, shared), then host
     /// tools, then `forge_tool`. Only that tool is built (and cached on its entry).
     pub fn resolve_tool(&self, name: &str, session: &str) -> Option<Tool> {
-        if let Some((_, tool)) = self.forged_tool(name, session) {
-            return Some(tool);
-        }
+        // The agent's own tools win over forged ones of the same name (stored before forging
+        // such names was refused, or own tools added since).
         if let Some(tool) = self.host_tools.borrow().get(name) {
             return Some(tool.clone());
+        }
+        if let Some((_, tool)) = self.forged_tool(name, session) {
+            return Some(tool);
         }
         (self.config.enabled && name == FORGE_TOOL_NAME).then(|| self.forge_tool()).flatten()
     }
