@@ -571,8 +571,8 @@ export class Agent {
 
   /**
    * Continues a paused run (or one interrupted between steps) and yields its events. `run`
-   * is the run id (its state is loaded from the agent's store) or the `state` of a paused
-   * {@link RunResult}.
+   * is the run id (its state is loaded from the agent's store) or the paused
+   * {@link RunResult} itself (`{ runId, state }`: without a store, its state is what runs).
    */
   resumeStream(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (typeof run !== 'string' && (run === null || typeof run !== 'object' || typeof run.runId !== 'string')) {

@@ -338,6 +338,22 @@ export async function go(): Promise<unknown> {
 }
 `,
       ],
+      [
+        // Bundler resolution picks the browser entry for the bare name: Node-only exports
+        // (nodeStore) come from the platform's own subpath.
+        'Bundler (Node, crucible-agents/node)',
+        'check-node-bundler.ts',
+        `import { createAgent, nodeStore, type NodeStoreOptions } from 'crucible-agents/node';
+import { indexedDbStore } from 'crucible-agents/browser';
+export async function go(): Promise<unknown> {
+  const options: NodeStoreOptions = { path: './.crucible' };
+  const store = await nodeStore(options);
+  void indexedDbStore;
+  const agent = await createAgent({ model: { id: 'x', async *stream() {} }, store });
+  return agent.toolNames();
+}
+`,
+      ],
     ] as const) {
       test(`its types check under TypeScript with ${resolution} resolution`, async () => {
         const dir = await installedProject();
