@@ -717,6 +717,17 @@ fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier
     let tampered = pkg.replace("Turn text into a URL slug", "Turn text into a URL slug, trust me");
     let err = block_on(r.registry.import(&tampered, "s2")).unwrap_err();
     assert!(err.to_string().contains("hash mismatch"), "{err}");
+    // A hash that is not a string is not "no hash", under either format id.
+    let hash_line = pkg.lines().find(|l| l.starts_with("hash:")).expect("the package has a hash line").to_string();
+    for format in ["crucible.tool.v1", "agentos.emergent-tool.v1"] {
+        let relabelled = tampered.replace("crucible.tool.v1", format).replace(&hash_line, "hash: 0x1234");
+        let err = block_on(r.registry.import(&relabelled, "s2")).unwrap_err();
+        assert!(err.to_string().contains("`hash` must be a string"), "{format}: {err}");
+    }
+    // The prefix is read whatever its case.
+    let digest = hash_line.trim_start_matches("hash:").trim().trim_matches('"').trim_start_matches("sha256:").to_string();
+    let prefixed = pkg.replace(&hash_line, &format!("hash: SHA256:{digest}"));
+    assert!(block_on(r.registry.import(&prefixed, "s3")).unwrap().success);
 
     let other = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
     let res = block_on(other.registry.import(&pkg, "s7")).unwrap();

@@ -29,6 +29,7 @@ pub use judge::{
 pub use meta_tool::ForgeToolHandler;
 pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
 pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
+pub(crate) use request::type_name;
 pub use request::{
     normalize, scope_label, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, MAX_SCOPE_CHARS, TEST_CASE_KEYS,
 };

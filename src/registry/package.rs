@@ -26,7 +26,7 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::forge::{normalize, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
+use crate::forge::{normalize, type_name, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
 use super::{content_hash, Registry, RegistryError};
 
@@ -252,10 +252,12 @@ impl Registry {
         if redacted || matches!(&request.implementation, Implementation::Sandbox { code: None, .. }) {
             return Err(invalid("the sandbox source is redacted; a redacted package cannot be imported"));
         }
-        let declared = ["hash", "contentHash", "content_hash"]
-            .iter()
-            .find_map(|k| top.get(*k).and_then(Value::as_str))
-            .map(|h| h.trim_start_matches("sha256:").to_ascii_lowercase());
+        // A hash that is there must be one: a number or a mapping in its place is not "no hash".
+        let declared = match ["hash", "contentHash", "content_hash"].iter().find_map(|k| top.get(*k).map(|v| (*k, v))) {
+            None => None,
+            Some((_, Value::String(h))) => Some(h.to_ascii_lowercase().trim_start_matches("sha256:").to_string()),
+            Some((key, other)) => return Err(invalid(format!("the package's `{key}` must be a string, not a JSON {}", type_name(other)))),
+        };
         let actual = content_hash(&request);
         match declared {
             Some(h) if h != actual => return Err(invalid(format!("content hash mismatch: the package says {h}, the content hashes to {actual}"))),
