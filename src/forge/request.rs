@@ -61,8 +61,16 @@ impl Implementation {
 #[serde(rename_all = "camelCase")]
 pub struct ForgeTestCase {
     pub input: Value,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `Some(Null)` expects `null`: read back as written, not as no expectation (serde would
+    /// read a `null` field as `None`, and a stored tool would then hash, test and export
+    /// differently after a reload).
+    #[serde(default, deserialize_with = "expected_as_written", skip_serializing_if = "Option::is_none")]
     pub expected_output: Option<Value>,
+}
+
+/// A present `expectedOutput` field, `null` included.
+fn expected_as_written<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 /// A typed forge request (after normalization).
@@ -348,4 +356,21 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let test_cases = test_cases(obj)?;
     let scope = scope_of(obj);
     Ok(ForgeRequest { name, description, input_schema, output_schema, implementation, test_cases, scope })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ForgeTestCase;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn an_expected_null_output_reads_back_as_written() {
+        let case: ForgeTestCase = serde_json::from_value(json!({ "input": { "a": 1 }, "expectedOutput": null })).unwrap();
+        assert_eq!(case.expected_output, Some(Value::Null));
+        let stored = serde_json::to_value(&case).unwrap();
+        assert_eq!(stored, json!({ "input": { "a": 1 }, "expectedOutput": null }));
+        assert_eq!(serde_json::from_value::<ForgeTestCase>(stored).unwrap(), case, "a stored test case reads back the same");
+        let none: ForgeTestCase = serde_json::from_value(json!({ "input": {} })).unwrap();
+        assert_eq!(none.expected_output, None);
+    }
 }
