@@ -34,6 +34,8 @@ export type CrucibleErrorCode =
   | 'invalid_output'
   | 'denied'
   | 'execution_failed'
+  /** A host tool's result was too large to take in (over 16 Mi characters of JSON). */
+  | 'result_too_large'
   | 'sandbox_timeout'
   | 'sandbox_memory'
   | 'sandbox_rejected'
@@ -54,13 +56,13 @@ export type CrucibleErrorCode =
 /** Base class of every error Crucible throws. Branch on `code`, not on message text. */
 export class CrucibleError extends Error {
   readonly code: CrucibleErrorCode;
-  override readonly cause?: unknown;
+  // Declared, not a field: a field would be an own `cause` set to undefined on every error.
+  declare readonly cause?: unknown;
 
   constructor(code: CrucibleErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message);
+    super(message, options?.cause !== undefined ? { cause: options.cause } : undefined);
     this.name = 'CrucibleError';
     this.code = code;
-    if (options?.cause !== undefined) this.cause = options.cause;
   }
 }
 

@@ -82,6 +82,12 @@ describe('agent over an OpenAI-compatible server', () => {
     await fine.close();
   });
 
+  test('an error has a cause only when it was given one', () => {
+    assert.equal('cause' in new CrucibleError('internal', 'm'), false);
+    const root = new Error('root');
+    assert.equal(new AbortError('m', { cause: root }).cause, root);
+  });
+
   test('bad arguments are typed errors, not TypeErrors from the bindings', async () => {
     const code = (c: string) => (e: unknown) => (e as { code?: string }).code === c;
     await assert.rejects(createAgent({ model: model(), tools: [{ ...weather, needsApproval: 'always' as unknown as boolean }] }), code('invalid_config'), 'needsApproval that would mean "never" fails closed');
