@@ -620,6 +620,20 @@ fn demote_moves_a_tool_down_and_the_old_tier_cannot_be_called() {
 }
 
 #[test]
+fn demoting_into_a_session_keeps_the_sessions_own_newer_version_in_the_history() {
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s2");
+    let own = r.registry.list("s2").into_iter().find(|t| t.tier == Tier::Session).unwrap();
+    assert_eq!(own.version, 2);
+    assert_eq!(block_on(r.registry.demote("slugify", "s2")).unwrap().tier, Tier::Session);
+    let back = block_on(r.registry.rollback("slugify", 2, "s2")).unwrap();
+    assert_eq!((back.version, back.hash), (2, own.hash), "the session's own v2 can be rolled back to");
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s2");
+    let next = r.registry.list("s2").into_iter().find(|t| t.tier == Tier::Session).unwrap();
+    assert_eq!(next.version, 3, "a later forge is numbered after it, not as a second v2");
+}
+
+#[test]
 fn versions_carry_hashes_and_rollback_restores_one() {
     let r = rig();
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");

@@ -1279,6 +1279,14 @@ impl Registry {
             // takes it out of the shared tier, but does not gain it (it never passed this agent's
             // panel); the owner finds it in its agent tier when it next loads.
             let owner = other_owner.filter(|_| from == Tier::Shared);
+            // What the tier below held under the name (a session's own newer version, a
+            // tombstone) stays in the history: it can be rolled back to, and later forges are
+            // numbered after it instead of reusing its number.
+            if owner.is_none() {
+                if let Some(below) = state.tier(to, session).and_then(|m| m.get(name)) {
+                    record.absorb_history(&below.record.history);
+                }
+            }
             let entry = Entry::new(record, stats);
             let info = tool_info(&entry);
             let detail = match &owner {
