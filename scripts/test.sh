@@ -33,4 +33,8 @@ fi
 
 printf '\n== tiers 2 and 3: node --test (Node, Chromium, real local model)\n'
 cd npm
+# The tests run through tsx, which strips types without checking them: check them (and the
+# bench and the demo page) first, so a test cannot pass on code its types refuse.
+npm run --silent typecheck:tests
+(cd ../www && ../npm/node_modules/.bin/tsc --noEmit -p tsconfig.json)
 node --import tsx --test --test-concurrency=1 --test-reporter=spec test/*.test.ts

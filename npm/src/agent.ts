@@ -148,28 +148,42 @@ export interface ResumeOptions {
   signal?: AbortSignal;
 }
 
-/** A run that ended with a final answer or paused for approvals. */
-export interface RunResult<Output = unknown> {
+/** What every {@link RunResult} carries. */
+interface RunResultBase {
   runId: string;
-  /** `paused`: tool calls wait for approval; continue with `agent.resume(runId, { approvals })`. */
-  status: 'completed' | 'paused';
-  /** Calls waiting for a decision (paused runs). */
-  pendingApprovals: PendingApproval[];
-  /** The resumable state (paused runs): plain JSON, already persisted when the agent has a store. */
-  state?: unknown;
-  /** The parsed answer when `returns` is set, else the final text. */
-  output: Output;
-  text: string;
   usage: RunUsage;
   turns: number;
   steps: number;
+}
+
+/** A run that ended with a final answer. */
+export interface CompletedRun<Output = unknown> extends RunResultBase {
+  status: 'completed';
+  /** The parsed answer when `returns` is set, else the final text. */
+  output: Output;
+  text: string;
+  pendingApprovals: [];
   /**
-   * Why the last answer ended, the same across providers: `length` is an answer cut off at
-   * the token limit (`maxTokens`, or the server's), `content_filter` one the provider withheld;
-   * `tool_calls` for a paused run.
+   * Why the answer ended, the same across providers: `length` is an answer cut off at the
+   * token limit (`maxTokens`, or the server's), `content_filter` one the provider withheld.
    */
   finishReason: 'stop' | 'length' | 'content_filter' | 'tool_calls' | 'other';
 }
+
+/** A run that paused: tool calls wait for approval; continue with `agent.resume(run, { approvals })`. */
+export interface PausedRun extends RunResultBase {
+  status: 'paused';
+  /** Calls waiting for a decision. */
+  pendingApprovals: PendingApproval[];
+  /** The resumable state: plain JSON, already persisted when the agent has a store. */
+  state: unknown;
+  output: undefined;
+  text: '';
+  finishReason: 'tool_calls';
+}
+
+/** A run that ended with a final answer or paused for approvals; tell them apart by `status`. */
+export type RunResult<Output = unknown> = CompletedRun<Output> | PausedRun;
 
 /** A run ended without a final answer: a limit, a model error or invalid structured output. */
 export class AgentRunError extends CrucibleError {
@@ -812,7 +826,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
           usage: event.usage,
           turns: event.turns,
           steps: event.steps,
-          finishReason: event.finishReason as RunResult['finishReason'],
+          finishReason: event.finishReason,
         };
       case 'agent.paused': {
         const state = event.state as { turns?: number; steps?: number };
@@ -821,7 +835,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
           status: 'paused',
           pendingApprovals: event.approvals,
           state: event.state,
-          output: undefined as Output,
+          output: undefined,
           text: '',
           usage: event.usage,
           turns: state.turns ?? 0,

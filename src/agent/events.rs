@@ -74,7 +74,15 @@ pub enum EventBody {
     /// set, else the text). `finishReason` says why the answer ended (see
     /// [`crate::model::finish_kind`]): `length` is an answer cut off at the token limit.
     #[serde(rename = "agent.end", rename_all = "camelCase")]
-    AgentEnd { output: Value, text: String, usage: RunUsage, turns: u32, steps: u32, finish_reason: String },
+    AgentEnd {
+        output: Value,
+        text: String,
+        usage: RunUsage,
+        turns: u32,
+        steps: u32,
+        #[cfg_attr(feature = "wasm-core", tsify(type = "'stop' | 'length' | 'content_filter' | 'tool_calls' | 'other'"))]
+        finish_reason: String,
+    },
     /// The run paused for approvals; continue it with `resume`.
     #[serde(rename = "agent.paused", rename_all = "camelCase")]
     AgentPaused {
