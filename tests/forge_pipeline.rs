@@ -11,8 +11,8 @@ use crucible::forge::{
     MAX_DESCRIPTION_CHARS, MAX_PIPELINE_STEPS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_SCOPE_CHARS, MAX_TEST_CASES,
 };
 use crucible::model::{ModelError, ResponseFormat};
-use crucible::registry::EmergentConfig;
 use crucible::registry::MAX_AUDIT_DETAIL_CHARS;
+use crucible::registry::{EmergentConfig, PromotionStatus, Tier};
 use crucible::store::MemoryStore;
 use crucible::tools::{Tool, ToolSet, MAX_VALUE_DEPTH};
 use futures::executor::block_on;
@@ -466,6 +466,9 @@ fn a_forged_tool_cannot_take_the_name_of_one_of_the_agents_own_tools() {
     assert_eq!(block_on(r.registry.call("upper_case", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "X" }));
     let offered = r.registry.tool_set("s1");
     assert_eq!(offered.get("upper_case").map(|t| t.description.to_string()), Some("Upper-cases text".to_string()));
+    assert!(r.registry.list("s1").iter().all(|t| t.name != "upper_case"), "nothing reaches it, so it is not listed");
+    let promotion = block_on(r.registry.request_promotion("upper_case", Tier::Agent, "s1")).unwrap();
+    assert_eq!(promotion.status, PromotionStatus::Rejected, "{promotion:?}");
 }
 
 #[test]

@@ -911,9 +911,7 @@ impl Registry {
             }
             // Taking an own tool's name would put forged code behind every pipeline and every
             // turn that calls it, with tests that only show it behaving on their own inputs.
-            if self.host_tools.borrow().contains(&req.name) {
-                return Err(format!("`{}` is one of the agent's own tools; a forged tool needs a name of its own", req.name));
-            }
+            self.refuse_own_name(&req.name)?;
             self.session_room(&self.state.borrow(), &session, &req.name)
         };
         let run_id = origin.run_id.clone();
@@ -971,7 +969,8 @@ impl Registry {
             if ticket.session_ended() {
                 Err(format!("session `{session}` ended while the tool was being forged; it was not registered"))
             } else {
-                self.session_room(&state, session, &verified.request.name)
+                // Own tools may have changed while it was tested (a host adding tools).
+                self.refuse_own_name(&verified.request.name).and_then(|()| self.session_room(&state, session, &verified.request.name))
             }
         };
         if let Err(reason) = refusal {
@@ -1214,10 +1213,24 @@ impl Registry {
     }
 
     /// Every registered tool `session` can see, demoted tombstones included (session tier
-    /// first, then agent, then shared).
+    /// first, then agent, then shared); not one stored under an own tool's name, which nothing
+    /// reaches (see [`Registry::resolve_tool`]).
     pub fn list(&self, session: &str) -> Vec<ToolInfo> {
         let state = self.state.borrow();
-        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter_map(|t| state.tier(t, session)).flat_map(|m| m.values().map(tool_info)).collect()
+        let own = self.host_tools.borrow();
+        [Tier::Session, Tier::Agent, Tier::Shared]
+            .into_iter()
+            .filter_map(|t| state.tier(t, session))
+            .flat_map(|m| m.values().filter(|e| !own.contains(&e.record.name)).map(tool_info))
+            .collect()
+    }
+
+    /// Refuses a forged tool under one of the agent's own tools' names (see `resolve_tool`).
+    pub(crate) fn refuse_own_name(&self, name: &str) -> Result<(), String> {
+        if self.host_tools.borrow().contains(name) {
+            return Err(format!("`{name}` is one of the agent's own tools; a forged tool needs a name of its own"));
+        }
+        Ok(())
     }
 
     /// The audit trail, oldest first.
@@ -1367,6 +1380,10 @@ impl crate::tools::ToolLookup for RegistryTools {
 
     fn pipeline_steps(&self, name: &str, session_id: &str) -> Vec<String> {
         let Some(registry) = self.0.upgrade() else { return vec![] };
+        // An own tool of that name is what runs: a forged pipeline stored under it has no steps.
+        if registry.host_tools.borrow().contains(name) {
+            return vec![];
+        }
         let state = registry.state.borrow();
         match state.resolve(name, session_id).map(|(_, entry)| &entry.record.current.request.implementation) {
             Some(crate::forge::Implementation::Compose { steps }) => steps.iter().map(|step| step.tool.clone()).collect(),

@@ -254,7 +254,7 @@ impl Registry {
         }
         // A hash that is there must be one: a number or a mapping in its place is not "no hash".
         let declared = match ["hash", "contentHash", "content_hash"].iter().find_map(|k| top.get(*k).map(|v| (*k, v))) {
-            None => None,
+            None | Some((_, Value::Null)) => None,
             Some((_, Value::String(h))) => Some(h.to_ascii_lowercase().trim_start_matches("sha256:").to_string()),
             Some((key, other)) => return Err(invalid(format!("the package's `{key}` must be a string, not a JSON {}", type_name(other)))),
         };

@@ -58,6 +58,10 @@ impl Registry {
     /// Asks to move `name` up to `to` (`agent` from the session tier of `session`, or
     /// `shared` from the agent tier).
     pub async fn request_promotion(&self, name: &str, to: Tier, session: &str) -> Result<PromotionOutcome, RegistryError> {
+        // A forged tool under an own tool's name is reached nowhere; it does not move up either.
+        if let Err(reason) = self.refuse_own_name(name) {
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
+        }
         match to {
             Tier::Agent => self.promote_to_agent(name, session).await,
             Tier::Shared => self.request_shared(name, session).await,
