@@ -55,7 +55,11 @@ export interface AgentOptions {
   returns?: JsonSchema | StandardJsonSchemaLike;
   /** Re-prompts for a final answer that fails `returns` (default 2). */
   maxOutputRetries?: number;
+  /** Sampling temperature sent with every model call (finite, 0 or more; absent: the
+   *  provider's default). Reasoning models get none (see `openai()`). */
   temperature?: number;
+  /** Most tokens of one model answer (at least 1; absent: the provider's default, 4096 for
+   *  Anthropic, which requires one). An answer cut off by it ends with `finishReason: 'length'`. */
   maxTokens?: number;
   /**
    * Whether the model may (`auto`, the default), must (`required`, or `{ tool: name }` for one
@@ -93,12 +97,15 @@ export interface SandboxHost {
 
 /** Options of emergent capabilities (issue-4 contract). */
 export interface EmergentOptions {
+  /** Gives the agent the `forge_tool` meta-tool and the tool registry. */
   enabled: boolean;
   /** Reviews every forge. Absent: every forge is rejected (fail-closed). */
   judge?: { model: ModelProvider };
   /** Reviews promotions (a two-reviewer panel); defaults to `judge`. */
   promotionJudge?: { model: ModelProvider };
+  /** Most forged tools one session holds (default 10); a forge past it is rejected. */
   maxSessionTools?: number;
+  /** Most tools in the agent tier (default 50); a promotion past it is refused. */
   maxAgentTools?: number;
   /** Deadline of one execution of forged code (default 5000). For the default sandbox only: a
    *  `sandbox` of your own carries its own limits, and setting this next to it is an error. */
@@ -111,7 +118,8 @@ export interface EmergentOptions {
   promotionThreshold?: { uses?: number; confidence?: number };
   /** Promote a session tool to the agent tier by itself once it reaches the threshold (default true). */
   autoPromote?: boolean;
-  /** Successful uses after a rejected promotion before it is asked again. */
+  /** Successful uses after a rejected promotion before it is asked again (default 5; a new
+   *  version is asked at once). */
   promotionRetryUses?: number;
   /** Host APIs forged code may ask for (`fetch`, `crypto`); a request's allowlist is
    *  intersected with it. Default: none. */
@@ -433,19 +441,38 @@ export class Agent {
 
   /** Registry management: stats, promotion, approvals, demotion, rollback, export/import. */
   readonly emergent: {
+    /** The forge counters: attempts (imports included), approvals, rejections by category,
+     *  unique names. Kept in the store across restarts. */
     stats(): ForgeStats;
+    /** Moves `name` up one tier: `agent` from the session's tier (its tests re-run, then a
+     *  two-reviewer panel), or `shared` from the agent tier, which waits for {@link approve}
+     *  (`status: 'pending'`, with the approval to show a person). */
     requestPromotion(name: string, tier: Tier, options?: SessionOptions): Promise<PromotionOutcome>;
+    /** A person grants a pending shared promotion: the version they were shown moves to the
+     *  shared tier (a tool changed since is refused, `invalid_promotion`). */
     approve(approvalId: string): Promise<ToolInfo>;
+    /** A person refuses a pending shared promotion; `reason` goes into the audit trail. */
     deny(approvalId: string, reason?: string): Promise<void>;
+    /** Moves the highest active tool of that name down one tier; the old tier keeps a
+     *  tombstone that cannot be called (`lowest_tier` for a session tool). */
     demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
+    /** Makes `version` the tool's current version again (above the session tier, only a
+     *  version that passed that tier's review: else `unreviewed_version`). */
     rollback(name: string, version: number, options?: SessionOptions): Promise<ToolInfo>;
+    /** The tool as a portable `crucible.tool.v1` YAML package (sandbox source redacted unless
+     *  `persistSandboxSource`). */
     export(name: string, options?: SessionOptions): Promise<string>;
     /** Imports a `crucible.tool.v1` or `agentos.emergent-tool.v1` package into the session tier,
      *  re-running its tests and the judge. agentos packages carry no test cases: pass them as
      *  `testCases` (a package without any is refused). */
     import(pkg: string, options?: ImportOptions): Promise<ForgeResult>;
+    /** Shared promotions waiting for a person's {@link approve} or {@link deny}. */
     pendingApprovals(): EmergentApproval[];
+    /** The provenance trail (forges, verdicts, promotions, demotions, imports), oldest first,
+     *  bounded (the latest 500). */
     audit(): AuditEntry[];
+    /** Writes buffered tool stats to the store now (they are also written every 16 calls, at
+     *  `endSession`, at `close()` and on a page's `pagehide`). */
     flushStats(): Promise<void>;
   };
 
