@@ -634,6 +634,15 @@ fn demoting_into_a_session_keeps_the_sessions_own_newer_version_in_the_history()
 }
 
 #[test]
+fn versions_are_numbered_across_sessions_so_one_number_is_one_content() {
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s2");
+    forge_ok(&r, "slugify", ADD_JS.replace("ADD", "SLUGIFY").as_str(), "s3");
+    let version_in = |session: &str| r.registry.list(session).into_iter().find(|t| t.tier == Tier::Session).map(|t| t.version);
+    assert_eq!((version_in("s2"), version_in("s3")), (Some(2), Some(3)), "the second session's is v3, not a second v2");
+}
+
+#[test]
 fn versions_carry_hashes_and_rollback_restores_one() {
     let r = rig();
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");

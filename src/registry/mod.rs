@@ -214,6 +214,15 @@ impl State {
         self.existing_tier_mut(tier, session)?.remove(name)
     }
 
+    /// The number a new version of `name` gets: after every version of it this registry holds,
+    /// in any tier and any session. Numbered only after what the forging session reaches, two
+    /// sessions would each make a v2, and promoting both would leave one v2 where a rollback
+    /// to 2 had meant the other.
+    pub(crate) fn next_version(&self, name: &str) -> u32 {
+        let entries = self.sessions.values().filter_map(|m| m.get(name)).chain(self.agent.get(name)).chain(self.shared.get(name));
+        entries.flat_map(|e| e.record.history.iter().map(|v| v.version).chain([e.record.current.version])).max().map_or(1, |v| v + 1)
+    }
+
     /// The active entry callers of `session` reach for `name`: session, then agent, then shared.
     pub(crate) fn resolve(&self, name: &str, session: &str) -> Option<(Tier, &Entry)> {
         [Tier::Session, Tier::Agent, Tier::Shared]
@@ -987,10 +996,7 @@ impl Registry {
         let who = || AuditSubject::attempt(session, scope.as_deref());
         let (info, ops) = {
             let mut state = self.state.borrow_mut();
-            let version = state
-                .resolve(&name, session)
-                .map(|(_, e)| e.record.history.iter().map(|v| v.version).max().unwrap_or(e.record.current.version) + 1)
-                .unwrap_or(1);
+            let version = state.next_version(&name);
             // This session's entry (active or demoted) is replaced; its history carries over,
             // else that of the tool the session reaches above it (a new version of a promoted
             // tool keeps the versions before it).
