@@ -91,23 +91,58 @@ impl Drop for SessionTicket {
 /// resumable goes on when resumed). The oldest are dropped first past `cap`.
 pub(crate) struct KeptTickets {
     cap: usize,
-    kept: std::collections::VecDeque<(String, SessionTicket)>,
+    next: u64,
+    /// By id: when it was kept, and the ticket.
+    kept: std::collections::HashMap<String, (u64, SessionTicket)>,
+    /// (when, id) in the order kept; entries whose id was taken (or kept again) since are
+    /// skipped when the oldest goes.
+    order: std::collections::VecDeque<(u64, String)>,
 }
 
 impl KeptTickets {
     pub(crate) fn new(cap: usize) -> Self {
-        Self { cap, kept: Default::default() }
+        Self { cap, next: 0, kept: Default::default(), order: Default::default() }
     }
 
     pub(crate) fn keep(&mut self, id: String, ticket: SessionTicket) {
-        if self.kept.len() >= self.cap {
-            self.kept.pop_front();
+        let when = self.next;
+        self.next += 1;
+        self.kept.insert(id.clone(), (when, ticket));
+        self.order.push_back((when, id));
+        while self.kept.len() > self.cap {
+            let Some((when, oldest)) = self.order.pop_front() else { break };
+            if self.kept.get(&oldest).is_some_and(|(kept_when, _)| *kept_when == when) {
+                self.kept.remove(&oldest);
+            }
         }
-        self.kept.push_back((id, ticket));
+        // Entries of taken ids stay in `order` until the oldest go: dropped once they pile up.
+        if self.order.len() > 2 * self.cap {
+            let kept = &self.kept;
+            self.order.retain(|(when, id)| kept.get(id).is_some_and(|(kept_when, _)| kept_when == when));
+        }
     }
 
+    /// The ticket kept under `id` (looked up on every run's start: most have none).
     pub(crate) fn take(&mut self, id: &str) -> Option<SessionTicket> {
-        let at = self.kept.iter().position(|(kept, _)| kept == id)?;
-        self.kept.remove(at).map(|(_, ticket)| ticket)
+        self.kept.remove(id).map(|(_, ticket)| ticket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KeptTickets, SessionWork};
+
+    #[test]
+    fn kept_tickets_drop_the_oldest_past_their_cap_and_a_ticket_kept_again_counts_as_new() {
+        let work = SessionWork::default();
+        let mut kept = KeptTickets::new(2);
+        kept.keep("a".into(), work.begin("s"));
+        kept.keep("b".into(), work.begin("s"));
+        assert!(kept.take("a").is_some());
+        kept.keep("c".into(), work.begin("s"));
+        kept.keep("a".into(), work.begin("s"));
+        kept.keep("d".into(), work.begin("s"));
+        assert!(kept.take("b").is_none() && kept.take("c").is_none(), "the oldest went first");
+        assert!(kept.take("a").is_some() && kept.take("d").is_some(), "a, kept again, is among the newest");
     }
 }

@@ -13,7 +13,7 @@ import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, 
 import { isApprovalRule, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
-import type { PendingApproval, StoredRun } from '../wasm/crucible_core.js';
+import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_core.js';
 
 /** The signal of host tool calls made outside a run (nothing can abort them); one shared
  * instance, since creating an AbortController per call shows up in call latency. */
@@ -175,8 +175,11 @@ export interface CompletedRun<Output = unknown> extends RunResultBase {
    * Why the answer ended, the same across providers: `length` is an answer cut off at the
    * token limit (`maxTokens`, or the server's), `content_filter` one the provider withheld.
    */
-  finishReason: 'stop' | 'length' | 'content_filter' | 'tool_calls' | 'other';
+  finishReason: FinishReason;
 }
+
+/** Why an answer ended (`agent.end`'s `finishReason`, generated from the core). */
+export type FinishReason = Extract<EventBody, { type: 'agent.end' }>['finishReason'];
 
 /** A run that paused: tool calls wait for approval; continue with `agent.resume(run, { approvals })`. */
 export interface PausedRun extends RunResultBase {
@@ -321,10 +324,12 @@ function flushOnPageHide(core: CoreAgentHandle): (() => void) | undefined {
 
 /**
  * Ties an agent's core to the world outside it: the store's agents (`runtimes`), the shared
- * tier's channel, the page's `pagehide`. `detach` undoes that; `letGo` also releases what the
- * agent owns, for one dropped without `close()`. Made here rather than in the constructor: a
- * closure made there shares its scope with closures that use `this`, so it would keep the
- * agent alive and the finalizer holding it would never run.
+ * tier's channel, the page's `pagehide`. `release` lets go of all of it and of what the agent
+ * owns, in this order: buffered stats written, the sandbox stopped, the core freed (its
+ * registry writes nothing more), and only then the id released for a new agent. `close()`
+ * calls it, and the finalizer of an agent dropped without `close()`. Made here rather than in
+ * the constructor: a closure made there shares its scope with closures that use `this`, so it
+ * would keep the agent alive and the finalizer holding it would never run.
  */
 function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: SandboxHost | undefined, releaseRegistry: (() => void) | undefined) {
   const channel = sharedTierChannel(store, core);
@@ -334,26 +339,22 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
     agents.add(core);
     runtimes.set(store, agents);
   }
-  const detach = () => {
-    if (store) runtimes.get(store)?.delete(core);
-    channel?.close();
-    stopPageHideFlush?.();
+  const release = async (): Promise<void> => {
+    try {
+      if (store) runtimes.get(store)?.delete(core);
+      channel?.close();
+      stopPageHideFlush?.();
+      if (core.emergentEnabled) await core.flushStats().catch(() => undefined);
+      await sandbox?.close?.();
+    } finally {
+      // Whatever failed above, the core and the agent id are let go.
+      core.free();
+      releaseRegistry?.();
+    }
   };
-  // As close() does, in its order: buffered stats written, the sandbox stopped, the core freed
-  // (its registry writes nothing more), and only then the id released for a new agent.
-  const letGo = () => {
-    detach();
-    const flushed = core.emergentEnabled ? core.flushStats() : Promise.resolve();
-    void flushed
-      .catch(() => undefined)
-      .then(() => sandbox?.close?.())
-      .catch(() => undefined)
-      .finally(() => {
-        core.free();
-        releaseRegistry?.();
-      });
-  };
-  return { channel, detach, letGo };
+  // For the finalizer: made here, for the reason above.
+  const letGo = () => void release().catch(() => undefined);
+  return { channel, release, letGo };
 }
 
 let runCounter = 0;
@@ -419,11 +420,8 @@ export class Agent {
   readonly #core: CoreAgentHandle;
   readonly #signals: Map<string, AbortSignal>;
   readonly #hub: EventHub;
-  readonly #sandbox: SandboxHost | undefined;
-  /** Gives back this agent's claim on its registry records (see `claimRegistry`). */
-  readonly #releaseRegistry: (() => void) | undefined;
-  /** Undoes what ties the core to the world outside the agent (see {@link attach}). */
-  readonly #detach: () => void;
+  /** Lets go of the core and of what ties it to the world outside the agent (see {@link attach}). */
+  readonly #release: () => Promise<void>;
   #closed = false;
   #closing: Promise<void> | undefined;
   /** Read once: the core it comes from is freed by `close()`. */
@@ -479,14 +477,12 @@ export class Agent {
   /** @internal use {@link createAgent} */
   constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: Store, releaseRegistry?: () => void) {
     this.#core = core;
-    this.#releaseRegistry = releaseRegistry;
-    const { channel, detach, letGo } = attach(core, store, sandbox, releaseRegistry);
-    this.#detach = detach;
+    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry);
+    this.#release = release;
     unclosedAgents.register(this, letGo, this);
     this.#signals = signals;
     this.#emergentEnabled = core.emergentEnabled;
     this.#hub = hub;
-    this.#sandbox = sandbox;
     const session = (o?: SessionOptions) => sessionOf(o?.sessionId);
     const wrap = <T>(f: () => T): T => {
       try {
@@ -787,19 +783,12 @@ export class Agent {
 
   async #close(): Promise<void> {
     this.#closed = true;
-    try {
-      const runs = [...this.#runs.values()];
-      for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
-      await Promise.all(runs.map((run) => run.done));
-      this.#detach();
-      if (this.#emergentEnabled) await this.#core.flushStats().catch(() => undefined);
-      await this.#sandbox?.close?.();
-    } finally {
-      // Whatever failed above, the core and the agent id are let go.
-      this.#core.free();
-      unclosedAgents.unregister(this);
-      this.#releaseRegistry?.();
-    }
+    const runs = [...this.#runs.values()];
+    for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
+    // A run's `done` settles, never rejects.
+    await Promise.all(runs.map((run) => run.done));
+    unclosedAgents.unregister(this);
+    await this.#release();
   }
 }
 

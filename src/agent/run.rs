@@ -373,8 +373,7 @@ impl RunContext<'_> {
                 if !e.is_abort() {
                     return AgentError::from(e);
                 }
-                let message = format!("the provider stopped as aborted, but the run was not: {}", e.message);
-                AgentError::Model(ModelError { code: "provider_protocol".into(), message, status: e.status })
+                AgentError::Model(ModelError::from_provider(None, format!("the provider stopped as aborted, but the run was not: {}", e.message), e.status))
             })?;
             let response = forwarder.assembler.finish(&format!("{}-t{step}", state.run_id))?;
             let usage = response.usage.unwrap_or_default();
@@ -488,7 +487,7 @@ impl RunContext<'_> {
     /// does not hold up the rest.
     async fn execute_calls(
         &self,
-        StepCalls { step, calls, finish_reason }: StepCalls<'_>,
+        step_calls: StepCalls<'_>,
         state: &RunState,
         tools: &ToolSet,
         decisions: Option<&[CallDecision]>,
@@ -498,6 +497,7 @@ impl RunContext<'_> {
         let env = self.env;
         let run_id = &state.run_id;
         let session_id = &state.session_id;
+        let StepCalls { step, calls, .. } = step_calls;
         let mut finishing = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
             let ctx = CallContext::new(run_id.clone(), call.id.clone(), session_id.clone());
@@ -517,40 +517,11 @@ impl RunContext<'_> {
         while let Some((i, outcome, duration_ms)) = finishing.next().await {
             finished[i] = Some((outcome, duration_ms));
             while let Some((outcome, duration_ms)) = finished.get_mut(messages.len()).and_then(Option::take) {
-                messages.push(report_call(StepCalls { step, calls, finish_reason }, messages.len(), outcome, duration_ms, emitter));
+                messages.push(step_calls.report(messages.len(), outcome, duration_ms, emitter));
             }
         }
         messages
     }
-}
-
-/// The tool message of call `index` of the step, whose `outcome` is reported as its end event.
-fn report_call(calls: StepCalls<'_>, index: usize, outcome: ToolOutcome, duration_ms: f64, emitter: &Emitter<'_>) -> Message {
-    let StepCalls { step, finish_reason, .. } = calls;
-    let call = &calls.calls[index];
-    let is_error = outcome.result.is_err();
-    let content = match outcome.result {
-        Ok(result) => {
-            let content = serde_json::to_string(&result).unwrap_or_default();
-            emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
-            content
-        }
-        Err(mut error) => {
-            // An answer cut off at the token limit ends inside its last call: say so where that
-            // call's arguments are refused, or the model (and the host) see only broken JSON.
-            let cut_off = finish_kind(finish_reason) == "length" && index + 1 == calls.calls.len();
-            if error.code == "invalid_arguments" && cut_off {
-                error.message = format!(
-                    "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",
-                    error.message
-                );
-            }
-            let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
-            emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
-            content
-        }
-    };
-    Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }
 }
 
 /// Whether a run is over for good, so nothing of it is kept to resume: it finished, or hit a
@@ -579,4 +550,35 @@ struct StepCalls<'a> {
     step: u32,
     calls: &'a [ToolCall],
     finish_reason: &'a str,
+}
+
+impl StepCalls<'_> {
+    /// The tool message of call `index`, whose `outcome` is reported as its end event.
+    fn report(self, index: usize, outcome: ToolOutcome, duration_ms: f64, emitter: &Emitter<'_>) -> Message {
+        let StepCalls { step, calls, finish_reason } = self;
+        let call = &calls[index];
+        let is_error = outcome.result.is_err();
+        let content = match outcome.result {
+            Ok(result) => {
+                let content = serde_json::to_string(&result).unwrap_or_default();
+                emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
+                content
+            }
+            Err(mut error) => {
+                // An answer cut off at the token limit ends inside its last call: say so where that
+                // call's arguments are refused, or the model (and the host) see only broken JSON.
+                let cut_off = finish_kind(finish_reason) == "length" && index + 1 == calls.len();
+                if error.code == "invalid_arguments" && cut_off {
+                    error.message = format!(
+                        "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",
+                        error.message
+                    );
+                }
+                let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
+                emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
+                content
+            }
+        };
+        Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }
+    }
 }

@@ -428,15 +428,16 @@ impl Registry {
     /// `agent_id` from `deps.store`.
     pub async fn load(config: EmergentConfig, deps: RegistryDeps, agent_id: &str) -> Result<Rc<Registry>, RegistryError> {
         let mut state = State::default();
-        let prefixes = [(Tier::Agent, format!("agent/{agent_id}/")), (Tier::Shared, "shared/".to_string())];
+        let agent = agent_prefix(agent_id);
+        let prefixes = [(Tier::Agent, agent.clone()), (Tier::Shared, "shared/".to_string())];
         for (tier, prefix) in &prefixes {
             *state.tier_mut(*tier, "") = load_tier(deps.store.as_ref(), prefix).await?;
         }
-        for (key, value) in deps.store.scan(&format!("agent/{agent_id}/approval/")).await? {
+        for (key, value) in deps.store.scan(&format!("{agent}approval/")).await? {
             let approval: PendingApproval = unversioned(&key, "approval", value)?;
             state.approvals.insert(approval.id.clone(), approval);
         }
-        let audit_prefix = format!("agent/{agent_id}/audit/");
+        let audit_prefix = format!("{agent}audit/");
         for (key, value) in deps.store.scan(&audit_prefix).await? {
             // A store of the host's own may return keys outside the prefix: skipped, not sliced.
             let Some(Ok(seq)) = key.strip_prefix(&audit_prefix).map(str::parse::<u64>) else { continue };
@@ -444,7 +445,7 @@ impl Registry {
             state.audit_seqs.push_back(seq);
             state.next_audit_seq = seq + 1;
         }
-        let legacy_audit_key = format!("agent/{agent_id}/audit");
+        let legacy_audit_key = format!("{agent}audit");
         if let Some(value) = deps.store.get(&legacy_audit_key).await? {
             let entries: Vec<AuditEntry> = unversioned(&legacy_audit_key, "audit", value)?;
             let mut ops = vec![BatchOp::Delete { key: legacy_audit_key }];
@@ -470,11 +471,11 @@ impl Registry {
             state.next_audit_seq = state.next_audit_seq.max(first + state.audit.len() as u64);
             deps.store.batch(ops).await?;
         }
-        let forge_stats_key = format!("agent/{agent_id}/forge-stats");
+        let forge_stats_key = format!("{agent}forge-stats");
         if let Some(value) = deps.store.get(&forge_stats_key).await? {
             state.forge_stats = unversioned(&forge_stats_key, "forge-stats", value)?;
         }
-        let names_prefix = format!("agent/{agent_id}/forge-name/");
+        let names_prefix = format!("{agent}forge-name/");
         for (key, value) in deps.store.scan(&names_prefix).await? {
             let Some(name) = key.strip_prefix(&names_prefix) else { continue };
             let record: ForgeNameRecord = unversioned(&key, "forge-name", value)?;
@@ -602,15 +603,15 @@ impl Registry {
     }
 
     pub(crate) fn tool_key(&self, tier: Tier, name: &str) -> String {
-        format!("{}tool/{name}", self.prefix(tier))
+        tool_key_under(&self.prefix(tier), name)
     }
 
     pub(crate) fn stats_key(&self, tier: Tier, name: &str) -> String {
-        format!("{}stats/{name}", self.prefix(tier))
+        stats_key_under(&self.prefix(tier), name)
     }
 
     pub(crate) fn approval_key(&self, id: &str) -> String {
-        format!("agent/{}/approval/{id}", self.agent_id)
+        format!("{}approval/{id}", agent_prefix(&self.agent_id))
     }
 
     /// Ops writing `entry` when its tier is persisted: its record, and at the agent tier its
@@ -679,9 +680,12 @@ impl Registry {
     /// Ops persisting a forge outcome for `name`: the counters, and the name's record when
     /// this outcome changed it (first attempt, first approval).
     fn forge_stats_ops(&self, state: &State, name_changed: Option<(&str, bool)>) -> Vec<BatchOp> {
-        let mut ops = vec![BatchOp::Put { key: format!("agent/{}/forge-stats", self.agent_id), value: versioned("forge-stats", &state.forge_stats) }];
+        let mut ops = vec![BatchOp::Put { key: format!("{}forge-stats", agent_prefix(&self.agent_id)), value: versioned("forge-stats", &state.forge_stats) }];
         if let Some((name, approved)) = name_changed {
-            ops.push(BatchOp::Put { key: format!("agent/{}/forge-name/{name}", self.agent_id), value: versioned("forge-name", &ForgeNameRecord { approved }) });
+            ops.push(BatchOp::Put {
+                key: format!("{}forge-name/{name}", agent_prefix(&self.agent_id)),
+                value: versioned("forge-name", &ForgeNameRecord { approved }),
+            });
         }
         ops
     }
@@ -1070,10 +1074,6 @@ impl Registry {
                 .collect()
         };
         for name in names {
-            // The agent's own tools keep their names (see `resolve_tool`).
-            if set.contains(&name) {
-                continue;
-            }
             if let Some((tier, tool)) = self.forged_tool(&name, session) {
                 if self.steps_reachable(tier, &name, session) {
                     set.insert(tool);
@@ -1096,13 +1096,11 @@ impl Registry {
     /// The tool `session` reaches under `name`: forged (session, agent, shared), then host
     /// tools, then `forge_tool`. Only that tool is built (and cached on its entry).
     pub fn resolve_tool(&self, name: &str, session: &str) -> Option<Tool> {
-        // The agent's own tools win over forged ones of the same name (stored before forging
-        // such names was refused, or own tools added since).
-        if let Some(tool) = self.host_tools.borrow().get(name) {
-            return Some(tool.clone());
-        }
         if let Some((_, tool)) = self.forged_tool(name, session) {
             return Some(tool);
+        }
+        if let Some(tool) = self.host_tools.borrow().get(name) {
+            return Some(tool.clone());
         }
         (self.config.enabled && name == FORGE_TOOL_NAME).then(|| self.forge_tool()).flatten()
     }
@@ -1112,9 +1110,19 @@ impl Registry {
         self.state.borrow().resolve(name, session).is_some() || self.host_tools.borrow().contains(name) || (self.config.enabled && name == FORGE_TOOL_NAME)
     }
 
+    /// Whether `name` is one of the agent's own tools. No forged tool stands in for one: a
+    /// forged tool stored under its name (from before forging such names was refused, or
+    /// before the own tool was added) is reached nowhere.
+    fn is_own(&self, name: &str) -> bool {
+        self.host_tools.borrow().contains(name)
+    }
+
     /// The built forged tool `session` reaches under `name` (the most specific tier that
-    /// builds), with its tier.
+    /// builds), with its tier; none under an own tool's name (see [`Registry::is_own`]).
     fn forged_tool(&self, name: &str, session: &str) -> Option<(Tier, Tool)> {
+        if self.is_own(name) {
+            return None;
+        }
         [Tier::Session, Tier::Agent, Tier::Shared].into_iter().find_map(|tier| self.built_at(tier, name, session).map(|tool| (tier, tool)))
     }
 
@@ -1220,7 +1228,7 @@ impl Registry {
 
     /// Every registered tool `session` can see, demoted tombstones included (session tier
     /// first, then agent, then shared); not one stored under an own tool's name, which nothing
-    /// reaches (see [`Registry::resolve_tool`]).
+    /// reaches (see [`Registry::is_own`]).
     pub fn list(&self, session: &str) -> Vec<ToolInfo> {
         let state = self.state.borrow();
         let own = self.host_tools.borrow();
@@ -1231,9 +1239,9 @@ impl Registry {
             .collect()
     }
 
-    /// Refuses a forged tool under one of the agent's own tools' names (see `resolve_tool`).
+    /// Refuses a forged tool under one of the agent's own tools' names (see [`Registry::is_own`]).
     pub(crate) fn refuse_own_name(&self, name: &str) -> Result<(), String> {
-        if self.host_tools.borrow().contains(name) {
+        if self.is_own(name) {
             return Err(format!("`{name}` is one of the agent's own tools; a forged tool needs a name of its own"));
         }
         Ok(())
@@ -1267,7 +1275,7 @@ impl Registry {
         // one of that name there already (a newer version it promoted since): that one stays.
         let other_owner = self.state.borrow().shared.get(name).filter(|e| e.active()).map(|e| e.record.origin.agent_id.clone()).filter(|o| *o != self.agent_id);
         let owner_keeps_own = match &other_owner {
-            Some(owner) => self.store.get(&format!("{}tool/{name}", agent_prefix(owner))).await?.is_some(),
+            Some(owner) => self.store.get(&tool_key_under(&agent_prefix(owner), name)).await?.is_some(),
             None => false,
         };
         let (info, ops, from, to, undo) = {
@@ -1387,7 +1395,7 @@ impl crate::tools::ToolLookup for RegistryTools {
     fn pipeline_steps(&self, name: &str, session_id: &str) -> Vec<String> {
         let Some(registry) = self.0.upgrade() else { return vec![] };
         // An own tool of that name is what runs: a forged pipeline stored under it has no steps.
-        if registry.host_tools.borrow().contains(name) {
+        if registry.is_own(name) {
             return vec![];
         }
         let state = registry.state.borrow();
@@ -1403,15 +1411,24 @@ fn agent_prefix(agent_id: &str) -> String {
     format!("agent/{agent_id}/")
 }
 
+/// The key of tool `name`'s record in the tier stored under `prefix`.
+fn tool_key_under(prefix: &str, name: &str) -> String {
+    format!("{prefix}tool/{name}")
+}
+
+/// The key of tool `name`'s stats in the tier stored under `prefix`.
+fn stats_key_under(prefix: &str, name: &str) -> String {
+    format!("{prefix}stats/{name}")
+}
+
 /// Ops writing `entry` (record and stats) under `prefix` (the agent tier of some agent).
 fn entry_ops_under(prefix: &str, entry: &Entry) -> Vec<BatchOp> {
-    let name = &entry.record.name;
-    vec![record_op(prefix, entry), BatchOp::Put { key: format!("{prefix}stats/{name}"), value: versioned("stats", &entry.stats) }]
+    vec![record_op(prefix, entry), BatchOp::Put { key: stats_key_under(prefix, &entry.record.name), value: versioned("stats", &entry.stats) }]
 }
 
 /// The op writing `entry`'s tool record under `prefix`.
 fn record_op(prefix: &str, entry: &Entry) -> BatchOp {
-    BatchOp::Put { key: format!("{prefix}tool/{}", entry.record.name), value: versioned("tool", &entry.record) }
+    BatchOp::Put { key: tool_key_under(prefix, &entry.record.name), value: versioned("tool", &entry.record) }
 }
 
 /// Reads one persisted tier (`agent/<id>/` or `shared/`): its tool records with their stats.
@@ -1457,7 +1474,7 @@ impl<'a> AuditSubject<'a> {
 
 /// The store key of audit entry `seq` (zero-padded: key order is append order).
 fn audit_entry_key(agent_id: &str, seq: u64) -> String {
-    format!("agent/{agent_id}/audit/{seq:012}")
+    format!("{}audit/{seq:012}", agent_prefix(agent_id))
 }
 
 /// The persisted part of a forged name's stats: whether any attempt under it was approved.

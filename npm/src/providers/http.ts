@@ -224,7 +224,7 @@ export async function* withRetry<T>(
       if (!canRetry || attemptNo >= ctx.retry.maxRetries) throw error;
       await sleep(backoffMs(ctx.retry, attemptNo, retryAfterByError.get(error)), callerSignal);
     } finally {
-      stall.stop();
+      stall.end();
     }
   }
 }
@@ -504,20 +504,42 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
   return Math.max(0, date - now);
 }
 
-/** A signal that aborts once `ms` pass without a `restart`; `stop` holds it. */
-function stallTimer(ms: number): { signal: AbortSignal; restart(): void; stop(): void } {
+/** A signal that aborts once `ms` pass without a `restart`; `stop` holds it until the next
+ *  `restart`, and `end` drops it. */
+function stallTimer(ms: number): { signal: AbortSignal; restart(): void; stop(): void; end(): void } {
   const controller = new AbortController();
+  // Progress moves a deadline; one timer checks it when it fires and waits out what is left.
+  // Re-arming a timer for every piece of a stream cost two timer calls per chunk.
+  let deadline = performance.now() + ms;
+  let paused = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const stop = () => clearTimeout(timer);
-  const restart = () => {
-    stop();
-    timer = setTimeout(() => controller.abort(new DOMException(`no progress for ${ms} ms`, 'TimeoutError')), ms);
+  const arm = (wait: number) => {
+    timer = setTimeout(() => {
+      timer = undefined;
+      if (paused) return;
+      const left = deadline - performance.now();
+      if (left > 0) arm(left);
+      else controller.abort(new DOMException(`no progress for ${ms} ms`, 'TimeoutError'));
+    }, wait);
     // Node: the request's socket keeps a process alive while it matters; the timer of an
     // answer nobody reads any more must not.
     (timer as { unref?: () => void }).unref?.();
   };
-  restart();
-  return { signal: controller.signal, restart, stop };
+  arm(ms);
+  return {
+    signal: controller.signal,
+    restart() {
+      deadline = performance.now() + ms;
+      paused = false;
+      if (timer === undefined) arm(ms);
+    },
+    stop() {
+      paused = true;
+    },
+    end() {
+      clearTimeout(timer);
+    },
+  };
 }
 
 /** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
