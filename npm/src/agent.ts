@@ -340,17 +340,21 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
     runtimes.set(store, agents);
   }
   const release = async (): Promise<void> => {
+    // The stats that could not be written are lost with the core: told to the caller of
+    // close() once everything else is let go.
+    let unflushed: unknown;
     try {
       if (store) runtimes.get(store)?.delete(core);
       channel?.close();
       stopPageHideFlush?.();
-      if (core.emergentEnabled) await core.flushStats().catch(() => undefined);
+      if (core.emergentEnabled) await core.flushStats().catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
       await sandbox?.close?.();
     } finally {
       // Whatever failed above, the core and the agent id are let go.
       core.free();
       releaseRegistry?.();
     }
+    if (unflushed !== undefined) throw unflushed;
   };
   // For the finalizer: made here, for the reason above.
   const letGo = () => void release().catch(() => undefined);
@@ -774,10 +778,15 @@ export class Agent {
    * buffered stats, stops the sandbox this agent created, releases the wasm agent. A forge or
    * tool call made outside a run still finishes, but writes nothing more to the store.
    * Afterwards every method fails with the `closed` error; closing again does nothing.
+   * Rejects with the store's `StoreError` when the buffered stats could not be written: the
+   * agent is closed all the same, and those calls are not counted in the store (call
+   * `agent.emergent.flushStats()` first to retry a failed write).
    */
   close(): Promise<void> {
-    // A second close() waits for the first: its caller may open the same agent id next.
-    this.#closing ??= this.#close();
+    // A second close() waits for the first (its caller may open the same agent id next); a
+    // failed final write is told to the first caller only.
+    if (this.#closing) return this.#closing.catch(() => undefined);
+    this.#closing = this.#close();
     return this.#closing;
   }
 
@@ -788,7 +797,7 @@ export class Agent {
     // A run's `done` settles, never rejects.
     await Promise.all(runs.map((run) => run.done));
     unclosedAgents.unregister(this);
-    await this.#release();
+    await wrapAsync(() => this.#release());
   }
 }
 

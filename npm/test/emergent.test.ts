@@ -336,6 +336,36 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('close() rejects with the StoreError when the buffered stats cannot be written, and closes all the same', async () => {
+    const base = memoryStore();
+    let broken = false;
+    const store: Store = {
+      ...base,
+      get: (k) => base.get(k),
+      put: (k, v) => base.put(k, v),
+      delete: (k) => base.delete(k),
+      scan: (p) => base.scan(p),
+      batch: (ops) => (broken ? Promise.reject(new Error('disk full')) : base.batch(ops)),
+    };
+    const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never);
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.tools.call('slugify', { text: 'c d' }, { sessionId: 's1' }); // counted in memory only
+    assert.equal(agent.tools.list({ sessionId: 's1' })[0]!.tier, 'agent');
+    broken = true;
+    const closing = agent.close();
+    await assert.rejects(closing, (e: unknown) => e instanceof CrucibleError && e.code.startsWith('store_') && /disk full/.test(e.message));
+    await agent.close(); // a second close() resolves once the first has settled
+    await assert.rejects(Promise.resolve().then(() => agent.tools.list({ sessionId: 's1' })), (e: unknown) => e instanceof CrucibleError && e.code === 'closed');
+    // The id was let go: a new agent of it opens, and finds the store as the last good write left it.
+    broken = false;
+    const again = await makeAgent(store);
+    const [kept] = again.tools.list({ sessionId: 's1' });
+    assert.equal(kept?.tier, 'agent');
+    assert.ok(kept!.stats.calls < 2, `the unwritten call is not in the store (${kept!.stats.calls} calls)`);
+    await again.close();
+  });
+
   test('two agents on one store without locks flush a shared tool\'s stats in turns and lose no calls', async () => {
     const store = memoryStore(); // no lock(): the agents of this process take turns in the core
     const a = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never, 'agent-a');

@@ -204,6 +204,11 @@ impl State {
         }
     }
 
+    /// The entry `name` of a tier, if that tier holds one.
+    pub(crate) fn entry(&self, tier: Tier, session: &str, name: &str) -> Option<&Entry> {
+        self.tier(tier, session)?.get(name)
+    }
+
     /// The entry `name` of a tier (see [`State::existing_tier_mut`]).
     pub(crate) fn entry_mut(&mut self, tier: Tier, session: &str, name: &str) -> Option<&mut Entry> {
         self.existing_tier_mut(tier, session)?.get_mut(name)
@@ -225,9 +230,7 @@ impl State {
 
     /// The active entry callers of `session` reach for `name`: session, then agent, then shared.
     pub(crate) fn resolve(&self, name: &str, session: &str) -> Option<(Tier, &Entry)> {
-        [Tier::Session, Tier::Agent, Tier::Shared]
-            .into_iter()
-            .find_map(|t| self.tier(t, session).and_then(|m| m.get(name)).filter(|e| e.active()).map(|e| (t, e)))
+        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().find_map(|t| self.entry(t, session, name).filter(|e| e.active()).map(|e| (t, e)))
     }
 
     /// Whether `tier` has room for `name` under `max` active tools (a tool replacing its own
@@ -309,7 +312,7 @@ impl State {
         Undo {
             entries: entries
                 .iter()
-                .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.tier(tier, session).and_then(|m| m.get(name)).cloned()))
+                .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.entry(tier, session, name).cloned()))
                 .collect(),
             approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
             audit_start: self.next_audit_seq,
@@ -808,7 +811,7 @@ impl Registry {
     pub(crate) fn record_call(&self, tier: Tier, session: &str, name: &str, hash: &str, ok: bool, latency_ms: f64) -> bool {
         let mut state = self.state.borrow_mut();
         // A call that ran while its tool moved up (a promotion) counts where the tool is now.
-        let holds = |state: &State, t: Tier| state.tier(t, session).and_then(|m| m.get(name)).is_some_and(|e| e.record.current.hash == hash);
+        let holds = |state: &State, t: Tier| state.entry(t, session, name).is_some_and(|e| e.record.current.hash == hash);
         let tier = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter(|t| *t >= tier).find(|t| holds(&state, *t)).unwrap_or(tier);
         let Some(entry) = state.entry_mut(tier, session, name) else { return false };
         entry.stats.record(ok, latency_ms);
@@ -1130,7 +1133,7 @@ impl Registry {
     /// now (true for sandbox tools).
     fn steps_reachable(&self, tier: Tier, name: &str, session: &str) -> bool {
         let state = self.state.borrow();
-        let Some(entry) = state.tier(tier, session).and_then(|m| m.get(name)) else { return false };
+        let Some(entry) = state.entry(tier, session, name) else { return false };
         match &entry.record.current.request.implementation {
             crate::forge::Implementation::Compose { steps } => steps.iter().all(|step| self.reaches(&step.tool, session)),
             _ => true,
@@ -1142,7 +1145,7 @@ impl Registry {
     fn built_at(&self, tier: Tier, name: &str, session: &str) -> Option<Tool> {
         let record = {
             let state = self.state.borrow();
-            let entry = state.tier(tier, session)?.get(name).filter(|e| e.active())?;
+            let entry = state.entry(tier, session, name).filter(|e| e.active())?;
             if let Some(tool) = &entry.built {
                 return Some(tool.clone());
             }
@@ -1188,7 +1191,7 @@ impl Registry {
         let Some(tool) = self.resolve_tool(name, session) else {
             let demoted = {
                 let state = self.state.borrow();
-                [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.tier(t, session).and_then(|m| m.get(name)).is_some())
+                [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.entry(t, session, name).is_some())
             };
             return Err(if demoted {
                 ToolFailure::new("denied", format!("`{name}` is demoted and cannot be called at its old tier"))
@@ -1211,7 +1214,7 @@ impl Registry {
 
     /// Calls `name` at exactly `tier`: fails with `denied` when the tool there is demoted.
     pub async fn call_at(&self, name: &str, tier: Tier, args: Value, session: &str) -> Result<Value, ToolFailure> {
-        let status = self.state.borrow().tier(tier, session).and_then(|m| m.get(name)).map(|e| e.record.status);
+        let status = self.state.borrow().entry(tier, session, name).map(|e| e.record.status);
         match status {
             None => Err(ToolFailure::new("unknown_tool", format!("no tool named `{name}` at the {} tier", tier.as_str()))),
             Some(ToolStatus::Demoted) => {
@@ -1282,7 +1285,7 @@ impl Registry {
             let mut state = self.state.borrow_mut();
             let from = [Tier::Shared, Tier::Agent, Tier::Session]
                 .into_iter()
-                .find(|t| state.tier(*t, session).and_then(|m| m.get(name)).is_some_and(Entry::active))
+                .find(|t| state.entry(*t, session, name).is_some_and(Entry::active))
                 .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let to = from.lower().ok_or_else(|| RegistryError::LowestTier(name.to_string()))?;
             let undo = state.undo_point(&[(from, session, name), (to, session, name)], &[]);
@@ -1310,7 +1313,7 @@ impl Registry {
             // tombstone) stays in the history: it can be rolled back to, and later forges are
             // numbered after it instead of reusing its number.
             if owner.is_none() {
-                if let Some(below) = state.tier(to, session).and_then(|m| m.get(name)) {
+                if let Some(below) = state.entry(to, session, name) {
                     record.absorb_history(&below.record.history);
                 }
             }

@@ -78,7 +78,7 @@ impl Registry {
             return false;
         }
         let state = self.state.borrow();
-        let Some(e) = state.tier(Tier::Session, session).and_then(|m| m.get(name)) else { return false };
+        let Some(e) = state.entry(Tier::Session, session, name) else { return false };
         if e.record.status != ToolStatus::Active || e.stats.successes < config.promotion_threshold.uses {
             return false;
         }
@@ -125,8 +125,7 @@ impl Registry {
         let (record, successes) = {
             let state = self.state.borrow();
             let e = state
-                .tier(Tier::Session, session)
-                .and_then(|m| m.get(name))
+                .entry(Tier::Session, session, name)
                 .filter(|e| e.record.status == ToolStatus::Active)
                 .ok_or_else(|| RegistryError::NotFound(name.into()))?;
             (e.record.clone(), e.stats.successes)
@@ -196,7 +195,7 @@ impl Registry {
         // now was never judged.
         let changed = {
             let state = self.state.borrow();
-            let now = state.tier(Tier::Session, session).and_then(|m| m.get(name));
+            let now = state.entry(Tier::Session, session, name);
             now.is_some_and(|e| e.record.current.hash != record.current.hash || e.record.status != ToolStatus::Active)
         };
         // Promotions that ran at the same time were all admitted against the same count.
