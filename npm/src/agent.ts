@@ -5,12 +5,12 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { AbortError, CrucibleError, describeType, StoreError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, describeType, isRecord, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
-import { isApprovalRule, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+import { isApprovalRule, refuseNonObjectArguments, standardParser, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
 import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_core.js';
@@ -130,6 +130,32 @@ export interface EmergentOptions {
   persistSandboxSource?: boolean;
   /** Runs forged code. Default: `createSandbox()` with the limits above. */
   sandbox?: SandboxHost;
+  /** Calls between writes of agent- and shared-tier tools' stats to the store (default 16;
+   *  they are written at `endSession` and `close()` too). */
+  statsFlushEvery?: number;
+  /** Most audit-trail entries kept (default 500; the oldest go first). */
+  auditCapacity?: number;
+}
+
+/** The option names of {@link AgentOptions} and {@link EmergentOptions}, for refusing the
+ *  misspelled or foreign ones (`system` from another SDK) instead of ignoring them. */
+const AGENT_OPTION_NAMES: ReadonlySet<string> = new Set<keyof AgentOptions>([
+  'model', 'instructions', 'tools', 'maxTurns', 'maxSteps', 'maxParallelTools', 'maxResultBytes', 'returns', 'maxOutputRetries',
+  'temperature', 'maxTokens', 'toolChoice', 'resetToolChoice', 'store', 'agentId', 'emergent',
+]);
+const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set<keyof EmergentOptions>([
+  'enabled', 'judge', 'promotionJudge', 'maxSessionTools', 'maxAgentTools', 'sandboxTimeoutMs', 'sandboxMemoryMB', 'promotionThreshold',
+  'autoPromote', 'promotionRetryUses', 'allowedSandboxAPIs', 'fetchDomainAllowlist', 'persistSandboxSource', 'sandbox', 'statsFlushEvery', 'auditCapacity',
+]);
+/** Names other SDKs use for an option this one spells differently. */
+const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', prompt: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens', systemInstructions: 'instructions' };
+
+/** Throws `invalid_config` naming the options in `given` that `known` does not have. */
+function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: string): void {
+  const unknown = Object.keys(given).filter((k) => !known.has(k));
+  if (unknown.length === 0) return;
+  const named = unknown.map((k) => (OPTION_ALIASES[k] ? `${k} (did you mean ${OPTION_ALIASES[k]}?)` : k));
+  throw new CrucibleError('invalid_config', `${where}: unknown option${unknown.length > 1 ? 's' : ''} ${named.join(', ')}; the options are ${[...known].join(', ')}`);
 }
 
 /** Per-run options. */
@@ -202,8 +228,10 @@ export class AgentRunError extends CrucibleError {
   readonly usage: RunUsage | undefined;
   /** The HTTP status of a provider's error response (`provider_http`): 401, 429, 500… */
   readonly status: number | undefined;
-  constructor(code: CrucibleErrorCode, message: string, runId: string, usage?: RunUsage, status?: number) {
-    super(code, message);
+  /** `cause`: for a provider's failure, the provider's own `ProviderError` (with `retryable`,
+   *  `provider`, `body`), when it threw one. */
+  constructor(code: CrucibleErrorCode, message: string, runId: string, usage?: RunUsage, status?: number, cause?: unknown) {
+    super(code, message, cause !== undefined ? { cause } : undefined);
     this.name = 'AgentRunError';
     this.runId = runId;
     this.usage = usage;
@@ -426,6 +454,10 @@ export class Agent {
   readonly #hub: EventHub;
   /** Lets go of the core and of what ties it to the world outside the agent (see {@link attach}). */
   readonly #release: () => Promise<void>;
+  /** A Standard Schema `returns`'s own parse of the final answer (see {@link Agent.run}). */
+  readonly #parseOutput: ((value: unknown) => unknown) | undefined;
+  /** The last error a provider threw in each run, to hand on as the run's failure's `cause`. */
+  readonly #providerFailures: Map<string, unknown>;
   #closed = false;
   #closing: Promise<void> | undefined;
   /** Read once: the core it comes from is freed by `close()`. */
@@ -479,8 +511,18 @@ export class Agent {
   };
 
   /** @internal use {@link createAgent} */
-  constructor(core: CoreAgentHandle, signals: Map<string, AbortSignal>, hub: EventHub, sandbox?: SandboxHost, store?: Store, releaseRegistry?: () => void) {
+  constructor(
+    core: CoreAgentHandle,
+    signals: Map<string, AbortSignal>,
+    hub: EventHub,
+    sandbox?: SandboxHost,
+    store?: Store,
+    releaseRegistry?: () => void,
+    runSupport: RunSupport = { providerFailures: new Map() },
+  ) {
     this.#core = core;
+    this.#parseOutput = runSupport.parseOutput;
+    this.#providerFailures = runSupport.providerFailures;
     const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry);
     this.#release = release;
     unclosedAgents.register(this, letGo, this);
@@ -693,6 +735,7 @@ export class Agent {
         this.#runs.delete(runId);
         this.#hub.streams.delete(runId);
         this.#signals.delete(runId);
+        this.#providerFailures.delete(runId);
         options.signal?.removeEventListener('abort', onOuterAbort);
         wake?.();
       });
@@ -705,7 +748,10 @@ export class Agent {
             queue.splice(0, head);
             head = 0;
           }
-          yield event;
+          if (event.type === 'agent.error' && event.error.code.startsWith('provider_') && this.#providerFailures.has(runId)) {
+            failureCauses.set(event, this.#providerFailures.get(runId));
+          }
+          yield event.type === 'agent.end' && this.#parseOutput ? await parsedEnd(event, this.#parseOutput) : event;
           continue;
         }
         if (finished) break;
@@ -801,6 +847,21 @@ export class Agent {
   }
 }
 
+/**
+ * The `agent.end` of a run whose `returns` is a Standard Schema, with the output as the schema
+ * parses it (defaults, transforms); an `agent.error` with `invalid_output` when the schema's
+ * refinements refuse the answer the JSON Schema check accepted (it is not retried).
+ */
+async function parsedEnd(event: Extract<AgentEvent, { type: 'agent.end' }>, parse: (value: unknown) => unknown): Promise<AgentEvent> {
+  try {
+    // The parsed value may be no JSON value at all (a transform to a `Date`): it is what `run()` gives.
+    return { ...event, output: (await parse(event.output)) as typeof event.output };
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    return { type: 'agent.error', runId: event.runId, runPath: event.runPath, error: { code: 'invalid_output', message }, usage: event.usage };
+  }
+}
+
 /** An event stream that fails with `error` when first read (bad arguments reject like any
  *  other failure of a run instead of throwing where the call was made). */
 // eslint-disable-next-line require-yield
@@ -838,6 +899,18 @@ function sessionOf(sessionId: unknown): string {
 }
 
 
+/** What an agent needs of `createAgent` to finish its runs' results. */
+interface RunSupport {
+  /** A Standard Schema `returns`'s own parse of the final answer. */
+  parseOutput?: (value: unknown) => unknown;
+  /** Filled by the model adapter: the last error a provider threw, by run id. */
+  providerFailures: Map<string, unknown>;
+}
+
+/** The provider's own error behind an `agent.error` event, for `collect` to hand on as `cause`
+ *  (events are plain data, so the error object travels beside them). */
+const failureCauses = new WeakMap<AgentEvent, unknown>();
+
 async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
   for await (const event of events) {
     switch (event.type) {
@@ -870,7 +943,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
       }
       case 'agent.error':
         if (event.error.code === 'aborted') throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage });
-        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status);
+        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status, failureCauses.get(event));
       default:
         break;
     }
@@ -905,6 +978,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   if (!options?.model || typeof options.model.stream !== 'function') {
     throw new CrucibleError('invalid_config', 'createAgent: `model` must be a provider such as openai({...})');
   }
+  refuseUnknownOptions(options, AGENT_OPTION_NAMES, 'createAgent');
+  if (options.emergent != null && typeof options.emergent === 'object') refuseUnknownOptions(options.emergent, EMERGENT_OPTION_NAMES, 'createAgent: emergent');
   const core = await loadCore();
   const tools = options.tools ?? [];
   if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {
@@ -920,10 +995,33 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   }
   const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
+  const providerFailures = new Map<string, unknown>();
   const adapt = (provider: ModelProvider) => ({
     id: provider.id,
-    stream(request: ModelRequest, runId: string) {
-      return provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
+    stream(request: ModelRequest, runId: string): AsyncIterator<unknown> {
+      const remember = (error: unknown) => {
+        // Only a run's failure is handed on (see `failureCauses`); forges and calls outside runs have no run to fail.
+        if (runId && !runId.startsWith('direct_')) providerFailures.set(runId, error);
+        throw error;
+      };
+      let iterator: AsyncIterator<unknown>;
+      try {
+        iterator = provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
+      } catch (error) {
+        return remember(error);
+      }
+      return {
+        next: () => {
+          // A hand-written provider's `next` may throw, or return no promise (the core awaits either).
+          try {
+            const step = iterator.next();
+            return step instanceof Promise ? step.catch(remember) : step;
+          } catch (error) {
+            return remember(error);
+          }
+        },
+        return: iterator.return && ((value?: unknown) => iterator.return!(value)),
+      };
     },
   });
   const modelAdapter = adapt(options.model);
@@ -960,6 +1058,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   }
   for (const t of tools) {
     // Tools not made with tool() are checked here too.
+    if (isRecord(t.inputSchema)) refuseNonObjectArguments(t.inputSchema, `tool ${JSON.stringify(t.name)}`);
     if (!isApprovalRule(t.needsApproval)) {
       throw new CrucibleError('invalid_config', `tool ${t.name}: needsApproval must be true, false or a function of the arguments, got ${describeType(t.needsApproval)}`);
     }
@@ -1009,7 +1108,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       const e = error as { code?: string; message?: string };
       throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
     }
-    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry);
+    const parseOutput = options.returns ? standardParser(options.returns, 'invalid_output', 'the final answer does not match returns') : undefined;
+    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, { parseOutput, providerFailures });
   } catch (error) {
     await (em?.sandbox ? undefined : sandbox?.close?.());
     releaseRegistry?.();

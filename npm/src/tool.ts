@@ -8,15 +8,38 @@ import { CrucibleError, describeType, isRecord } from './errors.js';
 /** A JSON Schema object. */
 export type JsonSchema = Record<string, unknown>;
 
-/** A schema object implementing Standard JSON Schema (e.g. Zod 4). */
+/** One problem a Standard Schema found in a value. */
+export interface StandardIssue {
+  readonly message: string;
+  readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }>;
+}
+
+/** What a Standard Schema's `validate` gives: the parsed value, or the issues. */
+export type StandardResult<Output = unknown> = { readonly value: Output; readonly issues?: undefined } | { readonly issues: ReadonlyArray<StandardIssue> };
+
+/**
+ * A schema object implementing Standard Schema (Zod 4, Valibot, ArkType, …) that can also give
+ * JSON Schema (`~standard.jsonSchema`, or a `toJSONSchema()` method). The JSON Schema is what
+ * the model sees and what the core checks first; `validate` then parses the value, so its
+ * defaults, transforms and refinements apply as they would anywhere else.
+ */
 export interface StandardJsonSchemaLike {
   '~standard': {
     version: number;
     vendor: string;
+    validate?: (value: unknown) => StandardResult | Promise<StandardResult>;
     jsonSchema?: { input: (options: { target: string }) => JsonSchema };
+    types?: { readonly input: unknown; readonly output: unknown } | undefined;
   };
   toJSONSchema?: () => JsonSchema;
 }
+
+/** The type a Standard Schema parses to (`z.infer` for Zod); `any` for a JSON Schema. */
+export type InferSchemaOutput<S> = S extends { readonly '~standard': { readonly types?: infer T } }
+  ? NonNullable<T> extends { readonly output: infer O }
+    ? O
+    : any // eslint-disable-line @typescript-eslint/no-explicit-any
+  : any; // eslint-disable-line @typescript-eslint/no-explicit-any
 
 /** What a tool's `execute` receives besides its arguments. */
 export interface ToolExecuteContext {
@@ -67,7 +90,10 @@ export function toJsonSchema(schema: JsonSchema | StandardJsonSchemaLike, where:
     if (typeof (schema as StandardJsonSchemaLike).toJSONSchema === 'function') {
       return stripMeta((schema as StandardJsonSchemaLike).toJSONSchema!());
     }
-    throw new CrucibleError('invalid_config', `${where}: this Standard Schema (${standard.vendor}) cannot produce JSON Schema`);
+    throw new CrucibleError(
+      'invalid_config',
+      `${where}: this Standard Schema (${standard.vendor}) cannot produce JSON Schema; use a schema library that can (Zod 4: the \`zod\` package at version 4, whose schemas carry it), or pass its JSON Schema instead`,
+    );
   }
   if (!isRecord(schema)) {
     throw new CrucibleError('invalid_config', `${where} must be a JSON Schema object`);
@@ -100,7 +126,19 @@ function isSchemaLike(value: unknown): boolean {
   return isRecord(value) || (typeof value === 'function' && '~standard' in value);
 }
 
-/** Defines a host tool. Throws `invalid_config` when the options cannot make one. */
+/**
+ * Defines a host tool. Throws `invalid_config` when the options cannot make one.
+ *
+ * With a Standard Schema (Zod 4 and others) as `inputSchema`, `execute` is typed with what the
+ * schema parses to, and gets the parsed arguments: the core checks the model's arguments
+ * against the schema's JSON Schema, then the schema's own `validate` runs (defaults,
+ * transforms, refinements); issues it finds fail the call with `invalid_arguments`, which the
+ * model sees. A Standard Schema `outputSchema` parses results the same way (`invalid_output`).
+ */
+export function tool<S extends StandardJsonSchemaLike, Result = unknown>(
+  options: ToolOptions<InferSchemaOutput<S>, Result> & { inputSchema: S },
+): HostTool<InferSchemaOutput<S>, Result>;
+export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Result>): HostTool<Args, Result>;
 export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Result>): HostTool<Args, Result> {
   if (!isRecord(options)) {
     throw new CrucibleError('invalid_config', 'tool() needs an options object: tool({ name, description, inputSchema, execute })');
@@ -128,15 +166,81 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
   if (!isApprovalRule(needsApproval)) {
     throw new CrucibleError('invalid_config', `${label}: needsApproval must be a boolean or a function (got ${describeType(needsApproval)})`);
   }
+  const inputSchema = resolveSchema(options.inputSchema, `${label}: inputSchema`);
+  refuseNonObjectArguments(inputSchema, label);
+  const resolvedOutput = outputSchema != null ? resolveSchema(outputSchema, `${label}: outputSchema`) : undefined;
+  const parseArgs = standardParser(options.inputSchema, 'invalid_arguments', `the arguments of ${label} do not match its inputSchema`);
+  const parseResult = outputSchema != null ? standardParser(outputSchema, 'invalid_output', `the result of ${label} does not match its outputSchema`) : undefined;
+  const run = options.execute;
+  const execute: HostTool<Args, Result>['execute'] =
+    parseArgs || parseResult
+      ? (args, context) => {
+          const executed = then(parseArgs ? parseArgs(args) : args, (parsed) => run(parsed as Args, context));
+          return (parseResult ? then(executed, parseResult) : executed) as Result | Promise<Result>;
+        }
+      : run;
   return Object.freeze({
     kind: 'host' as const,
     name,
     description: options.description ?? '',
-    inputSchema: resolveSchema(options.inputSchema, `${label}: inputSchema`),
-    outputSchema: outputSchema != null ? resolveSchema(outputSchema, `${label}: outputSchema`) : undefined,
-    execute: options.execute,
+    inputSchema,
+    outputSchema: resolvedOutput,
+    execute,
     needsApproval: needsApproval ?? false,
   });
+}
+
+/**
+ * A tool's arguments are a JSON object (providers send and require one: OpenAI refuses a
+ * function whose parameters are not an object schema), so an `inputSchema` whose `type` rules
+ * objects out could never be met.
+ */
+export function refuseNonObjectArguments(inputSchema: JsonSchema, label: string): void {
+  const type = inputSchema.type;
+  const allowsObject = type === undefined || type === 'object' || (Array.isArray(type) && type.includes('object'));
+  if (!allowsObject) {
+    throw new CrucibleError('invalid_config', `${label}: inputSchema must describe an object (type "object" with properties): a tool's arguments are a JSON object, got type ${JSON.stringify(type)}`);
+  }
+}
+
+/** `f(value)`, after `value` settles when it is a promise (a synchronous tool stays synchronous). */
+function then<T, U>(value: T | Promise<T>, f: (value: T) => U | Promise<U>): U | Promise<U> {
+  return value instanceof Promise ? value.then(f) : f(value);
+}
+
+/** A tool's problem with a value its Standard Schema refused: the call fails with `code`. */
+class SchemaIssues extends Error {
+  constructor(
+    readonly code: 'invalid_arguments' | 'invalid_output',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'SchemaIssues';
+  }
+}
+
+/** The most issues listed in one failure; the model needs the first few. */
+const MAX_LISTED_ISSUES = 5;
+
+/**
+ * The parse of a Standard Schema's `validate`: the parsed value, or a `SchemaIssues` thrown
+ * with `code` and each issue's path. `undefined` for a JSON Schema, or a Standard Schema
+ * without `validate` (the core's JSON Schema check is then the only one).
+ */
+export function standardParser(schema: JsonSchema | StandardJsonSchemaLike, code: SchemaIssues['code'], problem: string): ((value: unknown) => unknown) | undefined {
+  const validate = (schema as StandardJsonSchemaLike)['~standard']?.validate;
+  if (typeof validate !== 'function') return undefined;
+  const standard = (schema as StandardJsonSchemaLike)['~standard'];
+  const settle = (result: StandardResult): unknown => {
+    if (!result.issues) return result.value;
+    const listed = result.issues.slice(0, MAX_LISTED_ISSUES).map((issue) => {
+      const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('/');
+      return `${path ? `/${path}` : '(root)'}: ${issue.message}`;
+    });
+    if (result.issues.length > listed.length) listed.push(`… and ${result.issues.length - listed.length} more`);
+    throw new SchemaIssues(code, `${problem}: ${listed.join('; ')}`);
+  };
+  return (value) => then(validate.call(standard, value), settle);
 }
 
 /** Whether `value` is a usable `needsApproval`: absent, a boolean, or a predicate. Anything else

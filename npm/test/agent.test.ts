@@ -3,7 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
-import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
+import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, ProviderError, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
 import { functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -276,6 +276,55 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.deepEqual(end && end.type === 'tool.execute.end' && end.result, { sum: 5 });
   });
 
+  test('a Zod schema parses what the tool gets and returns: defaults, transforms and refinements apply', async () => {
+    server.reset();
+    const seen: unknown[] = [];
+    const greet = tool({
+      name: 'greet',
+      description: 'Greets someone a number of times',
+      inputSchema: z.object({ name: z.string().trim().min(1), times: z.number().default(2), even: z.number().refine((n) => n % 2 === 0, 'must be even') }),
+      outputSchema: z.object({ text: z.string(), at: z.string().default('now') }),
+      execute: (args) => {
+        // Typed from the schema: `times` is a number here, defaulted (with `any`, the
+        // expect-error below would be unused, and the type check of the tests would fail).
+        const times: number = args.times;
+        // @ts-expect-error `name` is a string
+        const wrong: number = args.name;
+        void wrong;
+        seen.push(args);
+        return { text: `hi ${args.name}`.repeat(times) };
+      },
+    });
+    server.enqueue(
+      { toolCalls: [{ name: 'greet', arguments: { name: '  Bob  ', even: 3 } }] },
+      { toolCalls: [{ name: 'greet', arguments: { name: '  Bob  ', even: 4 } }] },
+      { text: 'done' },
+    );
+    const agent = await createAgent({ model: model(), tools: [greet] });
+    const events = await collect(agent.stream('greet Bob'));
+    const failed = events.find((e) => e.type === 'tool.execute.error');
+    assert.ok(failed && failed.type === 'tool.execute.error', 'the refinement failed the first call');
+    assert.equal(failed.error.code, 'invalid_arguments');
+    assert.match(failed.error.message, /\/even: must be even/);
+    assert.deepEqual(seen, [{ name: 'Bob', times: 2, even: 4 }], 'execute got the parsed arguments, once');
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.deepEqual(end && end.type === 'tool.execute.end' && end.result, { text: 'hi Bobhi Bob', at: 'now' });
+    await agent.close();
+  });
+
+  test('a Zod returns schema gives the parsed output; an answer its refinements refuse ends with invalid_output', async () => {
+    server.reset();
+    const Out = z.object({ score: z.number().refine((n) => n <= 10, 'at most 10'), tags: z.array(z.string()).default([]), day: z.string().transform((s) => new Date(s)) });
+    server.enqueue({ text: '{"score": 7, "day": "2024-01-02"}' }, { text: '{"score": 99, "day": "2024-01-02"}' });
+    const agent = await createAgent({ model: model(), returns: Out });
+    const output = (await agent.run<z.infer<typeof Out>>('?')).output!;
+    assert.equal(output.score, 7);
+    assert.deepEqual(output.tags, []);
+    assert.ok(output.day instanceof Date && output.day.getUTCDate() === 2, 'the transform ran');
+    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.code === 'invalid_output' && /score: at most 10/.test(e.message));
+    await agent.close();
+  });
+
   test('structured returns give the parsed, validated value', async () => {
     server.reset();
     server.enqueue({ text: 'warm' }, { text: '```json\n{"celsius": 21}\n```' });
@@ -300,6 +349,15 @@ describe('agent over an OpenAI-compatible server', () => {
     // The status tells a refused key from a rate limit without reading the message.
     server.enqueue({ status: 401, body: '{"error":{"message":"bad key"}}' });
     await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.status === 401);
+    // The provider's own error is the cause, with what only it knows (retryable, the body).
+    server.enqueue({ status: 401, body: '{"error":{"message":"bad key"}}' });
+    await assert.rejects(agent.run('?'), (e: unknown) => {
+      assert.ok(e instanceof AgentRunError && e.cause instanceof ProviderError, String(e));
+      assert.equal(e.cause.status, 401);
+      assert.equal(e.cause.retryable, false);
+      assert.match(e.cause.body ?? '', /bad key/);
+      return true;
+    });
     // The agent keeps serving.
     server.enqueue({ text: 'fine' });
     assert.equal((await agent.run('again?')).output, 'fine');
@@ -502,6 +560,15 @@ describe('agent over an OpenAI-compatible server', () => {
     // tool() refuses the name itself (see below); createAgent checks a tool made without it too.
     const badName = { ...tool({ name: 'ok_name', description: '', inputSchema: { type: 'object' }, execute: () => 1 }), name: 'bad name!' };
     await assert.rejects(createAgent({ model: model(), tools: [badName] }), { code: 'invalid_config', message: /must match/ });
+    const stringArgs = { ...tool({ name: 'ok_name', description: '', inputSchema: { type: 'object' }, execute: () => 1 }), inputSchema: { type: 'string' } };
+    await assert.rejects(createAgent({ model: model(), tools: [stringArgs] }), { code: 'invalid_config', message: /tool "ok_name": inputSchema must describe an object/ });
+  });
+
+  test('an option createAgent does not have is refused, not ignored, with the name it goes by here', async () => {
+    await assert.rejects(createAgent({ model: model(), system: 'Be brief.' } as never), { code: 'invalid_config', message: /createAgent: unknown option system \(did you mean instructions\?\)/ });
+    await assert.rejects(createAgent({ model: model(), emergent: { enabled: true, maxTools: 3 } } as never), { code: 'invalid_config', message: /createAgent: emergent: unknown option maxTools; the options are .*maxSessionTools/ });
+    const agent = await createAgent({ model: model(), emergent: { enabled: false, statsFlushEvery: 4, auditCapacity: 10 } });
+    await agent.close();
   });
 });
 
@@ -557,6 +624,13 @@ describe('tool() rejects options it cannot use with invalid_config', () => {
     // Zod 4 throws when a schema has no JSON Schema form.
     throwsInvalid(() => tool({ ...valid, inputSchema: z.object({ when: z.date() }) }), /tool "lookup": inputSchema/, /Date cannot be represented/);
     throwsInvalid(() => tool({ ...valid, outputSchema: z.object({ n: z.bigint() }) }), /tool "lookup": outputSchema/, /BigInt/);
+  });
+
+  test('an inputSchema that rules out an object is refused: arguments are a JSON object', () => {
+    throwsInvalid(() => tool({ ...valid, inputSchema: { type: 'string' } }), /tool "lookup": inputSchema must describe an object/, /"string"/);
+    throwsInvalid(() => tool({ ...valid, inputSchema: z.string() }), /tool "lookup": inputSchema must describe an object/);
+    assert.equal(tool({ ...valid, inputSchema: { type: ['object', 'null'] } }).name, 'lookup');
+    assert.equal(tool({ ...valid, inputSchema: { properties: { q: { type: 'string' } } } }).name, 'lookup');
   });
 
   test('other options of the wrong type', () => {

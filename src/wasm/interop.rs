@@ -240,9 +240,12 @@ impl JsStringCache {
 #[async_trait(?Send)]
 impl ToolHandler for JsTool {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
+        // The host's own codes that mean what they say here: its abort, and a Standard Schema
+        // refusing the arguments or the result (see `tool()`); anything else failed executing.
         let failure = |e: JsValue| {
             let (code, message, _) = describe_thrown(&e);
-            ToolFailure::new(code.filter(|c| c == "aborted").unwrap_or_else(|| "execution_failed".into()), message)
+            let code = code.filter(|c| matches!(c.as_str(), "aborted" | "invalid_arguments" | "invalid_output"));
+            ToolFailure::new(code.unwrap_or_else(|| "execution_failed".into()), message)
         };
         let js_args = to_js(&args).map_err(failure)?;
         let (run, call, session) = (self.last_run.get(&ctx.run_id), JsValue::from_str(&ctx.call_id), self.last_session.get(&ctx.session_id));
