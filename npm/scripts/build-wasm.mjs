@@ -7,7 +7,7 @@
 // (Debian's binaryen 108 emits wasm that fails to load).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -129,12 +129,33 @@ function saveToCache(name, key) {
   for (const f of outputsOf(name)) copyFileSync(join(outDir, f), join(dir, f));
 }
 
+// wasm-bindgen's declarations name web platform types (`RequestInfo`, `BufferSource`,
+// `WebAssembly.*`) in its init functions. The package's own declarations import event and
+// result types from this file, so a Node-only program (no DOM library) that checks libraries
+// (`skipLibCheck: false`) would fail on them. Spelled out here in types Node's own declarations
+// have, and the `WebAssembly` names declared empty (they merge with the DOM's where present).
+// Idempotent: run on fresh and on cached output alike.
+const PORTABLE_MARK = '// crucible: portable declarations';
+function portableDeclarations(name) {
+  const file = join(outDir, `${name}.d.ts`);
+  let text = readFileSync(file, 'utf8');
+  if (text.includes(PORTABLE_MARK)) return;
+  text = text.replace(/\bRequestInfo\b/g, 'Request | string').replace(/\bBufferSource\b/g, 'ArrayBufferView | ArrayBuffer');
+  const used = [...new Set([...text.matchAll(/WebAssembly\.([A-Z]\w*)/g)].map((m) => m[1]))].sort();
+  const empty = used.map((t) => `    // eslint-disable-next-line @typescript-eslint/no-empty-interface\n    interface ${t} {}`).join('\n');
+  text += `\n${PORTABLE_MARK}\ndeclare global {\n  namespace WebAssembly {\n${empty}\n  }\n}\n`;
+  writeFileSync(file, text);
+}
+
 checkWasmBindgen();
 mkdirSync(outDir, { recursive: true });
 for (const artifact of artifacts) {
   const { name, features, optLevel, wasmOpt } = artifact;
   const key = sourceKey(artifact);
-  if (process.env.CRUCIBLE_WASM_NO_CACHE !== '1' && restoreFromCache(name, key)) continue;
+  if (process.env.CRUCIBLE_WASM_NO_CACHE !== '1' && restoreFromCache(name, key)) {
+    portableDeclarations(name);
+    continue;
+  }
   const targetDir = join(targetBase, features);
   run('cargo', [
     'build', '--release', '--lib', '--target', 'wasm32-unknown-unknown',
@@ -148,6 +169,7 @@ for (const artifact of artifacts) {
       '--enable-sign-ext', '--enable-mutable-globals', '--enable-reference-types', '--enable-multivalue',
       bg, '-o', bg]);
   }
+  portableDeclarations(name);
   saveToCache(name, key);
   const bytes = readFileSync(bg);
   console.error(`${name}: ${(statSync(bg).size / 1e6).toFixed(2)} MB raw, ${(gzipSync(bytes, { level: 9 }).length / 1e6).toFixed(2)} MB gzipped`);

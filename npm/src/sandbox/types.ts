@@ -3,6 +3,15 @@
  * Mirrors the Rust `SandboxRequest`/`SandboxResult` (src/sandbox/mod.rs).
  */
 
+declare global {
+  // Empty here: it merges with the DOM library's declaration where a program has it, and lets
+  // a Node-only program (no DOM library) read these types without `skipLibCheck`.
+  namespace WebAssembly {
+    // eslint-disable-next-line @typescript-eslint/no-empty-interface
+    interface Module {}
+  }
+}
+
 /** Options of {@link createSandbox}. */
 export interface SandboxOptions {
   /** Wall clock per execution, async work included. The Worker is terminated when it passes. Default 5000. */

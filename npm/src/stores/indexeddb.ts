@@ -24,6 +24,21 @@ import { isRecord, StoreError } from '../errors.js';
 import type { BatchOp, JsonValue, Store } from './types.js';
 import { checkBatch, checkJson, checkKey } from './values.js';
 
+declare global {
+  // Empty here: they merge with the DOM library's declarations where a program has it, and
+  // let a Node-only program (no DOM library) read these types without `skipLibCheck`.
+  // eslint-disable-next-line @typescript-eslint/no-empty-interface
+  interface IDBFactory {}
+  // eslint-disable-next-line @typescript-eslint/no-empty-interface
+  interface IDBKeyRange {}
+}
+
+/** What {@link indexedDbStore} uses of the `IDBKeyRange` class. */
+export interface IDBKeyRangeClass {
+  bound(lower: unknown, upper: unknown, lowerOpen?: boolean, upperOpen?: boolean): IDBKeyRange;
+  lowerBound(lower: unknown, open?: boolean): IDBKeyRange;
+}
+
 /** Options of {@link indexedDbStore}. */
 export interface IndexedDbStoreOptions {
   /** Database name; stores with the same name (in any tab) share their records. */
@@ -34,7 +49,7 @@ export interface IndexedDbStoreOptions {
    * The `IDBKeyRange` class matching `indexedDB`, used by `scan`; defaults to
    * `globalThis.IDBKeyRange`. Pass it with a non-global factory (e.g. `fake-indexeddb`'s).
    */
-  IDBKeyRange?: typeof IDBKeyRange;
+  IDBKeyRange?: IDBKeyRangeClass;
   /** Object store name inside the database; defaults to `"kv"`. */
   storeName?: string;
 }
@@ -62,7 +77,7 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
     throw new StoreError('store_error', 'indexedDbStore: `storeName` must be a non-empty string');
   }
   const factory = options.indexedDB ?? (globalThis as { indexedDB?: IDBFactory }).indexedDB;
-  const keyRange = options.IDBKeyRange ?? (globalThis as { IDBKeyRange?: typeof IDBKeyRange }).IDBKeyRange;
+  const keyRange = options.IDBKeyRange ?? (globalThis as { IDBKeyRange?: IDBKeyRangeClass }).IDBKeyRange;
   const storeName = options.storeName ?? 'kv';
   const name = options.name;
   if (factory === undefined) {
@@ -320,7 +335,7 @@ function acquireInContext(factory: IDBFactory, lockName: string, ifAvailable: bo
  * next string after all of them (exclusive). Exact for every key, unlike `prefix + '\uffff'`
  * as an upper bound, which misses keys continuing with U+FFFF.
  */
-function prefixRange(range: typeof IDBKeyRange, prefix: string): IDBKeyRange {
+function prefixRange(range: IDBKeyRangeClass, prefix: string): IDBKeyRange {
   let stem = prefix;
   while (stem.length > 0 && stem.charCodeAt(stem.length - 1) === 0xffff) stem = stem.slice(0, -1);
   if (stem === '') return range.lowerBound(prefix);
