@@ -78,6 +78,11 @@ function installedProject(): Promise<string> {
   return installing;
 }
 
+/** A file of the installed package, as the tarball had it. */
+async function installedFile(path: string): Promise<string> {
+  return readFileSync(join(await installedProject(), 'node_modules/crucible-agents', path), 'utf8');
+}
+
 const kb = (n: number): string => `${(n / 1024).toFixed(1)} KiB`;
 
 /** Runs `node file` (asynchronously: the mock server in this process must keep answering). */
@@ -121,6 +126,11 @@ describe('the packed tarball', () => {
     }
     const strays = paths.filter((p) => /^(src|test|scripts|node_modules)\//.test(p) || /\.(ts|tsx)$/.test(p.replace(/\.d\.ts$/, '')) || p.endsWith('.tgz'));
     assert.deepEqual(strays, [], 'no sources, tests, scripts or tarballs are packed');
+    // Its README is for someone who installed it: how to install and use it, not the
+    // repository's scripts (not packed), layout or benchmarks.
+    const readme = (await installedFile('README.md')).split('\n## ').map((s) => s.split('\n')[0]);
+    assert.deepEqual(readme.slice(1), ['Install', 'Using the package']);
+    assert.doesNotMatch(await installedFile('README.md'), /scripts\/demo\.sh|scripts\/setup\.sh/);
 
     const wasm = paths.filter((p) => p.endsWith('.wasm'));
     assert.ok(wasm.length >= 1);
