@@ -10,7 +10,7 @@ import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
-import { isApprovalRule, refuseNonObjectArguments, standardParser, toJsonSchema, type HostTool, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+import { isApprovalRule, refuseNonObjectArguments, standardParser, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
 import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_core.js';
@@ -448,7 +448,12 @@ class EventHub {
 }
 
 /** An agent: a model, tools and instructions; remembers each session's conversation. */
-export class Agent {
+/**
+ * An agent. `Output` is what a completed run's `output` is: the text without `returns`, what a
+ * Standard Schema `returns` parses to, `unknown` for a JSON Schema `returns` (name it with
+ * `run<T>()`).
+ */
+export class Agent<Output = unknown> {
   readonly #core: CoreAgentHandle;
   readonly #signals: Map<string, AbortSignal>;
   readonly #hub: EventHub;
@@ -670,8 +675,8 @@ export class Agent {
   }
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
-  resume<Output = unknown>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<Output>> {
-    return collect<Output>(this.resumeStream(run, options));
+  resume<O = Output>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<O>> {
+    return collect<O>(this.resumeStream(run, options));
   }
 
   async *#drive(
@@ -769,8 +774,8 @@ export class Agent {
    * Runs `input` to a final answer. Rejects with {@link AgentRunError} (limits, model errors,
    * invalid structured output) or {@link AbortError}.
    */
-  run<Output = unknown>(input: string, options: RunOptions = {}): Promise<RunResult<Output>> {
-    return collect<Output>(this.stream(input, options));
+  run<O = Output>(input: string, options: RunOptions = {}): Promise<RunResult<O>> {
+    return collect<O>(this.stream(input, options));
   }
 
   /** The conversation of a session so far. */
@@ -974,6 +979,10 @@ function toCrucibleError(error: unknown, runId: string): CrucibleError {
 }
 
 /** Creates an agent. Rejects with a `CrucibleError` (`invalid_config`) on bad options. */
+export async function createAgent<S extends StandardJsonSchemaLike>(options: AgentOptions & { returns: S }): Promise<Agent<InferSchemaOutput<S>>>;
+export async function createAgent(options: AgentOptions & { returns: JsonSchema }): Promise<Agent<unknown>>;
+export async function createAgent(options: AgentOptions & { returns?: undefined }): Promise<Agent<string>>;
+export async function createAgent(options: AgentOptions): Promise<Agent>;
 export async function createAgent(options: AgentOptions): Promise<Agent> {
   if (!options?.model || typeof options.model.stream !== 'function') {
     throw new CrucibleError('invalid_config', 'createAgent: `model` must be a provider such as openai({...})');

@@ -329,8 +329,29 @@ describe('agent over an OpenAI-compatible server', () => {
     server.reset();
     server.enqueue({ text: 'warm' }, { text: '```json\n{"celsius": 21}\n```' });
     const agent = await createAgent({ model: model(), returns: z.object({ celsius: z.number() }) });
-    const { output } = await agent.run<{ celsius: number }>('?');
-    assert.deepEqual(output, { celsius: 21 });
+    const result = await agent.run('?');
+    assert.equal(result.status, 'completed');
+    assert.deepEqual(result.output, { celsius: 21 });
+    if (result.status === 'completed') {
+      // Typed from the returns schema, with no type argument (with `unknown`, the expect-error
+      // below would be unused and the type check of the tests would fail).
+      const celsius: number = result.output.celsius;
+      // @ts-expect-error `celsius` is a number
+      const wrong: string = result.output.celsius;
+      void [celsius, wrong];
+    }
+    // Without returns, the output is the answer's text.
+    server.enqueue({ text: 'plain' });
+    const plain = await createAgent({ model: model() });
+    const answered = await plain.run('?');
+    if (answered.status === 'completed') {
+      const text: string = answered.output;
+      // @ts-expect-error the output is a string
+      const wrongText: number = answered.output;
+      void [text, wrongText];
+    }
+    assert.equal(answered.output, 'plain');
+    await Promise.all([agent.close(), plain.close()]);
   });
 
   test('limits end the run with a typed error', async () => {
