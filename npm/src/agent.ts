@@ -9,7 +9,7 @@ import { AbortError, CrucibleError, describeType, isRecord, StoreError, type Cru
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
-import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PendingApproval as EmergentApproval, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
+import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, refuseNonObjectArguments, standardParser, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
@@ -255,7 +255,7 @@ interface CoreAgentHandle {
   rollback(name: string, version: number, sessionId: string): Promise<ToolInfo>;
   exportTool(name: string, sessionId: string): string;
   importTool(pkg: string, sessionId: string, options: { testCases?: ForgeTestCase[] }): Promise<ForgeResult>;
-  pendingApprovals(): EmergentApproval[];
+  pendingApprovals(): PendingApproval[];
   audit(): AuditEntry[];
   flushStats(): Promise<void>;
   reloadShared(): Promise<void>;
@@ -506,7 +506,7 @@ export class Agent<Output = unknown> {
      *  `testCases` (a package without any is refused). */
     import(pkg: string, options?: ImportOptions): Promise<ForgeResult>;
     /** Shared promotions waiting for a person's {@link approve} or {@link deny}. */
-    pendingApprovals(): EmergentApproval[];
+    pendingApprovals(): PendingApproval[];
     /** The provenance trail (forges, verdicts, promotions, demotions, imports), oldest first,
      *  bounded (the latest 500). */
     audit(): AuditEntry[];

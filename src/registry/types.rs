@@ -208,6 +208,7 @@ pub struct AuditEntry {
 pub struct PendingApproval {
     pub id: String,
     /// `promotion` or `tool_call`.
+    #[cfg_attr(feature = "wasm-core", tsify(type = "'promotion' | 'tool_call'"))]
     pub kind: String,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

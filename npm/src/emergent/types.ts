@@ -118,17 +118,10 @@ export interface AuditEntry {
   scope?: string;
 }
 
-export interface PendingApproval {
-  id: string;
-  kind: 'promotion' | 'tool_call';
-  tool: string;
-  fromTier?: Tier;
-  toTier?: Tier;
-  requestedAt: number;
-  reason: string;
-  /** Promotion approvals: the content hash of the version the human is asked about. */
-  hash?: string;
-}
+/** A request waiting for a human: a promotion to the shared tier, or a paused tool call (the
+ *  one type the core generates, for `agent.emergent.pendingApprovals()` and paused runs alike). */
+export type { PendingApproval } from '../../wasm/crucible_core.js';
+import type { PendingApproval } from '../../wasm/crucible_core.js';
 
 /**
  * How `agent.emergent.requestPromotion` ended: `promoted` (with the tool and the panel's
