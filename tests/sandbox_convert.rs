@@ -92,6 +92,29 @@ fn huge_strings_are_refused_by_the_byte_cap() {
 }
 
 #[test]
+fn the_byte_cap_counts_strings_and_keys_as_json_escapes_them() {
+    // The cap is 4 MiB. 800,000 U+0001 characters are 0.8 MB of UTF-8 but 4.8 MB of JSON
+    // (`\u0001` each), which is the text the host receives: refused, as a value or as a key.
+    // (Repeat counts stay under the test runner's loop budget of a million.)
+    let runner = runner();
+    for value in [
+        "'\\x01'.repeat(8e5)",
+        "{ ['\\x01'.repeat(8e5)]: 1 }",
+        "((a, b, c) => [a + a + a, b + b + b, c + c + c])('\\n'.repeat(3e5), '\"'.repeat(3e5), '\\\\'.repeat(3e5))",
+    ] {
+        let r = run(&runner, &format!("function execute(){{ return {value}; }}"), json!({}));
+        // (Not `assert_status`: on failure it would print the megabytes of output.)
+        let message = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(r.status == SandboxStatus::Error && message.contains("larger than 4194304 bytes"), "{value}: {:?} {message}", r.status);
+    }
+    // Under the cap once escaped (1.8 + 1.8 + 0.2 MB), and plain text up to the cap as before.
+    let r = run(&runner, "function execute(){ return ['\\x01'.repeat(3e5), '\\n\"\\\\'.repeat(3e5), 'é'.repeat(1e5)]; }", json!({}));
+    assert_ok(&r, json!(["\u{1}".repeat(300_000), "\n\"\\".repeat(300_000), "é".repeat(100_000)]));
+    let r = run(&runner, "function execute(){ const s = 'x'.repeat(1 << 19); return s + s + s + s + s + s + s + s.slice(64); }", json!({}));
+    assert_ok(&r, json!("x".repeat(4 * 1024 * 1024 - 64)));
+}
+
+#[test]
 fn json_semantics_for_odd_values() {
     let r = run(&runner(), "function execute(){ return { u: undefined, f(){}, s: Symbol('x'), n: NaN, i: -Infinity, arr: [undefined, () => 1], [Symbol('k')]: 1, big: 2**60, neg0: -0, frac: 0.5 }; }", json!({}));
     assert_ok(&r, json!({"n": null, "i": null, "arr": [null, null], "big": 1152921504606846976.0, "neg0": 0, "frac": 0.5}));

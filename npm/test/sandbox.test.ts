@@ -14,6 +14,7 @@ import ipaddr from 'ipaddr.js';
 import { SandboxError } from '../src/errors.js';
 import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.js';
 import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
+import { MAX_HOST_FETCHES_PER_EXECUTION } from '../src/sandbox/pool.js';
 import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 
@@ -159,6 +160,41 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
       assert.equal(one.stats().workersKilled, 0, 'no worker was lost to the unawaited fetches');
     } finally {
       await one.close();
+    }
+  });
+
+  test(`the host runs at most ${MAX_HOST_FETCHES_PER_EXECUTION} fetches of one execution at once; the others wait their turn, or go with the execution`, async () => {
+    // Each fetch in flight may hold a body of up to maxFetchBodyBytes on the main thread.
+    let open = 0;
+    let most = 0;
+    const paths: string[] = [];
+    const held = createServer((req, res) => {
+      paths.push(req.url ?? '');
+      open++;
+      most = Math.max(most, open);
+      res.on('close', () => open--);
+      if (req.url !== '/hang') setTimeout(() => res.end(req.url), 50);
+    });
+    const { origin } = await listenOnLoopback(held);
+    const one = await createSandbox({ poolSize: 1, timeoutMs: 10_000, allowHttp: true, fetchDomainAllowlist: ['127.0.0.1'] });
+    try {
+      const sixteen = 'Array.from({ length: 16 }, (_, k) => fetch(i.origin + (i.hang ? "/hang" : "/n" + k)).then((r) => r.text()))';
+      const all = await one.execute({ code: `async function execute(i){ return Promise.all(${sixteen}); }`, input: { origin }, allowlist: ['fetch'] });
+      assert.deepEqual(all.output, Array.from({ length: 16 }, (_, k) => `/n${k}`), JSON.stringify(all));
+      assert.equal(most, MAX_HOST_FETCHES_PER_EXECUTION);
+      // 16 that never answer, left behind: the first ones are aborted when the execution ends
+      // (it spins 300 ms first, so they reach the server), the waiting ones are never sent.
+      paths.length = 0;
+      const spin = 'const t = Date.now(); while (Date.now() < t + 300);';
+      const left = await one.execute({ code: `function execute(i){ ${sixteen}; ${spin} return 'left'; }`, input: { origin, hang: true }, allowlist: ['fetch'] });
+      assert.equal(left.output, 'left', JSON.stringify(left));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      assert.deepEqual([paths.length, open], [MAX_HOST_FETCHES_PER_EXECUTION, 0]);
+      assert.equal((await one.execute({ code: 'function execute(){ return 3; }' })).output, 3);
+    } finally {
+      await one.close();
+      held.closeAllConnections();
+      held.close();
     }
   });
 

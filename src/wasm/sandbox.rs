@@ -3,7 +3,7 @@
 //! ```ts
 //! init(limitsJson: string, fetch: (requestJson: string) => Promise<string>): void
 //! execute(requestJson: string): Promise<string>   // SandboxResult JSON, never rejects
-//! allocationFailed(): boolean                      // after a trap: was it an allocation failure?
+//! allocationFailed(): boolean                      // after a trap: was it out of memory?
 //! ```
 //! Only JSON strings cross the boundary. The instance imports a capped `WebAssembly.Memory`
 //! (see `build.rs`); a failed allocation aborts (a trap) and the Worker discards the instance.
@@ -25,7 +25,9 @@ use crate::sandbox::{
 };
 
 /// The system allocator, flagging the first failed allocation so the Worker can report a
-/// trap as `memory` rather than `error`.
+/// trap as `memory` rather than `error`. A size too large to even ask for (`'x'.repeat(2**29)`
+/// reserves 2^29 slices up front) panics with "capacity overflow" instead: the panic hook set at
+/// `init` flags that too.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 struct FlaggingAllocator;
 
@@ -123,6 +125,15 @@ pub fn init(limits_json: &str, fetch: js_sys::Function) -> Result<(), JsValue> {
         max_fetch_body_bytes: l.max_fetch_body_bytes.unwrap_or(d.max_fetch_body_bytes),
         ..d
     };
+    // A panic aborts the instance (a trap) after the hook has run.
+    std::panic::set_hook(Box::new(|info| {
+        // `PanicHookInfo::payload_as_str` would do, past the crate's MSRV.
+        let payload = info.payload();
+        let message = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+        if message.is_some_and(|m| m.contains("capacity overflow") || m.contains("memory allocation")) {
+            ALLOCATION_FAILED.store(true, Ordering::Relaxed);
+        }
+    }));
     let runner = Rc::new(BoaRunner::with_fetch_host(limits, Rc::new(JsFetchHost { callback: fetch })));
     runner.warm().map_err(|e| JsValue::from_str(&e))?;
     RUNNER.with(|r| *r.borrow_mut() = Some(runner));
@@ -146,7 +157,8 @@ pub async fn execute(request_json: String) -> String {
         .unwrap_or_else(|_| r#"{"status":"error","error":{"code":"internal","message":"result serialisation failed"},"logs":[],"durationMs":0}"#.into())
 }
 
-/// Whether an allocation has failed in this instance (read by the Worker after a trap).
+/// Whether an allocation has failed, or a size overflowed, in this execution (read by the
+/// Worker after a trap).
 #[wasm_bindgen(js_name = allocationFailed)]
 pub fn allocation_failed() -> bool {
     ALLOCATION_FAILED.load(Ordering::Relaxed)

@@ -118,8 +118,23 @@ interface Slot {
   ready: Promise<void>;
   job: Job | undefined;
   timer: ReturnType<typeof setTimeout> | undefined;
-  fetchAbort: AbortController | undefined;
+  /** The running execution's fetches on the host; dropped (and aborted) when it ends. */
+  fetches: HostFetches | undefined;
 }
+
+/** One execution's fetches on the host: the ones in flight, and the ones waiting for a turn. */
+interface HostFetches {
+  abort: AbortController;
+  active: number;
+  waiting: Array<() => void>;
+}
+
+/**
+ * Fetches of one execution the host runs at once; the others wait in the slot's queue. Each may
+ * buffer up to `maxFetchBodyBytes` on the main thread, and the engine allows 16 per execution:
+ * run all at once, one execution could hold 16 bodies in host memory.
+ */
+export const MAX_HOST_FETCHES_PER_EXECUTION = 4;
 
 export interface PoolConfig {
   timeoutMs: number;
@@ -279,7 +294,7 @@ export class WorkerPool {
       }),
       job: undefined,
       timer: undefined,
-      fetchAbort: undefined,
+      fetches: undefined,
     };
     slot.ready.catch(() => {});
     // A Worker that never answers (a wrong script, a Module the browser would not deliver)
@@ -354,8 +369,7 @@ export class WorkerPool {
     if (!job || job.id !== id) return;
     clearTimeout(slot.timer);
     slot.job = undefined;
-    slot.fetchAbort?.abort();
-    slot.fetchAbort = undefined;
+    dropFetches(slot);
     slot.state = 'idle';
     slot.handle.setBusy(false);
     job.resolve(result);
@@ -390,28 +404,39 @@ export class WorkerPool {
     }
   }
 
+  /** Runs a fetch of the slot's execution, or queues it while {@link MAX_HOST_FETCHES_PER_EXECUTION} are out. */
   private onFetch(slot: Slot, id: number, request: string): void {
     if (!slot.job || slot.state !== 'busy') return;
-    slot.fetchAbort ??= new AbortController();
-    const signal = slot.fetchAbort.signal;
-    bridgedFetch(request, {
-      allowlist: this.config.fetchDomainAllowlist,
-      allowHttp: this.config.allowHttp,
-      maxBodyBytes: this.config.maxFetchBodyBytes,
-      maxRedirects: 5,
-      fetch: this.config.fetch,
-      signal,
-    }).then(
-      (payload) => slot.state === 'busy' && slot.handle.post({ type: 'fetch-result', id, ok: true, payload }),
-      (error: unknown) =>
-        slot.state === 'busy' &&
-        slot.handle.post({ type: 'fetch-result', id, ok: false, payload: error instanceof Error ? error.message : 'fetch failed' }),
-    );
+    const fetches = (slot.fetches ??= { abort: new AbortController(), active: 0, waiting: [] });
+    const run = () => {
+      fetches.active++;
+      bridgedFetch(request, {
+        allowlist: this.config.fetchDomainAllowlist,
+        allowHttp: this.config.allowHttp,
+        maxBodyBytes: this.config.maxFetchBodyBytes,
+        maxRedirects: 5,
+        fetch: this.config.fetch,
+        signal: fetches.abort.signal,
+      })
+        .then(
+          (payload) => ({ type: 'fetch-result' as const, id, ok: true, payload }),
+          (error: unknown) => ({ type: 'fetch-result' as const, id, ok: false, payload: error instanceof Error ? error.message : 'fetch failed' }),
+        )
+        .then((result) => {
+          // An execution that has ended took its fetches with it (see dropFetches).
+          if (slot.fetches !== fetches) return;
+          fetches.active--;
+          slot.handle.post(result);
+          fetches.waiting.shift()?.();
+        });
+    };
+    if (fetches.active < MAX_HOST_FETCHES_PER_EXECUTION) run();
+    else fetches.waiting.push(run);
   }
 
   private retire(slot: Slot): void {
     clearTimeout(slot.timer);
-    slot.fetchAbort?.abort();
+    dropFetches(slot);
     slot.state = 'dead';
     slot.job = undefined;
     slot.handle.terminate();
@@ -459,6 +484,12 @@ export class WorkerPool {
       () => {},
     );
   }
+}
+
+/** Aborts the fetches of the slot's execution still in flight and forgets the waiting ones. */
+function dropFetches(slot: Slot): void {
+  slot.fetches?.abort.abort();
+  slot.fetches = undefined;
 }
 
 function aborted(started: number): SandboxResult {

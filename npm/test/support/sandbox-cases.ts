@@ -172,6 +172,15 @@ export const SANDBOX_CASES: SandboxCase[] = [
     // come before the 64 MB cap. Either way the instance is discarded.
     browser: { status: ['memory', 'error', 'timeout'] },
   },
+  // Boa reserves room for all 2^29 (or 1e9) pieces up front: a size overflow, which panics,
+  // rather than an allocation that fails. Either way it is out of memory, not an engine fault.
+  ...["'x'.repeat(2 ** 29)", "Array(1e9).join('x')"].map((expr) => ({
+    name: `${expr} ends as memory, not as a trap`,
+    category: 'huge strings',
+    request: () => ({ code: `function execute(){ return ${expr}.length; }` }),
+    status: 'memory' as const,
+    code: 'out_of_memory',
+  })),
   {
     name: 'array growth hits the memory cap or a limit',
     category: 'huge arrays',

@@ -93,15 +93,26 @@ fn number(n: f64) -> Value {
     Number::from_f64(n).map_or(Value::Null, Value::Number)
 }
 
+/// How many bytes serde_json writes for `text` inside a JSON string: a control character is
+/// `\uXXXX` (6 bytes) or, for five of them, two (`\n`), and `"` and `\` are two. The byte cap
+/// counts this, so it bounds the JSON text the host receives: `'\x01'.repeat(4e6)` is 4 MB of
+/// UTF-8 but 24 MB of JSON.
+fn json_len(text: &str) -> usize {
+    text.bytes().fold(text.len(), |n, b| match b {
+        b'\n' | b'\t' | b'\r' | 0x08 | 0x0c | b'"' | b'\\' => n + 1,
+        0..=0x1f => n + 5,
+        _ => n,
+    })
+}
+
 fn string(s: &JsString, budget: &mut Budget) -> Result<Value, ConvertError> {
-    // Up to 3 UTF-8 bytes per UTF-16 unit: check the bound before converting.
-    let bound = s.len().saturating_mul(3);
+    // At least one JSON byte per UTF-16 unit: check that bound before converting.
     budget.node(2)?;
     if budget.bytes.saturating_add(s.len()) > budget.caps.max_bytes {
         return err(format!("value is larger than {} bytes", budget.caps.max_bytes));
     }
     let text = s.to_std_string_lossy();
-    budget.bytes = budget.bytes.saturating_add(text.len().min(bound));
+    budget.bytes = budget.bytes.saturating_add(json_len(&text));
     if budget.bytes > budget.caps.max_bytes {
         return err(format!("value is larger than {} bytes", budget.caps.max_bytes));
     }
@@ -220,7 +231,7 @@ pub(crate) fn to_json(value: &JsValue, caps: Caps, context: &mut Context) -> Res
                             PropertyKey::Symbol(_) => continue,
                         };
                         if let Some(v) = own_data(&top.obj, &key)? {
-                            budget.bytes = budget.bytes.saturating_add(name.len() + 4);
+                            budget.bytes = budget.bytes.saturating_add(json_len(&name) + 4);
                             *pending = Some(name);
                             found = Some((v, false));
                             break;
@@ -304,4 +315,20 @@ pub(crate) fn from_json(value: &Value, max_depth: usize, context: &mut Context) 
         })
     }
     build(value, 0, max_depth, context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_len;
+
+    #[test]
+    fn json_len_is_the_length_serde_json_writes() {
+        let mut all: String = (0u32..0x80).filter_map(char::from_u32).collect();
+        all.push_str("é€😀\u{7f}\u{2028}\u{fffd}");
+        for c in all.chars() {
+            let s = c.to_string();
+            assert_eq!(json_len(&s) + 2, serde_json::to_string(&s).unwrap().len(), "{c:?}");
+        }
+        assert_eq!(json_len(&all) + 2, serde_json::to_string(&all).unwrap().len());
+    }
 }
