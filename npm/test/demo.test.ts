@@ -76,9 +76,16 @@ const SLUGIFY_UNDERSCORE = {
   ],
 };
 
+/** A forge whose name the package rewrites ("Slug Maker Tool" → Slug_Maker_Tool) and whose judge
+ *  takes 20 s: a run stopped meanwhile leaves the forge unfinished. */
+const SLUG_MAKER = { ...SLUGIFY_REQUEST, name: 'Slug Maker Tool' };
+
 function scriptedModel(request: MockRequest): MockReply {
   // Judge and promotion reviewers: calls that offer no tools.
-  if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
+  if (request.toolNames.length === 0) {
+    if (request.messages.some((m) => /Slug_Maker_Tool|Slug Maker Tool/.test(m.content ?? ''))) return { text: JSON.stringify(VERDICT), delayMs: 20_000 };
+    return { text: JSON.stringify(VERDICT) };
+  }
   const last = request.messages.at(-1);
   if (last?.role === 'tool') {
     const caller = [...request.messages].reverse().find((m) => m.role === 'assistant' && m.toolNames?.length);
@@ -97,6 +104,7 @@ function scriptedModel(request: MockRequest): MockReply {
   const text = last?.content ?? '';
   if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
   if (/note/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy milk' } }] };
+  if (/slug maker/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUG_MAKER }] };
   if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
   if (/underscore/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_UNDERSCORE } ] };
   if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
@@ -527,6 +535,41 @@ function suite(): void {
       // The registry says what a reload does to a session tool; promotion offers only the agent tier.
       await page.click('#registry-list [data-tool="slugify"]');
       assert.deepEqual(await page.$$eval('#promote-tier option', (els) => els.map((e) => (e as HTMLOptionElement).value)), ['agent']);
+      assert.deepEqual(errors, []);
+    });
+
+    test('forging the same example twice shows two complete cards (equal events are not dropped)', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      for (const version of [1, 2]) {
+        await page.click('#forge-example');
+        await page.waitForFunction((v) => new RegExp(`Registered slugify v${v}`).test(document.querySelector('#forge-example-status')?.textContent ?? ''), version, { timeout: 60_000 });
+      }
+      await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"][data-status="registered"]').length === 2, undefined, { timeout: 10_000 });
+      assert.equal(await page.$$eval('.tl-card[data-name="slugify"]', (els) => els.length), 2);
+      assert.equal(await page.$$eval('.tl-card[data-name="slugify"] [data-step="judge"]', (els) => els.length), 2, 'each card has its judge step');
+      assert.deepEqual(errors, []);
+    });
+
+    test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      await send(page, 'Build a slug maker');
+      // The package names the tool Slug_Maker_Tool; the card still shows the forge_tool request.
+      const card = '.tl-card[data-name="Slug_Maker_Tool"]';
+      await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
+      await page.waitForSelector(`${card} details.tl-json`, { timeout: 10_000 });
+      assert.match((await page.textContent(`${card} [data-step="request"]`)) ?? '', /URL slug/);
+      // Stopped while the judge thinks: no forge.rejected comes, the card says stopped.
+      await page.click('#stop-button');
+      await lastAgentStatus(page, 'stopped', 5000);
+      await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
       assert.deepEqual(errors, []);
     });
 

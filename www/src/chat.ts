@@ -132,6 +132,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     } finally {
       controller = undefined;
       setState('idle');
+      app.runEnded(runId);
       const said: Record<string, string> = { done: 'Answer complete.', stopped: 'Run stopped.', paused: 'Run paused: a tool call waits for approval.' };
       app.announce(said[bubble.dataset.status ?? ''] ?? 'Run failed.');
       // Tool stats are batched by the core; write them so a reload shows them.
