@@ -451,15 +451,44 @@ function suite(): void {
       await lastAgentStatus(page, 'error');
       await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
       assert.match((await page.textContent('#approvals .hint')) ?? '', /^Could not approve: /);
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 1);
+      // The call ran: it is not offered for a decision again, but as a run to continue.
+      await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
       assert.match(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? ''), /buy milk/);
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await page.click('#approvals [data-continue] [data-action="continue"]');
       await lastAgentStatus(page, 'done');
       assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
       // The approved call ran once.
       assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
       assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
+    });
+
+    test('a decided call is not offered again after a reload while its run goes on: the run is continued, the call runs once', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Save a note: buy milk');
+      await lastAgentStatus(page, 'paused');
+      // The model call after the approved tool hangs: the page is reloaded while the run waits for it.
+      mock.enqueue({ delayMs: 20_000, text: 'too late' });
+      // A double click sends one decision (the second click used to fail: "a run is in progress").
+      await page.dblclick('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await page.waitForFunction(() => localStorage.getItem('crucible-demo.notes.v1') === '["buy milk"]', undefined, { timeout: 10_000 });
+      await page.waitForTimeout(300);
+      assert.doesNotMatch((await page.textContent('#approvals')) ?? '', /in progress/);
+      assert.equal(await page.$$eval('#approvals [data-action="approve"]', (els) => els.length), 0, 'no live Approve while the run goes on');
+      await page.reload();
+      await waitReady(page);
+      await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
+      assert.equal(await page.$$eval('#approvals [data-action="approve"], #approvals [data-action="deny"]', (els) => els.length), 0, 'the used approval is not offered again');
+      assert.match((await page.textContent('#approvals [data-continue]')) ?? '', /save_note approved/);
+      await page.click('#approvals [data-continue] [data-action="continue"]');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+      assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      assert.deepEqual(errors, []);
     });
 
     test('an approval whose run is gone is dismissed with the reason instead of being offered forever', async () => {
@@ -615,6 +644,9 @@ function suite(): void {
         await page.selectOption('#promote-tier', 'shared');
         await page.click('#registry-detail [data-action="promote"]');
         await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="approve"]', { timeout: 30_000 });
+        // The card names the version it promotes (a newer one is not promoted by this approval).
+        await page.waitForSelector('#approvals [data-tool="slugify"] .approval-version', { timeout: 10_000 });
+        assert.match((await page.textContent('#approvals [data-tool="slugify"] .approval-version')) ?? '', /^version 1, hash \S{12}$/);
         await shot(page, 'approval-pending');
         await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
         await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });

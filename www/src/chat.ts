@@ -75,9 +75,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     // The store has no such run to resume (resumed elsewhere, or its state is gone): retrying
     // cannot help, so the caller drops its approvals.
     if (ended.status === 'error' && ended.code === 'invalid_resume') throw new RunGone(ended.note ?? 'the run cannot be resumed');
-    // A resume that failed or was stopped leaves the run resumable: the caller keeps its approvals.
+    // A resume that failed or was stopped leaves the run resumable: the caller keeps its decisions.
     if (ended.status === 'error') throw new Error(ended.note ?? 'the resumed run failed');
-    if (ended.status === 'stopped') throw new Error('the resumed run was stopped; approve or deny again to continue it');
+    if (ended.status === 'stopped') throw new Error('the resumed run was stopped; continue it under “Pending approvals”');
   };
 
   /** Runs a stream into a new bubble; resolves with how it ended (it never throws). */

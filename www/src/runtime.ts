@@ -208,6 +208,9 @@ export interface RunApproval {
   arguments?: unknown;
   reason: string;
   requestedAt: number;
+  /** The human's decision, stored before the run is resumed with it: from then on the call
+   *  may have run, so the page offers to continue the run, never to decide again. */
+  decision?: ApprovalDecision;
 }
 
 /** The IndexedDB store of the browser entry. (The package's `types` point at the shared
