@@ -583,6 +583,39 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('Apply keeps the session when nothing changed, waits for a forge, and says when a new agent starts', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      // Another model applied while the example forge runs: refused, so the forge's card and status finish.
+      await page.evaluate(() => {
+        document.querySelector<HTMLInputElement>('#model-name')!.value = 'mock-2';
+        document.querySelector<HTMLButtonElement>('#forge-example')!.click();
+        document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit();
+      });
+      assert.match((await page.textContent('#settings-status')) ?? '', /Wait until the example forge is done/);
+      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
+      assert.equal(await page.$$eval('.tl-card[data-name="slugify"]:not([data-status="registered"])', (els) => els.length), 0);
+      // The same settings again: the agent, and with it the session tool, stays.
+      await page.click('#settings-details > summary');
+      await page.fill('#model-name', 'mock');
+      await page.click('#settings-form button[type="submit"]');
+      assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
+      await page.waitForTimeout(1000);
+      assert.equal(await page.$$eval('#registry-list [data-tool="slugify"][data-tier="session"]', (els) => els.length), 1, 'the session tool survived the Apply');
+      // Another model: a new agent, and the page says what that means.
+      await page.fill('#model-name', 'mock-2');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle', undefined, { timeout: 30_000 });
+      assert.match((await page.textContent('#settings-status')) ?? '', /new agent started/);
+      assert.match((await page.textContent('#transcript .msg-notice')) ?? '', /new agent started/);
+      assert.equal(await page.textContent('#forge-example-status'), '', 'no stale "Registered" from the previous agent');
+      assert.deepEqual(errors, []);
+    });
+
     test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
       const context = await browser.newContext({ viewport: DESKTOP });
       contexts.push(context);

@@ -5,7 +5,7 @@ import type { DemoEvent, RunApproval } from './runtime.ts';
 
 type RunEnd = 'done' | 'stopped' | 'error' | 'paused';
 
-export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void } {
+export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void; notice: (text: string) => void } {
   const transcript = $('#transcript');
   const form = $<HTMLFormElement>('#chat-form');
   const input = $<HTMLTextAreaElement>('#chat-input');
@@ -189,8 +189,15 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     }
   }
 
+  /** A line in the transcript from the page itself (a new agent started, say). */
+  function notice(text: string): void {
+    transcript.querySelector('.empty-note')?.remove();
+    transcript.append(h('p', { class: 'msg-notice muted', role: 'note' }, text));
+    transcript.scrollTop = transcript.scrollHeight;
+  }
+
   setState('loading');
-  return { setState };
+  return { setState, notice };
 }
 
 /** A plain sentence for the failures a person trying providers meets; the raw message is shown

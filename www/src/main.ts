@@ -95,16 +95,31 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
   }
 }
 
+/** Whether `a` and `b` make the same provider (then the agent need not start again). */
+function sameProvider(a: ProviderSettings, b: ProviderSettings): boolean {
+  return a.kind === b.kind && a.baseURL === b.baseURL && a.model === b.model && a.apiKey === b.apiKey;
+}
+
 const settings = mountSettings((next) => {
   // The package's own check of the options (the browser's URL check lets `localhost:8089` by).
   try {
     provider(next);
   } catch (error) {
-    return errorText(error);
+    return { refused: errorText(error) };
   }
   // The running agent stays until its run ends; settings are applied (and saved) only then.
-  if (app.running) return 'Stop the current run first, then apply the new provider.';
+  if (app.running) return { refused: 'Stop the current run first, then apply the new provider.' };
+  // A new agent would cut off a forge, an import or a promotion half-way (its card and status
+  // would never finish).
+  const busy = app.busyWith;
+  if (busy) return { refused: `Wait until ${busy} is done, then apply.` };
+  // The session's tools and conversation live in the agent: an Apply that changes nothing
+  // (saving "remember key", say) keeps it; only a new provider starts a new one.
+  if (!starting && app.runtime && sameProvider(app.runtime.settings, next)) return { note: 'Same provider: the agent and this session go on.' };
+  const restart = app.runtime !== undefined;
   void start(next);
-  return undefined;
+  if (!restart) return { note: 'Starting the agent.' };
+  chat.notice('New provider: a new agent started. The conversation and this session’s tools start over; promoted tools stay.');
+  return { note: 'A new agent started: the conversation and this session’s tools start over (promoted tools stay).' };
 });
 void start(settings.current());
