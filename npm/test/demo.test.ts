@@ -491,6 +491,44 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a run cut off by a reload mid-stream leaves no stored state behind', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Please hang for a minute');
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+      await page.reload();
+      await waitReady(page);
+      // Startup discards the stored runs no pending approval refers to (the page cannot resume them).
+      const until = Date.now() + 5_000;
+      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await storedRuns(page), 0);
+      assert.deepEqual(errors, []);
+    });
+
+    test('Escape stops a run from the chat, not from other fields', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Please hang for a minute');
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+      await page.press('#import-text', 'Escape');
+      await page.waitForTimeout(300);
+      assert.equal(await page.getAttribute('body', 'data-state'), 'running', 'Escape in another field leaves the run going');
+      await page.press('#chat-input', 'Escape');
+      await lastAgentStatus(page, 'stopped', 5000);
+      assert.deepEqual(errors, []);
+    });
+
+    test('a promotionUses that is not a whole number is refused in plain words', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const page = await context.newPage();
+      await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', promotionUses: 'abc' })}`);
+      await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
+      const error = (await page.evaluate(() => window.__crucibleDemo?.error)) ?? '';
+      assert.match(error, /promotionUses= must be a whole number.*“abc”/, error);
+      assert.match((await page.textContent('#settings-status')) ?? '', /whole number/);
+    });
+
     test('an approval whose run is gone is dismissed with the reason instead of being offered forever', async () => {
       mock.reset();
       const { page, errors } = await open();
@@ -525,6 +563,22 @@ function suite(): void {
       await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
     });
 
+    /** How many runs the page's IndexedDB holds the state of. */
+    async function storedRuns(page: Page): Promise<number> {
+      return page.evaluate(
+        (name) =>
+          new Promise<number>((resolve, reject) => {
+            const open = indexedDB.open(name);
+            open.onerror = () => reject(open.error);
+            open.onsuccess = () => {
+              const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
+              keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
+            };
+          }),
+        'crucible-demo',
+      );
+    }
+
     test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
       const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
       await send(page, 'hello?');
@@ -533,22 +587,9 @@ function suite(): void {
       assert.match(note, /Could not reach the model server/, note);
       assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
       // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
-      const storedRuns = async () =>
-        page.evaluate(
-          (name) =>
-            new Promise<number>((resolve, reject) => {
-              const open = indexedDB.open(name);
-              open.onerror = () => reject(open.error);
-              open.onsuccess = () => {
-                const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
-                keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
-              };
-            }),
-          'crucible-demo',
-        );
       const until = Date.now() + 5_000;
-      while ((await storedRuns()) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-      assert.equal(await storedRuns(), 0);
+      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await storedRuns(page), 0);
     });
 
     test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {

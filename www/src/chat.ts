@@ -50,8 +50,13 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     }
   });
   stop.addEventListener('click', () => controller?.abort(new DOMException('Stopped by the user', 'AbortError')));
+  // Escape stops the run only from the chat (or with nothing focused): pressed elsewhere, say in
+  // a deny-reason box or a settings field, it means "never mind" there, not "stop the run".
   document.addEventListener('keydown', (event) => {
-    if (event.key === 'Escape' && app.running) controller?.abort(new DOMException('Stopped by the user', 'AbortError'));
+    if (event.key !== 'Escape' || !app.running) return;
+    const target = event.target as Node | null;
+    const inChat = target === document.body || (target !== null && (form.contains(target) || transcript.contains(target)));
+    if (inChat) controller?.abort(new DOMException('Stopped by the user', 'AbortError'));
   });
 
   async function run(text: string): Promise<void> {

@@ -290,6 +290,11 @@ export class Runtime {
     return await this.#agent.forge(request, { sessionId });
   }
 
+  /** Ids of the runs whose state the store holds (paused, or cut off between steps). */
+  async storedRunIds(): Promise<string[]> {
+    return (await this.#agent.storedRuns()).map((r) => r.runId);
+  }
+
   /** Drops the stored state of a run that will not be resumed. */
   async discardRun(runId: string): Promise<boolean> {
     return await this.#agent.discardRun(runId);
