@@ -76,9 +76,16 @@ const SLUGIFY_UNDERSCORE = {
   ],
 };
 
+/** A forge whose name the package rewrites ("Slug Maker Tool" → Slug_Maker_Tool) and whose judge
+ *  takes 20 s: a run stopped meanwhile leaves the forge unfinished. */
+const SLUG_MAKER = { ...SLUGIFY_REQUEST, name: 'Slug Maker Tool' };
+
 function scriptedModel(request: MockRequest): MockReply {
   // Judge and promotion reviewers: calls that offer no tools.
-  if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
+  if (request.toolNames.length === 0) {
+    if (request.messages.some((m) => /Slug_Maker_Tool|Slug Maker Tool/.test(m.content ?? ''))) return { text: JSON.stringify(VERDICT), delayMs: 20_000 };
+    return { text: JSON.stringify(VERDICT) };
+  }
   const last = request.messages.at(-1);
   if (last?.role === 'tool') {
     const caller = [...request.messages].reverse().find((m) => m.role === 'assistant' && m.toolNames?.length);
@@ -97,6 +104,7 @@ function scriptedModel(request: MockRequest): MockReply {
   const text = last?.content ?? '';
   if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
   if (/note/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy milk' } }] };
+  if (/slug maker/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUG_MAKER }] };
   if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
   if (/underscore/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_UNDERSCORE } ] };
   if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
@@ -443,15 +451,82 @@ function suite(): void {
       await lastAgentStatus(page, 'error');
       await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
       assert.match((await page.textContent('#approvals .hint')) ?? '', /^Could not approve: /);
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 1);
+      // The call ran: it is not offered for a decision again, but as a run to continue.
+      await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
       assert.match(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? ''), /buy milk/);
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await page.click('#approvals [data-continue] [data-action="continue"]');
       await lastAgentStatus(page, 'done');
       assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
       // The approved call ran once.
       assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
       assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
+    });
+
+    test('a decided call is not offered again after a reload while its run goes on: the run is continued, the call runs once', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Save a note: buy milk');
+      await lastAgentStatus(page, 'paused');
+      // The model call after the approved tool hangs: the page is reloaded while the run waits for it.
+      mock.enqueue({ delayMs: 20_000, text: 'too late' });
+      // A double click sends one decision (the second click used to fail: "a run is in progress").
+      await page.dblclick('#approvals [data-tool="save_note"] [data-action="approve"]');
+      await page.waitForFunction(() => localStorage.getItem('crucible-demo.notes.v1') === '["buy milk"]', undefined, { timeout: 10_000 });
+      await page.waitForTimeout(300);
+      assert.doesNotMatch((await page.textContent('#approvals')) ?? '', /in progress/);
+      assert.equal(await page.$$eval('#approvals [data-action="approve"]', (els) => els.length), 0, 'no live Approve while the run goes on');
+      await page.reload();
+      await waitReady(page);
+      await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
+      assert.equal(await page.$$eval('#approvals [data-action="approve"], #approvals [data-action="deny"]', (els) => els.length), 0, 'the used approval is not offered again');
+      assert.match((await page.textContent('#approvals [data-continue]')) ?? '', /save_note approved/);
+      await page.click('#approvals [data-continue] [data-action="continue"]');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+      assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+      assert.deepEqual(errors, []);
+    });
+
+    test('a run cut off by a reload mid-stream leaves no stored state behind', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Please hang for a minute');
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+      await page.reload();
+      await waitReady(page);
+      // Startup discards the stored runs no pending approval refers to (the page cannot resume them).
+      const until = Date.now() + 5_000;
+      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await storedRuns(page), 0);
+      assert.deepEqual(errors, []);
+    });
+
+    test('Escape stops a run from the chat, not from other fields', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Please hang for a minute');
+      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+      await page.press('#import-text', 'Escape');
+      await page.waitForTimeout(300);
+      assert.equal(await page.getAttribute('body', 'data-state'), 'running', 'Escape in another field leaves the run going');
+      await page.press('#chat-input', 'Escape');
+      await lastAgentStatus(page, 'stopped', 5000);
+      assert.deepEqual(errors, []);
+    });
+
+    test('a promotionUses that is not a whole number is refused in plain words', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const page = await context.newPage();
+      await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', promotionUses: 'abc' })}`);
+      await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
+      const error = (await page.evaluate(() => window.__crucibleDemo?.error)) ?? '';
+      assert.match(error, /promotionUses= must be a whole number.*“abc”/, error);
+      assert.match((await page.textContent('#settings-status')) ?? '', /whole number/);
     });
 
     test('an approval whose run is gone is dismissed with the reason instead of being offered forever', async () => {
@@ -488,6 +563,22 @@ function suite(): void {
       await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
     });
 
+    /** How many runs the page's IndexedDB holds the state of. */
+    async function storedRuns(page: Page): Promise<number> {
+      return page.evaluate(
+        (name) =>
+          new Promise<number>((resolve, reject) => {
+            const open = indexedDB.open(name);
+            open.onerror = () => reject(open.error);
+            open.onsuccess = () => {
+              const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
+              keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
+            };
+          }),
+        'crucible-demo',
+      );
+    }
+
     test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
       const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
       await send(page, 'hello?');
@@ -496,22 +587,9 @@ function suite(): void {
       assert.match(note, /Could not reach the model server/, note);
       assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
       // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
-      const storedRuns = async () =>
-        page.evaluate(
-          (name) =>
-            new Promise<number>((resolve, reject) => {
-              const open = indexedDB.open(name);
-              open.onerror = () => reject(open.error);
-              open.onsuccess = () => {
-                const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
-                keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
-              };
-            }),
-          'crucible-demo',
-        );
       const until = Date.now() + 5_000;
-      while ((await storedRuns()) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-      assert.equal(await storedRuns(), 0);
+      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await storedRuns(page), 0);
     });
 
     test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
@@ -527,6 +605,74 @@ function suite(): void {
       // The registry says what a reload does to a session tool; promotion offers only the agent tier.
       await page.click('#registry-list [data-tool="slugify"]');
       assert.deepEqual(await page.$$eval('#promote-tier option', (els) => els.map((e) => (e as HTMLOptionElement).value)), ['agent']);
+      assert.deepEqual(errors, []);
+    });
+
+    test('forging the same example twice shows two complete cards (equal events are not dropped)', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      for (const version of [1, 2]) {
+        await page.click('#forge-example');
+        await page.waitForFunction((v) => new RegExp(`Registered slugify v${v}`).test(document.querySelector('#forge-example-status')?.textContent ?? ''), version, { timeout: 60_000 });
+      }
+      await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"][data-status="registered"]').length === 2, undefined, { timeout: 10_000 });
+      assert.equal(await page.$$eval('.tl-card[data-name="slugify"]', (els) => els.length), 2);
+      assert.equal(await page.$$eval('.tl-card[data-name="slugify"] [data-step="judge"]', (els) => els.length), 2, 'each card has its judge step');
+      assert.deepEqual(errors, []);
+    });
+
+    test('Apply keeps the session when nothing changed, waits for a forge, and says when a new agent starts', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      // Another model applied while the example forge runs: refused, so the forge's card and status finish.
+      await page.evaluate(() => {
+        document.querySelector<HTMLInputElement>('#model-name')!.value = 'mock-2';
+        document.querySelector<HTMLButtonElement>('#forge-example')!.click();
+        document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit();
+      });
+      assert.match((await page.textContent('#settings-status')) ?? '', /Wait until the example forge is done/);
+      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
+      assert.equal(await page.$$eval('.tl-card[data-name="slugify"]:not([data-status="registered"])', (els) => els.length), 0);
+      // The same settings again: the agent, and with it the session tool, stays.
+      await page.click('#settings-details > summary');
+      await page.fill('#model-name', 'mock');
+      await page.click('#settings-form button[type="submit"]');
+      assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
+      await page.waitForTimeout(1000);
+      assert.equal(await page.$$eval('#registry-list [data-tool="slugify"][data-tier="session"]', (els) => els.length), 1, 'the session tool survived the Apply');
+      // Another model: a new agent, and the page says what that means.
+      await page.fill('#model-name', 'mock-2');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle', undefined, { timeout: 30_000 });
+      assert.match((await page.textContent('#settings-status')) ?? '', /new agent started/);
+      assert.match((await page.textContent('#transcript .msg-notice')) ?? '', /new agent started/);
+      assert.equal(await page.textContent('#forge-example-status'), '', 'no stale "Registered" from the previous agent');
+      assert.deepEqual(errors, []);
+    });
+
+    test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const { page, errors } = await open({}, DESKTOP, context);
+      await assertEmergent(page);
+      mock.reset();
+      await send(page, 'Build a slug maker');
+      // The package names the tool Slug_Maker_Tool; the card still shows the forge_tool request.
+      const card = '.tl-card[data-name="Slug_Maker_Tool"]';
+      await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
+      await page.waitForSelector(`${card} details.tl-json`, { timeout: 10_000 });
+      assert.match((await page.textContent(`${card} [data-step="request"]`)) ?? '', /URL slug/);
+      // Stopped while the judge thinks: no forge.rejected comes, the card says stopped.
+      await page.click('#stop-button');
+      await lastAgentStatus(page, 'stopped', 5000);
+      await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
       assert.deepEqual(errors, []);
     });
 
@@ -572,6 +718,9 @@ function suite(): void {
         await page.selectOption('#promote-tier', 'shared');
         await page.click('#registry-detail [data-action="promote"]');
         await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="approve"]', { timeout: 30_000 });
+        // The card names the version it promotes (a newer one is not promoted by this approval).
+        await page.waitForSelector('#approvals [data-tool="slugify"] .approval-version', { timeout: 10_000 });
+        assert.match((await page.textContent('#approvals [data-tool="slugify"] .approval-version')) ?? '', /^version 1, hash \S{12}$/);
         await shot(page, 'approval-pending');
         await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
         await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });

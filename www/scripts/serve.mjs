@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Serves the built page (www/dist) on 127.0.0.1 and prints its URL. No dependencies.
-// Usage: node scripts/serve.mjs [--port 4173] [--dir dist]   (PORT=0 picks a free port)
+// Usage: node scripts/serve.mjs [--port 4173] [--dir dist] [--query 'provider=…&model=…']
+// (PORT=0 picks a free port; --query is added to the printed URL, for the page's settings)
 import { createServer } from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, normalize, resolve, sep } from 'node:path';
@@ -55,7 +56,8 @@ const server = createServer(async (req, res) => {
 
 server.listen(port, '127.0.0.1', () => {
   const { port: actual } = server.address();
-  console.log(`Crucible demo: http://127.0.0.1:${actual}/`);
+  const query = arg('query');
+  console.log(`Crucible demo: http://127.0.0.1:${actual}/${query ? `?${query}` : ''}`);
 });
 const stop = () => server.close(() => process.exit(0));
 process.once('SIGINT', stop);

@@ -20,9 +20,14 @@ export class App {
   #runtimeListeners = new Set<Listener<Runtime | undefined>>();
   #refreshTimer: ReturnType<typeof setTimeout> | undefined;
   #unsubscribe: (() => void) | undefined;
-  // Emergent events may arrive twice (the run's stream and agent.on); show each once.
-  #seen: string[] = [];
-  #seenSet = new Set<string>();
+  // An emergent event of a run reaches the page twice: the package hands the same object to
+  // the run's stream and to agent.on. Only that second arrival is dropped, by identity: two
+  // events with equal content are real repeats (the same bad forge twice, promote → demote →
+  // promote) and must both show.
+  #seen = new WeakSet<object>();
+  #runEndListeners = new Set<Listener<string | undefined>>();
+  // Work a new agent would cut off (forges, imports, promotions): Apply waits for it.
+  #busy = new Set<{ what: string }>();
 
   /** Tool calls of paused runs waiting for a human; the run states live in IndexedDB, so
    * these survive a reload and the run can be resumed by id. */
@@ -75,14 +80,38 @@ export class App {
 
   emit(event: DemoEvent): void {
     if (isEmergentEvent(event)) {
-      const key = JSON.stringify(event);
-      if (this.#seenSet.has(key)) return;
-      this.#seenSet.add(key);
-      this.#seen.push(key);
-      if (this.#seen.length > 500) this.#seenSet.delete(this.#seen.shift()!);
+      if (this.#seen.has(event)) return;
+      this.#seen.add(event);
       this.refreshSoon();
     }
     for (const listener of this.#eventListeners) listener(event);
+  }
+
+  /** Called by the chat when a run's stream is over, however it ended (answer, pause, error,
+   * Stop): an aborted forge sends no `forge.rejected`, so its card is closed from here. */
+  runEnded(runId: string | undefined): void {
+    for (const listener of this.#runEndListeners) listener(runId);
+  }
+
+  onRunEnd(listener: Listener<string | undefined>): void {
+    this.#runEndListeners.add(listener);
+  }
+
+  /** Runs `work` as something in flight (`what`, e.g. "the forge"), which Apply waits for. */
+  async during<T>(what: string, work: () => Promise<T>): Promise<T> {
+    const token = { what };
+    this.#busy.add(token);
+    try {
+      return await work();
+    } finally {
+      this.#busy.delete(token);
+    }
+  }
+
+  /** What is in flight outside chat runs, if anything. */
+  get busyWith(): string | undefined {
+    for (const token of this.#busy) return token.what;
+    return undefined;
   }
 
   onRefresh(listener: () => Promise<void> | void): void {

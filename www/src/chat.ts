@@ -5,7 +5,7 @@ import type { DemoEvent, RunApproval } from './runtime.ts';
 
 type RunEnd = 'done' | 'stopped' | 'error' | 'paused';
 
-export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void } {
+export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void; notice: (text: string) => void } {
   const transcript = $('#transcript');
   const form = $<HTMLFormElement>('#chat-form');
   const input = $<HTMLTextAreaElement>('#chat-input');
@@ -50,8 +50,13 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     }
   });
   stop.addEventListener('click', () => controller?.abort(new DOMException('Stopped by the user', 'AbortError')));
+  // Escape stops the run only from the chat (or with nothing focused): pressed elsewhere, say in
+  // a deny-reason box or a settings field, it means "never mind" there, not "stop the run".
   document.addEventListener('keydown', (event) => {
-    if (event.key === 'Escape' && app.running) controller?.abort(new DOMException('Stopped by the user', 'AbortError'));
+    if (event.key !== 'Escape' || !app.running) return;
+    const target = event.target as Node | null;
+    const inChat = target === document.body || (target !== null && (form.contains(target) || transcript.contains(target)));
+    if (inChat) controller?.abort(new DOMException('Stopped by the user', 'AbortError'));
   });
 
   async function run(text: string): Promise<void> {
@@ -75,9 +80,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     // The store has no such run to resume (resumed elsewhere, or its state is gone): retrying
     // cannot help, so the caller drops its approvals.
     if (ended.status === 'error' && ended.code === 'invalid_resume') throw new RunGone(ended.note ?? 'the run cannot be resumed');
-    // A resume that failed or was stopped leaves the run resumable: the caller keeps its approvals.
+    // A resume that failed or was stopped leaves the run resumable: the caller keeps its decisions.
     if (ended.status === 'error') throw new Error(ended.note ?? 'the resumed run failed');
-    if (ended.status === 'stopped') throw new Error('the resumed run was stopped; approve or deny again to continue it');
+    if (ended.status === 'stopped') throw new Error('the resumed run was stopped; continue it under “Pending approvals”');
   };
 
   /** Runs a stream into a new bubble; resolves with how it ended (it never throws). */
@@ -132,6 +137,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     } finally {
       controller = undefined;
       setState('idle');
+      app.runEnded(runId);
       const said: Record<string, string> = { done: 'Answer complete.', stopped: 'Run stopped.', paused: 'Run paused: a tool call waits for approval.' };
       app.announce(said[bubble.dataset.status ?? ''] ?? 'Run failed.');
       // Tool stats are batched by the core; write them so a reload shows them.
@@ -188,8 +194,15 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     }
   }
 
+  /** A line in the transcript from the page itself (a new agent started, say). */
+  function notice(text: string): void {
+    transcript.querySelector('.empty-note')?.remove();
+    transcript.append(h('p', { class: 'msg-notice muted', role: 'note' }, text));
+    transcript.scrollTop = transcript.scrollHeight;
+  }
+
   setState('loading');
-  return { setState };
+  return { setState, notice };
 }
 
 /** A plain sentence for the failures a person trying providers meets; the raw message is shown

@@ -13,14 +13,18 @@ export function mountForgeExample(app: App): void {
   const enable = () => {
     button.disabled = !app.runtime?.emergentAvailable;
   };
-  app.onRuntime(enable);
+  app.onRuntime(() => {
+    enable();
+    // What the last forge registered was in the previous agent's session.
+    status.textContent = '';
+  });
   button.addEventListener('click', async () => {
     const runtime = app.runtime;
     if (!runtime) return;
     button.disabled = true;
     status.textContent = 'Forging slugify: its tests run in the sandbox, then the judge reviews it…';
     try {
-      const result = await runtime.forge(SLUGIFY_EXAMPLE, app.sessionId);
+      const result = await app.during('the example forge', () => runtime.forge(SLUGIFY_EXAMPLE, app.sessionId));
       status.textContent = result.success
         ? `Registered slugify v${result.tool.version} in this session. Ask the chat to slugify a title; promote it to keep it after a reload.`
         : `Rejected (${result.category}): ${result.reason}`;

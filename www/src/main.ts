@@ -20,7 +20,14 @@ declare global {
 const params = new URLSearchParams(location.search);
 const sessionId = params.get('session') ?? `s-${Math.random().toString(36).slice(2, 10)}`;
 const app = new App(sessionId);
-const promotionUses = params.has('promotionUses') ? Number(params.get('promotionUses')) : undefined;
+// `?promotionUses=N`: checked here, in words a person can act on (the package would refuse a
+// bad one with a deserialization message about `uses`).
+const rawUses = params.get('promotionUses');
+const promotionUses = rawUses !== null && /^\d+$/.test(rawUses.trim()) ? Number(rawUses) : undefined;
+const promotionUsesError =
+  rawUses !== null && (promotionUses === undefined || !Number.isSafeInteger(promotionUses))
+    ? `?promotionUses= must be a whole number of uses, 0 or more (got “${rawUses}”): fix or remove it in the address bar.`
+    : undefined;
 // `?autoPromote=0` leaves every promotion to the buttons (the package promotes by itself by default).
 const autoPromote = params.get('autoPromote') === '0' ? false : undefined;
 window.__crucibleDemo = { ready: false, emergent: false, sessionId };
@@ -72,7 +79,11 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     const previous = app.runtime;
     app.setRuntime(undefined);
     await previous?.close();
+    if (promotionUsesError) throw new Error(promotionUsesError);
     runtime = await Runtime.create(settings, { promotionUses, autoPromote });
+    // Before the chat can start a run: drop what the page can never resume (runs cut off by a
+    // reload mid-stream); without this their records stay in IndexedDB for good.
+    await discardUnreachableRuns(runtime);
     app.setRuntime(runtime);
     const emergent = runtime.emergentAvailable;
     emergentBadge.hidden = false;
@@ -95,16 +106,42 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
   }
 }
 
+/** Whether `a` and `b` make the same provider (then the agent need not start again). */
+function sameProvider(a: ProviderSettings, b: ProviderSettings): boolean {
+  return a.kind === b.kind && a.baseURL === b.baseURL && a.model === b.model && a.apiKey === b.apiKey;
+}
+
+/** Discards the stored runs no pending approval of this page refers to: the page resumes
+ * only paused runs, through their approvals (kept in localStorage). */
+async function discardUnreachableRuns(runtime: Runtime): Promise<void> {
+  try {
+    const reachable = new Set(app.runApprovals.map((a) => a.runId));
+    for (const runId of await runtime.storedRunIds()) if (!reachable.has(runId)) await runtime.discardRun(runId);
+  } catch (error) {
+    console.warn('discarding stale runs failed', error);
+  }
+}
+
 const settings = mountSettings((next) => {
   // The package's own check of the options (the browser's URL check lets `localhost:8089` by).
   try {
     provider(next);
   } catch (error) {
-    return errorText(error);
+    return { refused: errorText(error) };
   }
   // The running agent stays until its run ends; settings are applied (and saved) only then.
-  if (app.running) return 'Stop the current run first, then apply the new provider.';
+  if (app.running) return { refused: 'Stop the current run first, then apply the new provider.' };
+  // A new agent would cut off a forge, an import or a promotion half-way (its card and status
+  // would never finish).
+  const busy = app.busyWith;
+  if (busy) return { refused: `Wait until ${busy} is done, then apply.` };
+  // The session's tools and conversation live in the agent: an Apply that changes nothing
+  // (saving "remember key", say) keeps it; only a new provider starts a new one.
+  if (!starting && app.runtime && sameProvider(app.runtime.settings, next)) return { note: 'Same provider: the agent and this session go on.' };
+  const restart = app.runtime !== undefined;
   void start(next);
-  return undefined;
+  if (!restart) return { note: 'Starting the agent.' };
+  chat.notice('New provider: a new agent started. The conversation and this session’s tools start over; promoted tools stay.');
+  return { note: 'A new agent started: the conversation and this session’s tools start over (promoted tools stay).' };
 });
 void start(settings.current());

@@ -132,7 +132,7 @@ export function mountRegistry(app: App): void {
       actionStatus = `${label}…`;
       status.textContent = actionStatus;
       try {
-        const result = (await fn()) as { status?: unknown; reason?: unknown } | undefined;
+        const result = (await app.during(`“${label}”`, fn)) as { status?: unknown; reason?: unknown } | undefined;
         // requestPromotion resolves with { status: promoted | pending | rejected | suppressed, reason }.
         actionStatus =
           result && typeof result === 'object' && typeof result.status === 'string'
@@ -246,7 +246,8 @@ export function mountRegistry(app: App): void {
     if (!pkg || !app.runtime) return;
     importStatus.textContent = 'Importing (hash check, tests, judge)…';
     try {
-      const result = (await app.runtime.importTool(pkg, app.sessionId)) as { success?: boolean; reason?: string; category?: string; tool?: { name?: string } } | undefined;
+      const runtime = app.runtime;
+      const result = (await app.during('the import', () => runtime.importTool(pkg, app.sessionId))) as { success?: boolean; reason?: string; category?: string; tool?: { name?: string } } | undefined;
       if (result && result.success === false) importStatus.textContent = `Rejected (${result.category ?? 'other'}): ${result.reason ?? ''}`;
       else {
         importStatus.textContent = `Imported${result?.tool?.name ? ` ${result.tool.name}` : ''} into the session tier.`;

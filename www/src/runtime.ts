@@ -208,6 +208,9 @@ export interface RunApproval {
   arguments?: unknown;
   reason: string;
   requestedAt: number;
+  /** The human's decision, stored before the run is resumed with it: from then on the call
+   *  may have run, so the page offers to continue the run, never to decide again. */
+  decision?: ApprovalDecision;
 }
 
 /** The IndexedDB store of the browser entry. (The package's `types` point at the shared
@@ -285,6 +288,11 @@ export class Runtime {
 
   async forge(request: ForgeRequest, sessionId: string): Promise<ForgeResult> {
     return await this.#agent.forge(request, { sessionId });
+  }
+
+  /** Ids of the runs whose state the store holds (paused, or cut off between steps). */
+  async storedRunIds(): Promise<string[]> {
+    return (await this.#agent.storedRuns()).map((r) => r.runId);
   }
 
   /** Drops the stored state of a run that will not be resumed. */

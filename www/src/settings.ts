@@ -40,6 +40,9 @@ function writeStored(stored: Stored): void {
   }
 }
 
+/** What the page did with an Apply: refused it (nothing is saved), or what it means for the agent. */
+export type ApplyOutcome = { refused: string } | { note: string };
+
 export interface SettingsController {
   current(): ProviderSettings;
   hasStored(): boolean;
@@ -51,7 +54,7 @@ export interface SettingsController {
  * A remembered key is filled in only for the base URL it was remembered for, so a link with
  * another `baseURL` cannot send it elsewhere.
  */
-export function mountSettings(onApply: (settings: ProviderSettings) => string | undefined): SettingsController {
+export function mountSettings(onApply: (settings: ProviderSettings) => ApplyOutcome): SettingsController {
   const stored = readStored();
   const hadStored = localStorage.getItem(STORAGE_KEY) !== null;
   const params = new URLSearchParams(location.search);
@@ -159,15 +162,15 @@ export function mountSettings(onApply: (settings: ProviderSettings) => string | 
     const next = currentFromForm();
     // The page may refuse (options the provider cannot use, a run going): then nothing is
     // saved or shown as applied, so a bad URL does not greet the next visit too.
-    const refusal = onApply(next);
-    if (refusal) {
-      status.textContent = refusal;
+    const outcome = onApply(next);
+    if ('refused' in outcome) {
+      status.textContent = outcome.refused;
       return;
     }
     persist();
     applied = next;
     showSummary();
-    status.textContent = `Applied: ${PROVIDER_DEFAULTS[kind].label}, model ${applied.model}.${remember.checked ? '' : ' The key (if any) is kept for this page only.'}`;
+    status.textContent = `Applied: ${PROVIDER_DEFAULTS[kind].label}, model ${applied.model}. ${outcome.note}${remember.checked ? '' : ' The key (if any) is kept for this page only.'}`;
   });
   remember.addEventListener('change', () => {
     if (!remember.checked) persist(); // Forget stored keys at once.

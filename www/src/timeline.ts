@@ -10,6 +10,8 @@ import { isEmergentEvent, type DemoEvent, type EmergentEvent, type TestResult, t
 interface Card {
   el: HTMLLIElement;
   name: string;
+  /** The run that forges it (none for agent.forge() and imports). */
+  runId?: string;
   tests: HTMLOListElement;
   body: HTMLDivElement;
   status: HTMLSpanElement;
@@ -18,13 +20,20 @@ interface Card {
   request?: boolean;
 }
 
+/** A forge_tool call not matched to a card yet. */
+interface Request {
+  runId?: string;
+  name?: string;
+  args: unknown;
+}
+
 export function mountTimeline(app: App): void {
   const list = $<HTMLOListElement>('#timeline');
   const empty = $('#timeline-empty');
   const note = $('#timeline-note');
   const cards: Card[] = [];
-  // forge_tool calls seen in the stream: the request as the model sent it, by tool name.
-  const requests = new Map<string, unknown>();
+  // forge_tool calls seen in the stream before their forge.start: the request as the model sent it.
+  let requests: Request[] = [];
 
   app.onRuntime((runtime) => {
     const missing = runtime && !runtime.emergentAvailable;
@@ -32,28 +41,34 @@ export function mountTimeline(app: App): void {
     note.textContent = missing ? 'Emergent API not available in this build: the package does not ship forge events yet, so no forge can appear here.' : '';
   });
 
+  // A forge cut off by Stop (or by its run failing) sends no forge.rejected: once its run is
+  // over, a card still open is marked stopped instead of "forging…" for good.
+  app.onRunEnd((runId) => {
+    for (const card of cards) if (card.open && runId !== undefined && card.runId === runId) close(card, 'stopped', 'stopped', 'badge-muted');
+    requests = requests.filter((r) => r.runId !== runId);
+  });
+
   app.onEvent((event) => {
     if (event.type === 'tool.call' && event.name === 'forge_tool') {
-      const args = event.arguments as { name?: unknown } | null;
-      const name = args && typeof args === 'object' && typeof args.name === 'string' ? args.name : undefined;
+      const request: Request = { runId: event.runId, name: requestName(event.arguments), args: event.arguments };
       // Registry events reach agent.on synchronously, before the run's stream yields the
-      // tool call: a card already forging this name gets the request now.
-      const open = name ? cardFor(name, false) : undefined;
-      if (open && !open.request) attachRequest(open, event.arguments);
-      else requests.set(name ?? '?', event.arguments);
+      // tool call: a card of this run already started for it (still forging, or already
+      // rejected) gets the request now. Calls come in order, so the oldest such card is its.
+      const card = cards.find((c) => !c.request && c.runId === request.runId && (request.name === undefined || c.name === request.name));
+      if (card) attachRequest(card, request.args);
+      else requests.push(request);
       return;
     }
     render(event);
     if (isEmergentEvent(event)) follow();
   });
 
-  function cardFor(name: string, create: boolean): Card | undefined {
+  function cardFor(name: string, runId: string | undefined): Card {
     const open = [...cards].reverse().find((c) => c.name === name && c.open);
-    if (open || !create) return open;
-    return startCard(name, undefined);
+    return open ?? startCard(name, undefined, runId);
   }
 
-  function startCard(name: string, mode: string | undefined): Card {
+  function startCard(name: string, mode: string | undefined, runId: string | undefined): Card {
     const status = h('span', { class: 'badge badge-running' }, 'forging…');
     const tests = h('ol', { class: 'tests', 'aria-label': `Tests of ${name}` });
     const body = h('div', { class: 'card-body' });
@@ -63,18 +78,25 @@ export function mountTimeline(app: App): void {
       h('div', { class: 'tl-head' }, h('span', { class: 'tl-title' }, 'Forge ', h('code', {}, name)), mode ? h('span', { class: 'badge badge-muted' }, mode) : null, status, h('time', { class: 'muted tl-time' }, time(Date.now()))),
       body,
     );
-    const request = requests.get(name) ?? requests.get('?');
-    requests.delete(name);
-    requests.delete('?');
+    // The request of this run's forge_tool call with this name (as the package normalizes it).
+    const i = runId === undefined ? -1 : requests.findIndex((r) => r.runId === runId && (r.name === undefined || r.name === name));
+    const request = i >= 0 ? requests.splice(i, 1)[0] : undefined;
     const requestStep = h('div', { class: 'tl-step', 'data-step': 'request' }, h('span', { class: 'step-label' }, 'Request'), ' ', mode ? `${mode} tool` : 'tool');
     body.append(requestStep, h('div', { class: 'step-label' }, 'Tests'), tests);
-    const card: Card = { el, name, tests, body, status, open: true, requestStep };
-    if (request !== undefined) attachRequest(card, request);
+    const card: Card = { el, name, runId, tests, body, status, open: true, requestStep };
+    if (request) attachRequest(card, request.args);
     cards.push(card);
     list.append(el);
     empty.hidden = true;
     follow();
     return card;
+  }
+
+  function close(card: Card, state: string, label: string, badge: string): void {
+    card.open = false;
+    card.el.dataset.status = state;
+    card.status.textContent = label;
+    card.status.className = `badge ${badge}`;
   }
 
   /** The forge_tool arguments as the model sent them (absent for agent.forge() and imports). */
@@ -101,33 +123,27 @@ export function mountTimeline(app: App): void {
     const e = event as EmergentEvent;
     switch (e.type) {
       case 'forge.start':
-        startCard(e.name, e.mode);
+        startCard(e.name, e.mode, e.runId);
         break;
       case 'forge.test': {
-        const card = cardFor(e.name, true)!;
+        const card = cardFor(e.name, e.runId);
         card.tests.append(testItem(e.test));
         break;
       }
       case 'forge.judge': {
-        const card = cardFor(e.name, true)!;
+        const card = cardFor(e.name, e.runId);
         card.body.append(verdictBlock(e.verdict));
         break;
       }
       case 'forge.registered': {
-        const card = cardFor(e.name, true)!;
-        card.open = false;
-        card.el.dataset.status = 'registered';
-        card.status.textContent = 'registered';
-        card.status.className = 'badge badge-ok';
+        const card = cardFor(e.name, e.runId);
+        close(card, 'registered', 'registered', 'badge-ok');
         card.body.append(h('div', { class: 'tl-step tl-outcome ok', 'data-step': 'registered' }, h('span', { class: 'step-label' }, 'Registered'), ` ${e.tier} tier, version ${e.version}, hash `, h('code', { title: e.hash }, e.hash.slice(0, 12))));
         break;
       }
       case 'forge.rejected': {
-        const card = cardFor(e.name, true)!;
-        card.open = false;
-        card.el.dataset.status = 'rejected';
-        card.status.textContent = `rejected: ${e.category}`;
-        card.status.className = 'badge badge-bad';
+        const card = cardFor(e.name, e.runId);
+        close(card, 'rejected', `rejected: ${e.category}`, 'badge-bad');
         card.body.append(h('div', { class: 'tl-step tl-outcome bad', 'data-step': 'rejected' }, h('span', { class: 'step-label' }, 'Rejected'), ' ', h('span', { class: 'category' }, e.category), ` — ${brief(e.reason, 400)}`));
         break;
       }
@@ -165,6 +181,31 @@ export function mountTimeline(app: App): void {
         break;
     }
   }
+}
+
+/**
+ * The tool name of forge_tool arguments as the package reads it (`name_of` and `snake_name`
+ * in src/forge/request.rs): `name`, `toolName` or `tool_name`, in arguments given as an object
+ * or as JSON text; a name that is not a valid tool name has each run of characters outside
+ * [A-Za-z0-9_-] made one `_` ("Echo Number Tool" → Echo_Number_Tool). Undefined when none is
+ * found: the request then goes to the run's next card whatever its name.
+ */
+export function requestName(args: unknown): string | undefined {
+  let obj = args;
+  if (typeof obj === 'string') {
+    try {
+      obj = JSON.parse(obj);
+    } catch {
+      return undefined;
+    }
+  }
+  if (!obj || typeof obj !== 'object') return undefined;
+  const record = obj as Record<string, unknown>;
+  const raw = [record.name, record.toolName, record.tool_name].find((v) => typeof v === 'string') as string | undefined;
+  if (raw === undefined) return undefined;
+  const name = raw.trim();
+  if (/^[A-Za-z0-9_-]{1,64}$/.test(name)) return name;
+  return name.replace(/[^A-Za-z0-9_-]+/g, '_').replace(/^_+|_+$/g, '').slice(0, 64);
 }
 
 function testItem(test: TestResult): HTMLLIElement {
