@@ -954,6 +954,20 @@ fn forges_running_at_once_still_keep_to_max_session_tools() {
 }
 
 #[test]
+fn a_call_by_the_name_a_forge_was_asked_for_is_told_the_name_the_tool_got() {
+    let r = rig();
+    let res = block_on(r.registry.forge(&slugify_request("Slug Maker", SLUGIFY_JS), "s"));
+    assert!(res.success, "{res:?}");
+    let failure = block_on(r.registry.call("Slug Maker", json!({ "text": "A b" }), "s")).unwrap_err();
+    assert_eq!(failure.code, "unknown_tool");
+    assert!(failure.message.contains("`Slug_Maker`"), "{}", failure.message);
+    assert!(block_on(r.registry.call("Slug_Maker", json!({ "text": "A b" }), "s")).is_ok());
+    // A name that matches nothing gets no hint.
+    let unknown = block_on(r.registry.call("no such tool", json!({}), "s")).unwrap_err();
+    assert_eq!(unknown.message, "no tool named `no such tool`");
+}
+
+#[test]
 fn a_forge_that_ends_after_its_session_ended_does_not_bring_the_session_back() {
     let r = rig();
     let request = slugify_request("late", SLUGIFY_JS);

@@ -29,10 +29,10 @@ pub use judge::{
 pub use meta_tool::ForgeToolHandler;
 pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
 pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
-pub(crate) use request::type_name;
 pub use request::{
     normalize, scope_label, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, MAX_SCOPE_CHARS, TEST_CASE_KEYS,
 };
+pub(crate) use request::{snake_name, type_name};
 pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
 pub use shape::{shape_check, ShapeIssues, MAX_DESCRIPTION_CHARS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_TEST_CASES, MIN_TEST_CASES};
 pub use stats::{ForgeStats, ForgeStatsAggregator};

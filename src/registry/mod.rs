@@ -1193,10 +1193,18 @@ impl Registry {
                 let state = self.state.borrow();
                 [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.entry(t, session, name).is_some())
             };
+            // A forge makes "Count Vowels" the tool `Count_Vowels`: a caller using the name as
+            // it was asked for is told the name it got.
+            let registered = crate::forge::snake_name(name);
+            let hint = if registered != name && self.resolve_tool(&registered, session).is_some() {
+                format!(" (forged tools are named `{registered}` for `{name}`: call it by that name)")
+            } else {
+                String::new()
+            };
             return Err(if demoted {
                 ToolFailure::new("denied", format!("`{name}` is demoted and cannot be called at its old tier"))
             } else {
-                ToolFailure::new("unknown_tool", format!("no tool named `{name}`"))
+                ToolFailure::new("unknown_tool", format!("no tool named `{name}`{hint}"))
             });
         };
         // A host tool that asks for approval is asked for it in runs only; a direct call
