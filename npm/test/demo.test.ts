@@ -182,6 +182,14 @@ function suite(): void {
       return { page, errors, origins };
     }
 
+    /** A page in a context of its own whose agent has emergent capabilities, the mock model reset. */
+    async function openEmergent(): Promise<Opened> {
+      const opened = await open();
+      await assertEmergent(opened.page);
+      mock.reset();
+      return opened;
+    }
+
     async function waitReady(page: Page): Promise<{ emergent: boolean; error?: string }> {
       await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
       const flag = await page.evaluate(() => window.__crucibleDemo!);
@@ -593,11 +601,7 @@ function suite(): void {
     });
 
     test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const { page, errors } = await open({}, DESKTOP, context);
-      await assertEmergent(page);
-      mock.reset();
+      const { page, errors } = await openEmergent();
       await page.click('#forge-example');
       await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), null, { timeout: 60_000 });
       await page.waitForSelector('.tl-card[data-name="slugify"][data-status="registered"]', { timeout: 10_000 });
@@ -609,11 +613,7 @@ function suite(): void {
     });
 
     test('forging the same example twice shows two complete cards (equal events are not dropped)', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const { page, errors } = await open({}, DESKTOP, context);
-      await assertEmergent(page);
-      mock.reset();
+      const { page, errors } = await openEmergent();
       for (const version of [1, 2]) {
         await page.click('#forge-example');
         await page.waitForFunction((v) => new RegExp(`Registered slugify v${v}`).test(document.querySelector('#forge-example-status')?.textContent ?? ''), version, { timeout: 60_000 });
@@ -625,11 +625,7 @@ function suite(): void {
     });
 
     test('Apply keeps the session when nothing changed, waits for a forge, and says when a new agent starts', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const { page, errors } = await open({}, DESKTOP, context);
-      await assertEmergent(page);
-      mock.reset();
+      const { page, errors } = await openEmergent();
       // Another model applied while the example forge runs: refused, so the forge's card and status finish.
       await page.evaluate(() => {
         document.querySelector<HTMLInputElement>('#model-name')!.value = 'mock-2';

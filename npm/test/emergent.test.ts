@@ -32,6 +32,11 @@ const upper = tool({
   execute: ({ text }: { text: string }) => ({ text: text.toUpperCase() }),
 });
 
+/** `base` with some of its operations replaced (its methods are its own, not copied by a spread). */
+function storeOver(base: Store, overrides: Partial<Store>): Store {
+  return { ...base, get: (k) => base.get(k), put: (k, v) => base.put(k, v), delete: (k) => base.delete(k), scan: (p) => base.scan(p), batch: (ops) => base.batch(ops), ...overrides };
+}
+
 async function makeAgent(store: Store, extra: Record<string, unknown> = {}, agentId = 'bot') {
   return createAgent({
     model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
@@ -299,19 +304,13 @@ describe('forge through the package', () => {
     const base = memoryStore();
     let gate: Promise<void> = Promise.resolve();
     const locks = { taken: 0, released: 0 };
-    const store: Store = {
-      ...base,
-      get: (k) => base.get(k),
-      put: (k, v) => base.put(k, v),
-      delete: (k) => base.delete(k),
-      scan: (p) => base.scan(p),
-      batch: (ops) => base.batch(ops),
+    const store = storeOver(base, {
       lock: async () => {
         await gate;
         locks.taken++;
         return () => void locks.released++;
       },
-    };
+    });
     const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1 } as never);
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
@@ -339,14 +338,7 @@ describe('forge through the package', () => {
   test('close() rejects with the StoreError when the buffered stats cannot be written, and closes all the same', async () => {
     const base = memoryStore();
     let broken = false;
-    const store: Store = {
-      ...base,
-      get: (k) => base.get(k),
-      put: (k, v) => base.put(k, v),
-      delete: (k) => base.delete(k),
-      scan: (p) => base.scan(p),
-      batch: (ops) => (broken ? Promise.reject(new Error('disk full')) : base.batch(ops)),
-    };
+    const store = storeOver(base, { batch: (ops) => (broken ? Promise.reject(new Error('disk full')) : base.batch(ops)) });
     const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never);
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
