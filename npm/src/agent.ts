@@ -1005,17 +1005,21 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
   const providerFailures = new Map<string, unknown>();
-  const adapt = (provider: ModelProvider) => ({
+  // `runModel`: the agent's own model, whose failure ends a run (a judge's rejects a forge).
+  const adapt = (provider: ModelProvider, runModel = false) => ({
     id: provider.id,
     stream(request: ModelRequest, runId: string): AsyncIterator<unknown> {
+      const start = () => provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
+      // Only a run's failure is handed on (see `failureCauses`); forges and calls outside runs
+      // (`direct_…`, or no id) have no run to fail, and their streams are left as they are.
+      if (!runModel || runId === '' || runId.startsWith('direct_')) return start();
       const remember = (error: unknown) => {
-        // Only a run's failure is handed on (see `failureCauses`); forges and calls outside runs have no run to fail.
-        if (runId && !runId.startsWith('direct_')) providerFailures.set(runId, error);
+        providerFailures.set(runId, error);
         throw error;
       };
       let iterator: AsyncIterator<unknown>;
       try {
-        iterator = provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
+        iterator = start();
       } catch (error) {
         return remember(error);
       }
@@ -1033,7 +1037,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       };
     },
   });
-  const modelAdapter = adapt(options.model);
+  const modelAdapter = adapt(options.model, true);
   const hub = new EventHub();
   // Returns the JSON text of what `execute` returns (or `undefined`), or a native promise of
   // it: the core reads text in one step, and a synchronous tool costs no promise round trip.
