@@ -249,6 +249,42 @@ fn structured_returns_give_up_after_the_bounded_retries() {
     assert_eq!(model.requests.borrow().len(), 3);
 }
 
+/// Refuses answers whose `n` is over 10, as a Standard Schema refinement would.
+struct AtMostTen;
+
+#[async_trait::async_trait(?Send)]
+impl crucible::agent::OutputCheck for AtMostTen {
+    async fn check(&self, value: &Value) -> Result<(), String> {
+        match value["n"].as_f64() {
+            Some(n) if n > 10.0 => Err("/n: at most 10".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn a_host_check_of_the_answer_asks_again_like_a_schema_violation_and_keeps_refused_answers_out_of_the_output() {
+    let schema = json!({ "type": "object", "properties": { "n": { "type": "number" } }, "required": ["n"] });
+    let model = ScriptedModel::new(vec![text("{\"n\": 50}"), text("{\"n\": 5}")]);
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(schema.clone()), ..Default::default() }).with_output_check(Rc::new(AtMostTen));
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("?", RunOptions { session_id: Some("s".into()), ..Default::default() }, &mut sink)).unwrap();
+    assert_eq!(out.output, json!({ "n": 5 }));
+    let retry = sink.events.iter().find_map(|e| match &e.body {
+        EventBody::OutputRetry { reason, .. } => Some(reason.clone()),
+        _ => None,
+    });
+    assert_eq!(retry.as_deref(), Some("/n: at most 10"));
+    // The model heard why, and the check counts against the retries like a schema violation.
+    let Message::User { content } = model.requests.borrow()[1].messages.last().unwrap().clone() else { panic!() };
+    assert!(content.contains("/n: at most 10"), "{content}");
+    let stubborn = ScriptedModel::repeating(text("{\"n\": 50}"));
+    let agent =
+        agent_with(stubborn, vec![], AgentConfig { returns: Some(schema), max_output_retries: 1, ..Default::default() }).with_output_check(Rc::new(AtMostTen));
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert!(matches!(err, AgentError::StructuredOutputInvalid { attempts: 2, .. }), "{err:?}");
+}
+
 #[test]
 fn parallel_calls_are_bounded_and_results_come_back_in_call_order() {
     // The first call is slowest, so completion order differs from call order.

@@ -140,7 +140,7 @@ function portableDeclarations(name) {
   const file = join(outDir, `${name}.d.ts`);
   let text = readFileSync(file, 'utf8');
   if (text.includes(PORTABLE_MARK)) return;
-  text = text.replace(/\bRequestInfo\b/g, 'Request | string').replace(/\bBufferSource\b/g, 'ArrayBufferView | ArrayBuffer');
+  text = text.replace(/\bRequestInfo\b/g, '(Request | string)').replace(/\bBufferSource\b/g, '(ArrayBufferView | ArrayBuffer)');
   const used = [...new Set([...text.matchAll(/WebAssembly\.([A-Z]\w*)/g)].map((m) => m[1]))].sort();
   const empty = used.map((t) => `    // eslint-disable-next-line @typescript-eslint/no-empty-interface\n    interface ${t} {}`).join('\n');
   text += `\n${PORTABLE_MARK}\ndeclare global {\n  namespace WebAssembly {\n${empty}\n  }\n}\n`;

@@ -12,7 +12,7 @@ writeFileSync(packageDir + 'README.md', packageReadme(readFileSync(root + 'READM
 
 /** The root README's introduction and "Using the package", with an install line first. */
 export function packageReadme(readme) {
-  const sections = readme.split(/^(?=## )/m);
+  const sections = topSections(readme);
   const intro = sections[0];
   const using = sections.find((s) => s.startsWith('## Using the package'));
   if (!using) throw new Error('README.md has no "## Using the package" section');
@@ -29,6 +29,20 @@ export function packageReadme(readme) {
     '',
   ].join('\n');
   // Paths of the repository mean nothing inside the package.
-  const text = using.replace('see `npm/src/stores/README.md` for', 'the source repository\'s `npm/src/stores/README.md` explains');
+  const from = 'see `npm/src/stores/README.md` for';
+  if (!using.includes(from)) throw new Error(`README.md no longer says "${from}": update package-docs.mjs`);
+  const text = using.replace(from, "the source repository's `npm/src/stores/README.md` explains");
   return `${intro}${install}${text.trimEnd()}\n`;
+}
+
+/** The text split before each `## ` heading, leaving alone `## ` lines inside code fences. */
+function topSections(readme) {
+  const sections = [''];
+  let fenced = false;
+  for (const line of readme.split('\n')) {
+    if (line.startsWith('```')) fenced = !fenced;
+    if (!fenced && line.startsWith('## ')) sections.push('');
+    sections[sections.length - 1] += `${line}\n`;
+  }
+  return sections;
 }

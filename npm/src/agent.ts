@@ -5,7 +5,7 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { AbortError, CrucibleError, describeType, isRecord, StoreError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, describeType, isRecord, isThenable, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
@@ -139,16 +139,23 @@ export interface EmergentOptions {
 
 /** The option names of {@link AgentOptions} and {@link EmergentOptions}, for refusing the
  *  misspelled or foreign ones (`system` from another SDK) instead of ignoring them. */
-const AGENT_OPTION_NAMES: ReadonlySet<string> = new Set<keyof AgentOptions>([
-  'model', 'instructions', 'tools', 'maxTurns', 'maxSteps', 'maxParallelTools', 'maxResultBytes', 'returns', 'maxOutputRetries',
-  'temperature', 'maxTokens', 'toolChoice', 'resetToolChoice', 'store', 'agentId', 'emergent',
-]);
-const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set<keyof EmergentOptions>([
-  'enabled', 'judge', 'promotionJudge', 'maxSessionTools', 'maxAgentTools', 'sandboxTimeoutMs', 'sandboxMemoryMB', 'promotionThreshold',
-  'autoPromote', 'promotionRetryUses', 'allowedSandboxAPIs', 'fetchDomainAllowlist', 'persistSandboxSource', 'sandbox', 'statsFlushEvery', 'auditCapacity',
-]);
+// Written as records over the interfaces' keys, so an option added to an interface and not
+// here is a type error rather than a refused option.
+const AGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
+  Object.keys({
+    model: true, instructions: true, tools: true, maxTurns: true, maxSteps: true, maxParallelTools: true, maxResultBytes: true, returns: true,
+    maxOutputRetries: true, temperature: true, maxTokens: true, toolChoice: true, resetToolChoice: true, store: true, agentId: true, emergent: true,
+  } satisfies Record<keyof AgentOptions, true>),
+);
+const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
+  Object.keys({
+    enabled: true, judge: true, promotionJudge: true, maxSessionTools: true, maxAgentTools: true, sandboxTimeoutMs: true, sandboxMemoryMB: true,
+    promotionThreshold: true, autoPromote: true, promotionRetryUses: true, allowedSandboxAPIs: true, fetchDomainAllowlist: true,
+    persistSandboxSource: true, sandbox: true, statsFlushEvery: true, auditCapacity: true,
+  } satisfies Record<keyof EmergentOptions, true>),
+);
 /** Names other SDKs use for an option this one spells differently. */
-const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', prompt: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens', systemInstructions: 'instructions' };
+const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', systemInstructions: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens' };
 
 /** Throws `invalid_config` naming the options in `given` that `known` does not have. */
 function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: string): void {
@@ -447,9 +454,9 @@ class EventHub {
   isObserved = (runId: string): boolean => this.listeners.size > 0 || this.streams.has(runId);
 }
 
-/** An agent: a model, tools and instructions; remembers each session's conversation. */
 /**
- * An agent. `Output` is what a completed run's `output` is: the text without `returns`, what a
+ * An agent: a model, tools and instructions; remembers each session's conversation. `Output`
+ * is what a completed run's `output` is: the text without `returns`, what a
  * Standard Schema `returns` parses to, `unknown` for a JSON Schema `returns` (name it with
  * `run<T>()`).
  */
@@ -676,7 +683,7 @@ export class Agent<Output = unknown> {
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
   resume<O = Output>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.resumeStream(run, options));
+    return collect<O>(this.resumeStream(run, options), this.#parseOutput);
   }
 
   async *#drive(
@@ -756,7 +763,7 @@ export class Agent<Output = unknown> {
           if (event.type === 'agent.error' && event.error.code.startsWith('provider_') && this.#providerFailures.has(runId)) {
             failureCauses.set(event, this.#providerFailures.get(runId));
           }
-          yield event.type === 'agent.end' && this.#parseOutput ? await parsedEnd(event, this.#parseOutput) : event;
+          yield event;
           continue;
         }
         if (finished) break;
@@ -775,7 +782,7 @@ export class Agent<Output = unknown> {
    * invalid structured output) or {@link AbortError}.
    */
   run<O = Output>(input: string, options: RunOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.stream(input, options));
+    return collect<O>(this.stream(input, options), this.#parseOutput);
   }
 
   /** The conversation of a session so far. */
@@ -852,21 +859,6 @@ export class Agent<Output = unknown> {
   }
 }
 
-/**
- * The `agent.end` of a run whose `returns` is a Standard Schema, with the output as the schema
- * parses it (defaults, transforms); an `agent.error` with `invalid_output` when the schema's
- * refinements refuse the answer the JSON Schema check accepted (it is not retried).
- */
-async function parsedEnd(event: Extract<AgentEvent, { type: 'agent.end' }>, parse: (value: unknown) => unknown): Promise<AgentEvent> {
-  try {
-    // The parsed value may be no JSON value at all (a transform to a `Date`): it is what `run()` gives.
-    return { ...event, output: (await parse(event.output)) as typeof event.output };
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    return { type: 'agent.error', runId: event.runId, runPath: event.runPath, error: { code: 'invalid_output', message }, usage: event.usage };
-  }
-}
-
 /** An event stream that fails with `error` when first read (bad arguments reject like any
  *  other failure of a run instead of throwing where the call was made). */
 // eslint-disable-next-line require-yield
@@ -904,6 +896,16 @@ function sessionOf(sessionId: unknown): string {
 }
 
 
+/** `parse(event.output)`; a parse that refuses what the core's check accepted (a schema that
+ *  is not deterministic) fails the run with `invalid_output`. */
+async function parseAnswer(event: Extract<AgentEvent, { type: 'agent.end' }>, parse: (value: unknown) => unknown): Promise<unknown> {
+  try {
+    return await parse(event.output);
+  } catch (error) {
+    throw new AgentRunError('invalid_output', error instanceof Error ? error.message : String(error), event.runId, event.usage);
+  }
+}
+
 /** What an agent needs of `createAgent` to finish its runs' results. */
 interface RunSupport {
   /** A Standard Schema `returns`'s own parse of the final answer. */
@@ -916,7 +918,13 @@ interface RunSupport {
  *  (events are plain data, so the error object travels beside them). */
 const failureCauses = new WeakMap<AgentEvent, unknown>();
 
-async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
+/**
+ * The result of a run from its events. `parse`: a Standard Schema `returns`'s parse, applied to
+ * the answer the core accepted (the schema's refinements were checked there already, see
+ * `checkOutput` in `createAgent`): its defaults and transforms make `output`, which events,
+ * being plain JSON, do not carry.
+ */
+async function collect<Output>(events: AsyncIterable<AgentEvent>, parse?: (value: unknown) => unknown): Promise<RunResult<Output>> {
   for await (const event of events) {
     switch (event.type) {
       case 'agent.end':
@@ -924,7 +932,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
           runId: event.runId,
           status: 'completed',
           pendingApprovals: [],
-          output: event.output as Output,
+          output: (parse ? await parseAnswer(event, parse) : event.output) as Output,
           text: event.text,
           usage: event.usage,
           turns: event.turns,
@@ -1028,7 +1036,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
           // A hand-written provider's `next` may throw, or return no promise (the core awaits either).
           try {
             const step = iterator.next();
-            return step instanceof Promise ? step.catch(remember) : step;
+            return isThenable(step) ? Promise.resolve(step).catch(remember) : step;
           } catch (error) {
             return remember(error);
           }
@@ -1046,8 +1054,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
     const result: unknown = hostTool.execute(args, { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
     // A thenable (a native promise among them) is adopted; `Promise.resolve` returns a native one as it is.
-    const thenable = typeof result === 'object' && result !== null && typeof (result as { then?: unknown }).then === 'function';
-    return thenable ? Promise.resolve(result).then(jsonText) : jsonText(result);
+    return isThenable(result) ? Promise.resolve(result).then(jsonText) : jsonText(result);
   };
   const config = {
     instructions: options.instructions ?? '',
@@ -1114,14 +1121,37 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
         isObserved: hub.isObserved,
       };
     }
+    const parseOutput = options.returns ? standardParser(options.returns, 'invalid_output', 'the final answer does not match returns') : undefined;
+    // The schema's own refinements judge each answer its JSON Schema accepted, in the core's
+    // loop: a refused answer is asked again (counting against maxOutputRetries) and never
+    // becomes the run's answer or part of the session.
+    const checkOutput = parseOutput
+      ? async (value: unknown): Promise<string | undefined> => {
+          try {
+            await parseOutput(value);
+            return undefined;
+          } catch (error) {
+            return error instanceof Error ? error.message : String(error);
+          }
+        }
+      : undefined;
     let handle: CoreAgentHandle;
     try {
-      handle = (await core.CoreAgent.create(stripUndefined(config), modelAdapter, specs, callTool, checkApproval, options.store, { agentId: options.agentId, storeId: options.store ? storeIdOf(options.store) : 0 }, emergent)) as unknown as CoreAgentHandle;
+      handle = (await core.CoreAgent.create(
+        stripUndefined(config),
+        modelAdapter,
+        specs,
+        callTool,
+        checkApproval,
+        options.store,
+        { agentId: options.agentId, storeId: options.store ? storeIdOf(options.store) : 0 },
+        emergent,
+        checkOutput,
+      )) as unknown as CoreAgentHandle;
     } catch (error) {
       const e = error as { code?: string; message?: string };
       throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
     }
-    const parseOutput = options.returns ? standardParser(options.returns, 'invalid_output', 'the final answer does not match returns') : undefined;
     return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, { parseOutput, providerFailures });
   } catch (error) {
     await (em?.sandbox ? undefined : sandbox?.close?.());

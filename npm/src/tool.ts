@@ -3,7 +3,7 @@
  * `inputSchema` is JSON Schema, or a Standard Schema object that can give JSON Schema
  * (Zod 4 and others implementing `~standard.jsonSchema`, or a `toJSONSchema()` method).
  */
-import { CrucibleError, describeType, isRecord } from './errors.js';
+import { CrucibleError, describeType, isRecord, isThenable } from './errors.js';
 
 /** A JSON Schema object. */
 export type JsonSchema = Record<string, unknown>;
@@ -172,6 +172,11 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
   const parseArgs = standardParser(options.inputSchema, 'invalid_arguments', `the arguments of ${label} do not match its inputSchema`);
   const parseResult = outputSchema != null ? standardParser(outputSchema, 'invalid_output', `the result of ${label} does not match its outputSchema`) : undefined;
   const run = options.execute;
+  // A predicate decides on the arguments `execute` would get: a default the model left out can
+  // be what needs a human. Arguments the schema refuses make it throw, which asks for approval
+  // (fail closed); the call then fails on them anyway.
+  const approvalRule: HostTool<Args, Result>['needsApproval'] =
+    typeof needsApproval === 'function' && parseArgs ? (args) => then(parseArgs(args), (parsed) => needsApproval(parsed as Args)) : (needsApproval ?? false);
   const execute: HostTool<Args, Result>['execute'] =
     parseArgs || parseResult
       ? (args, context) => {
@@ -186,7 +191,7 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
     inputSchema,
     outputSchema: resolvedOutput,
     execute,
-    needsApproval: needsApproval ?? false,
+    needsApproval: approvalRule,
   });
 }
 
@@ -203,9 +208,12 @@ export function refuseNonObjectArguments(inputSchema: JsonSchema, label: string)
   }
 }
 
-/** `f(value)`, after `value` settles when it is a promise (a synchronous tool stays synchronous). */
-function then<T, U>(value: T | Promise<T>, f: (value: T) => U | Promise<U>): U | Promise<U> {
-  return value instanceof Promise ? value.then(f) : f(value);
+/** `f(value)`, after `value` settles when it is a thenable (a synchronous tool stays synchronous). */
+function then<T, U>(value: T | PromiseLike<T>, f: (value: T) => U | PromiseLike<U>): U | Promise<U> {
+  if (isThenable(value)) return Promise.resolve(value as PromiseLike<T>).then(f);
+  const result = f(value as T);
+  // A thenable `f` gave back is made a native promise, as `await` would see it.
+  return isThenable(result) ? Promise.resolve(result) : result;
 }
 
 /** A tool's problem with a value its Standard Schema refused: the call fails with `code`. */

@@ -312,16 +312,78 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
-  test('a Zod returns schema gives the parsed output; an answer its refinements refuse ends with invalid_output', async () => {
+  test('a needsApproval rule decides on the parsed arguments: a default the model left out can need a human', async () => {
+    server.reset();
+    const ran: unknown[] = [];
+    const pay = tool({
+      name: 'pay',
+      description: 'Pays someone',
+      inputSchema: z.object({ to: z.string(), amount: z.number().default(5000) }),
+      needsApproval: (args) => args.amount > 1000,
+      execute: (args) => {
+        ran.push(args);
+        return { paid: args.amount };
+      },
+    });
+    server.enqueue({ toolCalls: [{ name: 'pay', arguments: { to: 'bob' } }] }, { text: 'done' });
+    const agent = await createAgent({ model: model(), tools: [pay] });
+    const result = await agent.run('pay bob');
+    assert.equal(result.status, 'paused', 'the default amount, 5000, needed approval');
+    assert.deepEqual(ran, []);
+    await agent.close();
+  });
+
+  test('a Standard Schema whose validate answers with a thenable, and a tool returning one, still parse', async () => {
+    server.reset();
+    const { runInNewContext } = await import('node:vm');
+    const base = z.object({ text: z.string().default('x') });
+    // A schema library whose validate is async, in another realm (its promises are not this realm's Promise).
+    const foreign = { ...base, '~standard': { ...base['~standard'], validate: (v: unknown) => runInNewContext('Promise.resolve(r)', { r: base['~standard'].validate(v) }) } };
+    const seen: unknown[] = [];
+    const echo = tool({
+      name: 'echo',
+      description: 'Echoes',
+      inputSchema: foreign,
+      outputSchema: z.object({ text: z.string(), n: z.number().default(1) }),
+      execute: (args) => {
+        seen.push(args);
+        return runInNewContext('Promise.resolve({ text: t })', { t: (args as { text: string }).text }) as Promise<{ text: string }>;
+      },
+    });
+    server.enqueue({ toolCalls: [{ name: 'echo', arguments: {} }] }, { text: 'done' });
+    const agent = await createAgent({ model: model(), tools: [echo] });
+    const events = await collect(agent.stream('echo'));
+    assert.deepEqual(seen, [{ text: 'x' }], 'execute got the parsed arguments, not undefined');
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.deepEqual(end && end.type === 'tool.execute.end' && end.result, { text: 'x', n: 1 });
+    await agent.close();
+  });
+
+  test('a Zod returns schema gives the parsed output; an answer its refinements refuse is asked again, like a schema violation', async () => {
     server.reset();
     const Out = z.object({ score: z.number().refine((n) => n <= 10, 'at most 10'), tags: z.array(z.string()).default([]), day: z.string().transform((s) => new Date(s)) });
-    server.enqueue({ text: '{"score": 7, "day": "2024-01-02"}' }, { text: '{"score": 99, "day": "2024-01-02"}' });
-    const agent = await createAgent({ model: model(), returns: Out });
-    const output = (await agent.run<z.infer<typeof Out>>('?')).output!;
+    server.enqueue({ text: '{"score": 99, "day": "2024-01-02"}' }, { text: '{"score": 7, "day": "2024-01-02"}' });
+    const agent = await createAgent({ model: model(), returns: Out, maxOutputRetries: 1 });
+    const heard: AgentEvent[] = [];
+    agent.on((e) => heard.push(e));
+    const streamed: AgentEvent[] = [];
+    const result = await agent.run('?');
+    assert.equal(result.status, 'completed');
+    const output = result.output!;
     assert.equal(output.score, 7);
     assert.deepEqual(output.tags, []);
     assert.ok(output.day instanceof Date && output.day.getUTCDate() === 2, 'the transform ran');
-    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.code === 'invalid_output' && /score: at most 10/.test(e.message));
+    const retry = heard.find((e) => e.type === 'output.retry');
+    assert.ok(retry && retry.type === 'output.retry' && /score: at most 10/.test(retry.reason), 'the refinement asked again, with its reason');
+    // Events are plain JSON, the same for listeners and streams: agent.end carries the accepted answer as JSON.
+    const end = heard.find((e) => e.type === 'agent.end');
+    assert.deepEqual(end && end.type === 'agent.end' && end.output, { score: 7, day: '2024-01-02' });
+    // A model that keeps to a refused answer ends as any invalid structured output does.
+    server.setResponder(() => ({ text: '{"score": 99, "day": "2024-01-02"}' }));
+    for await (const e of agent.stream('?')) streamed.push(e);
+    server.setResponder(undefined as never);
+    const failed = streamed.at(-1);
+    assert.ok(failed?.type === 'agent.error' && failed.error.code === 'structured_output_invalid' && /at most 10/.test(failed.error.message), JSON.stringify(failed));
     await agent.close();
   });
 

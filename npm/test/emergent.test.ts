@@ -346,8 +346,10 @@ describe('forge through the package', () => {
     assert.equal(agent.tools.list({ sessionId: 's1' })[0]!.tier, 'agent');
     broken = true;
     const closing = agent.close();
+    const meanwhile = agent.close(); // at the same time: it waits for the first, which tells the failure
     await assert.rejects(closing, (e: unknown) => e instanceof CrucibleError && e.code.startsWith('store_') && /disk full/.test(e.message));
-    await agent.close(); // a second close() resolves once the first has settled
+    await meanwhile;
+    await agent.close(); // and later ones resolve too
     await assert.rejects(Promise.resolve().then(() => agent.tools.list({ sessionId: 's1' })), (e: unknown) => e instanceof CrucibleError && e.code === 'closed');
     // The id was let go: a new agent of it opens, and finds the store as the last good write left it.
     broken = false;

@@ -20,7 +20,7 @@ pub use env::{unless_cancelled, CancelFlag, CancelSignal, Environment, NativeEnv
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
 pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunStatus};
-pub use structured::{extract_json, json_values};
+pub use structured::{extract_json, json_values, OutputCheck};
 pub use usage::RunUsage;
 
 use crate::guard::{KeptTickets, SessionTicket, SessionWork};
@@ -84,6 +84,7 @@ pub struct Agent {
     store: Option<Rc<dyn Store>>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
+    output_check: Option<Rc<dyn OutputCheck>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -113,7 +114,14 @@ impl Agent {
             store: None,
             agent_id: "default".into(),
             provider: RefCell::new(None),
+            output_check: None,
         })
+    }
+
+    /// Has `check` look at every final answer the `returns` schema accepted (see [`OutputCheck`]).
+    pub fn with_output_check(mut self, check: Rc<dyn OutputCheck>) -> Self {
+        self.output_check = Some(check);
+        self
     }
 
     /// Persists run states in `store` under `agent/<agent_id>/run/<runId>`: saved at every step
@@ -225,6 +233,7 @@ impl Agent {
             provider: provider.as_deref(),
             config: &self.config,
             returns: self.returns.as_ref(),
+            output_check: self.output_check.as_deref(),
             model: self.model.as_ref(),
             tools: &tools,
             env: self.env.as_ref(),

@@ -22,7 +22,7 @@ use super::config::AgentConfig;
 use super::env::{unless_cancelled, CancelSignal, Environment};
 use super::error::AgentError;
 use super::events::{AgentEvent, EventBody, EventSink};
-use super::structured::{check_final_answer, returns_instruction, returns_reminder};
+use super::structured::{check_final_answer, returns_instruction, returns_reminder, OutputCheck};
 use super::usage::RunUsage;
 
 /// The loop's state: plain data, serializable, no I/O (so a run can be persisted and resumed).
@@ -140,6 +140,8 @@ impl RunOutput {
 pub(crate) struct RunContext<'a> {
     pub config: &'a AgentConfig,
     pub returns: Option<&'a CompiledSchema>,
+    /// The host's check of answers `returns` accepted.
+    pub output_check: Option<&'a dyn OutputCheck>,
     pub model: &'a dyn Model,
     pub tools: &'a ToolSet,
     /// When set, asked for the tool set before every turn.
@@ -232,6 +234,16 @@ impl RunContext<'_> {
             prompt.push_str(&returns_instruction(schema));
         }
         (!prompt.is_empty()).then_some(Message::System { content: prompt })
+    }
+
+    /// The answer in `text` that `schema` accepts and the host's check (if any) lets through;
+    /// the reason to ask again when there is none.
+    async fn check_answer(&self, text: &str, schema: &CompiledSchema) -> Result<Value, String> {
+        let value = check_final_answer(text, schema)?;
+        match self.output_check {
+            Some(check) => check.check(&value).await.map(|()| value),
+            None => Ok(value),
+        }
     }
 
     /// The answer format of a turn: the `returns` schema when the turn offers no tools, so its
@@ -386,7 +398,7 @@ impl RunContext<'_> {
                 emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: 0 });
                 let output = match self.returns {
                     None => Value::String(response.text.clone()),
-                    Some(schema) => match check_final_answer(&response.text, schema) {
+                    Some(schema) => match self.check_answer(&response.text, schema).await {
                         Ok(value) => value,
                         Err(reason) => {
                             if state.output_retries >= self.config.max_output_retries {

@@ -57,6 +57,14 @@ pub fn extract_json(text: &str) -> Option<Value> {
     json_values(text).into_iter().next()
 }
 
+/// The host's own check of a final answer the `returns` schema accepted (a Standard Schema's
+/// refinements, in the TS bindings). `Err(reason)` asks the model again, as a schema violation
+/// does, and counts against `maxOutputRetries`.
+#[async_trait::async_trait(?Send)]
+pub trait OutputCheck {
+    async fn check(&self, value: &Value) -> Result<(), String>;
+}
+
 /// Checks a final answer against the `returns` schema: the first JSON value in the text that
 /// matches it (prose may quote an example first).
 pub fn check_final_answer(text: &str, schema: &CompiledSchema) -> Result<Value, String> {

@@ -14,7 +14,7 @@ use crate::store::Store;
 use crate::tools::{is_valid_tool_name, Tool, ToolSet};
 
 use super::emergent::load_registry;
-use super::interop::{error_object, from_js, to_js, ApprovalMode, JsAbortSignal, JsEnvironment, JsModel, JsStore, JsTool};
+use super::interop::{error_object, from_js, to_js, ApprovalMode, JsAbortSignal, JsEnvironment, JsModel, JsOutputCheck, JsStore, JsTool};
 
 #[wasm_bindgen(typescript_custom_section)]
 const EVENT_TYPES: &'static str = r#"
@@ -100,6 +100,7 @@ impl CoreAgent {
         store: JsValue,
         host: JsValue,
         emergent: JsValue,
+        check_output: Option<Function>,
     ) -> Result<CoreAgent, JsValue> {
         let config: AgentConfig = from_js(config, "agent options")?;
         let host: HostOptions = if host.is_undefined() { HostOptions::default() } else { from_js(host, "agent options")? };
@@ -136,6 +137,9 @@ impl CoreAgent {
         let mut agent = Agent::new(config, Rc::new(JsModel::new(model)?), set.clone(), env.clone()).map_err(agent_error)?;
         if let Some(store) = &store {
             agent = agent.with_store(store.clone(), agent_id.clone());
+        }
+        if let Some(check) = check_output {
+            agent = agent.with_output_check(Rc::new(JsOutputCheck(check)));
         }
         let registry = if emergent.is_undefined() || emergent.is_null() { None } else { Some(load_registry(emergent, store, env, &agent_id, set).await?) };
         if let Some(registry) = &registry {

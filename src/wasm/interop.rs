@@ -184,6 +184,27 @@ thread_local! {
     static IGNORE: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
 }
 
+/// The host's check of a final answer (`checkOutput(value)`: nothing when it passes, the
+/// reason as a string when it does not, or a promise of either). A check that throws refuses
+/// the answer with what it threw: the model is asked again, as for a schema violation.
+pub(crate) struct JsOutputCheck(pub(crate) Function);
+
+#[async_trait(?Send)]
+impl crate::agent::OutputCheck for JsOutputCheck {
+    async fn check(&self, value: &Value) -> Result<(), String> {
+        let js_value = to_js(value).map_err(|e| describe_thrown(&e).1)?;
+        let verdict = match self.0.call1(&JsValue::NULL, &js_value) {
+            Ok(returned) => await_promise(returned).await,
+            Err(thrown) => Err(thrown),
+        };
+        match verdict {
+            Ok(v) if v.is_undefined() || v.is_null() => Ok(()),
+            Ok(v) => Err(v.as_string().unwrap_or_else(|| "the answer was refused by the host's check".into())),
+            Err(thrown) => Err(describe_thrown(&thrown).1),
+        }
+    }
+}
+
 /// Whether a host tool's calls wait for a human decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ApprovalMode {

@@ -130,7 +130,8 @@ pub fn init(limits_json: &str, fetch: js_sys::Function) -> Result<(), JsValue> {
         // `PanicHookInfo::payload_as_str` would do, past the crate's MSRV.
         let payload = info.payload();
         let message = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str));
-        if message.is_some_and(|m| m.contains("capacity overflow") || m.contains("memory allocation")) {
+        // (A failed allocation aborts without a panic; the allocator flags that one itself.)
+        if message.is_some_and(|m| m.contains("capacity overflow")) {
             ALLOCATION_FAILED.store(true, Ordering::Relaxed);
         }
     }));

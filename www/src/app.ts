@@ -38,9 +38,15 @@ export class App {
 
   constructor(sessionId: string) {
     this.sessionId = sessionId;
+    this.reloadRunApprovals();
+  }
+
+  /** Reads the paused runs' approvals again: another tab that held the agent before this one
+   *  may have paused runs since this page loaded (localStorage is shared by the origin's tabs). */
+  reloadRunApprovals(): void {
     try {
       const stored = JSON.parse(localStorage.getItem(PAUSED_KEY) ?? '[]') as unknown;
-      if (Array.isArray(stored)) this.runApprovals = stored as RunApproval[];
+      this.runApprovals = Array.isArray(stored) ? (stored as RunApproval[]) : [];
     } catch {
       this.runApprovals = [];
     }

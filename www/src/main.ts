@@ -115,6 +115,9 @@ function sameProvider(a: ProviderSettings, b: ProviderSettings): boolean {
  * only paused runs, through their approvals (kept in localStorage). */
 async function discardUnreachableRuns(runtime: Runtime): Promise<void> {
   try {
+    // This tab holds the agent now, so no other tab pauses runs meanwhile: what localStorage
+    // says at this point is every approval there is.
+    app.reloadRunApprovals();
     const reachable = new Set(app.runApprovals.map((a) => a.runId));
     for (const runId of await runtime.storedRunIds()) if (!reachable.has(runId)) await runtime.discardRun(runId);
   } catch (error) {
