@@ -254,10 +254,11 @@ struct AtMostTen;
 
 #[async_trait::async_trait(?Send)]
 impl crucible::agent::OutputCheck for AtMostTen {
-    async fn check(&self, value: &Value) -> Result<(), String> {
+    async fn check(&self, value: &Value, _run_id: &str) -> Result<(), crucible::agent::OutputRefusal> {
         match value["n"].as_f64() {
-            Some(n) if n > 10.0 => Err("/n: at most 10".into()),
-            _ => Ok(()),
+            Some(n) if n > 10.0 => Err(crucible::agent::OutputRefusal::Refused("/n: at most 10".into())),
+            Some(_) => Ok(()),
+            None => Err(crucible::agent::OutputRefusal::Failed("the check broke".into())),
         }
     }
 }
@@ -283,6 +284,39 @@ fn a_host_check_of_the_answer_asks_again_like_a_schema_violation_and_keeps_refus
         agent_with(stubborn, vec![], AgentConfig { returns: Some(schema), max_output_retries: 1, ..Default::default() }).with_output_check(Rc::new(AtMostTen));
     let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
     assert!(matches!(err, AgentError::StructuredOutputInvalid { attempts: 2, .. }), "{err:?}");
+    // A check that fails in itself ends the run at once: asking the model again cannot help.
+    let model = ScriptedModel::repeating(text("{\"n\": \"five\"}"));
+    let loose = json!({ "type": "object", "required": ["n"] });
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(loose), ..Default::default() }).with_output_check(Rc::new(AtMostTen));
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "output_check_failed");
+    assert_eq!(model.requests.borrow().len(), 1);
+}
+
+/// An output check that never finishes, as an async refinement waiting on a dead service.
+struct NeverDecides;
+
+#[async_trait::async_trait(?Send)]
+impl crucible::agent::OutputCheck for NeverDecides {
+    async fn check(&self, _value: &Value, _run_id: &str) -> Result<(), crucible::agent::OutputRefusal> {
+        futures::future::pending().await
+    }
+}
+
+#[test]
+fn an_abort_ends_a_run_while_the_host_checks_its_answer() {
+    let schema = json!({ "type": "object" });
+    let model = ScriptedModel::new(vec![text("{}")]);
+    let agent = agent_with(model, vec![], AgentConfig { returns: Some(schema), ..Default::default() }).with_output_check(Rc::new(NeverDecides));
+    let cancel = Rc::new(CancelFlag::default());
+    let mut sink = CollectingSink::default();
+    let run = agent.run("?", RunOptions { cancel: Some(cancel.clone()), ..Default::default() }, &mut sink);
+    let abort = async {
+        support::YieldOnce::default().await;
+        cancel.cancel();
+    };
+    let (result, ()) = block_on(futures::future::join(run, abort));
+    assert_eq!(result.unwrap_err(), AgentError::Aborted);
 }
 
 #[test]

@@ -3,12 +3,16 @@
 // is for someone who installed it: how to install and use it, not the repository's quick start
 // (scripts that are not in the package), its layout or its benchmarks.
 import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
-const packageDir = fileURLToPath(new URL('../', import.meta.url));
-for (const file of ['LICENSE-MIT', 'LICENSE-APACHE']) copyFileSync(root + file, packageDir + file);
-writeFileSync(packageDir + 'README.md', packageReadme(readFileSync(root + 'README.md', 'utf8')));
+// Writes only when run (`node scripts/package-docs.mjs`), not when a test imports it.
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const packageDir = fileURLToPath(new URL('../', import.meta.url));
+  for (const file of ['LICENSE-MIT', 'LICENSE-APACHE']) copyFileSync(root + file, packageDir + file);
+  writeFileSync(packageDir + 'README.md', packageReadme(readFileSync(root + 'README.md', 'utf8')));
+}
 
 /** The root README's introduction and "Using the package", with an install line first. */
 export function packageReadme(readme) {

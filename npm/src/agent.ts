@@ -10,7 +10,7 @@ import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
-import { isApprovalRule, refuseNonObjectArguments, standardParser, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
 import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_core.js';
@@ -466,8 +466,8 @@ export class Agent<Output = unknown> {
   readonly #hub: EventHub;
   /** Lets go of the core and of what ties it to the world outside the agent (see {@link attach}). */
   readonly #release: () => Promise<void>;
-  /** A Standard Schema `returns`'s own parse of the final answer (see {@link Agent.run}). */
-  readonly #parseOutput: ((value: unknown) => unknown) | undefined;
+  /** A Standard Schema `returns`'s parse of each run's answer (see `RunSupport`). */
+  readonly #parsedOutputs: Map<string, unknown> | undefined;
   /** The last error a provider threw in each run, to hand on as the run's failure's `cause`. */
   readonly #providerFailures: Map<string, unknown>;
   #closed = false;
@@ -533,7 +533,7 @@ export class Agent<Output = unknown> {
     runSupport: RunSupport = { providerFailures: new Map() },
   ) {
     this.#core = core;
-    this.#parseOutput = runSupport.parseOutput;
+    this.#parsedOutputs = runSupport.parsedOutputs;
     this.#providerFailures = runSupport.providerFailures;
     const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry);
     this.#release = release;
@@ -683,7 +683,7 @@ export class Agent<Output = unknown> {
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
   resume<O = Output>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.resumeStream(run, options), this.#parseOutput);
+    return collect<O>(this.resumeStream(run, options));
   }
 
   async *#drive(
@@ -714,6 +714,16 @@ export class Agent<Output = unknown> {
     this.#signals.set(runId, controller.signal);
     const push = (event: AgentEvent) => {
       if (event.type === 'agent.error') reportedError = true;
+      // What travels beside the run's last event is tied to it now, as the core emits it: the
+      // run's entries in these maps go when the run settles, which can be before the consumer
+      // reads this event.
+      if (event.type === 'agent.error' && event.error.code.startsWith('provider_') && this.#providerFailures.has(runId)) {
+        besideEvents.set(event, this.#providerFailures.get(runId));
+      }
+      if (event.type === 'agent.end' && this.#parsedOutputs?.has(runId)) {
+        besideEvents.set(event, this.#parsedOutputs.get(runId));
+        this.#parsedOutputs.delete(runId);
+      }
       // A consumer that is behind gets the text it has not read yet as one delta, not one event
       // per chunk (~200 bytes each): what waits is then about the size of the text.
       const last = queue.length > head ? queue[queue.length - 1] : undefined;
@@ -748,6 +758,7 @@ export class Agent<Output = unknown> {
         this.#hub.streams.delete(runId);
         this.#signals.delete(runId);
         this.#providerFailures.delete(runId);
+        this.#parsedOutputs?.delete(runId);
         options.signal?.removeEventListener('abort', onOuterAbort);
         wake?.();
       });
@@ -759,9 +770,6 @@ export class Agent<Output = unknown> {
           if (head > 1024) {
             queue.splice(0, head);
             head = 0;
-          }
-          if (event.type === 'agent.error' && event.error.code.startsWith('provider_') && this.#providerFailures.has(runId)) {
-            failureCauses.set(event, this.#providerFailures.get(runId));
           }
           yield event;
           continue;
@@ -782,7 +790,7 @@ export class Agent<Output = unknown> {
    * invalid structured output) or {@link AbortError}.
    */
   run<O = Output>(input: string, options: RunOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.stream(input, options), this.#parseOutput);
+    return collect<O>(this.stream(input, options));
   }
 
   /** The conversation of a session so far. */
@@ -896,35 +904,27 @@ function sessionOf(sessionId: unknown): string {
 }
 
 
-/** `parse(event.output)`; a parse that refuses what the core's check accepted (a schema that
- *  is not deterministic) fails the run with `invalid_output`. */
-async function parseAnswer(event: Extract<AgentEvent, { type: 'agent.end' }>, parse: (value: unknown) => unknown): Promise<unknown> {
-  try {
-    return await parse(event.output);
-  } catch (error) {
-    throw new AgentRunError('invalid_output', error instanceof Error ? error.message : String(error), event.runId, event.usage);
-  }
-}
-
 /** What an agent needs of `createAgent` to finish its runs' results. */
 interface RunSupport {
-  /** A Standard Schema `returns`'s own parse of the final answer. */
-  parseOutput?: (value: unknown) => unknown;
+  /** With a Standard Schema `returns`: each run's answer as the schema parsed it, by run id
+   *  (filled by the core's output check, taken by `run()`). */
+  parsedOutputs?: Map<string, unknown>;
   /** Filled by the model adapter: the last error a provider threw, by run id. */
   providerFailures: Map<string, unknown>;
 }
 
-/** The provider's own error behind an `agent.error` event, for `collect` to hand on as `cause`
- *  (events are plain data, so the error object travels beside them). */
-const failureCauses = new WeakMap<AgentEvent, unknown>();
+/** What travels beside a run's last event, which is plain JSON data: for an `agent.error`, the
+ *  provider's own error (`collect` hands it on as `cause`); for an `agent.end`, the answer as a
+ *  Standard Schema `returns` parsed it. */
+const besideEvents = new WeakMap<AgentEvent, unknown>();
 
 /**
- * The result of a run from its events. `parse`: a Standard Schema `returns`'s parse, applied to
- * the answer the core accepted (the schema's refinements were checked there already, see
- * `checkOutput` in `createAgent`): its defaults and transforms make `output`, which events,
- * being plain JSON, do not carry.
+ * The result of a run from its events. With a Standard Schema `returns`, `output` is the answer
+ * as the schema parsed it when the core checked it (see `checkOutput` in `createAgent`; it
+ * travels beside `agent.end`): its defaults and transforms, which events, being plain JSON, do
+ * not carry.
  */
-async function collect<Output>(events: AsyncIterable<AgentEvent>, parse?: (value: unknown) => unknown): Promise<RunResult<Output>> {
+async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
   for await (const event of events) {
     switch (event.type) {
       case 'agent.end':
@@ -932,7 +932,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>, parse?: (value
           runId: event.runId,
           status: 'completed',
           pendingApprovals: [],
-          output: (parse ? await parseAnswer(event, parse) : event.output) as Output,
+          output: (besideEvents.has(event) ? besideEvents.get(event) : event.output) as Output,
           text: event.text,
           usage: event.usage,
           turns: event.turns,
@@ -956,7 +956,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>, parse?: (value
       }
       case 'agent.error':
         if (event.error.code === 'aborted') throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage });
-        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status, failureCauses.get(event));
+        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status, besideEvents.get(event));
       default:
         break;
     }
@@ -1013,12 +1013,13 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
   const providerFailures = new Map<string, unknown>();
+  const parsedOutputs = new Map<string, unknown>();
   // `runModel`: the agent's own model, whose failure ends a run (a judge's rejects a forge).
   const adapt = (provider: ModelProvider, runModel = false) => ({
     id: provider.id,
     stream(request: ModelRequest, runId: string): AsyncIterator<unknown> {
       const start = () => provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
-      // Only a run's failure is handed on (see `failureCauses`); forges and calls outside runs
+      // Only a run's failure is handed on (see `besideEvents`); forges and calls outside runs
       // (`direct_…`, or no id) have no run to fail, and their streams are left as they are.
       if (!runModel || runId === '' || runId.startsWith('direct_')) return start();
       const remember = (error: unknown) => {
@@ -1123,15 +1124,18 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     }
     const parseOutput = options.returns ? standardParser(options.returns, 'invalid_output', 'the final answer does not match returns') : undefined;
     // The schema's own refinements judge each answer its JSON Schema accepted, in the core's
-    // loop: a refused answer is asked again (counting against maxOutputRetries) and never
-    // becomes the run's answer or part of the session.
+    // loop: a refused answer is asked again with the issues (counting against
+    // maxOutputRetries), like a schema violation, and never becomes the run's output. The
+    // parse of the accepted one is kept for `run()`, so `validate` runs once per answer. What
+    // the parse throws besides issues is its own failure (`output_check_failed`).
     const checkOutput = parseOutput
-      ? async (value: unknown): Promise<string | undefined> => {
+      ? async (value: unknown, runId: string): Promise<string | undefined> => {
           try {
-            await parseOutput(value);
+            parsedOutputs.set(runId, await parseOutput(value));
             return undefined;
           } catch (error) {
-            return error instanceof Error ? error.message : String(error);
+            if (error instanceof SchemaIssues) return error.issues;
+            throw error;
           }
         }
       : undefined;
@@ -1152,7 +1156,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       const e = error as { code?: string; message?: string };
       throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
     }
-    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, { parseOutput, providerFailures });
+    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, { parsedOutputs: parseOutput ? parsedOutputs : undefined, providerFailures });
   } catch (error) {
     await (em?.sandbox ? undefined : sandbox?.close?.());
     releaseRegistry?.();

@@ -49,6 +49,8 @@ export type CrucibleErrorCode =
   | 'no_such_approval'
   | 'invalid_promotion'
   | 'invalid_package'
+  /** A `returns` Standard Schema's own check threw (a bug in it or its library, not the model's answer). */
+  | 'output_check_failed'
   /** The agent was closed (`agent.close()`); create a new one. */
   | 'closed'
   | 'internal';

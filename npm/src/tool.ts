@@ -69,7 +69,9 @@ export interface ToolOptions<Args = any, Result = unknown> {
   needsApproval?: boolean | ((args: Args) => boolean | Promise<boolean>);
 }
 
-/** A host tool, ready to pass to `createAgent({ tools })`. */
+/** A host tool, ready to pass to `createAgent({ tools })`. Its `execute` and `needsApproval`
+ *  take the arguments as the model sent them (JSON): with a Standard Schema, `tool()` made them
+ *  parse those first, so call them with the model's JSON, not with already parsed values. */
 export interface HostTool<Args = any, Result = unknown> {
   readonly kind: 'host';
   readonly name: string;
@@ -173,10 +175,24 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
   const parseResult = outputSchema != null ? standardParser(outputSchema, 'invalid_output', `the result of ${label} does not match its outputSchema`) : undefined;
   const run = options.execute;
   // A predicate decides on the arguments `execute` would get: a default the model left out can
-  // be what needs a human. Arguments the schema refuses make it throw, which asks for approval
-  // (fail closed); the call then fails on them anyway.
+  // be what needs a human. Arguments the schema refuses need no human: the call fails on them
+  // (`execute` parses them again) whatever anyone decides. Anything else the rule throws asks
+  // for approval (fail closed).
   const approvalRule: HostTool<Args, Result>['needsApproval'] =
-    typeof needsApproval === 'function' && parseArgs ? (args) => then(parseArgs(args), (parsed) => needsApproval(parsed as Args)) : (needsApproval ?? false);
+    typeof needsApproval === 'function' && parseArgs
+      ? (args) => {
+          const refused = (error: unknown) => {
+            if (error instanceof SchemaIssues) return false;
+            throw error;
+          };
+          try {
+            const decided = then(parseArgs(args), (parsed) => needsApproval(parsed as Args));
+            return isThenable(decided) ? Promise.resolve(decided).catch(refused) : decided;
+          } catch (error) {
+            return refused(error);
+          }
+        }
+      : (needsApproval ?? false);
   const execute: HostTool<Args, Result>['execute'] =
     parseArgs || parseResult
       ? (args, context) => {
@@ -217,12 +233,14 @@ function then<T, U>(value: T | PromiseLike<T>, f: (value: T) => U | PromiseLike<
 }
 
 /** A tool's problem with a value its Standard Schema refused: the call fails with `code`. */
-class SchemaIssues extends Error {
+export class SchemaIssues extends Error {
   constructor(
     readonly code: 'invalid_arguments' | 'invalid_output',
-    message: string,
+    problem: string,
+    /** The issues alone, each with its path: what a model is told to fix. */
+    readonly issues: string,
   ) {
-    super(message);
+    super(`${problem}: ${issues}`);
     this.name = 'SchemaIssues';
   }
 }
@@ -246,7 +264,7 @@ export function standardParser(schema: JsonSchema | StandardJsonSchemaLike, code
       return `${path ? `/${path}` : '(root)'}: ${issue.message}`;
     });
     if (result.issues.length > listed.length) listed.push(`… and ${result.issues.length - listed.length} more`);
-    throw new SchemaIssues(code, `${problem}: ${listed.join('; ')}`);
+    throw new SchemaIssues(code, problem, listed.join('; '));
   };
   return (value) => then(validate.call(standard, value), settle);
 }

@@ -318,18 +318,56 @@ describe('agent over an OpenAI-compatible server', () => {
     const pay = tool({
       name: 'pay',
       description: 'Pays someone',
-      inputSchema: z.object({ to: z.string(), amount: z.number().default(5000) }),
+      inputSchema: z.object({ to: z.string().refine((to) => to !== '', 'who to pay'), amount: z.number().default(5000) }),
       needsApproval: (args) => args.amount > 1000,
       execute: (args) => {
         ran.push(args);
         return { paid: args.amount };
       },
     });
-    server.enqueue({ toolCalls: [{ name: 'pay', arguments: { to: 'bob' } }] }, { text: 'done' });
+    server.enqueue({ toolCalls: [{ name: 'pay', arguments: { to: 'bob' } }] });
     const agent = await createAgent({ model: model(), tools: [pay] });
     const result = await agent.run('pay bob');
     assert.equal(result.status, 'paused', 'the default amount, 5000, needed approval');
     assert.deepEqual(ran, []);
+    // Arguments the schema refuses ask no human: the call fails on them, and the model hears why.
+    // (A refinement, not a type: the core's JSON Schema check would catch a wrong type first.)
+    server.enqueue({ toolCalls: [{ name: 'pay', arguments: { to: '' } }] }, { text: 'sorry' });
+    const events = await collect(agent.stream('pay 7'));
+    assert.equal(events.at(-1)?.type, 'agent.end', 'no pause');
+    const failed = events.find((e) => e.type === 'tool.execute.error');
+    assert.ok(failed?.type === 'tool.execute.error' && failed.error.code === 'invalid_arguments', JSON.stringify(failed));
+    assert.deepEqual(ran, []);
+    await agent.close();
+  });
+
+  test('a returns schema\'s own failure is the host\'s: output_check_failed at once, the model not asked again', async () => {
+    server.reset();
+    const base = z.object({ n: z.number() });
+    const broken = { ...base, '~standard': { ...base['~standard'], validate: () => { throw new TypeError('schema library bug'); } } };
+    server.enqueue({ text: '{"n": 1}' });
+    const agent = await createAgent({ model: model(), returns: broken });
+    await assert.rejects(agent.run('?'), (e: unknown) => e instanceof AgentRunError && e.code === 'output_check_failed' && /schema library bug/.test(e.message));
+    assert.equal(server.requests.length, 1);
+    await agent.close();
+  });
+
+  test('an abort ends a run while its returns schema checks the answer', async () => {
+    server.reset();
+    let validations = 0;
+    const Out = z.object({ n: z.number() }).refine(async () => {
+      validations++;
+      await new Promise(() => {}); // never decides
+      return true;
+    });
+    server.enqueue({ text: '{"n": 1}' });
+    const agent = await createAgent({ model: model(), returns: Out });
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 100);
+    const started = performance.now();
+    await assert.rejects(agent.run('?', { signal: controller.signal }), AbortError);
+    assert.ok(performance.now() - started < 2000, 'the run did not wait for the check');
+    assert.ok(validations >= 1, 'the check had started');
     await agent.close();
   });
 
@@ -361,7 +399,12 @@ describe('agent over an OpenAI-compatible server', () => {
 
   test('a Zod returns schema gives the parsed output; an answer its refinements refuse is asked again, like a schema violation', async () => {
     server.reset();
-    const Out = z.object({ score: z.number().refine((n) => n <= 10, 'at most 10'), tags: z.array(z.string()).default([]), day: z.string().transform((s) => new Date(s)) });
+    let refinements = 0;
+    const Out = z.object({
+      score: z.number().refine((n) => (refinements++, n <= 10), 'at most 10'),
+      tags: z.array(z.string()).default([]),
+      day: z.string().transform((s) => new Date(s)),
+    });
     server.enqueue({ text: '{"score": 99, "day": "2024-01-02"}' }, { text: '{"score": 7, "day": "2024-01-02"}' });
     const agent = await createAgent({ model: model(), returns: Out, maxOutputRetries: 1 });
     const heard: AgentEvent[] = [];
@@ -373,6 +416,7 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.equal(output.score, 7);
     assert.deepEqual(output.tags, []);
     assert.ok(output.day instanceof Date && output.day.getUTCDate() === 2, 'the transform ran');
+    assert.equal(refinements, 2, 'the schema ran once per answer: the refused one and the accepted one');
     const retry = heard.find((e) => e.type === 'output.retry');
     assert.ok(retry && retry.type === 'output.retry' && /score: at most 10/.test(retry.reason), 'the refinement asked again, with its reason');
     // Events are plain JSON, the same for listeners and streams: agent.end carries the accepted answer as JSON.
@@ -381,7 +425,7 @@ describe('agent over an OpenAI-compatible server', () => {
     // A model that keeps to a refused answer ends as any invalid structured output does.
     server.setResponder(() => ({ text: '{"score": 99, "day": "2024-01-02"}' }));
     for await (const e of agent.stream('?')) streamed.push(e);
-    server.setResponder(undefined as never);
+    server.setResponder(undefined);
     const failed = streamed.at(-1);
     assert.ok(failed?.type === 'agent.error' && failed.error.code === 'structured_output_invalid' && /at most 10/.test(failed.error.message), JSON.stringify(failed));
     await agent.close();

@@ -141,6 +141,17 @@ describe('the packed tarball', () => {
     }
   });
 
+  test('its README generator keeps a "## " line inside a code fence in its section, and fails when its rewrite no longer applies', async () => {
+    // A .mjs script without declarations: imported by a computed path, typed here.
+    const script = new URL('../scripts/package-docs.mjs', import.meta.url).href;
+    const { packageReadme } = (await import(script)) as { packageReadme: (readme: string) => string };
+    const readme = '# T\nintro\n## Quick start\nrun\n## Using the package\n```sh\n## a comment, not a heading\n```\nsee `npm/src/stores/README.md` for why\n## Layout\nfiles\n';
+    const made = packageReadme(readme);
+    assert.match(made, /## a comment, not a heading\n```\nthe source repository's `npm\/src\/stores\/README\.md` explains why/);
+    assert.doesNotMatch(made, /Quick start|Layout/);
+    assert.throws(() => packageReadme(readme.replace('see `npm/src', 'read `npm/src')), /package-docs\.mjs/);
+  });
+
   test("its runtime dependencies run on every Node its `engines` admits", async () => {
     const dir = await installedProject();
     const own = JSON.parse(readFileSync(join(dir, 'node_modules/crucible-agents/package.json'), 'utf8')) as { engines: { node: string }; dependencies: Record<string, string> };

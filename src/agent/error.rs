@@ -26,6 +26,8 @@ pub enum AgentError {
     InvalidState(String),
     #[error("store failed: {0}")]
     Store(StoreError),
+    #[error("the host's check of the final answer failed: {0}")]
+    OutputCheck(String),
 }
 
 impl AgentError {
@@ -41,6 +43,7 @@ impl AgentError {
             Self::InvalidResume(_) => "invalid_resume".into(),
             Self::InvalidState(_) => "invalid_state".into(),
             Self::Store(e) => e.code.clone(),
+            Self::OutputCheck(_) => "output_check_failed".into(),
         }
     }
 

@@ -22,7 +22,7 @@ use super::config::AgentConfig;
 use super::env::{unless_cancelled, CancelSignal, Environment};
 use super::error::AgentError;
 use super::events::{AgentEvent, EventBody, EventSink};
-use super::structured::{check_final_answer, returns_instruction, returns_reminder, OutputCheck};
+use super::structured::{check_final_answer, returns_instruction, returns_reminder, OutputCheck, OutputRefusal};
 use super::usage::RunUsage;
 
 /// The loop's state: plain data, serializable, no I/O (so a run can be persisted and resumed).
@@ -238,10 +238,10 @@ impl RunContext<'_> {
 
     /// The answer in `text` that `schema` accepts and the host's check (if any) lets through;
     /// the reason to ask again when there is none.
-    async fn check_answer(&self, text: &str, schema: &CompiledSchema) -> Result<Value, String> {
-        let value = check_final_answer(text, schema)?;
+    async fn check_answer(&self, text: &str, schema: &CompiledSchema, run_id: &str) -> Result<Value, OutputRefusal> {
+        let value = check_final_answer(text, schema).map_err(OutputRefusal::Refused)?;
         match self.output_check {
-            Some(check) => check.check(&value).await.map(|()| value),
+            Some(check) => check.check(&value, run_id).await.map(|()| value),
             None => Ok(value),
         }
     }
@@ -398,9 +398,13 @@ impl RunContext<'_> {
                 emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: 0 });
                 let output = match self.returns {
                     None => Value::String(response.text.clone()),
-                    Some(schema) => match self.check_answer(&response.text, schema).await {
+                    // The host's check may wait (an async refinement): an abort ends the run
+                    // meanwhile, and one that lands as the check finishes still wins.
+                    Some(schema) => match self.unless_cancelled(self.check_answer(&response.text, schema, &state.run_id)).await? {
+                        _ if self.cancelled() => return Err(AgentError::Aborted),
                         Ok(value) => value,
-                        Err(reason) => {
+                        Err(OutputRefusal::Failed(message)) => return Err(AgentError::OutputCheck(message)),
+                        Err(OutputRefusal::Refused(reason)) => {
                             if state.output_retries >= self.config.max_output_retries {
                                 return Err(AgentError::StructuredOutputInvalid { attempts: state.output_retries + 1, reason });
                             }

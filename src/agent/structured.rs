@@ -58,11 +58,21 @@ pub fn extract_json(text: &str) -> Option<Value> {
 }
 
 /// The host's own check of a final answer the `returns` schema accepted (a Standard Schema's
-/// refinements, in the TS bindings). `Err(reason)` asks the model again, as a schema violation
-/// does, and counts against `maxOutputRetries`.
+/// refinements, in the TS bindings), for the run `run_id`.
 #[async_trait::async_trait(?Send)]
 pub trait OutputCheck {
-    async fn check(&self, value: &Value) -> Result<(), String>;
+    async fn check(&self, value: &Value, run_id: &str) -> Result<(), OutputRefusal>;
+}
+
+/// Why an answer did not pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputRefusal {
+    /// The answer is wrong: the model is asked again with the reason, as for a schema
+    /// violation, and it counts against `maxOutputRetries`.
+    Refused(String),
+    /// The check itself failed (a host bug): asking the model again cannot help, so the run
+    /// ends with `output_check_failed`.
+    Failed(String),
 }
 
 /// Checks a final answer against the `returns` schema: the first JSON value in the text that

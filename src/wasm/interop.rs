@@ -184,23 +184,24 @@ thread_local! {
     static IGNORE: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
 }
 
-/// The host's check of a final answer (`checkOutput(value)`: nothing when it passes, the
-/// reason as a string when it does not, or a promise of either). A check that throws refuses
-/// the answer with what it threw: the model is asked again, as for a schema violation.
+/// The host's check of a final answer: `checkOutput(value, runId)` gives nothing when it
+/// passes and the reason (a string) when the answer is wrong, or a promise of either; what it
+/// throws is its own failure, not the model's.
 pub(crate) struct JsOutputCheck(pub(crate) Function);
 
 #[async_trait(?Send)]
 impl crate::agent::OutputCheck for JsOutputCheck {
-    async fn check(&self, value: &Value) -> Result<(), String> {
-        let js_value = to_js(value).map_err(|e| describe_thrown(&e).1)?;
-        let verdict = match self.0.call1(&JsValue::NULL, &js_value) {
+    async fn check(&self, value: &Value, run_id: &str) -> Result<(), crate::agent::OutputRefusal> {
+        use crate::agent::OutputRefusal;
+        let js_value = to_js(value).map_err(|e| OutputRefusal::Failed(describe_thrown(&e).1))?;
+        let verdict = match self.0.call2(&JsValue::NULL, &js_value, &JsValue::from_str(run_id)) {
             Ok(returned) => await_promise(returned).await,
             Err(thrown) => Err(thrown),
         };
         match verdict {
             Ok(v) if v.is_undefined() || v.is_null() => Ok(()),
-            Ok(v) => Err(v.as_string().unwrap_or_else(|| "the answer was refused by the host's check".into())),
-            Err(thrown) => Err(describe_thrown(&thrown).1),
+            Ok(v) => Err(OutputRefusal::Refused(v.as_string().unwrap_or_else(|| "the answer was refused by the host's check".into()))),
+            Err(thrown) => Err(OutputRefusal::Failed(describe_thrown(&thrown).1)),
         }
     }
 }
