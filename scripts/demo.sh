@@ -25,15 +25,10 @@ printf '\n== the demo page\n'
 cd www
 npm ci --no-audit --no-fund --loglevel=error
 npm run build --silent
-# The page reads its provider from the URL (www/src/settings.ts: provider, baseURL, model) and
-# otherwise defaults to the local model, which is not started when a hosted provider is set:
-# the printed URL names the provider the terminal demo used. Keys never go in a URL.
-query="$(node -e '
-  const e = process.env;
-  const q = e.ANTHROPIC_API_KEY ? { provider: "anthropic", model: e.ANTHROPIC_MODEL || "claude-haiku-4-5" }
-    : e.OPENAI_API_KEY || e.OPENAI_BASE_URL ? { provider: "openai", baseURL: e.OPENAI_BASE_URL || "https://api.openai.com/v1", model: e.OPENAI_MODEL || "gpt-4o-mini" }
-    : { provider: "local", baseURL: e.CRUCIBLE_MODEL_URL || "http://127.0.0.1:8089/v1" };
-  process.stdout.write(new URLSearchParams(q).toString());')"
+# The page reads its provider from the URL (www/src/settings.ts) and otherwise defaults to the
+# local model, which is not started when a hosted provider is set: the printed URL names the
+# provider the terminal demo used (demo.ts chooses it; keys never go in a URL).
+query="$(cd ../npm && node --import tsx examples/demo.ts --page-query)"
 if [ -n "${ANTHROPIC_API_KEY:-}${OPENAI_API_KEY:-}" ]; then
   echo "Open the page below; it talks to your configured provider from the browser: paste its API key under Settings (it is not put in the URL). Ctrl-C stops it."
 else

@@ -13,18 +13,27 @@ const QUESTION = 'Count the vowels in "programming language".';
 import { anthropic, createAgent, openai, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
 import { SLUGIFY_EXAMPLE } from './slugify-forge.js';
 
+/** The provider the environment names: a hosted one when its key or URL is set, else the
+ *  local model. The demo page is pointed at the same one (`--page-query`, used by demo.sh). */
+function chosenProvider(): { provider: 'anthropic' | 'openai' | 'local'; baseURL?: string; model: string } {
+  const env = process.env;
+  if (env.ANTHROPIC_API_KEY) return { provider: 'anthropic', model: env.ANTHROPIC_MODEL ?? 'claude-haiku-4-5' };
+  if (env.OPENAI_API_KEY || env.OPENAI_BASE_URL) return { provider: 'openai', baseURL: env.OPENAI_BASE_URL ?? 'https://api.openai.com/v1', model: env.OPENAI_MODEL ?? 'gpt-4o-mini' };
+  return { provider: 'local', baseURL: env.CRUCIBLE_MODEL_URL ?? 'http://127.0.0.1:8089/v1', model: 'qwen' };
+}
+
 function pickModel(): ModelProvider {
-  if (process.env.ANTHROPIC_API_KEY) {
-    return anthropic({ apiKey: process.env.ANTHROPIC_API_KEY, model: process.env.ANTHROPIC_MODEL ?? 'claude-haiku-4-5' });
-  }
-  if (process.env.OPENAI_API_KEY || process.env.OPENAI_BASE_URL) {
-    return openai({
-      baseURL: process.env.OPENAI_BASE_URL ?? 'https://api.openai.com/v1',
-      apiKey: process.env.OPENAI_API_KEY ?? 'none',
-      model: process.env.OPENAI_MODEL ?? 'gpt-4o-mini',
-    });
-  }
-  return openai({ baseURL: process.env.CRUCIBLE_MODEL_URL ?? 'http://127.0.0.1:8089/v1', apiKey: 'none', model: 'qwen', timeoutMs: 180_000 });
+  const { provider, baseURL, model } = chosenProvider();
+  if (provider === 'anthropic') return anthropic({ apiKey: process.env.ANTHROPIC_API_KEY, model });
+  if (provider === 'openai') return openai({ baseURL: baseURL!, apiKey: process.env.OPENAI_API_KEY ?? 'none', model });
+  return openai({ baseURL: baseURL!, apiKey: 'none', model, timeoutMs: 180_000 });
+}
+
+// The demo page's query for that provider (keys never go in a URL); nothing else runs.
+if (process.argv[2] === '--page-query') {
+  const { provider, baseURL, model } = chosenProvider();
+  process.stdout.write(new URLSearchParams({ provider, ...(baseURL ? { baseURL } : {}), ...(provider === 'local' ? {} : { model }) }).toString());
+  process.exit(0);
 }
 
 const weather = tool({

@@ -132,14 +132,14 @@ function saveToCache(name, key) {
 // wasm-bindgen's declarations name web platform types (`RequestInfo`, `BufferSource`,
 // `WebAssembly.*`) in its init functions. The package's own declarations import event and
 // result types from this file, so a Node-only program (no DOM library) that checks libraries
-// (`skipLibCheck: false`) would fail on them. Spelled out here in types Node's own declarations
+// (`skipLibCheck: false`) would fail on them. Spelled out here in types Node's declarations
 // have, and the `WebAssembly` names declared empty (they merge with the DOM's where present).
-// Idempotent: run on fresh and on cached output alike.
+// The cache keeps wasm-bindgen's own output and this runs on every build and restore, so a
+// change here reaches cached artifacts too; a block a previous version appended is replaced.
 const PORTABLE_MARK = '// crucible: portable declarations';
 function portableDeclarations(name) {
   const file = join(outDir, `${name}.d.ts`);
-  let text = readFileSync(file, 'utf8');
-  if (text.includes(PORTABLE_MARK)) return;
+  let text = readFileSync(file, 'utf8').split(`\n${PORTABLE_MARK}\n`)[0];
   text = text.replace(/\bRequestInfo\b/g, '(Request | string)').replace(/\bBufferSource\b/g, '(ArrayBufferView | ArrayBuffer)');
   const used = [...new Set([...text.matchAll(/WebAssembly\.([A-Z]\w*)/g)].map((m) => m[1]))].sort();
   const empty = used.map((t) => `    // eslint-disable-next-line @typescript-eslint/no-empty-interface\n    interface ${t} {}`).join('\n');
@@ -169,8 +169,8 @@ for (const artifact of artifacts) {
       '--enable-sign-ext', '--enable-mutable-globals', '--enable-reference-types', '--enable-multivalue',
       bg, '-o', bg]);
   }
-  portableDeclarations(name);
   saveToCache(name, key);
+  portableDeclarations(name);
   const bytes = readFileSync(bg);
   console.error(`${name}: ${(statSync(bg).size / 1e6).toFixed(2)} MB raw, ${(gzipSync(bytes, { level: 9 }).length / 1e6).toFixed(2)} MB gzipped`);
 }

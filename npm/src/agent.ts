@@ -10,7 +10,7 @@ import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
-import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
 import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_core.js';
@@ -1054,8 +1054,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
     const result: unknown = hostTool.execute(args, { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
-    // A thenable (a native promise among them) is adopted; `Promise.resolve` returns a native one as it is.
-    return isThenable(result) ? Promise.resolve(result).then(jsonText) : jsonText(result);
+    // A thenable (a native promise among them) is adopted as a native promise.
+    return then(result, jsonText);
   };
   const config = {
     instructions: options.instructions ?? '',

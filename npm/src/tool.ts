@@ -225,7 +225,7 @@ export function refuseNonObjectArguments(inputSchema: JsonSchema, label: string)
 }
 
 /** `f(value)`, after `value` settles when it is a thenable (a synchronous tool stays synchronous). */
-function then<T, U>(value: T | PromiseLike<T>, f: (value: T) => U | PromiseLike<U>): U | Promise<U> {
+export function then<T, U>(value: T | PromiseLike<T>, f: (value: T) => U | PromiseLike<U>): U | Promise<U> {
   if (isThenable(value)) return Promise.resolve(value as PromiseLike<T>).then(f);
   const result = f(value as T);
   // A thenable `f` gave back is made a native promise, as `await` would see it.

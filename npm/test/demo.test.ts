@@ -507,9 +507,7 @@ function suite(): void {
       await page.reload();
       await waitReady(page);
       // Startup discards the stored runs no pending approval refers to (the page cannot resume them).
-      const until = Date.now() + 5_000;
-      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-      assert.equal(await storedRuns(page), 0);
+      await assertNoStoredRuns(page);
       assert.deepEqual(errors, []);
     });
 
@@ -571,6 +569,13 @@ function suite(): void {
       await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
     });
 
+    /** Waits up to 5 s for the page's IndexedDB to hold no run state, then asserts it holds none. */
+    async function assertNoStoredRuns(page: Page): Promise<void> {
+      const until = Date.now() + 5_000;
+      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await storedRuns(page), 0);
+    }
+
     /** How many runs the page's IndexedDB holds the state of. */
     async function storedRuns(page: Page): Promise<number> {
       return page.evaluate(
@@ -595,9 +600,7 @@ function suite(): void {
       assert.match(note, /Could not reach the model server/, note);
       assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
       // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
-      const until = Date.now() + 5_000;
-      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-      assert.equal(await storedRuns(page), 0);
+      await assertNoStoredRuns(page);
     });
 
     test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
@@ -654,11 +657,7 @@ function suite(): void {
     });
 
     test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const { page, errors } = await open({}, DESKTOP, context);
-      await assertEmergent(page);
-      mock.reset();
+      const { page, errors } = await openEmergent();
       await send(page, 'Build a slug maker');
       // The package names the tool Slug_Maker_Tool; the card still shows the forge_tool request.
       const card = '.tl-card[data-name="Slug_Maker_Tool"]';

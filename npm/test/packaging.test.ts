@@ -381,19 +381,15 @@ export async function go(): Promise<unknown> {
         writeFileSync(join(dir, file), source);
         const tsc = join(packageRoot, 'node_modules/typescript/bin/tsc');
         const mode = file === 'check-node.ts' ? ['--module', 'nodenext', '--moduleResolution', 'nodenext'] : ['--module', 'esnext', '--moduleResolution', 'bundler'];
-        const args = [tsc, '--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', ...mode, '--lib', 'es2022,dom', file];
+        const args = ['--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', ...mode, '--lib', 'es2022,dom', file];
         // A Node-only program has no DOM library, and may check libraries too: the package's
         // declarations must not need either.
-        const nodeOnly = [tsc, '--noEmit', '--strict', '--target', 'es2022', ...mode, '--lib', 'es2022', '--typeRoots', join(packageRoot, 'node_modules/@types'), '--types', 'node', file];
-        const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-          execFile(process.execPath, args, { cwd: dir }, (error, out, err) => resolve({ code: error ? (error.code as number) : 0, stdout: out, stderr: err }));
-        });
+        const nodeOnly = ['--noEmit', '--strict', '--target', 'es2022', ...mode, '--lib', 'es2022', '--typeRoots', join(packageRoot, 'node_modules/@types'), '--types', 'node', file];
+        const { code, stdout, stderr } = await runNode(tsc, args, dir);
         assert.equal(code, 0, `tsc found errors:\n${stdout}${stderr}`);
         if (file !== 'check-browser.ts') {
-          const strict = await new Promise<{ code: number | null; out: string }>((resolve) => {
-            execFile(process.execPath, nodeOnly, { cwd: dir }, (error, out, err) => resolve({ code: error ? (error.code as number) : 0, out: out + err }));
-          });
-          assert.equal(strict.code, 0, `tsc (no DOM library, libraries checked) found errors:\n${strict.out}`);
+          const strict = await runNode(tsc, nodeOnly, dir);
+          assert.equal(strict.code, 0, `tsc (no DOM library, libraries checked) found errors:\n${strict.stdout}${strict.stderr}`);
         }
       });
     }
