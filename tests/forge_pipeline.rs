@@ -18,7 +18,7 @@ use crucible::tools::{Tool, ToolSet, MAX_VALUE_DEPTH};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
-use support::{text, FnTool, Reply};
+use support::{text, text_ending, FnTool, Reply};
 
 // ---- 1. normalization --------------------------------------------------------------------
 
@@ -637,6 +637,22 @@ fn broken_json_a_model_error_or_a_partial_verdict_reject() {
         assert!(!res.success, "{reply:?}");
         assert!(res.reason.unwrap().contains("no verdict"), "{reply:?}");
     }
+}
+
+#[test]
+fn a_verdict_cut_off_at_the_token_limit_says_so_and_names_the_budget() {
+    // A reasoning judge spends its budget thinking and stops mid-verdict (finish `length`):
+    // the reason must point at the budget, where a retry would fail the same way.
+    let cut = text_ending("{\"approved\": true, \"safety\": 1, \"correctness\"", "length");
+    let res = forge_with_judge(Some(judge_replying(vec![cut])));
+    assert!(!res.success);
+    let reason = res.reason.unwrap();
+    assert!(reason.contains("token limit") && reason.contains("emergent.judge.maxTokens"), "{reason}");
+    // The same text ending normally is just broken JSON.
+    let res = forge_with_judge(Some(judge_replying(vec![text_ending("{\"approved\": true, \"safety\": 1, \"correctness\"", "stop")])));
+    assert!(!res.reason.unwrap().contains("token limit"));
+    // A complete verdict that happens to end at the limit still counts.
+    assert!(forge_with_judge(Some(judge_replying(vec![text_ending(&verdict(true, 0.9, 0.9), "length")]))).success);
 }
 
 #[test]

@@ -95,14 +95,25 @@ export interface SandboxHost {
   close?(): Promise<void>;
 }
 
+/** A model that reviews forged tools or promotions. */
+export interface JudgeOptions {
+  model: ModelProvider;
+  /**
+   * Most tokens one verdict may take (default 512; a verdict needs about 150). A reasoning
+   * model's hidden reasoning counts against it, and a verdict cut off there rejects the forge:
+   * give a judge on such a model a few thousand.
+   */
+  maxTokens?: number;
+}
+
 /** Options of emergent capabilities (issue-4 contract). */
 export interface EmergentOptions {
   /** Gives the agent the `forge_tool` meta-tool and the tool registry. */
   enabled: boolean;
   /** Reviews every forge. Absent: every forge is rejected (fail-closed). */
-  judge?: { model: ModelProvider };
+  judge?: JudgeOptions;
   /** Reviews promotions (a two-reviewer panel); defaults to `judge`. */
-  promotionJudge?: { model: ModelProvider };
+  promotionJudge?: JudgeOptions;
   /** Most forged tools one session holds (default 10); a forge past it is rejected. */
   maxSessionTools?: number;
   /** Most tools in the agent tier (default 50); a promotion past it is refused. */
@@ -154,6 +165,7 @@ const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
     persistSandboxSource: true, sandbox: true, statsFlushEvery: true, auditCapacity: true,
   } satisfies Record<keyof EmergentOptions, true>),
 );
+const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: true, maxTokens: true } satisfies Record<keyof JudgeOptions, true>));
 /** Names other SDKs use for an option this one spells differently. */
 const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', systemInstructions: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens' };
 
@@ -1006,8 +1018,14 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     throw new CrucibleError('invalid_config', 'createAgent: `store` must be a store such as indexedDbStore({...}), nodeStore({...}) or memoryStore()');
   }
   for (const [what, judge] of [['judge', options.emergent?.judge], ['promotionJudge', options.emergent?.promotionJudge]] as const) {
-    if (judge !== undefined && typeof (judge as { model?: { stream?: unknown } } | null)?.model?.stream !== 'function') {
+    if (judge === undefined) continue;
+    if (typeof (judge as { model?: { stream?: unknown } } | null)?.model?.stream !== 'function') {
       throw new CrucibleError('invalid_config', `createAgent: emergent.${what} must be { model: <provider> }, e.g. { model: openai({...}) }`);
+    }
+    refuseUnknownOptions(judge, JUDGE_OPTION_NAMES, `createAgent: emergent.${what}`);
+    const { maxTokens } = judge;
+    if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1)) {
+      throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.maxTokens must be a positive whole number of tokens, got ${describeType(maxTokens)}`);
     }
   }
   const byName = new Map(tools.map((t) => [t.name, t]));
@@ -1047,6 +1065,12 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     },
   });
   const modelAdapter = adapt(options.model, true);
+  // The core asks a judge for its default budget; a judge's own replaces it.
+  const adaptJudge = ({ model, maxTokens }: JudgeOptions) => {
+    const adapted = adapt(model);
+    if (maxTokens === undefined) return adapted;
+    return { id: adapted.id, stream: (request: ModelRequest, runId: string) => adapted.stream({ ...request, maxTokens }, runId) };
+  };
   const hub = new EventHub();
   // Returns the JSON text of what `execute` returns (or `undefined`), or a native promise of
   // it: the core reads text in one step, and a synchronous tool costs no promise round trip.
@@ -1115,8 +1139,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       const { judge, promotionJudge, sandbox: _s, ...rest } = em;
       emergent = {
         config: stripUndefined({ ...rest }),
-        judge: judge ? adapt(judge.model) : undefined,
-        promotionJudge: promotionJudge ? adapt(promotionJudge.model) : judge ? adapt(judge.model) : undefined,
+        judge: judge ? adaptJudge(judge) : undefined,
+        promotionJudge: promotionJudge ? adaptJudge(promotionJudge) : judge ? adaptJudge(judge) : undefined,
         sandbox,
         onEvent: hub.dispatch,
         isObserved: hub.isObserved,
@@ -1165,13 +1189,15 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
 }
 
 /** The default sandbox: a Worker pool with the agent's limits, loaded only when emergent
- * capabilities are enabled (a separate chunk for bundlers). */
+ * capabilities are enabled (a separate chunk for bundlers). Its Workers (about 28 MB each)
+ * start with the first forged code that runs: many agents never run any. */
 async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
   const { createSandbox } = await import('./sandbox/index.js');
   return createSandbox({
     timeoutMs: em.sandboxTimeoutMs,
     memoryMB: em.sandboxMemoryMB,
     fetchDomainAllowlist: em.fetchDomainAllowlist,
+    lazy: true,
   });
 }
 

@@ -478,6 +478,44 @@ describe('emergent options and edge cases through createAgent', () => {
   const forgeCode = (name: string, code: string, allowlist?: string[]) =>
     ({ ...slugify, name, implementation: { mode: 'sandbox' as const, code, ...(allowlist ? { allowlist } : {}) } });
 
+  test("a judge's maxTokens is its verdict budget, and a verdict cut off there says to raise it", async () => {
+    const thinker = await startMockLlmServer({ respond: () => verdict(true) });
+    const reasoningJudge = (maxTokens?: number) => ({
+      model: openai({ baseURL: thinker.openaiBaseURL, apiKey: 'x', model: 'o4-mini', retry: { maxRetries: 0 } }),
+      ...(maxTokens === undefined ? {} : { maxTokens }),
+    });
+    try {
+      const budget = () => (thinker.requests.at(-1)!.body as { max_completion_tokens?: number }).max_completion_tokens;
+      const defaults = await makeAgent(memoryStore(), { judge: reasoningJudge() });
+      assert.ok((await defaults.forge(slugify)).success);
+      assert.equal(budget(), 512, 'the default budget');
+      await defaults.close();
+      const roomy = await makeAgent(memoryStore(), { judge: reasoningJudge(4000) });
+      assert.ok((await roomy.forge(slugify)).success);
+      assert.equal(budget(), 4000);
+      // What a reasoning model does with too small a budget: it stops inside the verdict.
+      thinker.setResponder(() => ({ text: '{"approved": true, "safety": 0.9', finishReason: 'length' }));
+      const cut = await roomy.forge({ ...slugify, name: 'slugify_two' });
+      assert.ok(!cut.success && /token limit/.test(cut.reason) && /emergent\.judge\.maxTokens/.test(cut.reason), JSON.stringify(cut));
+      await roomy.close();
+      // The promotion panel defaults to the judge, budget included.
+      thinker.setResponder(() => verdict(true));
+      const panel = await makeAgent(memoryStore(), { judge: reasoningJudge(3000), autoPromote: false });
+      assert.ok((await panel.forge(slugify, { sessionId: 's' })).success);
+      for (let i = 0; i < 2; i++) await panel.tools.call('slugify', { text: 'A b' }, { sessionId: 's' });
+      const before = thinker.requests.length;
+      assert.equal((await panel.emergent.requestPromotion('slugify', 'agent', { sessionId: 's' })).status, 'promoted');
+      assert.deepEqual(thinker.requests.slice(before).map((r) => (r.body as { max_completion_tokens?: number }).max_completion_tokens), [3000, 3000]);
+      await panel.close();
+      for (const maxTokens of [0, 1.5, '4000']) {
+        await assert.rejects(makeAgent(memoryStore(), { judge: { ...reasoningJudge(), maxTokens } }), { code: 'invalid_config', message: /emergent\.judge\.maxTokens/ });
+      }
+      await assert.rejects(makeAgent(memoryStore(), { promotionJudge: { ...reasoningJudge(), max_tokens: 9 } }), { code: 'invalid_config', message: /emergent\.promotionJudge: unknown option max_tokens \(did you mean maxTokens\?\)/ });
+    } finally {
+      await thinker.close();
+    }
+  });
+
   test('maxSessionTools limits each session', async () => {
     const agent = await makeAgent(memoryStore(), { maxSessionTools: 1 });
     assert.ok((await agent.forge(slugify, { sessionId: 'a' })).success);
@@ -548,6 +586,21 @@ describe('emergent options and edge cases through createAgent', () => {
     assert.ok(threads() > before, 'the default sandbox runs Workers');
     await settle(() => threads() <= before);
     assert.ok(threads() <= before, `${threads() - before} threads are left by the dropped agent's sandbox`);
+  });
+
+  test("an agent's default sandbox starts no Worker until forged code runs (Linux: its threads)", { skip: process.platform !== 'linux' }, async () => {
+    const { readdirSync } = await import('node:fs');
+    const threads = () => readdirSync('/proc/self/task').length;
+    await collectGarbage();
+    const before = threads();
+    const agent = await makeAgent(memoryStore(), {}, 'idle-sandbox');
+    try {
+      assert.ok(threads() <= before, `createAgent started ${threads() - before} threads`);
+      assert.ok((await agent.forge(slugify)).success, 'the first forge starts the Workers and runs its tests there');
+      assert.ok(threads() > before, 'the default sandbox runs Workers');
+    } finally {
+      await agent.close();
+    }
   });
 
   test('limits next to a sandbox of your own are a configuration error, not ignored', async () => {

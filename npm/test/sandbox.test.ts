@@ -244,6 +244,35 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('a lazy sandbox starts its Workers with the first execution, which waits for them', async () => {
+    const lazy = await createSandbox({ ...CASE_OPTIONS, lazy: true });
+    try {
+      assert.equal(lazy.stats().workersStarted, 0, 'createSandbox started nothing');
+      const results = await Promise.all([1, 2, 3].map((n) => lazy.execute({ code: 'function execute(i){ return i * 2; }', input: n })));
+      assert.deepEqual(results.map((r) => r.output), [2, 4, 6]);
+      assert.equal(lazy.stats().workersStarted, CASE_OPTIONS.poolSize, 'one start for the pool, not one per execution');
+    } finally {
+      await lazy.close();
+    }
+    await assert.rejects(createSandbox({ lazy: 'yes' as never }), { name: 'SandboxError', message: /lazy must be true or false/ });
+  });
+
+  test("a lazy sandbox whose Workers cannot start fails its executions with worker_start instead of leaving them waiting", async () => {
+    for (const workerUrl of ['data:text/javascript,', 'data:text/javascript,setInterval(()=>{},1000)', 'no such scheme']) {
+      const lazy = await createSandbox({ poolSize: 1, workerUrl, startTimeoutMs: 300, lazy: true });
+      try {
+        const started = performance.now();
+        const result = await lazy.execute({ code: 'function execute(){ return 1; }' });
+        assert.equal(result.status, 'error', workerUrl);
+        assert.equal(result.error?.code, 'worker_start', JSON.stringify(result));
+        assert.ok(performance.now() - started < 3000, `${workerUrl}: gave up after ${performance.now() - started} ms`);
+        assert.equal((await lazy.execute({ code: 'function execute(){ return 1; }' })).error?.code, 'worker_start', 'and later executions too');
+      } finally {
+        await lazy.close();
+      }
+    }
+  });
+
   test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
     const results = await Promise.all([
       sandbox.execute({ code: 'function execute(){ for(;;){} }' }),

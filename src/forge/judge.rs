@@ -63,6 +63,10 @@ pub enum JudgeError {
     NoJson,
     #[error("the judge's verdict is invalid: {0}")]
     Invalid(String),
+    /// The answer hit its token limit before a verdict was complete: reasoning models spend
+    /// that budget on hidden reasoning first, so the fix is a larger one, not a retry.
+    #[error("the judge's answer stopped at its token limit before a complete verdict; reasoning models spend tokens on reasoning first (raise emergent.judge.maxTokens)")]
+    TokenLimit,
 }
 
 /// Which review a prompt asks for.
@@ -250,14 +254,15 @@ pub fn check_coherent(kind: ReviewKind, verdict: &Verdict) -> Result<(), JudgeEr
 /// keeps writing is cut off (a cut-off verdict fails closed).
 const MAX_VERDICT_TEXT_BYTES: usize = 64 * 1024;
 
-struct TextCollector(String);
+/// The judge's text, and whether it ended at its token limit.
+struct TextCollector(String, bool);
 
 impl ChunkSink for TextCollector {
     fn chunk(&mut self, chunk: &ModelChunk) {
-        if let ModelChunk::Text { delta } = chunk {
-            if !self.stopped() {
-                self.0.push_str(delta);
-            }
+        match chunk {
+            ModelChunk::Text { delta } if !self.stopped() => self.0.push_str(delta),
+            ModelChunk::Finish { finish_reason, .. } => self.1 = finish_reason == "length",
+            _ => {}
         }
     }
 
@@ -267,8 +272,8 @@ impl ChunkSink for TextCollector {
 }
 
 /// Asks `model` for a `kind` verdict on `prompt` (temperature 0, no tools, the answer
-/// constrained to [`verdict_schema`]); the verdict must parse and be coherent
-/// ([`check_coherent`]).
+/// constrained to [`verdict_schema`], at most 512 tokens unless the host gives its judge a
+/// budget of its own); the verdict must parse and be coherent ([`check_coherent`]).
 pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String, run_id: &str) -> Result<Verdict, JudgeError> {
     let model = model.ok_or(JudgeError::NotConfigured)?;
     let request = ModelRequest {
@@ -284,9 +289,9 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
         response_format: Some(crate::model::ResponseFormat::JsonSchema { name: "verdict".into(), schema: verdict_schema() }),
         tool_choice: None,
     };
-    let mut sink = TextCollector(String::new());
+    let mut sink = TextCollector(String::new(), false);
     model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| JudgeError::Model(e.to_string()))?;
-    let verdict = parse_verdict(&sink.0)?;
+    let verdict = parse_verdict(&sink.0).map_err(|e| if sink.1 { JudgeError::TokenLimit } else { e })?;
     check_coherent(kind, &verdict)?;
     Ok(verdict)
 }

@@ -138,8 +138,8 @@ export interface OpenAIOptions extends ProviderOptions {
   reasoningModel?: boolean;
   /**
    * `reasoning_effort` sent with every request (OpenAI: `minimal`, `low`, `medium`, `high`).
-   * A reasoning model's hidden reasoning counts against the request's token limit, and the
-   * forge judge asks for at most 512 tokens: a judge on a reasoning model wants a low effort.
+   * A reasoning model's hidden reasoning counts against the request's token limit: a forge
+   * judge on one wants a low effort, or a larger `emergent.judge.maxTokens` than its 512.
    */
   reasoningEffort?: string;
 }

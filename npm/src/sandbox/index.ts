@@ -40,6 +40,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     );
   }
   const fetchDomainAllowlist = [...allowlist];
+  if (options.lazy !== undefined && typeof options.lazy !== 'boolean') throw new SandboxError(`lazy must be true or false, got ${describeType(options.lazy)}`);
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);
@@ -63,7 +64,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     startTimeoutMs: options.startTimeoutMs ?? 20_000,
   });
   try {
-    await pool.start();
+    if (!options.lazy) await pool.start();
   } catch (cause) {
     await pool.close();
     await guarded?.close();

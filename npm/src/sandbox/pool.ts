@@ -166,6 +166,8 @@ export class WorkerPool {
   private startFailures = 0;
   /** Set when Workers keep failing to start: the reason every request now fails with. */
   private broken: string | undefined;
+  /** Whether the Workers were asked to start (by `start`, or by the first execution). */
+  private started = false;
   private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, workersRecycled: 0, lastReplacementMs: undefined };
 
   constructor(
@@ -173,10 +175,28 @@ export class WorkerPool {
     private readonly config: PoolConfig,
   ) {}
 
+  /** Starts the Workers now and waits until they are ready (or one fails). A pool never
+   *  started this way starts them on its first execution. */
   async start(): Promise<void> {
+    this.started = true;
     const slots = await Promise.all(Array.from({ length: this.config.poolSize }, () => this.spawn()));
     this.slots.push(...slots);
     await Promise.all(slots.map((s) => s.ready));
+  }
+
+  /** The first execution's start: jobs wait in the queue until a Worker is ready, and a
+   *  Worker that cannot even be created fails them rather than leaving them waiting. */
+  private startOnDemand(): void {
+    if (this.started) return;
+    this.started = true;
+    for (let i = 0; i < this.config.poolSize; i++) {
+      this.spawn().then(
+        (slot) => (this.closed ? this.retire(slot) : void this.slots.push(slot)),
+        (error: unknown) => {
+          if (!this.slots.length) this.giveUp(error instanceof Error ? error.message : String(error));
+        },
+      );
+    }
   }
 
   stats(): SandboxStats {
@@ -252,6 +272,7 @@ export class WorkerPool {
     }
     const job: Job = { id: this.nextId++, request: json, resolve, started };
     this.queue.push(job);
+    this.startOnDemand();
     this.pump();
     return job;
   }
@@ -454,7 +475,13 @@ export class WorkerPool {
       return;
     }
     this.retire(slot);
-    if (this.closed || this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
+    if (this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
+    this.giveUp(reason);
+  }
+
+  /** Stops starting Workers: queued and later requests fail with `reason`. */
+  private giveUp(reason: string): void {
+    if (this.closed) return;
     this.broken = `sandbox workers keep failing to start (${reason})`;
     for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', this.broken, job.started));
   }

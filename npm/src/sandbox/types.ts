@@ -34,6 +34,13 @@ export interface SandboxOptions {
   /** Warm Workers kept ready. Default 2. */
   poolSize?: number;
   /**
+   * Start the Workers on the first execution instead of in `createSandbox` (default false).
+   * Nothing runs and no memory is taken until forged code does, at the price of the first
+   * execution waiting for them and a Worker that cannot start failing an execution
+   * (`worker_start`) rather than `createSandbox`. An agent's default sandbox is lazy.
+   */
+  lazy?: boolean;
+  /**
    * Executions that may wait for a free Worker. One past it ends at once with
    * `status: 'error'`, `error.code: 'queue_full'` instead of waiting behind all the others
    * (waiting does not count against `timeoutMs`). Default 256.
