@@ -25,7 +25,7 @@ const answering = (text: string): ModelProvider => ({
   },
 });
 const model = answering('ok');
-const judge = { model: answering(verdictReply(true).text!) };
+const judge = { model: answering(String(verdictReply(true).text)) };
 
 const gc = (globalThis as { gc?: () => void }).gc;
 const settle = async () => {

@@ -13,7 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Browser } from 'playwright-core';
 import type { SandboxRequest, SandboxResult, SandboxStats } from '../src/sandbox/index.js';
 import { startFetchServer } from './support/fetch-target-server.js';
-import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
+import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, RUNS_UNTIL_THE_DEADLINE, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
 import { importMapSandboxSite, viteSandboxSite } from './browser/sandbox-sites.js';
 
@@ -112,7 +112,7 @@ describeInBrowser('the sandbox in Chromium', () => {
 
       test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
         const { results, stats } = await callInPage<{ results: SandboxResult[]; stats: SandboxStats }>(tab.page, 'sandboxRunAll', [
-          { code: 'function execute(){ for(;;){} }' },
+          { code: RUNS_UNTIL_THE_DEADLINE },
           { code: 'function execute(){ return 1; }' },
           { code: 'function execute(){ return 2; }' },
           { code: 'function execute(){ return 3; }' },

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
 import { AbortError, createAgent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
+import { RUNS_UNTIL_THE_DEADLINE } from './support/sandbox-cases.js';
 import { collectGarbage, functionsHeldByCore } from './support/core-internals.js';
 import { iterations, seeded } from './support/seeded.js';
 import type { ExecuteOptions, SandboxRequest } from '../src/sandbox/types.js';
@@ -529,7 +530,7 @@ describe('emergent options and edge cases through createAgent', () => {
     // 1.5 s, not less: a replacement Worker's first execution must fit in it on a loaded machine.
     const agent = await makeAgent(memoryStore(), { sandboxTimeoutMs: 1500, sandboxMemoryMB: 32 });
     const started = performance.now();
-    const spin = await agent.forge(forgeCode('spin', 'function execute(i){ for(;;){} }'));
+    const spin = await agent.forge(forgeCode('spin', RUNS_UNTIL_THE_DEADLINE));
     assert.ok(!spin.success && /1500 ms/.test(spin.reason), JSON.stringify(spin));
     assert.ok(performance.now() - started < 4500, 'stopped at its 1500 ms deadline, not the default 5000 ms');
     const hog = await agent.forge(forgeCode('hog', "function execute(i){ const a = []; for(;;) a.push('x'.repeat(1 << 16) + a.length); }"));

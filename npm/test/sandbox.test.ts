@@ -16,7 +16,7 @@ import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.
 import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
 import { MAX_HOST_FETCHES_PER_EXECUTION } from '../src/sandbox/pool.js';
 import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
-import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
+import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, RUNS_UNTIL_THE_DEADLINE, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 
 const wasmBuilt = existsSync(new URL('../wasm/crucible_sandbox_bg.wasm', import.meta.url));
 const HOST_SECRET = 'host-secret-7f3a';
@@ -275,7 +275,7 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
 
   test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
     const results = await Promise.all([
-      sandbox.execute({ code: 'function execute(){ for(;;){} }' }),
+      sandbox.execute({ code: RUNS_UNTIL_THE_DEADLINE }),
       sandbox.execute({ code: 'function execute(){ return 1; }' }),
       sandbox.execute({ code: 'function execute(){ return 2; }' }),
       sandbox.execute({ code: 'function execute(){ return 3; }' }),

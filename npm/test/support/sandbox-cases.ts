@@ -31,6 +31,11 @@ export function expect(condition: unknown, message: string): asserts condition {
   if (!condition) throw new Error(message);
 }
 
+/** Code only the deadline can stop: catastrophic regex backtracking runs no JS loop, so Boa's
+ *  loop limit (50M iterations: 1.1–1.6 s of a bare loop on a 2-vCPU VM, less on a faster
+ *  machine) cannot end it first and leave the Worker alive where a test means to see it killed. */
+export const RUNS_UNTIL_THE_DEADLINE = "function execute(){ return /(a+)+$/.test('a'.repeat(40) + '!'); }";
+
 /** Sandbox options the cases assume. */
 export const CASE_OPTIONS = { timeoutMs: 1000, memoryMB: 64, poolSize: 2, allowHttp: true, fetchDomainAllowlist: ['127.0.0.1'] };
 
