@@ -643,11 +643,14 @@ fn broken_json_a_model_error_or_a_partial_verdict_reject() {
 fn a_verdict_cut_off_at_the_token_limit_says_so_and_names_the_budget() {
     // A reasoning judge spends its budget thinking and stops mid-verdict (finish `length`):
     // the reason must point at the budget, where a retry would fail the same way.
-    let cut = text_ending("{\"approved\": true, \"safety\": 1, \"correctness\"", "length");
-    let res = forge_with_judge(Some(judge_replying(vec![cut])));
-    assert!(!res.success);
-    let reason = res.reason.unwrap();
-    assert!(reason.contains("token limit") && reason.contains("emergent.judge.maxTokens"), "{reason}");
+    // Anthropic says `max_tokens` where OpenAI says `length`.
+    for finish in ["length", "max_tokens"] {
+        let cut = text_ending("{\"approved\": true, \"safety\": 1, \"correctness\"", finish);
+        let res = forge_with_judge(Some(judge_replying(vec![cut])));
+        assert!(!res.success);
+        let reason = res.reason.unwrap();
+        assert!(reason.contains("token limit") && reason.contains("the judge's maxTokens"), "{finish}: {reason}");
+    }
     // The same text ending normally is just broken JSON.
     let res = forge_with_judge(Some(judge_replying(vec![text_ending("{\"approved\": true, \"safety\": 1, \"correctness\"", "stop")])));
     assert!(!res.reason.unwrap().contains("token limit"));

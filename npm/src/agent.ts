@@ -5,7 +5,7 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { AbortError, CrucibleError, describeType, isRecord, isThenable, StoreError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
@@ -100,8 +100,9 @@ export interface JudgeOptions {
   model: ModelProvider;
   /**
    * Most tokens one verdict may take (default 512; a verdict needs about 150). A reasoning
-   * model's hidden reasoning counts against it, and a verdict cut off there rejects the forge:
-   * give a judge on such a model a few thousand.
+   * model's hidden reasoning counts against it, and a verdict cut off there rejects the forge
+   * (or, from the promotion panel, the promotion) with a reason that says so: give a judge on
+   * such a model a few thousand.
    */
   maxTokens?: number;
 }
@@ -139,7 +140,8 @@ export interface EmergentOptions {
   fetchDomainAllowlist?: string[];
   /** Keep sandbox source in exported packages (a redacted package cannot be imported). */
   persistSandboxSource?: boolean;
-  /** Runs forged code. Default: `createSandbox()` with the limits above. */
+  /** Runs forged code. Default: `createSandbox({ lazy: true })` with the limits above (its
+   *  Workers start when the agent's first forged code runs). */
   sandbox?: SandboxHost;
   /** Calls between writes of agent- and shared-tier tools' stats to the store (default 16;
    *  they are written at `endSession` and `close()` too). */
@@ -165,6 +167,8 @@ const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
     persistSandboxSource: true, sandbox: true, statsFlushEvery: true, auditCapacity: true,
   } satisfies Record<keyof EmergentOptions, true>),
 );
+/** The largest `maxTokens` the core takes (a u32), and so the largest a judge's may be. */
+const MAX_U32 = 2 ** 32 - 1;
 const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: true, maxTokens: true } satisfies Record<keyof JudgeOptions, true>));
 /** Names other SDKs use for an option this one spells differently. */
 const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', systemInstructions: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens' };
@@ -372,8 +376,8 @@ function flushOnPageHide(core: CoreAgentHandle): (() => void) | undefined {
 /**
  * Ties an agent's core to the world outside it: the store's agents (`runtimes`), the shared
  * tier's channel, the page's `pagehide`. `release` lets go of all of it and of what the agent
- * owns, in this order: buffered stats written, the sandbox stopped, the core freed (its
- * registry writes nothing more), and only then the id released for a new agent. `close()`
+ * owns, in this order: buffered stats written, the core freed (its registry writes nothing
+ * more), the sandbox stopped, and only then the id released for a new agent. `close()`
  * calls it, and the finalizer of an agent dropped without `close()`. Made here rather than in
  * the constructor: a closure made there shares its scope with closures that use `this`, so it
  * would keep the agent alive and the finalizer holding it would never run.
@@ -395,11 +399,16 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
       channel?.close();
       stopPageHideFlush?.();
       if (core.emergentEnabled) await core.flushStats().catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
-      await sandbox?.close?.();
     } finally {
-      // Whatever failed above, the core and the agent id are let go.
+      // Whatever failed above, the core and the agent id are let go. The core first: once
+      // freed its registry writes nothing, and stopping the sandbox ends the executions of a
+      // forge still in flight, which would then record its rejection.
       core.free();
-      releaseRegistry?.();
+      try {
+        await sandbox?.close?.();
+      } finally {
+        releaseRegistry?.();
+      }
     }
     if (unflushed !== undefined) throw unflushed;
   };
@@ -1024,8 +1033,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     }
     refuseUnknownOptions(judge, JUDGE_OPTION_NAMES, `createAgent: emergent.${what}`);
     const { maxTokens } = judge;
-    if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1)) {
-      throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.maxTokens must be a positive whole number of tokens, got ${describeType(maxTokens)}`);
+    if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1 && maxTokens <= MAX_U32)) {
+      throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.maxTokens must be a whole number of tokens from 1 to ${MAX_U32}, got ${describeValue(maxTokens)}`);
     }
   }
   const byName = new Map(tools.map((t) => [t.name, t]));

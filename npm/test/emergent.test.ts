@@ -128,6 +128,9 @@ describe('forge through the package', () => {
     const loops = { ...slugify, name: 'spin', implementation: { mode: 'sandbox', code: 'function execute(input) { while (true) {} }' } };
     chat.enqueue({ toolCalls: [{ name: 'forge_tool', arguments: loops }] }, { text: 'never asked' });
     const agent = await makeAgent(memoryStore(), { sandboxTimeoutMs: 8000 });
+    // The default sandbox starts its Workers with the first forged code: start them now, so the
+    // abort below lands while the loops run rather than while they wait for a Worker.
+    assert.ok((await agent.forge({ ...slugify, name: 'warm_up' }, { sessionId: 'warm-up' })).success);
     const controller = new AbortController();
     const started = Date.now();
     const events: AgentEvent[] = [];
@@ -191,20 +194,27 @@ describe('forge through the package', () => {
       await assert.rejects(agent.forge(slugify, { signal: 'stop' as never }), { code: 'invalid_argument' });
       await agent.close();
 
-      // A forged tool whose execution loops on some input, called with a deadline of our own.
-      const quick = await makeAgent(memoryStore(), { sandboxTimeoutMs: 8000 });
+      // A forged tool whose execution runs on some input (until the 8 s deadline: backtracking,
+      // which no loop limit ends), called with a deadline of our own. One Worker: the call after
+      // it is served at once only if the abort replaced that Worker.
+      const { createSandbox } = await import('../src/sandbox/index.js');
+      const oneWorker = await createSandbox({ timeoutMs: 8000, poolSize: 1 });
+      const quick = await makeAgent(memoryStore(), { sandbox: oneWorker });
       const spinOnDemand = {
         ...slugify,
         name: 'spin_on_demand',
-        implementation: { mode: 'sandbox', code: 'function execute(input) { if (input.text === "spin") { while (true) {} } return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "") }; }' },
+        implementation: { mode: 'sandbox', code: 'function execute(input) { if (input.text === "spin") { /(a+)+$/.test("a".repeat(40) + "!"); } return { slug: input.text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "") }; }' },
       };
       assert.ok((await quick.forge(spinOnDemand, { sessionId: 's1' })).success);
       started = Date.now();
       await assert.rejects(quick.tools.call('spin_on_demand', { text: 'spin' }, { sessionId: 's1', signal: AbortSignal.timeout(200) }), AbortError);
       assert.ok(Date.now() - started < 1500, `the call ended after ${Date.now() - started} ms`);
       // The sandbox keeps serving at once (the looping Worker was replaced).
+      started = Date.now();
       assert.deepEqual(await quick.tools.call('spin_on_demand', { text: 'Still Here' }, { sessionId: 's1' }), { slug: 'still-here' });
+      assert.ok(Date.now() - started < 4000, `the next call waited ${Date.now() - started} ms: the running execution was not stopped`);
       await quick.close();
+      await oneWorker.close();
     } finally {
       await slowJudge.close();
     }
@@ -497,7 +507,7 @@ describe('emergent options and edge cases through createAgent', () => {
       // What a reasoning model does with too small a budget: it stops inside the verdict.
       thinker.setResponder(() => ({ text: '{"approved": true, "safety": 0.9', finishReason: 'length' }));
       const cut = await roomy.forge({ ...slugify, name: 'slugify_two' });
-      assert.ok(!cut.success && /token limit/.test(cut.reason) && /emergent\.judge\.maxTokens/.test(cut.reason), JSON.stringify(cut));
+      assert.ok(!cut.success && /token limit/.test(cut.reason) && /the judge's maxTokens/.test(cut.reason), JSON.stringify(cut));
       await roomy.close();
       // The promotion panel defaults to the judge, budget included.
       thinker.setResponder(() => verdict(true));
@@ -508,7 +518,7 @@ describe('emergent options and edge cases through createAgent', () => {
       assert.equal((await panel.emergent.requestPromotion('slugify', 'agent', { sessionId: 's' })).status, 'promoted');
       assert.deepEqual(thinker.requests.slice(before).map((r) => (r.body as { max_completion_tokens?: number }).max_completion_tokens), [3000, 3000]);
       await panel.close();
-      for (const maxTokens of [0, 1.5, '4000']) {
+      for (const maxTokens of [0, 1.5, '4000', 2 ** 32]) {
         await assert.rejects(makeAgent(memoryStore(), { judge: { ...reasoningJudge(), maxTokens } }), { code: 'invalid_config', message: /emergent\.judge\.maxTokens/ });
       }
       await assert.rejects(makeAgent(memoryStore(), { promotionJudge: { ...reasoningJudge(), max_tokens: 9 } }), { code: 'invalid_config', message: /emergent\.promotionJudge: unknown option max_tokens \(did you mean maxTokens\?\)/ });
@@ -795,9 +805,12 @@ describe('emergent options and edge cases through createAgent', () => {
     const store = memoryStore();
     let answer!: () => void;
     const judged = new Promise<void>((resolve) => (answer = resolve));
+    let asked!: () => void;
+    const judgeAsked = new Promise<void>((resolve) => (asked = resolve));
     const slowJudge: ModelProvider = {
       id: 'double:slow-judge',
       async *stream() {
+        asked();
         await judged;
         yield { type: 'text', delta: verdict(true).text as string };
         yield { type: 'finish', finishReason: 'stop' };
@@ -805,7 +818,7 @@ describe('emergent options and edge cases through createAgent', () => {
     };
     const first = await makeAgent(store, { judge: { model: slowJudge } });
     const forging = first.forge(slugify);
-    await new Promise((resolve) => setTimeout(resolve, 50)); // its tests ran; it waits for the judge
+    await judgeAsked; // its tests ran; it waits for the judge
     await first.close();
     const next = await makeAgent(store);
     assert.ok((await next.forge({ ...slugify, name: 'next_tool' })).success);
@@ -815,6 +828,18 @@ describe('emergent options and edge cases through createAgent', () => {
     await forging.catch(() => undefined);
     assert.equal(await snapshot(), before, 'the closed agent wrote nothing after close');
     assert.deepEqual(next.emergent.audit().map((a) => `${a.action}:${a.tool}`), ['forge:next_tool', 'verdict:next_tool', 'register:next_tool']);
+    await next.close();
+  });
+
+  test("a forge whose tests are still running when its agent closes records no rejection: closing stops the sandbox only after the registry", async () => {
+    const store = memoryStore();
+    const first = await makeAgent(store, {}, 'closing');
+    const forging = first.forge(slugify); // its tests wait for the lazy sandbox's Workers
+    await first.close();
+    await forging.catch(() => undefined);
+    const next = await makeAgent(store, {}, 'closing');
+    assert.deepEqual(next.emergent.audit(), [], 'the tests the sandbox ended on close are no rejection of the closed agent');
+    assert.equal(next.emergent.stats().attempts, 0);
     await next.close();
   });
 

@@ -257,7 +257,7 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     await assert.rejects(createSandbox({ lazy: 'yes' as never }), { name: 'SandboxError', message: /lazy must be true or false/ });
   });
 
-  test("a lazy sandbox whose Workers cannot start fails its executions with worker_start instead of leaving them waiting", async () => {
+  test('a lazy sandbox whose Workers cannot start fails the executions waiting for them at the first failure, and the next one tries again', async () => {
     for (const workerUrl of ['data:text/javascript,', 'data:text/javascript,setInterval(()=>{},1000)', 'no such scheme']) {
       const lazy = await createSandbox({ poolSize: 1, workerUrl, startTimeoutMs: 300, lazy: true });
       try {
@@ -266,10 +266,24 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
         assert.equal(result.status, 'error', workerUrl);
         assert.equal(result.error?.code, 'worker_start', JSON.stringify(result));
         assert.ok(performance.now() - started < 3000, `${workerUrl}: gave up after ${performance.now() - started} ms`);
-        assert.equal((await lazy.execute({ code: 'function execute(){ return 1; }' })).error?.code, 'worker_start', 'and later executions too');
+        // As an eager start fails createSandbox at once: no respawns (each waiting out startTimeoutMs) first.
+        assert.ok(lazy.stats().workersStarted <= 1, `${workerUrl}: ${lazy.stats().workersStarted} Workers started for one execution`);
+        assert.equal((await lazy.execute({ code: 'function execute(){ return 1; }' })).error?.code, 'worker_start', 'the next execution starts afresh, and fails too');
       } finally {
         await lazy.close();
       }
+    }
+  });
+
+  test('a lazy sandbox counts the Workers it has yet to start as free: maxQueued bounds only executions that must wait', async () => {
+    const lazy = await createSandbox({ ...CASE_OPTIONS, poolSize: 2, maxQueued: 0, lazy: true });
+    try {
+      const code = 'function execute(i){ return i * 2; }';
+      const results = await Promise.all([1, 2, 3].map((n) => lazy.execute({ code, input: n })));
+      assert.deepEqual(results.map((r) => r.output ?? r.error?.code), [2, 4, 'queue_full'], 'two Workers take two, and none may wait');
+      assert.equal((await lazy.execute({ code, input: 5 })).output, 10, 'and it keeps serving');
+    } finally {
+      await lazy.close();
     }
   });
 

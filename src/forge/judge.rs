@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::agent::json_values;
-use crate::model::{CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest};
+use crate::model::{finish_kind, CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest};
 
 use super::request::{ForgeRequest, Implementation};
 use super::testing::{compact, TestResult};
@@ -65,7 +65,7 @@ pub enum JudgeError {
     Invalid(String),
     /// The answer hit its token limit before a verdict was complete: reasoning models spend
     /// that budget on hidden reasoning first, so the fix is a larger one, not a retry.
-    #[error("the judge's answer stopped at its token limit before a complete verdict; reasoning models spend tokens on reasoning first (raise emergent.judge.maxTokens)")]
+    #[error("the judge's answer stopped at its token limit before a complete verdict; reasoning models spend tokens on reasoning first (raise the judge's maxTokens)")]
     TokenLimit,
 }
 
@@ -261,7 +261,7 @@ impl ChunkSink for TextCollector {
     fn chunk(&mut self, chunk: &ModelChunk) {
         match chunk {
             ModelChunk::Text { delta } if !self.stopped() => self.0.push_str(delta),
-            ModelChunk::Finish { finish_reason, .. } => self.1 = finish_reason == "length",
+            ModelChunk::Finish { finish_reason, .. } => self.1 = finish_kind(finish_reason) == "length",
             _ => {}
         }
     }

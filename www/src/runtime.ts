@@ -241,8 +241,11 @@ export class Runtime {
       agentId: AGENT_ID,
       emergent: {
         enabled: true,
-        judge: { model },
-        promotionJudge: { model },
+        // The page's model may be a reasoning model, whose hidden reasoning would use up the
+        // default 512 tokens before the verdict; a larger cap costs the others nothing (their
+        // answers end with the verdict, about 150 tokens).
+        judge: { model, maxTokens: 4096 },
+        promotionJudge: { model, maxTokens: 4096 },
         maxSessionTools: 10,
         maxAgentTools: 50,
         sandboxTimeoutMs: 5000,

@@ -18,7 +18,8 @@ import type { Sandbox, SandboxOptions } from './types.js';
 export type { ExecuteOptions, Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './types.js';
 export { checkUrl, FetchRefused } from './fetch-bridge.js';
 
-/** Starts a warm pool of sandbox Workers. Resolves when every Worker is ready. */
+/** Starts a warm pool of sandbox Workers and resolves when every Worker is ready; with
+ *  `lazy: true`, resolves at once and the first execution starts them. */
 export async function createSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
   if (!isRecord(options as unknown)) {
     throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${describeType(options)}`);

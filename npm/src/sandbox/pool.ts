@@ -26,9 +26,11 @@ export async function nodeImport<T>(name: string): Promise<T> {
   return (await import(/* @vite-ignore */ name)) as T;
 }
 
-async function spawnWorker(workerUrl: string | URL | undefined): Promise<WorkerHandle> {
+async function spawnWorker(workerUrl: string | URL | undefined, wanted: () => boolean): Promise<WorkerHandle> {
   if (isNode) {
     const { Worker } = await nodeImport<typeof import('node:worker_threads')>('node:worker_threads');
+    // A pool closed while the module loaded (a lazy start, then close()) gets no thread.
+    if (!wanted()) throw new Error('the sandbox was closed');
     // From source (tsx) the script is worker.ts; from the package it is dist/sandbox/worker.js.
     const fromSource = import.meta.url.endsWith('.ts') && !workerUrl;
     const url = workerUrl ?? new URL(fromSource ? './worker.ts' : './worker.js', import.meta.url);
@@ -168,6 +170,12 @@ export class WorkerPool {
   private broken: string | undefined;
   /** Whether the Workers were asked to start (by `start`, or by the first execution). */
   private started = false;
+  /** Started by an execution (`lazy`), not by `start`. */
+  private startedOnDemand = false;
+  /** Whether any Worker of this pool has reported ready. */
+  private everReady = false;
+  /** Number of the current on-demand start: Workers of a start that failed are not kept. */
+  private attempt = 0;
   private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, workersRecycled: 0, lastReplacementMs: undefined };
 
   constructor(
@@ -184,19 +192,32 @@ export class WorkerPool {
     await Promise.all(slots.map((s) => s.ready));
   }
 
-  /** The first execution's start: jobs wait in the queue until a Worker is ready, and a
-   *  Worker that cannot even be created fails them rather than leaving them waiting. */
+  /** The first execution's start: jobs wait in the queue until a Worker is ready. */
   private startOnDemand(): void {
     if (this.started) return;
-    this.started = true;
+    this.started = this.startedOnDemand = true;
+    const attempt = ++this.attempt;
     for (let i = 0; i < this.config.poolSize; i++) {
       this.spawn().then(
-        (slot) => (this.closed ? this.retire(slot) : void this.slots.push(slot)),
-        (error: unknown) => {
-          if (!this.slots.length) this.giveUp(error instanceof Error ? error.message : String(error));
-        },
+        (slot) => (this.closed || attempt !== this.attempt ? this.retire(slot) : void this.slots.push(slot)),
+        (error: unknown) => this.onDemandStartFailed(attempt, error instanceof Error ? error.message : String(error)),
       );
     }
+  }
+
+  /**
+   * A Worker of an on-demand start failed before any ever became ready: as `createSandbox`
+   * fails when an eager start does, the executions waiting for it fail at once (instead of
+   * after every respawn's start timeout), and the next execution starts afresh.
+   */
+  private onDemandStartFailed(attempt: number, reason: string): void {
+    if (this.closed || attempt !== this.attempt || this.everReady) return;
+    this.attempt++;
+    this.started = false;
+    for (const slot of this.slots) this.retire(slot);
+    this.slots.length = 0;
+    const message = `the sandbox workers failed to start (${reason})`;
+    for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', message, job.started));
   }
 
   stats(): SandboxStats {
@@ -263,9 +284,10 @@ export class WorkerPool {
     if (this.closed) return refuse(failure('error', 'closed', 'the sandbox is closed', started));
     if (this.broken) return refuse(failure('error', 'worker_start', this.broken, started));
     // A flood of executions (many runs, each with many calls) must not pile up without bound:
-    // each waiting job holds its request, and the last would wait behind all the others.
-    const idle = this.slots.some((s) => s.state === 'idle');
-    if (!idle && this.queue.length >= this.config.maxQueued) {
+    // each waiting job holds its request, and the last would wait behind all the others. A
+    // Worker not busy (idle, starting, being replaced, or not started yet) takes one job.
+    const busy = this.slots.filter((s) => s.state === 'busy').length;
+    if (this.queue.length >= this.config.maxQueued + this.config.poolSize - busy) {
       return refuse(
         failure('error', 'queue_full', `${this.queue.length} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
       );
@@ -302,7 +324,7 @@ export class WorkerPool {
   }
 
   private async spawn(): Promise<Slot> {
-    const handle = await spawnWorker(this.config.workerUrl);
+    const handle = await spawnWorker(this.config.workerUrl, () => !this.closed);
     this.counters.workersStarted++;
     let markReady!: () => void;
     let markFailed!: (e: Error) => void;
@@ -334,6 +356,7 @@ export class WorkerPool {
           if (slot.state !== 'starting') return;
           slot.state = 'idle';
           this.startFailures = 0;
+          this.everReady = true;
           markReady();
           this.pump();
           if (slot.state === 'idle') handle.setBusy(false);
@@ -469,19 +492,14 @@ export class WorkerPool {
    */
   private startFailed(slot: Slot, reason: string): void {
     if (slot.state === 'dead') return;
+    if (this.startedOnDemand && !this.everReady) return this.onDemandStartFailed(this.attempt, reason);
     this.startFailures++;
     if (this.startFailures < MAX_START_FAILURES) {
       this.replace(slot);
       return;
     }
     this.retire(slot);
-    if (this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
-    this.giveUp(reason);
-  }
-
-  /** Stops starting Workers: queued and later requests fail with `reason`. */
-  private giveUp(reason: string): void {
-    if (this.closed) return;
+    if (this.closed || this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
     this.broken = `sandbox workers keep failing to start (${reason})`;
     for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', this.broken, job.started));
   }

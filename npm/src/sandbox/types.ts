@@ -31,13 +31,14 @@ export interface SandboxOptions {
   fetchDomainAllowlist?: string[];
   /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
   allowHttp?: boolean;
-  /** Warm Workers kept ready. Default 2. */
+  /** Workers kept ready (started in `createSandbox`, or by the first execution when `lazy`). Default 2. */
   poolSize?: number;
   /**
    * Start the Workers on the first execution instead of in `createSandbox` (default false).
-   * Nothing runs and no memory is taken until forged code does, at the price of the first
-   * execution waiting for them and a Worker that cannot start failing an execution
-   * (`worker_start`) rather than `createSandbox`. An agent's default sandbox is lazy.
+   * No Worker runs, and none of their memory (about 28 MB each) is taken, until forged code
+   * does; the module is still compiled now. The first execution waits for them, and Workers
+   * that cannot start fail the executions waiting for them (`worker_start`) rather than
+   * `createSandbox`; the next execution tries again. An agent's default sandbox is lazy.
    */
   lazy?: boolean;
   /**
