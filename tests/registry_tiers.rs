@@ -1025,6 +1025,25 @@ fn work_in_flight_when_the_agent_closes_writes_nothing_more_to_its_store() {
 }
 
 #[test]
+fn a_forge_the_agent_was_closed_under_ends_without_an_outcome() {
+    // Closing the agent stops its sandbox too, so the tests it ended say nothing of the code:
+    // the caller's forge ends unsettled (the host says `closed`), with no rejection announced.
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store);
+    let announced = r.events.types().len();
+    let request = slugify_request("late", SLUGIFY_JS);
+    let close_meanwhile = async {
+        support::YieldOnce::default().await;
+        r.registry.close();
+    };
+    let (res, ()) = block_on(futures::future::join(r.registry.forge_cancellable(&request, "s1", None, None, ""), close_meanwhile));
+    assert!(res.is_none(), "{res:?}");
+    let types = r.events.types()[announced..].to_vec();
+    assert!(!types.iter().any(|t| t == "forge.rejected" || t == "forge.registered"), "{types:?}");
+    assert!(r.registry.is_closed());
+}
+
+#[test]
 fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unreviewed_version() {
     let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");

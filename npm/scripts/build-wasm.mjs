@@ -157,6 +157,15 @@ for (const artifact of artifacts) {
     continue;
   }
   const targetDir = join(targetBase, features);
+  // Cargo judges freshness by file times and keeps no checkout path in its fingerprints, so two
+  // clones sharing this target dir (CI's clean clone beside a working tree) can each take the
+  // other's build for fresh: a file edited before the other clone built would not be compiled,
+  // and the other sources' wasm would be cached under this key. So a build of other sources
+  // than the last one here recompiles the crate itself (its dependencies stay built).
+  const lastBuilt = join(targetDir, `${name}.source-key`);
+  if (existsSync(targetDir) && (!existsSync(lastBuilt) || readFileSync(lastBuilt, 'utf8') !== key)) {
+    run('cargo', ['clean', '-p', 'crucible', '--release', '--target', 'wasm32-unknown-unknown', '--target-dir', targetDir]);
+  }
   run('cargo', [
     'build', '--release', '--lib', '--target', 'wasm32-unknown-unknown',
     '--no-default-features', '--features', features, '--target-dir', targetDir,
@@ -169,6 +178,7 @@ for (const artifact of artifacts) {
       '--enable-sign-ext', '--enable-mutable-globals', '--enable-reference-types', '--enable-multivalue',
       bg, '-o', bg]);
   }
+  writeFileSync(lastBuilt, key);
   saveToCache(name, key);
   portableDeclarations(name);
   const bytes = readFileSync(bg);

@@ -834,9 +834,12 @@ describe('emergent options and edge cases through createAgent', () => {
   test("a forge whose tests are still running when its agent closes records no rejection: closing stops the sandbox only after the registry", async () => {
     const store = memoryStore();
     const first = await makeAgent(store, {}, 'closing');
+    const announced: string[] = [];
+    first.on((e) => announced.push(e.type));
     const forging = first.forge(slugify); // its tests wait for the lazy sandbox's Workers
     await first.close();
-    await forging.catch(() => undefined);
+    await assert.rejects(forging, (e: unknown) => e instanceof CrucibleError && e.code === 'closed', 'the closed agent, not a rejected tool');
+    assert.ok(!announced.includes('forge.rejected'), announced.join(', '));
     const next = await makeAgent(store, {}, 'closing');
     assert.deepEqual(next.emergent.audit(), [], 'the tests the sandbox ended on close are no rejection of the closed agent');
     assert.equal(next.emergent.stats().attempts, 0);

@@ -704,7 +704,7 @@ impl Registry {
 
     /// Writes a batch, keeping only the last write per key.
     pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
-        if self.closed.get() {
+        if self.is_closed() {
             return Err(RegistryError::Closed);
         }
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
@@ -882,11 +882,17 @@ impl Registry {
         let ticket = self.ticket(session);
         let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
         // The judge and the host tools see the same signal: their failure may end the work in
-        // the very poll that cancels it, and is then the abort's doing, not the tool's.
-        if cancel.is_some_and(|c| c.is_cancelled()) {
+        // the very poll that cancels it, and is then the abort's doing, not the tool's. Closing
+        // the agent stops its sandbox: tests ended that way are no verdict on the code either.
+        if cancel.is_some_and(|c| c.is_cancelled()) || self.is_closed() {
             return None;
         }
         Some(self.settle(checked, &origin, &ticket).await)
+    }
+
+    /// Whether [`Registry::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
     }
 
     async fn forge_from(&self, request: &Value, origin: ForgeOrigin) -> ForgeResult {

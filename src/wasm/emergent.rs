@@ -131,7 +131,13 @@ impl CoreAgent {
             let result = match request {
                 Ok(request) => {
                     let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
-                    registry.forge_cancellable(&request, &session_id, scope, cancel, &calls_run_id).await.ok_or_else(|| aborted("the forge"))?
+                    registry.forge_cancellable(&request, &session_id, scope, cancel, &calls_run_id).await.ok_or_else(|| {
+                        if registry.is_closed() {
+                            registry_error(RegistryError::Closed)
+                        } else {
+                            aborted("the forge")
+                        }
+                    })?
                 }
                 Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
             };

@@ -284,10 +284,10 @@ export class WorkerPool {
     if (this.closed) return refuse(failure('error', 'closed', 'the sandbox is closed', started));
     if (this.broken) return refuse(failure('error', 'worker_start', this.broken, started));
     // A flood of executions (many runs, each with many calls) must not pile up without bound:
-    // each waiting job holds its request, and the last would wait behind all the others. A
-    // Worker not busy (idle, starting, being replaced, or not started yet) takes one job.
-    const busy = this.slots.filter((s) => s.state === 'busy').length;
-    if (this.queue.length >= this.config.maxQueued + this.config.poolSize - busy) {
+    // each waiting job holds its request, and the last would wait behind all the others. Until
+    // a Worker was ever ready (a lazy pool's first start), the pool's Workers count as free.
+    const idle = this.slots.some((s) => s.state === 'idle');
+    if (!idle && this.queue.length >= this.config.maxQueued + (this.everReady ? 0 : this.config.poolSize)) {
       return refuse(
         failure('error', 'queue_full', `${this.queue.length} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
       );
@@ -499,7 +499,13 @@ export class WorkerPool {
       return;
     }
     this.retire(slot);
-    if (this.closed || this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
+    if (this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
+    this.giveUp(reason);
+  }
+
+  /** Stops starting Workers: queued and later requests fail with `reason`. */
+  private giveUp(reason: string): void {
+    if (this.closed) return;
     this.broken = `sandbox workers keep failing to start (${reason})`;
     for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', this.broken, job.started));
   }
@@ -526,7 +532,11 @@ export class WorkerPool {
           () => {},
         );
       },
-      () => {},
+      // A Worker that cannot even be created leaves its position empty: with no other Worker
+      // alive, nothing would ever take the queued jobs.
+      (error: unknown) => {
+        if (!this.slots.some((s) => s.state !== 'dead')) this.giveUp(error instanceof Error ? error.message : String(error));
+      },
     );
   }
 }
