@@ -634,7 +634,8 @@ export class Agent<Output = unknown> {
    * Forges a tool: normalize → shape check → build → test → judge → register. Resolves with
    * `{ success: true, tool, verdict, tests }` or `{ success: false, reason, category }`; never
    * throws for a bad request (one with no JSON form, such as a circular object, included).
-   * Rejects with `AbortError` when `options.signal` aborts it.
+   * Rejects with `AbortError` when `options.signal` aborts it, and with the `closed` error
+   * when the agent is closed before its tests and judge are done.
    */
   forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
     return wrapAsync(async () => {
