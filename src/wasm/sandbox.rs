@@ -9,7 +9,7 @@
 //! (see `build.rs`); a failed allocation aborts (a trap) and the Worker discards the instance.
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
+    alloc::{GlobalAlloc, Layout},
     cell::RefCell,
     rc::Rc,
     sync::atomic::{AtomicBool, Ordering},
@@ -33,26 +33,34 @@ struct FlaggingAllocator;
 
 static ALLOCATION_FAILED: AtomicBool = AtomicBool::new(false);
 
+/// What [`FlaggingAllocator`] allocates with: Talc in the Worker, 2,472 B smaller gzipped than
+/// dlmalloc, the wasm default, and as fast here; like it, it returns null when `memory.grow`
+/// fails at the cap (the sandbox's memory tests hold).
+#[cfg(target_arch = "wasm32")]
+static INNER: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+#[cfg(not(target_arch = "wasm32"))]
+static INNER: std::alloc::System = std::alloc::System;
+
 unsafe impl GlobalAlloc for FlaggingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { INNER.alloc(layout) };
         if p.is_null() {
             ALLOCATION_FAILED.store(true, Ordering::Relaxed);
         }
         p
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { INNER.alloc_zeroed(layout) };
         if p.is_null() {
             ALLOCATION_FAILED.store(true, Ordering::Relaxed);
         }
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { INNER.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { INNER.realloc(ptr, layout, new_size) };
         if p.is_null() {
             ALLOCATION_FAILED.store(true, Ordering::Relaxed);
         }
