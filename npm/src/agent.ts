@@ -1147,10 +1147,11 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     if (em?.enabled) {
       sandbox = em.sandbox ?? (await defaultSandbox(em));
       const { judge, promotionJudge, sandbox: _s, ...rest } = em;
+      const judgeModel = judge ? adaptJudge(judge) : undefined;
       emergent = {
         config: stripUndefined({ ...rest }),
-        judge: judge ? adaptJudge(judge) : undefined,
-        promotionJudge: promotionJudge ? adaptJudge(promotionJudge) : judge ? adaptJudge(judge) : undefined,
+        judge: judgeModel,
+        promotionJudge: promotionJudge ? adaptJudge(promotionJudge) : judgeModel,
         sandbox,
         onEvent: hub.dispatch,
         isObserved: hub.isObserved,

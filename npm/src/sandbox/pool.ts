@@ -216,8 +216,12 @@ export class WorkerPool {
     this.started = false;
     for (const slot of this.slots) this.retire(slot);
     this.slots.length = 0;
-    const message = `the sandbox workers failed to start (${reason})`;
-    for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', message, job.started));
+    this.failQueued('worker_start', `the sandbox workers failed to start (${reason})`);
+  }
+
+  /** Ends every execution waiting for a Worker with `code`. */
+  private failQueued(code: 'worker_start' | 'closed', message: string): void {
+    for (const job of this.queue.splice(0)) job.resolve(failure('error', code, message, job.started));
   }
 
   stats(): SandboxStats {
@@ -315,7 +319,7 @@ export class WorkerPool {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const job of this.queue.splice(0)) job.resolve(failure('error', 'closed', 'the sandbox was closed', job.started));
+    this.failQueued('closed', 'the sandbox was closed');
     for (const slot of this.slots) {
       if (slot.job) slot.job.resolve(failure('error', 'closed', 'the sandbox was closed', slot.job.started));
       this.retire(slot);
@@ -507,7 +511,7 @@ export class WorkerPool {
   private giveUp(reason: string): void {
     if (this.closed) return;
     this.broken = `sandbox workers keep failing to start (${reason})`;
-    for (const job of this.queue.splice(0)) job.resolve(failure('error', 'worker_start', this.broken, job.started));
+    this.failQueued('worker_start', this.broken);
   }
 
   /** Discards a Worker (killed: it failed or ran out of time; recycled: it grew) and starts
