@@ -119,6 +119,9 @@ async function runTask(task: Task): Promise<Row> {
       case 'text.delta':
         text += e.delta;
         break;
+      case 'step.end':
+        if (process.env.BENCH_VERBOSE && text) console.error(`  [${task.id}] text so far: ${JSON.stringify(text.slice(-300))}`);
+        break;
       case 'agent.error':
         error = `${e.error.code}: ${e.error.message}`.slice(0, 160);
         break;

@@ -1243,3 +1243,57 @@ fn calls_running_while_their_tool_is_promoted_count_where_it_went() {
     let info = r.registry.list("s1").into_iter().find(|t| t.name == "shout").unwrap();
     assert_eq!((info.tier, info.stats.calls, info.stats.successes), (Tier::Agent, 4, 4));
 }
+
+#[test]
+fn forging_the_same_request_again_answers_with_the_tool_as_it_is_without_asking_the_judge() {
+    let judge = approving_judge();
+    let config = EmergentConfig { persist_sandbox_source: true, ..promo_config() };
+    let r = rig_with(config, Some(judge.clone()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    let (judged, tested) = (judge.requests.borrow().len(), r.sandbox.requests.borrow().len());
+    r.events.0.borrow_mut().clear();
+
+    let again = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1"));
+    assert!(again.success && again.unchanged, "{again:?}");
+    let tool = again.tool.unwrap();
+    assert_eq!((tool.version, tool.tier, tool.stats.calls), (1, Tier::Session, 2), "the same version, its uses kept");
+    assert_eq!(again.verdict.map(|v| v.confidence), Some(0.9), "the verdict it was registered with");
+    assert_eq!(judge.requests.borrow().len(), judged, "the judge is not asked again");
+    assert_eq!(r.sandbox.requests.borrow().len(), tested, "nor are the tests re-run");
+    assert_eq!(again.tests, Some(vec![]));
+    assert!(matches!(r.events.bodies().last(), Some(EventBody::ForgeRegistered { version: 1, unchanged: true, .. })), "{:?}", r.events.types());
+    let last = r.registry.audit_trail().pop().unwrap();
+    assert_eq!((last.action.as_str(), last.version), ("unchanged", Some(1)));
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.approved, stats.unique_approved), (2, 2, 1));
+
+    // Anything different is a new version, judged; and an import always re-runs the checks.
+    let changed = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_V2_JS), "s1"));
+    assert!(changed.success && !changed.unchanged && changed.tool.unwrap().version == 2, "{:?}", changed.reason);
+    assert_eq!(judge.requests.borrow().len(), judged + 1);
+    let back = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1"));
+    assert!(!back.unchanged && back.tool.unwrap().version == 3, "v1's content again is new: v2 is the current one");
+    let package = r.registry.export("slugify", "s1").unwrap();
+    let imported = block_on(r.registry.import(&package, "s1")).unwrap();
+    assert!(imported.success && !imported.unchanged && imported.tests.is_some(), "{imported:?}");
+    assert_eq!(judge.requests.borrow().len(), judged + 3);
+    // Another session does not reach s1's tool: its forge is checked in full.
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s2");
+    assert_eq!(judge.requests.borrow().len(), judged + 4);
+}
+
+#[test]
+fn forging_a_promoted_tool_again_in_a_new_session_answers_with_the_promoted_tool() {
+    let judge = approving_judge();
+    let r = rig_with(promo_config(), Some(judge.clone()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let judged = judge.requests.borrow().len();
+    let again = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s2"));
+    assert!(again.unchanged, "{again:?}");
+    assert_eq!(again.tool.unwrap().tier, Tier::Agent, "no session copy shadows the promoted tool");
+    assert_eq!(judge.requests.borrow().len(), judged);
+    assert!(r.registry.list("s2").iter().all(|t| t.tier == Tier::Agent));
+}

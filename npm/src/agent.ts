@@ -634,6 +634,8 @@ export class Agent<Output = unknown> {
    * Forges a tool: normalize → shape check → build → test → judge → register. Resolves with
    * `{ success: true, tool, verdict, tests }` or `{ success: false, reason, category }`; never
    * throws for a bad request (one with no JSON form, such as a circular object, included).
+   * A request identical to the active tool the session reaches under that name resolves with
+   * that tool as it is (`unchanged: true`, `tests` empty): no new version, no tests, no judge call.
    * Rejects with `AbortError` when `options.signal` aborts it, and with the `closed` error
    * when the agent is closed before its tests and judge are done.
    */

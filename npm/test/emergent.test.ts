@@ -123,6 +123,32 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('forging the same tool twice in a run answers the second call with the tool as it is: one judge call, one version', async () => {
+    chat.reset();
+    judge.reset();
+    chat.enqueue(
+      { toolCalls: [{ name: 'forge_tool', arguments: slugify }] },
+      { toolCalls: [{ name: 'forge_tool', arguments: slugify }] },
+      { text: 'Done.' },
+    );
+    const agent = await makeAgent(memoryStore());
+    const events: AgentEvent[] = [];
+    for await (const e of agent.stream('Make a slug tool', { sessionId: 's1' })) events.push(e);
+    const results = events.flatMap((e) => (e.type === 'tool.execute.end' && e.name === 'forge_tool' ? [e.result as { success: boolean; version: number; message: string }] : []));
+    assert.equal(results.length, 2);
+    assert.deepEqual(results.map((r) => [r.success, r.version]), [[true, 1], [true, 1]]);
+    assert.match(results[1]!.message, /already exists exactly as requested/);
+    assert.equal(judge.requests.length, 1, 'the judge reviewed the tool once');
+    assert.equal(events.filter((e) => e.type === 'forge.test').length, 2, 'its two tests ran once');
+    assert.equal(events.filter((e) => e.type === 'forge.registered').length, 2);
+    const direct = await agent.forge(slugify, { sessionId: 's1' });
+    assert.ok(direct.success && direct.unchanged && direct.tool.version === 1 && direct.tests.length === 0 && direct.verdict.confidence > 0, JSON.stringify(direct));
+    assert.equal(judge.requests.length, 1);
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => [t.name, t.version, t.versions]), [['slugify', 1, [1]]]);
+    assert.equal(agent.emergent.audit().at(-1)!.action, 'unchanged');
+    await agent.close();
+  });
+
   test('stopping a run while forge_tool tests forged code that loops ends the run promptly, not when the sandbox gives up on the loop', async () => {
     chat.reset();
     const loops = { ...slugify, name: 'spin', implementation: { mode: 'sandbox', code: 'function execute(input) { while (true) {} }' } };

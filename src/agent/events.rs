@@ -111,9 +111,17 @@ pub enum EventBody {
     /// The judge returned a verdict.
     #[serde(rename = "forge.judge", rename_all = "camelCase")]
     ForgeJudge { name: String, verdict: Verdict },
-    /// A verified tool was registered.
+    /// A verified tool was registered; or, `unchanged`, the forge was identical to the tool
+    /// the session reaches under that name, which stays as it is (this is its tier and version).
     #[serde(rename = "forge.registered", rename_all = "camelCase")]
-    ForgeRegistered { name: String, tier: Tier, version: u32, hash: String },
+    ForgeRegistered {
+        name: String,
+        tier: Tier,
+        version: u32,
+        hash: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unchanged: bool,
+    },
     /// A forge was rejected, with its category and the attempt's tags (a request that did not
     /// parse has no `forge.start`, so these are its only ones).
     #[serde(rename = "forge.rejected", rename_all = "camelCase")]

@@ -44,7 +44,11 @@ impl ToolHandler for ForgeToolHandler {
                 "name": tool.name,
                 "tier": tool.tier,
                 "version": tool.version,
-                "message": format!("Tool `{}` is ready. Call it by name in your next step.", tool.name),
+                "message": if result.unchanged {
+                    format!("Tool `{}` already exists exactly as requested, so nothing was forged again. Call it by name in your next step.", tool.name)
+                } else {
+                    format!("Tool `{}` is ready. Call it by name in your next step.", tool.name)
+                },
                 "inputSchema": tool.input_schema,
             }),
             _ => json!({

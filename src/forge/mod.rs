@@ -27,7 +27,7 @@ pub use judge::{
     CORRECTNESS_REJECTION_BELOW, REASONING_MAX_CHARS,
 };
 pub use meta_tool::ForgeToolHandler;
-pub use pipeline::{Forge, ForgeResult, Rejection, Verified};
+pub use pipeline::{Admission, Checked, Forge, ForgeResult, Kept, Rejection, Verified};
 pub use prompt::{forge_tool_advertised_schema, forge_tool_definition, forge_tool_description, FORGE_TOOL_DESCRIPTION, FORGE_TOOL_EXAMPLE, FORGE_TOOL_NAME};
 pub use request::{
     normalize, scope_label, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, MAX_SCOPE_CHARS, TEST_CASE_KEYS,

@@ -42,6 +42,11 @@ pub struct ForgeResult {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<RejectionCategory>,
+    /// The request was identical to the tool the session already reaches under its name: that
+    /// tool is the result, as it was (no new version, tests or judge call: `tests` is empty
+    /// and `verdict` is the one it was registered with).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
 impl ForgeResult {
@@ -54,8 +59,35 @@ impl ForgeResult {
             tests: (!r.tests.is_empty()).then(|| r.tests.clone()),
             reason: Some(r.reason.clone()),
             category: Some(r.category),
+            unchanged: false,
         }
     }
+}
+
+/// What the registry says of a named request before it is tested (see [`Forge::verify`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    /// Test, judge and register it.
+    New,
+    /// Identical (content hash) to the active, judged tool the session reaches under its name.
+    Unchanged(Box<Kept>),
+}
+
+/// The tool an unchanged request already is, with the verdict it was registered with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kept {
+    pub tool: ToolInfo,
+    pub verdict: Verdict,
+    /// The attempt's scope label.
+    pub scope: Option<String>,
+}
+
+/// A request that passed [`Forge::verify`].
+#[derive(Debug, Clone)]
+pub enum Checked {
+    Verified(Box<Verified>),
+    /// Nothing to test or judge: the request is a tool the session already has.
+    Unchanged(Box<Kept>),
 }
 
 /// A request that passed every check: ready to register.
@@ -136,16 +168,16 @@ impl Forge {
     }
 
     /// Runs the pipeline up to (not including) registration. `admit` is asked once the name is
-    /// known (tier limits); its `Err` rejects with category `other`. `emit` receives the stage
-    /// events.
+    /// known and missing schemas are inferred (reserved names, tier limits, an unchanged
+    /// request); its `Err` rejects with category `other`. `emit` receives the stage events.
     pub async fn verify(
         &self,
         raw: &Value,
         origin: &ForgeOrigin,
         tools: &Rc<dyn ToolLookup>,
-        admit: &dyn Fn(&ForgeRequest) -> Result<(), String>,
+        admit: &dyn Fn(&ForgeRequest) -> Result<Admission, String>,
         emit: &dyn Fn(EventBody),
-    ) -> Result<Verified, Rejection> {
+    ) -> Result<Checked, Rejection> {
         let mut request = match normalize(raw) {
             Ok(r) => r,
             Err(e) => {
@@ -174,9 +206,9 @@ impl Forge {
         mut request: ForgeRequest,
         origin: &ForgeOrigin,
         tools: &Rc<dyn ToolLookup>,
-        admit: &dyn Fn(&ForgeRequest) -> Result<(), String>,
+        admit: &dyn Fn(&ForgeRequest) -> Result<Admission, String>,
         emit: &dyn Fn(EventBody),
-    ) -> Result<Verified, Rejection> {
+    ) -> Result<Checked, Rejection> {
         emit(EventBody::ForgeStart {
             name: request.name.clone(),
             mode: request.implementation.mode().into(),
@@ -184,10 +216,13 @@ impl Forge {
             session_id: origin.session_id.clone(),
             scope: request.scope.clone(),
         });
-        if let Err(reason) = admit(&request) {
-            return Err(Rejection::new(&request.name, reason, Evidence::default()));
-        }
+        // Inferred first: an unchanged request is recognised by the content it is stored with.
         infer_schemas(&mut request);
+        match admit(&request) {
+            Err(reason) => return Err(Rejection::new(&request.name, reason, Evidence::default())),
+            Ok(Admission::Unchanged(kept)) => return Ok(Checked::Unchanged(Box::new(Kept { scope: request.scope, ..*kept }))),
+            Ok(Admission::New) => {}
+        }
         if let Err(issues) = shape_check(&request) {
             return Err(Rejection::new(&request.name, issues.reasons.join("; "), issues.evidence));
         }
@@ -222,6 +257,6 @@ impl Forge {
             r.verdict = Some(verdict);
             return Err(r);
         }
-        Ok(Verified { request, tool, verdict, tests })
+        Ok(Checked::Verified(Box::new(Verified { request, tool, verdict, tests })))
     }
 }

@@ -31,7 +31,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventBody, EventSink};
-use crate::forge::{Evidence, Forge, ForgeOrigin, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Rejection, Verified, FORGE_TOOL_NAME};
+use crate::forge::{
+    Admission, Checked, Evidence, Forge, ForgeOrigin, ForgeRequest, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Kept, Rejection, Verified,
+    FORGE_TOOL_NAME,
+};
 use crate::model::Model;
 use crate::sandbox::SandboxRunner;
 use crate::store::{BatchOp, Store, StoreError, Versioned};
@@ -880,14 +883,14 @@ impl Registry {
     ) -> Option<ForgeResult> {
         let origin = self.origin(session, scope, "", calls_run_id);
         let ticket = self.ticket(session);
-        let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
+        let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup(), Reuse::Unchanged)).await?;
         // The judge and the host tools see the same signal: their failure may end the work in
         // the very poll that cancels it, and is then the abort's doing, not the tool's. Closing
         // the agent stops its sandbox: tests ended that way are no verdict on the code either.
         if cancel.is_some_and(|c| c.is_cancelled()) || self.is_closed() {
             return None;
         }
-        Some(self.settle(checked, &origin, &ticket).await)
+        Some(self.settle(checked, &origin, &ticket, "forge").await)
     }
 
     /// Whether [`Registry::close`] was called.
@@ -897,16 +900,49 @@ impl Registry {
 
     async fn forge_from(&self, request: &Value, origin: ForgeOrigin) -> ForgeResult {
         let ticket = self.ticket(&origin.session_id);
-        let checked = self.verify(request, &origin, &self.lookup()).await;
-        self.settle(checked, &origin, &ticket).await
+        let checked = self.verify(request, &origin, &self.lookup(), Reuse::Unchanged).await;
+        self.settle(checked, &origin, &ticket, "forge").await
     }
 
-    /// Registers a verified tool or records the rejection.
-    async fn settle(&self, checked: Result<Verified, Rejection>, origin: &ForgeOrigin, ticket: &SessionTicket) -> ForgeResult {
+    /// Registers a verified tool (`action` names it in the audit trail), answers an unchanged
+    /// request with the tool it already is, or records the rejection.
+    pub(crate) async fn settle(&self, checked: Result<Checked, Rejection>, origin: &ForgeOrigin, ticket: &SessionTicket, action: &str) -> ForgeResult {
         match checked {
-            Ok(verified) => self.register_session(verified, origin, "forge", ticket).await,
+            Ok(Checked::Verified(verified)) => self.register_session(*verified, origin, action, ticket).await,
+            Ok(Checked::Unchanged(kept)) => self.keep_unchanged(*kept, origin).await,
             Err(rejection) => self.reject(&rejection, origin).await,
         }
+    }
+
+    /// Answers a forge identical to the active tool the session reaches under its name with
+    /// that tool as it is: counted as an approved attempt, audited as `unchanged`, announced
+    /// with `forge.registered` for its current version. A model that forges the same request
+    /// again (small ones do, after success too) would otherwise pay a judge call for a new
+    /// version whose fresh stats set its promotion back to zero uses.
+    async fn keep_unchanged(&self, kept: Kept, origin: &ForgeOrigin) -> ForgeResult {
+        let Kept { tool, verdict, scope } = kept;
+        let ops = {
+            let mut state = self.state.borrow_mut();
+            let name_changed = state.forge_stats.record_approved(&tool.name, verdict.confidence);
+            let mut ops = self.forge_stats_ops(&state, name_changed.then_some((tool.name.as_str(), true)));
+            let detail = format!("hash {}: identical to the registered version, not tested or judged again", tool.hash);
+            ops.extend(self.audit(
+                &mut state,
+                "unchanged",
+                &tool.name,
+                Some(tool.version),
+                Some(tool.tier),
+                detail,
+                AuditSubject::attempt(&origin.session_id, scope.as_deref()),
+            ));
+            ops
+        };
+        self.emit(
+            &origin.run_id,
+            EventBody::ForgeRegistered { name: tool.name.clone(), tier: tool.tier, version: tool.version, hash: tool.hash.clone(), unchanged: true },
+        );
+        let _ = self.persist(ops).await;
+        ForgeResult { success: true, tool: Some(tool), verdict: Some(verdict), tests: Some(vec![]), reason: None, category: None, unchanged: true }
     }
 
     /// Counts a forge or import of `session` as going until the ticket is dropped: its tool
@@ -925,16 +961,30 @@ impl Registry {
             .map_err(|count| format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"))
     }
 
-    pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &Rc<dyn crate::tools::ToolLookup>) -> Result<Verified, Rejection> {
+    pub(crate) async fn verify(
+        &self,
+        request: &Value,
+        origin: &ForgeOrigin,
+        tools: &Rc<dyn crate::tools::ToolLookup>,
+        reuse: Reuse,
+    ) -> Result<Checked, Rejection> {
         let session = origin.session_id.clone();
-        let admit = |req: &crate::forge::ForgeRequest| {
+        let admit = |req: &ForgeRequest| {
             if req.name == FORGE_TOOL_NAME {
                 return Err(format!("`{FORGE_TOOL_NAME}` is reserved"));
             }
             // Taking an own tool's name would put forged code behind every pipeline and every
             // turn that calls it, with tests that only show it behaving on their own inputs.
             self.refuse_own_name(&req.name)?;
-            self.session_room(&self.state.borrow(), &session, &req.name)
+            let state = self.state.borrow();
+            if reuse == Reuse::Unchanged {
+                // Hashed only when the name is taken: a new name (most forges) costs nothing here.
+                let same = state.resolve(&req.name, &session).filter(|(_, e)| e.record.current.hash == content_hash(req));
+                if let Some((entry, verdict)) = same.and_then(|(_, e)| Some((e, e.record.current.verdict.clone()?))) {
+                    return Ok(Admission::Unchanged(Box::new(Kept { tool: tool_info(entry), verdict, scope: None })));
+                }
+            }
+            self.session_room(&state, &session, &req.name).map(|()| Admission::New)
         };
         let run_id = origin.run_id.clone();
         let emit = |body: EventBody| self.emit(&run_id, body);
@@ -1056,9 +1106,20 @@ impl Registry {
             ops.extend(self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), who()));
             (info, ops)
         };
-        self.emit(&origin.run_id, EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone() });
+        self.emit(
+            &origin.run_id,
+            EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone(), unchanged: false },
+        );
         let _ = self.persist(ops).await;
-        ForgeResult { success: true, tool: Some(info), verdict: Some(verified.verdict), tests: Some(verified.tests), reason: None, category: None }
+        ForgeResult {
+            success: true,
+            tool: Some(info),
+            verdict: Some(verified.verdict),
+            tests: Some(verified.tests),
+            reason: None,
+            category: None,
+            unchanged: false,
+        }
     }
 
     /// The forge stats snapshot.
@@ -1498,6 +1559,14 @@ fn audit_entry_key(agent_id: &str, seq: u64) -> String {
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct ForgeNameRecord {
     approved: bool,
+}
+
+/// Whether [`Registry::verify`] answers a request identical to the tool the session reaches
+/// with that tool (forges) or checks it all again (imports, which re-run tests and judge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reuse {
+    Unchanged,
+    Never,
 }
 
 /// The listed view of an entry.

@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 
 use crate::forge::{normalize, type_name, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
-use super::{content_hash, Registry, RegistryError};
+use super::{content_hash, Registry, RegistryError, Reuse};
 
 /// This crate's package format id.
 pub const PACKAGE_FORMAT: &str = "crucible.tool.v1";
@@ -267,9 +267,7 @@ impl Registry {
         let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), ..Default::default() };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         let ticket = self.ticket(session);
-        Ok(match self.verify(&request_value, &origin, &self.lookup()).await {
-            Ok(verified) => self.register_session(verified, &origin, "import", &ticket).await,
-            Err(rejection) => self.reject(&rejection, &origin).await,
-        })
+        let checked = self.verify(&request_value, &origin, &self.lookup(), Reuse::Never).await;
+        Ok(self.settle(checked, &origin, &ticket, "import").await)
     }
 }

@@ -185,8 +185,9 @@ pub struct ToolInfo {
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
     pub at: f64,
-    /// `forge`, `verdict`, `register`, `reject`, `promote`, `demote`, `rollback`, `import`,
-    /// `approval.requested`, `approval.approved`, `approval.denied`.
+    /// `forge`, `verdict`, `register`, `reject`, `unchanged` (a forge identical to the tool it
+    /// names), `promote`, `demote`, `rollback`, `import`, `approval.requested`,
+    /// `approval.approved`, `approval.denied`.
     pub action: String,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -162,7 +162,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '✗'), ' ', h('code', {}, event.name), ` failed: ${event.error.code}: ${brief(event.error.message, 200)}`);
           return false;
         case 'forge.registered':
-          addEvent('tool-forged', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forged ', h('code', {}, event.name), ` (${event.tier} tier, v${event.version})`);
+          addEvent('tool-forged', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), event.unchanged ? ' already had ' : ' forged ', h('code', {}, event.name), ` (${event.tier} tier, v${event.version})`);
           return false;
         case 'forge.rejected':
           addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forge of ', h('code', {}, event.name), ` rejected (${event.category}): ${brief(event.reason, 300)}`);

@@ -25,9 +25,11 @@ export function mountForgeExample(app: App): void {
     status.textContent = 'Forging slugify: its tests run in the sandbox, then the judge reviews it…';
     try {
       const result = await app.during('the example forge', () => runtime.forge(SLUGIFY_EXAMPLE, app.sessionId));
-      status.textContent = result.success
-        ? `Registered slugify v${result.tool.version} in this session. Ask the chat to slugify a title; promote it to keep it after a reload.`
-        : `Rejected (${result.category}): ${result.reason}`;
+      status.textContent = !result.success
+        ? `Rejected (${result.category}): ${result.reason}`
+        : result.unchanged
+          ? `slugify v${result.tool.version} (${result.tool.tier} tier) is this very tool already: nothing was tested or judged again. Ask the chat to slugify a title.`
+          : `Registered slugify v${result.tool.version} in this session. Ask the chat to slugify a title; promote it to keep it after a reload.`;
     } catch (error) {
       status.textContent = `Could not forge: ${errorText(error)}`;
     } finally {

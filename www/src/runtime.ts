@@ -38,7 +38,7 @@ export type EmergentEvent = { runId?: string; runPath?: string[] } & (
   | { type: 'forge.start'; name: string; mode: string; sessionId?: string }
   | { type: 'forge.test'; name: string; test: TestResult }
   | { type: 'forge.judge'; name: string; verdict: Verdict }
-  | { type: 'forge.registered'; name: string; tier: Tier; version: number; hash: string }
+  | { type: 'forge.registered'; name: string; tier: Tier; version: number; hash: string; unchanged?: boolean }
   | { type: 'forge.rejected'; name: string; category: RejectionCategory; reason: string }
   | { type: 'tool.promoted'; name: string; fromTier: Tier; toTier: Tier; version: number }
   | { type: 'tool.demoted'; name: string; fromTier: Tier; toTier: Tier }

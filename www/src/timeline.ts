@@ -137,8 +137,11 @@ export function mountTimeline(app: App): void {
       }
       case 'forge.registered': {
         const card = cardFor(e.name, e.runId);
-        close(card, 'registered', 'registered', 'badge-ok');
-        card.body.append(h('div', { class: 'tl-step tl-outcome ok', 'data-step': 'registered' }, h('span', { class: 'step-label' }, 'Registered'), ` ${e.tier} tier, version ${e.version}, hash `, h('code', { title: e.hash }, e.hash.slice(0, 12))));
+        close(card, 'registered', e.unchanged ? 'unchanged' : 'registered', 'badge-ok');
+        // An unchanged forge was the tool already there: nothing was tested or judged again.
+        const label = e.unchanged ? 'Already registered' : 'Registered';
+        const note = e.unchanged ? ' (the same request again: not tested or judged again)' : '';
+        card.body.append(h('div', { class: 'tl-step tl-outcome ok', 'data-step': 'registered' }, h('span', { class: 'step-label' }, label), ` ${e.tier} tier, version ${e.version}, hash `, h('code', { title: e.hash }, e.hash.slice(0, 12)), note));
         break;
       }
       case 'forge.rejected': {

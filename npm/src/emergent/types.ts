@@ -92,7 +92,17 @@ export interface ToolInfo {
 }
 
 export type ForgeResult =
-  | { success: true; tool: ToolInfo; verdict: Verdict; tests: TestResult[] }
+  | {
+      success: true;
+      tool: ToolInfo;
+      verdict: Verdict;
+      /** The tests this forge ran (none when `unchanged`). */
+      tests: TestResult[];
+      /** The request was identical to the active tool the session reaches under its name:
+       *  `tool` is that tool, as it is (no new version, nothing tested or judged again;
+       *  `verdict` is the one it was registered with). */
+      unchanged?: true;
+    }
   | { success: false; reason: string; category: RejectionCategory; tests?: TestResult[]; verdict?: Verdict };
 
 export interface ForgeStats {
@@ -143,7 +153,7 @@ export interface PromotionOutcome {
  * - `forge.start` { name, mode, agentId, sessionId, scope? }
  * - `forge.test` { name, test: TestResult }
  * - `forge.judge` { name, verdict }
- * - `forge.registered` { name, tier, version, hash }
+ * - `forge.registered` { name, tier, version, hash, unchanged? } (`unchanged`: the forge was identical to the tool the session reaches, which stays as it is)
  * - `forge.rejected` { name, category, reason, agentId, sessionId, scope? }
  * - `tool.promoted` { name, fromTier, toTier, version }
  * - `tool.demoted` { name, fromTier, toTier }
