@@ -1266,7 +1266,7 @@ fn forging_the_same_request_again_answers_with_the_tool_as_it_is_without_asking_
     let last = r.registry.audit_trail().pop().unwrap();
     assert_eq!((last.action.as_str(), last.version), ("unchanged", Some(1)));
     let stats = r.registry.stats();
-    assert_eq!((stats.attempts, stats.approved, stats.unique_approved), (2, 2, 1));
+    assert_eq!((stats.attempts, stats.approved, stats.approved_confidence_sum), (1, 1, 0.9), "nothing was forged: not counted");
 
     // Anything different is a new version, judged; and an import always re-runs the checks.
     let changed = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_V2_JS), "s1"));
@@ -1296,4 +1296,49 @@ fn forging_a_promoted_tool_again_in_a_new_session_answers_with_the_promoted_tool
     assert_eq!(again.tool.unwrap().tier, Tier::Agent, "no session copy shadows the promoted tool");
     assert_eq!(judge.requests.borrow().len(), judged);
     assert!(r.registry.list("s2").iter().all(|t| t.tier == Tier::Agent));
+}
+
+/// A compose `count_it` over the host tool `word_count`.
+fn word_counter(description: &str) -> serde_json::Value {
+    json!({
+        "name": "count_it", "description": description,
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "count": { "type": "number" } }, "required": ["count"] },
+        "implementation": { "mode": "compose", "steps": [{ "name": "c", "tool": "word_count", "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "a b" }, "expectedOutput": { "count": 2 } }, { "input": { "text": "a b c" }, "expectedOutput": { "count": 3 } }]
+    })
+}
+
+#[test]
+fn a_forge_identical_to_a_tool_the_session_can_no_longer_call_is_checked_in_full_and_says_why() {
+    let judge = approving_judge();
+    let r = rig_with(EmergentConfig::default(), Some(judge.clone()), None, Rc::new(MemoryStore::new()));
+    assert!(block_on(r.registry.forge(&word_counter("Counts words"), "s1")).success);
+    assert!(r.registry.tool_set("s1").contains("count_it"), "built and offered (its build is cached on the entry)");
+    r.registry.set_host_tools(crucible::tools::ToolSet::new()); // the host no longer has word_count
+    assert!(!r.registry.tool_set("s1").contains("count_it"));
+    let again = block_on(r.registry.forge(&word_counter("Counts words"), "s1"));
+    assert!(!again.success && !again.unchanged, "{again:?}");
+    assert!(again.reason.unwrap().contains("unknown tool `word_count`"));
+    assert_eq!(judge.requests.borrow().len(), 1);
+}
+
+#[test]
+fn a_stored_pipeline_whose_step_is_gone_is_left_out_of_the_tool_set_instead_of_recursing_until_the_stack_overflows() {
+    let store = Rc::new(MemoryStore::new());
+    let r = rig_with(EmergentConfig { max_agent_tools: 5, ..promo_config() }, Some(approving_judge()), Some(approving_judge()), store.clone());
+    assert!(block_on(r.registry.forge(&word_counter("Counts words"), "s1")).success);
+    for _ in 0..3 {
+        block_on(r.registry.call("count_it", json!({ "text": "a b" }), "s1")).unwrap();
+    }
+    assert_eq!(block_on(r.registry.request_promotion("count_it", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    r.registry.close();
+    // A restart whose host has no word_count: the stored pipeline has no build cached yet.
+    let restarted = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), store);
+    restarted.registry.set_host_tools(crucible::tools::ToolSet::new());
+    let names: Vec<String> = restarted.registry.tool_set("s2").names().map(str::to_string).collect();
+    assert_eq!(names, vec!["forge_tool".to_string()]);
+    let err = block_on(restarted.registry.call("count_it", json!({ "text": "x" }), "s2")).unwrap_err();
+    assert_eq!(err.code, "unknown_tool", "{err:?}");
+    assert!(err.message.contains("cannot be called by this session: compose pipeline rejected: step `c` uses unknown tool `word_count`"), "{}", err.message);
 }

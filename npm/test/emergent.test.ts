@@ -146,6 +146,8 @@ describe('forge through the package', () => {
     assert.equal(judge.requests.length, 1);
     assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => [t.name, t.version, t.versions]), [['slugify', 1, [1]]]);
     assert.equal(agent.emergent.audit().at(-1)!.action, 'unchanged');
+    const stats = agent.emergent.stats();
+    assert.deepEqual([stats.attempts, stats.approved], [1, 1], 'only the forge that ran is counted');
     await agent.close();
   });
 

@@ -914,28 +914,17 @@ impl Registry {
         }
     }
 
-    /// Answers a forge identical to the active tool the session reaches under its name with
-    /// that tool as it is: counted as an approved attempt, audited as `unchanged`, announced
-    /// with `forge.registered` for its current version. A model that forges the same request
-    /// again (small ones do, after success too) would otherwise pay a judge call for a new
-    /// version whose fresh stats set its promotion back to zero uses.
+    /// Answers a forge identical to the tool the session is offered under its name with that
+    /// tool as it is: audited as `unchanged`, announced with `forge.registered` for its current
+    /// version, and not counted in the forge stats (nothing was forged or judged). A model that
+    /// forges the same request again (small ones do, after success too) would otherwise pay a
+    /// judge call for a new version whose fresh stats set its promotion back to zero uses.
     async fn keep_unchanged(&self, kept: Kept, origin: &ForgeOrigin) -> ForgeResult {
         let Kept { tool, verdict, scope } = kept;
         let ops = {
-            let mut state = self.state.borrow_mut();
-            let name_changed = state.forge_stats.record_approved(&tool.name, verdict.confidence);
-            let mut ops = self.forge_stats_ops(&state, name_changed.then_some((tool.name.as_str(), true)));
             let detail = format!("hash {}: identical to the registered version, not tested or judged again", tool.hash);
-            ops.extend(self.audit(
-                &mut state,
-                "unchanged",
-                &tool.name,
-                Some(tool.version),
-                Some(tool.tier),
-                detail,
-                AuditSubject::attempt(&origin.session_id, scope.as_deref()),
-            ));
-            ops
+            let who = AuditSubject::attempt(&origin.session_id, scope.as_deref());
+            self.audit(&mut self.state.borrow_mut(), "unchanged", &tool.name, Some(tool.version), Some(tool.tier), detail, who)
         };
         self.emit(
             &origin.run_id,
@@ -976,19 +965,31 @@ impl Registry {
             // Taking an own tool's name would put forged code behind every pipeline and every
             // turn that calls it, with tests that only show it behaving on their own inputs.
             self.refuse_own_name(&req.name)?;
-            let state = self.state.borrow();
             if reuse == Reuse::Unchanged {
-                // Hashed only when the name is taken: a new name (most forges) costs nothing here.
-                let same = state.resolve(&req.name, &session).filter(|(_, e)| e.record.current.hash == content_hash(req));
-                if let Some((entry, verdict)) = same.and_then(|(_, e)| Some((e, e.record.current.verdict.clone()?))) {
-                    return Ok(Admission::Unchanged(Box::new(Kept { tool: tool_info(entry), verdict, scope: None })));
+                if let Some(kept) = self.unchanged(req, &session) {
+                    return Ok(Admission::Unchanged(kept));
                 }
             }
-            self.session_room(&state, &session, &req.name).map(|()| Admission::New)
+            self.session_room(&self.state.borrow(), &session, &req.name).map(|()| Admission::New)
         };
         let run_id = origin.run_id.clone();
         let emit = |body: EventBody| self.emit(&run_id, body);
         self.forge.verify(request, origin, tools, &admit, &emit).await
+    }
+
+    /// The tool a request is already, if any: the one a run of `session` is offered under its
+    /// name (built, its steps reachable), judged, with the request's content hash. One the
+    /// session could not call is no answer: the forge is checked in full and says why.
+    fn unchanged(&self, req: &ForgeRequest, session: &str) -> Option<Box<Kept>> {
+        let (tier, _) = self.forged_tool(&req.name, session)?;
+        if !self.steps_reachable(tier, &req.name, session) {
+            return None;
+        }
+        let state = self.state.borrow();
+        let entry = state.entry(tier, session, &req.name)?;
+        let verdict = entry.record.current.verdict.clone()?;
+        // Hashed only when the name is taken: a new name (most forges) costs nothing here.
+        (entry.record.current.hash == content_hash(req)).then(|| Box::new(Kept { tool: tool_info(entry), verdict, scope: None }))
     }
 
     pub(crate) async fn reject(&self, rejection: &Rejection, origin: &ForgeOrigin) -> ForgeResult {
@@ -1175,6 +1176,29 @@ impl Registry {
         (self.config.enabled && name == FORGE_TOOL_NAME).then(|| self.forge_tool()).flatten()
     }
 
+    /// The names of the tools a run of `session` is offered (see [`Registry::tool_set`]), found
+    /// without building any: a compose build that fails names what is available, and building
+    /// the tool set for that built the failing pipeline again, which failed the same way, until
+    /// the stack ran out (a trap in wasm, for every agent of the instance).
+    fn reachable_names(&self, session: &str) -> Vec<String> {
+        let mut names: std::collections::BTreeSet<String> = self.host_tools.borrow().names().map(str::to_string).collect();
+        let forged: Vec<(Tier, String)> = {
+            let state = self.state.borrow();
+            [Tier::Shared, Tier::Agent, Tier::Session]
+                .into_iter()
+                .filter_map(|t| state.tier(t, session))
+                .flat_map(|m| m.values().filter(|e| e.active()).map(|e| e.record.name.clone()))
+                .filter(|name| !names.contains(name))
+                .filter_map(|name| state.resolve(&name, session).map(|(tier, _)| (tier, name)))
+                .collect()
+        };
+        names.extend(forged.into_iter().filter(|(tier, name)| self.steps_reachable(*tier, name, session)).map(|(_, name)| name));
+        if self.config.enabled {
+            names.insert(FORGE_TOOL_NAME.to_string());
+        }
+        names.into_iter().collect()
+    }
+
     /// Whether `session` reaches a tool `name`, without building anything.
     fn reaches(&self, name: &str, session: &str) -> bool {
         self.state.borrow().resolve(name, session).is_some() || self.host_tools.borrow().contains(name) || (self.config.enabled && name == FORGE_TOOL_NAME)
@@ -1256,10 +1280,18 @@ impl Registry {
     /// run; the host may give it an id by which its tool adapters find the call's abort signal).
     pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str) -> Result<Value, ToolFailure> {
         let Some(tool) = self.resolve_tool(name, session) else {
-            let demoted = {
+            let (active, demoted) = {
                 let state = self.state.borrow();
-                [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.entry(t, session, name).is_some())
+                let active = state.resolve(name, session).map(|(_, e)| e.record.current.request.clone());
+                (active, [Tier::Session, Tier::Agent, Tier::Shared].into_iter().any(|t| state.entry(t, session, name).is_some()))
             };
+            // Registered and active, but it does not build for this session (a tool its
+            // pipeline calls is gone): the build's own reason says which.
+            if let Some(request) = active {
+                let reason =
+                    self.forge.build(&request, &self.lookup(), session).err().map_or_else(|| "it cannot be built now".to_string(), |(reason, _)| reason);
+                return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be called by this session: {reason}")));
+            }
             // A forge makes "Count Vowels" the tool `Count_Vowels`: a caller using the name as
             // it was asked for is told the name it got.
             let registered = crate::forge::snake_name(name);
@@ -1467,7 +1499,7 @@ impl crate::tools::ToolLookup for RegistryTools {
     }
 
     fn available(&self, session_id: &str) -> Vec<String> {
-        self.0.upgrade().map(|r| r.tool_set(session_id).names().map(str::to_string).collect()).unwrap_or_default()
+        self.0.upgrade().map(|r| r.reachable_names(session_id)).unwrap_or_default()
     }
 
     fn pipeline_steps(&self, name: &str, session_id: &str) -> Vec<String> {

@@ -118,7 +118,20 @@ export interface ForgeStats {
 
 export interface AuditEntry {
   at: number;
-  action: 'forge' | 'verdict' | 'register' | 'reject' | 'promote' | 'demote' | 'rollback' | 'import' | 'approval.requested' | 'approval.approved' | 'approval.denied';
+  /** `unchanged`: a forge identical to the tool the session is offered under that name, which stays as it is. */
+  action:
+    | 'forge'
+    | 'verdict'
+    | 'register'
+    | 'reject'
+    | 'unchanged'
+    | 'promote'
+    | 'demote'
+    | 'rollback'
+    | 'import'
+    | 'approval.requested'
+    | 'approval.approved'
+    | 'approval.denied';
   tool: string;
   version?: number;
   tier?: Tier;
