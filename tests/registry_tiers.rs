@@ -1319,7 +1319,8 @@ fn a_forge_identical_to_a_tool_the_session_can_no_longer_call_is_checked_in_full
     assert!(!r.registry.tool_set("s1").contains("count_it"));
     let again = block_on(r.registry.forge(&word_counter("Counts words"), "s1"));
     assert!(!again.success && !again.unchanged, "{again:?}");
-    assert!(again.reason.unwrap().contains("unknown tool `word_count`"));
+    let reason = again.reason.unwrap();
+    assert!(reason.contains("unknown tool `word_count`; available tools: forge_tool"), "the tool it cannot call is not offered either: {reason}");
     assert_eq!(judge.requests.borrow().len(), 1);
 }
 

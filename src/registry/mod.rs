@@ -1181,22 +1181,21 @@ impl Registry {
     /// the tool set for that built the failing pipeline again, which failed the same way, until
     /// the stack ran out (a trap in wasm, for every agent of the instance).
     fn reachable_names(&self, session: &str) -> Vec<String> {
-        let mut names: std::collections::BTreeSet<String> = self.host_tools.borrow().names().map(str::to_string).collect();
-        let forged: Vec<(Tier, String)> = {
+        let mut names: Vec<String> = {
             let state = self.state.borrow();
-            [Tier::Shared, Tier::Agent, Tier::Session]
-                .into_iter()
-                .filter_map(|t| state.tier(t, session))
-                .flat_map(|m| m.values().filter(|e| e.active()).map(|e| e.record.name.clone()))
-                .filter(|name| !names.contains(name))
-                .filter_map(|name| state.resolve(&name, session).map(|(tier, _)| (tier, name)))
-                .collect()
+            [Tier::Shared, Tier::Agent, Tier::Session].into_iter().filter_map(|t| state.tier(t, session)).flat_map(|m| m.keys().cloned()).collect()
         };
-        names.extend(forged.into_iter().filter(|(tier, name)| self.steps_reachable(*tier, name, session)).map(|(_, name)| name));
+        names.retain(|name| {
+            let tier = self.state.borrow().resolve(name, session).map(|(tier, _)| tier);
+            !self.is_own(name) && tier.is_some_and(|tier| self.steps_reachable(tier, name, session))
+        });
+        names.extend(self.host_tools.borrow().names().map(str::to_string));
         if self.config.enabled {
-            names.insert(FORGE_TOOL_NAME.to_string());
+            names.push(FORGE_TOOL_NAME.to_string());
         }
-        names.into_iter().collect()
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 
     /// Whether `session` reaches a tool `name`, without building anything.
