@@ -1343,3 +1343,39 @@ fn a_stored_pipeline_whose_step_is_gone_is_left_out_of_the_tool_set_instead_of_r
     assert_eq!(err.code, "unknown_tool", "{err:?}");
     assert!(err.message.contains("cannot be called by this session: compose pipeline rejected: step `c` uses unknown tool `word_count`"), "{}", err.message);
 }
+
+/// A host tool that calls the forged tool `loop_it` back through the registry, on the same
+/// stack, at the depth it was called at (what the wasm layer does for `agent.tools.call` made
+/// by a host tool before its first await), and answers with its input when that fails.
+struct CallsBack(std::cell::RefCell<std::rc::Weak<crucible::registry::Registry>>, std::cell::Cell<u32>);
+
+#[async_trait::async_trait(?Send)]
+impl crucible::tools::ToolHandler for CallsBack {
+    async fn call(&self, args: serde_json::Value, ctx: &crucible::tools::CallContext) -> Result<serde_json::Value, crucible::tools::ToolFailure> {
+        self.1.set(self.1.get() + 1);
+        let registry = self.0.borrow().upgrade().unwrap();
+        let nested = registry.call_as("loop_it", args.clone(), &ctx.session_id, "", ctx.depth).await;
+        Ok(nested.unwrap_or(args))
+    }
+}
+
+#[test]
+fn a_host_tool_calling_back_a_pipeline_over_itself_meets_the_pipeline_nesting_limit() {
+    // No automatic promotion: its re-run of the tests would call the relay too.
+    let r = rig_with(promo_config(), Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let handler = Rc::new(CallsBack(Default::default(), Default::default()));
+    *handler.0.borrow_mut() = Rc::downgrade(&r.registry);
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let mut tools = host_tools();
+    tools.insert(crucible::tools::Tool::new("relay", "Runs loop_it", &text, None, handler.clone()).unwrap());
+    r.registry.set_host_tools(tools);
+    let loop_it = json!({
+        "name": "loop_it", "description": "Relays the text", "inputSchema": text, "outputSchema": text,
+        "implementation": { "mode": "compose", "steps": [{ "name": "r", "tool": "relay", "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "a" }, "expectedOutput": { "text": "a" } }, { "input": { "text": "b" }, "expectedOutput": { "text": "b" } }]
+    });
+    assert!(block_on(r.registry.forge(&loop_it, "s1")).success);
+    handler.1.set(0);
+    assert_eq!(block_on(r.registry.call("loop_it", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "x" }));
+    assert_eq!(handler.1.get(), crucible::forge::MAX_COMPOSE_DEPTH, "one relay per nesting level, then the limit");
+}

@@ -339,6 +339,50 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('a host tool that calls a forged pipeline over itself is stopped at the nesting limit, and the core keeps serving', async () => {
+    let entered = 0;
+    let agent!: Awaited<ReturnType<typeof createAgent>>;
+    const textSchema = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
+    // A dispatcher, as hosts write them: it hands its input to a forged tool by name, on the
+    // same stack (no await before the call), and answers with its input when that fails.
+    const relay = tool({
+      name: 'relay',
+      description: 'Runs the saved tool loop_it',
+      inputSchema: textSchema,
+      execute: async (args: { text: string }) => {
+        entered++;
+        try {
+          return await agent.tools.call('loop_it', args, { sessionId: 's1' });
+        } catch {
+          return args;
+        }
+      },
+    });
+    agent = await createAgent({
+      model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
+      tools: [relay],
+      // No automatic promotion: its re-run of the tests would call the relay too.
+      emergent: { enabled: true, autoPromote: false, judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) } },
+    });
+    const loopIt = {
+      name: 'loop_it',
+      description: 'Relays the text',
+      inputSchema: textSchema,
+      outputSchema: textSchema,
+      implementation: { mode: 'compose', steps: [{ name: 'r', tool: 'relay', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    };
+    const forged = await agent.forge(loopIt, { sessionId: 's1' });
+    assert.equal(forged.success, true, JSON.stringify(forged));
+    entered = 0;
+    assert.deepEqual(await agent.tools.call('loop_it', { text: 'x' }, { sessionId: 's1' }), { text: 'x' });
+    assert.equal(entered, 8, 'one relay per nesting level, then the limit of 8 pipelines stopped it');
+    // The instance is intact: a fresh call (and a fresh forge) still work.
+    assert.deepEqual(await agent.tools.call('relay', { text: 'y' }, { sessionId: 's2' }), { text: 'y' });
+    assert.equal((await agent.forge({ ...slugify, name: 'slug_after' }, { sessionId: 's1' })).success, true);
+    await agent.close();
+  });
+
   test('a tool call aborted while its stats flush waits for the store lock releases the lock when granted and loses no calls', async () => {
     const base = memoryStore();
     let gate: Promise<void> = Promise.resolve();

@@ -1272,12 +1272,17 @@ impl Registry {
     /// then host tools). Arguments and output are checked against the schemas; an output
     /// that violates the output schema is an `invalid_output` failure, never a success.
     pub async fn call(&self, name: &str, args: Value, session: &str) -> Result<Value, ToolFailure> {
-        self.call_as(name, args, session, "").await
+        self.call_as(name, args, session, "", 0).await
     }
 
     /// [`Registry::call`] whose handlers get `run_id` as their run id (a direct call has no
     /// run; the host may give it an id by which its tool adapters find the call's abort signal).
-    pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str) -> Result<Value, ToolFailure> {
+    ///
+    /// `depth` is the pipeline nesting the call continues: a host tool that calls a forged tool
+    /// back while a pipeline runs it (before its first await, on the same stack) passes the
+    /// depth it was called at, so a pipeline reaching itself that way meets the same limit as
+    /// one reaching itself through other pipelines, not the end of the stack.
+    pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str, depth: u32) -> Result<Value, ToolFailure> {
         let Some(tool) = self.resolve_tool(name, session) else {
             let (active, demoted) = {
                 let state = self.state.borrow();
@@ -1310,7 +1315,7 @@ impl Registry {
         if tool.handler().needs_approval(&args).await {
             return Err(crate::forge::denied_without_approval(name));
         }
-        invoke(&tool, args, &self.direct_call(session, run_id)).await
+        invoke(&tool, args, &CallContext { depth, ..self.direct_call(session, run_id) }).await
     }
 
     /// The context of a call made through the registry API, outside any run.

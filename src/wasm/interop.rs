@@ -259,6 +259,19 @@ impl JsStringCache {
     }
 }
 
+thread_local! {
+    /// The pipeline depth of the host tool running on this stack right now (inside `call5`).
+    static HOST_TOOL_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The pipeline depth a direct tool call made now continues (see `Registry::call_as`): that
+/// of the host tool running on this stack, when it calls back into the agent before its first
+/// await. Without it, a host tool calling a forged pipeline over itself recursed until the JS
+/// stack ran out, and the `RangeError` unwound through the core's frames without their cleanup.
+pub(crate) fn host_tool_depth() -> u32 {
+    HOST_TOOL_DEPTH.with(std::cell::Cell::get)
+}
+
 #[async_trait(?Send)]
 impl ToolHandler for JsTool {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
@@ -271,7 +284,10 @@ impl ToolHandler for JsTool {
         };
         let js_args = to_js(&args).map_err(failure)?;
         let (run, call, session) = (self.last_run.get(&ctx.run_id), JsValue::from_str(&ctx.call_id), self.last_session.get(&ctx.session_id));
-        let returned = self.call_tool.call5(&JsValue::NULL, &self.js_name, &js_args, &run, &call, &session).map_err(failure)?;
+        let outer = HOST_TOOL_DEPTH.with(|d| d.replace(ctx.depth));
+        let returned = self.call_tool.call5(&JsValue::NULL, &self.js_name, &js_args, &run, &call, &session);
+        HOST_TOOL_DEPTH.with(|d| d.set(outer));
+        let returned = returned.map_err(failure)?;
         // A synchronous tool's value is used as is: no promise round trip.
         let result = match returned.dyn_into::<Promise>() {
             Ok(promise) => JsFuture::from(promise).await.map_err(failure)?,
