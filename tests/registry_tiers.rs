@@ -7,7 +7,8 @@ use std::rc::Rc;
 
 use crucible::agent::EventBody;
 use crucible::registry::{
-    EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus, MAX_EXPANDED_BYTES, MAX_PACKAGE_BYTES,
+    EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING,
+    MAX_PACKAGE_BYTES,
 };
 use crucible::store::{MemoryStore, Store};
 use futures::executor::block_on;
@@ -812,6 +813,14 @@ fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_
     let err = block_on(r.registry.import(&laughs, "s1")).unwrap_err();
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("expands to more than {MAX_EXPANDED_BYTES} bytes"))), "{err}");
     assert!(started.elapsed().as_secs() < 5, "stopped early, not after building it");
+
+    // Brackets opened a million deep: the YAML reader's own limit would refuse them only after
+    // a scan whose cost grows with the square of their number (half an hour of the thread).
+    let deep = format!("format: crucible.tool.v1\nspec: {}{}\n", "[".repeat(MAX_PACKAGE_BYTES / 2 - 64), "]".repeat(MAX_PACKAGE_BYTES / 2 - 64));
+    let started = std::time::Instant::now();
+    let err = block_on(r.registry.import(&deep, "s1")).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("nests brackets more than {MAX_FLOW_NESTING} deep"))), "{err}");
+    assert!(started.elapsed().as_secs() < 2, "refused before the YAML reader scans it");
 
     let huge = format!("format: crucible.tool.v1\ndescription: \"{}\"\n", "d".repeat(MAX_PACKAGE_BYTES));
     let err = block_on(r.registry.import(&huge, "s1")).unwrap_err();

@@ -544,6 +544,16 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('a package of brackets nested a million deep is refused at once, and the agent keeps serving', async () => {
+    const agent = await makeAgent(memoryStore());
+    const deep = `format: crucible.tool.v1\nspec: ${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}\n`;
+    const started = performance.now();
+    await assert.rejects(agent.emergent.import(deep, { sessionId: 's1' }), (e: { code?: string; message: string }) => e.code === 'invalid_package' && /nests brackets more than 1024 deep/.test(e.message));
+    assert.ok(performance.now() - started < 1000, `refused in ${Math.round(performance.now() - started)} ms (80,000 brackets held the thread 12.6 s before)`);
+    assert.equal((await agent.forge(slugify, { sessionId: 's1' })).success, true);
+    await agent.close();
+  });
+
   test('a judge that does not approve rejects; broken judge JSON rejects (fail-closed)', async () => {
     judge.setResponder(() => verdict(false, 0.1));
     const agent = await makeAgent(memoryStore());

@@ -78,6 +78,27 @@ pub const MAX_PACKAGE_BYTES: usize = 2 << 20;
 /// Most bytes (roughly, as JSON) a package may expand to while it is read.
 pub const MAX_EXPANDED_BYTES: usize = 8 << 20;
 
+/// Deepest nesting of flow collections (`[`, `{`) package text may open. The YAML reader
+/// refuses values nested past 128 levels, but only after scanning ahead through every bracket
+/// opened, at a cost that grows with the square of their number: 80,000 took 12.6 s of the
+/// host's thread in wasm, and the 2 MiB a package may be would take half an hour. Counted
+/// without regard to quotes, so brackets inside strings count too; real packages stay far
+/// below this.
+pub const MAX_FLOW_NESTING: usize = 1024;
+
+/// Whether `text` opens flow collections more than `max` deep (see [`MAX_FLOW_NESTING`]).
+fn nests_deeper_than(text: &str, max: usize) -> bool {
+    let mut depth = 0usize;
+    text.bytes().any(|b| {
+        match b {
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        depth > max
+    })
+}
+
 /// Reads a YAML value as a [`Value`], charging every node against a byte budget as it is built,
 /// aliases' repeats included.
 struct Budgeted<'b>(&'b Cell<usize>);
@@ -167,6 +188,9 @@ impl<'de> Visitor<'de> for Budgeted<'_> {
 fn read_package(text: &str) -> Result<Value, RegistryError> {
     if text.len() > MAX_PACKAGE_BYTES {
         return Err(invalid(format!("the package is {} bytes; at most {MAX_PACKAGE_BYTES}", text.len())));
+    }
+    if nests_deeper_than(text, MAX_FLOW_NESTING) {
+        return Err(invalid(format!("the package nests brackets more than {MAX_FLOW_NESTING} deep")));
     }
     let budget = Cell::new(MAX_EXPANDED_BYTES);
     Budgeted(&budget).deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| invalid(format!("not YAML: {e}")))
