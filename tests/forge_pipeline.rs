@@ -319,14 +319,14 @@ fn a_direct_forge_and_call_give_their_judge_and_host_tools_the_run_id_the_host_g
     assert_eq!(*counter.run_ids.borrow(), ["direct_f", "direct_f"], "the host tool in each test");
     assert!(r.events.0.borrow().iter().all(|e| e.run_id.is_empty()), "the forge's events carry no run id: it is in no run");
 
-    block_on(r.registry.call_as("counted", json!({ "text": "x y z" }), "s1", "direct_c", 0)).unwrap();
+    block_on(r.registry.call_as("counted", json!({ "text": "x y z" }), "s1", "direct_c", Default::default())).unwrap();
     block_on(r.registry.call("counted", json!({ "text": "x" }), "s1")).unwrap();
     assert_eq!(counter.run_ids.borrow()[2..], ["direct_c", ""]);
 
     // forge_tool called directly: its forge is in no run either, its judge gets the call's id.
     let steps = json!([{ "name": "count", "tool": "word_count", "inputMapping": { "text": "$input.text" } }]);
     let cases = json!([{ "input": { "text": "a" }, "expectedOutput": { "count": 1 } }, { "input": { "text": "b c" }, "expectedOutput": { "count": 2 } }]);
-    let out = block_on(r.registry.call_as("forge_tool", compose_request("counted_again", steps, cases), "s1", "direct_t", 0)).unwrap();
+    let out = block_on(r.registry.call_as("forge_tool", compose_request("counted_again", steps, cases), "s1", "direct_t", Default::default())).unwrap();
     assert_eq!(out["success"], json!(true), "{out}");
     assert_eq!(judge.run_ids.borrow().last().map(String::as_str), Some("direct_t"));
     assert!(r.events.0.borrow().iter().all(|e| e.run_id.is_empty()), "no event names a run");

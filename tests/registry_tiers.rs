@@ -814,13 +814,33 @@ fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("expands to more than {MAX_EXPANDED_BYTES} bytes"))), "{err}");
     assert!(started.elapsed().as_secs() < 5, "stopped early, not after building it");
 
-    // Brackets opened a million deep: the YAML reader's own limit would refuse them only after
-    // a scan whose cost grows with the square of their number (half an hour of the thread).
-    let deep = format!("format: crucible.tool.v1\nspec: {}{}\n", "[".repeat(MAX_PACKAGE_BYTES / 2 - 64), "]".repeat(MAX_PACKAGE_BYTES / 2 - 64));
-    let started = std::time::Instant::now();
-    let err = block_on(r.registry.import(&deep, "s1")).unwrap_err();
-    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("nests brackets more than {MAX_FLOW_NESTING} deep"))), "{err}");
-    assert!(started.elapsed().as_secs() < 2, "refused before the YAML reader scans it");
+    // Flow collections opened deep: the YAML reader's own limit refuses them only after a scan
+    // whose cost grows with the square of their number. Quoted closes or closes in comments
+    // close nothing, so they cannot hide the depth.
+    let half = MAX_PACKAGE_BYTES / 2 - 64;
+    for deep in [
+        format!("format: crucible.tool.v1\nspec: {}{}\n", "[".repeat(half), "]".repeat(half)),
+        format!("format: crucible.tool.v1\nspec: {}\n", "[\"]\",".repeat(MAX_PACKAGE_BYTES / 6)),
+        format!("format: crucible.tool.v1\nspec: {}", "[ #]\n".repeat(MAX_PACKAGE_BYTES / 6)),
+        format!("format: crucible.tool.v1\nspec: {}\n", "{a: ".repeat(MAX_PACKAGE_BYTES / 5)),
+    ] {
+        let started = std::time::Instant::now();
+        let err = block_on(r.registry.import(&deep, "s1")).unwrap_err();
+        let expected = format!("nests flow collections ([…], {{…}}) more than {MAX_FLOW_NESTING} deep");
+        assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&expected)), "{}: {err}", &deep[..40]);
+        assert!(started.elapsed().as_millis() < 1500, "{}: refused before the YAML reader scans it", &deep[..40]);
+    }
+    // Brackets in strings and code are no collections: a tool whose test input is 1,100
+    // opening brackets exports and imports again.
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let keeper = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let mut request = slugify_request("bracketed", &format!("/*SLUGIFY*/ function execute(input) {{ return {{ slug: '{}' }}; }}", "[".repeat(1100)));
+    request["testCases"][0] = json!({ "input": { "text": format!("{} A", "[".repeat(1100)) }, "expectedOutput": { "slug": "a" } });
+    assert!(block_on(keeper.registry.forge(&request, "s1")).success);
+    let package = keeper.registry.export("bracketed", "s1").unwrap();
+    assert!(package.matches('[').count() >= 2200, "the brackets are in the package");
+    let imported = block_on(keeper.registry.import(&package, "s2")).unwrap();
+    assert!(imported.success, "{imported:?}");
 
     let huge = format!("format: crucible.tool.v1\ndescription: \"{}\"\n", "d".repeat(MAX_PACKAGE_BYTES));
     let err = block_on(r.registry.import(&huge, "s1")).unwrap_err();
@@ -1363,7 +1383,7 @@ impl crucible::tools::ToolHandler for CallsBack {
     async fn call(&self, args: serde_json::Value, ctx: &crucible::tools::CallContext) -> Result<serde_json::Value, crucible::tools::ToolFailure> {
         self.1.set(self.1.get() + 1);
         let registry = self.0.borrow().upgrade().unwrap();
-        let nested = registry.call_as("loop_it", args.clone(), &ctx.session_id, "", ctx.depth).await;
+        let nested = registry.call_as("loop_it", args.clone(), &ctx.session_id, "", ctx.nesting()).await;
         Ok(nested.unwrap_or(args))
     }
 }
@@ -1387,4 +1407,26 @@ fn a_host_tool_calling_back_a_pipeline_over_itself_meets_the_pipeline_nesting_li
     handler.1.set(0);
     assert_eq!(block_on(r.registry.call("loop_it", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "x" }));
     assert_eq!(handler.1.get(), crucible::forge::MAX_COMPOSE_DEPTH, "one relay per nesting level, then the limit");
+    // A forge's tests that reach loop_it through the relay are trials there too: not uses.
+    let calls = |name: &str| r.registry.list("s1").into_iter().find(|t| t.name == name).unwrap().stats.calls;
+    let before = calls("loop_it");
+    let mut over = loop_it.clone();
+    over["name"] = json!("relay_again");
+    assert!(block_on(r.registry.forge(&over, "s1")).success);
+    assert_eq!(calls("loop_it"), before, "the tests' calls back did not count as uses of loop_it");
+
+    // Four relays per level: the call's step budget holds across the host tool too (with a
+    // fresh budget per call back, one call made 4 + 16 + … + 4^8 = 87,380 relay calls).
+    let relay = json!({ "name": "r", "tool": "relay", "inputMapping": { "text": "$prev.text" } });
+    let mut wide = loop_it.clone();
+    wide["implementation"]["steps"] =
+        json!([{ "name": "r0", "tool": "relay", "inputMapping": { "text": "$input.text" } }, relay.clone(), relay.clone(), relay]);
+    wide["implementation"]["steps"][1]["name"] = json!("r1");
+    wide["implementation"]["steps"][2]["name"] = json!("r2");
+    wide["implementation"]["steps"][3]["name"] = json!("r3");
+    wide["description"] = json!("Relays the text four times");
+    assert!(block_on(r.registry.forge(&wide, "s1")).success);
+    handler.1.set(0);
+    let _ = block_on(r.registry.call("loop_it", json!({ "text": "x" }), "s1"));
+    assert!(handler.1.get() <= crucible::forge::MAX_PIPELINE_STEPS, "{} relay calls for one call", handler.1.get());
 }

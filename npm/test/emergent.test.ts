@@ -377,6 +377,13 @@ describe('forge through the package', () => {
     entered = 0;
     assert.deepEqual(await agent.tools.call('loop_it', { text: 'x' }, { sessionId: 's1' }), { text: 'x' });
     assert.equal(entered, 8, 'one relay per nesting level, then the limit of 8 pipelines stopped it');
+    // Four relays per level: the call's budget of 256 steps holds across the host tool too.
+    const relaySteps = ['r0', 'r1', 'r2', 'r3'].map((name, i) => ({ name, tool: 'relay', inputMapping: { text: i === 0 ? '$input.text' : '$prev.text' } }));
+    const wide = await agent.forge({ ...loopIt, description: 'Relays the text four times', implementation: { mode: 'compose', steps: relaySteps } }, { sessionId: 's1' });
+    assert.equal(wide.success, true, JSON.stringify(wide));
+    entered = 0;
+    await agent.tools.call('loop_it', { text: 'x' }, { sessionId: 's1' }).catch(() => undefined);
+    assert.ok(entered <= 256, `${entered} relay calls for one call`);
     // The instance is intact: a fresh call (and a fresh forge) still work.
     assert.deepEqual(await agent.tools.call('relay', { text: 'y' }, { sessionId: 's2' }), { text: 'y' });
     assert.equal((await agent.forge({ ...slugify, name: 'slug_after' }, { sessionId: 's1' })).success, true);
@@ -544,11 +551,11 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
-  test('a package of brackets nested a million deep is refused at once, and the agent keeps serving', async () => {
+  test('a package of flow collections nested a million deep is refused at once, and the agent keeps serving', async () => {
     const agent = await makeAgent(memoryStore());
     const deep = `format: crucible.tool.v1\nspec: ${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}\n`;
     const started = performance.now();
-    await assert.rejects(agent.emergent.import(deep, { sessionId: 's1' }), (e: { code?: string; message: string }) => e.code === 'invalid_package' && /nests brackets more than 1024 deep/.test(e.message));
+    await assert.rejects(agent.emergent.import(deep, { sessionId: 's1' }), (e: { code?: string; message: string }) => e.code === 'invalid_package' && /nests flow collections \(\[…\], \{…\}\) more than 128 deep/.test(e.message));
     assert.ok(performance.now() - started < 1000, `refused in ${Math.round(performance.now() - started)} ms (80,000 brackets held the thread 12.6 s before)`);
     assert.equal((await agent.forge(slugify, { sessionId: 's1' })).success, true);
     await agent.close();

@@ -38,7 +38,7 @@ use crate::forge::{
 use crate::model::Model;
 use crate::sandbox::SandboxRunner;
 use crate::store::{BatchOp, Store, StoreError, Versioned};
-use crate::tools::{invoke, CallContext, Tool, ToolFailure, ToolSet};
+use crate::tools::{invoke, CallContext, Nesting, Tool, ToolFailure, ToolSet};
 
 mod hash;
 mod package;
@@ -1176,8 +1176,8 @@ impl Registry {
         (self.config.enabled && name == FORGE_TOOL_NAME).then(|| self.forge_tool()).flatten()
     }
 
-    /// The names of the tools a run of `session` is offered (see [`Registry::tool_set`]), found
-    /// without building any: a compose build that fails names what is available, and building
+    /// The names of the tools `session` reaches (host tools, forged tools whose pipeline steps
+    /// it reaches, `forge_tool`), found without building any, unlike [`Registry::tool_set`]: a compose build that fails names what is available, and building
     /// the tool set for that built the failing pipeline again, which failed the same way, until
     /// the stack ran out (a trap in wasm, for every agent of the instance).
     fn reachable_names(&self, session: &str) -> Vec<String> {
@@ -1272,17 +1272,17 @@ impl Registry {
     /// then host tools). Arguments and output are checked against the schemas; an output
     /// that violates the output schema is an `invalid_output` failure, never a success.
     pub async fn call(&self, name: &str, args: Value, session: &str) -> Result<Value, ToolFailure> {
-        self.call_as(name, args, session, "", 0).await
+        self.call_as(name, args, session, "", Nesting::default()).await
     }
 
     /// [`Registry::call`] whose handlers get `run_id` as their run id (a direct call has no
     /// run; the host may give it an id by which its tool adapters find the call's abort signal).
     ///
-    /// `depth` is the pipeline nesting the call continues: a host tool that calls a forged tool
-    /// back while a pipeline runs it (before its first await, on the same stack) passes the
-    /// depth it was called at, so a pipeline reaching itself that way meets the same limit as
-    /// one reaching itself through other pipelines, not the end of the stack.
-    pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str, depth: u32) -> Result<Value, ToolFailure> {
+    /// `nesting` is what the call continues (see [`Nesting`]): a host tool that calls a forged
+    /// tool back while a pipeline runs it (before its first await, on the same stack) passes
+    /// its own, so a pipeline reaching itself that way meets the nesting and step limits, not
+    /// the end of the stack, and a test's re-entry is no use of the tools it reaches.
+    pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str, nesting: Nesting) -> Result<Value, ToolFailure> {
         let Some(tool) = self.resolve_tool(name, session) else {
             let (active, demoted) = {
                 let state = self.state.borrow();
@@ -1315,7 +1315,8 @@ impl Registry {
         if tool.handler().needs_approval(&args).await {
             return Err(crate::forge::denied_without_approval(name));
         }
-        invoke(&tool, args, &CallContext { depth, ..self.direct_call(session, run_id) }).await
+        let Nesting { depth, trial, pipeline_budget } = nesting;
+        invoke(&tool, args, &CallContext { depth, trial, pipeline_budget, ..self.direct_call(session, run_id) }).await
     }
 
     /// The context of a call made through the registry API, outside any run.

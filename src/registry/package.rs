@@ -78,25 +78,70 @@ pub const MAX_PACKAGE_BYTES: usize = 2 << 20;
 /// Most bytes (roughly, as JSON) a package may expand to while it is read.
 pub const MAX_EXPANDED_BYTES: usize = 8 << 20;
 
-/// Deepest nesting of flow collections (`[`, `{`) package text may open. The YAML reader
-/// refuses values nested past 128 levels, but only after scanning ahead through every bracket
-/// opened, at a cost that grows with the square of their number: 80,000 took 12.6 s of the
-/// host's thread in wasm, and the 2 MiB a package may be would take half an hour. Counted
-/// without regard to quotes, so brackets inside strings count too; real packages stay far
-/// below this.
-pub const MAX_FLOW_NESTING: usize = 1024;
+/// Deepest nesting of flow collections (`[`, `{`) a package may open: the YAML reader refuses
+/// values nested past 128 levels anyway. It does so only after scanning ahead through every
+/// collection opened, at a cost that grows with the square of their number (80,000 brackets
+/// held the host's thread for 12.6 s in wasm; the 2 MiB a package may be, half an hour), so
+/// the nesting is checked first by a scan that stops at this depth.
+pub const MAX_FLOW_NESTING: usize = 128;
 
-/// Whether `text` opens flow collections more than `max` deep (see [`MAX_FLOW_NESTING`]).
-fn nests_deeper_than(text: &str, max: usize) -> bool {
+/// Whether YAML `text` nests flow collections more than `max` deep, as the YAML reader's own
+/// scanner reads it (quotes, comments and block scalars as it sees them: brackets in a string
+/// or in code are not collections, and a quoted `]` closes nothing), stopping as soon as it
+/// does. A text the scanner cannot read is left to the reader, which reports why.
+fn flow_nesting_exceeds(text: &str, max: usize) -> bool {
+    use std::mem::MaybeUninit;
+    use unsafe_libyaml_norway as unsafe_sys;
+
+    /// The scanner's state, deleted on drop. Boxed: once given input it points at itself.
+    struct Scanner(Box<MaybeUninit<unsafe_sys::yaml_parser_t>>);
+    impl Drop for Scanner {
+        fn drop(&mut self) {
+            // SAFETY: initialized in `flow_nesting_exceeds` before the value was made.
+            unsafe { unsafe_sys::yaml_parser_delete(self.0.as_mut_ptr()) }
+        }
+    }
+    /// A scanned token, its buffers freed on drop.
+    struct Token(MaybeUninit<unsafe_sys::yaml_token_t>);
+    impl Drop for Token {
+        fn drop(&mut self) {
+            // SAFETY: `yaml_parser_scan` zeroes the token before anything else, so it is
+            // initialized (empty on failure), and its buffers are freed once, here.
+            unsafe { unsafe_sys::yaml_token_delete(self.0.as_mut_ptr()) }
+        }
+    }
+
+    let mut scanner = Box::new(MaybeUninit::<unsafe_sys::yaml_parser_t>::uninit());
+    // SAFETY: `yaml_parser_initialize` zeroes and sets up the parser (it cannot fail), and the
+    // input, `text`, outlives the scanner, which is dropped at the end of this function.
+    let mut scanner = unsafe {
+        let _ = unsafe_sys::yaml_parser_initialize(scanner.as_mut_ptr());
+        unsafe_sys::yaml_parser_set_encoding(scanner.as_mut_ptr(), unsafe_sys::YAML_UTF8_ENCODING);
+        unsafe_sys::yaml_parser_set_input_string(scanner.as_mut_ptr(), text.as_ptr(), text.len() as u64);
+        Scanner(scanner)
+    };
     let mut depth = 0usize;
-    text.bytes().any(|b| {
-        match b {
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' => depth = depth.saturating_sub(1),
+    loop {
+        let mut token = Token(MaybeUninit::uninit());
+        // SAFETY: both pointers are valid; the token is read only after the scan wrote it.
+        let kind = unsafe {
+            if unsafe_sys::yaml_parser_scan(scanner.0.as_mut_ptr(), token.0.as_mut_ptr()).fail {
+                return false;
+            }
+            (*token.0.as_ptr()).type_
+        };
+        match kind {
+            unsafe_sys::YAML_FLOW_SEQUENCE_START_TOKEN | unsafe_sys::YAML_FLOW_MAPPING_START_TOKEN => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            unsafe_sys::YAML_FLOW_SEQUENCE_END_TOKEN | unsafe_sys::YAML_FLOW_MAPPING_END_TOKEN => depth = depth.saturating_sub(1),
+            unsafe_sys::YAML_STREAM_END_TOKEN | unsafe_sys::YAML_NO_TOKEN => return false,
             _ => {}
         }
-        depth > max
-    })
+    }
 }
 
 /// Reads a YAML value as a [`Value`], charging every node against a byte budget as it is built,
@@ -189,8 +234,8 @@ fn read_package(text: &str) -> Result<Value, RegistryError> {
     if text.len() > MAX_PACKAGE_BYTES {
         return Err(invalid(format!("the package is {} bytes; at most {MAX_PACKAGE_BYTES}", text.len())));
     }
-    if nests_deeper_than(text, MAX_FLOW_NESTING) {
-        return Err(invalid(format!("the package nests brackets more than {MAX_FLOW_NESTING} deep")));
+    if flow_nesting_exceeds(text, MAX_FLOW_NESTING) {
+        return Err(invalid(format!("the package nests flow collections ([…], {{…}}) more than {MAX_FLOW_NESTING} deep")));
     }
     let budget = Cell::new(MAX_EXPANDED_BYTES);
     Budgeted(&budget).deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| invalid(format!("not YAML: {e}")))

@@ -108,6 +108,23 @@ impl CallContext {
     pub fn for_trial(run_id: impl Into<String>, call_id: impl Into<String>, session_id: impl Into<String>) -> Self {
         Self { trial: true, ..Self::new(run_id, call_id, session_id) }
     }
+
+    /// What a call made from inside this one continues: its nesting, its pipeline budget and
+    /// whether it is a trial.
+    pub fn nesting(&self) -> Nesting {
+        Nesting { depth: self.depth, trial: self.trial, pipeline_budget: self.pipeline_budget.clone() }
+    }
+}
+
+/// What a call continues from the call it is made inside ([`CallContext::nesting`]): a host
+/// tool that calls a forged tool back while a pipeline runs it continues that pipeline's depth
+/// and budget (so a pipeline reaching itself that way meets the same bounds as through other
+/// pipelines), and a test's trial stays a trial. [`Nesting::default`]: a call of its own.
+#[derive(Debug, Clone, Default)]
+pub struct Nesting {
+    pub depth: u32,
+    pub trial: bool,
+    pub pipeline_budget: Option<Rc<crate::forge::PipelineBudget>>,
 }
 
 /// Finds tools by name for `session_id` at the moment a call needs them. Compose pipelines

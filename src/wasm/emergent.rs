@@ -15,7 +15,7 @@ use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{decode, error_object, from_js, host_tool_depth, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
+use super::interop::{decode, error_object, from_js, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -152,10 +152,10 @@ impl CoreAgent {
     pub fn call_tool(&self, name: String, args: JsValue, session_id: String, signal: Option<web_sys::AbortSignal>, run_id: String) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let args: Value = from_js(args, "arguments")?;
-        let depth = host_tool_depth();
+        let nesting = host_tool_nesting();
         Ok(promise_now(async move {
             let signal = signal.map(JsAbortSignal);
-            let call = registry.call_as(&name, args, &session_id, &run_id, depth);
+            let call = registry.call_as(&name, args, &session_id, &run_id, nesting);
             match unless_cancelled(signal.as_ref().map(|s| s as &dyn CancelSignal), call).await {
                 Some(Ok(v)) => to_js(&v),
                 Some(Err(failure)) => Err(error_object(&failure.code, &failure.message)),

@@ -16,7 +16,7 @@ use crate::guard::OnDrop;
 use crate::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crate::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
 use crate::store::{BatchOp, Store, StoreError, StoreLock};
-use crate::tools::{CallContext, ToolFailure, ToolHandler};
+use crate::tools::{CallContext, Nesting, ToolFailure, ToolHandler};
 
 /// Longest error message copied from a JS exception (host errors can be huge).
 const MAX_ERROR_MESSAGE: usize = 2000;
@@ -260,16 +260,16 @@ impl JsStringCache {
 }
 
 thread_local! {
-    /// The pipeline depth of the host tool running on this stack right now (inside `call5`).
-    static HOST_TOOL_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The nesting of the host tool running on this stack right now (inside `call5`).
+    static HOST_TOOL_NESTING: std::cell::RefCell<Nesting> = std::cell::RefCell::default();
 }
 
-/// The pipeline depth a direct tool call made now continues (see `Registry::call_as`): that
-/// of the host tool running on this stack, when it calls back into the agent before its first
-/// await. Without it, a host tool calling a forged pipeline over itself recursed until the JS
-/// stack ran out, and the `RangeError` unwound through the core's frames without their cleanup.
-pub(crate) fn host_tool_depth() -> u32 {
-    HOST_TOOL_DEPTH.with(std::cell::Cell::get)
+/// What a direct tool call made now continues (see `Registry::call_as`): the nesting of the
+/// host tool running on this stack, when it calls back into the agent before its first await.
+/// Without it, a host tool calling a forged pipeline over itself recursed until the JS stack
+/// ran out, and the `RangeError` unwound through the core's frames without their cleanup.
+pub(crate) fn host_tool_nesting() -> Nesting {
+    HOST_TOOL_NESTING.with(|n| n.borrow().clone())
 }
 
 #[async_trait(?Send)]
@@ -284,9 +284,9 @@ impl ToolHandler for JsTool {
         };
         let js_args = to_js(&args).map_err(failure)?;
         let (run, call, session) = (self.last_run.get(&ctx.run_id), JsValue::from_str(&ctx.call_id), self.last_session.get(&ctx.session_id));
-        let outer = HOST_TOOL_DEPTH.with(|d| d.replace(ctx.depth));
+        let outer = HOST_TOOL_NESTING.with(|n| n.replace(ctx.nesting()));
         let returned = self.call_tool.call5(&JsValue::NULL, &self.js_name, &js_args, &run, &call, &session);
-        HOST_TOOL_DEPTH.with(|d| d.set(outer));
+        HOST_TOOL_NESTING.with(|n| *n.borrow_mut() = outer);
         let returned = returned.map_err(failure)?;
         // A synchronous tool's value is used as is: no promise round trip.
         let result = match returned.dyn_into::<Promise>() {
