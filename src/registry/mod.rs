@@ -1177,9 +1177,10 @@ impl Registry {
     }
 
     /// The names of the tools `session` reaches (host tools, forged tools whose pipeline steps
-    /// it reaches, `forge_tool`), found without building any, unlike [`Registry::tool_set`]: a compose build that fails names what is available, and building
-    /// the tool set for that built the failing pipeline again, which failed the same way, until
-    /// the stack ran out (a trap in wasm, for every agent of the instance).
+    /// it reaches, `forge_tool`), found without building any, unlike [`Registry::tool_set`]: a
+    /// compose build that fails names what is available, and building the tool set for that
+    /// built the failing pipeline again, which failed the same way, until the stack ran out (a
+    /// trap in wasm, for every agent of the instance).
     fn reachable_names(&self, session: &str) -> Vec<String> {
         let mut names: Vec<String> = {
             let state = self.state.borrow();
