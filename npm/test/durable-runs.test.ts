@@ -173,3 +173,22 @@ test('a stream dropped mid-read without being closed takes its listener off the 
   assert.equal(getEventListeners(signal, 'abort').length, 0, 'no abort listener is left on the caller signal');
   await agent.close();
 });
+
+test('a store write that never settles holds a run only until it is aborted, and close() still settles', async () => {
+  const answers = { id: 'test-double:answers', async *stream() { yield { type: 'text' as const, delta: 'hi' }; yield { type: 'finish' as const, finishReason: 'stop' as const }; } };
+  for (const stuck of ['put', 'delete'] as const) {
+    const base = memoryStore();
+    let hang = false;
+    const store = { ...base, get: base.get.bind(base), put: base.put.bind(base), delete: base.delete.bind(base), scan: base.scan.bind(base), batch: base.batch.bind(base) };
+    store[stuck] = (...args: never[]) => (hang ? new Promise<never>(() => {}) : (base[stuck] as (...a: never[]) => Promise<void>)(...args));
+    const agent = await createAgent({ model: answers, store });
+    hang = true;
+    const controller = new AbortController();
+    const run = agent.run('hi', { signal: controller.signal });
+    setTimeout(() => controller.abort(), 100);
+    const outcome = await Promise.race([run.then(() => 'completed', (e: unknown) => (e instanceof AbortError ? 'aborted' : String(e))), new Promise((r) => setTimeout(() => r('still pending'), 2000))]);
+    assert.equal(outcome, 'aborted', `a stuck store.${stuck}`);
+    const closing = await Promise.race([agent.close().then(() => 'closed'), new Promise((r) => setTimeout(() => r('close() still pending'), 2000))]);
+    assert.equal(closing, 'closed', `a stuck store.${stuck}`);
+  }
+});

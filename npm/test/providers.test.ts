@@ -747,6 +747,15 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
   });
 
+  it("Anthropic's `ping` events are keep-alives too: a stream of only pings fails with provider_timeout", async () => {
+    pieceDelayMs = 60;
+    const start = { type: 'message_start', message: { id: 'm', type: 'message', role: 'assistant', content: [], model: 'm', usage: { input_tokens: 1, output_tokens: 0 } } };
+    pieces = [`event: message_start\ndata: ${JSON.stringify(start)}\n\n`, ...Array.from({ length: 10 }, () => 'event: ping\ndata: {"type": "ping"}\n\n')];
+    const model = anthropic({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    const error = await rejection(collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
+  });
+
   it('empty `data:` keep-alives are skipped', async () => {
     pieces = ['data:\n\n', `data: ${delta('Hel')}\n\n`, 'data: \r\n\r\n', `data: ${delta('lo')}\n\n`, 'data: [DONE]\n\n'];
     assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'Hello');

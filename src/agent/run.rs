@@ -290,7 +290,9 @@ impl RunContext<'_> {
         let mut result = self.turns(&mut state, &emitter).await;
         if let Some(runs) = &self.runs {
             if run_ended(&result) {
-                if let Err(e) = runs.forget(&state.run_id).await {
+                // Raced against the abort like every save: a store that never settles must not
+                // hold a finished run, nor the `close()` waiting for it.
+                if let Err(e) = self.unless_cancelled(runs.forget(&state.run_id)).await.and_then(|forgot| forgot) {
                     if result.is_ok() {
                         result = Err(e);
                     }
@@ -462,9 +464,11 @@ impl RunContext<'_> {
         }
     }
 
+    /// Persists the run's state. A store write that never settles holds the run only until it
+    /// is stopped: an abort (and `close()`, which aborts its runs and waits for them) ends it.
     async fn save(&self, state: &RunState) -> Result<(), AgentError> {
         match &self.runs {
-            Some(runs) => runs.save(state).await,
+            Some(runs) => self.unless_cancelled(runs.save(state)).await?,
             None => Ok(()),
         }
     }

@@ -302,10 +302,12 @@ export async function* readSse(ctx: HttpContext, response: Response): AsyncGener
   const parser = createParser({
     maxBufferSize: MAX_UNIT_CHARS,
     // Events with data are progress, reasoning deltas among them (they yield no chunk); a
-    // gateway's keep-alives are not, or one pinging for a hung model would never time out.
+    // gateway's keep-alives are not, or one pinging for a hung model would never time out:
+    // neither are Anthropic's `ping` events, which carry data (`{"type": "ping"}`) and mean
+    // only that the connection is open.
     onEvent: (event) => {
       if (event.data.trim() === '') return;
-      ctx.progress?.();
+      if (event.event !== 'ping') ctx.progress?.();
       pending.push(event);
     },
     // Some llama.cpp builds report a failure mid-stream as an `error: {…}` line, a field SSE
