@@ -220,7 +220,10 @@ impl Forge {
         infer_schemas(&mut request);
         match admit(&request) {
             Err(reason) => return Err(Rejection::new(&request.name, reason, Evidence::default())),
-            Ok(Admission::Unchanged(kept)) => return Ok(Checked::Unchanged(Box::new(Kept { scope: request.scope, ..*kept }))),
+            Ok(Admission::Unchanged(mut kept)) => {
+                kept.scope = request.scope;
+                return Ok(Checked::Unchanged(kept));
+            }
             Ok(Admission::New) => {}
         }
         if let Err(issues) = shape_check(&request) {

@@ -981,10 +981,7 @@ impl Registry {
     /// name (built, its steps reachable), judged, with the request's content hash. One the
     /// session could not call is no answer: the forge is checked in full and says why.
     fn unchanged(&self, req: &ForgeRequest, session: &str) -> Option<Box<Kept>> {
-        let (tier, _) = self.forged_tool(&req.name, session)?;
-        if !self.steps_reachable(tier, &req.name, session) {
-            return None;
-        }
+        let (tier, _) = self.offered(&req.name, session)?;
         let state = self.state.borrow();
         let entry = state.entry(tier, session, &req.name)?;
         let verdict = entry.record.current.verdict.clone()?;
@@ -1136,19 +1133,9 @@ impl Registry {
     /// does not reach now.
     pub fn tool_set(&self, session: &str) -> ToolSet {
         let mut set = self.host_tools.borrow().clone();
-        let names: BTreeSet<String> = {
-            let state = self.state.borrow();
-            [Tier::Shared, Tier::Agent, Tier::Session]
-                .into_iter()
-                .filter_map(|t| state.tier(t, session))
-                .flat_map(|m| m.values().filter(|e| e.active()).map(|e| e.record.name.clone()))
-                .collect()
-        };
-        for name in names {
-            if let Some((tier, tool)) = self.forged_tool(&name, session) {
-                if self.steps_reachable(tier, &name, session) {
-                    set.insert(tool);
-                }
+        for name in self.forged_names(session) {
+            if let Some((_, tool)) = self.offered(&name, session) {
+                set.insert(tool);
             }
         }
         if self.config.enabled {
@@ -1157,6 +1144,23 @@ impl Registry {
             }
         }
         set
+    }
+
+    /// The names of the active forged tools `session` sees at some tier, each once.
+    fn forged_names(&self, session: &str) -> BTreeSet<String> {
+        let state = self.state.borrow();
+        [Tier::Shared, Tier::Agent, Tier::Session]
+            .into_iter()
+            .filter_map(|t| state.tier(t, session))
+            .flat_map(|m| m.values().filter(|e| e.active()).map(|e| e.record.name.clone()))
+            .collect()
+    }
+
+    /// The forged tool a run of `session` is offered under `name`, with its tier: the most
+    /// specific tier's that builds, when its pipeline's steps are reachable now.
+    fn offered(&self, name: &str, session: &str) -> Option<(Tier, Tool)> {
+        let (tier, tool) = self.forged_tool(name, session)?;
+        self.steps_reachable(tier, name, session).then_some((tier, tool))
     }
 
     /// The tools compose pipelines reach, resolved per call for the caller's session.
@@ -1182,10 +1186,7 @@ impl Registry {
     /// built the failing pipeline again, which failed the same way, until the stack ran out (a
     /// trap in wasm, for every agent of the instance).
     fn reachable_names(&self, session: &str) -> Vec<String> {
-        let mut names: Vec<String> = {
-            let state = self.state.borrow();
-            [Tier::Shared, Tier::Agent, Tier::Session].into_iter().filter_map(|t| state.tier(t, session)).flat_map(|m| m.keys().cloned()).collect()
-        };
+        let mut names: Vec<String> = self.forged_names(session).into_iter().collect();
         names.retain(|name| {
             let tier = self.state.borrow().resolve(name, session).map(|(tier, _)| tier);
             !self.is_own(name) && tier.is_some_and(|tier| self.steps_reachable(tier, name, session))
