@@ -15,6 +15,11 @@
  * not measured. Prints the median forge latency and the median invocation latency per tool and
  * engine and the ratios Crucible / agentos. Bars: forge ≤ 0.5×, invocation ≤ 1.0×.
  *
+ * The warm-up (50 forges per tool and engine) measures the steady state. A process's first
+ * sandbox forges are slower: V8 runs the sandbox's wasm (Boa's parser and compiler, in the
+ * Worker) in its baseline tier until it has run enough to be optimized, which takes some tens
+ * of forges. BENCH_WARMUP_FORGES=3 shows those first forges.
+ *
  * What each side runs:
  *   Crucible — `agent.forge(request, { sessionId })` (shape check, tests in the sandbox Worker
  *              pool, judge via a `ModelProvider`, registry) and `agent.tools.call(name, args,
@@ -25,7 +30,8 @@
  *              executable from `createExecutableTool` (delivered by `onToolForged`) `.execute()`.
  *
  * Run: cd npm && npm run bench:forge   (= node --import tsx ../bench/forge.bench.ts)
- * Env: BENCH_FORGES (default 20), BENCH_CALLS (default 1000), BENCH_ONLY=crucible|agentos
+ * Env: BENCH_FORGES (default 20), BENCH_CALLS (default 1000), BENCH_WARMUP_FORGES (default
+ *      50), BENCH_ONLY=crucible|agentos
  *      (profile one engine: node --cpu-prof --import tsx ../bench/forge.bench.ts),
  *      BENCH_TOOLS=shout,slugify (a subset of the four tools).
  */
@@ -51,7 +57,7 @@ const agentosVersion = (() => {
 
 const FORGES = Number(process.env.BENCH_FORGES ?? 20);
 const CALLS = Number(process.env.BENCH_CALLS ?? 1000);
-const WARMUP_FORGES = 3;
+const WARMUP_FORGES = Number(process.env.BENCH_WARMUP_FORGES ?? 50);
 const WARMUP_CALLS = 100;
 const ONLY = process.env.BENCH_ONLY as 'crucible' | 'agentos' | undefined;
 const SESSION = 'bench';
@@ -318,7 +324,7 @@ for (const e of engines) await e.close();
 // Report
 
 console.log(`forge bench — node ${process.version}, ${cpus().length} CPUs, load ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
-console.log(`crucible-agents (this tree) vs @framers/agentos ${agentosVersion}; ${FORGES} forges and ${CALLS} calls per tool and engine, medians`);
+console.log(`crucible-agents (this tree) vs @framers/agentos ${agentosVersion}; ${FORGES} forges and ${CALLS} calls per tool and engine after ${WARMUP_FORGES} warm-up forges, medians`);
 console.log('');
 const rows: string[][] = [['tool', 'mode', 'forge crucible', 'forge agentos', 'ratio (≤0.5)', 'call crucible', 'call agentos', 'ratio (≤1.0)']];
 let pass = true;

@@ -747,6 +747,29 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
   });
 
+  it('deltas that carry nothing are keep-alives too (OpenAI-compatible SSE and Ollama lines); thinking under any name is progress', async () => {
+    pieceDelayMs = 60;
+    const empties = [{}, { role: 'assistant' }, { role: 'assistant', content: '' }, { content: null, tool_calls: [] }];
+    pieces = [`data: ${delta('a')}\n\n`, ...Array.from({ length: 8 }, (_, i) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: empties[i % 4] }] })}\n\n`)];
+    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    const error = await rejection(collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
+
+    contentType = 'application/x-ndjson';
+    const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    const line = (message: Record<string, unknown>, done = false) => `${JSON.stringify({ model: 'm', message, done })}\n`;
+    pieces = Array.from({ length: 8 }, () => line({ role: 'assistant', content: '' }));
+    const stalled = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(stalled instanceof ProviderError && stalled.code === 'provider_timeout', `got ${String(stalled)}`);
+    // Ollama's thinking field, like OpenRouter's `reasoning`, is a name the provider does not read.
+    pieces = [...Array.from({ length: 5 }, () => line({ role: 'assistant', content: '', thinking: 'hmm' })), line({ role: 'assistant', content: 'done' }, true)];
+    assert.equal((await collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
+    contentType = 'text/event-stream';
+    const reasoning = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { role: 'assistant', reasoning: 'hmm' } }] })}\n\n`;
+    pieces = [...Array.from({ length: 5 }, () => reasoning), `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
+    assert.equal((await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
+  });
+
   it("Anthropic's `ping` events are keep-alives too: a stream of only pings fails with provider_timeout", async () => {
     pieceDelayMs = 60;
     const start = { type: 'message_start', message: { id: 'm', type: 'message', role: 'assistant', content: [], model: 'm', usage: { input_tokens: 1, output_tokens: 0 } } };

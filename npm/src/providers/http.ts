@@ -294,9 +294,13 @@ export function repliesWithJson(response: Response): boolean {
   return /^application\/json\b/i.test(response.headers.get('content-type') ?? '');
 }
 
+/** Who tells a stream's progress: the reader, for every piece with data, or the provider that
+ *  parses the pieces, for those that carry part of the answer (see `carriesNews`). */
+export type ProgressBy = 'reader' | 'provider';
+
 /** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. Events
  *  with no data are keep-alives some gateways send (`data:` and a blank line): skipped. */
-export async function* readSse(ctx: HttpContext, response: Response): AsyncGenerator<EventSourceMessage> {
+export async function* readSse(ctx: HttpContext, response: Response, progressBy: ProgressBy = 'reader'): AsyncGenerator<EventSourceMessage> {
   const pending: EventSourceMessage[] = [];
   let overflowed = false;
   const parser = createParser({
@@ -307,7 +311,7 @@ export async function* readSse(ctx: HttpContext, response: Response): AsyncGener
     // only that the connection is open.
     onEvent: (event) => {
       if (event.data.trim() === '') return;
-      if (event.event !== 'ping') ctx.progress?.();
+      if (progressBy === 'reader' && event.event !== 'ping') ctx.progress?.();
       pending.push(event);
     },
     // Some llama.cpp builds report a failure mid-stream as an `error: {…}` line, a field SSE
@@ -338,7 +342,7 @@ function errorFieldValue(value: string): Record<string, unknown> {
 }
 
 /** Yields one parsed JSON value per non-empty line of a newline-delimited JSON body. */
-export async function* readNdjson(ctx: HttpContext, response: Response): AsyncGenerator<unknown> {
+export async function* readNdjson(ctx: HttpContext, response: Response, progressBy: ProgressBy = 'reader'): AsyncGenerator<unknown> {
   let buffer = '';
   for await (const piece of readText(ctx, response)) {
     // Only the new piece can hold the next newline: searching the whole buffer again on every
@@ -351,7 +355,7 @@ export async function* readNdjson(ctx: HttpContext, response: Response): AsyncGe
       buffer = buffer.slice(newline + 1);
       from = 0;
       if (!line) continue;
-      ctx.progress?.();
+      if (progressBy === 'reader') ctx.progress?.();
       yield parseJson(ctx, line);
     }
     if (buffer.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'a line of the stream');

@@ -23,7 +23,7 @@ import {
 } from './http.js';
 import { isRecord } from '../errors.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OllamaOptions } from './types.js';
-import { lazyText, WireReader } from './wire.js';
+import { carriesNews, lazyText, WireReader } from './wire.js';
 
 /** Default endpoint of a local Ollama. */
 export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
@@ -53,7 +53,7 @@ export function ollama(options: OllamaOptions): ModelProvider {
     headers,
     toWire: (model, request, streaming) => toWireRequest(model, request, streaming, wire),
     parse: async function* (ctx, response, streaming) {
-      const lines = streaming ? readNdjson(ctx, response) : single(await readJson(ctx, response));
+      const lines = streaming ? readNdjson(ctx, response, 'provider') : single(await readJson(ctx, response));
       yield* parseLines(ctx, lines);
     },
   });
@@ -122,6 +122,8 @@ async function* parseLines(ctx: HttpContext, lines: AsyncIterable<unknown>): Asy
       throw streamedError(ctx, `server error in stream: ${typeof line.error === 'string' ? line.error : raw().slice(0, 200)}`, { retryable: false, body: raw() });
     }
     const message = read.object(line.message, 'message');
+    // Lines whose message carries nothing are keep-alives (see `carriesNews`); thinking is not.
+    if (carriesNews(message) || line.done) ctx.progress?.();
     const content = read.string(message?.content, 'message.content');
     if (content) yield { type: 'text', delta: content };
     for (const [position, entry] of read.array(message?.tool_calls, 'message.tool_calls').entries()) {

@@ -26,7 +26,7 @@ import {
   type HttpContext,
 } from './http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, Usage } from './types.js';
-import { lazyText, loose, WireReader, type WireObject } from './wire.js';
+import { carriesNews, lazyText, loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -59,7 +59,7 @@ export function openai(options: OpenAIOptions): ModelProvider {
     parse: async function* (ctx, response, streaming) {
       // A server that ignores `stream` (or answers an error as plain JSON with status 200)
       // sends one JSON body: read as events it would be an empty stream, its message lost.
-      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response));
+      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response, 'provider'));
       else yield* parseCompletion(ctx, await readJson(ctx, response));
     },
   });
@@ -150,11 +150,14 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
     const chunk = expectObject(ctx, parseJson(ctx, event.data), event.data);
     const read = new WireReader(ctx, event.data);
     throwIfError(ctx, chunk, event.data);
-    usage = toUsage(read, chunk.usage) ?? usage;
+    const chunkUsage = toUsage(read, chunk.usage);
+    usage = chunkUsage ?? usage;
     // The usage-only chunk that `include_usage` adds has `choices: []`.
     const choice = read.object(read.array(chunk.choices, 'choices')[0], 'choices[0]');
+    const delta = read.object(choice?.delta, 'choices[0].delta');
+    if (chunkUsage || carriesNews(delta) || choice?.finish_reason) ctx.progress?.();
     if (!choice) continue;
-    yield* answerChunks(read, read.object(choice.delta, 'choices[0].delta'), 'delta');
+    yield* answerChunks(read, delta, 'delta');
     finishReason = read.string(choice.finish_reason, 'finish_reason') || finishReason;
   }
 

@@ -117,7 +117,8 @@ export interface ProviderOptions {
   /**
    * Longest stall in ms: until the answer starts, then between two of its pieces (events or
    * lines with data: a streamed answer may take longer in all while it makes progress, but
-   * keep-alives alone do not hold it open). Default 120000.
+   * keep-alives alone do not hold it open, nor do pieces that carry nothing, such as empty
+   * deltas; a reasoning model's thinking is progress). Default 120000.
    */
   timeoutMs?: number;
   retry?: RetryOptions;

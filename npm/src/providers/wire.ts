@@ -76,3 +76,22 @@ export function lazyText(value: unknown): () => string {
   let text: string | undefined;
   return () => (text ??= JSON.stringify(value));
 }
+
+/**
+ * Whether a piece of an answer (a `delta`, a `message`) carries anything: a field besides
+ * `role` that is not empty. A reasoning model's thinking does, under whichever name its server
+ * gives it (`reasoning_content`, `reasoning`, `thinking`), so it is progress though it yields
+ * no text. Pieces that carry nothing (`{}`, `{"role": "assistant", "content": ""}`) are what a
+ * server or proxy streams to keep a connection open: were they progress, one doing so for a
+ * hung model would hold the answer past `timeoutMs` for as long as it kept them coming.
+ */
+export function carriesNews(piece: WireObject | undefined): boolean {
+  if (!piece) return false;
+  return Object.entries(piece).some(([key, value]) => key !== 'role' && !isEmptyValue(value));
+}
+
+function isEmptyValue(value: unknown): boolean {
+  if (value === null || value === undefined || value === '' || value === false) return true;
+  if (Array.isArray(value)) return value.length === 0;
+  return typeof value === 'object' && Object.keys(value).length === 0;
+}
