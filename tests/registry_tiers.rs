@@ -575,6 +575,54 @@ fn approving_does_not_overwrite_another_agents_shared_tool() {
     assert!(second.registry.list("t1").iter().any(|t| t.name == "slugify" && t.tier == Tier::Agent));
 }
 
+/// The shared-tier record of `name` as the store holds it: (owner, current version, versions).
+fn stored_shared_record(store: &MemoryStore, name: &str) -> Option<(String, u64, Vec<u64>)> {
+    let value = block_on(store.get(&format!("shared/tool/{name}"))).unwrap()?;
+    let data = &value["data"];
+    let versions = data["history"].as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect();
+    Some((data["origin"]["agentId"].as_str().unwrap().to_string(), data["current"]["version"].as_u64().unwrap(), versions))
+}
+
+#[test]
+fn an_approval_decides_on_the_shared_tier_the_store_holds_not_on_the_agents_copy_of_it() {
+    let store = Rc::new(MemoryStore::new());
+    let first = promoted_rig(store.clone());
+    let second = rig_for("agent2", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    forge_ok(&second, "slugify", SLUGIFY_V2_JS, "t1");
+    use_n(&second, "slugify", 3, "t1");
+    assert_eq!(block_on(second.registry.request_promotion("slugify", Tier::Agent, "t1")).unwrap().status, PromotionStatus::Promoted);
+    let ask = |r: &Rig, session: &str| block_on(r.registry.request_promotion("slugify", Tier::Shared, session)).unwrap().approval.unwrap();
+    let (asked_first, asked_second) = (ask(&first, "s1"), ask(&second, "t1"));
+    block_on(first.registry.approve(&asked_first.id)).unwrap();
+    // The second agent has not reloaded the shared tier since.
+    let refused = block_on(second.registry.approve(&asked_second.id)).unwrap_err();
+    assert!(matches!(refused, RegistryError::InvalidPromotion { .. }), "{refused:?}");
+    assert_eq!(stored_shared_record(&store, "slugify").map(|r| r.0), Some("agent1".to_string()));
+    assert!(block_on(store.get("agent/agent2/tool/slugify")).unwrap().is_some(), "the refused agent keeps its tool");
+}
+
+#[test]
+fn a_rollback_by_an_agent_that_has_not_seen_the_latest_approval_keeps_the_approved_version() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    approve_slugify_v2(&owner);
+    assert_eq!(block_on(other.registry.rollback("slugify", 1, "b")).unwrap().version, 1);
+    assert_eq!(stored_shared_record(&store, "slugify"), Some(("agent1".to_string(), 1, vec![1, 2])), "version 2 stays in the history");
+}
+
+#[test]
+fn a_shared_tool_another_agent_demotes_is_back_in_its_owners_agent_tier_after_a_reload() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    assert_eq!(block_on(other.registry.demote("slugify", "b")).unwrap().tier, Tier::Agent);
+    block_on(owner.registry.reload_shared()).unwrap();
+    let tiers: Vec<_> = owner.registry.list("s1").into_iter().map(|t| (t.tier, t.status)).collect();
+    assert!(tiers.contains(&(Tier::Agent, ToolStatus::Active)), "{tiers:?}");
+    assert!(block_on(owner.registry.call("slugify", json!({ "text": "A b" }), "s1")).is_ok());
+}
+
 #[test]
 fn demotions_and_rejected_forges_are_in_the_audit_trail() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
@@ -618,6 +666,31 @@ fn demote_moves_a_tool_down_and_the_old_tier_cannot_be_called() {
     assert_eq!(listed[0].status, ToolStatus::Demoted);
     assert_eq!(block_on(fresh.registry.call("slugify", json!({ "text": "x" }), "s9")).unwrap_err().code, "denied");
     assert!(matches!(block_on(r.registry.demote("slugify", "s2")), Err(RegistryError::LowestTier(_))));
+}
+
+#[test]
+fn a_tool_demoted_into_a_session_is_not_promoted_again_by_the_uses_that_follow() {
+    let (r, panel) = auto_promoting_rig_with_slugify();
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!((r.registry.list("s1")[0].tier, panel.requests.borrow().len()), (Tier::Agent, 2), "promoted by its third use");
+    assert_eq!(block_on(r.registry.demote("slugify", "s1")).unwrap().tier, Tier::Session);
+    use_n(&r, "slugify", 6, "s1");
+    assert_eq!((r.registry.list("s1")[0].tier, panel.requests.borrow().len()), (Tier::Session, 2), "the panel is not asked again");
+    // A request still may: the operator's demotion does not bind the operator.
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+}
+
+#[test]
+fn a_rolled_back_version_does_not_inherit_the_uses_of_the_version_it_replaces() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let v1 = block_on(r.registry.rollback("slugify", 1, "s1")).unwrap();
+    assert_eq!((v1.version, v1.stats.calls), (1, 0), "the three calls were of version 2");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected, "version 1 has no uses of its own: {out:?}");
 }
 
 #[test]

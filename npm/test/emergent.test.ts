@@ -390,6 +390,122 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  describe('a version counts and runs only while it is the one its name holds', () => {
+    const textSchema = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
+    let gate: Promise<void> | undefined;
+    const relay = tool({
+      name: 'relay',
+      description: 'Echoes its text',
+      inputSchema: textSchema,
+      execute: async ({ text }: { text: string }) => {
+        if (text === 'wait') await gate;
+        return { text };
+      },
+    });
+    const relayTool = (description: string) => ({
+      name: 'x',
+      description,
+      inputSchema: textSchema,
+      outputSchema: textSchema,
+      implementation: { mode: 'compose', steps: [{ name: 'r', tool: 'relay', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    });
+    const judgeModel = () => openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } });
+
+    test('calls of a version still running when the next is forged are not uses of the next', async () => {
+      const agent = await createAgent({
+        model: judgeModel(),
+        tools: [relay],
+        emergent: { enabled: true, judge: { model: judgeModel() }, promotionThreshold: { uses: 2, confidence: 0.8 } },
+      });
+      assert.equal((await agent.forge(relayTool('Relays the text'), { sessionId: 's' })).success, true);
+      let open!: () => void;
+      gate = new Promise((resolve) => (open = resolve));
+      const running = [1, 2].map(() => agent.tools.call('x', { text: 'wait' }, { sessionId: 's' }));
+      const v2 = await agent.forge(relayTool('Relays the text, version 2'), { sessionId: 's' });
+      assert.equal(v2.success && v2.tool.version, 2);
+      open();
+      assert.deepEqual(await Promise.all(running), [{ text: 'wait' }, { text: 'wait' }], 'they ran version 1 to its end');
+      const [x] = agent.tools.list({ sessionId: 's' });
+      assert.deepEqual([x!.version, x!.tier, x!.stats.calls], [2, 'session', 0], 'version 2 has no uses, so it was not promoted');
+      await agent.close();
+    });
+
+    test("a promotion whose write fails puts back only what nobody changed since: a version forged meanwhile stays", async () => {
+      const base = memoryStore();
+      let failing = false;
+      const store = storeOver(base, {
+        batch: async (ops) => {
+          if (!failing) return base.batch(ops);
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          throw Object.assign(new Error('disk full'), { code: 'store_quota' });
+        },
+      });
+      const agent = await createAgent({
+        model: judgeModel(),
+        tools: [relay],
+        store,
+        emergent: { enabled: true, autoPromote: false, judge: { model: judgeModel() }, promotionThreshold: { uses: 2, confidence: 0.8 } },
+      });
+      assert.equal((await agent.forge(relayTool('Relays the text'), { sessionId: 's' })).success, true);
+      for (let i = 0; i < 2; i++) await agent.tools.call('x', { text: 'q' }, { sessionId: 's' });
+      failing = true;
+      const promotion = agent.emergent.requestPromotion('x', 'agent', { sessionId: 's' }).then(
+        () => 'written',
+        (error: { code?: string }) => error.code,
+      );
+      while (!agent.tools.list({ sessionId: 's' }).some((t) => t.tier === 'agent')) await new Promise((resolve) => setTimeout(resolve, 5));
+      const v2 = await agent.forge(relayTool('Relays the text, version 2'), { sessionId: 's' });
+      assert.equal(v2.success && v2.tool.version, 2);
+      assert.equal(await promotion, 'store_quota');
+      assert.deepEqual(agent.tools.list({ sessionId: 's' }).map((t) => [t.tier, t.version]), [['session', 2]], 'version 2 stays; the failed promotion left no agent-tier tool');
+      failing = false;
+      await agent.close();
+    });
+
+    test("a tool demoted while the model answers is refused in that turn, not run at its old tier", async () => {
+      let release!: () => void;
+      const thinking = new Promise<void>((resolve) => (release = resolve));
+      let turn = 0;
+      const heldModel: ModelProvider = {
+        id: 'test-double:held-model',
+        async *stream() {
+          turn++;
+          if (turn === 1) {
+            await thinking;
+            yield { type: 'tool_call', index: 0, id: 'c1', name: 'x', argumentsDelta: '{"text":"still here"}' };
+            yield { type: 'finish', finishReason: 'tool_calls' };
+          } else {
+            yield { type: 'text', delta: 'done' };
+            yield { type: 'finish', finishReason: 'stop' };
+          }
+        },
+      };
+      const agent = await createAgent({
+        model: heldModel,
+        tools: [relay],
+        store: memoryStore(),
+        emergent: { enabled: true, autoPromote: false, judge: { model: judgeModel() }, promotionThreshold: { uses: 2, confidence: 0.8 } },
+      });
+      assert.equal((await agent.forge(relayTool('Relays the text'), { sessionId: 'p' })).success, true);
+      for (let i = 0; i < 2; i++) await agent.tools.call('x', { text: 'q' }, { sessionId: 'p' });
+      assert.equal((await agent.emergent.requestPromotion('x', 'agent', { sessionId: 'p' })).status, 'promoted');
+      const events: AgentEvent[] = [];
+      const run = (async () => {
+        for await (const event of agent.stream('go', { sessionId: 'r' })) events.push(event);
+      })();
+      while (turn === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+      await agent.emergent.demote('x', { sessionId: 'other' });
+      release();
+      await run;
+      const outcome = events.find((e) => e.type === 'tool.execute.end' || e.type === 'tool.execute.error');
+      assert.equal(outcome?.type, 'tool.execute.error', JSON.stringify(outcome));
+      assert.match(JSON.stringify(outcome), /"code":"denied"/);
+      assert.equal(agent.tools.list({ sessionId: 'r' }).find((t) => t.tier === 'agent')?.stats.calls, 2, 'the refused call is counted nowhere');
+      await agent.close();
+    });
+  });
+
   test('a tool call aborted while its stats flush waits for the store lock releases the lock when granted and loses no calls', async () => {
     const base = memoryStore();
     let gate: Promise<void> = Promise.resolve();

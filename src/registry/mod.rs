@@ -160,6 +160,10 @@ impl Entry {
     fn active(&self) -> bool {
         self.record.status == ToolStatus::Active
     }
+
+    fn version(&self) -> Version {
+        (self.record.current.hash.clone(), self.record.status)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -210,6 +214,16 @@ impl State {
     /// The entry `name` of a tier, if that tier holds one.
     pub(crate) fn entry(&self, tier: Tier, session: &str, name: &str) -> Option<&Entry> {
         self.tier(tier, session)?.get(name)
+    }
+
+    /// The tier, `from` or above, whose active entry `name` is the version `hash` (a call that
+    /// ran while its tool moved up, a promotion, counts where the tool is now): none when the
+    /// version was demoted, rolled back or replaced.
+    pub(crate) fn holder(&self, from: Tier, session: &str, name: &str, hash: &str) -> Option<Tier> {
+        [Tier::Session, Tier::Agent, Tier::Shared]
+            .into_iter()
+            .filter(|t| *t >= from)
+            .find(|t| self.entry(*t, session, name).is_some_and(|e| e.active() && e.record.current.hash == hash))
     }
 
     /// The entry `name` of a tier (see [`State::existing_tier_mut`]).
@@ -292,7 +306,8 @@ impl Drop for FlushTaken<'_> {
 /// claims a change the store does not hold (an approval that vanished from memory could not be
 /// approved again, yet would reappear after a restart).
 pub(crate) struct Undo {
-    entries: Vec<(Tier, String, String, Option<Entry>)>,
+    /// (tier, session, name, the entry before the change, what the change left there).
+    entries: Vec<(Tier, String, String, Option<Entry>, Option<Version>)>,
     approvals: Vec<(String, Option<PendingApproval>)>,
     /// The change's own audit entries have sequence numbers from `audit_start` to before
     /// `audit_end`.
@@ -304,9 +319,15 @@ impl Undo {
     /// Marks the end of the change's own audit entries (call when its mutations are done).
     pub(crate) fn sealed(mut self, state: &State) -> Self {
         self.audit_end = state.next_audit_seq;
+        for (tier, session, name, _, left) in &mut self.entries {
+            *left = state.entry(*tier, session, name).map(Entry::version);
+        }
         self
     }
 }
+
+/// Which version of a tool an entry holds, and in what status.
+type Version = (String, ToolStatus);
 
 impl State {
     /// Remembers `entries` ((tier, session, name)) and `approvals` (ids) as they are now, for
@@ -315,7 +336,7 @@ impl State {
         Undo {
             entries: entries
                 .iter()
-                .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.entry(tier, session, name).cloned()))
+                .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.entry(tier, session, name).cloned(), None))
                 .collect(),
             approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
             audit_start: self.next_audit_seq,
@@ -325,9 +346,14 @@ impl State {
 
     /// Puts back what `undo` remembered and drops the change's own audit entries. (Entries the
     /// change pushed out of a full audit ring stay out of memory until a restart reads them.)
+    /// An entry changed again while the write was out (a forge registered a new version) is
+    /// left as it is: putting back the one from before would drop a change that did succeed.
     pub(crate) fn undo(&mut self, undo: Undo) {
-        for (tier, session, name, before) in undo.entries {
+        for (tier, session, name, before, left) in undo.entries {
             let Some(map) = self.existing_tier_mut(tier, &session) else { continue };
+            if map.get(&name).map(Entry::version) != left {
+                continue;
+            }
             match before {
                 Some(entry) => map.insert(name, entry),
                 None => map.remove(&name),
@@ -347,24 +373,37 @@ impl State {
     }
 }
 
-thread_local! {
-    /// The turns for read-add-write flushes of shared-tier stats (see `flush_stats`), one per
-    /// store's data: agents on other stores never wait for this one (a hung store stalls only
-    /// the agents that use it).
-    static SHARED_STATS_TURNS: RefCell<HashMap<usize, Weak<futures::lock::Mutex<()>>>> = RefCell::new(HashMap::new());
+/// What the agents on one store's data take turns at (see [`store_turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum TurnKind {
+    /// Read-add-write flushes of shared-tier stats (see `flush_stats`).
+    SharedStats,
+    /// Changes of the shared tier and of the registry's records (approve, demote, rollback):
+    /// each reads the shared tier fresh inside its turn, so two agents approving the same name
+    /// at once see each other's write instead of both deciding on what they read before.
+    SharedTier,
 }
 
-/// The shared-stats turn of the store whose data is `key`, made on first use; turns no agent
+/// One turn: whoever holds it goes, the others wait in line.
+type Turn = futures::lock::Mutex<()>;
+
+thread_local! {
+    /// The turns, one per kind and store's data: agents on other stores never wait for this
+    /// one (a hung store stalls only the agents that use it).
+    static STORE_TURNS: RefCell<HashMap<(TurnKind, usize), Weak<Turn>>> = RefCell::new(HashMap::new());
+}
+
+/// The turn of `kind` on the store whose data is `key`, made on first use; turns no agent
 /// holds any more are dropped.
-fn shared_stats_turn(key: usize) -> Rc<futures::lock::Mutex<()>> {
-    SHARED_STATS_TURNS.with(|turns| {
+fn store_turn(kind: TurnKind, key: usize) -> Rc<Turn> {
+    STORE_TURNS.with(|turns| {
         let mut turns = turns.borrow_mut();
-        if let Some(turn) = turns.get(&key).and_then(Weak::upgrade) {
+        if let Some(turn) = turns.get(&(kind, key)).and_then(Weak::upgrade) {
             return turn;
         }
         turns.retain(|_, turn| turn.strong_count() > 0);
-        let turn = Rc::new(futures::lock::Mutex::new(()));
-        turns.insert(key, Rc::downgrade(&turn));
+        let turn = Rc::new(Turn::new(()));
+        turns.insert((kind, key), Rc::downgrade(&turn));
         turn
     })
 }
@@ -388,12 +427,12 @@ pub struct Registry {
     me: Weak<Registry>,
     /// Set by [`Registry::close`]; work still in flight then writes nothing.
     closed: std::cell::Cell<bool>,
-    /// Held by a reload of the shared tier and by this agent's changes to it until they are
-    /// written: a reload that read the store before such a write landed would replace the
-    /// tier with a snapshot that lacks the change.
-    shared_turn: futures::lock::Mutex<()>,
-    /// This store's turn for shared-stats flushes (see [`shared_stats_turn`]).
-    shared_stats_turn: Rc<futures::lock::Mutex<()>>,
+    /// This store's turn for changes of the shared tier (see [`TurnKind::SharedTier`] and
+    /// [`Registry::shared_tier_turn`]), held by a reload of it too: a reload that read the
+    /// store before such a change landed would replace the tier with a snapshot that lacks it.
+    shared_turn: Rc<Turn>,
+    /// This store's turn for shared-stats flushes (see [`TurnKind::SharedStats`]).
+    shared_stats_turn: Rc<Turn>,
     /// Forges and imports going, per session.
     forges: SessionWork,
 }
@@ -504,8 +543,8 @@ impl Registry {
             forge_tool: RefCell::new(None),
             me: me.clone(),
             closed: Default::default(),
-            shared_turn: futures::lock::Mutex::new(()),
-            shared_stats_turn: shared_stats_turn(stats_turn_key),
+            shared_turn: store_turn(TurnKind::SharedTier, stats_turn_key),
+            shared_stats_turn: store_turn(TurnKind::SharedStats, stats_turn_key),
             forges: SessionWork::default(),
         }))
     }
@@ -522,10 +561,45 @@ impl Registry {
     /// the change is visible to all of them at once. Built handlers of unchanged tools stay.
     pub async fn reload_shared(&self) -> Result<(), RegistryError> {
         let _turn = self.shared_turn.lock().await;
+        let tools = self.read_shared().await?;
+        self.emit("", EventBody::RegistryReloaded { tier: Tier::Shared, tools, at: self.now() });
+        Ok(())
+    }
+
+    /// The turn for a change of the shared tier or of this agent's records, with the shared tier
+    /// read fresh: the agents of this context on this store wait for each other, and those of
+    /// other contexts (tabs) too through the store's lock, so a decision (is the name taken?
+    /// which version is current?) is made on what the store holds, not on a copy another agent
+    /// has changed since.
+    async fn shared_tier_turn(&self) -> Result<(futures::lock::MutexGuard<'_, ()>, Option<crate::store::StoreLock>), RegistryError> {
+        let turn = self.shared_turn.lock().await;
+        let lock = self.store.lock("shared-tier").await?;
+        self.read_shared().await?;
+        Ok((turn, lock))
+    }
+
+    /// Reads the shared tier from the store (its number of tools). A tool of this agent that
+    /// left it since (another agent demoted it into this agent's tier) is read back into the
+    /// agent tier too: otherwise only a restart would show it here.
+    async fn read_shared(&self) -> Result<u32, RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
         let tools = loaded.len() as u32;
+        let came_home: Vec<String> = {
+            let state = self.state.borrow();
+            let mine = |e: &Entry| e.active() && e.record.origin.agent_id == self.agent_id;
+            state.shared.iter().filter(|(name, e)| mine(e) && !loaded.get(*name).is_some_and(Entry::active)).map(|(name, _)| name.clone()).collect()
+        };
+        let mut own = match came_home.is_empty() {
+            true => BTreeMap::new(),
+            false => load_tier(self.store.as_ref(), &self.prefix(Tier::Agent)).await?,
+        };
         {
             let mut state = self.state.borrow_mut();
+            for name in came_home {
+                if let Some(entry) = own.remove(&name) {
+                    state.agent.insert(name, entry);
+                }
+            }
             for (name, entry) in loaded.iter_mut() {
                 if let Some(old) = state.shared.get(name) {
                     if old.record.current.hash == entry.record.current.hash && old.record.status == entry.record.status {
@@ -538,8 +612,7 @@ impl Registry {
             }
             state.shared = loaded;
         }
-        self.emit("", EventBody::RegistryReloaded { tier: Tier::Shared, tools, at: self.now() });
-        Ok(())
+        Ok(tools)
     }
 
     pub fn agent_id(&self) -> &str {
@@ -813,9 +886,9 @@ impl Registry {
     /// Counts one call of `name` at `tier`; returns whether a stats flush is due.
     pub(crate) fn record_call(&self, tier: Tier, session: &str, name: &str, hash: &str, ok: bool, latency_ms: f64) -> bool {
         let mut state = self.state.borrow_mut();
-        // A call that ran while its tool moved up (a promotion) counts where the tool is now.
-        let holds = |state: &State, t: Tier| state.entry(t, session, name).is_some_and(|e| e.record.current.hash == hash);
-        let tier = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter(|t| *t >= tier).find(|t| holds(&state, *t)).unwrap_or(tier);
+        // A call of a version no longer current counts nowhere: counted on the entry that now
+        // holds the name, it promoted a version with no uses of its own.
+        let Some(tier) = state.holder(tier, session, name, hash) else { return false };
         let Some(entry) = state.entry_mut(tier, session, name) else { return false };
         entry.stats.record(ok, latency_ms);
         if tier == Tier::Session {
@@ -1387,7 +1460,7 @@ impl Registry {
     /// tier keeps a demoted tombstone that cannot be called. The highest active tier holding
     /// the name is demoted.
     pub async fn demote(&self, name: &str, session: &str) -> Result<ToolInfo, RegistryError> {
-        let _turn = self.shared_turn.lock().await;
+        let _turn = self.shared_tier_turn().await?;
         // Another agent's shared tool goes back to its owner's agent tier, unless the owner has
         // one of that name there already (a newer version it promoted since): that one stays.
         let other_owner = self.state.borrow().shared.get(name).filter(|e| e.active()).map(|e| e.record.origin.agent_id.clone()).filter(|o| *o != self.agent_id);
@@ -1416,6 +1489,9 @@ impl Registry {
             let stats = if from == Tier::Shared { ToolStats::default() } else { old.stats.clone() };
             record.tier = to;
             record.status = ToolStatus::Active;
+            // The uses that follow do not undo an operator's demotion: this version is not
+            // promoted automatically again (a new version may be, and a request may ask).
+            record.promotion.demoted_hash = Some(record.current.hash.clone());
             if to == Tier::Session {
                 record.session_id = Some(session.to_string());
             }
@@ -1457,7 +1533,7 @@ impl Registry {
     /// Restores version `version` of `name` (the entry `session` reaches) as its current
     /// version.
     pub async fn rollback(&self, name: &str, version: u32, session: &str) -> Result<ToolInfo, RegistryError> {
-        let _turn = self.shared_turn.lock().await;
+        let _turn = self.shared_tier_turn().await?;
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
@@ -1473,6 +1549,13 @@ impl Registry {
             let from = entry.record.current.version;
             entry.record.current = target;
             entry.built = None;
+            // Stats count the uses of the version they were earned by, for the promotion rules
+            // too: the restored one starts afresh, as a new version does. Not at the shared
+            // tier, whose totals hold other agents' calls.
+            if tier < Tier::Shared {
+                entry.stats = ToolStats::default();
+                entry.unflushed = ToolStats::default();
+            }
             let mut ops = self.entry_ops(entry);
             let info = tool_info(entry);
             ops.extend(self.audit(

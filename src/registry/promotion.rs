@@ -86,8 +86,9 @@ impl Registry {
         let memo = &e.record.promotion;
         let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
             && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
+        let demoted = memo.demoted_hash.as_deref() == Some(e.record.current.hash.as_str());
         let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name);
-        confidence > config.promotion_threshold.confidence && !suppressed && !reviewing
+        confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
     }
 
     async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
@@ -294,7 +295,7 @@ impl Registry {
 
     /// Grants a pending approval: the tool moves from the agent to the shared tier.
     pub async fn approve(&self, id: &str) -> Result<ToolInfo, RegistryError> {
-        let _turn = self.shared_turn.lock().await;
+        let _turn = self.shared_tier_turn().await?;
         let mut joining = ToolStats::default();
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();

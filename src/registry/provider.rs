@@ -28,6 +28,11 @@ impl ToolHandler for TrackedHandler {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         // Trials (forge tests, promotion re-runs) are counted nowhere, so they skip the clock.
         let registry = if ctx.trial { None } else { self.registry.upgrade() };
+        // A run's tools are built once per turn: a version demoted, rolled back or replaced
+        // while the model answered must not run at the tier it no longer holds.
+        if registry.as_ref().is_some_and(|r| r.state.borrow().holder(self.tier, &self.session, &self.inner.name, &self.hash).is_none()) {
+            return Err(ToolFailure::new("denied", format!("`{}` was demoted, rolled back or replaced since this turn began: it is not run", self.inner.name)));
+        }
         let started = registry.as_ref().map(|r| r.now()).unwrap_or(0.0);
         let result = match self.inner.handler().call(args, ctx).await {
             Ok(output) => check_output(&self.inner, output),

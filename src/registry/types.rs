@@ -108,6 +108,9 @@ pub struct PromotionMemo {
     pub rejected_hash: Option<String>,
     /// Successful uses when it was rejected.
     pub rejected_at_successes: u64,
+    /// Hash of a version an operator demoted: its uses do not promote it again by themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demoted_hash: Option<String>,
 }
 
 /// A registered tool at one tier: current version, history, provenance.

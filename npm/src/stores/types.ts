@@ -33,7 +33,8 @@ export interface Store {
    * Optional, for stores whose data other JavaScript contexts open too: resolves once the lock
    * `name` on this data is held, with the function that releases it. The core holds
    * `shared-stats` while it reads, adds to and writes back shared-tier stats, so agents in two
-   * tabs never overwrite each other's counts. `indexedDbStore` implements it with Web Locks
+   * tabs never overwrite each other's counts, and `shared-tier` while it reads the shared tier
+   * and approves, demotes or rolls back a tool. `indexedDbStore` implements it with Web Locks
    * where they exist, else within its JavaScript context only.
    */
   lock?(name: string): Promise<() => void>;
