@@ -306,8 +306,7 @@ impl Drop for FlushTaken<'_> {
 /// claims a change the store does not hold (an approval that vanished from memory could not be
 /// approved again, yet would reappear after a restart).
 pub(crate) struct Undo {
-    /// (tier, session, name, the entry before the change, what the change left there).
-    entries: Vec<(Tier, String, String, Option<Entry>, Option<Version>)>,
+    entries: Vec<Touched>,
     approvals: Vec<(String, Option<PendingApproval>)>,
     /// The change's own audit entries have sequence numbers from `audit_start` to before
     /// `audit_end`.
@@ -319,8 +318,8 @@ impl Undo {
     /// Marks the end of the change's own audit entries (call when its mutations are done).
     pub(crate) fn sealed(mut self, state: &State) -> Self {
         self.audit_end = state.next_audit_seq;
-        for (tier, session, name, _, left) in &mut self.entries {
-            *left = state.entry(*tier, session, name).map(Entry::version);
+        for touched in &mut self.entries {
+            touched.left = state.entry(touched.tier, &touched.session, &touched.name).map(Entry::version);
         }
         self
     }
@@ -329,6 +328,15 @@ impl Undo {
 /// Which version of a tool an entry holds, and in what status.
 type Version = (String, ToolStatus);
 
+/// An entry a change touches: where it is, what it was before, what the change left there.
+struct Touched {
+    tier: Tier,
+    session: String,
+    name: String,
+    before: Option<Entry>,
+    left: Option<Version>,
+}
+
 impl State {
     /// Remembers `entries` ((tier, session, name)) and `approvals` (ids) as they are now, for
     /// [`State::undo`].
@@ -336,7 +344,13 @@ impl State {
         Undo {
             entries: entries
                 .iter()
-                .map(|&(tier, session, name)| (tier, session.to_string(), name.to_string(), self.entry(tier, session, name).cloned(), None))
+                .map(|&(tier, session, name)| Touched {
+                    tier,
+                    session: session.to_string(),
+                    name: name.to_string(),
+                    before: self.entry(tier, session, name).cloned(),
+                    left: None,
+                })
                 .collect(),
             approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
             audit_start: self.next_audit_seq,
@@ -349,7 +363,7 @@ impl State {
     /// An entry changed again while the write was out (a forge registered a new version) is
     /// left as it is: putting back the one from before would drop a change that did succeed.
     pub(crate) fn undo(&mut self, undo: Undo) {
-        for (tier, session, name, before, left) in undo.entries {
+        for Touched { tier, session, name, before, left } in undo.entries {
             let Some(map) = self.existing_tier_mut(tier, &session) else { continue };
             if map.get(&name).map(Entry::version) != left {
                 continue;
