@@ -170,7 +170,26 @@ fn declared_schemas_are_never_relaxed_by_inference() {
     .unwrap();
     infer_schemas(&mut req);
     assert_eq!(req.input_schema["additionalProperties"], false);
-    assert_eq!(req.input_schema["properties"]["a"]["type"], "integer");
+    assert_eq!(req.input_schema["properties"]["a"]["type"], "number", "whole numbers are numbers: fractions pass later");
+    // A declared `properties` that is no mapping is a gap too; a map schema is no gap.
+    let mut req = normalize(&json!({ "name": "t", "code": "c", "inputSchema": { "type": "object", "properties": null },
+        "testCases": [{ "input": { "a": "x" } }] }))
+    .unwrap();
+    infer_schemas(&mut req);
+    assert_eq!(req.input_schema["properties"]["a"]["type"], "string");
+    let counts = json!({ "type": "object", "additionalProperties": { "type": "number" } });
+    let mut req = normalize(&json!({ "name": "t", "code": "c", "outputSchema": counts,
+        "testCases": [{ "input": { "a": "x" }, "expectedOutput": { "the": 1 } }] }))
+    .unwrap();
+    infer_schemas(&mut req);
+    assert_eq!(req.output_schema, counts, "a map's keys are not made required");
+}
+
+#[test]
+fn a_name_longer_than_64_characters_is_refused_not_cut_into_another_tools_name() {
+    let long = format!("{}_one", "a".repeat(64));
+    let e = normalize(&json!({ "name": long, "code": "c", "testCases": [] })).unwrap_err();
+    assert!(e.to_string().contains("at most 64"), "{e}");
 }
 
 #[test]

@@ -292,7 +292,7 @@ fn model_text_never_panics_the_verdict_and_answer_parsers() {
     let mut found = 0;
     for _ in 0..iterations(5000) {
         let text: String = (0..rng.below(24)).map(|_| *rng.pick(&pieces)).collect();
-        no_panic("parse_verdict", &text, || parse_verdict(&text).ok());
+        no_panic("parse_verdict", &text, || parse_verdict(&text, &text).ok());
         if no_panic("extract_json", &text, || extract_json(&text)).is_some() {
             found += 1;
         }

@@ -6,6 +6,7 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::EventBody;
+use crucible::forge::RejectionCategory;
 use crucible::registry::{
     EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING,
     MAX_PACKAGE_BYTES,
@@ -78,6 +79,10 @@ fn session_tools_are_limited_per_session_and_discarded_at_session_end() {
     forge_ok(&r, "t2", SLUGIFY_V2_JS, "s1"); // a new version of an existing tool does not count
     let res = block_on(r.registry.forge(&slugify_request("t3", SLUGIFY_JS), "s1"));
     assert!(!res.success && res.reason.unwrap().contains("maxSessionTools"));
+    // A malformed request is told what is wrong with it, full session or not.
+    let mut one_case = slugify_request("t4", SLUGIFY_JS);
+    one_case["testCases"].as_array_mut().unwrap().truncate(1);
+    assert_eq!(block_on(r.registry.forge(&one_case, "s1")).category, Some(RejectionCategory::ShapeCheck));
     forge_ok(&r, "t3", SLUGIFY_JS, "s2"); // other sessions have their own budget
     assert_eq!(r.registry.list("s1").len(), 2);
     assert!(r.registry.list("s1").iter().all(|t| t.tier == Tier::Session));
@@ -624,6 +629,44 @@ fn a_shared_tool_another_agent_demotes_is_back_in_its_owners_agent_tier_after_a_
 }
 
 #[test]
+fn a_reload_after_another_agent_demoted_the_shared_tool_keeps_the_owners_newer_agent_tier_version_and_its_calls() {
+    let store = Rc::new(MemoryStore::new());
+    let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+    let owner = rig_for("agent1", config.clone(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    forge_ok(&owner, "slugify", SLUGIFY_JS, "s1");
+    use_n(&owner, "slugify", 3, "s1");
+    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(owner.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(owner.registry.approve(&approval.id)).unwrap();
+    // A newer version of the owner's own at its agent tier, with calls not written yet.
+    forge_ok(&owner, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(&owner, "slugify", 3, "s2");
+    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    use_n(&owner, "slugify", 5, "s2");
+    let agent_tier = |r: &Rig| r.registry.list("s2").into_iter().find(|t| t.tier == Tier::Agent).map(|t| (t.version, t.stats.calls));
+    assert_eq!(agent_tier(&owner), Some((2, 8)));
+    let other = rig_for("agent2", config, Some(approving_judge()), None, store.clone());
+    block_on(other.registry.demote("slugify", "z")).unwrap();
+    block_on(owner.registry.reload_shared()).unwrap();
+    assert_eq!(agent_tier(&owner), Some((2, 8)), "not replaced by the stored copy");
+    block_on(owner.registry.flush_stats()).unwrap();
+    assert_eq!(block_on(store.get("agent/agent1/stats/slugify")).unwrap().unwrap()["data"]["calls"], 8);
+}
+
+#[test]
+fn a_demoted_version_rolled_back_to_after_a_new_forge_is_still_not_promoted_by_its_uses() {
+    let (r, panel) = auto_promoting_rig_with_slugify();
+    use_n(&r, "slugify", 3, "s1");
+    let demoted = block_on(r.registry.demote("slugify", "s1")).unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    assert_eq!(block_on(r.registry.rollback("slugify", demoted.version, "s1")).unwrap().hash, demoted.hash);
+    let asked = panel.requests.borrow().len();
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(panel.requests.borrow().len(), asked, "the panel is not asked");
+    assert_eq!(r.registry.list("s1").into_iter().find(|t| t.status == ToolStatus::Active).unwrap().tier, Tier::Session);
+}
+
+#[test]
 fn demotions_and_rejected_forges_are_in_the_audit_trail() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     block_on(r.registry.demote("slugify", "s2")).unwrap();
@@ -865,6 +908,17 @@ fn an_agentos_package_without_test_cases_imports_with_the_importers_and_not_with
     let res = block_on(r.registry.import_with(&pkg, "s1", &options)).unwrap();
     assert!(res.success, "{res:?}");
     assert_eq!(res.tests.map(|t| t.len()), Some(2), "the supplied cases ran");
+    // An empty list in the package carries no cases either; the importer's are read as a
+    // request's are (`expected` for `expectedOutput`), so a wrong one fails the import.
+    let empty = pkg.replace("  judgeVerdicts: []\n", "  judgeVerdicts: []\n  testCases: []\n");
+    let wrong = ImportOptions {
+        test_cases: vec![
+            json!({ "input": { "text": "a b" }, "expected": { "slug": "WRONG" } }),
+            json!({ "input": { "text": "c" }, "expected": { "slug": "c" } }),
+        ],
+    };
+    let res = block_on(r.registry.import_with(&empty, "s3", &wrong)).unwrap();
+    assert!(!res.success && res.reason.as_deref().is_some_and(|m| m.contains("WRONG")), "{res:?}");
     let redacted = pkg.replace("sourcePersisted: true", "sourcePersisted: false");
     let err = block_on(r.registry.import_with(&redacted, "s2", &options)).unwrap_err();
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("redacted")), "{err}");
@@ -886,6 +940,10 @@ fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_
     let err = block_on(r.registry.import(&laughs, "s1")).unwrap_err();
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("expands to more than {MAX_EXPANDED_BYTES} bytes"))), "{err}");
     assert!(started.elapsed().as_secs() < 5, "stopped early, not after building it");
+    // Aliases of empty collections: a few bytes of JSON each, but a node in memory each.
+    let empties = format!("format: crucible.tool.v1\nseed: &a [{}]\njunk: [{}]\n", vec!["[]"; 1000].join(", "), vec!["*a"; 8000].join(", "));
+    let err = block_on(r.registry.import(&empties, "s1")).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("expands to more than")), "{err}");
 
     // Flow collections opened deep: the YAML reader's own limit refuses them only after a scan
     // whose cost grows with the square of their number. Quoted closes or closes in comments

@@ -33,17 +33,28 @@ pub fn json_values(text: &str) -> Vec<Value> {
         }
         rest = &after[body_start + end + 3..];
     }
+    for v in embedded_values(trimmed) {
+        if !found.contains(&v) {
+            found.push(v);
+        }
+    }
+    found
+}
+
+/// Each object or array embedded in `text`, left to right, once per occurrence (a value
+/// written twice is here twice; [`json_values`] offers it once): a value's insides are not
+/// offered again, and the scan stops at a value cut off by the end of the text.
+pub fn embedded_values(text: &str) -> Vec<Value> {
+    let mut found = Vec::new();
     let mut at = 0;
     for _ in 0..MAX_EMBEDDED_TRIES {
-        let Some(offset) = trimmed[at..].find(['{', '[']) else { break };
+        let Some(offset) = text[at..].find(['{', '[']) else { break };
         let start = at + offset;
-        let mut values = serde_json::Deserializer::from_str(&trimmed[start..]).into_iter::<Value>();
+        let mut values = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
         match values.next() {
             Some(Ok(v)) => {
                 at = start + values.byte_offset();
-                if !found.contains(&v) {
-                    found.push(v);
-                }
+                found.push(v);
             }
             Some(Err(e)) if e.is_eof() => break,
             _ => at = start + 1,

@@ -10,12 +10,14 @@ use serde_json::{json, Map, Value};
 
 use super::request::ForgeRequest;
 
-/// The JSON Schema type of a value (`integer` for whole numbers).
+/// The JSON Schema type of a value. Every number is a `number`: JavaScript has no integers,
+/// and a test's `3` and a tool's `3.0000000000000004` are equal by the tests' own rule, so
+/// `integer` (from whole-number samples) would refuse what the tests accept and every later
+/// call with a fraction.
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
         Value::Number(_) => "number",
         Value::String(_) => "string",
         Value::Array(_) => "array",
@@ -24,7 +26,8 @@ fn json_type(v: &Value) -> &'static str {
 }
 
 /// Whether `schema` declares nothing usable: an object schema (or one with no type) without
-/// properties.
+/// properties. A map (`additionalProperties` or `patternProperties` given as a schema, as a
+/// word count's output is) declares its values, not fixed keys: it is usable as it is.
 pub fn lacks_properties(schema: &Value) -> bool {
     let Value::Object(m) = schema else { return true };
     let object_typed = match m.get("type") {
@@ -32,16 +35,14 @@ pub fn lacks_properties(schema: &Value) -> bool {
         Some(Value::String(t)) => t == "object",
         Some(_) => false,
     };
-    object_typed && m.get("properties").and_then(Value::as_object).is_none_or(|p| p.is_empty())
+    let map = ["additionalProperties", "patternProperties"].iter().any(|k| m.get(*k).is_some_and(Value::is_object));
+    object_typed && !map && m.get("properties").and_then(Value::as_object).is_none_or(|p| p.is_empty())
 }
 
-/// Merges a set of observed types into one `type` value (`integer`+`number` → `number`).
+/// Merges a set of observed types into one `type` value.
 fn merge_types(mut types: Vec<&'static str>) -> Value {
     types.sort_unstable();
     types.dedup();
-    if types.contains(&"integer") && types.contains(&"number") {
-        types.retain(|t| *t != "integer");
-    }
     if types.len() == 1 {
         Value::String(types[0].into())
     } else {
@@ -68,13 +69,13 @@ pub fn infer_object_schema(samples: &[&Value]) -> Option<Value> {
 }
 
 /// Keeps every keyword the model declared (e.g. `additionalProperties`, `required`) and fills
-/// in the inferred `type`/`properties`/`required` only where missing.
+/// in the inferred `type`/`properties`/`required` only where missing. The declared
+/// `properties` is the gap being filled (empty, `null` or not a mapping): it never stays.
 fn fill(declared: &Value, inferred: Value) -> Value {
     let mut out = inferred.as_object().cloned().unwrap_or_default();
     if let Value::Object(d) = declared {
         for (k, v) in d {
-            let empty_properties = k == "properties" && v.as_object().is_some_and(|p| p.is_empty());
-            if !empty_properties {
+            if k != "properties" {
                 out.insert(k.clone(), v.clone());
             }
         }

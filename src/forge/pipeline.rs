@@ -218,6 +218,11 @@ impl Forge {
         });
         // Inferred first: an unchanged request is recognised by the content it is stored with.
         infer_schemas(&mut request);
+        // Before admission: a malformed request is `shape_check` whether or not there is room
+        // for it (a registered tool passed this check, so an unchanged one still does).
+        if let Err(issues) = shape_check(&request) {
+            return Err(Rejection::new(&request.name, issues.reasons.join("; "), issues.evidence));
+        }
         match admit(&request) {
             Err(reason) => return Err(Rejection::new(&request.name, reason, Evidence::default())),
             Ok(Admission::Unchanged(mut kept)) => {
@@ -225,9 +230,6 @@ impl Forge {
                 return Ok(Checked::Unchanged(kept));
             }
             Ok(Admission::New) => {}
-        }
-        if let Err(issues) = shape_check(&request) {
-            return Err(Rejection::new(&request.name, issues.reasons.join("; "), issues.evidence));
         }
         let tool = self.build(&request, tools, &origin.session_id).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
 

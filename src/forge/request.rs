@@ -153,7 +153,8 @@ fn scope_of(obj: &Map<String, Value>) -> Option<String> {
 pub(crate) fn attempt_labels(raw: &Value) -> (Option<String>, Option<String>) {
     let Ok(outer) = request_value(raw) else { return (None, None) };
     let Value::Object(obj) = unwrapped(&outer) else { return (None, None) };
-    (name_of(obj), scope_of(obj))
+    // Cut as a tool name is long: a name too long to forge is still counted, under its start.
+    (name_of(obj).map(|n| n.chars().take(64).collect()), scope_of(obj))
 }
 
 /// The first present (non-null) value among `keys`.
@@ -326,7 +327,8 @@ pub(crate) fn snake_name(raw: &str) -> String {
             out.push('_');
         }
     }
-    out.trim_matches('_').chars().take(64).collect()
+    // Not cut to length: two long names differing at the end would become one tool.
+    out.trim_matches('_').to_string()
 }
 
 /// Longest scope label kept (it tags events, audit entries and provenance).
@@ -344,7 +346,7 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(raw))) };
     let Some(name) = name_of(obj) else { return err("missing `name`: give the new tool a snake_case name") };
     if !crate::tools::is_valid_tool_name(&name) {
-        return err(format!("tool name `{name}` must match ^[A-Za-z0-9_-]{{1,64}}$"));
+        return err(format!("tool name `{}` must be letters, digits, `_` or `-`, at most 64 characters", crate::tools::shorten(&name, 80)));
     }
     let description = match pick(obj, &["description", "desc"]) {
         Some(Value::String(d)) => d.clone(),

@@ -610,7 +610,9 @@ impl Registry {
         {
             let mut state = self.state.borrow_mut();
             for name in came_home {
-                if let Some(entry) = own.remove(&name) {
+                // An active entry in memory is newer than the store's (a version this agent
+                // promoted since, with calls not written yet): it stays.
+                if let Some(entry) = own.remove(&name).filter(|_| !state.agent.get(&name).is_some_and(Entry::active)) {
                     state.agent.insert(name, entry);
                 }
             }
@@ -1148,8 +1150,13 @@ impl Registry {
             // This session's entry (active or demoted) is replaced; its history carries over,
             // else that of the tool the session reaches above it (a new version of a promoted
             // tool keeps the versions before it).
-            let own = state.remove_entry(Tier::Session, session, &name).map(|e| e.record.history);
-            let mut history = own.unwrap_or_else(|| state.resolve(&name, session).map(|(_, e)| e.record.history.clone()).unwrap_or_default());
+            let own = state.remove_entry(Tier::Session, session, &name).map(|e| (e.record.history, e.record.promotion));
+            // The memo is kept: it names the versions it holds off (by hash), and a rollback to
+            // one of them must not make a rejected or demoted version eligible again.
+            let (mut history, promotion) = own.unwrap_or_else(|| {
+                let history = state.resolve(&name, session).map(|(_, e)| e.record.history.clone()).unwrap_or_default();
+                (history, PromotionMemo::default())
+            });
             let current = ToolVersion {
                 version,
                 hash: hash.clone(),
@@ -1170,7 +1177,7 @@ impl Registry {
                 history,
                 session_id: Some(session.to_string()),
                 origin: ForgeOrigin { scope: scope.clone(), ..origin.clone() },
-                promotion: PromotionMemo::default(),
+                promotion,
             };
             let entry = Entry::new(record, ToolStats::default());
             let info = tool_info(&entry);
@@ -1563,12 +1570,12 @@ impl Registry {
             let from = entry.record.current.version;
             entry.record.current = target;
             entry.built = None;
-            // Stats count the uses of the version they were earned by, for the promotion rules
-            // too: the restored one starts afresh, as a new version does. Not at the shared
-            // tier, whose totals hold other agents' calls.
-            if tier < Tier::Shared {
+            // A session's stats count the uses of the version they were earned by, which is
+            // what promotes it: the restored one starts afresh, as a new version does. Above
+            // the session, stats are written by flushes (at the shared tier, they hold other
+            // agents' calls) and decide no promotion: they stay.
+            if tier == Tier::Session {
                 entry.stats = ToolStats::default();
-                entry.unflushed = ToolStats::default();
             }
             let mut ops = self.entry_ops(entry);
             let info = tool_info(entry);

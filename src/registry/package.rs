@@ -64,8 +64,10 @@ pub struct ToolPackage {
 #[serde(rename_all = "camelCase")]
 pub struct ImportOptions {
     /// Test cases for a package that carries none; ignored when the package has its own.
+    /// Read as a request's are (`expected` for `expectedOutput`…): kept raw until then, as a
+    /// typed list would drop the keys it does not name.
     #[serde(default)]
-    pub test_cases: Vec<ForgeTestCase>,
+    pub test_cases: Vec<Value>,
 }
 
 fn invalid(msg: impl Into<String>) -> RegistryError {
@@ -75,7 +77,7 @@ fn invalid(msg: impl Into<String>) -> RegistryError {
 /// Largest package text accepted.
 pub const MAX_PACKAGE_BYTES: usize = 2 << 20;
 
-/// Most bytes (roughly, as JSON) a package may expand to while it is read.
+/// Most bytes (roughly, in memory) a package may expand to while it is read.
 pub const MAX_EXPANDED_BYTES: usize = 8 << 20;
 
 /// Deepest nesting of flow collections (`[`, `{`) a package may open: the YAML reader refuses
@@ -148,6 +150,11 @@ fn flow_nesting_exceeds(text: &str, max: usize) -> bool {
 /// aliases' repeats included.
 struct Budgeted<'b>(&'b Cell<usize>);
 
+/// What one element, entry or collection is charged: about what it holds in memory (a
+/// `Value` and its slot), not its few bytes of JSON, so aliases of empty collections
+/// (`[*a, *a, …]` with `a: [[], [], …]`) cannot expand to hundreds of MiB within the budget.
+const NODE_BYTES: usize = 32;
+
 impl Budgeted<'_> {
     fn charge<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
         let left = self.0.get().checked_sub(bytes).ok_or_else(|| E::custom(format!("the package expands to more than {MAX_EXPANDED_BYTES} bytes")))?;
@@ -210,18 +217,20 @@ impl<'de> Visitor<'de> for Budgeted<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.charge(NODE_BYTES)?;
         let mut items = vec![];
         while let Some(item) = seq.next_element_seed(Budgeted(self.0))? {
-            self.charge(1)?;
+            self.charge(NODE_BYTES)?;
             items.push(item);
         }
         Ok(Value::Array(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.charge(NODE_BYTES)?;
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            self.charge(key.len() + 4)?;
+            self.charge(key.len() + NODE_BYTES)?;
             let value = map.next_value_seed(Budgeted(self.0))?;
             out.insert(key, value);
         }
@@ -307,13 +316,18 @@ impl Registry {
         let redacted_at_rest = implementation.and_then(|i| i.get("redactedAtRest")).and_then(Value::as_bool) == Some(true)
             || implementation.and_then(|i| i.get("sourcePersisted")).and_then(Value::as_bool) == Some(false);
         let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false) || redacted_at_rest;
-        if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(|v| !v.is_null())) {
+        // An empty list carries none either (an exporter writing `testCases: []`).
+        let carries = |v: &Value| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty());
+        if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(carries)) {
             if options.test_cases.is_empty() {
                 return Err(invalid(
                     "the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import",
                 ));
             }
-            top.insert("testCases".into(), serde_json::to_value(&options.test_cases).map_err(|e| invalid(e.to_string()))?);
+            for key in TEST_CASE_KEYS {
+                top.remove(key);
+            }
+            top.insert("testCases".into(), Value::Array(options.test_cases.clone()));
         }
         let body = Value::Object(top.clone());
         let request = normalize(&body)
