@@ -103,6 +103,8 @@ function scriptedModel(request: MockRequest): MockReply {
   }
   const text = last?.content ?? '';
   if (/weather/i.test(text)) return { toolCalls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] };
+  // Two calls in one turn, each waiting for its own decision.
+  if (/notes A and B/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'note A' } }, { name: 'save_note', arguments: { text: 'note B' } }] };
   if (/note/i.test(text)) return { toolCalls: [{ name: 'save_note', arguments: { text: 'buy milk' } }] };
   if (/slug maker/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUG_MAKER }] };
   if (/hang/i.test(text)) return { text: 'Let me think about this for a very long time…', hangMs: 60_000 };
@@ -332,6 +334,29 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('unticking "Remember the key" forgets the stored key and saves nothing that was not applied', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem('crucible-demo.settings.v1') ?? 'null'));
+      await page.click('#settings-details > summary');
+      await page.fill('#api-key', 'sk-demo-remembered');
+      await page.check('#remember-key');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
+      assert.equal((await stored()).kind, 'openai');
+      // Another provider chosen in the form but not applied, then the key forgotten.
+      await page.check('#provider-ollama');
+      await page.uncheck('#remember-key');
+      const after = await stored();
+      assert.equal(after.kind, 'openai', 'the unapplied provider is not saved');
+      assert.equal(after.rememberKey, false);
+      assert.doesNotMatch(JSON.stringify(after), /sk-demo/);
+      await page.goto(pageURL);
+      await waitReady(page);
+      assert.match((await page.textContent('#provider-summary')) ?? '', /^OpenAI-compatible · mock · 127\.0\.0\.1/);
+      assert.deepEqual(errors, []);
+    });
+
     test('a remembered key is not sent to a base URL given by a link', async () => {
       mock.reset();
       const other = await startMockLlmServer({ respond: scriptedModel });
@@ -418,6 +443,28 @@ function suite(): void {
       assert.match((await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '', /^Not saved/);
       assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
       await shot(page, 'toolcall-done');
+      assert.deepEqual(errors, []);
+    });
+
+    test('a deny reason typed for one call survives the decision on another, and reaches the model', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await send(page, 'Save notes A and B');
+      await lastAgentStatus(page, 'paused');
+      await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 2, undefined, { timeout: 10_000 });
+      const cardA = page.locator('#approvals [data-approval]', { hasText: 'note A' });
+      const cardB = page.locator('#approvals [data-approval]', { hasText: 'note B' });
+      await cardB.locator('.deny-reason').fill('note B is private');
+      // Approving A leaves the run waiting on B; the cards are drawn again meanwhile.
+      await cardA.locator('[data-action="approve"]').click();
+      await page.waitForFunction(() => /decide the run's other calls/.test(document.querySelector('#approvals')?.textContent ?? ''), undefined, { timeout: 10_000 });
+      assert.equal(await cardB.locator('.deny-reason').inputValue(), 'note B is private');
+      await cardB.locator('[data-action="deny"]').click();
+      await lastAgentStatus(page, 'done');
+      const toolResults = mock.requests.flatMap((r) => r.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? ''));
+      assert.ok(toolResults.some((c) => c.includes('note B is private')), `the model got the typed reason: ${JSON.stringify(toolResults)}`);
+      assert.ok(!toolResults.some((c) => c.includes('denied in the demo page')), 'not the generic reason');
+      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["note A"]');
       assert.deepEqual(errors, []);
     });
 
@@ -564,9 +611,12 @@ function suite(): void {
       const second = await context.newPage();
       await second.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
       await second.waitForFunction(() => /another tab/.test(window.__crucibleDemo?.error ?? ''), null, { timeout: 20_000 });
-      assert.match((await second.textContent('#settings-status')) ?? '', /tries again/);
+      // The reason is in view (not inside closed settings), in sentences.
+      assert.match((await second.textContent('#settings-status')) ?? '', /another agentId\. This page tries again/);
+      assert.equal(await second.isVisible('#settings-status'), true, 'the blocked notice is visible');
       await first.page.close();
       await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
+      assert.equal(await second.textContent('#settings-status'), '', 'the blocked notice goes once the agent started');
     });
 
     /** Waits up to 5 s for the page's IndexedDB to hold no run state, then asserts it holds none. */
@@ -628,6 +678,77 @@ function suite(): void {
       assert.match(outcomes[1]!, /^Already registered session tier, version 1.*not tested or judged again/);
       assert.equal(await page.$$eval('.tl-card[data-name="slugify"] [data-step="judge"]', (els) => els.length), 1, 'only the first forge asked the judge');
       assert.deepEqual(errors, []);
+    });
+
+    test('a double click on Demote demotes one tier, and the page says "done" (not the tool\'s status)', async () => {
+      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+      await assertEmergent(page);
+      mock.reset();
+      const item = '#registry-list [data-tool="slugify"]';
+      await page.click('#forge-example');
+      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+      // session → agent → shared (approved by the human).
+      await page.click(item);
+      await page.selectOption('#promote-tier', 'agent');
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+      await page.click(item);
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
+      await page.waitForSelector(`${item}[data-tier="shared"]`, { timeout: 30_000 });
+      await page.click(item);
+      await page.dblclick('#registry-detail [data-action="demote"]');
+      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 10_000 });
+      await page.waitForFunction(() => /^Demote slugify: /.test(document.querySelector('#registry-detail .action-status')?.textContent ?? ''), undefined, { timeout: 10_000 });
+      await page.waitForTimeout(1000);
+      // The demoted shared entry stays listed (for its audit trail); nothing reached the session tier.
+      assert.deepEqual(await page.$$eval(item, (els) => els.map((e) => e.getAttribute('data-tier')).sort()), ['agent', 'shared'], 'one tier down, not two');
+      assert.equal(await page.$$eval('#timeline .tl-demoted', (els) => els.length), 1);
+      assert.equal(await page.textContent('#registry-detail .action-status'), 'Demote slugify: done.');
+      assert.deepEqual(errors, []);
+    });
+
+    test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
+      const { page, errors } = await open({ autoPromote: '0' });
+      await assertEmergent(page);
+      mock.reset();
+      const chatForge = { ...SLUGIFY_REQUEST, description: 'Overlapping slugify from the chat' };
+      // The chat forge's judge answers first, while the example forge (started after it) still waits for its own.
+      mock.setResponder((request) => {
+        if (request.toolNames.length === 0) {
+          const chat = request.messages.some((m) => /keep letters and digits/.test(m.content ?? ''));
+          return { text: JSON.stringify({ ...VERDICT, reasoning: chat ? 'Verdict on the chat forge' : 'Verdict on the example forge' }), delayMs: chat ? 3000 : 6000 };
+        }
+        if (request.messages.at(-1)?.role === 'tool') return { text: 'Forged.' };
+        return { toolCalls: [{ name: 'forge_tool', arguments: chatForge }] };
+      });
+      try {
+        await send(page, 'Forge a slug tool');
+        await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"] .test').length === 2, undefined, { timeout: 30_000 });
+        await page.click('#forge-example');
+        await page.waitForFunction(() => /Registered slugify/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+        await lastAgentStatus(page, 'done', 30_000);
+        const cards = await page.$$eval('.tl-card[data-name="slugify"]', (els) =>
+          els.map((e) => ({
+            request: e.querySelector('[data-step="request"]')?.textContent ?? '',
+            status: (e as HTMLElement).dataset.status,
+            tests: e.querySelectorAll('.test').length,
+            verdict: e.querySelector('[data-step="judge"]')?.textContent ?? '',
+          })),
+        );
+        assert.equal(cards.length, 2, JSON.stringify(cards));
+        const [chat, example] = cards;
+        assert.match(chat!.request, /Overlapping slugify from the chat/);
+        assert.match(chat!.verdict, /Verdict on the chat forge/, JSON.stringify(cards));
+        assert.match(example!.verdict, /Verdict on the example forge/, JSON.stringify(cards));
+        for (const card of cards) {
+          assert.equal(card.status, 'registered', JSON.stringify(cards));
+          assert.equal(card.tests, 2, JSON.stringify(cards));
+        }
+        assert.deepEqual(errors, []);
+      } finally {
+        mock.setResponder(scriptedModel);
+      }
     });
 
     test('Apply keeps the session when nothing changed, waits for a forge, and says when a new agent starts', async () => {

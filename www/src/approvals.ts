@@ -12,6 +12,9 @@ export function mountApprovals(app: App): void {
   // Runs being resumed or discarded, and promotion approvals being decided: not shown meanwhile,
   // so a second click cannot send the same decision again.
   const inFlight = new Set<string>();
+  // Deny reasons typed so far, by approval id: every refresh rebuilds the cards, and a reason
+  // typed for one call must outlive the decision on another.
+  const reasons = new Map<string, string>();
 
   app.onRefresh(async () => {
     const runtime = app.runtime;
@@ -91,10 +94,13 @@ export function mountApprovals(app: App): void {
 
   function render(pending: Array<PendingApproval | RunApproval>, toContinue: string[], versions: Map<string, number>): void {
     clear(list);
+    const shown = new Set(pending.map((p) => p.id));
+    for (const id of reasons.keys()) if (!shown.has(id) && !inFlight.has(id)) reasons.delete(id);
     if (pending.length === 0 && toContinue.length === 0) list.append(h('li', { class: 'muted' }, 'Nothing waits for a human.'));
     for (const p of pending) {
       const reasonId = `deny-reason-${p.id}`;
-      const reason = h('input', { id: reasonId, type: 'text', placeholder: 'why not', class: 'deny-reason' });
+      const reason = h('input', { id: reasonId, type: 'text', placeholder: 'why not', class: 'deny-reason', oninput: () => reasons.set(p.id, reason.value) });
+      reason.value = reasons.get(p.id) ?? '';
       const buttons: HTMLButtonElement[] = [];
       const decide = (approve: boolean) =>
         act(

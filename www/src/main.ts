@@ -68,6 +68,8 @@ async function start(settings: ProviderSettings): Promise<void> {
 // one tries again now and then, and takes over once that tab closes.
 let retryBlocked: ReturnType<typeof setTimeout> | undefined;
 const RETRY_BLOCKED_MS = 2000;
+// What the last failed start put in the settings status (cleared once an agent starts).
+let failure: string | undefined;
 
 async function startOnce(settings: ProviderSettings): Promise<void> {
   clearTimeout(retryBlocked);
@@ -92,6 +94,9 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     document.body.dataset.emergent = String(emergent);
     window.__crucibleDemo = { ready: true, emergent, sessionId };
     chat.setState('idle');
+    // The failure (a tab that held the agent, say) is over: its words go, an Apply's stay.
+    if (failure !== undefined && settingsStatus.textContent === failure) settingsStatus.textContent = '';
+    failure = undefined;
   } catch (error) {
     // Only this start's agent is let go, never one the page runs otherwise.
     if (runtime && app.runtime === runtime) app.setRuntime(undefined);
@@ -99,9 +104,12 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     chat.setState('error');
     emergentBadge.hidden = true;
     const blocked = (error as { code?: unknown } | null)?.code === 'store_blocked';
-    settingsStatus.textContent = `Could not start the agent: ${errorText(error)}${blocked ? ' This page tries again every few seconds.' : ''}`;
+    const text = `Could not start the agent: ${errorText(error).replace(/[.!?]?$/, '.')}${blocked ? ' This page tries again every few seconds.' : ''}`;
+    // Shown in the settings, opened (once per message: a retry every few seconds does not
+    // reopen what the person closed), so the reason the page waits is in view.
+    if (settingsStatus.textContent !== text) ($('#settings-details') as HTMLDetailsElement).open = true;
+    settingsStatus.textContent = failure = text;
     if (blocked) retryBlocked = setTimeout(() => void start(settings), RETRY_BLOCKED_MS);
-    else ($('#settings-details') as HTMLDetailsElement).open = true;
     window.__crucibleDemo = { ready: true, emergent: false, sessionId, error: errorText(error) };
   }
 }

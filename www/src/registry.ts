@@ -25,6 +25,9 @@ export function mountRegistry(app: App): void {
   let selected: string | undefined;
   let exported: { name: string; yaml: string } | undefined;
   let actionStatus = '';
+  // An action in flight: the detail's action buttons are disabled (also in a detail rebuilt
+  // meanwhile by a refresh), so a double click cannot demote two tiers or promote twice.
+  let acting = false;
 
   app.onRefresh(refresh);
 
@@ -128,22 +131,31 @@ export function mountRegistry(app: App): void {
   function actions(t: ToolInfo): HTMLElement {
     const box = h('div', { class: 'actions' }, h('h4', {}, 'Actions'));
     const status = h('p', { class: 'hint action-status', role: 'status' }, actionStatus);
-    const act = async (label: string, fn: () => Promise<unknown>) => {
+    /** Runs an action; `outcome` words its result (only a promotion request has one to tell). */
+    const act = async (label: string, fn: () => Promise<unknown>, outcome?: (result: unknown) => string) => {
+      if (acting) return;
+      acting = true;
+      setActionsDisabled(true);
       actionStatus = `${label}…`;
       status.textContent = actionStatus;
       try {
-        const result = (await app.during(`“${label}”`, fn)) as { status?: unknown; reason?: unknown } | undefined;
-        // requestPromotion resolves with { status: promoted | pending | rejected | suppressed, reason }.
-        actionStatus =
-          result && typeof result === 'object' && typeof result.status === 'string'
-            ? `${label}: ${result.status}${typeof result.reason === 'string' && result.reason ? ` — ${brief(result.reason, 300)}` : ''}`
-            : `${label}: done.`;
+        const result = await app.during(`“${label}”`, fn);
+        actionStatus = `${label}: ${outcome ? outcome(result) : 'done.'}`;
       } catch (error) {
         actionStatus = `${label} failed: ${errorText(error)}`;
+      } finally {
+        acting = false;
+        setActionsDisabled(false);
       }
       status.textContent = actionStatus;
       app.announce(actionStatus);
       app.refreshSoon(0);
+    };
+    // requestPromotion resolves with { status: promoted | pending | rejected | suppressed, reason }.
+    const promotionOutcome = (result: unknown): string => {
+      const r = result as { status?: unknown; reason?: unknown } | undefined;
+      if (!r || typeof r.status !== 'string') return 'done.';
+      return `${r.status}${typeof r.reason === 'string' && r.reason ? ` — ${brief(r.reason, 300)}` : ''}`;
     };
     const runtime = app.runtime!;
 
@@ -157,7 +169,7 @@ export function mountRegistry(app: App): void {
           { class: 'row' },
           h('label', { for: 'promote-tier' }, 'Promote to'),
           select,
-          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId)) }, 'Request promotion'),
+          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId), promotionOutcome) }, 'Request promotion'),
         ),
       );
     }
@@ -184,7 +196,13 @@ export function mountRegistry(app: App): void {
     );
     box.append(row, status);
     if (exported?.name === t.name) box.append(exportBlock(exported.name, exported.yaml));
+    if (acting) for (const b of box.querySelectorAll<HTMLButtonElement>(':scope > .row button')) b.disabled = true;
     return box;
+  }
+
+  /** The detail's action buttons (of the detail shown now: a refresh may have rebuilt it). */
+  function setActionsDisabled(disabled: boolean): void {
+    for (const b of detail.querySelectorAll<HTMLButtonElement>('.actions > .row button')) b.disabled = disabled;
   }
 
   function exportBlock(name: string, yaml: string): HTMLElement {

@@ -43,6 +43,18 @@ function writeStored(stored: Stored): void {
 /** What the page did with an Apply: refused it (nothing is saved), or what it means for the agent. */
 export type ApplyOutcome = { refused: string } | { note: string };
 
+/** Removes the remembered keys from the stored settings at once, and nothing else: what the
+ *  form shows but was not applied is not saved by it. */
+function forgetStoredKeys(): void {
+  if (localStorage.getItem(STORAGE_KEY) === null) return;
+  const stored = readStored();
+  for (const entry of Object.values(stored.perKind)) {
+    delete entry.apiKey;
+    delete entry.keyBaseURL;
+  }
+  writeStored({ ...stored, rememberKey: false });
+}
+
 export interface SettingsController {
   current(): ProviderSettings;
   hasStored(): boolean;
@@ -173,7 +185,7 @@ export function mountSettings(onApply: (settings: ProviderSettings) => ApplyOutc
     status.textContent = `Applied: ${PROVIDER_DEFAULTS[kind].label}, model ${applied.model}. ${outcome.note}${remember.checked ? '' : ' The key (if any) is kept for this page only.'}`;
   });
   remember.addEventListener('change', () => {
-    if (!remember.checked) persist(); // Forget stored keys at once.
+    if (!remember.checked) forgetStoredKeys();
   });
   $('#settings-reset').addEventListener('click', () => {
     values[kind] = { ...PROVIDER_DEFAULTS[kind] };

@@ -10,7 +10,7 @@ import { isEmergentEvent, type DemoEvent, type EmergentEvent, type TestResult, t
 interface Card {
   el: HTMLLIElement;
   name: string;
-  /** The run that forges it (none for agent.forge() and imports). */
+  /** The run that forges it ("" or none for agent.forge() and imports). */
   runId?: string;
   tests: HTMLOListElement;
   body: HTMLDivElement;
@@ -63,8 +63,10 @@ export function mountTimeline(app: App): void {
     if (isEmergentEvent(event)) follow();
   });
 
+  /** The open card of this forge: same name and same run (agent.forge() has runId ""), so two
+   *  forges of one name at once (a chat run's and the example button's) keep to their own cards. */
   function cardFor(name: string, runId: string | undefined): Card {
-    const open = [...cards].reverse().find((c) => c.name === name && c.open);
+    const open = [...cards].reverse().find((c) => c.name === name && c.runId === runId && c.open);
     return open ?? startCard(name, undefined, runId);
   }
 
