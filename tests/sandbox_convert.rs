@@ -107,6 +107,10 @@ fn the_byte_cap_counts_strings_and_keys_as_json_escapes_them() {
         let message = r.error.map(|e| e.message).unwrap_or_default();
         assert!(r.status == SandboxStatus::Error && message.contains("larger than 4194304 bytes"), "{value}: {:?} {message}", r.status);
     }
+    // Numbers count as written: 199,000 long fractions are 5 MB of JSON (25 bytes each).
+    let r = run(&runner, "function execute(){ return Array.from({ length: 199000 }, () => -1.2345678901234567e-300); }", json!({}));
+    let message = r.error.map(|e| e.message).unwrap_or_default();
+    assert!(r.status == SandboxStatus::Error && message.contains("larger than 4194304 bytes"), "{:?} {message}", r.status);
     // Under the cap once escaped (1.8 + 1.8 + 0.2 MB), and plain text up to the cap as before.
     let r = run(&runner, "function execute(){ return ['\\x01'.repeat(3e5), '\\n\"\\\\'.repeat(3e5), 'é'.repeat(1e5)]; }", json!({}));
     assert_ok(&r, json!(["\u{1}".repeat(300_000), "\n\"\\".repeat(300_000), "é".repeat(100_000)]));

@@ -93,6 +93,16 @@ fn number(n: f64) -> Value {
     Number::from_f64(n).map_or(Value::Null, Value::Number)
 }
 
+/// How many bytes serde_json writes for `n`, at most: an integer's digits and sign, and 24 for
+/// any other number (`-1.2345678901234567e-300`), so an array of long fractions cannot pass
+/// the byte cap at a third of its JSON size.
+fn number_len(n: &Value) -> usize {
+    match n.as_i64() {
+        Some(i) => i.unsigned_abs().checked_ilog10().map_or(1, |d| d as usize + 1) + usize::from(i < 0),
+        None => 24,
+    }
+}
+
 /// How many bytes serde_json writes for `text` inside a JSON string: a control character is
 /// `\uXXXX` (6 bytes) or, for five of them, two (`\n`), and `"` and `\` are two. The byte cap
 /// counts this, so it bounds the JSON text the host receives: `'\x01'.repeat(4e6)` is 4 MB of
@@ -132,8 +142,9 @@ fn classify(value: &JsValue, budget: &mut Budget) -> Result<Classified, ConvertE
         return Ok(Classified::Leaf(Value::Bool(b)));
     }
     if let Some(n) = value.as_number() {
-        budget.node(8)?;
-        return Ok(Classified::Leaf(number(n)));
+        let n = number(n);
+        budget.node(number_len(&n))?;
+        return Ok(Classified::Leaf(n));
     }
     if let Some(s) = value.as_string() {
         return Ok(Classified::Leaf(string(&s, budget)?));
