@@ -24,8 +24,8 @@ SDIST_PKG="llama-cpp-python"
 log() { printf '[model-build] %s\n' "$*" >&2; }
 die() { printf '[model-build] ERROR: %s\n' "$*" >&2; exit 1; }
 
-cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-has() { local f; for f in "$@"; do case "$cpu_flags" in *" $f "*) ;; *) return 1 ;; esac; done; }
+# shellcheck source=common.sh
+. "$HERE/common.sh"
 
 # cmake flags for the CPU backend: the widest x86 feature set this CPU has, out of
 # the tiers ggml itself builds as variants (haswell, skylakex, icelake, zen4, ...).
@@ -35,21 +35,21 @@ ggml_cpu_flags() {
     return
   fi
   local f=(-DGGML_NATIVE=OFF)
-  has sse4_2 && f+=(-DGGML_SSE42=ON) || f+=(-DGGML_SSE42=OFF)
-  if has avx avx2 fma f16c bmi2; then
+  cpu_has sse4_2 && f+=(-DGGML_SSE42=ON) || f+=(-DGGML_SSE42=OFF)
+  if cpu_has avx avx2 fma f16c bmi2; then
     f+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
-    if has avx512f avx512cd avx512vl avx512dq avx512bw; then
+    if cpu_has avx512f avx512cd avx512vl avx512dq avx512bw; then
       f+=(-DGGML_AVX512=ON)
-      has avx512vbmi && f+=(-DGGML_AVX512_VBMI=ON)
-      has avx512_vnni && f+=(-DGGML_AVX512_VNNI=ON)
-      has avx512_bf16 && f+=(-DGGML_AVX512_BF16=ON)
-    elif has avx_vnni; then
+      cpu_has avx512vbmi && f+=(-DGGML_AVX512_VBMI=ON)
+      cpu_has avx512_vnni && f+=(-DGGML_AVX512_VNNI=ON)
+      cpu_has avx512_bf16 && f+=(-DGGML_AVX512_BF16=ON)
+    elif cpu_has avx_vnni; then
       f+=(-DGGML_AVX_VNNI=ON)
     fi
   else
     f+=(-DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_BMI2=OFF)
-    has avx && f+=(-DGGML_AVX=ON) || f+=(-DGGML_AVX=OFF)
-    has f16c && f+=(-DGGML_F16C=ON) || f+=(-DGGML_F16C=OFF)
+    cpu_has avx && f+=(-DGGML_AVX=ON) || f+=(-DGGML_AVX=OFF)
+    cpu_has f16c && f+=(-DGGML_F16C=ON) || f+=(-DGGML_F16C=OFF)
   fi
   echo "${f[*]}"
 }
@@ -76,14 +76,8 @@ ensure_compilers() {
   command -v c++ >/dev/null || need+=(g++)
   command -v make >/dev/null || need+=(make)
   [ "${#need[@]}" = 0 ] && return 0
-  local SUDO=""
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "need ${need[*]} and root (or sudo) to apt-get install them"
-    SUDO="sudo"
-  fi
   log "installing build tools: ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+  apt_install "${need[@]}"
 }
 
 # Prints the cmake to use: the system's if >= 3.14, else the pinned wheel's binary.

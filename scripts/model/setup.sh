@@ -45,13 +45,11 @@ STAMP="$MODEL_DIR/.installed"
 log() { printf '[model-setup] %s\n' "$*" >&2; }
 die() { printf '[model-setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
+# shellcheck source=common.sh
+. "$HERE/common.sh"
+
 cpu_runs_prebuilt() {
-  local have f
-  have=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-  [ "$(uname -m)" = x86_64 ] || return 1
-  for f in $PREBUILT_CPU_FLAGS; do
-    case "$have" in *" $f "*) ;; *) return 1 ;; esac
-  done
+  [ "$(uname -m)" = x86_64 ] && cpu_has $PREBUILT_CPU_FLAGS
 }
 
 server_mode() {
@@ -104,13 +102,7 @@ ensure_runtime_libs() {
     pkgs+=("$pkg")
   done
   log "installing missing runtime libraries: ${pkgs[*]}"
-  local SUDO=""
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "need root (or sudo) to apt-get install ${pkgs[*]}"
-    SUDO="sudo"
-  fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2
+  apt_install "${pkgs[@]}"
   missing="$(missing_libs)"
   [ -z "$missing" ] || die "still missing after apt-get: $missing"
 }

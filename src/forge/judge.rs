@@ -206,15 +206,18 @@ pub fn parse_verdict(text: &str, reviewed: &str) -> Result<Verdict, JudgeError> 
     if values.is_empty() {
         return Err(JudgeError::NoJson);
     }
-    let quoted: Vec<Value> = if reviewed.is_empty() { vec![] } else { json_values(reviewed).into_iter().filter(verdict_shaped).collect() };
+    // Scanned only when it has an `approved` key to quote: a review prompt rarely does.
+    let quoted: Vec<Value> = if reviewed.contains("\"approved\"") { json_values(reviewed).into_iter().filter(verdict_shaped).collect() } else { vec![] };
     let own: Vec<&Value> = values.iter().filter(|v| !quoted.contains(v)).collect();
     let verdicts: Vec<&Value> = own.iter().copied().filter(|v| verdict_shaped(v)).collect();
     if verdicts.iter().any(|v| v.get("approved") != verdicts[0].get("approved")) {
         return Err(JudgeError::Invalid("the answer holds verdicts that disagree on `approved` (one may be quoted from the code)".into()));
     }
-    // Counted per occurrence: a verdict written twice has two keys, and parsed twice.
-    let keys_read: usize = embedded_values(text.trim()).iter().map(approved_keys).sum();
-    if approved_keys_in_text(text) > keys_read {
+    // `values` holds a value written twice once: only when its keys fall short are they
+    // counted per occurrence (a verdict repeated in prose has two keys, and parsed twice).
+    let keys_in_text = approved_keys_in_text(text);
+    let keys_read = |values: &[Value]| values.iter().map(approved_keys).sum::<usize>();
+    if keys_in_text > keys_read(&values) && keys_in_text > keys_read(&embedded_values(text.trim())) {
         return Err(JudgeError::Invalid("the answer has an `approved` verdict that is not valid JSON".into()));
     }
     let Some(&value) = verdicts.last().or(own.first()) else {
@@ -304,7 +307,9 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
     };
     let mut sink = TextCollector(String::new(), false);
     model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| JudgeError::Model(e.to_string()))?;
-    let verdict = parse_verdict(&sink.0, &prompt).map_err(|e| if sink.1 { JudgeError::TokenLimit } else { e })?;
+    // The tool's material, without the answer format asked for (which spells a verdict out).
+    let reviewed = prompt.strip_suffix(VERDICT_FORMAT).unwrap_or(&prompt);
+    let verdict = parse_verdict(&sink.0, reviewed).map_err(|e| if sink.1 { JudgeError::TokenLimit } else { e })?;
     check_coherent(kind, &verdict)?;
     Ok(verdict)
 }

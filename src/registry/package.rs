@@ -324,9 +324,6 @@ impl Registry {
                     "the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import",
                 ));
             }
-            for key in TEST_CASE_KEYS {
-                top.remove(key);
-            }
             top.insert("testCases".into(), Value::Array(options.test_cases.clone()));
         }
         let body = Value::Object(top.clone());
