@@ -680,6 +680,56 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a refresh keeps what a person is doing: the focus and caret in a deny reason, an open Schemas disclosure, a picked version', async () => {
+      const { page, errors } = await open();
+      await assertEmergent(page);
+      mock.reset();
+      const item = '#registry-list [data-tool="slugify"]';
+      await page.click('#forge-example');
+      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+      // Two more versions, so the detail offers two to roll back to: v1 first, v2 picked.
+      await send(page, 'Make a slug of this');
+      await page.waitForFunction((sel) => /v2/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
+      await lastAgentStatus(page, 'done');
+      await send(page, 'Make me a slug tool with underscores');
+      await page.waitForFunction((sel) => /v3/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
+      await lastAgentStatus(page, 'done');
+      await page.click(item);
+      await page.click('#registry-detail details.schemas summary');
+      await page.selectOption('#rollback-version', '2');
+      await send(page, 'Save notes A and B');
+      await lastAgentStatus(page, 'paused');
+      const reasonB = page.locator('#approvals [data-approval]', { hasText: 'note B' }).locator('.deny-reason');
+      await reasonB.fill('private');
+      await reasonB.press('ArrowLeft');
+      await reasonB.press('ArrowLeft');
+      // Rebuild every panel without moving the focus: a forge (events, then a refresh).
+      const drawn = await page.evaluate(() => {
+        const w = window as unknown as { __before: Element[] };
+        w.__before = [document.activeElement!, document.querySelector('#registry-detail details.schemas')!];
+        document.querySelector<HTMLButtonElement>('#forge-example')!.click();
+        return document.activeElement?.className;
+      });
+      assert.equal(drawn, 'deny-reason');
+      await page.waitForFunction(() => /Registered slugify v4/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+      await page.waitForFunction(() => {
+        const before = (window as unknown as { __before: Element[] }).__before;
+        return !before[0]!.isConnected && !before[1]!.isConnected;
+      }, undefined, { timeout: 10_000 });
+      const after = await page.evaluate(() => {
+        const active = document.activeElement as HTMLInputElement;
+        return {
+          focused: active.classList.contains('deny-reason') && active.closest('[data-approval]')?.textContent?.includes('note B'),
+          value: active.value,
+          caret: active.selectionStart,
+          schemasOpen: document.querySelector<HTMLDetailsElement>('#registry-detail details.schemas')?.open,
+          rollbackTo: document.querySelector<HTMLSelectElement>('#rollback-version')?.value,
+        };
+      });
+      assert.deepEqual(after, { focused: true, value: 'private', caret: 5, schemasOpen: true, rollbackTo: '2' });
+      assert.deepEqual(errors, []);
+    });
+
     test('a double click on Demote demotes one tier, and the page says "done" (not the tool\'s status)', async () => {
       const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
       await assertEmergent(page);

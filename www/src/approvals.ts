@@ -1,6 +1,6 @@
 /** Pending approvals (shared promotions, tool calls): approve or deny with a reason. */
 import { RunGone, type App } from './app.ts';
-import { $, brief, clear, errorText, h, time } from './dom.ts';
+import { $, brief, clear, errorText, h, rebuild, time } from './dom.ts';
 import { EmergentUnavailable, type ApprovalDecision, type PendingApproval, type RunApproval } from './runtime.ts';
 
 export function mountApprovals(app: App): void {
@@ -93,7 +93,10 @@ export function mountApprovals(app: App): void {
   }
 
   function render(pending: Array<PendingApproval | RunApproval>, toContinue: string[], versions: Map<string, number>): void {
-    clear(list);
+    rebuild(list, () => fill(pending, toContinue, versions));
+  }
+
+  function fill(pending: Array<PendingApproval | RunApproval>, toContinue: string[], versions: Map<string, number>): void {
     const shown = new Set(pending.map((p) => p.id));
     for (const id of reasons.keys()) if (!shown.has(id) && !inFlight.has(id)) reasons.delete(id);
     if (pending.length === 0 && toContinue.length === 0) list.append(h('li', { class: 'muted' }, 'Nothing waits for a human.'));
@@ -127,8 +130,8 @@ export function mountApprovals(app: App): void {
       const hash = 'hash' in p ? p.hash : undefined;
       const version = hash ? versions.get(`${p.tool}@${hash}`) : undefined;
       buttons.push(
-        h('button', { type: 'button', class: 'primary', 'data-action': 'approve', onclick: () => void decide(true) }, 'Approve'),
-        h('button', { type: 'button', class: 'danger', 'data-action': 'deny', onclick: () => void decide(false) }, 'Deny'),
+        h('button', { type: 'button', class: 'primary', 'data-action': 'approve', 'data-key': `approve-${p.id}`, onclick: () => void decide(true) }, 'Approve'),
+        h('button', { type: 'button', class: 'danger', 'data-action': 'deny', 'data-key': `deny-${p.id}`, onclick: () => void decide(false) }, 'Deny'),
       );
       list.append(
         h(
@@ -150,8 +153,8 @@ export function mountApprovals(app: App): void {
       const buttons: HTMLButtonElement[] = [];
       const tools = [...new Set(ofRun.map((a) => a.tool))].join(', ');
       buttons.push(
-        h('button', { type: 'button', class: 'primary', 'data-action': 'continue', onclick: () => void act(buttons, runId, async () => (await continueRun(runId), `Continued the run of ${tools}.`), 'Could not continue') }, 'Continue the run'),
-        h('button', { type: 'button', 'data-action': 'discard', onclick: () => void act(buttons, runId, () => discardRun(runId), 'Could not discard') }, 'Discard it'),
+        h('button', { type: 'button', class: 'primary', 'data-action': 'continue', 'data-key': `continue-${runId}`, onclick: () => void act(buttons, runId, async () => (await continueRun(runId), `Continued the run of ${tools}.`), 'Could not continue') }, 'Continue the run'),
+        h('button', { type: 'button', 'data-action': 'discard', 'data-key': `discard-${runId}`, onclick: () => void act(buttons, runId, () => discardRun(runId), 'Could not discard') }, 'Discard it'),
       );
       list.append(
         h(

@@ -27,6 +27,41 @@ export function clear(el: Element): void {
   while (el.firstChild) el.removeChild(el.firstChild);
 }
 
+/**
+ * Empties `container` and fills it again with `build`, keeping what a person did inside it:
+ * the focus (with an input's caret), a choice made in a select, and open disclosures, matched
+ * by `data-key` or else `id`. Panels are rebuilt on every refresh, and refreshes come with
+ * events, while someone types, picks or reads in them.
+ */
+export function rebuild(container: Element, build: () => void): void {
+  const keyed = () => {
+    const byKey = new Map<string, HTMLElement>();
+    for (const el of container.querySelectorAll<HTMLElement>('[data-key], [id]')) byKey.set(el.dataset.key ?? el.id, el);
+    return byKey;
+  };
+  const before = keyed();
+  const active = document.activeElement;
+  clear(container);
+  build();
+  for (const [key, el] of keyed()) {
+    const old = before.get(key);
+    if (!old || old.tagName !== el.tagName) continue;
+    if (el instanceof HTMLDetailsElement) el.open = (old as HTMLDetailsElement).open;
+    const chosen = (old as HTMLSelectElement).value;
+    if (el instanceof HTMLSelectElement && [...el.options].some((o) => o.value === chosen)) el.value = chosen;
+    if (old !== active) continue;
+    el.focus();
+    if ((el instanceof HTMLInputElement || el instanceof HTMLTextAreaElement) && el.value === (old as HTMLInputElement).value) {
+      // Only text fields have a caret; the others throw.
+      try {
+        el.setSelectionRange((old as HTMLInputElement).selectionStart, (old as HTMLInputElement).selectionEnd, (old as HTMLInputElement).selectionDirection ?? undefined);
+      } catch {
+        // a checkbox, a number field: nothing to restore
+      }
+    }
+  }
+}
+
 export function $<T extends Element = HTMLElement>(selector: string, root: ParentNode = document): T {
   const el = root.querySelector<T>(selector);
   if (!el) throw new Error(`missing element ${selector}`);

@@ -3,7 +3,7 @@
  * and the actions (request promotion, demote, roll back, export, import).
  */
 import type { App } from './app.ts';
-import { $, brief, clear, errorText, h, pretty, time } from './dom.ts';
+import { $, brief, clear, errorText, h, pretty, rebuild, time } from './dom.ts';
 import { highlightJs } from './highlight.ts';
 import { EmergentUnavailable, type AuditEntry, type Tier, type ToolInfo } from './runtime.ts';
 
@@ -51,7 +51,10 @@ export function mountRegistry(app: App): void {
   }
 
   function renderList(forged: ToolInfo[]): void {
-    clear(list);
+    rebuild(list, () => fillList(forged));
+  }
+
+  function fillList(forged: ToolInfo[]): void {
     empty.hidden = forged.length > 0;
     if (selected && !forged.some((t) => keyOf(t) === selected)) {
       // The selected tool moved tier (promotion, demotion): follow it by name.
@@ -63,7 +66,7 @@ export function mountRegistry(app: App): void {
     for (const t of forged) {
       const button = h(
         'button',
-        { type: 'button', class: 'tool-item', 'aria-pressed': String(keyOf(t) === selected), 'data-tool': t.name, 'data-tier': t.tier, 'aria-label': `${t.name}, ${t.tier} tier, version ${t.version}${t.status === 'demoted' ? ', demoted' : ''}` },
+        { type: 'button', class: 'tool-item', 'data-key': `tool-${keyOf(t)}`, 'aria-pressed': String(keyOf(t) === selected), 'data-tool': t.name, 'data-tier': t.tier, 'aria-label': `${t.name}, ${t.tier} tier, version ${t.version}${t.status === 'demoted' ? ', demoted' : ''}` },
         h('code', { class: 'tool-name' }, t.name),
         h('span', { class: `badge tier tier-${t.tier}` }, t.tier),
         h('span', { class: 'muted' }, `v${t.version}`),
@@ -82,10 +85,19 @@ export function mountRegistry(app: App): void {
   }
 
   function renderDetail(t: ToolInfo | undefined): void {
-    clear(detail);
-    if (!t) return;
+    // The same tool drawn again keeps an open disclosure, a version picked, the focus.
+    if (t && detail.dataset.shown === keyOf(t)) rebuild(detail, () => fillDetail(t));
+    else {
+      clear(detail);
+      delete detail.dataset.shown;
+      if (t) fillDetail(t);
+    }
+  }
+
+  function fillDetail(t: ToolInfo): void {
     const s = t.stats;
     detail.dataset.tool = t.name;
+    detail.dataset.shown = keyOf(t);
     detail.append(
       h('h3', {}, h('code', {}, t.name), ' ', h('span', { class: `badge tier tier-${t.tier}` }, t.tier)),
       h('p', {}, t.description),
@@ -104,7 +116,7 @@ export function mountRegistry(app: App): void {
         fact('Created', new Date(t.createdAt).toLocaleString()),
       ),
       implementationBlock(t),
-      h('details', { class: 'schemas' }, h('summary', {}, 'Schemas'), h('h4', {}, 'Input'), h('pre', {}, pretty(t.inputSchema)), h('h4', {}, 'Output'), h('pre', {}, pretty(t.outputSchema))),
+      h('details', { class: 'schemas', 'data-key': 'schemas' }, h('summary', {}, 'Schemas'), h('h4', {}, 'Input'), h('pre', {}, pretty(t.inputSchema)), h('h4', {}, 'Output'), h('pre', {}, pretty(t.outputSchema))),
       actions(t),
       auditBlock(t.name),
     );
@@ -169,24 +181,24 @@ export function mountRegistry(app: App): void {
           { class: 'row' },
           h('label', { for: 'promote-tier' }, 'Promote to'),
           select,
-          h('button', { type: 'button', 'data-action': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId), promotionOutcome) }, 'Request promotion'),
+          h('button', { type: 'button', 'data-action': 'promote', 'data-key': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId), promotionOutcome) }, 'Request promotion'),
         ),
       );
     }
     const row = h('div', { class: 'row' });
     // Session is the lowest tier: demoting moves shared → agent and agent → this session.
     if (t.tier !== 'session' && t.status === 'active') {
-      row.append(h('button', { type: 'button', 'data-action': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name, app.sessionId)) }, 'Demote'));
+      row.append(h('button', { type: 'button', 'data-action': 'demote', 'data-key': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name, app.sessionId)) }, 'Demote'));
     }
     const older = t.versions.filter((v) => v !== t.version);
     if (older.length > 0) {
       const select = h('select', { id: 'rollback-version', 'aria-label': 'Version to roll back to' }, ...older.map((v) => h('option', { value: String(v) }, `v${v}`)));
-      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value), app.sessionId)) }, 'Roll back'));
+      row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', 'data-key': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value), app.sessionId)) }, 'Roll back'));
     }
     row.append(
       h('button', {
         type: 'button',
-        'data-action': 'export',
+        'data-action': 'export', 'data-key': 'export',
         onclick: () =>
           void act(`Export ${t.name}`, async () => {
             exported = { name: t.name, yaml: await runtime.exportTool(t.name, app.sessionId) };
