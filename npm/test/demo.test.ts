@@ -845,6 +845,30 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('the example forge can be stopped while its judge thinks: nothing registered, its card stopped, Apply free again', async () => {
+      const { page, errors } = await openEmergent();
+      // A judge that would take a minute (a small model on a CPU, say).
+      mock.setResponder((request) => (request.toolNames.length === 0 ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : { text: 'ok' }));
+      try {
+        await page.click('#forge-example');
+        const card = '.tl-card[data-name="slugify"]';
+        await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
+        assert.equal(await page.isDisabled('#forge-example'), true);
+        await page.click('#forge-example-stop');
+        await page.waitForFunction(() => /^Stopped: nothing was registered/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 5000 });
+        await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
+        assert.equal(await page.isHidden('#forge-example-stop'), true);
+        assert.equal(await page.isDisabled('#forge-example'), false);
+        assert.equal(await page.$$eval('#registry-list [data-tool="slugify"]', (els) => els.length), 0, 'nothing registered');
+        // Nothing is in flight any more: the same settings applied are not told to wait.
+        await page.evaluate(() => document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit());
+        assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
+      } finally {
+        mock.setResponder(scriptedModel);
+      }
+      assert.deepEqual(errors, []);
+    });
+
     describe('forge, promotion, reload (emergent API)', () => {
       let opened: Opened;
       let context: BrowserContext;

@@ -25,7 +25,7 @@ export class App {
   // events with equal content are real repeats (the same bad forge twice, promote → demote →
   // promote) and must both show.
   #seen = new WeakSet<object>();
-  #runEndListeners = new Set<Listener<string | undefined>>();
+  #runEndListeners = new Set<(runId: string | undefined, forge?: string) => void>();
   // Work a new agent would cut off (forges, imports, promotions): Apply waits for it.
   #busy = new Set<{ what: string }>();
 
@@ -94,12 +94,14 @@ export class App {
   }
 
   /** Called by the chat when a run's stream is over, however it ended (answer, pause, error,
-   * Stop): an aborted forge sends no `forge.rejected`, so its card is closed from here. */
-  runEnded(runId: string | undefined): void {
-    for (const listener of this.#runEndListeners) listener(runId);
+   * Stop), and by the example forge when it is stopped: an aborted forge sends no
+   * `forge.rejected`, so its card is closed from here. `forge` narrows it to the forge of that
+   * name (`agent.forge()` calls share the run id ""). */
+  runEnded(runId: string | undefined, forge?: string): void {
+    for (const listener of this.#runEndListeners) listener(runId, forge);
   }
 
-  onRunEnd(listener: Listener<string | undefined>): void {
+  onRunEnd(listener: (runId: string | undefined, forge?: string) => void): void {
     this.#runEndListeners.add(listener);
   }
 

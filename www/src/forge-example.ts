@@ -9,30 +9,43 @@ import { $, errorText } from './dom.ts';
 
 export function mountForgeExample(app: App): void {
   const button = $<HTMLButtonElement>('#forge-example');
+  const stop = $<HTMLButtonElement>('#forge-example-stop');
   const status = $('#forge-example-status');
+  // The forge in flight: a slow judge (a small model on a CPU) would otherwise hold the page's
+  // Apply ("wait until the example forge is done") for as long as it takes.
+  let controller: AbortController | undefined;
   const enable = () => {
-    button.disabled = !app.runtime?.emergentAvailable;
+    button.disabled = !app.runtime?.emergentAvailable || controller !== undefined;
   };
   app.onRuntime(() => {
     enable();
     // What the last forge registered was in the previous agent's session.
     status.textContent = '';
   });
+  stop.addEventListener('click', () => controller?.abort());
   button.addEventListener('click', async () => {
     const runtime = app.runtime;
-    if (!runtime) return;
-    button.disabled = true;
+    if (!runtime || controller) return;
+    const forging = (controller = new AbortController());
+    enable();
+    stop.hidden = false;
     status.textContent = 'Forging slugify: its tests run in the sandbox, then the judge reviews it…';
     try {
-      const result = await app.during('the example forge', () => runtime.forge(SLUGIFY_EXAMPLE, app.sessionId));
+      const result = await app.during('the example forge', () => runtime.forge(SLUGIFY_EXAMPLE, app.sessionId, forging.signal));
       status.textContent = !result.success
         ? `Rejected (${result.category}): ${result.reason}`
         : result.unchanged
           ? `slugify v${result.tool.version} (${result.tool.tier} tier) is this very tool already: nothing was tested or judged again. Ask the chat to slugify a title.`
           : `Registered slugify v${result.tool.version} in this session. Ask the chat to slugify a title; promote it to keep it after a reload.`;
     } catch (error) {
-      status.textContent = `Could not forge: ${errorText(error)}`;
+      if ((error as { code?: unknown } | null)?.code === 'aborted') {
+        status.textContent = 'Stopped: nothing was registered.';
+        // agent.forge() events carry the run id "".
+        app.runEnded('', SLUGIFY_EXAMPLE.name);
+      } else status.textContent = `Could not forge: ${errorText(error)}`;
     } finally {
+      controller = undefined;
+      stop.hidden = true;
       enable();
       app.refreshSoon();
     }

@@ -289,8 +289,8 @@ export class Runtime {
     return this.#agent.on(listener as (event: AgentEvent) => void);
   }
 
-  async forge(request: ForgeRequest, sessionId: string): Promise<ForgeResult> {
-    return await this.#agent.forge(request, { sessionId });
+  async forge(request: ForgeRequest, sessionId: string, signal?: AbortSignal): Promise<ForgeResult> {
+    return await this.#agent.forge(request, { sessionId, signal });
   }
 
   /** Ids of the runs whose state the store holds (paused, or cut off between steps). */

@@ -43,8 +43,8 @@ export function mountTimeline(app: App): void {
 
   // A forge cut off by Stop (or by its run failing) sends no forge.rejected: once its run is
   // over, a card still open is marked stopped instead of "forging…" for good.
-  app.onRunEnd((runId) => {
-    for (const card of cards) if (card.open && runId !== undefined && card.runId === runId) close(card, 'stopped', 'stopped', 'badge-muted');
+  app.onRunEnd((runId, forge) => {
+    for (const card of cards) if (card.open && runId !== undefined && card.runId === runId && (forge === undefined || card.name === forge)) close(card, 'stopped', 'stopped', 'badge-muted');
     requests = requests.filter((r) => r.runId !== runId);
   });
 
