@@ -12,6 +12,7 @@ const QUESTION = 'Count the vowels in "programming language".';
 
 import { anthropic, createAgent, openai, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
 import { SLUGIFY_EXAMPLE } from './slugify-forge.js';
+import { printable, say } from './terminal.js';
 
 /** The provider the environment names: a hosted one when its key or URL is set, else the
  *  local model. The demo page is pointed at the same one (`--page-query`, used by demo.sh). */
@@ -56,45 +57,45 @@ const used = new Set<string>();
 function show(event: AgentEvent): void {
   switch (event.type) {
     case 'text.delta':
-      process.stdout.write(event.delta);
+      process.stdout.write(printable(event.delta));
       break;
     case 'tool.call':
-      if (event.name !== 'forge_tool') console.log(`\n→ ${event.name}(${JSON.stringify(event.arguments)})`);
+      if (event.name !== 'forge_tool') say(`\n→ ${event.name}(${JSON.stringify(event.arguments)})`);
       break;
     case 'tool.execute.end':
       if (forged.has(event.name)) used.add(event.name);
-      if (event.name !== 'forge_tool') console.log(`← ${event.name}: ${JSON.stringify(event.result)} (${event.durationMs.toFixed(1)} ms)`);
+      if (event.name !== 'forge_tool') say(`← ${event.name}: ${JSON.stringify(event.result)} (${event.durationMs.toFixed(1)} ms)`);
       break;
     case 'tool.execute.error':
-      console.log(`✗ ${event.name}: ${event.error.code}: ${event.error.message}`);
+      say(`✗ ${event.name}: ${event.error.code}: ${event.error.message}`);
       break;
     case 'forge.start':
-      console.log(`\n⚒ forge_tool: ${event.name} (${event.mode})`);
+      say(`\n⚒ forge_tool: ${event.name} (${event.mode})`);
       break;
     case 'forge.test': {
       const t = event.test;
       const expected = t.expectedOutput === undefined ? '' : ` expected ${JSON.stringify(t.expectedOutput)}`;
       const got = t.error ? `error: ${t.error}` : `got ${JSON.stringify(t.actualOutput)}`;
-      console.log(`  test ${t.index + 1}: ${t.passed ? 'pass' : 'FAIL'}  ${JSON.stringify(t.input)}${expected}, ${got}`);
+      say(`  test ${t.index + 1}: ${t.passed ? 'pass' : 'FAIL'}  ${JSON.stringify(t.input)}${expected}, ${got}`);
       break;
     }
     case 'forge.judge': {
       const v = event.verdict;
-      console.log(`  judge: ${v.approved ? 'approved' : 'rejected'}, confidence ${v.confidence.toFixed(2)} (safety ${v.safety}, correctness ${v.correctness}): ${v.reasoning.slice(0, 160)}`);
+      say(`  judge: ${v.approved ? 'approved' : 'rejected'}, confidence ${v.confidence.toFixed(2)} (safety ${v.safety}, correctness ${v.correctness}): ${v.reasoning.slice(0, 160)}`);
       break;
     }
     case 'forge.registered':
       forged.add(event.name);
-      console.log(`  ✔ registered ${event.name} v${event.version} (${event.tier} tier, ${event.hash.slice(0, 12)}…)`);
+      say(`  ✔ registered ${event.name} v${event.version} (${event.tier} tier, ${event.hash.slice(0, 12)}…)`);
       break;
     case 'forge.rejected':
-      console.log(`  ✘ rejected ${event.name} [${event.category}]: ${event.reason.slice(0, 300)}`);
+      say(`  ✘ rejected ${event.name} [${event.category}]: ${event.reason.slice(0, 300)}`);
       break;
     case 'agent.end':
-      console.log(`\n\n[done: ${event.turns} turns, ${event.steps} tool calls, ${event.usage.inputTokens}+${event.usage.outputTokens} tokens]`);
+      say(`\n\n[done: ${event.turns} turns, ${event.steps} tool calls, ${event.usage.inputTokens}+${event.usage.outputTokens} tokens]`);
       break;
     case 'agent.error':
-      console.log(`\n[run failed: ${event.error.code}: ${event.error.message}]`);
+      say(`\n[run failed: ${event.error.code}: ${event.error.message}]`);
       process.exitCode = 1;
       break;
     default:
@@ -103,13 +104,13 @@ function show(event: AgentEvent): void {
 }
 
 async function ask(question: string): Promise<void> {
-  console.log(`\n> ${question}`);
+  say(`\n> ${question}`);
   for await (const event of agent.stream(question, { sessionId: 'demo', signal })) show(event);
 }
 
 const model = pickModel();
 const hosted = !model.id.startsWith('openai:qwen');
-console.log(`model: ${model.id} (agent and judge)`);
+say(`model: ${model.id} (agent and judge)`);
 const agent = await createAgent({
   model,
   instructions:
@@ -126,34 +127,34 @@ agent.on((event) => {
   if (event.runId === '') show(event);
 });
 
-console.log('\n== 1. host tools');
+say('\n== 1. host tools');
 await ask('What is the weather in Oslo?');
 
 // Forging through the API: the request a capable model sends through forge_tool. The runtime
 // tests it in the sandbox Worker and asks the judge (here the same model) for a verdict.
-console.log('\n== 2. forging `slugify`: sandbox tests, then the judge');
+say('\n== 2. forging `slugify`: sandbox tests, then the judge');
 const result = await agent.forge(SLUGIFY_EXAMPLE, { sessionId: 'demo' });
 if (result.success) {
-  console.log('\n== 3. the agent uses the tool it now has');
+  say('\n== 3. the agent uses the tool it now has');
   await ask('Use the slugify tool to make a URL slug of "Crucible Forges Tools".');
 } else {
-  console.log(`  (not registered [${result.category}]: ${result.reason.slice(0, 400)})`);
+  say(`  (not registered [${result.category}]: ${result.reason.slice(0, 400)})`);
 }
 
 // The model forging by itself. Hosted models do this well; the default local 0.5B model mostly
 // cannot yet fill forge_tool's arguments (measured: bench/real-model-forge.ts), so it only runs
 // there when asked for.
 if (hosted || process.env.CRUCIBLE_DEMO_MODEL_FORGE === '1') {
-  console.log('\n== 4. the model forges a tool itself with forge_tool');
+  say('\n== 4. the model forges a tool itself with forge_tool');
   await ask(process.argv[2] ?? QUESTION);
   if (forged.size > 1 && used.size < forged.size && !signal.aborted) {
     await ask(`Call the ${[...forged].at(-1)} tool now to answer: ${process.argv[2] ?? QUESTION}`);
   }
 } else {
-  console.log('\n== 4. skipped: model-written forges need a stronger model than the local 0.5B one');
-  console.log('   (set OPENAI_BASE_URL/OPENAI_API_KEY or ANTHROPIC_API_KEY, or CRUCIBLE_DEMO_MODEL_FORGE=1 to try it anyway)');
+  say('\n== 4. skipped: model-written forges need a stronger model than the local 0.5B one');
+  say('   (set OPENAI_BASE_URL/OPENAI_API_KEY or ANTHROPIC_API_KEY, or CRUCIBLE_DEMO_MODEL_FORGE=1 to try it anyway)');
 }
 
 const stats = agent.emergent.stats();
-console.log(`\n[forge stats: ${stats.attempts} attempts, ${stats.approved} approved, ${stats.rejected} rejected; tools: ${agent.tools.list({ sessionId: 'demo' }).map((t) => `${t.name} (${t.stats.calls} calls)`).join(', ') || 'none'}]`);
+say(`\n[forge stats: ${stats.attempts} attempts, ${stats.approved} approved, ${stats.rejected} rejected; tools: ${agent.tools.list({ sessionId: 'demo' }).map((t) => `${t.name} (${t.stats.calls} calls)`).join(', ') || 'none'}]`);
 await agent.close();
