@@ -9,7 +9,7 @@ import { AbortError, CrucibleError, ProviderError } from '../src/errors.js';
 import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
-import { echoToolResponder, startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
+import { echoToolResponder, startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
 import { iterations, seeded } from './support/seeded.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -381,6 +381,176 @@ describe('openai request mapping', () => {
   });
 });
 
+describe('openai(): servers that refuse stream_options (Mistral, Azure AI Foundry)', () => {
+  // Mistral's answer, and one in the manner of Azure AI Foundry's with `extra-parameters: error`.
+  const mistral = JSON.stringify({ object: 'error', message: { detail: [{ type: 'extra_forbidden', loc: ['body', 'stream_options', 'include_usage'], msg: 'Extra inputs are not permitted', input: true }] }, type: 'invalid_request_error', param: null, code: null });
+  const azure = JSON.stringify({ error: { code: 'Invalid input', message: "Extra parameters ['stream_options'] are not allowed when extra-parameters is set to 'error'.", status: 400 } });
+  const refusing = (status: number, body: string) => (request: MockRequest): MockReply => (request.body.stream_options !== undefined ? { status, body } : { text: 'ok' });
+
+  it('a 4xx naming stream_options is answered by sending the request once more without it, and the provider leaves it out from then on', async () => {
+    for (const [status, body] of [[422, mistral], [400, azure]] as const) {
+      server.reset();
+      server.setResponder(refusing(status, body));
+      const model = openai({ model: 'mistral-large-latest', baseURL: server.openaiBaseURL, apiKey: 'k', retry: { maxRetries: 0 } });
+      const first = await collect(model.stream({ messages: hello, tools: [] }));
+      assert.equal(first.text, 'ok');
+      // Usage comes only when the server reports it unasked; this one does not.
+      assert.equal(first.finish?.usage, undefined);
+      assert.deepEqual(server.requests.map((r) => r.body.stream_options), [{ include_usage: true }, undefined], `HTTP ${status}`);
+      assert.equal((await collect(model.stream({ messages: hello, tools: [] }))).text, 'ok');
+      assert.equal(server.requests.length, 3);
+      assert.equal('stream_options' in server.requests[2]!.body, false);
+    }
+  });
+
+  it('streamUsage: false leaves it out from the start; a 4xx that does not name it is not sent again', async () => {
+    server.enqueue({ text: 'ok' });
+    await collect(openai({ model: 'm', baseURL: server.openaiBaseURL, streamUsage: false }).stream({ messages: hello, tools: [] }));
+    assert.equal('stream_options' in server.requests[0]!.body, false);
+    assert.equal(server.requests[0]!.body.stream, true);
+
+    server.reset();
+    server.enqueue({ status: 400, body: JSON.stringify({ error: { message: 'Invalid model: m', type: 'invalid_request_error' } }) });
+    const error = await rejection(collect(openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { maxRetries: 0 } }).stream({ messages: hello, tools: [] })));
+    assert.ok(error instanceof ProviderError && error.status === 400, `got ${String(error)}`);
+    assert.equal(server.requests.length, 1);
+  });
+});
+
+describe('openai(): what servers need back with past tool calls (DeepSeek reasoning_content, Gemini thought signatures)', () => {
+  interface WireMessage {
+    role: string;
+    reasoning_content?: unknown;
+    tool_calls?: Array<{ id: string; extra_content?: unknown }>;
+  }
+  interface WireBody {
+    stream: boolean;
+    messages: WireMessage[];
+  }
+  let raw: import('node:http').Server;
+  let base = '';
+  const bodies: WireBody[] = [];
+  /** The answer to a request: a status and a JSON body, or SSE data lines. */
+  let answer: (body: WireBody) => { status: number; json: unknown } | { sse: unknown[] };
+  before(async () => {
+    const { createServer } = await import('node:http');
+    raw = createServer(async (req, res) => {
+      let text = '';
+      for await (const piece of req) text += piece;
+      const body = JSON.parse(text) as WireBody;
+      bodies.push(body);
+      const reply = answer(body);
+      if ('sse' in reply) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end([...reply.sse.map((data) => `data: ${JSON.stringify(data)}\n\n`), 'data: [DONE]\n\n'].join(''));
+      } else {
+        res.writeHead(reply.status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(reply.json));
+      }
+    });
+    await new Promise<void>((resolve) => raw.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(raw.address() as import('node:net').AddressInfo).port}/v1`;
+  });
+  after(() => raw.close());
+  beforeEach(() => {
+    bodies.length = 0;
+  });
+
+  /** Runs the tool loop the way the core does, answering every call with "21C"; the final text. */
+  async function toolLoop(model: ModelProvider): Promise<string> {
+    const messages: ChatMessage[] = [{ role: 'user', content: 'Weather in Oslo, then in Lima?' }];
+    for (let turn = 0; turn < 5; turn++) {
+      const out = await collect(model.stream({ messages, tools: [weatherTool] }));
+      if (out.calls.length === 0) return out.text;
+      messages.push({ role: 'assistant', content: out.text, toolCalls: out.calls.map((call) => ({ id: call.id!, name: call.name, arguments: call.arguments })) });
+      for (const call of out.calls) messages.push({ role: 'tool', toolCallId: call.id!, name: call.name, content: '21C' });
+    }
+    assert.fail('the tool loop did not end');
+  }
+
+  /** DeepSeek in thinking mode: a turn's reasoning comes with its tool calls, and every assistant
+   *  message with tool calls must carry it back, else 400. Answers streamed or whole, as asked. */
+  function deepSeek(body: WireBody): ReturnType<typeof answer> {
+    const missing = body.messages.findIndex((m) => m.role === 'assistant' && m.tool_calls && typeof m.reasoning_content !== 'string');
+    if (missing >= 0) {
+      const message = `Missing \`reasoning_content\` field in the assistant message at message index ${missing}. For more information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls`;
+      return { status: 400, json: { error: { message, type: 'invalid_request_error', param: null, code: 'invalid_request_error' } } };
+    }
+    const done = body.messages.filter((m) => m.role === 'tool').length;
+    const city = ['Oslo', 'Lima'][done];
+    const reasoning = city ? [`I should look up `, `the weather in ${city}.`] : ['Both are known.'];
+    const call = city && { index: 0, id: `call_${done}`, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } };
+    if (!body.stream) {
+      const message = { role: 'assistant', reasoning_content: reasoning.join(''), content: call ? '' : 'Both 21C.', ...(call && { tool_calls: [call] }) };
+      return { status: 200, json: { choices: [{ index: 0, message, finish_reason: call ? 'tool_calls' : 'stop' }] } };
+    }
+    const delta = (d: Record<string, unknown>, finish: string | null = null) => ({ choices: [{ index: 0, delta: d, finish_reason: finish }] });
+    return {
+      sse: [
+        delta({ role: 'assistant', content: null, reasoning_content: reasoning[0] }),
+        ...reasoning.slice(1).map((r) => delta({ reasoning_content: r })),
+        call ? delta({ tool_calls: [call] }) : delta({ content: 'Both 21C.' }),
+        delta({}, call ? 'tool_calls' : 'stop'),
+      ],
+    };
+  }
+
+  it("DeepSeek: each tool-call turn's reasoning_content, streamed or whole, goes back on its assistant message", async () => {
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      answer = deepSeek;
+      const model = openai({ baseURL: base, apiKey: 'k', model: 'deepseek-v4-pro', stream, retry: { maxRetries: 0 } });
+      assert.equal(await toolLoop(model), 'Both 21C.', `stream: ${stream}`);
+      const last = bodies.at(-1)!.messages;
+      assert.deepEqual(last.map((m) => m.reasoning_content), [undefined, 'I should look up the weather in Oslo.', undefined, 'I should look up the weather in Lima.', undefined]);
+    }
+  });
+
+  it("Gemini 3: each call's extra_content (its thought signature) goes back on that call, and only there", async () => {
+    const signature = { google: { thought_signature: 'CrICAdHtim827fQ==' } };
+    answer = (body) => {
+      // As Gemini does: the first call of a turn must carry its signature.
+      const unsigned = body.messages.findIndex((m) => m.tool_calls && m.tool_calls[0]?.extra_content === undefined);
+      if (unsigned >= 0) return { status: 400, json: [{ error: { code: 400, message: `Function call is missing a thought_signature in functionCall parts. position ${unsigned}`, status: 'INVALID_ARGUMENT' } }] };
+      if (body.messages.some((m) => m.role === 'tool')) return { sse: [{ choices: [{ index: 0, delta: { role: 'assistant', content: 'Both 21C.' }, finish_reason: 'stop' }] }] };
+      const call = (index: number, city: string) => ({ index, id: `function-call-${index}`, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } });
+      return {
+        sse: [
+          // Parallel calls: only the first has a signature.
+          { choices: [{ index: 0, delta: { role: 'assistant', tool_calls: [{ ...call(0, 'Oslo'), extra_content: signature }] } }] },
+          { choices: [{ index: 0, delta: { tool_calls: [call(1, 'Lima')] }, finish_reason: 'tool_calls' }] },
+        ],
+      };
+    };
+    const model = openai({ baseURL: base, apiKey: 'k', model: 'gemini-3-pro-preview', retry: { maxRetries: 0 } });
+    assert.equal(await toolLoop(model), 'Both 21C.');
+    const assistant = bodies.at(-1)!.messages[1]!;
+    assert.deepEqual(assistant.tool_calls!.map((call) => call.extra_content), [signature, undefined]);
+    assert.equal('extra_content' in assistant.tool_calls![1]!, false);
+    assert.equal('reasoning_content' in assistant, false);
+  });
+
+  it('they are kept for the last 1024 calls, in the provider object that received them', async () => {
+    const calls = Array.from({ length: 1025 }, (_, i) => ({ id: `call_${i}`, type: 'function', function: { name: 'get_weather', arguments: '{}' }, extra_content: { n: i } }));
+    answer = (body) => ({
+      status: 200,
+      json: { choices: [{ index: 0, message: body.messages.length === 1 ? { role: 'assistant', content: null, tool_calls: calls } : { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] },
+    });
+    const make = () => openai({ baseURL: base, apiKey: 'k', model: 'm', stream: false, retry: { maxRetries: 0 } });
+    const model = make();
+    await collect(model.stream({ messages: hello, tools: [weatherTool] }));
+    const sentBack = async (provider: ModelProvider) => {
+      const toolCalls = ['call_0', 'call_1', 'call_1024'].map((id) => ({ id, name: 'get_weather', arguments: '{}' }));
+      await collect(provider.stream({ messages: [...hello, { role: 'assistant', content: '', toolCalls }], tools: [weatherTool] }));
+      return bodies.at(-1)!.messages[1]!.tool_calls!.map((call) => call.extra_content);
+    };
+    // The oldest went when the 1025th came.
+    assert.deepEqual(await sentBack(model), [undefined, { n: 1 }, { n: 1024 }]);
+    // Another provider object (a run resumed in another process) never had them.
+    assert.deepEqual(await sentBack(make()), [undefined, undefined, undefined]);
+  });
+});
+
 describe('anthropic request mapping', () => {
   it('moves system to the top level, merges tool results into one user message and sends tool_use blocks', async () => {
     server.enqueue({ text: 'ok' });
@@ -702,8 +872,9 @@ describe('openai() reads SSE framing as servers write it', () => {
     raw = createServer(async (_req, res) => {
       res.writeHead(200, { 'content-type': contentType });
       for (const piece of pieces) {
-        res.write(piece);
-        await new Promise((resolve) => setTimeout(resolve, pieceDelayMs));
+        // With no delay, only the socket paces the writes: a long body goes out in many pieces.
+        if (!res.write(piece) && pieceDelayMs === 0) await new Promise((resolve) => res.once('drain', resolve));
+        if (pieceDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, pieceDelayMs));
       }
       res.end();
     });
@@ -859,6 +1030,52 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.match(line.message, /a line of the stream is longer than 16777216 characters/);
   });
 
+  it('an NDJSON line of 16 M characters in 4 KB pieces is read in linear time (appending and searching it was quadratic)', async () => {
+    contentType = 'application/x-ndjson';
+    pieceDelayMs = 0;
+    // Just under the longest line read (MAX_UNIT_CHARS).
+    const content = 'y'.repeat(16_000_000);
+    const body = `${JSON.stringify({ model: 'm', message: { role: 'assistant', content }, done: true, done_reason: 'stop' })}\n`;
+    pieces = Array.from({ length: Math.ceil(body.length / 4096) }, (_, i) => body.slice(i * 4096, (i + 1) * 4096));
+    const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 } });
+    const started = performance.now();
+    const out = await collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
+    const ms = performance.now() - started;
+    assert.equal(out.text.length, content.length);
+    // Linear: a few hundred ms. Quadratic, it took over 6 s here.
+    assert.ok(ms < 2500, `took ${Math.round(ms)} ms`);
+  });
+
+  it('ollama(): `"error": null` on every line (a serializer writing absent fields) is no error; an error is', async () => {
+    contentType = 'application/x-ndjson';
+    const line = (fields: Record<string, unknown>) => `${JSON.stringify({ model: 'm', error: null, ...fields })}\n`;
+    pieces = [line({ message: { role: 'assistant', content: 'Hello' }, done: false }), line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop' })];
+    const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 } });
+    const out = await collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }));
+    assert.equal(out.text, 'Hello');
+    assert.equal(out.finish?.finishReason, 'stop');
+    pieces = [line({ error: 'model "m" not found, try pulling it first' })];
+    const error = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError, `got ${String(error)}`);
+    assert.match(error.message, /model "m" not found/);
+  });
+
+  it('a web page answered with 200 to a streaming request is provider_protocol naming its content type and quoting it; SSE sent as text/plain is read', async () => {
+    const page = '<!doctype html><html><head><title>Open WebUI</title></head><body><div id="app"></div></body></html>';
+    contentType = 'text/html; charset=utf-8';
+    pieces = [page];
+    const root = base.replace(/\/v1$/, '');
+    for (const model of [provider(), anthropic({ baseURL: root, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } })]) {
+      const error = await rejection(collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+      assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `${model.id}: got ${String(error)}`);
+      assert.match(error.message, /expected an event stream, got text\/html; charset=utf-8: <!doctype html><html><head><title>Open WebUI/);
+      assert.equal(error.body, page);
+    }
+    contentType = 'text/plain; charset=utf-8';
+    pieces = [`data: ${delta('Hel')}\n\n`, `data: ${delta('lo')}\n\n`, 'data: [DONE]\n\n'];
+    assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'Hello');
+  });
+
   it('random and mutated bodies of the three wire formats end in chunks of the right shape or a ProviderError, never another exception', async () => {
     const { below: rnd, pick } = seeded(0x2545f491);
     const odd = [null, -1, 1e9, 'a', {}, [], true, 0, 1.5, '0'];
@@ -995,6 +1212,7 @@ describe('provider options are checked when the provider is created', () => {
     const base = { model: 'm', baseURL: server.openaiBaseURL };
     throwsInvalid(() => openai({ ...base, reasoningModel: 'yes' } as never), /^openai\(\)/, /`reasoningModel` must be true or false/);
     throwsInvalid(() => openai({ ...base, reasoningEffort: 1 } as never), /`reasoningEffort` must be a string/);
+    throwsInvalid(() => openai({ ...base, streamUsage: 'no' } as never), /`streamUsage` must be true or false/);
     throwsInvalid(() => ollama({ ...base, options: 'num_ctx=8192' } as never), /^ollama\(\)/, /`options` must be an object/);
     throwsInvalid(() => ollama({ ...base, keepAlive: true } as never), /`keepAlive` must be a duration/);
   });

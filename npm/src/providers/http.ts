@@ -120,7 +120,6 @@ export function httpContext(provider: string, options: ProviderOptions): HttpCon
   };
 }
 
-/** Joins a base URL and a path without doubling or dropping the slash between them. */
 /** What distinguishes one fetch provider from another; the rest is {@link postProvider}. */
 export interface ProviderSpec {
   /** Provider name, the first half of the id (`openai` → `openai:<model>`). */
@@ -133,6 +132,12 @@ export interface ProviderSpec {
   toWire(model: string, request: ModelRequest, streaming: boolean): unknown;
   /** Turns the HTTP response (streamed or whole) into chunks. */
   parse(ctx: HttpContext, response: Response, streaming: boolean): AsyncIterable<ModelChunk>;
+  /**
+   * Told that the server refused `sent` with a non-2xx answer; returns true when the provider
+   * now writes its requests without what was refused (an optional field some servers do not
+   * take), so the request is written and sent once more, within the same attempt.
+   */
+  adapt?(error: ProviderError, sent: unknown): boolean;
 }
 
 /** A provider that POSTs one JSON request per call, retried per its policy, then parsed. */
@@ -144,9 +149,19 @@ export function postProvider(spec: ProviderSpec): ModelProvider {
   return {
     id,
     stream(request, callOptions) {
-      const body = spec.toWire(spec.options.model, request, streaming);
+      let body = spec.toWire(spec.options.model, request, streaming);
+      let adapted = false;
       return withRetry(ctx, callOptions?.signal, async function* (signal, progress) {
-        const response = await postJson(ctx, url, spec.headers, body, signal);
+        let response: Response;
+        try {
+          response = await postJson(ctx, url, spec.headers, body, signal);
+        } catch (error) {
+          // Once per call: a server that refuses the rewritten request too has another problem.
+          if (adapted || !(error instanceof ProviderError) || !spec.adapt?.(error, body)) throw error;
+          adapted = true;
+          body = spec.toWire(spec.options.model, request, streaming);
+          response = await postJson(ctx, url, spec.headers, body, signal);
+        }
         yield* spec.parse({ ...ctx, progress }, response, streaming);
       });
     },
@@ -184,6 +199,7 @@ export function argumentsText(text: string): string {
   return jsonObject(text) === undefined ? '{}' : text;
 }
 
+/** Joins a base URL and a path without doubling or dropping the slash between them. */
 export function joinUrl(baseURL: string, path: string): string {
   return `${baseURL.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
 }
@@ -301,6 +317,14 @@ export type ProgressBy = 'reader' | 'provider';
 /** Yields the Server-Sent Events of a response body, parsed by `eventsource-parser`. Events
  *  with no data are keep-alives some gateways send (`data:` and a blank line): skipped. */
 export async function* readSse(ctx: HttpContext, response: Response, progressBy: ProgressBy = 'reader'): AsyncGenerator<EventSourceMessage> {
+  // A web page (a web UI or a proxy's login page at the API's address) read as events is an
+  // empty stream, reported as an answer cut short. Only HTML is refused: servers send event
+  // streams as text/plain, or with no content type at all.
+  const contentType = response.headers.get('content-type') ?? '';
+  if (/^text\/html\b/i.test(contentType)) {
+    const excerpt = await readExcerpt(response);
+    throw protocolError(ctx, `expected an event stream, got ${contentType}: ${excerpt.slice(0, 120)}`, undefined, excerpt);
+  }
   const pending: EventSourceMessage[] = [];
   let overflowed = false;
   const parser = createParser({
@@ -343,24 +367,31 @@ function errorFieldValue(value: string): Record<string, unknown> {
 
 /** Yields one parsed JSON value per non-empty line of a newline-delimited JSON body. */
 export async function* readNdjson(ctx: HttpContext, response: Response, progressBy: ProgressBy = 'reader'): AsyncGenerator<unknown> {
-  let buffer = '';
+  // The current line's pieces, joined once its newline comes: appending each piece to one
+  // string and searching it made a long line quadratic (V8 flattens the string to search it).
+  let parts: string[] = [];
+  let partsLength = 0;
   for await (const piece of readText(ctx, response)) {
-    // Only the new piece can hold the next newline: searching the whole buffer again on every
-    // piece made a long line quadratic.
-    let from = buffer.length;
-    buffer += piece;
+    let start = 0;
     let newline: number;
-    while ((newline = buffer.indexOf('\n', from)) >= 0) {
-      const line = buffer.slice(0, newline).trim();
-      buffer = buffer.slice(newline + 1);
-      from = 0;
+    while ((newline = piece.indexOf('\n', start)) >= 0) {
+      parts.push(piece.slice(start, newline));
+      const line = parts.join('').trim();
+      parts = [];
+      partsLength = 0;
+      start = newline + 1;
       if (!line) continue;
       if (progressBy === 'reader') ctx.progress?.();
       yield parseJson(ctx, line);
     }
-    if (buffer.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'a line of the stream');
+    if (start < piece.length) {
+      parts.push(start === 0 ? piece : piece.slice(start));
+      partsLength += piece.length - start;
+    }
+    if (partsLength > MAX_UNIT_CHARS) throw tooLong(ctx, 'a line of the stream');
   }
-  if (buffer.trim()) yield parseJson(ctx, buffer.trim());
+  const rest = parts.join('').trim();
+  if (rest) yield parseJson(ctx, rest);
 }
 
 /** Parses JSON text from the server, mapping a syntax error to `provider_protocol`. */

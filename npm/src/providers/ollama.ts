@@ -118,7 +118,8 @@ async function* parseLines(ctx: HttpContext, lines: AsyncIterable<unknown>): Asy
     const raw = lazyText(value);
     const line = expectObject(ctx, value, raw);
     const read = new WireReader(ctx, raw);
-    if (line.error !== undefined) {
+    // Some servers write every absent field, `"error": null` among them, on every line.
+    if (line.error) {
       throw streamedError(ctx, `server error in stream: ${typeof line.error === 'string' ? line.error : raw().slice(0, 200)}`, { retryable: false, body: raw() });
     }
     const message = read.object(line.message, 'message');

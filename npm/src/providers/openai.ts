@@ -25,6 +25,7 @@ import {
   argumentsText,
   type HttpContext,
 } from './http.js';
+import type { ProviderError } from '../errors.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, Usage } from './types.js';
 import { carriesNews, lazyText, loose, WireReader, type WireObject } from './wire.js';
 
@@ -33,6 +34,13 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
 
 /**
  * Creates a provider for an OpenAI-compatible `/chat/completions` endpoint.
+ *
+ * Some servers need back, on a past tool-call turn, what they sent with it and the core's
+ * messages do not hold: DeepSeek in thinking mode the turn's `reasoning_content` (else it
+ * answers 400), Gemini 3 each call's `extra_content` (its thought signature). The provider
+ * keeps these for the last 1024 tool calls it received or sent, by call id, and adds them when
+ * it sends those calls again. They live in this provider object only: a run resumed in another
+ * process, or with another provider object, sends the calls without them.
  *
  * @example
  * ```ts
@@ -45,7 +53,9 @@ export function openai(options: OpenAIOptions): ModelProvider {
   const { reasoningModel = isReasoningModel(options.model), reasoningEffort } = options;
   if (typeof reasoningModel !== 'boolean') throw optionError('openai', 'reasoningModel', 'true or false', reasoningModel);
   if (reasoningEffort != null && typeof reasoningEffort !== 'string') throw optionError('openai', 'reasoningEffort', 'a string such as "low"', reasoningEffort);
-  const wire: WireOptions = { reasoningModel, reasoningEffort: reasoningEffort ?? undefined };
+  const { streamUsage } = options;
+  if (streamUsage != null && typeof streamUsage !== 'boolean') throw optionError('openai', 'streamUsage', 'true or false', streamUsage);
+  const wire: WireOptions = { reasoningModel, reasoningEffort: reasoningEffort ?? undefined, streamUsage: streamUsage ?? true, echoes: new Map() };
   const headers: Record<string, string> = { ...options.headers };
   // Local servers (llama-server, vLLM) need no key; sending an empty Bearer confuses some proxies.
   if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
@@ -59,10 +69,25 @@ export function openai(options: OpenAIOptions): ModelProvider {
     parse: async function* (ctx, response, streaming) {
       // A server that ignores `stream` (or answers an error as plain JSON with status 200)
       // sends one JSON body: read as events it would be an empty stream, its message lost.
-      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response, 'provider'));
-      else yield* parseCompletion(ctx, await readJson(ctx, response));
+      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response, 'provider'), wire.echoes);
+      else yield* parseCompletion(ctx, await readJson(ctx, response), wire.echoes);
+    },
+    adapt: (error, sent) => {
+      if (!refusesStreamOptions(error, sent)) return false;
+      wire.streamUsage = false;
+      return true;
     },
   });
+}
+
+/** Whether a server refused a request over its `stream_options` (Mistral: 422 naming it as an
+ *  extra input; Azure AI Foundry: 400 "Extra parameters ['stream_options'] are not allowed"). */
+function refusesStreamOptions(error: ProviderError, sent: unknown): boolean {
+  const { status } = error;
+  return (
+    status !== undefined && status >= 400 && status < 500 &&
+    (sent as { stream_options?: unknown }).stream_options !== undefined && /stream_options/.test(error.body ?? '')
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -72,6 +97,37 @@ export function openai(options: OpenAIOptions): ModelProvider {
 interface WireOptions {
   reasoningModel: boolean;
   reasoningEffort: string | undefined;
+  /** Cleared once the server refused `stream_options`: it holds for the later requests too. */
+  streamUsage: boolean;
+  echoes: Echoes;
+}
+
+/** How many tool calls' {@link Echo}es a provider keeps (see {@link openai}): a bound on
+ *  memory, above the calls one conversation usually holds. */
+const ECHO_LIMIT = 1024;
+
+/** What a server needs back with a past tool call, besides what the core's messages hold. */
+interface Echo {
+  /** The turn's `reasoning_content` (DeepSeek thinking mode). */
+  reasoning?: string;
+  /** The call's `extra_content` (Gemini: `{ google: { thought_signature } }`), sent back as it came. */
+  extra?: unknown;
+}
+
+/** Echoes by tool-call id, oldest first: a use moves an entry to the end, and past the limit
+ *  the oldest goes, so the calls of conversations in progress are the ones kept. */
+type Echoes = Map<string, Echo>;
+
+function keepEcho(echoes: Echoes, id: string, echo: Echo): void {
+  echoes.delete(id);
+  echoes.set(id, echo);
+  if (echoes.size > ECHO_LIMIT) echoes.delete(echoes.keys().next().value!);
+}
+
+function useEcho(echoes: Echoes, id: string): Echo | undefined {
+  const echo = echoes.get(id);
+  if (echo) keepEcho(echoes, id, echo);
+  return echo;
 }
 
 /** OpenAI's reasoning families by model name (`o1`, `o3-mini`, `o4-mini`, `gpt-5`, `gpt-5-nano`, …). */
@@ -80,7 +136,7 @@ function isReasoningModel(model: unknown): boolean {
 }
 
 function toWireRequest(model: string, request: ModelRequest, streaming: boolean, wire: WireOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage) };
+  const body: Record<string, unknown> = { model, messages: request.messages.map((message) => toWireMessage(message, wire.echoes)) };
   // Some servers reject an empty `tools` array, and it means the same as no tools.
   if (request.tools.length > 0) {
     body.tools = functionTools(request.tools);
@@ -100,30 +156,40 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
     body.response_format = { type: 'json_schema', json_schema: format === 'json' ? { name: 'response', schema: { type: 'object' } } : format.jsonSchema };
   }
   body.stream = streaming;
-  // Without this, streamed answers carry no token counts at all.
-  if (streaming) body.stream_options = { include_usage: true };
+  // Without this, streamed answers from OpenAI itself carry no token counts at all.
+  if (streaming && wire.streamUsage) body.stream_options = { include_usage: true };
   return body;
 }
 
-function toWireMessage(message: ChatMessage): Record<string, unknown> {
+function toWireMessage(message: ChatMessage, echoes: Echoes): Record<string, unknown> {
   switch (message.role) {
     case 'system':
     case 'user':
       return { role: message.role, content: message.content };
-    case 'assistant':
+    case 'assistant': {
       if (!message.toolCalls?.length) return { role: 'assistant', content: message.content };
-      return {
+      let reasoning: string | undefined;
+      const wire: Record<string, unknown> = {
         role: 'assistant',
         // OpenAI documents `null` content for a pure tool-call turn; "" is rejected by some servers.
         content: message.content === '' ? null : message.content,
-        tool_calls: message.toolCalls.map((call) => ({
-          id: call.id,
-          type: 'function',
-          // Servers that parse past calls when they build the prompt (vLLM) would refuse the
-          // whole next turn over arguments that are not a JSON object.
-          function: { name: call.name, arguments: argumentsText(call.arguments) },
-        })),
+        tool_calls: message.toolCalls.map((call) => {
+          const echo = useEcho(echoes, call.id);
+          reasoning ??= echo?.reasoning;
+          return {
+            id: call.id,
+            type: 'function',
+            // Servers that parse past calls when they build the prompt (vLLM) would refuse the
+            // whole next turn over arguments that are not a JSON object.
+            function: { name: call.name, arguments: argumentsText(call.arguments) },
+            ...(echo?.extra !== undefined && { extra_content: echo.extra }),
+          };
+        }),
       };
+      // Only what the server sent is sent back: servers that never sent it get nothing new.
+      if (reasoning !== undefined) wire.reasoning_content = reasoning;
+      return wire;
+    }
     case 'tool':
       return { role: 'tool', tool_call_id: message.toolCallId, content: message.content };
   }
@@ -137,10 +203,11 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
  * answer so far under `delta` or the whole answer under `message`, and optionally `usage` or
  * an `error` reported with status 200.
  */
-async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceMessage>): AsyncGenerator<ModelChunk> {
+async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceMessage>, echoes: Echoes): AsyncGenerator<ModelChunk> {
   let finishReason: string | undefined;
   let usage: Usage | undefined;
   let terminated = false;
+  const turn = new TurnEchoes();
 
   for await (const event of events) {
     if (event.data === '[DONE]') {
@@ -157,16 +224,18 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
     const delta = read.object(choice?.delta, 'choices[0].delta');
     if (chunkUsage || carriesNews(delta) || choice?.finish_reason) ctx.progress?.();
     if (!choice) continue;
-    yield* answerChunks(read, delta, 'delta');
+    yield* answerChunks(read, delta, 'delta', turn);
     finishReason = read.string(choice.finish_reason, 'finish_reason') || finishReason;
   }
 
   // A body that ends with neither `[DONE]` nor a finish reason was cut off mid-answer.
   if (!terminated && finishReason === undefined) throw protocolError(ctx, 'stream ended before the answer finished');
+  // Before the finish: the core may send the next request as soon as it has it.
+  turn.keep(echoes);
   yield usage ? { type: 'finish', finishReason: finishReason ?? 'stop', usage } : { type: 'finish', finishReason: finishReason ?? 'stop' };
 }
 
-async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator<ModelChunk> {
+async function* parseCompletion(ctx: HttpContext, json: unknown, echoes: Echoes): AsyncGenerator<ModelChunk> {
   // Quoted only by an error: made then, not for every reply.
   const raw = lazyText(json);
   const completion = expectObject(ctx, json, raw);
@@ -175,22 +244,55 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
   const choice = read.object(read.array(completion.choices, 'choices')[0], 'choices[0]');
   const message = read.object(choice?.message, 'choices[0].message');
   if (!choice || !message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, raw());
-  yield* answerChunks(read, message, 'message');
+  const turn = new TurnEchoes();
+  yield* answerChunks(read, message, 'message', turn);
+  turn.keep(echoes);
   const usage = toUsage(read, completion.usage);
   const finishReason = read.string(choice.finish_reason, 'finish_reason') || 'stop';
   yield usage ? { type: 'finish', finishReason, usage } : { type: 'finish', finishReason };
 }
 
+/** What one answer carries that its tool calls need sent back (see {@link Echo}), gathered
+ *  from its deltas or its message. */
+class TurnEchoes {
+  private reasoning: string[] | undefined;
+  private readonly calls = new Map<number, { id?: string; extra?: unknown }>();
+
+  /** Read leniently: it is no part of the answer, which a server sending something else under
+   *  that name must not fail. */
+  answer(answer: WireObject): void {
+    if (typeof answer.reasoning_content === 'string') (this.reasoning ??= []).push(answer.reasoning_content);
+  }
+
+  call(chunk: Extract<ModelChunk, { type: 'tool_call' }>, wire: WireObject): void {
+    const call = this.calls.get(chunk.index) ?? {};
+    if (chunk.id) call.id = chunk.id;
+    if (wire.extra_content != null) call.extra = wire.extra_content;
+    this.calls.set(chunk.index, call);
+  }
+
+  keep(echoes: Echoes): void {
+    const reasoning = this.reasoning?.join('');
+    for (const { id, extra } of this.calls.values()) {
+      if (id && (reasoning !== undefined || extra !== undefined)) keepEcho(echoes, id, { reasoning, extra });
+    }
+  }
+}
+
 /** The text and tool-call chunks of a choice's `delta` or `message`. */
-function* answerChunks(read: WireReader, answer: WireObject | undefined, where: string): Generator<ModelChunk> {
+function* answerChunks(read: WireReader, answer: WireObject | undefined, where: string, turn: TurnEchoes): Generator<ModelChunk> {
   if (!answer) return;
+  turn.answer(answer);
   const content = contentText(read, answer.content, `${where}.content`);
   if (content) yield { type: 'text', delta: content };
   // A refusal comes in its own field instead of the content: it is the answer the user gets.
   const refusal = read.string(answer.refusal, `${where}.refusal`);
   if (refusal) yield { type: 'text', delta: refusal };
-  for (const [position, call] of read.array(answer.tool_calls, `${where}.tool_calls`).entries()) {
-    yield toToolCallChunk(read, read.entry(call, `${where}.tool_calls[${position}]`), position);
+  for (const [position, entry] of read.array(answer.tool_calls, `${where}.tool_calls`).entries()) {
+    const call = read.entry(entry, `${where}.tool_calls[${position}]`);
+    const chunk = toToolCallChunk(read, call, position);
+    turn.call(chunk, call);
+    yield chunk;
   }
 }
 
@@ -206,7 +308,7 @@ function contentText(read: WireReader, content: unknown, where: string): string 
     .join('');
 }
 
-function toToolCallChunk(read: WireReader, call: WireObject, position: number): ModelChunk {
+function toToolCallChunk(read: WireReader, call: WireObject, position: number): Extract<ModelChunk, { type: 'tool_call' }> {
   const fn = read.object(call.function, 'tool_calls[].function');
   // JSON text per the spec; some compatible servers send the object itself.
   const args = fn?.arguments;

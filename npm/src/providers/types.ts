@@ -143,6 +143,14 @@ export interface OpenAIOptions extends ProviderOptions {
    * judge on one wants a low effort, or a larger `emergent.judge.maxTokens` than its 512.
    */
   reasoningEffort?: string;
+  /**
+   * Ask for token counts in streamed answers (`stream_options: { include_usage: true }`).
+   * Default true. Some OpenAI-compatible APIs refuse the field (Mistral, Azure AI Foundry):
+   * there a refusal that names it is answered by sending the request once more without it,
+   * and the provider leaves it out from then on; `false` leaves it out from the start. Without
+   * it, a streamed answer has usage only when the server reports it unasked.
+   */
+  streamUsage?: boolean;
 }
 
 /** Options of {@link ollama}: the transport's, and Ollama's model options. */
