@@ -55,6 +55,25 @@ fn arguments_nested_too_deep_to_store_are_refused_and_never_wait_for_approval() 
 }
 
 #[test]
+fn arguments_the_input_schema_refuses_fail_the_call_without_asking_anyone() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    // "forty-two" is no integer; 99 would otherwise need approval (over 10).
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":"forty-two","amount":99}"#), text("Could not.")]);
+    let agent = refund_agent(model, refunds.clone(), store);
+    let mut sink = CollectingSink::default();
+    let out = block_on(agent.run("refund 42", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!((out.status, out.pending_approvals.len()), (RunStatus::Completed, 0), "not paused for a call that cannot run");
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ApprovalRequested { .. })));
+    let error = sink.events.iter().find_map(|e| match &e.body {
+        EventBody::ToolExecuteError { error, .. } => Some(error.code.clone()),
+        _ => None,
+    });
+    assert_eq!(error.as_deref(), Some("invalid_arguments"));
+    assert_eq!(refunds.calls.get(), 0);
+}
+
+#[test]
 fn stored_runs_lists_what_the_store_holds_and_discard_run_removes_it() {
     let store = Rc::new(MemoryStore::new());
     let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#)]);
@@ -600,4 +619,125 @@ fn a_run_whose_resume_failed_after_its_session_ended_does_not_bring_the_conversa
     let out = block_on(agent.resume(&paused.run_id, &[], None, &mut CollectingSink::default())).unwrap();
     assert_eq!(out.status, RunStatus::Completed);
     assert!(agent.history("default").is_empty(), "the ended session stays ended: {:?}", agent.history("default"));
+}
+
+/// A store whose reads, or whose lock, stop answering when told to (a network store whose
+/// connection died, a run lock another tab holds): a test double over a `MemoryStore`.
+#[derive(Default)]
+struct StallingStore {
+    inner: MemoryStore,
+    stalled: std::cell::Cell<&'static str>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Store for StallingStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, crucible::store::StoreError> {
+        if self.stalled.get() == "get" {
+            futures::future::pending::<()>().await;
+        }
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
+        self.inner.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, crucible::store::StoreError> {
+        self.inner.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        self.inner.batch(ops).await
+    }
+    async fn lock(&self, _name: &str) -> Result<Option<crucible::store::StoreLock>, crucible::store::StoreError> {
+        if self.stalled.get() == "lock" {
+            futures::future::pending::<()>().await;
+        }
+        Ok(None)
+    }
+}
+
+/// An aborted resume gives up waiting for the store (`stalled`: its read or its lock), so
+/// neither it nor `close()`, which waits for it, hangs; once the store answers, the run resumes.
+fn an_aborted_resume_stops_waiting_for_the_store(stalled: &'static str, from_state: bool) {
+    use futures::FutureExt;
+    let store = Rc::new(StallingStore::default());
+    let refunds = refund_tool();
+    let handler = Rc::new(NeedsApproval { inner: refunds.clone(), predicate: Box::new(|_: &Value| true) });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler).unwrap());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42}"#), text("Refunded.")]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    store.stalled.set(stalled);
+    let aborted = Rc::new(CancelFlag::default());
+    aborted.cancel();
+    let mut sink = CollectingSink::default();
+    let resumed = if from_state {
+        agent.resume_state(paused.state.clone().unwrap(), &decisions, Some(aborted), &mut sink).now_or_never()
+    } else {
+        agent.resume(&paused.run_id, &decisions, Some(aborted), &mut sink).now_or_never()
+    };
+    assert!(matches!(resumed, Some(Err(AgentError::Aborted))), "the resume waited for a store that does not answer: {resumed:?}");
+    assert_eq!(refunds.calls.get(), 0);
+    store.stalled.set("");
+    let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!((out.status, out.text.as_str(), refunds.calls.get()), (RunStatus::Completed, "Refunded.", 1));
+}
+
+#[test]
+fn an_aborted_resume_stops_waiting_for_a_store_read_that_never_answers() {
+    an_aborted_resume_stops_waiting_for_the_store("get", false);
+}
+
+#[test]
+fn an_aborted_resume_stops_waiting_for_the_run_lock() {
+    an_aborted_resume_stops_waiting_for_the_store("lock", false);
+}
+
+#[test]
+fn an_aborted_resume_from_a_state_stops_waiting_for_a_store_read_that_never_answers() {
+    an_aborted_resume_stops_waiting_for_the_store("get", true);
+}
+
+/// A charge that, while it runs, has another agent on the same store (a second tab's) try to
+/// resume its run, and keeps what that agent got.
+struct ChargeWhileAnotherAgentResumes {
+    other: std::cell::RefCell<Option<Agent>>,
+    resumed: std::cell::RefCell<Option<Result<RunStatus, AgentError>>>,
+    calls: std::cell::Cell<usize>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl crucible::tools::ToolHandler for ChargeWhileAnotherAgentResumes {
+    async fn call(&self, _args: Value, ctx: &crucible::tools::CallContext) -> Result<Value, crucible::tools::ToolFailure> {
+        use futures::FutureExt;
+        self.calls.set(self.calls.get() + 1);
+        if let Some(other) = self.other.borrow().as_ref() {
+            let listed = other.stored_runs().now_or_never().unwrap().unwrap();
+            assert_eq!(listed.len(), 1, "the step before the call is saved");
+            let attempt = other.resume(&ctx.run_id, &[], None, &mut CollectingSink::default()).now_or_never();
+            *self.resumed.borrow_mut() = attempt.map(|r| r.map(|out| out.status));
+        }
+        Ok(json!({ "charged": true }))
+    }
+}
+
+#[test]
+fn a_run_that_is_still_going_cannot_be_resumed_by_another_agent_on_its_store() {
+    let store = Rc::new(MemoryStore::new());
+    let charge = Rc::new(ChargeWhileAnotherAgentResumes { other: Default::default(), resumed: Default::default(), calls: Default::default() });
+    let agent_with = |model: Rc<ScriptedModel>| {
+        let mut tools = ToolSet::new();
+        tools.insert(Tool::new("charge", "Charge a card", &json!({ "type": "object" }), None, charge.clone()).unwrap());
+        Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "shop")
+    };
+    let first = agent_with(ScriptedModel::new(vec![call("charge", "{}"), text("Charged.")]));
+    *charge.other.borrow_mut() = Some(agent_with(ScriptedModel::new(vec![call("charge", "{}"), text("Charged again.")])));
+    let out = block_on(first.run("Charge alice", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.text, "Charged.");
+    let resumed = charge.resumed.borrow_mut().take();
+    assert!(matches!(resumed, Some(Err(AgentError::InvalidResume(_)))), "refused at once while the run goes: {resumed:?}");
+    assert_eq!(charge.calls.get(), 1, "the card is charged once");
 }

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::rc::Rc;
 
 mod approval;
@@ -172,22 +173,41 @@ impl Agent {
         sink: &mut dyn EventSink,
     ) -> Result<RunOutput, AgentError> {
         let run_id = state.run_id.clone();
-        let claim = ResumeClaim::take(&run_id, self.store.as_deref(), &self.run_lock_name(&run_id)).await?;
-        let state = if self.store.is_some() {
-            let stored = self.load_run(&run_id).await.map_err(|e| match e {
-                AgentError::InvalidResume(_) => AgentError::InvalidResume(format!(
-                    "run `{run_id}` is not paused in this agent's store: it was resumed to its end already (or belongs to another store)"
-                )),
-                other => other,
-            })?;
-            if RunPosition::of(&stored) != RunPosition::of(&state) {
-                return Err(AgentError::InvalidResume(format!("this agent's store holds a later state of run `{run_id}`: it was resumed already")));
-            }
-            stored
-        } else {
-            state
-        };
+        let (claim, state) = self
+            .claim(&run_id, cancel.as_deref(), async {
+                if self.store.is_none() {
+                    return Ok(state);
+                }
+                let stored = self.load_run(&run_id).await.map_err(|e| match e {
+                    AgentError::InvalidResume(_) => AgentError::InvalidResume(format!(
+                        "run `{run_id}` is not paused in this agent's store: it was resumed to its end already (or belongs to another store)"
+                    )),
+                    other => other,
+                })?;
+                if RunPosition::of(&stored) != RunPosition::of(&state) {
+                    return Err(AgentError::InvalidResume(format!("this agent's store holds a later state of run `{run_id}`: it was resumed already")));
+                }
+                Ok(stored)
+            })
+            .await?;
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
+    }
+
+    /// Takes `run_id`'s claim, then reads its state with `read`. Both wait on the store (its
+    /// lock held by a resume in another tab, a store that does not answer): a cancel ends the
+    /// wait with `Aborted`, so an aborted resume (and `close()`, which waits for it) is not
+    /// held by it.
+    async fn claim(
+        &self,
+        run_id: &str,
+        cancel: Option<&dyn CancelSignal>,
+        read: impl Future<Output = Result<RunState, AgentError>>,
+    ) -> Result<(ResumeClaim, RunState), AgentError> {
+        let claimed = async {
+            let claim = ResumeClaim::take(run_id, self.store.as_deref(), &self.run_lock_name(run_id)).await?;
+            Ok((claim, read.await?))
+        };
+        unless_cancelled(cancel, claimed).await.unwrap_or(Err(AgentError::Aborted))
     }
 
     /// Resumes `state` under `claim`: decisions that do not fit the paused step, and a cancel
@@ -292,8 +312,7 @@ impl Agent {
         cancel: Option<Rc<dyn CancelSignal>>,
         sink: &mut dyn EventSink,
     ) -> Result<RunOutput, AgentError> {
-        let claim = ResumeClaim::take(run_id, self.store.as_deref(), &self.run_lock_name(run_id)).await?;
-        let state = self.load_run(run_id).await?;
+        let (claim, state) = self.claim(run_id, cancel.as_deref(), self.load_run(run_id)).await?;
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
@@ -377,6 +396,13 @@ impl Agent {
             usage: RunUsage::default(),
             pending: None,
             history_len,
+        };
+        // Held while the run goes, as a resume holds it: each step is saved, and another agent
+        // on the store (a second tab) would take a saved step for an interrupted run and drive
+        // it a second time, its tool calls too.
+        let _claim = match self.store {
+            Some(_) => Some(ResumeClaim::take(&state.run_id, self.store.as_deref(), &self.run_lock_name(&state.run_id)).await?),
+            None => None,
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
     }

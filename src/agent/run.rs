@@ -479,10 +479,11 @@ impl RunContext<'_> {
         let mut approvals = Vec::new();
         for call in calls {
             let Some(tool) = tools.get(&call.name) else { continue };
-            // Arguments that do not parse, or nest too deep to be stored in the run's state,
-            // are refused when the call executes (invalid_arguments): it never runs.
+            // Arguments that do not parse, nest too deep to be stored in the run's state, or
+            // fail the input schema are refused when the call executes (invalid_arguments): it
+            // never runs, so nobody is asked about it, and no predicate sees what it refuses.
             let Ok(arguments) = crate::tools::parse_arguments(&call.arguments) else { continue };
-            if tool.handler().needs_approval(&arguments).await {
+            if tool.input_schema().check(&arguments).is_ok() && tool.handler().needs_approval(&arguments).await {
                 approvals.push(PendingApproval {
                     id: self.env.new_id("approval"),
                     kind: TOOL_CALL_APPROVAL.to_string(),

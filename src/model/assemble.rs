@@ -73,10 +73,15 @@ impl ResponseAssembler {
                 // Pieces go to the latest call at their index, unless they bring another id: some
                 // servers number every call 0 (Ollama's OpenAI-compatible endpoint) or give no
                 // index at all, and only the new id tells a second call from the first. Without
-                // ids, another name after complete arguments starts the next call.
+                // ids, a name (another, or the same one with more arguments) after complete
+                // arguments starts the next call: nothing can be added to complete JSON.
                 let continues = |call: &ToolCall| {
                     id.is_none_or(|id| call.id.is_empty() || call.id == id)
-                        && name.is_none_or(|name| call.name.is_empty() || call.name == name || !complete_json(&call.arguments))
+                        && name.is_none_or(|name| {
+                            call.name.is_empty()
+                                || (call.name == name && (id.is_some() || arguments_delta.trim().is_empty()))
+                                || !complete_json(&call.arguments)
+                        })
                 };
                 let pos = match self.calls.iter().rposition(|(i, _)| i == index) {
                     Some(pos) if continues(&self.calls[pos].1) => pos,
@@ -202,6 +207,16 @@ mod tests {
         a.push(&piece(0, Some(""), Some("get_weather"), "{\"city\":\"Oslo\"}"));
         a.push(&piece(0, Some(""), Some("get_time"), "{}"));
         assert_eq!(names_and_arguments(a), [r#"get_weather {"city":"Oslo"}"#, "get_time {}"]);
+    }
+
+    #[test]
+    fn calls_of_one_name_without_index_or_id_are_told_apart_once_the_first_is_complete() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, None, Some("get_weather"), "{\"city\":"));
+        a.push(&piece(0, None, Some("get_weather"), "\"Oslo\"}"));
+        a.push(&piece(0, None, Some("get_weather"), ""));
+        a.push(&piece(0, None, Some("get_weather"), "{\"city\":\"Lima\"}"));
+        assert_eq!(names_and_arguments(a), [r#"get_weather {"city":"Oslo"}"#, r#"get_weather {"city":"Lima"}"#]);
     }
 
     #[test]
