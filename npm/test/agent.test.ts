@@ -182,6 +182,32 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.deepEqual(outcome, { sync: { ok: 1 }, bigint: 'execution_failed', fn: 'execution_failed', cyclic: 'execution_failed', weather_async: { celsius: 21 } });
     assert.equal(events.at(-1)!.type, 'agent.end');
   });
+  test('text cut inside an emoji (a lone UTF-16 surrogate) arrives with U+FFFD in its place: from a tool, and from a provider splitting a pair between deltas', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'excerpt', arguments: {} }] }, { text: 'Done.' });
+    // "Hi 🌍".slice(0, 4): the emoji's first half only.
+    const excerpt = tool({ name: 'excerpt', description: 'e', inputSchema: { type: 'object', properties: {} }, execute: () => ({ text: 'Hi 🌍'.slice(0, 4) }) });
+    const agent = await createAgent({ model: model(), tools: [excerpt] });
+    const events = await collect(agent.stream('?'));
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.deepEqual(end?.type === 'tool.execute.end' && end.result, { text: 'Hi \ufffd' }, JSON.stringify(events.filter((e) => e.type.startsWith('tool.'))));
+    assert.match(server.requests.at(-1)!.messages.at(-1)!.content ?? '', /Hi \ufffd/);
+
+    // A provider of one's own that streams by UTF-16 code units.
+    const [high, low] = ['🌍'.slice(0, 1), '🌍'.slice(1)];
+    const splitting: ModelProvider = {
+      id: 'double:splitting',
+      async *stream() {
+        yield { type: 'text', delta: `Hello ${high}` };
+        yield { type: 'text', delta: `${low}!` };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const answer = await (await createAgent({ model: splitting })).run('hi');
+    assert.equal(answer.status, 'completed');
+    assert.equal(answer.text, 'Hello \ufffd\ufffd!');
+  });
+
   test('a host tool result past the 16 Mi-character ceiling is refused before it enters the core; the run goes on', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'dump', arguments: {} }, { name: 'get_weather', arguments: { city: 'Oslo' } }] }, { text: 'Done.' });

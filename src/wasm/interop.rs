@@ -57,7 +57,7 @@ pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> 
     } else {
         json_stringify(value).map_err(|e| describe_thrown(&e).1)?.ok_or_else(|| "the value has no JSON form".to_string())?
     };
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+    serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| e.to_string())
 }
 
 /// JS → Rust for arguments of the exported API (`what` names the argument in the error).
@@ -302,7 +302,8 @@ impl ToolHandler for JsTool {
             ));
         }
         match result.as_string() {
-            Some(text) => serde_json::from_str(&text).map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}"))),
+            Some(text) => serde_json::from_str(&crate::js_json::well_formed(&text))
+                .map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}"))),
             None if result.is_undefined() => Ok(Value::Null),
             None => Err(ToolFailure::new("execution_failed", "the host returned something other than JSON text")),
         }
