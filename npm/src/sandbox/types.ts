@@ -25,8 +25,10 @@ export interface SandboxOptions {
    *
    * In Node (default `fetch`), names must also lead somewhere public: a connection to a
    * loopback, private, link-local or other non-public address is refused unless that address is
-   * listed too (`['localhost:8080', '127.0.0.1']`). The address is checked when the socket
+   * listed too (`['localhost:8080', '127.0.0.1:8080']`). The address is checked when the socket
    * connects, so DNS rebinding cannot slip past it. IP literals in URLs must be listed exactly.
+   * An entry without a port allows every port of its host: a bare `'127.0.0.1'` opens every
+   * local service to forged code.
    */
   fetchDomainAllowlist?: string[];
   /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
