@@ -14,7 +14,7 @@ import ipaddr from 'ipaddr.js';
 import { SandboxError } from '../src/errors.js';
 import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.js';
 import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
-import { MAX_HOST_FETCHES_PER_EXECUTION } from '../src/sandbox/pool.js';
+import { codeOf, MAX_HOST_FETCHES_PER_EXECUTION } from '../src/sandbox/pool.js';
 import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, RUNS_UNTIL_THE_DEADLINE, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
 
@@ -370,6 +370,65 @@ describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/c
       assert.equal((await killed).error?.code, 'deadline');
       // Its replacement is starting now.
       assert.equal((await sandbox.execute({ code: 'function execute(){ return 1; }' })).error?.code, 'queue_full', 'refused at once, not kept until the replacement is ready');
+    } finally {
+      await sandbox.close();
+    }
+  });
+
+  test('a burst of executions of one code that run to the deadline does not hold another code\'s execution behind all of them', async () => {
+    // What one forge of a looping tool submits: its test cases (up to 32) at once, one code.
+    // Strictly first come first served, the other call waited for every one of them, deadline
+    // and Worker respawn after deadline (12 here: over 6 s); Workers now go to the codes in turns.
+    const timeoutMs = 500;
+    const sandbox = await createSandbox({ poolSize: 1, timeoutMs });
+    try {
+      // Codes take turns; within one code, first come first served.
+      const order: unknown[] = [];
+      const run = (code: string, input: unknown) => sandbox.execute({ code, input }).then((r) => void order.push(r.output));
+      const same = 'function execute(i){ return i; }';
+      await Promise.all([run(same, 1), run(same, 2), run(same, 3), run('function execute(i){ return "other " + i; }', 1)]);
+      assert.deepEqual(order, [1, 'other 1', 2, 3]);
+      const executeJson = (sandbox as unknown as Record<symbol, (json: string) => { result: Promise<string> }>)[Symbol.for('crucible.sandbox.executeJson')]!;
+      // As the agent core submits them (the JSON fast path, `code` first).
+      const burst = Array.from({ length: 12 }, (_, k) => executeJson(JSON.stringify({ code: RUNS_UNTIL_THE_DEADLINE, input: { k }, allowlist: [] })).result);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const started = performance.now();
+      const other = await sandbox.execute({ code: 'function execute(i){ return i + 1; }', input: 41 });
+      const waited = performance.now() - started;
+      assert.equal(other.output, 42, JSON.stringify(other));
+      assert.ok(waited < 3 * timeoutMs, `waited ${waited.toFixed(0)} ms: at most one deadline and one Worker respawn, not the whole burst`);
+      await sandbox.close();
+      // The rest of the burst ends with the sandbox, none left behind.
+      const codes = (await Promise.all(burst)).map((text) => (JSON.parse(text) as { error?: { code: string } }).error?.code);
+      assert.ok(codes.every((code) => code === 'deadline' || code === 'closed'), JSON.stringify(codes));
+    } finally {
+      await sandbox.close();
+    }
+  });
+
+  test('the code of a request\'s JSON text is read without parsing its input', () => {
+    const request = { code: 'function execute(){ return "a\\"b\\\\"; }', input: { code: 'not this one' }, allowlist: [] };
+    assert.equal(codeOf(JSON.stringify(request)), JSON.stringify(request.code).slice(1, -1));
+    assert.equal(codeOf(JSON.stringify({ code: 'x\\' })), 'x\\\\');
+    // Another field order is parsed; text that is no request is its own key.
+    assert.equal(codeOf(JSON.stringify({ input: 1, code: 'y' })), 'y');
+    assert.equal(codeOf('{"code":"unterminated'), '{"code":"unterminated');
+  });
+});
+
+describe('sandbox memory budget (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing' }, () => {
+  test('at the minimum budget (32 MB) a Worker is reused, and still replaced once it has grown a lot', async () => {
+    // A fresh Worker is already past half of 32 MB (16 MiB initial memory and the engine's own),
+    // so measured from zero every execution replaced its Worker: a cold start per call.
+    const sandbox = await createSandbox({ poolSize: 1, memoryMB: 32 });
+    try {
+      for (let n = 0; n < 5; n++) assert.equal((await sandbox.execute({ code: 'function execute(i){ return i * 2; }', input: n })).output, n * 2);
+      assert.deepEqual([sandbox.stats().workersStarted, sandbox.stats().workersRecycled], [1, 0], JSON.stringify(sandbox.stats()));
+      // Some 60,000 objects take the instance to about 28 of its 32 MB: that Worker is replaced.
+      const grown = await sandbox.execute({ code: "function execute(){ const a = []; for (let k = 0; k < 60000; k++) a.push({ k, s: 'x' + k }); return a.length; }" });
+      assert.equal(grown.output, 60000, JSON.stringify(grown));
+      assert.equal(sandbox.stats().workersRecycled, 1, JSON.stringify(sandbox.stats()));
+      assert.equal((await sandbox.execute({ code: 'function execute(){ return 1; }' })).output, 1);
     } finally {
       await sandbox.close();
     }

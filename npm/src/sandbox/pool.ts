@@ -101,9 +101,31 @@ export function loadSandboxModule(source: SandboxOptions['wasm']): Promise<WebAs
 interface Job {
   id: number;
   request: string;
-  /** With the Worker's result as its JSON text, or a failure the pool decided itself. */
+  /** With the Worker's result as its JSON text, or a failure the pool decided itself. Ends the
+   *  job's place in its group (see {@link WorkerPool.release}). */
   resolve: (result: SandboxResult | string) => void;
   started: number;
+  group: Group;
+  /** Given to a Worker (no longer queued). */
+  running: boolean;
+  /** Resolved. */
+  done: boolean;
+}
+
+/**
+ * The executions of one code: waiting ones in order, and how many run. Free Workers go to the
+ * groups in turns (see {@link WorkerPool.next}), not to the queue's oldest execution: a forge's
+ * test cases share one code and arrive together (up to 32), and code that loops for ever would
+ * otherwise hold every Worker, deadline after deadline, while any other call (another tool's,
+ * another agent's on a shared sandbox) waited behind all of them.
+ */
+interface Group {
+  key: string;
+  queue: Job[];
+  running: number;
+  /** When the group last had a Worker given or given back (or was made): of two groups running
+   *  as many executions, the one with the older turn goes first. */
+  turn: number;
 }
 
 /** An execution started on the JSON fast path (see {@link WorkerPool.executeJson}). */
@@ -153,15 +175,32 @@ export interface PoolConfig {
   startTimeoutMs: number;
 }
 
-/** Share of the memory budget past which an idle Worker is replaced (see `recycleIfGrown`). */
+/** Share of the room a Worker had after startup past which it is replaced after an execution
+ *  (see {@link WorkerPool.finish}). */
 const RECYCLE_AT = 0.5;
+
+/** A Worker's memory when it starts: the instance's initial memory (worker.ts: 256 pages; the
+ *  module declares 16 MiB, build.rs). Growth is measured from here, not from zero: at the
+ *  minimum budget (32 MB) half the budget is no more than a fresh Worker's size, and every
+ *  execution replaced its Worker (20 trivial calls: 20 Workers started, 3.9 s). */
+const WORKER_START_BYTES = 16 * 1048576;
+
+/** The memory past which a Worker is replaced after an execution, for a budget of `memoryMB`. */
+export function recycleThresholdBytes(memoryMB: number): number {
+  return WORKER_START_BYTES + RECYCLE_AT * (memoryMB * 1048576 - WORKER_START_BYTES);
+}
 
 /** Consecutive Worker start failures after which the pool stops respawning and fails requests. */
 const MAX_START_FAILURES = 3;
 
 export class WorkerPool {
   private readonly slots: Slot[] = [];
-  private readonly queue: Job[] = [];
+  /** Executions waiting or running, grouped by the code they run (see {@link Group}). */
+  private readonly groups = new Map<string, Group>();
+  /** Executions waiting for a Worker, in all groups. */
+  private queued = 0;
+  /** Counter of group turns (see {@link Group.turn}). */
+  private turns = 0;
   private nextId = 1;
   private closed = false;
   /** Consecutive failed Worker starts; reset when one reports ready. */
@@ -221,7 +260,8 @@ export class WorkerPool {
 
   /** Ends every execution waiting for a Worker with `code`. */
   private failQueued(code: 'worker_start' | 'closed', message: string): void {
-    for (const job of this.queue.splice(0)) job.resolve(failure('error', code, message, job.started));
+    const jobs = [...this.groups.values()].flatMap((group) => group.queue).sort((a, b) => a.id - b.id);
+    for (const job of jobs) job.resolve(failure('error', code, message, job.started));
   }
 
   stats(): SandboxStats {
@@ -247,7 +287,7 @@ export class WorkerPool {
     return new Promise((settle) => {
       let job: Job | undefined;
       const onAbort = () => job && this.abandon(job);
-      job = this.submit(json, started, (result) => {
+      job = this.submit(json, request.code, started, (result) => {
         signal?.removeEventListener('abort', onAbort);
         if (typeof result !== 'string') return settle(result);
         let parsed: SandboxResult;
@@ -273,14 +313,14 @@ export class WorkerPool {
     const started = performance.now();
     let job: Job | undefined;
     const result = new Promise<string>((settle) => {
-      job = this.submit(requestJson, started, (r) => settle(typeof r === 'string' ? r : JSON.stringify(r)));
+      job = this.submit(requestJson, codeOf(requestJson), started, (r) => settle(typeof r === 'string' ? r : JSON.stringify(r)));
     });
     return { result, cancel: () => job && this.abandon(job) };
   }
 
-  /** Queues an execution of `json`, or ends it at once (closed, broken, queue full); the job
-   *  when it was queued. */
-  private submit(json: string, started: number, resolve: Job['resolve']): Job | undefined {
+  /** Queues an execution of `json` in the group of `code`, or ends it at once (closed, broken,
+   *  queue full); the job when it was queued. */
+  private submit(json: string, code: string, started: number, resolve: Job['resolve']): Job | undefined {
     const refuse = (result: SandboxResult) => {
       resolve(result);
       return undefined;
@@ -291,13 +331,30 @@ export class WorkerPool {
     // each waiting job holds its request, and the last would wait behind all the others. Until
     // a Worker was ever ready (a lazy pool's first start), the pool's Workers count as free.
     const idle = this.slots.some((s) => s.state === 'idle');
-    if (!idle && this.queue.length >= this.config.maxQueued + (this.everReady ? 0 : this.config.poolSize)) {
+    if (!idle && this.queued >= this.config.maxQueued + (this.everReady ? 0 : this.config.poolSize)) {
       return refuse(
-        failure('error', 'queue_full', `${this.queue.length} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
+        failure('error', 'queue_full', `${this.queued} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
       );
     }
-    const job: Job = { id: this.nextId++, request: json, resolve, started };
-    this.queue.push(job);
+    let group = this.groups.get(code);
+    if (!group) {
+      group = { key: code, queue: [], running: 0, turn: ++this.turns };
+      this.groups.set(code, group);
+    }
+    const job: Job = {
+      id: this.nextId++,
+      request: json,
+      resolve: (result) => {
+        this.release(job);
+        resolve(result);
+      },
+      started,
+      group,
+      running: false,
+      done: false,
+    };
+    group.queue.push(job);
+    this.queued++;
     this.startOnDemand();
     this.pump();
     return job;
@@ -306,15 +363,52 @@ export class WorkerPool {
   /** Ends `job` as aborted: dropped from the queue, or its Worker terminated and replaced
    *  (an execution cannot be interrupted any other way). A finished job is left alone. */
   private abandon(job: Job): void {
-    const queued = this.queue.indexOf(job);
-    if (queued >= 0) {
-      this.queue.splice(queued, 1);
-    } else {
+    if (job.done) return;
+    if (job.running) {
       const slot = this.slots.find((s) => s.job === job);
       if (!slot) return;
       this.replace(slot);
     }
     job.resolve(aborted(job.started));
+  }
+
+  /** The next execution to give a Worker: the oldest of the group running the fewest, of
+   *  those with as few the one whose turn is oldest. A group that just had a Worker back (its
+   *  execution ended, a deadline included) goes after one that waited meanwhile, so another
+   *  code's execution waits for at most one Worker to come free, not for every execution
+   *  queued before it. */
+  private next(): Job | undefined {
+    let best: Group | undefined;
+    for (const group of this.groups.values()) {
+      if (group.queue.length === 0) continue;
+      if (!best || group.running < best.running || (group.running === best.running && group.turn < best.turn)) best = group;
+    }
+    if (!best) return undefined;
+    const job = best.queue.shift()!;
+    this.queued--;
+    best.running++;
+    best.turn = ++this.turns;
+    job.running = true;
+    return job;
+  }
+
+  /** A job ended (any way): it leaves its group's queue or gives its Worker back; a group with
+   *  nothing waiting or running is dropped. */
+  private release(job: Job): void {
+    if (job.done) return;
+    job.done = true;
+    const group = job.group;
+    if (job.running) {
+      group.running--;
+      group.turn = ++this.turns;
+    } else {
+      const at = group.queue.indexOf(job);
+      if (at >= 0) {
+        group.queue.splice(at, 1);
+        this.queued--;
+      }
+    }
+    if (group.running === 0 && group.queue.length === 0 && this.groups.get(group.key) === group) this.groups.delete(group.key);
   }
 
   async close(): Promise<void> {
@@ -395,9 +489,10 @@ export class WorkerPool {
   private pump(): void {
     if (this.closed) return;
     for (const slot of this.slots) {
-      if (this.queue.length === 0) return;
+      if (this.queued === 0) return;
       if (slot.state !== 'idle') continue;
-      const job = this.queue.shift()!;
+      const job = this.next();
+      if (!job) return;
       slot.state = 'busy';
       slot.job = job;
       slot.timer = setTimeout(() => this.onDeadline(slot), this.config.timeoutMs);
@@ -407,8 +502,9 @@ export class WorkerPool {
   }
 
   /**
-   * Ends the slot's job with the Worker's result text. A Worker whose instance has grown past half
-   * the memory budget is then replaced rather than reused: a wasm memory never shrinks, and
+   * Ends the slot's job with the Worker's result text. A Worker whose instance has used more than
+   * half the room it had after startup ({@link recycleThresholdBytes}) is then replaced rather
+   * than reused: a wasm memory never shrinks, and
    * some engine state outlives executions (Boa's global symbol registry, its string interner),
    * so a long-lived Worker would otherwise fail some later, innocent execution with `memory`.
    */
@@ -421,7 +517,7 @@ export class WorkerPool {
     slot.state = 'idle';
     slot.handle.setBusy(false);
     job.resolve(result);
-    if (memoryBytes > this.config.memoryMB * 1048576 * RECYCLE_AT) this.replace(slot, 'recycled');
+    if (memoryBytes > recycleThresholdBytes(this.config.memoryMB)) this.replace(slot, 'recycled');
     this.pump();
   }
 
@@ -542,6 +638,29 @@ export class WorkerPool {
         if (!this.slots.some((s) => s.state !== 'dead')) this.giveUp(error instanceof Error ? error.message : String(error));
       },
     );
+  }
+}
+
+/**
+ * The code a request's JSON text runs, as the key of its group. Requests are written with
+ * `code` first (`execute` above, the core's `SandboxRequest`), so it is read as the string
+ * after `{"code":"` (still escaped: the same code gives the same text) without parsing the
+ * input; any other text is parsed. A key that differs for the same code only splits a group.
+ */
+export function codeOf(json: string): string {
+  const head = '{"code":"';
+  if (json.startsWith(head)) {
+    for (let at = json.indexOf('"', head.length); at >= 0; at = json.indexOf('"', at + 1)) {
+      let backslashes = 0;
+      while (json.charCodeAt(at - 1 - backslashes) === 92) backslashes++;
+      if (backslashes % 2 === 0) return json.slice(head.length, at);
+    }
+  }
+  try {
+    const code = (JSON.parse(json) as { code?: unknown } | null)?.code;
+    return typeof code === 'string' ? code : json;
+  } catch {
+    return json;
   }
 }
 

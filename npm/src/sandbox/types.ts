@@ -16,7 +16,11 @@ declare global {
 export interface SandboxOptions {
   /** Wall clock per execution, async work included. The Worker is terminated when it passes. Default 5000. */
   timeoutMs?: number;
-  /** Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, minimum 32. */
+  /**
+   * Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, minimum 32. A
+   * Worker starts with 16 MiB; one that has used more than half the rest is replaced after its
+   * execution (a wasm memory never shrinks, and some engine state outlives executions).
+   */
   memoryMB?: number;
   /**
    * Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. Every redirect
@@ -46,7 +50,10 @@ export interface SandboxOptions {
   /**
    * Executions that may wait for a free Worker. One past it ends at once with
    * `status: 'error'`, `error.code: 'queue_full'` instead of waiting behind all the others
-   * (waiting does not count against `timeoutMs`). Default 256.
+   * (waiting does not count against `timeoutMs`). Default 256. Waiting executions take free
+   * Workers in turns by the code they run, first come first served within one code: many
+   * executions of one code (a forge's test cases, up to 32) that run to the deadline hold an
+   * execution of another code for about one deadline and one Worker restart, not for all of them.
    */
   maxQueued?: number;
   /** Cap on a fetched response body. Default 4 MiB. A body that would grow past twice the cap
@@ -97,7 +104,7 @@ export interface SandboxStats {
   workersStarted: number;
   workersKilled: number;
   /** Workers replaced after a successful execution because their memory had grown past half
-   *  the budget (some engine state outlives executions; see the pool). */
+   *  the room they started with (some engine state outlives executions; see `memoryMB`). */
   workersRecycled: number;
   /** Milliseconds from the last kill until its replacement was ready. */
   lastReplacementMs: number | undefined;
