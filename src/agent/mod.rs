@@ -375,6 +375,14 @@ impl Agent {
     pub async fn run(&self, input: &str, options: RunOptions, sink: &mut dyn EventSink) -> Result<RunOutput, AgentError> {
         let session_id = options.session_id.unwrap_or_else(|| DEFAULT_SESSION.to_string());
         let run_id = options.run_id.unwrap_or_else(|| self.env.new_id("run"));
+        // Held while the run goes, as a resume holds it: each step is saved, and another agent
+        // on the store (a second tab) would take a saved step for an interrupted run and drive
+        // it a second time, its tool calls too. Taken before the run starts, so a store that
+        // cannot lock fails it before any event.
+        let _claim = match self.store {
+            Some(_) => Some(ResumeClaim::take(&run_id, self.store.as_deref(), &self.run_lock_name(&run_id)).await?),
+            None => None,
+        };
         let mut run_path = options.parent_path;
         run_path.push(run_id.clone());
         let mut messages = self.history(&session_id);
@@ -396,13 +404,6 @@ impl Agent {
             usage: RunUsage::default(),
             pending: None,
             history_len,
-        };
-        // Held while the run goes, as a resume holds it: each step is saved, and another agent
-        // on the store (a second tab) would take a saved step for an interrupted run and drive
-        // it a second time, its tool calls too.
-        let _claim = match self.store {
-            Some(_) => Some(ResumeClaim::take(&state.run_id, self.store.as_deref(), &self.run_lock_name(&state.run_id)).await?),
-            None => None,
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
     }
