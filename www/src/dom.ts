@@ -47,8 +47,10 @@ export function rebuild(container: Element, build: () => void): void {
     const old = before.get(key);
     if (!old || old.tagName !== el.tagName) continue;
     if (el instanceof HTMLDetailsElement) el.open = (old as HTMLDetailsElement).open;
-    const chosen = (old as HTMLSelectElement).value;
-    if (el instanceof HTMLSelectElement && [...el.options].some((o) => o.value === chosen)) el.value = chosen;
+    if (el instanceof HTMLSelectElement) {
+      const chosen = (old as HTMLSelectElement).value;
+      if ([...el.options].some((o) => o.value === chosen)) el.value = chosen;
+    }
     if (old !== active) continue;
     el.focus();
     if ((el instanceof HTMLInputElement || el instanceof HTMLTextAreaElement) && el.value === (old as HTMLInputElement).value) {
