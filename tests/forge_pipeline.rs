@@ -39,6 +39,27 @@ fn normalize_parses_stringified_schemas_and_a_stringified_request() {
 }
 
 #[test]
+fn normalize_takes_the_request_a_schema_and_the_code_out_of_markdown_code_fences() {
+    let code = "function execute(input) {\n  return { slug: input.text.toLowerCase() };\n}";
+    let raw = json!({
+        "name": "slugify",
+        "inputSchema": "```json\n{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}}}\n```",
+        "implementation": { "mode": "sandbox", "code": format!("```javascript\n{code}\n```") },
+        "testCases": [{ "input": { "text": "A" }, "expectedOutput": { "slug": "a" } }]
+    });
+    let req = normalize(&raw).unwrap();
+    assert_eq!(req.input_schema["properties"]["text"]["type"], "string");
+    assert_eq!(req.implementation, Implementation::Sandbox { code: Some(code.into()), allowlist: vec![] });
+    let fenced_request = Value::String(format!("```json\n{raw}\n```"));
+    assert_eq!(normalize(&fenced_request).unwrap(), req);
+    // Code that merely contains a fence, or prose around one, is the model's to get right.
+    let quoting = "function execute(input) { return { md: '```' + input.text + '```' }; }";
+    let req = normalize(&json!({ "name": "t", "code": quoting })).unwrap();
+    assert_eq!(req.implementation, Implementation::Sandbox { code: Some(quoting.into()), allowlist: vec![] });
+    assert!(normalize(&Value::String(format!("Here it is:\n```json\n{raw}\n```"))).is_err());
+}
+
+#[test]
 fn normalize_maps_mode_synonyms_and_flat_implementations() {
     for mode in ["js", "javascript", "code", "sandbox"] {
         let req = normalize(&json!({ "name": "t", "implementation": { "mode": mode, "code": "c" } })).unwrap();

@@ -21,6 +21,7 @@ pub use env::{unless_cancelled, CancelFlag, CancelSignal, Environment, NativeEnv
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
 pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunStatus};
+pub(crate) use structured::unfenced;
 pub use structured::{embedded_values, extract_json, json_values, OutputCheck, OutputRefusal};
 pub use usage::RunUsage;
 

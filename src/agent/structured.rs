@@ -24,14 +24,11 @@ pub fn json_values(text: &str) -> Vec<Value> {
     }
     let mut found = Vec::new();
     let mut rest = trimmed;
-    while let Some(start) = rest.find("```") {
-        let after = &rest[start + 3..];
-        let body_start = after.find('\n').map(|i| i + 1).unwrap_or(0);
-        let Some(end) = after[body_start..].find("```") else { break };
-        if let Ok(v) = serde_json::from_str::<Value>(after[body_start..body_start + end].trim()) {
+    while let Some((body, after)) = next_fenced_block(rest) {
+        if let Ok(v) = serde_json::from_str::<Value>(body.trim()) {
             found.push(v);
         }
-        rest = &after[body_start + end + 3..];
+        rest = after;
     }
     for v in embedded_values(trimmed) {
         if !found.contains(&v) {
@@ -39,6 +36,24 @@ pub fn json_values(text: &str) -> Vec<Value> {
         }
     }
     found
+}
+
+/// The body of the first fenced code block in `text` (after its info string, such as `json`)
+/// and the text after its closing fence.
+fn next_fenced_block(text: &str) -> Option<(&str, &str)> {
+    let after = &text[text.find("```")? + 3..];
+    let body_start = after.find('\n').map(|i| i + 1).unwrap_or(0);
+    let end = after[body_start..].find("```")?;
+    Some((&after[body_start..body_start + end], &after[body_start + end + 3..]))
+}
+
+/// `text` without the code fence around all of it (```` ```js … ``` ````), as small models
+/// write code and JSON where a plain string is asked for; `None` when it is not one block.
+/// The block closes at the text's end, not at the first fence after it: JSON may hold fenced
+/// code in its strings.
+pub(crate) fn unfenced(text: &str) -> Option<&str> {
+    let inner = text.trim().strip_prefix("```")?.strip_suffix("```")?;
+    Some(inner.split_once('\n').map_or(inner, |(_info, body)| body).trim()).filter(|body| !body.is_empty())
 }
 
 /// Each object or array embedded in `text`, left to right, once per occurrence (a value
@@ -118,6 +133,17 @@ pub fn returns_reminder(reason: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn unfences_only_a_text_that_is_one_fenced_block() {
+        assert_eq!(unfenced("```js\nfunction execute(input) { return {}; }\n```\n"), Some("function execute(input) { return {}; }"));
+        assert_eq!(unfenced("  ```\n{\"a\":1}\n```"), Some("{\"a\":1}"));
+        // A fence that does not close, text after it, or none at all: left as written.
+        assert_eq!(unfenced("```js\nfunction execute(input) {}"), None);
+        assert_eq!(unfenced("```js\nf()\n```\nand more"), None);
+        assert_eq!(unfenced("function execute(input) { return '```'; }"), None);
+        assert_eq!(unfenced("``````"), None);
+    }
 
     #[test]
     fn finds_json_in_prose_and_fences() {

@@ -8,7 +8,8 @@
 //! `steps` at the top level) or as a string; `testCases` given as `tests`/`test_cases`/
 //! `examples`, as an object (one case, or a map of cases) or a JSON string; `expected`,
 //! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
-//! or punctuation (`"Count Vowels"` → `Count_Vowels`).
+//! or punctuation (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the
+//! sandbox code inside a Markdown code fence (```` ```json ````, ```` ```js ````).
 
 use std::borrow::Cow;
 
@@ -162,11 +163,11 @@ fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().find_map(|k| obj.get(*k)).filter(|v| !v.is_null())
 }
 
-/// A value that may be JSON text: parsed when it is a string holding an object or array
-/// (borrowed as it is otherwise: requests carry whole schemas and code).
+/// A value that may be JSON text: parsed when it is a string holding an object or array, in a
+/// code fence or not (borrowed as it is otherwise: requests carry whole schemas and code).
 fn json_text(v: &Value) -> Result<Cow<'_, Value>, serde_json::Error> {
     if let Value::String(s) = v {
-        let t = s.trim();
+        let t = crate::agent::unfenced(s).unwrap_or(s.trim());
         if t.starts_with('{') || t.starts_with('[') {
             return serde_json::from_str(t).map(Cow::Owned);
         }
@@ -240,7 +241,8 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
     };
     if mode == "sandbox" {
         let code = match code {
-            Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
+            // Code in a fence would not parse: the fence goes, the code stays as written.
+            Some(Value::String(c)) if !c.trim().is_empty() => crate::agent::unfenced(c).map_or_else(|| c.clone(), str::to_string),
             Some(Value::String(_)) | None => return err("sandbox implementation needs `code` defining `function execute(input)`"),
             Some(other) => return err(format!("`code` must be a string, got {}", type_name(other))),
         };
