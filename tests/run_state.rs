@@ -717,6 +717,7 @@ impl crucible::tools::ToolHandler for ChargeWhileAnotherAgentResumes {
         if let Some(other) = self.other.borrow().as_ref() {
             let listed = other.stored_runs().now_or_never().unwrap().unwrap();
             assert_eq!(listed.len(), 1, "the step before the call is saved");
+            assert_eq!(listed[0].status, crucible::agent::StoredRunStatus::Running, "the run is going in this context");
             let attempt = other.resume(&ctx.run_id, &[], None, &mut CollectingSink::default()).now_or_never();
             *self.resumed.borrow_mut() = attempt.map(|r| r.map(|out| out.status));
         }

@@ -831,9 +831,11 @@ export class Agent<Output = unknown> {
 
   /**
    * The runs whose state this agent's store holds: paused ones (with their `pendingApprovals`)
-   * and ones interrupted between steps (a model error, an abort, a process that ended). Each
-   * can be resumed with {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing
-   * else removes them. Empty without a store.
+   * and ones interrupted between steps (a model error, an abort, a process that ended), and
+   * as `running` those a run or resume is driving in this page, worker or process (one driven
+   * in another tab shows its saved status; resuming it waits for that tab). Each can be resumed
+   * with {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing else removes
+   * them. Empty without a store.
    */
   storedRuns(): Promise<StoredRun[]> {
     return wrapAsync(async () => {

@@ -131,6 +131,29 @@ test('storedRuns lists paused and interrupted runs; discardRun drops one for goo
   await agent.close();
 });
 
+test('storedRuns shows a run that is going in this process as running, and its saved status once it ends', async () => {
+  const store = memoryStore();
+  const seen: string[] = [];
+  let agent: Awaited<ReturnType<typeof createAgent>> | undefined;
+  const lookup = tool({
+    name: 'lookup',
+    description: 'Look an order up',
+    inputSchema: { type: 'object', properties: {} },
+    execute: async () => {
+      seen.push(...(await agent!.storedRuns()).map((r) => r.status));
+      return { found: true };
+    },
+  });
+  agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } }), tools: [lookup], store });
+  server.reset();
+  server.enqueue({ toolCalls: [{ name: 'lookup', arguments: {} }] }, { text: ['Found.'] });
+  const done = await agent.run('Find it', { sessionId: 's1' });
+  assert.equal(done.text, 'Found.');
+  assert.deepEqual(seen, ['running'], 'the run saved its step before the call and holds its claim');
+  assert.deepEqual(await agent.storedRuns(), [], 'a completed run leaves nothing behind');
+  await agent.close();
+});
+
 test('a resume whose signal was aborted before it began runs nothing, names its run, and the run resumes afterwards', async () => {
   server.reset();
   const executed: number[] = [];

@@ -87,6 +87,11 @@ impl ResumeClaim {
     }
 }
 
+/// Whether a run or resume in this context holds `run_id`'s claim: the run is going.
+pub(crate) fn claimed_here(run_id: &str) -> bool {
+    RESUMING.with(|r| r.borrow().contains(run_id))
+}
+
 impl Drop for ResumeClaim {
     fn drop(&mut self) {
         RESUMING.with(|r| r.borrow_mut().remove(&self.run_id));

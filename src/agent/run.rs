@@ -74,12 +74,22 @@ pub enum StoredRunStatus {
     Paused,
     /// It stopped between steps.
     Interrupted,
+    /// A run or resume of it is going in this context (this page, worker or process): its state
+    /// is the last step saved. One going in another context shows as `interrupted` or `paused`
+    /// (a resume of it waits for that one to end).
+    Running,
 }
 
 impl StoredRun {
     pub(crate) fn of(state: RunState) -> Self {
         let pending_approvals = state.pending.map(|p| p.approvals).unwrap_or_default();
-        let status = if pending_approvals.is_empty() { StoredRunStatus::Interrupted } else { StoredRunStatus::Paused };
+        let status = if super::claim::claimed_here(&state.run_id) {
+            StoredRunStatus::Running
+        } else if pending_approvals.is_empty() {
+            StoredRunStatus::Interrupted
+        } else {
+            StoredRunStatus::Paused
+        };
         Self { run_id: state.run_id, session_id: state.session_id, status, turns: state.turns, steps: state.steps, pending_approvals }
     }
 }
