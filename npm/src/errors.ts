@@ -78,11 +78,17 @@ export class ProviderError extends CrucibleError {
   readonly provider: string;
   /** Response body excerpt (bounded) for diagnosis. */
   readonly body: string | undefined;
+  /**
+   * The wait the server asked for in `Retry-After`, in ms, when it gave one. The provider waits
+   * it out between retries up to `retry.maxDelayMs`; a longer one ends the call at once with
+   * this error, so a caller can schedule the next try itself.
+   */
+  readonly retryAfterMs: number | undefined;
 
   constructor(
     code: Extract<CrucibleErrorCode, `provider_${string}`>,
     message: string,
-    details: { provider: string; status?: number; retryable?: boolean; body?: string; cause?: unknown },
+    details: { provider: string; status?: number; retryable?: boolean; body?: string; retryAfterMs?: number; cause?: unknown },
   ) {
     super(code, message, { cause: details.cause });
     this.name = 'ProviderError';
@@ -90,6 +96,7 @@ export class ProviderError extends CrucibleError {
     this.status = details.status;
     this.retryable = details.retryable ?? false;
     this.body = details.body;
+    this.retryAfterMs = details.retryAfterMs;
   }
 }
 

@@ -784,13 +784,24 @@ describe('Retry-After', () => {
     assert.equal(server.requests.length, 2);
   });
 
-  it('is capped by maxDelayMs', async () => {
+  it('is waited out past the exponential backoff when it fits within maxDelayMs', async () => {
+    server.enqueue({ status: 503, retryAfter: 1 }, { text: 'ok' });
+    const started = Date.now();
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1, maxDelayMs: 1000 } });
+    assert.equal((await collect(model.stream({ messages: hello, tools: [] }))).text, 'ok');
+    assert.ok(Date.now() - started >= 950);
+  });
+
+  it('longer than maxDelayMs is not cut short: the error comes at once and says when to try again', async () => {
     server.enqueue({ status: 429, retryAfter: 30 }, { text: 'ok' });
     const started = Date.now();
     const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1, maxDelayMs: 50 } });
-    await collect(model.stream({ messages: hello, tools: [] }));
+    const error = await rejection(collect(model.stream({ messages: hello, tools: [] })));
+    assert.ok(error instanceof ProviderError && error.status === 429 && error.retryable, `got ${String(error)}`);
+    assert.equal(error.retryAfterMs, 30_000);
+    assert.match(error.message, /retry after 30 s/);
     assert.ok(Date.now() - started < 1000);
-    assert.equal(server.requests.length, 2);
+    assert.equal(server.requests.length, 1, 'a retry before the server allows one would be refused too');
   });
 
   it('parses delta-seconds and HTTP-dates', () => {

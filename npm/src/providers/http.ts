@@ -21,8 +21,6 @@ const BODY_EXCERPT_LIMIT = 2048;
 const DEFAULT_TIMEOUT_MS = 120_000;
 const DEFAULT_RETRY: Required<RetryOptions> = { maxRetries: 2, initialDelayMs: 500, maxDelayMs: 8000 };
 
-/** Server-suggested wait (from `Retry-After`) per error; kept off the public error class. */
-const retryAfterByError = new WeakMap<ProviderError, number>();
 
 /** Resolved transport settings shared by one provider instance. */
 export interface HttpContext {
@@ -235,10 +233,16 @@ export async function* withRetry<T>(
       return;
     } catch (raw) {
       const error = classify(ctx, raw, callerSignal, stall.signal);
+      // A server that asks for a longer wait than `maxDelayMs` would answer an earlier retry
+      // the same way (and count it against the limit): its error, with `retryAfterMs`, comes now.
       const canRetry =
-        error instanceof ProviderError && error.retryable && error.code !== 'provider_timeout' && !yielded;
+        error instanceof ProviderError &&
+        error.retryable &&
+        error.code !== 'provider_timeout' &&
+        !yielded &&
+        (error.retryAfterMs ?? 0) <= ctx.retry.maxDelayMs;
       if (!canRetry || attemptNo >= ctx.retry.maxRetries) throw error;
-      await sleep(backoffMs(ctx.retry, attemptNo, retryAfterByError.get(error)), callerSignal);
+      await sleep(backoffMs(ctx.retry, attemptNo, error.retryAfterMs), callerSignal);
     } finally {
       stall.end();
     }
@@ -273,14 +277,15 @@ export async function postJson(
   const excerpt = await readExcerpt(response);
   // OpenAI answers an exhausted quota (a billing matter) with 429 too: retrying cannot help.
   const retryable = (response.status === 429 && !/"insufficient_quota"/.test(excerpt)) || response.status >= 500;
-  const error = new ProviderError(
-    'provider_http',
-    `${ctx.provider}: HTTP ${response.status}${excerpt ? `: ${excerpt.slice(0, 200)}` : ''}`,
-    { provider: ctx.provider, status: response.status, retryable, body: excerpt },
-  );
-  const retryAfter = parseRetryAfter(response.headers.get('retry-after'));
-  if (retryAfter !== undefined) retryAfterByError.set(error, retryAfter);
-  throw error;
+  const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'));
+  const asked = retryAfterMs === undefined ? '' : ` (the server asks to retry after ${Math.ceil(retryAfterMs / 1000)} s)`;
+  throw new ProviderError('provider_http', `${ctx.provider}: HTTP ${response.status}${asked}${excerpt ? `: ${excerpt.slice(0, 200)}` : ''}`, {
+    provider: ctx.provider,
+    status: response.status,
+    retryable,
+    body: excerpt,
+    retryAfterMs,
+  });
 }
 
 /**
@@ -526,7 +531,7 @@ function abortError(signal: AbortSignal, cause?: unknown): AbortError {
 
 /** Exponential backoff with "equal jitter": half fixed, half random, so retries spread out. */
 function backoffMs(retry: Required<RetryOptions>, attemptNo: number, retryAfterMs: number | undefined): number {
-  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, retry.maxDelayMs);
+  if (retryAfterMs !== undefined) return retryAfterMs;
   const exponential = Math.min(retry.initialDelayMs * 2 ** attemptNo, retry.maxDelayMs);
   return exponential / 2 + Math.random() * (exponential / 2);
 }

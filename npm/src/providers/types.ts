@@ -99,7 +99,11 @@ export interface RetryOptions {
   maxRetries?: number;
   /** First backoff in ms, doubled each retry (with jitter); `Retry-After` wins when present. Default 500. */
   initialDelayMs?: number;
-  /** Cap on a single backoff. Default 8000. */
+  /**
+   * Longest single wait between attempts. Default 8000. A `Retry-After` asking for longer is
+   * not cut short (the server would refuse the early retry too): the call fails at once with
+   * the `ProviderError`, whose `retryAfterMs` says when to try again.
+   */
   maxDelayMs?: number;
 }
 
