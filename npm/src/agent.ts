@@ -390,7 +390,7 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
     agents.add(core);
     runtimes.set(store, agents);
   }
-  const release = async (): Promise<void> => {
+  const release = async (flushTimeoutMs = DEFAULT_CLOSE_FLUSH_TIMEOUT_MS): Promise<void> => {
     // The stats that could not be written are lost with the core: told to the caller of
     // close() once everything else is let go.
     let unflushed: unknown;
@@ -398,7 +398,7 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
       if (store) runtimes.get(store)?.delete(core);
       channel?.close();
       stopPageHideFlush?.();
-      if (core.emergentEnabled) await core.flushStats().catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
+      if (core.emergentEnabled) await withinMs(core.flushStats(), flushTimeoutMs, () => new StoreError('store_error', `close(): the store did not take the buffered tool stats within ${flushTimeoutMs} ms; they are not written`)).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
     } finally {
       // Whatever failed above, the core and the agent id are let go. The core first: once
       // freed its registry writes nothing, and stopping the sandbox ends the executions of a
@@ -415,6 +415,29 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
   // For the finalizer: made here, for the reason above.
   const letGo = () => void release().catch(() => undefined);
   return { channel, release, letGo };
+}
+
+/** How long `close()` waits for the store to take the buffered stats (`flushTimeoutMs`). */
+const DEFAULT_CLOSE_FLUSH_TIMEOUT_MS = 10_000;
+
+/** `promise`, or the error `late()` makes once `ms` pass first. */
+function withinMs<T>(promise: Promise<T>, ms: number, late: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(late()), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+/** Options of {@link Agent.close}. */
+export interface CloseOptions {
+  /**
+   * How long to wait for the store to take the buffered tool stats, in ms; past it `close()`
+   * goes on (the agent is let go all the same) and rejects with a `StoreError`. A store that
+   * never answers would otherwise hold `close()`, and the agent id with it, for good.
+   * Default 10000.
+   */
+  flushTimeoutMs?: number;
 }
 
 let runCounter = 0;
@@ -486,7 +509,7 @@ export class Agent<Output = unknown> {
   readonly #signals: Map<string, AbortSignal>;
   readonly #hub: EventHub;
   /** Lets go of the core and of what ties it to the world outside the agent (see {@link attach}). */
-  readonly #release: () => Promise<void>;
+  readonly #release: (flushTimeoutMs?: number) => Promise<void>;
   /** A Standard Schema `returns`'s parse of each run's answer (see `RunSupport`). */
   readonly #parsedOutputs: Map<string, unknown> | undefined;
   /** The last error a provider threw in each run, to hand on as the run's failure's `cause`. */
@@ -872,24 +895,29 @@ export class Agent<Output = unknown> {
    * Afterwards every method fails with the `closed` error; closing again does nothing.
    * Rejects with the store's `StoreError` when the buffered stats could not be written: the
    * agent is closed all the same, and those calls are not counted in the store (call
-   * `agent.emergent.flushStats()` first to retry a failed write).
+   * `agent.emergent.flushStats()` first to retry a failed write), or that did not answer
+   * within `options.flushTimeoutMs`.
    */
-  close(): Promise<void> {
+  close(options?: CloseOptions): Promise<void> {
     // A second close() waits for the first (its caller may open the same agent id next); a
     // failed final write is told to the first caller only.
     if (this.#closing) return this.#closing.catch(() => undefined);
-    this.#closing = this.#close();
+    const flushTimeoutMs = options?.flushTimeoutMs ?? DEFAULT_CLOSE_FLUSH_TIMEOUT_MS;
+    if (!(typeof flushTimeoutMs === 'number' && flushTimeoutMs >= 0 && Number.isFinite(flushTimeoutMs))) {
+      return Promise.reject(new CrucibleError('invalid_argument', `close: flushTimeoutMs must be a finite number of ms ≥ 0, got ${String(flushTimeoutMs)}`));
+    }
+    this.#closing = this.#close(flushTimeoutMs);
     return this.#closing;
   }
 
-  async #close(): Promise<void> {
+  async #close(flushTimeoutMs: number): Promise<void> {
     this.#closed = true;
     const runs = [...this.#runs.values()];
     for (const run of runs) run.controller.abort(new AbortError('the agent was closed'));
     // A run's `done` settles, never rejects.
     await Promise.all(runs.map((run) => run.done));
     unclosedAgents.unregister(this);
-    await wrapAsync(() => this.#release());
+    await wrapAsync(() => this.#release(flushTimeoutMs));
   }
 }
 

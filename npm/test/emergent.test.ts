@@ -566,6 +566,25 @@ describe('forge through the package', () => {
     await again.close();
   });
 
+  test('close() does not wait for good on a store that never takes the buffered stats, and lets the agent id go', async () => {
+    const base = memoryStore();
+    let stuck = false;
+    const store = storeOver(base, { batch: (ops) => (stuck ? new Promise<never>(() => {}) : base.batch(ops)) });
+    const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never);
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.tools.call('slugify', { text: 'c d' }, { sessionId: 's1' }); // counted in memory only
+    stuck = true;
+    await assert.rejects(agent.close({ flushTimeoutMs: -1 }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_argument');
+    const started = Date.now();
+    await assert.rejects(agent.close({ flushTimeoutMs: 200 }), (e: unknown) => e instanceof CrucibleError && e.code === 'store_error' && /within 200 ms/.test(e.message));
+    assert.ok(Date.now() - started < 2000, `close() took ${Date.now() - started} ms`);
+    stuck = false;
+    const again = await makeAgent(store);
+    assert.equal(again.tools.list({ sessionId: 's1' })[0]?.tier, 'agent');
+    await again.close();
+  });
+
   test('two agents on one store without locks flush a shared tool\'s stats in turns and lose no calls', async () => {
     const store = memoryStore(); // no lock(): the agents of this process take turns in the core
     const a = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never, 'agent-a');
