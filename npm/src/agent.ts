@@ -626,8 +626,11 @@ export class Agent<Output = unknown> {
       rollback: (name, version, o) =>
         wrapAsync(() =>
           whileOpen('rollback', () => {
-            // The binding would turn 1.5 into version 1 without a word.
-            if (!Number.isInteger(version) || version < 1) throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer, got ${String(version)}`);
+            // The binding would turn 1.5 into version 1 without a word, and 2 ** 32 + 1 too
+            // (it passes a version modulo 2 ** 32): no version has a number past MAX_U32.
+            if (!Number.isInteger(version) || version < 1 || version > MAX_U32) {
+              throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer up to ${MAX_U32}, got ${String(version)}`);
+            }
             return core.rollback(toolName(name, 'rollback'), version, session(o)).then(shared);
           }),
         ),

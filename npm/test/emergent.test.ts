@@ -686,6 +686,19 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('a rollback to a version past the 32-bit range is refused, not wrapped around to another version', async () => {
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 's' })).success);
+    const v2 = await agent.forge({ ...slugify, description: 'Slugify, v2' }, { sessionId: 's' });
+    assert.ok(v2.success && v2.tool.version === 2, JSON.stringify(v2));
+    // 2 ** 32 + 1 would reach the core as version 1 (the binding takes it modulo 2 ** 32).
+    for (const version of [2 ** 32 + 1, 2 ** 53]) {
+      await assert.rejects(agent.emergent.rollback('slugify', version, { sessionId: 's' }), { code: 'invalid_argument', message: /version must be a positive integer/ });
+    }
+    assert.equal(agent.tools.list({ sessionId: 's' })[0]!.version, 2, 'still on version 2');
+    await agent.close();
+  });
+
   test('a package of flow collections nested a million deep is refused at once, and the agent keeps serving', async () => {
     const agent = await makeAgent(memoryStore());
     const deep = `format: crucible.tool.v1\nspec: ${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}\n`;
