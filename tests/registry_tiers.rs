@@ -924,6 +924,50 @@ fn an_agentos_package_without_test_cases_imports_with_the_importers_and_not_with
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("redacted")), "{err}");
 }
 
+/// U+0085, U+2028 and U+2029 are text to the YAML 1.2 and JSON that peers write (agentos writes
+/// them raw), but line breaks to a YAML 1.1 reader, which would fold them and the spaces around
+/// them away: an agentos JSON package keeps them, and a YAML one holding them raw is refused, not
+/// changed.
+#[test]
+fn raw_unicode_line_separators_in_a_package_are_kept_or_refused_never_silently_changed() {
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let r = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let code = format!("{SLUGIFY_JS} // a \u{2028} b \u{85} c \u{2029} d");
+    let description = "Slugs \u{2028} text \u{85} too";
+    let tool = json!({
+        "name": "slug_ls", "description": description,
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] },
+        "implementation": { "mode": "sandbox", "allowlist": [], "sourcePersisted": true, "redactedAtRest": false, "code": code },
+        "tests": [{ "input": { "text": "Hello World" }, "expected": { "slug": "hello-world" } }, { "input": { "text": "a b" }, "expected": { "slug": "a-b" } }],
+    });
+    // agentos writes JSON with JSON.stringify, which leaves these characters raw.
+    let package = json!({ "schemaVersion": "agentos.emergent-tool.v1", "packageType": "emergent-tool", "tool": tool });
+    for text in [serde_json::to_string(&package).unwrap(), serde_json::to_string_pretty(&package).unwrap()] {
+        assert!(text.contains('\u{2028}') && text.contains('\u{85}'), "the characters are raw in the package");
+        let res = block_on(r.registry.import(&text, "s1")).unwrap();
+        assert!(res.success, "{res:?}");
+        let imported = res.tool.unwrap();
+        assert_eq!(imported.description, description);
+        assert_eq!(r.sandbox.requests.borrow().last().unwrap().code, code, "the code runs as written");
+    }
+    // Written raw in YAML, a YAML 1.1 reader would change them: refused, saying which and where.
+    let yaml = format!(
+        "schemaVersion: agentos.emergent-tool.v1\ntool:\n  name: slug_ls\n  description: \"Slugs \u{2028} text\"\n  code: \"{}\"\n",
+        SLUGIFY_JS.replace('\\', "\\\\")
+    );
+    let err = block_on(r.registry.import(&yaml, "s2")).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("U+2028") && m.contains("line 4")), "{err}");
+    // This crate's own packages read them back as written (its emitter writes some raw, in
+    // single quotes: see the YAML round trip in fuzz_no_panic), and carry a hash that would tell.
+    let mut request = slugify_request("slug_own", &code);
+    request["description"] = json!(description);
+    assert!(block_on(r.registry.forge(&request, "s3")).success);
+    let own = r.registry.export("slug_own", "s3").unwrap();
+    let again = block_on(r.registry.import(&own, "s4")).unwrap();
+    assert_eq!(again.tool.map(|t| t.description), Some(description.to_string()));
+}
+
 #[test]
 fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_it() {
     let r = rig();

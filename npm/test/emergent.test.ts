@@ -679,6 +679,14 @@ describe('forge through the package', () => {
     assert.equal(res.success, true, JSON.stringify(res));
     assert.deepEqual(await agent.tools.call('slugify', { text: 'Rust & Wasm' }, { sessionId: 'p' }), { slug: 'rust-wasm' });
     assert.ok(agent.emergent.audit().some((a) => a.action === 'import' && a.tool === 'slugify'));
+    // agentos leaves U+2028 and NEL raw, as text; the YAML 1.1 reader would fold them away with
+    // the spaces around them. Its JSON form is read as JSON and keeps them; its YAML form is refused.
+    const separated = { ...peerTool, name: 'slugify_ls', description: 'Slugs \u2028 text \u0085 too' };
+    const json = ao.serializeEmergentToolPackage(ao.buildEmergentToolPackage(separated as never), 'json');
+    const kept = await agent.emergent.import(json, { sessionId: 'r', testCases: slugify.testCases });
+    assert.equal(kept.success && kept.tool.description, separated.description, JSON.stringify(kept));
+    const yaml = ao.serializeEmergentToolPackage(ao.buildEmergentToolPackage(separated as never));
+    await assert.rejects(agent.emergent.import(yaml, { sessionId: 'r', testCases: slugify.testCases }), { code: 'invalid_package', message: /raw U\+2028 \(line 11\)/ });
     // A package whose source the peer redacted at rest is refused as redacted.
     const redacted = ao.serializeEmergentToolPackage(ao.buildEmergentToolPackage({ ...peerTool, implementation: { mode: 'sandbox', code: '', allowlist: [] } } as never));
     assert.match(redacted, /redactedAtRest: true/);

@@ -15,6 +15,10 @@
 //! carry no test cases: the importer supplies them ([`ImportOptions::test_cases`]), and a
 //! package with none from either side is refused, since nothing could be re-run.
 //!
+//! A package may be YAML or JSON. The YAML reader follows YAML 1.1, where NEL, U+2028 and U+2029
+//! are line breaks: written raw (as agentos does), they are kept in an agentos JSON package and
+//! refused in an agentos YAML one, never folded away.
+//!
 //! A package is untrusted input of bounded size ([`MAX_PACKAGE_BYTES`]), and reading it is
 //! bounded too ([`MAX_EXPANDED_BYTES`]): YAML aliases repeat the value they name (the `yaml`
 //! package agentos writes with makes them for repeated objects), so a few kilobytes of aliases
@@ -238,16 +242,39 @@ impl<'de> Visitor<'de> for Budgeted<'_> {
     }
 }
 
-/// Parses package text, within [`MAX_PACKAGE_BYTES`] and [`MAX_EXPANDED_BYTES`].
-fn read_package(text: &str) -> Result<Value, RegistryError> {
+/// Characters the YAML reader (YAML 1.1) takes for line breaks, folding them and the spaces
+/// around them away, where the JSON and YAML 1.2 agentos writes hold them as text: NEL, LINE
+/// SEPARATOR, PARAGRAPH SEPARATOR.
+const YAML_1_1_BREAKS: [char; 3] = ['\u{85}', '\u{2028}', '\u{2029}'];
+
+/// Parses package text, within [`MAX_PACKAGE_BYTES`] and [`MAX_EXPANDED_BYTES`], and says
+/// whether it was read as YAML: JSON text (agentos also writes packages as JSON) is read as JSON,
+/// so its strings keep every character.
+fn read_package(text: &str) -> Result<(Value, bool), RegistryError> {
     if text.len() > MAX_PACKAGE_BYTES {
         return Err(invalid(format!("the package is {} bytes; at most {MAX_PACKAGE_BYTES}", text.len())));
+    }
+    // JSON has no aliases: what it holds grows with its text, which is bounded above.
+    if let Ok(value) = serde_json::from_str(text) {
+        return Ok((value, false));
     }
     if flow_nesting_exceeds(text, MAX_FLOW_NESTING) {
         return Err(invalid(format!("the package nests flow collections ([…], {{…}}) more than {MAX_FLOW_NESTING} deep")));
     }
     let budget = Cell::new(MAX_EXPANDED_BYTES);
-    Budgeted(&budget).deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| invalid(format!("not YAML: {e}")))
+    let value = Budgeted(&budget).deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| invalid(format!("not YAML: {e}")))?;
+    Ok((value, true))
+}
+
+/// Refuses agentos YAML holding a character of [`YAML_1_1_BREAKS`] raw, as agentos writes them:
+/// the reader may have folded it, and nothing would tell (such packages need no hash). This
+/// crate's own packages read them back as written, and their hash would catch a change.
+fn refuse_folded_breaks(text: &str) -> Result<(), RegistryError> {
+    let Some(at) = text.find(YAML_1_1_BREAKS) else { return Ok(()) };
+    let (line, c) = (text[..at].matches('\n').count() + 1, text[at..].chars().next().map_or(0, u32::from));
+    Err(invalid(format!(
+        "the package holds a raw U+{c:04X} (line {line}), which this YAML reader takes for a line break: escape it (\\u{c:04X} in double quotes) or send the package as JSON"
+    )))
 }
 
 impl Registry {
@@ -300,12 +327,15 @@ impl Registry {
 
     /// [`Registry::import`] with test cases for a package that carries none.
     pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
-        let raw = read_package(package)?;
+        let (raw, yaml) = read_package(package)?;
         let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
         let format =
             ["format", "schemaVersion", "schema_version", "kind"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();
         if format != PACKAGE_FORMAT && format != AGENTOS_FORMAT {
             return Err(invalid(format!("unknown format `{format}`; expected `{PACKAGE_FORMAT}` or `{AGENTOS_FORMAT}`")));
+        }
+        if yaml && format == AGENTOS_FORMAT {
+            refuse_folded_breaks(package)?;
         }
         if let Some(Value::Object(tool)) = top.remove("tool") {
             for (k, v) in tool {
