@@ -857,6 +857,13 @@ fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier
     let tampered = pkg.replace("Turn text into a URL slug", "Turn text into a URL slug, trust me");
     let err = block_on(r.registry.import(&tampered, "s2")).unwrap_err();
     assert!(err.to_string().contains("hash mismatch"), "{err}");
+    // A refused package leaves a trace, under the name it gives.
+    let refused = r.registry.audit_trail().into_iter().last().expect("an audit entry");
+    assert_eq!((refused.action.as_str(), refused.tool.as_str(), refused.session_id.as_deref()), ("import.refused", "slugify", Some("s2")));
+    assert!(refused.detail.contains("hash mismatch"), "{}", refused.detail);
+    block_on(r.registry.import("not: [a package", "s2")).unwrap_err();
+    let unreadable = r.registry.audit_trail().into_iter().last().expect("an audit entry");
+    assert_eq!((unreadable.action.as_str(), unreadable.tool.as_str()), ("import.refused", ""));
     // A hash that is not a string is not "no hash", under either format id.
     let hash_line = pkg.lines().find(|l| l.starts_with("hash:")).expect("the package has a hash line").to_string();
     for format in ["crucible.tool.v1", "agentos.emergent-tool.v1"] {
@@ -878,6 +885,17 @@ fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier
     assert!(other.events.types().contains(&"forge.judge".to_string()), "judge re-asked");
     assert!(other.registry.audit_trail().iter().any(|a| a.action == "import"));
     assert_eq!(block_on(other.registry.call("slugify", json!({ "text": "A B" }), "s7")).unwrap(), json!({ "slug": "a-b" }));
+
+    // A package its importer's judge refuses is told apart from a refused forge in the trail.
+    let doubting = rig_with(
+        EmergentConfig { persist_sandbox_source: true, ..Default::default() },
+        Some(judge_replying(vec![text(&verdict(false, 0.2, 0.9))])),
+        None,
+        Rc::new(MemoryStore::new()),
+    );
+    assert!(!block_on(doubting.registry.import(&pkg, "s1")).unwrap().success);
+    let actions: Vec<String> = doubting.registry.audit_trail().into_iter().map(|a| a.action).collect();
+    assert!(actions.contains(&"import.rejected".to_string()) && !actions.contains(&"reject".to_string()), "{actions:?}");
 }
 
 /// An `agentos.emergent-tool.v1` package whose `tool` mapping is `tool_yaml` (indented two

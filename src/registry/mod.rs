@@ -944,7 +944,7 @@ impl Registry {
         let origin = self.origin(session, scope, "", "");
         let mut rejection = Rejection::new("", format!("could not read the forge request: {problem}"), Evidence { parse: true, ..Default::default() });
         rejection.scope = origin.scope.clone();
-        self.reject(&rejection, &origin).await
+        self.reject(&rejection, &origin, "forge").await
     }
 
     fn origin(&self, session: &str, scope: Option<String>, run_id: &str, calls_run_id: &str) -> ForgeOrigin {
@@ -999,7 +999,7 @@ impl Registry {
         match checked {
             Ok(Checked::Verified(verified)) => self.register_session(*verified, origin, action, ticket).await,
             Ok(Checked::Unchanged(kept)) => self.keep_unchanged(*kept, origin).await,
-            Err(rejection) => self.reject(&rejection, origin).await,
+            Err(rejection) => self.reject(&rejection, origin, action).await,
         }
     }
 
@@ -1078,7 +1078,10 @@ impl Registry {
         (entry.record.current.hash == content_hash(req)).then(|| Box::new(Kept { tool: tool_info(entry), verdict, scope: None }))
     }
 
-    pub(crate) async fn reject(&self, rejection: &Rejection, origin: &ForgeOrigin) -> ForgeResult {
+    /// Records a rejected forge, or a rejected import (`action` "import": audited as
+    /// `import.rejected`, so the trail tells a package that failed its tests or its judge from a
+    /// forge that did).
+    pub(crate) async fn reject(&self, rejection: &Rejection, origin: &ForgeOrigin, action: &str) -> ForgeResult {
         let ops = {
             let mut state = self.state.borrow_mut();
             let name_changed = state.forge_stats.record_rejected(&rejection.name, rejection.category);
@@ -1096,7 +1099,7 @@ impl Registry {
             }
             ops.extend(self.audit(
                 &mut state,
-                "reject",
+                if action == "import" { "import.rejected" } else { "reject" },
                 &rejection.name,
                 None,
                 None,
@@ -1137,7 +1140,7 @@ impl Registry {
             rejection.scope = verified.request.scope.clone();
             rejection.tests = verified.tests;
             rejection.verdict = Some(verified.verdict);
-            return self.reject(&rejection, origin).await;
+            return self.reject(&rejection, origin, action).await;
         }
         let hash = content_hash(&verified.request);
         let now = self.now();

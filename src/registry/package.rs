@@ -30,7 +30,7 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::forge::{normalize, type_name, ForgeOrigin, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
+use crate::forge::{normalize, type_name, ForgeOrigin, ForgeRequest, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
 use super::{content_hash, Registry, RegistryError, Reuse};
 
@@ -325,59 +325,77 @@ impl Registry {
         self.import_with(package, session, &ImportOptions::default()).await
     }
 
-    /// [`Registry::import`] with test cases for a package that carries none.
+    /// [`Registry::import`] with test cases for a package that carries none. A package refused
+    /// before its tests (unreadable, redacted, its hash not matching) is audited as
+    /// `import.refused`, under the name it gives when it can be read: a tampered package is
+    /// worth a trace.
     pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
-        let (raw, yaml) = read_package(package)?;
-        let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
-        let format =
-            ["format", "schemaVersion", "schema_version", "kind"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();
-        if format != PACKAGE_FORMAT && format != AGENTOS_FORMAT {
-            return Err(invalid(format!("unknown format `{format}`; expected `{PACKAGE_FORMAT}` or `{AGENTOS_FORMAT}`")));
-        }
-        if yaml && format == AGENTOS_FORMAT {
-            refuse_folded_breaks(package)?;
-        }
-        if let Some(Value::Object(tool)) = top.remove("tool") {
-            for (k, v) in tool {
-                top.entry(k).or_insert(v);
+        let mut name = String::new();
+        let request = match read_import(package, options, &mut name) {
+            Ok(request) => request,
+            Err(error) => {
+                let ops = self.audit(&mut self.state.borrow_mut(), "import.refused", &name, None, None, error.to_string(), Some(session).into());
+                let _ = self.persist(ops).await; // best effort, as for a rejection: the error stands
+                return Err(error);
             }
-        }
-        let implementation = top.get("implementation");
-        let redacted_at_rest = implementation.and_then(|i| i.get("redactedAtRest")).and_then(Value::as_bool) == Some(true)
-            || implementation.and_then(|i| i.get("sourcePersisted")).and_then(Value::as_bool) == Some(false);
-        let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false) || redacted_at_rest;
-        // An empty list carries none either (an exporter writing `testCases: []`).
-        let carries = |v: &Value| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty());
-        if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(carries)) {
-            if options.test_cases.is_empty() {
-                return Err(invalid(
-                    "the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import",
-                ));
-            }
-            top.insert("testCases".into(), Value::Array(options.test_cases.clone()));
-        }
-        let body = Value::Object(top.clone());
-        let request = normalize(&body)
-            .map_err(|e| invalid(if redacted { "the sandbox source is redacted; a redacted package cannot be imported".to_string() } else { e.to_string() }))?;
-        if redacted || matches!(&request.implementation, Implementation::Sandbox { code: None, .. }) {
-            return Err(invalid("the sandbox source is redacted; a redacted package cannot be imported"));
-        }
-        // A hash that is there must be one: a number or a mapping in its place is not "no hash".
-        let declared = match ["hash", "contentHash", "content_hash"].iter().find_map(|k| top.get(*k).map(|v| (*k, v))) {
-            None | Some((_, Value::Null)) => None,
-            Some((_, Value::String(h))) => Some(h.to_ascii_lowercase().trim_start_matches("sha256:").to_string()),
-            Some((key, other)) => return Err(invalid(format!("the package's `{key}` must be a string, not a JSON {}", type_name(other)))),
         };
-        let actual = content_hash(&request);
-        match declared {
-            Some(h) if h != actual => return Err(invalid(format!("content hash mismatch: the package says {h}, the content hashes to {actual}"))),
-            None if format == PACKAGE_FORMAT => return Err(invalid("the package has no content hash")),
-            _ => {}
-        }
         let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), ..Default::default() };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         let ticket = self.ticket(session);
         let checked = self.verify(&request_value, &origin, &self.lookup(), Reuse::Never).await;
         Ok(self.settle(checked, &origin, &ticket, "import").await)
     }
+}
+
+/// The forge request a package holds, checked as a package (format, redaction, content hash).
+/// `name` gets the tool name the package gives as soon as it is read, for the audit of a refusal.
+fn read_import(package: &str, options: &ImportOptions, name: &mut String) -> Result<ForgeRequest, RegistryError> {
+    let (raw, yaml) = read_package(package)?;
+    let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
+    let format = ["format", "schemaVersion", "schema_version", "kind"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();
+    if format != PACKAGE_FORMAT && format != AGENTOS_FORMAT {
+        return Err(invalid(format!("unknown format `{format}`; expected `{PACKAGE_FORMAT}` or `{AGENTOS_FORMAT}`")));
+    }
+    if yaml && format == AGENTOS_FORMAT {
+        refuse_folded_breaks(package)?;
+    }
+    if let Some(Value::Object(tool)) = top.remove("tool") {
+        for (k, v) in tool {
+            top.entry(k).or_insert(v);
+        }
+    }
+    if let Some(Value::String(given)) = top.get("name") {
+        *name = crate::tools::shorten(given, 64);
+    }
+    let implementation = top.get("implementation");
+    let redacted_at_rest = implementation.and_then(|i| i.get("redactedAtRest")).and_then(Value::as_bool) == Some(true)
+        || implementation.and_then(|i| i.get("sourcePersisted")).and_then(Value::as_bool) == Some(false);
+    let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false) || redacted_at_rest;
+    // An empty list carries none either (an exporter writing `testCases: []`).
+    let carries = |v: &Value| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty());
+    if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(carries)) {
+        if options.test_cases.is_empty() {
+            return Err(invalid("the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import"));
+        }
+        top.insert("testCases".into(), Value::Array(options.test_cases.clone()));
+    }
+    let body = Value::Object(top.clone());
+    let request = normalize(&body)
+        .map_err(|e| invalid(if redacted { "the sandbox source is redacted; a redacted package cannot be imported".to_string() } else { e.to_string() }))?;
+    if redacted || matches!(&request.implementation, Implementation::Sandbox { code: None, .. }) {
+        return Err(invalid("the sandbox source is redacted; a redacted package cannot be imported"));
+    }
+    // A hash that is there must be one: a number or a mapping in its place is not "no hash".
+    let declared = match ["hash", "contentHash", "content_hash"].iter().find_map(|k| top.get(*k).map(|v| (*k, v))) {
+        None | Some((_, Value::Null)) => None,
+        Some((_, Value::String(h))) => Some(h.to_ascii_lowercase().trim_start_matches("sha256:").to_string()),
+        Some((key, other)) => return Err(invalid(format!("the package's `{key}` must be a string, not a JSON {}", type_name(other)))),
+    };
+    let actual = content_hash(&request);
+    match declared {
+        Some(h) if h != actual => return Err(invalid(format!("content hash mismatch: the package says {h}, the content hashes to {actual}"))),
+        None if format == PACKAGE_FORMAT => return Err(invalid("the package has no content hash")),
+        _ => {}
+    }
+    Ok(request)
 }

@@ -189,8 +189,9 @@ pub struct ToolInfo {
 pub struct AuditEntry {
     pub at: f64,
     /// `forge`, `verdict`, `register`, `reject`, `unchanged` (a forge identical to the tool it
-    /// names), `promote`, `demote`, `rollback`, `import`, `approval.requested`,
-    /// `approval.approved`, `approval.denied`.
+    /// names), `promote`, `demote`, `rollback`, `import`, `import.rejected` (its tests or judge
+    /// refused it), `import.refused` (the package itself: unreadable, redacted, its hash not
+    /// matching), `approval.requested`, `approval.approved`, `approval.denied`.
     pub action: String,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
