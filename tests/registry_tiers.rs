@@ -1069,6 +1069,23 @@ fn forge_statistics_in_the_old_format_with_name_sets_are_read() {
 }
 
 #[test]
+fn forge_statistics_in_the_old_format_keep_their_names_after_the_next_forge_and_a_restart() {
+    // The old record carried the name sets; the current build writes counters only, with each
+    // name in a record of its own. Names read from the old record must not vanish once the
+    // counters are written again.
+    let store = Rc::new(MemoryStore::new());
+    let old = json!({ "attempts": 3, "approved": 1, "rejected": 2, "approved_confidence_sum": 0.9,
+        "names": ["a", "b"], "approved_names": ["a"], "histogram": { "shape_check": 2 } });
+    block_on(store.put("agent/agent1/forge-stats", json!({ "kind": "forge-stats", "v": 1, "data": old }))).unwrap();
+    let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let before = r.registry.stats();
+    assert_eq!((before.attempts, before.unique_names, before.unique_approved, before.unique_terminal_rejections), (4, 3, 2, 1));
+    let restarted = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
+    assert_eq!(restarted.registry.stats(), before);
+}
+
+#[test]
 fn records_of_a_newer_version_or_another_kind_are_refused_not_read_half_right() {
     use crucible::agent::NativeEnvironment;
     use crucible::registry::{Judges, Registry, RegistryDeps};

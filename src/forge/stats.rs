@@ -76,6 +76,11 @@ impl ForgeStatsAggregator {
         }
     }
 
+    /// Every name attempted, with whether it has been approved at least once.
+    pub fn names(&self) -> impl Iterator<Item = (&str, bool)> + '_ {
+        self.names.iter().map(|name| (name.as_str(), self.approved_names.contains(name)))
+    }
+
     /// The current numbers.
     pub fn snapshot(&self) -> ForgeStats {
         ForgeStats {

@@ -531,10 +531,22 @@ impl Registry {
             deps.store.batch(ops).await?;
         }
         let forge_stats_key = format!("{agent}forge-stats");
+        let names_prefix = format!("{agent}forge-name/");
         if let Some(value) = deps.store.get(&forge_stats_key).await? {
             state.forge_stats = unversioned(&forge_stats_key, "forge-stats", value)?;
+            // Only a record written before names had records of their own carries names. The
+            // counters are written without them from now on: each gets its record now, or the
+            // next forge's write of the counters would lose it.
+            let mut ops: Vec<BatchOp> = state
+                .forge_stats
+                .names()
+                .map(|(name, approved)| BatchOp::Put { key: format!("{names_prefix}{name}"), value: versioned("forge-name", &ForgeNameRecord { approved }) })
+                .collect();
+            if !ops.is_empty() {
+                ops.push(BatchOp::Put { key: forge_stats_key, value: versioned("forge-stats", &state.forge_stats) });
+                deps.store.batch(ops).await?;
+            }
         }
-        let names_prefix = format!("{agent}forge-name/");
         for (key, value) in deps.store.scan(&names_prefix).await? {
             let Some(name) = key.strip_prefix(&names_prefix) else { continue };
             let record: ForgeNameRecord = unversioned(&key, "forge-name", value)?;
