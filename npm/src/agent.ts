@@ -362,6 +362,22 @@ function sharedTierChannel(store: Store | undefined, core: CoreAgentHandle): Bro
 }
 
 /**
+ * Tells agents in other tabs and workers that this agent changed the shared tier. The agent
+ * may have been closed while the change was written (its channel closed with it): the change
+ * is in the store all the same, so they are told through a channel opened for the message.
+ */
+function announceSharedTierChange(channel: BroadcastChannel | undefined, name: string | undefined): void {
+  if (!channel || !name) return;
+  try {
+    channel.postMessage(SHARED_TIER_CHANGED);
+  } catch {
+    const once = new BroadcastChannel(name);
+    once.postMessage(SHARED_TIER_CHANGED);
+    once.close(); // what it posted is delivered all the same
+  }
+}
+
+/**
  * In a page, writes the agent's buffered tool stats when the page is hidden: stats go to the
  * store every 16 calls, at `endSession` and at `close()`, and a tab closed without `close()`
  * would lose the calls since. Returns the listener's removal; `undefined` outside pages.
@@ -596,7 +612,7 @@ export class Agent<Output = unknown> {
     // After a change that may touch the shared tier, the other agents of the runtime re-read it.
     const shared = async <T>(result: T): Promise<T> => {
       await reloadSharedTier(store, core);
-      channel?.postMessage(SHARED_TIER_CHANGED);
+      announceSharedTierChange(channel, store?.broadcastName);
       return result;
     };
     // Every entry point checks first that the agent is open: a closed agent's core is freed,

@@ -1132,6 +1132,32 @@ describe('emergent options and edge cases through createAgent', () => {
     await Promise.all(stores.map((s) => s.close()));
   });
 
+  test('an approval whose write lands while its agent closes resolves, and other tabs are still told', async () => {
+    // Two tabs: two store objects on one database, each with an agent of its own.
+    const factory = new IDBFactory();
+    const open = () => indexedDbStore({ name: 'app', indexedDB: factory, IDBKeyRange });
+    const base = open();
+    let gate: Promise<void> = Promise.resolve();
+    const agent = await makeAgent(storeOver(base, { batch: async (ops) => (await gate, base.batch(ops)) }), { promotionThreshold: { uses: 1, confidence: 0.8 } });
+    const otherTab = await makeAgent(open(), {}, 'other');
+    const reloaded = new Promise<void>((resolve) => otherTab.on((e) => e.type === 'registry.reloaded' && resolve()));
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    const pending = (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })) as { approval: { id: string } };
+
+    let letWrite!: () => void;
+    gate = new Promise((resolve) => (letWrite = resolve));
+    const approving = agent.emergent.approve(pending.approval.id);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // the approval's write is waiting
+    const closing = agent.close();
+    letWrite();
+    assert.equal((await approving).tier, 'shared', 'the approval is in the store: it resolves');
+    await closing;
+    await reloaded;
+    assert.deepEqual(otherTab.tools.list().map((t) => [t.name, t.tier]), [['slugify', 'shared']], 'the other tab was told');
+    await otherTab.close();
+  });
+
   test('a host tool that needs approval is refused to direct calls and to forged pipelines', async () => {
     const sent: unknown[] = [];
     const sendEmail = tool({
