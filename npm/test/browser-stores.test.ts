@@ -104,6 +104,15 @@ describeInBrowser('indexedDbStore on real IndexedDB in Chromium', () => {
     tab.assertClean();
   });
 
+  test('stores with their own storeName in one database, opened at once, all open', async () => {
+    // Each store's first op upgrades the database to add its object store; the others' upgrades
+    // keep moving the version under it.
+    const name = freshDb();
+    const storeNames = Array.from({ length: 12 }, (_, i) => `agent${i}`);
+    const results = await Promise.all(storeNames.map((storeName, i) => ops(name, [{ op: 'put', key: 'k', value: i }, { op: 'get', key: 'k' }], storeName)));
+    assert.deepEqual(results.map(values), storeNames.map((_, i) => [undefined, i]));
+  });
+
   test('a batch applies its ops in order in one transaction', async () => {
     const db = freshDb();
     const [, , scan] = values(

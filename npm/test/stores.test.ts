@@ -336,6 +336,16 @@ describe('indexedDbStore specifics', () => {
     await store.close();
   });
 
+  it('many object stores of one database opened at once each get theirs (one upgrade after another)', async () => {
+    // Agents with their own `storeName` in one database, created together at page load: each
+    // store's first op upgrades the database, and the others' upgrades keep moving its version.
+    const factory = new IDBFactory();
+    const stores = Array.from({ length: 12 }, (_, i) => indexedDbStore({ name: 'app', storeName: `agent${i}`, indexedDB: factory, IDBKeyRange }));
+    await settlesWithin(Promise.all(stores.map((store, i) => store.put('k', i))), 5000);
+    assert.deepEqual(await Promise.all(stores.map((store) => store.get('k'))), stores.map((_, i) => i));
+    await Promise.all(stores.map((store) => store.close()));
+  });
+
   it('without Web Locks, store objects on one database share their locks in this context', async () => {
     assert.equal((globalThis as { navigator?: { locks?: unknown } }).navigator?.locks, undefined, 'Node has no Web Locks');
     const factory = new IDBFactory();

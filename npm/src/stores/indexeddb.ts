@@ -240,6 +240,9 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
   };
 }
 
+/** Rounds of {@link openDatabase} lost to other connections' upgrades before it gives up. */
+const MAX_UPGRADE_ROUNDS = 64;
+
 /**
  * Opens `name` and makes sure `storeName` exists, upgrading the version when it does not.
  * A blocked upgrade rejects with `store_blocked` and hands `onBlocked` a promise that resolves
@@ -287,7 +290,9 @@ async function openDatabase(factory: IDBFactory, name: string, storeName: string
       };
     });
 
-  // Another tab may create the store or bump the version between our attempts: retry a little.
+  // Another tab or store object may upgrade the database between our two opens (to create its
+  // own object store): then look again. Each such round is someone else's upgrade done, so of
+  // N stores opening at once the last needs N rounds; the bound is only a backstop.
   for (let tries = 0; ; tries++) {
     const db = await attempt();
     if (db.objectStoreNames.contains(storeName)) return db;
@@ -299,9 +304,9 @@ async function openDatabase(factory: IDBFactory, name: string, storeName: string
       upgraded.close();
     } catch (err) {
       // VersionError: someone else upgraded first; look again.
-      if (!(err instanceof StoreError && err.code === 'store_error' && tries < 3 && isNamed(err.cause, 'VersionError'))) throw err;
+      if (!(err instanceof StoreError && err.code === 'store_error' && tries < MAX_UPGRADE_ROUNDS && isNamed(err.cause, 'VersionError'))) throw err;
     }
-    if (tries >= 3) throw new StoreError('store_error', `Could not create object store "${storeName}" in "${name}"`);
+    if (tries >= MAX_UPGRADE_ROUNDS) throw new StoreError('store_error', `Could not create object store "${storeName}" in "${name}"`);
   }
 }
 
