@@ -103,6 +103,13 @@ for (const kind of kinds) {
       await store.close();
     });
 
+    it('-0 reads back as JSON writes it (0) from the stores keeping JSON text, as -0 from IndexedDB', async () => {
+      const { store } = await kind.make();
+      await store.put('n', -0);
+      assert.ok(Object.is(await store.get('n'), kind.name.startsWith('indexedDbStore') ? -0 : 0));
+      await store.close();
+    });
+
     it('put overwrites and delete removes (deleting a missing key is fine)', async () => {
       const { store } = await kind.make();
       await store.put('k', 1);

@@ -39,7 +39,8 @@ export const MAX_JSON_DEPTH = 1000;
  * dense arrays and plain objects, nested at most {@link MAX_JSON_DEPTH} deep, without cycles.
  * Rejects what `JSON.stringify` would silently change or drop (undefined, functions, NaN,
  * Infinity, Date, Map, class instances) and what it would throw on (BigInt, cycles), so a value
- * reads back as it was written. Symbol-keyed properties are ignored, as by JSON and structured
+ * reads back as it was written; `-0` alone is let through and reads back as `0` from the stores
+ * that keep JSON text (memory, LevelDB). Symbol-keyed properties are ignored, as by JSON and structured
  * clone. Iterative, so deep input cannot overflow the call stack.
  */
 export function checkJson(value: unknown, key: string): asserts value is JsonValue {
