@@ -1056,12 +1056,19 @@ fn forge_statistics_survive_a_fresh_load_on_the_same_store() {
     assert_eq!(block_on(store.scan("agent/agent1/forge-name/")).unwrap().len(), 2);
 }
 
-#[test]
-fn forge_statistics_in_the_old_format_with_name_sets_are_read() {
+/// A store holding forge stats as builds before per-name records wrote them: the name sets
+/// inside the forge-stats record (names `a` and `b`, `a` approved).
+fn store_with_old_forge_stats() -> Rc<MemoryStore> {
     let store = Rc::new(MemoryStore::new());
     let old = json!({ "attempts": 3, "approved": 1, "rejected": 2, "approved_confidence_sum": 0.9,
         "names": ["a", "b"], "approved_names": ["a"], "histogram": { "shape_check": 2 } });
     block_on(store.put("agent/agent1/forge-stats", json!({ "kind": "forge-stats", "v": 1, "data": old }))).unwrap();
+    store
+}
+
+#[test]
+fn forge_statistics_in_the_old_format_with_name_sets_are_read() {
+    let store = store_with_old_forge_stats();
     let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store);
     let s = r.registry.stats();
     assert_eq!((s.attempts, s.unique_names, s.unique_approved, s.unique_terminal_rejections), (3, 2, 1, 1));
@@ -1073,10 +1080,7 @@ fn forge_statistics_in_the_old_format_keep_their_names_after_the_next_forge_and_
     // The old record carried the name sets; the current build writes counters only, with each
     // name in a record of its own. Names read from the old record must not vanish once the
     // counters are written again.
-    let store = Rc::new(MemoryStore::new());
-    let old = json!({ "attempts": 3, "approved": 1, "rejected": 2, "approved_confidence_sum": 0.9,
-        "names": ["a", "b"], "approved_names": ["a"], "histogram": { "shape_check": 2 } });
-    block_on(store.put("agent/agent1/forge-stats", json!({ "kind": "forge-stats", "v": 1, "data": old }))).unwrap();
+    let store = store_with_old_forge_stats();
     let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, store.clone());
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     let before = r.registry.stats();

@@ -414,7 +414,10 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
       if (store) runtimes.get(store)?.delete(core);
       channel?.close();
       stopPageHideFlush?.();
-      if (core.emergentEnabled) await withinMs(core.flushStats(), flushTimeoutMs, () => new StoreError('store_error', `close(): the store did not take the buffered tool stats within ${flushTimeoutMs} ms; they are not written`)).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
+      if (core.emergentEnabled) {
+        const late = () => new StoreError('store_error', `close(): the store did not take the buffered tool stats within ${flushTimeoutMs} ms; they are not written`);
+        await withinMs(core.flushStats(), flushTimeoutMs, late).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
+      }
     } finally {
       // Whatever failed above, the core and the agent id are let go. The core first: once
       // freed its registry writes nothing, and stopping the sandbox ends the executions of a

@@ -21,7 +21,6 @@ const BODY_EXCERPT_LIMIT = 2048;
 const DEFAULT_TIMEOUT_MS = 120_000;
 const DEFAULT_RETRY: Required<RetryOptions> = { maxRetries: 2, initialDelayMs: 500, maxDelayMs: 8000 };
 
-
 /** Resolved transport settings shared by one provider instance. */
 export interface HttpContext {
   /** Provider id stamped on every error, e.g. `openai:gpt-4o-mini`. */
