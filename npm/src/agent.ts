@@ -9,6 +9,7 @@ import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThe
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
+import { hasLoneSurrogate } from './stores/values.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
@@ -1184,6 +1185,11 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     // Anything but an explicit `false` waits for a human (fail closed).
     return typeof predicate === 'function' ? (await predicate(args)) !== false : predicate === true;
   };
+  // The core reads the id as U+FFFD in place of a lone surrogate: "x\uD800" and "x\uDC00" would
+  // share records while counting as two agents for the one-open-registry claim below.
+  if (typeof options.agentId === 'string' && hasLoneSurrogate(options.agentId)) {
+    throw new CrucibleError('invalid_config', `createAgent: agentId ${JSON.stringify(options.agentId)} has a lone UTF-16 surrogate; it names the agent's records, so it must be well-formed text`);
+  }
   const em = options.emergent;
   // Validated before anything is claimed or started: a bad combination is a config error.
   const defaultOnly = em?.enabled ? (['sandboxTimeoutMs', 'sandboxMemoryMB', 'fetchDomainAllowlist'] as const).filter((k) => em[k] !== undefined) : [];

@@ -75,7 +75,8 @@ describe('agent over an OpenAI-compatible server', () => {
 
   test('an agentId that cannot name its records is invalid_config', async () => {
     // With a `/`, agent "a" would read agent "a/tool"'s records as its own tools.
-    for (const agentId of ['a/tool', '', 'x'.repeat(129)]) {
+    // A lone surrogate would read as U+FFFD in the core: 'x\uD800' and 'x\uDC00' would share records.
+    for (const agentId of ['a/tool', '', 'x'.repeat(129), 'x\uD800', 'x\uDC00']) {
       await assert.rejects(createAgent({ model: model(), agentId }), { code: 'invalid_config', message: /agentId/ });
     }
     const fine = await createAgent({ model: model(), agentId: 'support-bot.eu-1' });

@@ -1,7 +1,7 @@
 /**
  * Key and value checks shared by every store: a store accepts only string keys and strict JSON
  * values, and checks a whole batch before it writes any of it (so a bad op writes nothing).
- * Internal to `stores/`; not exported from the package.
+ * Internal to the package (the agent checks its id with `hasLoneSurrogate` too); not exported.
  */
 
 import { StoreError } from '../errors.js';
@@ -14,12 +14,18 @@ export function checkKey(key: unknown): asserts key is string {
   }
   // A lone surrogate has no UTF-8 form: the Node store would write U+FFFD instead, so two
   // different keys would land on one record and scans would return a key never written.
-  if (LONE_SURROGATE.test(key)) {
+  if (hasLoneSurrogate(key)) {
     throw new StoreError('store_error', `Store keys must be well-formed Unicode; ${JSON.stringify(key)} has a lone surrogate`);
   }
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Whether `text` holds a lone UTF-16 surrogate: text with no UTF-8 form, which the core and
+ *  the Node store read as U+FFFD, so two such names would name the same records. */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}
 
 /** A stored value's JSON text, parsed; text that does not parse is a `store_corrupt` error
  *  naming the key, not a bare `SyntaxError`. */
