@@ -869,6 +869,43 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a tool with a long name (64 characters, the most the package takes) does not widen the page at phone width', async () => {
+      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' }, PHONE);
+      await assertEmergent(page);
+      const name = 'convert_a_text_into_a_url_slug_with_dashes_between_all_the_words';
+      assert.equal(name.length, 64);
+      mock.setResponder((request) => {
+        if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
+        if (request.messages.at(-1)?.role === 'tool') return { text: 'Forged.' };
+        return { toolCalls: [{ name: 'forge_tool', arguments: { ...SLUGIFY_REQUEST, name } }] };
+      });
+      try {
+        await send(page, 'Forge a slug tool with a long name');
+        await lastAgentStatus(page, 'done', 30_000);
+        const item = `#registry-list [data-tool="${name}"]`;
+        await page.waitForSelector(item, { timeout: 10_000 });
+        // Its promotion to the shared tier waits for a human: the name is on an approval card too.
+        await page.click(item);
+        await page.click('#registry-detail [data-action="promote"]');
+        await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+        await page.click(item);
+        await page.click('#registry-detail [data-action="promote"]');
+        await page.waitForSelector(`#approvals [data-tool="${name}"]`, { timeout: 30_000 });
+      } finally {
+        mock.setResponder(scriptedModel);
+      }
+      await shot(page, 'long-name-phone', PHONE);
+      // Everything wider than the window, outside code blocks (which scroll on their own).
+      const wide = await page.evaluate(() =>
+        [...document.querySelectorAll('body *')]
+          .filter((el) => !el.closest('pre') && (el.getBoundingClientRect().right > window.innerWidth + 1 || el.scrollWidth > el.clientWidth + 1) && getComputedStyle(el).overflowX === 'visible')
+          .map((el) => `${el.tagName.toLowerCase()}.${el.className}`),
+      );
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px: ${wide.join(', ')})`);
+      assert.deepEqual(errors, []);
+    });
+
     describe('forge, promotion, reload (emergent API)', () => {
       let opened: Opened;
       let context: BrowserContext;
