@@ -400,6 +400,29 @@ function suite(): void {
       }
     });
 
+    test('a key typed and applied before the page\'s script has loaded does not land in the address bar', async () => {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      const page = await context.newPage();
+      // A slow connection: the form shows while the script is still on its way.
+      let release = () => {};
+      const loaded = new Promise<void>((resolve) => (release = resolve));
+      await page.route('**/assets/index-*.js', async (route) => {
+        await loaded;
+        await route.continue();
+      });
+      await page.goto(pageURL, { waitUntil: 'commit' });
+      await page.click('#settings-details > summary');
+      await page.fill('#base-url', mock.openaiBaseURL);
+      await page.fill('#model-name', 'mock');
+      await page.fill('#api-key', 'sk-typed-early');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForTimeout(500);
+      release();
+      await waitReady(page);
+      assert.doesNotMatch(page.url(), /sk-typed-early/);
+    });
+
     test('two quick applies leave the page ready with an agent', async () => {
       mock.reset();
       const { page, errors } = await open();
