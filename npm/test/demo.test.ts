@@ -892,6 +892,24 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a double click on Import imports the package once', async () => {
+      const { page, errors } = await openEmergent();
+      const item = '#registry-list [data-tool="slugify"]';
+      await page.click('#forge-example');
+      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+      await page.click(item);
+      await page.click('#registry-detail [data-action="export"]');
+      await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
+      await page.fill('#import-text', await page.inputValue('#export-text'));
+      const judgedBefore = mock.requests.filter((r) => r.toolNames.length === 0).length;
+      await page.dblclick('#import-button');
+      await page.waitForFunction(() => /^Imported/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 30_000 });
+      await page.waitForTimeout(1000);
+      assert.equal(mock.requests.filter((r) => r.toolNames.length === 0).length - judgedBefore, 1, 'the judge was asked once');
+      assert.match((await page.textContent(item)) ?? '', /v2/, 'one new version');
+      assert.deepEqual(errors, []);
+    });
+
     test('a tool with a long name (64 characters, the most the package takes) does not widen the page at phone width', async () => {
       const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' }, PHONE);
       await assertEmergent(page);

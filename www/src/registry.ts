@@ -28,15 +28,22 @@ export function mountRegistry(app: App): void {
   // An action in flight: the detail's action buttons are disabled (also in a detail rebuilt
   // meanwhile by a refresh), so a double click cannot demote two tiers or promote twice.
   let acting = false;
+  // Likewise an import: a second one of the same package would add another version (and ask
+  // the judge again).
+  let importing = false;
+  const importButton = $<HTMLButtonElement>('#import-button');
+  const enableImport = () => {
+    const emergent = app.runtime?.emergentAvailable ?? false;
+    importButton.disabled = !emergent || importing;
+    importText.disabled = !emergent;
+  };
 
   app.onRefresh(refresh);
 
   async function refresh(): Promise<void> {
     const runtime = app.runtime;
     if (!runtime) return;
-    const importButton = $<HTMLButtonElement>('#import-button');
-    importButton.disabled = !runtime.emergentAvailable;
-    importText.disabled = !runtime.emergentAvailable;
+    enableImport();
     try {
       [tools, audit] = await Promise.all([runtime.listTools(app.sessionId), runtime.audit().catch(() => [] as AuditEntry[])]);
       note.hidden = true;
@@ -273,7 +280,9 @@ export function mountRegistry(app: App): void {
   importForm.addEventListener('submit', async (event) => {
     event.preventDefault();
     const pkg = importText.value.trim();
-    if (!pkg || !app.runtime) return;
+    if (!pkg || !app.runtime || importing) return;
+    importing = true;
+    enableImport();
     importStatus.textContent = 'Importing (hash check, tests, judge)…';
     try {
       const runtime = app.runtime;
@@ -285,6 +294,9 @@ export function mountRegistry(app: App): void {
       }
     } catch (error) {
       importStatus.textContent = `Import failed: ${errorText(error)}`;
+    } finally {
+      importing = false;
+      enableImport();
     }
     app.announce(importStatus.textContent ?? '');
     app.refreshSoon(0);
