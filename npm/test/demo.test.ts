@@ -892,6 +892,22 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a screen reader is not read the whole tool detail after every refresh: only its status line speaks', async () => {
+      const { page, errors } = await openEmergent();
+      const item = '#registry-list [data-tool="slugify"]';
+      await page.click('#forge-example');
+      await page.waitForSelector(item, { timeout: 60_000 });
+      await page.click(item);
+      await page.waitForSelector('#registry-detail .audit-list');
+      // Every run's end and every registry event draws the detail again; inside a live region
+      // each drawing would be spoken, code and audit trail included.
+      const liveRegion = '[aria-live]:not([aria-live="off"]), [role="status"], [role="log"], [role="alert"]';
+      const speaking = await page.$$eval('#registry-detail h3, #registry-detail .facts, #registry-detail .code, #registry-detail .audit-list', (els, live) => els.filter((el) => el.closest(live)).map((el) => el.tagName.toLowerCase()), liveRegion);
+      assert.deepEqual(speaking, []);
+      assert.equal(await page.getAttribute('#registry-detail .action-status', 'role'), 'status', 'action outcomes are still announced');
+      assert.deepEqual(errors, []);
+    });
+
     test('a double click on Import imports the package once', async () => {
       const { page, errors } = await openEmergent();
       const item = '#registry-list [data-tool="slugify"]';
