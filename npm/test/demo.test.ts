@@ -637,6 +637,18 @@ function suite(): void {
       // The reason is in view (not inside closed settings), in sentences.
       assert.match((await second.textContent('#settings-status')) ?? '', /another agentId\. This page tries again/);
       assert.equal(await second.isVisible('#settings-status'), true, 'the blocked notice is visible');
+      // While it waits it says nothing new: its retries do not flash "loading…" nor write the
+      // notice again (both are read out by a screen reader, here every two seconds).
+      await second.evaluate(() => {
+        const changes: string[] = ((window as unknown as { __changes: string[] }).__changes = []);
+        for (const id of ['run-state', 'settings-status']) {
+          const el = document.getElementById(id)!;
+          new MutationObserver(() => changes.push(`${id}: ${el.textContent}`)).observe(el, { childList: true, characterData: true, subtree: true });
+        }
+      });
+      await second.waitForTimeout(4500);
+      assert.deepEqual(await second.evaluate(() => (window as unknown as { __changes: string[] }).__changes), []);
+      assert.equal(await second.textContent('#run-state'), 'not ready');
       await first.page.close();
       await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
       assert.equal(await second.textContent('#settings-status'), '', 'the blocked notice goes once the agent started');

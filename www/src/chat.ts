@@ -30,7 +30,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
   function setState(state: 'idle' | 'running' | 'loading' | 'error'): void {
     document.body.dataset.state = state;
     app.running = state === 'running';
-    runState.textContent = state === 'running' ? 'running…' : state === 'idle' ? 'idle' : state === 'loading' ? 'loading…' : 'not ready';
+    const label = state === 'running' ? 'running…' : state === 'idle' ? 'idle' : state === 'loading' ? 'loading…' : 'not ready';
+    // A status region: the same words written again would be read out again.
+    if (runState.textContent !== label) runState.textContent = label;
     runState.className = `badge badge-${state}`;
     send.disabled = state !== 'idle';
     stop.disabled = state !== 'running';

@@ -70,10 +70,13 @@ let retryBlocked: ReturnType<typeof setTimeout> | undefined;
 const RETRY_BLOCKED_MS = 2000;
 // What the last failed start put in the settings status (cleared once an agent starts).
 let failure: string | undefined;
+// The last start found the agent held by another tab: the retries then say nothing new (no
+// "loading…" flash, no notice written again), since both are read out by screen readers.
+let waitingForOtherTab = false;
 
 async function startOnce(settings: ProviderSettings): Promise<void> {
   clearTimeout(retryBlocked);
-  chat.setState('loading');
+  if (!waitingForOtherTab) chat.setState('loading');
   document.body.dataset.ready = 'false';
   let runtime: Runtime | undefined;
   try {
@@ -97,6 +100,7 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     // The failure (a tab that held the agent, say) is over: its words go, an Apply's stay.
     if (failure !== undefined && settingsStatus.textContent === failure) settingsStatus.textContent = '';
     failure = undefined;
+    waitingForOtherTab = false;
   } catch (error) {
     // Only this start's agent is let go, never one the page runs otherwise.
     if (runtime && app.runtime === runtime) app.setRuntime(undefined);
@@ -107,8 +111,12 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     const text = `Could not start the agent: ${errorText(error).replace(/[.!?]?$/, '.')}${blocked ? ' This page tries again every few seconds.' : ''}`;
     // Shown in the settings, opened (once per message: a retry every few seconds does not
     // reopen what the person closed), so the reason the page waits is in view.
-    if (settingsStatus.textContent !== text) ($('#settings-details') as HTMLDetailsElement).open = true;
-    settingsStatus.textContent = failure = text;
+    if (settingsStatus.textContent !== text) {
+      ($('#settings-details') as HTMLDetailsElement).open = true;
+      settingsStatus.textContent = text;
+    }
+    failure = text;
+    waitingForOtherTab = blocked;
     if (blocked) retryBlocked = setTimeout(() => void start(settings), RETRY_BLOCKED_MS);
     window.__crucibleDemo = { ready: true, emergent: false, sessionId, error: errorText(error) };
   }
