@@ -634,8 +634,11 @@ function suite(): void {
       const second = await context.newPage();
       await second.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
       await second.waitForFunction(() => /another tab/.test(window.__crucibleDemo?.error ?? ''), null, { timeout: 20_000 });
-      // The reason is in view (not inside closed settings), in sentences.
-      assert.match((await second.textContent('#settings-status')) ?? '', /another agentId\. This page tries again/);
+      // The reason is in view (not inside closed settings), in sentences a person can act on
+      // (not the package's advice to give the agent another agentId, which the page chooses).
+      const notice = (await second.textContent('#settings-status')) ?? '';
+      assert.match(notice, /^Another tab of this page holds the agent.*close that tab.*takes over/i, notice);
+      assert.doesNotMatch(notice, /agentId/);
       assert.equal(await second.isVisible('#settings-status'), true, 'the blocked notice is visible');
       // While it waits it says nothing new: its retries do not flash "loading…" nor write the
       // notice again (both are read out by a screen reader, here every two seconds).

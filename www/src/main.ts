@@ -108,7 +108,10 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     chat.setState('error');
     emergentBadge.hidden = true;
     const blocked = (error as { code?: unknown } | null)?.code === 'store_blocked';
-    const text = `Could not start the agent: ${errorText(error).replace(/[.!?]?$/, '.')}${blocked ? ' This page tries again every few seconds.' : ''}`;
+    // Blocked: the package's advice (another agentId) is for programs; the page's id is fixed.
+    const text = blocked
+      ? 'Another tab of this page holds the agent (one tab at a time): close that tab and this one takes over; it tries again every few seconds.'
+      : `Could not start the agent: ${errorText(error).replace(/[.!?]?$/, '.')}`;
     // Shown in the settings, opened (once per message: a retry every few seconds does not
     // reopen what the person closed), so the reason the page waits is in view.
     if (settingsStatus.textContent !== text) {
