@@ -306,6 +306,25 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a run that ends while the person types elsewhere leaves the focus where they type', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      mock.enqueue({ text: 'A slow answer.', delayMs: 2000 });
+      await send(page, 'Take your time');
+      // Meanwhile the person pastes a package into the import box.
+      await page.click('#import-text');
+      await page.keyboard.type('format: ');
+      await lastAgentStatus(page, 'done');
+      await page.keyboard.type('crucible.tool.v1');
+      assert.equal(await page.inputValue('#import-text'), 'format: crucible.tool.v1');
+      assert.equal(await page.inputValue('#chat-input'), '', 'nothing typed into the chat');
+      // Sent from the chat, the prompt gets the focus back for the next message.
+      await send(page, 'hello');
+      await lastAgentStatus(page, 'done');
+      assert.equal(await page.evaluate(() => document.activeElement?.id), 'chat-input');
+      assert.deepEqual(errors, []);
+    });
+
     test('settings persist; the API key only on opt-in, and only to its provider', async () => {
       mock.reset();
       const { page, errors, origins } = await open();

@@ -145,7 +145,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       // Tool stats are batched by the core; write them so a reload shows them.
       void app.runtime?.flushStats().catch((error: unknown) => console.warn('flushing stats failed', error));
       app.refreshSoon(0);
-      input.focus();
+      // Back to the prompt for the next message, unless the person went on elsewhere meanwhile
+      // (typing a package, a deny reason, a key): their typing must not land in the chat.
+      if (focusIsFree()) input.focus();
     }
     return { ...ending, runId };
 
@@ -194,6 +196,13 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           return false;
       }
     }
+  }
+
+  /** Whether the focus is in the chat or nowhere (the Stop button, disabled at a run's end,
+   *  lets go of it; so does a decided approval card, drawn anew). */
+  function focusIsFree(): boolean {
+    const active = document.activeElement;
+    return !active || active === document.body || form.contains(active) || transcript.contains(active);
   }
 
   /** A line in the transcript from the page itself (a new agent started, say). */
