@@ -376,6 +376,22 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('ticking "Remember the key" after the key was applied remembers it, as unticking forgets at once', async () => {
+      mock.reset();
+      const { page, errors } = await open();
+      await page.click('#settings-details > summary');
+      await page.fill('#api-key', 'sk-applied-then-remembered');
+      await page.click('#settings-form button[type="submit"]');
+      await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle');
+      await page.check('#remember-key');
+      assert.match((await page.textContent('#settings-status')) ?? '', /remembered in this browser/);
+      await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
+      await waitReady(page);
+      assert.equal(await page.inputValue('#api-key'), 'sk-applied-then-remembered');
+      assert.equal(await page.isChecked('#remember-key'), true);
+      assert.deepEqual(errors, []);
+    });
+
     test('a remembered key is not sent to a base URL given by a link', async () => {
       mock.reset();
       const other = await startMockLlmServer({ respond: scriptedModel });

@@ -55,6 +55,15 @@ function forgetStoredKeys(): void {
   writeStored({ ...stored, rememberKey: false });
 }
 
+/** Stores the key of the applied settings for their base URL at once (nothing else changes):
+ *  ticking "Remember the key" keeps the key in use, as unticking forgets it at once. */
+function rememberAppliedKey(applied: ProviderSettings): void {
+  const stored = readStored();
+  const entry = stored.perKind[applied.kind] ?? { baseURL: applied.baseURL, model: applied.model };
+  stored.perKind[applied.kind] = { ...entry, apiKey: applied.apiKey, keyBaseURL: applied.baseURL };
+  writeStored({ ...stored, rememberKey: true });
+}
+
 export interface SettingsController {
   current(): ProviderSettings;
   hasStored(): boolean;
@@ -186,6 +195,10 @@ export function mountSettings(onApply: (settings: ProviderSettings) => ApplyOutc
   });
   remember.addEventListener('change', () => {
     if (!remember.checked) forgetStoredKeys();
+    else if (applied.apiKey) {
+      rememberAppliedKey(applied);
+      status.textContent = 'The key in use is remembered in this browser (localStorage).';
+    } else status.textContent = 'A key applied from now on is remembered in this browser (localStorage).';
   });
   $('#settings-reset').addEventListener('click', () => {
     values[kind] = { ...PROVIDER_DEFAULTS[kind] };
