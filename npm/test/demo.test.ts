@@ -958,6 +958,35 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a registry action taken with the keyboard leaves the focus in the tool\'s detail, not at the top of the page', async () => {
+      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+      await assertEmergent(page);
+      const item = '#registry-list [data-tool="slugify"]';
+      await page.click('#forge-example');
+      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+      await page.click(item);
+      const focusIn = () => page.evaluate(() => (document.activeElement?.closest('#registry-detail') ? (document.activeElement as HTMLElement).dataset.action ?? 'detail' : document.activeElement?.tagName));
+      const byKeyboard = async (action: string, done: string) => {
+        await page.focus(`#registry-detail [data-action="${action}"]`);
+        await page.keyboard.press('Enter');
+        await page.waitForSelector(done, { timeout: 30_000 });
+        await page.waitForTimeout(500); // the refresh after the action draws the detail again
+      };
+      await byKeyboard('export', '#export-text');
+      assert.equal(await focusIn(), 'export', 'Export keeps the focus');
+      await byKeyboard('promote', `${item}[data-tier="agent"]`);
+      assert.equal(await focusIn(), 'promote', 'the agent tier offers a promotion too: the focus stays on it');
+      await byKeyboard('demote', `${item}[data-tier="session"]`);
+      assert.equal(await focusIn(), 'detail', 'no Demote in the session tier: the focus is on the detail');
+      // The import button too.
+      await page.fill('#import-text', 'not a package');
+      await page.focus('#import-button');
+      await page.keyboard.press('Enter');
+      await page.waitForFunction(() => /^Import failed/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 10_000 });
+      assert.equal(await page.evaluate(() => document.activeElement?.id), 'import-button');
+      assert.deepEqual(errors, []);
+    });
+
     test('a double click on Import imports the package once', async () => {
       const { page, errors } = await openEmergent();
       const item = '#registry-list [data-tool="slugify"]';

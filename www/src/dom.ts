@@ -41,6 +41,7 @@ export function rebuild(container: Element, build: () => void): void {
   };
   const before = keyed();
   const active = document.activeElement;
+  const focusInside = active !== null && container.contains(active);
   clear(container);
   build();
   for (const [key, el] of keyed()) {
@@ -62,6 +63,10 @@ export function rebuild(container: Element, build: () => void): void {
       }
     }
   }
+  // What had the focus is gone (a Demote button once the tool is in the lowest tier): the focus
+  // goes to the container when it can take it, rather than to the top of the page.
+  const lost = focusInside && !container.contains(document.activeElement);
+  if (lost && container instanceof HTMLElement && container.hasAttribute('tabindex')) container.focus({ preventScroll: true });
 }
 
 export function $<T extends Element = HTMLElement>(selector: string, root: ParentNode = document): T {

@@ -27,6 +27,8 @@ export function mountRegistry(app: App): void {
   let actionStatus = '';
   // An action in flight: the detail's action buttons are disabled (also in a detail rebuilt
   // meanwhile by a refresh), so a double click cannot demote two tiers or promote twice.
+  // Disabled by aria-disabled, not `disabled`: a disabled button drops the keyboard focus to
+  // the top of the page; the handlers ignore clicks meanwhile.
   let acting = false;
   // Likewise an import: a second one of the same package would add another version (and ask
   // the judge again).
@@ -34,7 +36,8 @@ export function mountRegistry(app: App): void {
   const importButton = $<HTMLButtonElement>('#import-button');
   const enableImport = () => {
     const emergent = app.runtime?.emergentAvailable ?? false;
-    importButton.disabled = !emergent || importing;
+    importButton.disabled = !emergent;
+    setDisabled(importButton, importing);
     importText.disabled = !emergent;
   };
 
@@ -92,8 +95,9 @@ export function mountRegistry(app: App): void {
   }
 
   function renderDetail(t: ToolInfo | undefined): void {
-    // The same tool drawn again keeps an open disclosure, a version picked, the focus.
-    if (t && detail.dataset.shown === keyOf(t)) rebuild(detail, () => fillDetail(t));
+    // The same tool drawn again (also in another tier, after a promotion or demotion) keeps an
+    // open disclosure, a version picked, the focus.
+    if (t && detail.dataset.tool === t.name && detail.dataset.shown) rebuild(detail, () => fillDetail(t));
     else {
       clear(detail);
       delete detail.dataset.shown;
@@ -215,13 +219,13 @@ export function mountRegistry(app: App): void {
     );
     box.append(row, status);
     if (exported?.name === t.name) box.append(exportBlock(exported.name, exported.yaml));
-    if (acting) for (const b of box.querySelectorAll<HTMLButtonElement>(':scope > .row button')) b.disabled = true;
+    if (acting) for (const b of box.querySelectorAll<HTMLButtonElement>(':scope > .row button')) setDisabled(b, true);
     return box;
   }
 
   /** The detail's action buttons (of the detail shown now: a refresh may have rebuilt it). */
   function setActionsDisabled(disabled: boolean): void {
-    for (const b of detail.querySelectorAll<HTMLButtonElement>('.actions > .row button')) b.disabled = disabled;
+    for (const b of detail.querySelectorAll<HTMLButtonElement>('.actions > .row button')) setDisabled(b, disabled);
   }
 
   function exportBlock(name: string, yaml: string): HTMLElement {
@@ -307,4 +311,10 @@ function fact(term: string, value: string | Node): DocumentFragment {
   const frag = document.createDocumentFragment();
   frag.append(h('dt', {}, term), h('dd', { 'data-fact': term.toLowerCase().replace(/\s+/g, '-') }, value));
   return frag;
+}
+
+/** Shows `button` as disabled while it keeps the focus (its handler ignores clicks meanwhile). */
+function setDisabled(button: HTMLButtonElement, disabled: boolean): void {
+  if (disabled) button.setAttribute('aria-disabled', 'true');
+  else button.removeAttribute('aria-disabled');
 }
