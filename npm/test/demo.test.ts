@@ -987,6 +987,28 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
+    test('a promotion denied with the keyboard leaves the focus in the approvals panel, not at the top of the page', async () => {
+      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+      await assertEmergent(page);
+      const item = '#registry-list [data-tool="slugify"]';
+      await page.click('#forge-example');
+      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+      await page.click(item);
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector('#approvals [data-tool="slugify"] .deny-reason', { timeout: 30_000 });
+      await page.focus('#approvals [data-tool="slugify"] .deny-reason');
+      await page.keyboard.type('not yet');
+      await page.keyboard.press('Tab');
+      assert.equal(await page.evaluate(() => (document.activeElement as HTMLElement | null)?.dataset.action), 'deny');
+      await page.keyboard.press('Enter');
+      await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
+      await page.waitForTimeout(300);
+      assert.equal(await page.evaluate(() => document.activeElement?.closest('#approvals-panel') !== null), true, `focus on ${await page.evaluate(() => document.activeElement?.tagName)}`);
+      assert.deepEqual(errors, []);
+    });
+
     test('a double click on Import imports the package once', async () => {
       const { page, errors } = await openEmergent();
       const item = '#registry-list [data-tool="slugify"]';

@@ -1,6 +1,6 @@
 /** Pending approvals (shared promotions, tool calls): approve or deny with a reason. */
 import { RunGone, type App } from './app.ts';
-import { $, brief, clear, errorText, h, rebuild, time } from './dom.ts';
+import { $, brief, clear, errorText, h, rebuild, setDisabled, time } from './dom.ts';
 import { EmergentUnavailable, type ApprovalDecision, type PendingApproval, type RunApproval } from './runtime.ts';
 
 export function mountApprovals(app: App): void {
@@ -79,15 +79,15 @@ export function mountApprovals(app: App): void {
   /** Runs `work` for a card with its buttons disabled (a double click sends nothing twice),
    *  then shows `done` or the failure. */
   async function act(buttons: HTMLButtonElement[], key: string, work: () => Promise<string | undefined>, failed: string): Promise<void> {
-    if (inFlight.has(key)) return;
-    for (const b of buttons) b.disabled = true;
+    if (inFlight.has(key) || buttons.some((b) => b.getAttribute('aria-disabled') === 'true')) return;
+    for (const b of buttons) setDisabled(b, true);
     try {
       const done = await work();
       if (done) status = done;
     } catch (error) {
       status = `${failed}: ${errorText(error)}`;
     }
-    for (const b of buttons) b.disabled = false;
+    for (const b of buttons) setDisabled(b, false);
     app.announce(status);
     app.refreshSoon(0);
   }

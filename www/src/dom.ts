@@ -69,6 +69,13 @@ export function rebuild(container: Element, build: () => void): void {
   if (lost && container instanceof HTMLElement && container.hasAttribute('tabindex')) container.focus({ preventScroll: true });
 }
 
+/** Shows `button` as disabled while it keeps the focus (a `disabled` button drops it to the top
+ *  of the page); its handler must ignore clicks meanwhile. */
+export function setDisabled(button: HTMLButtonElement, disabled: boolean): void {
+  if (disabled) button.setAttribute('aria-disabled', 'true');
+  else button.removeAttribute('aria-disabled');
+}
+
 export function $<T extends Element = HTMLElement>(selector: string, root: ParentNode = document): T {
   const el = root.querySelector<T>(selector);
   if (!el) throw new Error(`missing element ${selector}`);

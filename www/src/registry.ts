@@ -3,7 +3,7 @@
  * and the actions (request promotion, demote, roll back, export, import).
  */
 import type { App } from './app.ts';
-import { $, brief, clear, errorText, h, pretty, rebuild, time } from './dom.ts';
+import { $, brief, clear, errorText, h, pretty, rebuild, setDisabled, time } from './dom.ts';
 import { highlightJs } from './highlight.ts';
 import { EmergentUnavailable, type AuditEntry, type Tier, type ToolInfo } from './runtime.ts';
 
@@ -311,10 +311,4 @@ function fact(term: string, value: string | Node): DocumentFragment {
   const frag = document.createDocumentFragment();
   frag.append(h('dt', {}, term), h('dd', { 'data-fact': term.toLowerCase().replace(/\s+/g, '-') }, value));
   return frag;
-}
-
-/** Shows `button` as disabled while it keeps the focus (its handler ignores clicks meanwhile). */
-function setDisabled(button: HTMLButtonElement, disabled: boolean): void {
-  if (disabled) button.setAttribute('aria-disabled', 'true');
-  else button.removeAttribute('aria-disabled');
 }
