@@ -81,6 +81,24 @@ fn normalize_maps_mode_synonyms_and_flat_implementations() {
 }
 
 #[test]
+fn an_implementation_given_as_its_modes_name_reads_the_code_or_steps_beside_it() {
+    let code = "function execute(i) { return i; }";
+    for mode in ["sandbox", "javascript", "JS"] {
+        let req = normalize(&json!({ "name": "t", "implementation": mode, "code": code })).unwrap();
+        assert_eq!(req.implementation, Implementation::Sandbox { code: Some(code.into()), allowlist: vec![] }, "{mode}");
+    }
+    let req = normalize(&json!({ "name": "t", "implementation": "compose", "steps": [{ "tool": "upper_case" }] })).unwrap();
+    assert_eq!(req.implementation.mode(), "compose", "steps beside `implementation: \"compose\"` make a pipeline");
+    let missing = normalize(&json!({ "name": "t", "implementation": "sandbox" })).unwrap_err();
+    assert!(missing.0.contains("needs `code`"), "the mode's name is not the code: {missing}");
+    let unknown = normalize(&json!({ "name": "t", "implementation": "python", "code": "print(1)" })).unwrap_err();
+    assert!(unknown.0.contains("unknown implementation mode `python`"), "{unknown}");
+    // A code string is still read as code.
+    let req = normalize(&json!({ "name": "t", "implementation": code })).unwrap();
+    assert_eq!(req.implementation, Implementation::Sandbox { code: Some(code.into()), allowlist: vec![] });
+}
+
+#[test]
 fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
     let base = |cases: Value, key: &str| {
         let mut v = json!({ "name": "t", "code": "c" });

@@ -5,7 +5,7 @@
 //! Accepted messiness: the whole request as a JSON string; stringified JSON schemas; snake_case
 //! keys; `parameters` for `inputSchema`; mode synonyms (`js`, `javascript`, `code`, `script`
 //! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
-//! `steps` at the top level) or as a string; `testCases` given as `tests`/`test_cases`/
+//! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given as `tests`/`test_cases`/
 //! `examples`, as an object (one case, or a map of cases) or a JSON string; `expected`,
 //! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
 //! or punctuation (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the
@@ -214,11 +214,14 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
     let imp = match pick(obj, &["implementation", "impl"]) {
         Some(v) => match unstringify(v)?.into_owned() {
             Value::Object(m) => m,
-            // A bare code string.
-            Value::String(code) => {
+            // A bare code string, or one word: the mode's name (`"implementation": "sandbox"`),
+            // the code or steps beside it (read as code, "compose" made a sandbox tool whose
+            // code was the word; no code defining `execute` is one word).
+            Value::String(text) => {
                 let mut m = Map::new();
                 m.insert("mode".into(), Value::String("sandbox".into()));
-                m.insert("code".into(), Value::String(code));
+                let key = if text.trim().bytes().all(|b| b.is_ascii_alphabetic()) { "mode" } else { "code" };
+                m.insert(key.into(), Value::String(text));
                 m
             }
             other => return err(format!("implementation must be an object, got {}", type_name(&other))),
