@@ -133,6 +133,10 @@ mod tests {
         assert!(outputs_equal(&json!(2), &json!(2.0)));
         assert!(outputs_equal(&json!(0.3), &json!(0.1 + 0.2)));
         assert!(!outputs_equal(&json!(1.0), &json!(1.001)));
+        // Absolute below 1 (as the README says): a float error next to 0 passes, and so does
+        // any difference smaller than 1e-9 between tiny numbers.
+        assert!(outputs_equal(&json!(0), &json!(1.2e-16)));
+        assert!(outputs_equal(&json!(1e-10), &json!(5e-10)));
         assert!(outputs_equal(&json!({"a":1,"b":[1,2]}), &json!({"b":[1.0,2],"a":1})));
         assert!(!outputs_equal(&json!({"a":1}), &json!({"a":1,"extra":true})));
         assert!(!outputs_equal(&json!({"a":1,"b":2}), &json!({"a":1})));
