@@ -225,6 +225,20 @@ fn declared_schemas_are_never_relaxed_by_inference() {
 }
 
 #[test]
+fn an_inferred_output_schema_keeps_every_type_the_expected_outputs_have() {
+    // A lookup that answers null when nothing is found: before, the inferred schema was the
+    // object's alone and the null case failed its own test against it.
+    let code = "function execute(input) { return input.id === 1 ? { name: 'Ada' } : null; }";
+    let req = json!({ "name": "find_user", "description": "The user with this id, or null",
+        "implementation": { "mode": "sandbox", "code": code },
+        "testCases": [{ "input": { "id": 1 }, "expectedOutput": { "name": "Ada" } }, { "input": { "id": 2 }, "expectedOutput": null }] });
+    let res = block_on(boa_rig(&[]).forge(&req, "s1"));
+    assert!(res.success, "{:?}", res.reason);
+    let schema = &res.tool.unwrap().output_schema;
+    assert_eq!((&schema["type"], &schema["required"]), (&json!(["null", "object"]), &json!(["name"])));
+}
+
+#[test]
 fn a_name_longer_than_64_characters_is_refused_not_cut_into_another_tools_name() {
     let long = format!("{}_one", "a".repeat(64));
     let e = normalize(&json!({ "name": long, "code": "c", "testCases": [] })).unwrap_err();

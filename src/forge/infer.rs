@@ -96,7 +96,10 @@ pub fn infer_schemas(request: &mut ForgeRequest) -> Vec<&'static str> {
     }
     if lacks_properties(&request.output_schema) {
         let outputs: Vec<&Value> = request.test_cases.iter().filter_map(|c| c.expected_output.as_ref()).collect();
-        if let Some(schema) = infer_object_schema(&outputs) {
+        if let Some(mut schema) = infer_object_schema(&outputs) {
+            // An expected output that is no object (`null` for "not found") keeps its type:
+            // the object's alone would fail that test against the schema inferred from it.
+            schema["type"] = merge_types(outputs.iter().map(|v| json_type(v)).collect());
             request.output_schema = fill(&request.output_schema, schema);
             inferred.push("output");
         } else if !outputs.is_empty() && !request.output_schema.as_object().is_some_and(|m| m.contains_key("type")) {
