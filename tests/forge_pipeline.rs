@@ -239,6 +239,24 @@ fn an_inferred_output_schema_keeps_every_type_the_expected_outputs_have() {
 }
 
 #[test]
+fn a_field_null_in_every_test_is_inferred_as_any_type_not_as_always_null() {
+    // The tests show `error: null` only; the first bad input the tool meets returns an error
+    // string. Inferred as `{"type":"null"}`, that call failed its own output schema.
+    let code = "function execute(input) { const n = Number(input.text); return isNaN(n) ? { value: 0, error: 'not a number' } : { value: n, error: null }; }";
+    let req = json!({ "name": "to_number", "description": "Reads a number",
+        "implementation": { "mode": "sandbox", "code": code },
+        "testCases": [{ "input": { "text": "4", "base": null }, "expectedOutput": { "value": 4, "error": null } },
+                      { "input": { "text": "7", "base": null }, "expectedOutput": { "value": 7, "error": null } }] });
+    let registry = boa_rig(&[]);
+    let res = block_on(registry.forge(&req, "s1"));
+    assert!(res.success, "{:?}", res.reason);
+    let tool = res.tool.unwrap();
+    assert_eq!((&tool.input_schema["properties"]["base"], &tool.output_schema["properties"]["error"]), (&json!({}), &json!({})));
+    let out = block_on(registry.call("to_number", json!({ "text": "x", "base": 10 }), "s1")).unwrap();
+    assert_eq!(out, json!({ "value": 0, "error": "not a number" }));
+}
+
+#[test]
 fn a_name_longer_than_64_characters_is_refused_not_cut_into_another_tools_name() {
     let long = format!("{}_one", "a".repeat(64));
     let e = normalize(&json!({ "name": long, "code": "c", "testCases": [] })).unwrap_err();

@@ -64,7 +64,10 @@ pub fn infer_object_schema(samples: &[&Value]) -> Option<Value> {
         }
     }
     let required: Vec<&str> = fields.keys().copied().filter(|k| objects.iter().all(|o| o.contains_key(*k))).collect();
-    let properties: Map<String, Value> = fields.into_iter().map(|(k, t)| (k.to_string(), json!({ "type": merge_types(t) }))).collect();
+    // A field `null` in every sample says nothing of its type: `{"type":"null"}` would refuse
+    // every value a later call gives it (or a later output holds), so it is left open.
+    let schema = |t: Vec<&'static str>| if t.iter().all(|t| *t == "null") { json!({}) } else { json!({ "type": merge_types(t) }) };
+    let properties: Map<String, Value> = fields.into_iter().map(|(k, t)| (k.to_string(), schema(t))).collect();
     Some(json!({ "type": "object", "properties": properties, "required": required }))
 }
 
