@@ -99,6 +99,24 @@ fn an_implementation_given_as_its_modes_name_reads_the_code_or_steps_beside_it()
 }
 
 #[test]
+fn a_property_given_as_its_types_name_is_read_as_that_type() {
+    // `"properties": {"text": "string"}`: before, `a schema is not valid JSON Schema` (parse_error).
+    let r = rig();
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["inputSchema"]["properties"] = json!({ "text": "string" });
+    req["outputSchema"] = json!("{\"type\":\"object\",\"properties\":{\"slug\":\"string\"}}");
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "{:?}", res.reason);
+    let tool = res.tool.unwrap();
+    assert_eq!(
+        (&tool.input_schema["properties"]["text"], &tool.output_schema["properties"]["slug"]),
+        (&json!({ "type": "string" }), &json!({ "type": "string" }))
+    );
+    let refused = block_on(r.registry.call("slugify", json!({ "text": 5 }), "s1")).unwrap_err();
+    assert_eq!(refused.code, "invalid_arguments", "the type is checked: {refused:?}");
+}
+
+#[test]
 fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
     let base = |cases: Value, key: &str| {
         let mut v = json!({ "name": "t", "code": "c" });

@@ -6,8 +6,9 @@
 //! keys; `parameters` for `inputSchema`; mode synonyms (`js`, `javascript`, `code`, `script`
 //! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
 //! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given as `tests`/`test_cases`/
-//! `examples`, as an object (one case, or a map of cases) or a JSON string; `expected`,
-//! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
+//! `examples`, as an object (one case, or a map of cases) or a JSON string; a schema's
+//! property given as its type's name (`"text": "string"`); `expected`, `output`,
+//! `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
 //! or punctuation (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the
 //! sandbox code inside a Markdown code fence (```` ```json ````, ```` ```js ````).
 
@@ -184,7 +185,18 @@ fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<V
     match pick(obj, keys) {
         None => Ok(Value::Object(Map::new())),
         Some(v) => match unstringify(v)?.into_owned() {
-            Value::Object(m) => Ok(Value::Object(m)),
+            Value::Object(mut m) => {
+                // A field given as its type's name (`"properties": {"text": "string"}`), as small
+                // models write it: that type's schema.
+                if let Some(Value::Object(properties)) = m.get_mut("properties") {
+                    for field in properties.values_mut() {
+                        if let Value::String(t) = field {
+                            *field = serde_json::json!({ "type": std::mem::take(t) });
+                        }
+                    }
+                }
+                Ok(Value::Object(m))
+            }
             other => err(format!("{what} must be a JSON Schema object, got {}", type_name(&other))),
         },
     }
