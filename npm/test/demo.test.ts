@@ -958,13 +958,20 @@ function suite(): void {
       assert.deepEqual(errors, []);
     });
 
-    test('a registry action taken with the keyboard leaves the focus in the tool\'s detail, not at the top of the page', async () => {
+    /** A page whose example forge registered slugify in the session tier (promotions only when
+     *  asked, none yet), its detail open. */
+    async function withSlugifyOpen() {
       const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
       await assertEmergent(page);
       const item = '#registry-list [data-tool="slugify"]';
       await page.click('#forge-example');
       await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
       await page.click(item);
+      return { page, errors, item };
+    }
+
+    test('a registry action taken with the keyboard leaves the focus in the tool\'s detail, not at the top of the page', async () => {
+      const { page, errors, item } = await withSlugifyOpen();
       const focusIn = () => page.evaluate(() => (document.activeElement?.closest('#registry-detail') ? (document.activeElement as HTMLElement).dataset.action ?? 'detail' : document.activeElement?.tagName));
       const byKeyboard = async (action: string, done: string) => {
         await page.focus(`#registry-detail [data-action="${action}"]`);
@@ -988,12 +995,7 @@ function suite(): void {
     });
 
     test('a promotion denied with the keyboard leaves the focus in the approvals panel, not at the top of the page', async () => {
-      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
-      await assertEmergent(page);
-      const item = '#registry-list [data-tool="slugify"]';
-      await page.click('#forge-example');
-      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
-      await page.click(item);
+      const { page, errors, item } = await withSlugifyOpen();
       await page.click('#registry-detail [data-action="promote"]');
       await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
       await page.click('#registry-detail [data-action="promote"]');
