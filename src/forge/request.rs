@@ -5,11 +5,11 @@
 //! Accepted messiness: the whole request as a JSON string; stringified JSON schemas; snake_case
 //! keys; `parameters` for `inputSchema`; mode synonyms (`js`, `javascript`, `code`, `script`
 //! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
-//! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given as `tests`/`test_cases`/
-//! `examples`, as an object (one case, or a map of cases) or a JSON string; a schema's
-//! property given as its type's name (`"text": "string"`); `expected`, `output`,
-//! `expected_output` for `expectedOutput`; missing optional fields; a name with spaces
-//! or punctuation (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the
+//! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given
+//! as `tests`/`test_cases`/`examples`, as an object (one case, or a map of cases) or a JSON
+//! string; a schema's property given as its type's name (`"text": "string"`); `expected`,
+//! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with
+//! spaces or punctuation (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the
 //! sandbox code inside a Markdown code fence (```` ```json ````, ```` ```js ````).
 
 use std::borrow::Cow;
