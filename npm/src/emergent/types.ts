@@ -118,7 +118,9 @@ export interface ForgeStats {
 
 export interface AuditEntry {
   at: number;
-  /** `unchanged`: a forge identical to the tool the session is offered under that name, which stays as it is. */
+  /** `unchanged`: a forge identical to the tool the session is offered under that name, which stays as it is.
+   *  `import.rejected`: an import its tests or judge refused; `import.refused`: a package refused
+   *  before them (unreadable, redacted, its hash not matching). */
   action:
     | 'forge'
     | 'verdict'
@@ -129,6 +131,8 @@ export interface AuditEntry {
     | 'demote'
     | 'rollback'
     | 'import'
+    | 'import.rejected'
+    | 'import.refused'
     | 'approval.requested'
     | 'approval.approved'
     | 'approval.denied';
