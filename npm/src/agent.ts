@@ -1263,13 +1263,17 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
  * capabilities are enabled (a separate chunk for bundlers). Its Workers (about 28 MB each)
  * start with the first forged code that runs: many agents never run any. */
 async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
-  const { createSandbox } = await import('./sandbox/index.js');
-  return createSandbox({
-    timeoutMs: em.sandboxTimeoutMs,
-    memoryMB: em.sandboxMemoryMB,
-    fetchDomainAllowlist: em.fetchDomainAllowlist,
-    lazy: true,
-  });
+  const { createSandbox, sandboxLimits } = await import('./sandbox/index.js');
+  const options = { timeoutMs: em.sandboxTimeoutMs, memoryMB: em.sandboxMemoryMB, fetchDomainAllowlist: em.fetchDomainAllowlist, lazy: true };
+  // A limit the sandbox refuses is a bad option of createAgent's, named as the caller wrote it.
+  try {
+    sandboxLimits(options);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    const named = message.replace(/^(timeoutMs|memoryMB)\b/, (name) => (name === 'timeoutMs' ? 'sandboxTimeoutMs' : 'sandboxMemoryMB'));
+    throw new CrucibleError('invalid_config', `createAgent: emergent.${named}`, { cause: error });
+  }
+  return createSandbox(options);
 }
 
 /** `signal` checked for the bindings, which take any object for an `AbortSignal`; an already

@@ -872,6 +872,20 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test('default-sandbox limits it cannot use are a configuration error (invalid_config), and the agent id is let go', async () => {
+    const store = memoryStore();
+    for (const [extra, name] of [
+      [{ sandboxMemoryMB: 16 }, /emergent\.sandboxMemoryMB/],
+      [{ sandboxMemoryMB: 8192 }, /emergent\.sandboxMemoryMB/],
+      [{ sandboxTimeoutMs: 0 }, /emergent\.sandboxTimeoutMs/],
+      [{ fetchDomainAllowlist: 'api.example.com' }, /emergent\.fetchDomainAllowlist/],
+    ] as const) {
+      await assert.rejects(makeAgent(store, extra), { name: 'CrucibleError', code: 'invalid_config', message: name });
+    }
+    const agent = await makeAgent(store);
+    await agent.close();
+  });
+
   test('forged code runs through the sandbox JSON fast path when the host offers it, through execute otherwise', async () => {
     const { createSandbox } = await import('../src/sandbox/index.js');
     const own = await createSandbox();

@@ -18,12 +18,9 @@ import type { Sandbox, SandboxOptions } from './types.js';
 export type { ExecuteOptions, Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './types.js';
 export { checkUrl, FetchRefused } from './fetch-bridge.js';
 
-/** Starts a warm pool of sandbox Workers and resolves when every Worker is ready; with
- *  `lazy: true`, resolves at once and the first execution starts them. */
-export async function createSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
-  if (!isRecord(options as unknown)) {
-    throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${describeType(options)}`);
-  }
+/** `createSandbox`'s limits with their defaults, or the `SandboxError` naming one it cannot use
+ *  (checked before anything loads: `createAgent` checks its default sandbox's limits with it). */
+export function sandboxLimits(options: SandboxOptions) {
   const timeoutMs = options.timeoutMs ?? 5000;
   const memoryMB = options.memoryMB ?? 128;
   const poolSize = options.poolSize ?? 2;
@@ -40,7 +37,16 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
       `fetchDomainAllowlist must be an array of host names, e.g. ['api.example.com', 'localhost:8080']; got ${typeof allowlist === 'string' ? JSON.stringify(allowlist) : Array.isArray(allowlist) ? 'an array with a non-string or empty entry' : typeof allowlist}`,
     );
   }
-  const fetchDomainAllowlist = [...allowlist];
+  return { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist: [...allowlist] };
+}
+
+/** Starts a warm pool of sandbox Workers and resolves when every Worker is ready; with
+ *  `lazy: true`, resolves at once and the first execution starts them. */
+export async function createSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
+  if (!isRecord(options as unknown)) {
+    throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${describeType(options)}`);
+  }
+  const { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist } = sandboxLimits(options);
   if (options.lazy !== undefined && typeof options.lazy !== 'boolean') throw new SandboxError(`lazy must be true or false, got ${describeType(options.lazy)}`);
   let module: WebAssembly.Module;
   try {
