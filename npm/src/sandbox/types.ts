@@ -17,7 +17,7 @@ export interface SandboxOptions {
   /** Wall clock per execution, async work included. The Worker is terminated when it passes. Default 5000. */
   timeoutMs?: number;
   /**
-   * Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, minimum 32. A
+   * Maximum of each instance's `WebAssembly.Memory` (enforced). Default 128, from 32 to 4096. A
    * Worker starts with 16 MiB; one that has used more than half the rest is replaced after its
    * execution (a wasm memory never shrinks, and some engine state outlives executions).
    */
