@@ -133,13 +133,13 @@ export class SandboxError extends CrucibleError {
 /** The longest delay timers honour (2^31 - 1 ms, about 24.8 days); a longer one fires at once. */
 export const MAX_TIMER_MS = 2_147_483_647;
 
-/** Whether `value` is a plain object (not null, not an array): what option bags must be. */
 /** Whether `value` is a thenable: a promise of any realm, or any object with a `then` method,
  *  which `await` would adopt (an `instanceof Promise` check misses both). */
 export function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }
 
+/** Whether `value` is a plain object (not null, not an array): what option bags must be. */
 export function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
