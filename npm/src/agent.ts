@@ -579,10 +579,11 @@ export class Agent<Output = unknown> {
     /** Shared promotions waiting for a person's {@link approve} or {@link deny}. */
     pendingApprovals(): PendingApproval[];
     /** The provenance trail (forges, verdicts, promotions, demotions, imports), oldest first,
-     *  bounded (the latest 500). */
+     *  bounded (the latest `emergent.auditCapacity`, 500 by default). */
     audit(): AuditEntry[];
-    /** Writes buffered tool stats to the store now (they are also written every 16 calls, at
-     *  `endSession`, at `close()` and on a page's `pagehide`). */
+    /** Writes buffered tool stats to the store now (they are also written every
+     *  `emergent.statsFlushEvery` calls, 16 by default, at `endSession`, at `close()` and on a
+     *  page's `pagehide`). */
     flushStats(): Promise<void>;
   };
 
