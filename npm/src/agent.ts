@@ -134,8 +134,8 @@ export interface EmergentOptions {
   /** Successful uses after a rejected promotion before it is asked again (default 5; a new
    *  version is asked at once). */
   promotionRetryUses?: number;
-  /** Host APIs forged code may ask for (`fetch`, `crypto`); a request's allowlist is
-   *  intersected with it. Default: none. */
+  /** Host APIs forged code may ask for (`fetch`, `crypto`; another name is `invalid_config`);
+   *  a request's allowlist is intersected with it. Default: none. */
   allowedSandboxAPIs?: string[];
   /** Hosts `fetch` may reach from forged code. Default sandbox only, as above. */
   fetchDomainAllowlist?: string[];
@@ -435,6 +435,21 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
   // For the finalizer: made here, for the reason above.
   const letGo = () => void release().catch(() => undefined);
   return { channel, release, letGo };
+}
+
+/** The host APIs the sandbox can give forged code (`allowedSandboxAPIs`, a request's allowlist). */
+const SANDBOX_APIS = ['fetch', 'crypto'];
+
+/** Throws `invalid_config` for an `allowedSandboxAPIs` that is no list of known API names: a
+ *  misspelt one (`'Fetch'`) would grant nothing, and forged code would fail for a reason the
+ *  configuration hides. */
+function refuseUnknownSandboxApis(apis: unknown): void {
+  if (apis === undefined) return;
+  const unknown = Array.isArray(apis) ? apis.filter((api) => !SANDBOX_APIS.includes(api as string)) : [apis];
+  if (unknown.length > 0) {
+    const named = unknown.map((api) => (typeof api === 'string' ? JSON.stringify(api) : describeType(api))).join(', ');
+    throw new CrucibleError('invalid_config', `createAgent: emergent.allowedSandboxAPIs must list host APIs the sandbox has (${SANDBOX_APIS.join(', ')}); it names ${named}`);
+  }
 }
 
 /** How long `close()` waits for the store to take the buffered stats (`flushTimeoutMs`). */
@@ -1201,6 +1216,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       `emergent.${defaultOnly.join(', ')} configure the default sandbox; with your own emergent.sandbox, set its limits where you create it (createSandbox({ timeoutMs, memoryMB, fetchDomainAllowlist }))`,
     );
   }
+  refuseUnknownSandboxApis(em?.allowedSandboxAPIs);
   const releaseRegistry = em?.enabled && options.store ? await claimRegistry(options.store, options.agentId ?? 'default') : undefined;
   let sandbox: SandboxHost | undefined;
   try {

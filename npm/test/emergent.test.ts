@@ -879,6 +879,9 @@ describe('emergent options and edge cases through createAgent', () => {
       [{ sandboxMemoryMB: 8192 }, /emergent\.sandboxMemoryMB/],
       [{ sandboxTimeoutMs: 0 }, /emergent\.sandboxTimeoutMs/],
       [{ fetchDomainAllowlist: 'api.example.com' }, /emergent\.fetchDomainAllowlist/],
+      // A name the sandbox does not know would grant nothing without a word: 'Fetch' is not 'fetch'.
+      [{ allowedSandboxAPIs: ['Fetch'] }, /emergent\.allowedSandboxAPIs.*fetch, crypto.*"Fetch"/],
+      [{ allowedSandboxAPIs: 'fetch' }, /emergent\.allowedSandboxAPIs/],
     ] as const) {
       await assert.rejects(makeAgent(store, extra), { name: 'CrucibleError', code: 'invalid_config', message: name });
     }
