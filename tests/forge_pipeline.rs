@@ -132,6 +132,11 @@ fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
         assert_eq!(single.len(), 1, "a single case under `{input_key}`");
         assert_eq!((&single[0].input, &single[0].expected_output), (&json!({ "x": 1 }), &Some(json!(5))));
     }
+    // Named as a result, too: before, such a test checked the output schema only.
+    for expected_key in ["expectedResult", "expected_result", "result"] {
+        let single = base(json!({ "input": { "x": 1 }, expected_key: 4 }), "tests");
+        assert_eq!(single[0].expected_output, Some(json!(4)), "`{expected_key}`");
+    }
     let stringly = base(json!("[{\"input\":\"{\\\"x\\\":1}\"}]"), "test_cases");
     assert_eq!(stringly[0].input, json!({ "x": 1 }));
     assert_eq!(stringly[0].expected_output, None);

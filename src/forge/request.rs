@@ -8,9 +8,10 @@
 //! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given
 //! as `tests`/`test_cases`/`examples`, as an object (one case, or a map of cases) or a JSON
 //! string; a schema's property given as its type's name (`"text": "string"`); `expected`,
-//! `output`, `expected_output` for `expectedOutput`; missing optional fields; a name with
-//! spaces or punctuation (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the
-//! sandbox code inside a Markdown code fence (```` ```json ````, ```` ```js ````).
+//! `output`, `expected_output`, `expectedResult`, `expected_result`, `result` for
+//! `expectedOutput`; missing optional fields; a name with spaces or punctuation
+//! (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the sandbox code inside a
+//! Markdown code fence (```` ```json ````, ```` ```js ````).
 
 use std::borrow::Cow;
 
@@ -161,7 +162,12 @@ pub(crate) fn attempt_labels(raw: &Value) -> (Option<String>, Option<String>) {
 
 /// The first present (non-null) value among `keys`.
 fn pick<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
-    keys.iter().find_map(|k| obj.get(*k)).filter(|v| !v.is_null())
+    pick_present(obj, keys).filter(|v| !v.is_null())
+}
+
+/// The first value among `keys`, null included.
+fn pick_present<'a>(obj: &'a Map<String, Value>, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().find_map(|k| obj.get(*k))
 }
 
 /// A value that may be JSON text: parsed when it is a string holding an object or array, in a
@@ -304,12 +310,17 @@ fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
         Some(v) => unstringify(v)?.into_owned(),
         None => Value::Object(Map::new()),
     };
-    let expected_output = c.get("expectedOutput").or_else(|| c.get("expected_output")).or_else(|| c.get("expected")).or_else(|| c.get("output")).cloned();
+    // `get`, not `pick`: a null under one of these is an expected null output.
+    let expected_output = pick_present(c, &EXPECTED_OUTPUT_KEYS).cloned();
     Ok(ForgeTestCase { input, expected_output })
 }
 
 /// Keys a request's test cases may sit under (the first present one is read).
 pub const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "examples"];
+
+/// Where a test case gives its expected output, as models name it. One they name otherwise is
+/// not seen, and the test then checks the output schema only.
+const EXPECTED_OUTPUT_KEYS: [&str; 7] = ["expectedOutput", "expected_output", "expected", "output", "expectedResult", "expected_result", "result"];
 
 /// Where a test case keeps its input (a single case given as an object is told from a map of
 /// named cases by one of these keys).
