@@ -1000,6 +1000,9 @@ function suite(): void {
       await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
       await page.click('#registry-detail [data-action="promote"]');
       await page.waitForSelector('#approvals [data-tool="slugify"] .deny-reason', { timeout: 30_000 });
+      // Out of context (a screen reader's list of buttons), each control says whose it is.
+      const names = await page.$$eval('#approvals [data-tool="slugify"] :is(button, input)', (els) => els.map((el) => el.getAttribute('aria-label')));
+      assert.deepEqual(names, ['Approve the promotion of slugify', 'Why the promotion of slugify is denied', 'Deny the promotion of slugify']);
       await page.focus('#approvals [data-tool="slugify"] .deny-reason');
       await page.keyboard.type('not yet');
       await page.keyboard.press('Tab');

@@ -102,7 +102,10 @@ export function mountApprovals(app: App): void {
     if (pending.length === 0 && toContinue.length === 0) list.append(h('li', { class: 'muted' }, 'Nothing waits for a human.'));
     for (const p of pending) {
       const reasonId = `deny-reason-${p.id}`;
-      const reason = h('input', { id: reasonId, type: 'text', placeholder: 'why not', class: 'deny-reason', oninput: () => reasons.set(p.id, reason.value) });
+      // Every card has an Approve, a Deny and a reason: their names say which card's they are,
+      // for a screen reader listing the page's buttons or fields out of context.
+      const what = `${p.kind === 'promotion' ? 'promotion' : 'call'} of ${p.tool}`;
+      const reason = h('input', { id: reasonId, type: 'text', placeholder: 'why not', class: 'deny-reason', 'aria-label': `Why the ${what} is denied`, oninput: () => reasons.set(p.id, reason.value) });
       reason.value = reasons.get(p.id) ?? '';
       const buttons: HTMLButtonElement[] = [];
       const decide = (approve: boolean) =>
@@ -130,8 +133,8 @@ export function mountApprovals(app: App): void {
       const hash = 'hash' in p ? p.hash : undefined;
       const version = hash ? versions.get(`${p.tool}@${hash}`) : undefined;
       buttons.push(
-        h('button', { type: 'button', class: 'primary', 'data-action': 'approve', 'data-key': `approve-${p.id}`, onclick: () => void decide(true) }, 'Approve'),
-        h('button', { type: 'button', class: 'danger', 'data-action': 'deny', 'data-key': `deny-${p.id}`, onclick: () => void decide(false) }, 'Deny'),
+        h('button', { type: 'button', class: 'primary', 'data-action': 'approve', 'data-key': `approve-${p.id}`, 'aria-label': `Approve the ${what}`, onclick: () => void decide(true) }, 'Approve'),
+        h('button', { type: 'button', class: 'danger', 'data-action': 'deny', 'data-key': `deny-${p.id}`, 'aria-label': `Deny the ${what}`, onclick: () => void decide(false) }, 'Deny'),
       );
       list.append(
         h(
