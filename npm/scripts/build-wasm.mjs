@@ -136,6 +136,9 @@ function saveToCache(name, key) {
 // result types from this file, so a Node-only program (no DOM library) that checks libraries
 // (`skipLibCheck: false`) would fail on them. Spelled out here in types Node's declarations
 // have, and the `WebAssembly` names declared empty (they merge with the DOM's where present).
+// wasm-bindgen also gives exported classes a `[Symbol.dispose]()`, whose symbol only Node's
+// declarations and TypeScript's esnext.disposable library declare: a browser program with an
+// ES2022 library that checks libraries would fail on it, so it is declared here as they do.
 // The cache keeps wasm-bindgen's own output and this runs on every build and restore, so a
 // change here reaches cached artifacts too; a block a previous version appended is replaced.
 const PORTABLE_MARK = '// crucible: portable declarations';
@@ -145,7 +148,8 @@ function portableDeclarations(name) {
   text = text.replace(/\bRequestInfo\b/g, '(Request | string)').replace(/\bBufferSource\b/g, '(ArrayBufferView | ArrayBuffer)');
   const used = [...new Set([...text.matchAll(/WebAssembly\.([A-Z]\w*)/g)].map((m) => m[1]))].sort();
   const empty = used.map((t) => `    // eslint-disable-next-line @typescript-eslint/no-empty-interface\n    interface ${t} {}`).join('\n');
-  text += `\n${PORTABLE_MARK}\ndeclare global {\n  namespace WebAssembly {\n${empty}\n  }\n}\n`;
+  const dispose = text.includes('[Symbol.dispose]') ? '  interface SymbolConstructor {\n    readonly dispose: unique symbol;\n  }\n' : '';
+  text += `\n${PORTABLE_MARK}\ndeclare global {\n${dispose}  namespace WebAssembly {\n${empty}\n  }\n}\n`;
   writeFileSync(file, text);
 }
 

@@ -384,14 +384,23 @@ export async function go(): Promise<unknown> {
         const tsc = join(packageRoot, 'node_modules/typescript/bin/tsc');
         const mode = file === 'check-node.ts' ? ['--module', 'nodenext', '--moduleResolution', 'nodenext'] : ['--module', 'esnext', '--moduleResolution', 'bundler'];
         const args = ['--noEmit', '--strict', '--skipLibCheck', '--target', 'es2022', ...mode, '--lib', 'es2022,dom', file];
-        // A Node-only program has no DOM library, and may check libraries too: the package's
-        // declarations must not need either.
-        const nodeOnly = ['--noEmit', '--strict', '--target', 'es2022', ...mode, '--lib', 'es2022', '--typeRoots', join(packageRoot, 'node_modules/@types'), '--types', 'node', file];
         const { code, stdout, stderr } = await runNode(tsc, args, dir);
         assert.equal(code, 0, `tsc found errors:\n${stdout}${stderr}`);
         if (file !== 'check-browser.ts') {
+          // A Node-only program has no DOM library, and may check libraries too: the package's
+          // declarations must not need either.
+          const nodeOnly = ['--noEmit', '--strict', '--target', 'es2022', ...mode, '--lib', 'es2022', '--typeRoots', join(packageRoot, 'node_modules/@types'), '--types', 'node', file];
           const strict = await runNode(tsc, nodeOnly, dir);
           assert.equal(strict.code, 0, `tsc (no DOM library, libraries checked) found errors:\n${strict.stdout}${strict.stderr}`);
+        } else {
+          // A browser program has no Node types (which declare Symbol.dispose) and may have an
+          // ES2022 library (no esnext.disposable) and check libraries: the package's declarations
+          // (wasm-bindgen's among them) must not need either.
+          const config = 'tsconfig.browser-checked.json';
+          const compilerOptions = { noEmit: true, strict: true, skipLibCheck: false, target: 'es2022', module: 'esnext', moduleResolution: 'bundler', lib: ['es2022', 'dom', 'dom.iterable'], types: [] };
+          writeFileSync(join(dir, config), JSON.stringify({ compilerOptions, files: [file] }));
+          const strict = await runNode(tsc, ['-p', config], dir);
+          assert.equal(strict.code, 0, `tsc (no Node types, ES2022 library, libraries checked) found errors:\n${strict.stdout}${strict.stderr}`);
         }
       });
     }
