@@ -143,6 +143,34 @@ describe('the packed tarball', () => {
     }
   });
 
+  // Vite leaves an import or asset URL alone when told (`@vite-ignore`) or when its argument is
+  // not a literal; webpack (Next.js among its users) warns "Critical dependency: the request of
+  // a dependency is an expression" for each such Node-only path unless told `webpackIgnore`.
+  test('its computed imports and asset URLs (Node-only paths) are marked for bundlers to leave alone', async () => {
+    const { default: ts } = await import('typescript');
+    const { files } = await packed();
+    const unmarked: string[] = [];
+    for (const path of files.map((f) => f.path).filter((p) => /^(dist|wasm)\/.+\.js$/.test(p))) {
+      const text = readFileSync(join(packageRoot, path), 'utf8');
+      const source = ts.createSourceFile(path, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+      const visit = (node: import('typescript').Node): void => {
+        const call = ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword;
+        const url = ts.isNewExpression(node) && node.expression.getText(source) === 'URL' && node.arguments?.[1]?.getText(source) === 'import.meta.url';
+        const target = call || url ? (node as import('typescript').CallExpression | import('typescript').NewExpression).arguments?.[0] : undefined;
+        if (target && !ts.isStringLiteralLike(target)) {
+          // The comments between the opening parenthesis and the argument.
+          if (!/webpackIgnore:\s*true/.test(text.slice(target.pos, target.getStart(source)))) {
+            const { line } = source.getLineAndCharacterOfPosition(target.getStart(source));
+            unmarked.push(`${path}:${line + 1}: ${node.getText(source)}`);
+          }
+        }
+        ts.forEachChild(node, visit);
+      };
+      visit(source);
+    }
+    assert.deepEqual(unmarked, [], 'each needs /* webpackIgnore: true */ before its argument');
+  });
+
   test('its README generator keeps a "## " line inside a code fence in its section, and fails when its rewrite no longer applies', async () => {
     // A .mjs script without declarations: imported by a computed path, typed here.
     const script = new URL('../scripts/package-docs.mjs', import.meta.url).href;

@@ -21,9 +21,9 @@ interface WorkerHandle {
   setBusy(busy: boolean): void;
 }
 
-/** Imports a Node-only module by a name bundlers leave alone. */
+/** Imports a Node-only module by a name bundlers leave alone (and, told so, do not warn about). */
 export async function nodeImport<T>(name: string): Promise<T> {
-  return (await import(/* @vite-ignore */ name)) as T;
+  return (await import(/* webpackIgnore: true */ /* @vite-ignore */ name)) as T;
 }
 
 async function spawnWorker(workerUrl: string | URL | undefined, wanted: () => boolean): Promise<WorkerHandle> {
@@ -33,7 +33,7 @@ async function spawnWorker(workerUrl: string | URL | undefined, wanted: () => bo
     if (!wanted()) throw new Error('the sandbox was closed');
     // From source (tsx) the script is worker.ts; from the package it is dist/sandbox/worker.js.
     const fromSource = import.meta.url.endsWith('.ts') && !workerUrl;
-    const url = workerUrl ?? new URL(fromSource ? './worker.ts' : './worker.js', import.meta.url);
+    const url = workerUrl ?? new URL(/* webpackIgnore: true */ fromSource ? './worker.ts' : './worker.js', import.meta.url);
     const resourceLimits = { maxOldGenerationSizeMb: 64 };
     // Running the TypeScript sources (tests, benchmarks): register the tsx loader in the worker
     // first (Node 20 does not apply `--import` hooks to a worker's entry script).
@@ -80,7 +80,7 @@ const modules = new Map<string, Promise<WebAssembly.Module>>();
 /** Compiles the sandbox wasm once per location; the Module is posted to every Worker. */
 export function loadSandboxModule(source: SandboxOptions['wasm']): Promise<WebAssembly.Module> {
   if (source instanceof WebAssembly.Module) return Promise.resolve(source);
-  const url = source ? new URL(String(source), import.meta.url) : new URL('../../wasm/crucible_sandbox_bg.wasm', import.meta.url);
+  const url = source ? new URL(/* webpackIgnore: true */ String(source), import.meta.url) : new URL('../../wasm/crucible_sandbox_bg.wasm', import.meta.url);
   let cached = modules.get(url.href);
   if (!cached) {
     cached = (async () => {

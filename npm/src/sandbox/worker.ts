@@ -15,7 +15,7 @@ async function port(): Promise<Port> {
   const isNode = typeof process !== 'undefined' && !!process.versions?.node && typeof (globalThis as { WorkerGlobalScope?: unknown }).WorkerGlobalScope === 'undefined';
   if (isNode) {
     const name = 'node:worker_threads';
-    const { parentPort } = (await import(/* @vite-ignore */ name)) as typeof import('node:worker_threads');
+    const { parentPort } = (await import(/* webpackIgnore: true */ /* @vite-ignore */ name)) as typeof import('node:worker_threads');
     if (!parentPort) throw new Error('sandbox worker must run in a worker thread');
     return {
       post: (m) => parentPort.postMessage(m),
