@@ -8,22 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::request::ForgeRequest;
-
-/// The JSON Schema type of a value. Every number is a `number`: JavaScript has no integers,
-/// and a test's `3` and a tool's `3.0000000000000004` are equal by the tests' own rule, so
-/// `integer` (from whole-number samples) would refuse what the tests accept and every later
-/// call with a fraction.
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
+use super::request::{type_name, ForgeRequest};
 
 /// Whether `schema` declares nothing usable: an object schema (or one with no type) without
 /// properties. A map (`additionalProperties` or `patternProperties` given as a schema, as a
@@ -60,7 +45,7 @@ pub fn infer_object_schema(samples: &[&Value]) -> Option<Value> {
     let mut fields: BTreeMap<&str, Vec<&'static str>> = BTreeMap::new();
     for o in &objects {
         for (k, v) in o.iter() {
-            fields.entry(k.as_str()).or_default().push(json_type(v));
+            fields.entry(k.as_str()).or_default().push(type_name(v));
         }
     }
     let required: Vec<&str> = fields.keys().copied().filter(|k| objects.iter().all(|o| o.contains_key(*k))).collect();
@@ -102,12 +87,12 @@ pub fn infer_schemas(request: &mut ForgeRequest) -> Vec<&'static str> {
         if let Some(mut schema) = infer_object_schema(&outputs) {
             // An expected output that is no object (`null` for "not found") keeps its type:
             // the object's alone would fail that test against the schema inferred from it.
-            schema["type"] = merge_types(outputs.iter().map(|v| json_type(v)).collect());
+            schema["type"] = merge_types(outputs.iter().map(|v| type_name(v)).collect());
             request.output_schema = fill(&request.output_schema, schema);
             inferred.push("output");
         } else if !outputs.is_empty() && !request.output_schema.as_object().is_some_and(|m| m.contains_key("type")) {
             // Scalar or array outputs: the type of the expected values.
-            let types = outputs.iter().map(|v| json_type(v)).collect();
+            let types = outputs.iter().map(|v| type_name(v)).collect();
             request.output_schema = fill(&request.output_schema, json!({ "type": merge_types(types) }));
             inferred.push("output");
         }

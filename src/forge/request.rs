@@ -208,6 +208,10 @@ fn schema_field(obj: &Map<String, Value>, keys: &[&str], what: &str) -> Result<V
     }
 }
 
+/// The JSON Schema type of a value, for error messages and for schema inference. Every number
+/// is a `number`: JavaScript has no integers, and a test's `3` and a tool's `3.0000000000000004`
+/// are equal by the tests' own rule, so an inferred `integer` (from whole-number samples) would
+/// refuse what the tests accept and every later call with a fraction.
 pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
