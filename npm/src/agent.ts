@@ -171,6 +171,72 @@ const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
 /** The largest `maxTokens` the core takes (a u32), and so the largest a judge's may be. */
 const MAX_U32 = 2 ** 32 - 1;
 const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: true, maxTokens: true } satisfies Record<keyof JudgeOptions, true>));
+/**
+ * The shape of each option the core reads as JSON. serde's error for a wrong one names a
+ * position in JSON text the caller never wrote ("expected u32 at line 1 column 35"), so the
+ * kinds are checked here first and the error names the option; ranges past the kind (`maxTurns`
+ * at least 1, …) stay the core's to check, and its messages name the option already.
+ * `whole`: a u32 (the core's `usize` is one on wasm32); `wide`: a u64 (to 2^53 - 1 here).
+ */
+type OptionKind = 'whole' | 'wide' | 'number' | 'boolean' | 'string';
+const AGENT_OPTION_KINDS: Readonly<Partial<Record<keyof AgentOptions, OptionKind>>> = {
+  instructions: 'string', maxTurns: 'whole', maxSteps: 'whole', maxParallelTools: 'whole', maxResultBytes: 'whole', maxOutputRetries: 'whole',
+  temperature: 'number', maxTokens: 'whole', resetToolChoice: 'boolean', agentId: 'string',
+};
+const EMERGENT_OPTION_KINDS: Readonly<Partial<Record<keyof EmergentOptions, OptionKind>>> = {
+  enabled: 'boolean', maxSessionTools: 'whole', maxAgentTools: 'whole', autoPromote: 'boolean', promotionRetryUses: 'wide',
+  persistSandboxSource: 'boolean', statsFlushEvery: 'whole', auditCapacity: 'whole',
+};
+type PromotionThreshold = NonNullable<EmergentOptions['promotionThreshold']>;
+const THRESHOLD_OPTION_KINDS: Readonly<Record<keyof PromotionThreshold, OptionKind>> = { uses: 'wide', confidence: 'number' };
+const THRESHOLD_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys(THRESHOLD_OPTION_KINDS));
+
+/** Throws `invalid_config` naming the first option of `given` that is not of its kind.
+ *  `null` is left to the core, which reads it as absent where an option may be. */
+function refuseMistypedOptions(given: Record<string, unknown>, kinds: Readonly<Record<string, OptionKind | undefined>>, where: string): void {
+  for (const [name, kind] of Object.entries(kinds)) {
+    const value = given[name];
+    if (value === undefined || value === null || kind === undefined) continue;
+    const max = kind === 'wide' ? Number.MAX_SAFE_INTEGER : MAX_U32;
+    const wrong =
+      kind === 'whole' || kind === 'wide'
+        ? !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= max) && `a whole number from 0 to ${max}`
+        : kind === 'number'
+          ? !(typeof value === 'number' && Number.isFinite(value)) && 'a finite number'
+          : kind === 'boolean'
+            ? typeof value !== 'boolean' && 'true or false'
+            : typeof value !== 'string' && 'a string';
+    if (wrong) {
+      const shown = typeof value === 'string' || kind !== 'string' ? describeValue(value) : describeType(value);
+      throw new CrucibleError('invalid_config', `${where}${name} must be ${wrong}, got ${shown}`);
+    }
+  }
+}
+
+/** Checks the shapes of `createAgent`'s options the core would otherwise refuse without naming
+ *  them, or ignore: an `emergent` that is no object (`emergent: true` would leave emergent
+ *  capabilities off without a word), a misspelt `promotionThreshold` key, a `sandbox` that is
+ *  none. */
+function refuseMisshapenOptions(options: AgentOptions): void {
+  refuseMistypedOptions(options as unknown as Record<string, unknown>, AGENT_OPTION_KINDS, 'createAgent: ');
+  const em: unknown = options.emergent;
+  if (em === undefined || em === null) return;
+  if (!isRecord(em)) throw new CrucibleError('invalid_config', `createAgent: emergent must be an object such as { enabled: true }, got ${describeType(em)}`);
+  refuseMistypedOptions(em, EMERGENT_OPTION_KINDS, 'createAgent: emergent.');
+  const threshold = em.promotionThreshold;
+  if (threshold !== undefined && threshold !== null) {
+    if (!isRecord(threshold)) {
+      throw new CrucibleError('invalid_config', `createAgent: emergent.promotionThreshold must be an object { uses, confidence }, got ${describeType(threshold)}`);
+    }
+    refuseUnknownOptions(threshold, THRESHOLD_OPTION_NAMES, 'createAgent: emergent.promotionThreshold');
+    refuseMistypedOptions(threshold, THRESHOLD_OPTION_KINDS, 'createAgent: emergent.promotionThreshold.');
+  }
+  const sandbox = em.sandbox as { execute?: unknown } | null | undefined;
+  if (sandbox !== undefined && typeof sandbox?.execute !== 'function') {
+    throw new CrucibleError('invalid_config', `createAgent: emergent.sandbox must be a sandbox such as await createSandbox(), got ${describeType(sandbox)}`);
+  }
+}
+
 /** Names other SDKs use for an option this one spells differently. */
 const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', systemInstructions: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens' };
 
@@ -1089,7 +1155,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     throw new CrucibleError('invalid_config', 'createAgent: `model` must be a provider such as openai({...})');
   }
   refuseUnknownOptions(options, AGENT_OPTION_NAMES, 'createAgent');
-  if (options.emergent != null && typeof options.emergent === 'object') refuseUnknownOptions(options.emergent, EMERGENT_OPTION_NAMES, 'createAgent: emergent');
+  if (isRecord(options.emergent)) refuseUnknownOptions(options.emergent, EMERGENT_OPTION_NAMES, 'createAgent: emergent');
+  refuseMisshapenOptions(options);
   const core = await loadCore();
   const tools = options.tools ?? [];
   if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {

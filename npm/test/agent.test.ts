@@ -109,6 +109,47 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('an option of the wrong type or range is invalid_config naming the option, not a position in JSON the caller never wrote', async () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ maxTurns: 'ten' }, /createAgent: maxTurns must be a whole number from 0 to 4294967295, got "ten"/],
+      [{ maxSteps: -3 }, /createAgent: maxSteps .* got -3/],
+      [{ maxTokens: 1.5 }, /createAgent: maxTokens .* got 1\.5/],
+      [{ maxParallelTools: 2 ** 32 }, /createAgent: maxParallelTools /],
+      [{ maxResultBytes: '64k' }, /createAgent: maxResultBytes /],
+      [{ maxOutputRetries: -1 }, /createAgent: maxOutputRetries /],
+      [{ temperature: '0.5' }, /createAgent: temperature must be a finite number, got "0\.5"/],
+      [{ resetToolChoice: 'yes' }, /createAgent: resetToolChoice must be true or false, got "yes"/],
+      [{ instructions: 5 }, /createAgent: instructions must be a string, got number/],
+      [{ agentId: 5 }, /createAgent: agentId must be a string, got number/],
+      [{ emergent: { enabled: true, maxSessionTools: -1 } }, /createAgent: emergent\.maxSessionTools /],
+      [{ emergent: { enabled: true, statsFlushEvery: 1.5 } }, /createAgent: emergent\.statsFlushEvery /],
+      [{ emergent: { enabled: true, autoPromote: 'no' } }, /createAgent: emergent\.autoPromote must be true or false/],
+      [{ emergent: { enabled: 'yes' } }, /createAgent: emergent\.enabled must be true or false/],
+      [{ emergent: { enabled: true, promotionThreshold: { uses: -1 } } }, /createAgent: emergent\.promotionThreshold\.uses /],
+      [{ emergent: { enabled: true, promotionThreshold: { confidence: Number.NaN } } }, /createAgent: emergent\.promotionThreshold\.confidence must be a finite number, got NaN/],
+      [{ emergent: { enabled: true, promotionThreshold: 5 } }, /createAgent: emergent\.promotionThreshold must be an object \{ uses, confidence \}, got number/],
+      // A misspelt threshold was ignored, and the tool promoted at the default 5 uses.
+      [{ emergent: { enabled: true, promotionThreshold: { usez: 3 } } }, /createAgent: emergent\.promotionThreshold: unknown option usez/],
+      // `emergent: true` read as "enable it" was an agent without forge_tool, without a word.
+      [{ emergent: true }, /createAgent: emergent must be an object such as \{ enabled: true \}, got boolean/],
+      [{ emergent: [] }, /createAgent: emergent must be an object .*got an array/],
+      [{ emergent: { enabled: true, sandbox: 5 } }, /createAgent: emergent\.sandbox must be a sandbox such as await createSandbox\(\), got number/],
+    ];
+    for (const [settings, message] of cases) {
+      await assert.rejects(createAgent({ model: model(), ...settings } as never), (e: unknown) => {
+        assert.ok(e instanceof CrucibleError, String(e));
+        assert.equal(e.code, 'invalid_config');
+        assert.match(e.message, message);
+        assert.doesNotMatch(e.message, /line \d+ column \d+/);
+        return true;
+      }, JSON.stringify(settings));
+    }
+    // Absent-by-null settings and the ranges the core checks are as before.
+    await assert.rejects(createAgent({ model: model(), maxTurns: 0 }), { code: 'invalid_config', message: /maxTurns must be at least 1/ });
+    const fine = await createAgent({ model: model(), maxSteps: 0, maxTokens: null as never, instructions: null as never, emergent: null as never });
+    await fine.close();
+  });
+
   test('run() says an answer cut off at the token limit ended so', async () => {
     server.reset();
     server.enqueue({ text: 'an answer cut mid-sen', finishReason: 'length' }, { text: 'whole.' });
