@@ -588,7 +588,10 @@ class EventHub {
     this.streams.get(event.runId)?.(event);
     for (const listener of this.listeners) {
       try {
-        listener(event);
+        // An async function is a listener too: its rejection is its own, like a throw, and
+        // must not reach the process as an unhandled rejection (which ends a Node service).
+        const returned: unknown = listener(event);
+        if (isThenable(returned)) Promise.resolve(returned).catch(() => undefined);
       } catch {
         // A throwing listener must not break the run or other listeners.
       }
@@ -752,6 +755,8 @@ export class Agent<Output = unknown> {
   /**
    * Listens to every event of this agent: runs, and registry events outside runs (forges
    * through {@link Agent.forge}, promotions, approvals). Returns the unsubscribe function.
+   * A listener that throws, or returns a promise that rejects, is not heard from: the run and
+   * the other listeners go on.
    */
   on(listener: (event: AgentEvent) => void): () => void {
     this.#hub.listeners.add(listener);

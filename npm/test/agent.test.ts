@@ -150,6 +150,34 @@ describe('agent over an OpenAI-compatible server', () => {
     await fine.close();
   });
 
+  test('a listener that fails, synchronously or in a promise it returns, neither breaks the run nor reaches the process as an unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      server.reset();
+      server.enqueue({ text: 'fine' });
+      const agent = await createAgent({ model: model() });
+      const heard: string[] = [];
+      agent.on(() => {
+        throw new Error('sync listener failed');
+      });
+      // An async listener is a `(event) => void` too; before, its rejection ended a Node
+      // service (unhandled rejections throw there by default).
+      agent.on(async (e) => {
+        if (e.type === 'agent.end') throw new Error('async listener failed');
+      });
+      agent.on((e) => void heard.push(e.type));
+      assert.equal((await agent.run('?')).output, 'fine');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.deepEqual(unhandled, []);
+      assert.equal(heard.at(-1), 'agent.end', 'the listener after the failing ones heard every event');
+      await agent.close();
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+  });
+
   test('run() says an answer cut off at the token limit ended so', async () => {
     server.reset();
     server.enqueue({ text: 'an answer cut mid-sen', finishReason: 'length' }, { text: 'whole.' });
