@@ -65,6 +65,14 @@ test('a denial reaches the model, and a small refund needs no approval', async (
   assert.equal(small.status, 'completed');
   assert.deepEqual(executed, [1]);
 
+  // The run's own stream asks for the decision (as the README's event list says), then pauses.
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 2, amount: 500 } }] });
+  const asked: string[] = [];
+  for await (const e of agent.stream('big')) {
+    asked.push(e.type);
+    if (e.type === 'approval.requested') assert.equal(e.approval.kind, 'tool_call');
+  }
+  assert.deepEqual(asked, ['agent.start', 'step.start', 'tool.call', 'approval.requested', 'agent.paused']);
   server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 2, amount: 500 } }] }, { text: 'Denied, sorry.' });
   const paused = await agent.run('big');
   assert.equal(paused.status, 'paused');
