@@ -230,6 +230,11 @@ function refuseMisshapenOptions(options: AgentOptions): void {
     }
     refuseUnknownOptions(threshold, THRESHOLD_OPTION_NAMES, 'createAgent: emergent.promotionThreshold');
     refuseMistypedOptions(threshold, THRESHOLD_OPTION_KINDS, 'createAgent: emergent.promotionThreshold.');
+    // A confidence is at most 1: a threshold above it would never promote, without a word.
+    const confidence = threshold.confidence;
+    if (typeof confidence === 'number' && (confidence < 0 || confidence > 1)) {
+      throw new CrucibleError('invalid_config', `createAgent: emergent.promotionThreshold.confidence must be from 0 to 1, got ${describeValue(confidence)}`);
+    }
   }
   const sandbox = em.sandbox as { execute?: unknown } | null | undefined;
   if (sandbox !== undefined && typeof sandbox?.execute !== 'function') {
@@ -240,13 +245,25 @@ function refuseMisshapenOptions(options: AgentOptions): void {
 /** Names other SDKs use for an option this one spells differently. */
 const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions', systemPrompt: 'instructions', systemInstructions: 'instructions', maxIterations: 'maxTurns', max_tokens: 'maxTokens' };
 
-/** Throws `invalid_config` naming the options in `given` that `known` does not have. */
-function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: string): void {
+/** The `invalid_config` naming the options in `given` that `known` does not have, if any. */
+function unknownOptionsError(given: object, known: ReadonlySet<string>, where: string): CrucibleError | undefined {
   const unknown = Object.keys(given).filter((k) => !known.has(k));
-  if (unknown.length === 0) return;
+  if (unknown.length === 0) return undefined;
   const named = unknown.map((k) => (OPTION_ALIASES[k] ? `${k} (did you mean ${OPTION_ALIASES[k]}?)` : k));
-  throw new CrucibleError('invalid_config', `${where}: unknown option${unknown.length > 1 ? 's' : ''} ${named.join(', ')}; the options are ${[...known].join(', ')}`);
+  return new CrucibleError('invalid_config', `${where}: unknown option${unknown.length > 1 ? 's' : ''} ${named.join(', ')}; the options are ${[...known].join(', ')}`);
 }
+
+/** Throws {@link unknownOptionsError}'s error when there is one. */
+function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: string): void {
+  const error = unknownOptionsError(given, known, where);
+  if (error) throw error;
+}
+
+// Run and resume options are checked like createAgent's: a misspelt `sesionId` would otherwise
+// run in the `"default"` session, without a word.
+const RUN_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ signal: true, sessionId: true } satisfies Record<keyof RunOptions, true>));
+const RESUME_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ approvals: true, signal: true } satisfies Record<keyof ResumeOptions, true>));
+
 
 /** Per-run options. */
 export interface RunOptions {
@@ -813,6 +830,8 @@ export class Agent<Output = unknown> {
   stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.run/stream: options must be an object'));
+    const unknownRunOption = unknownOptionsError(options, RUN_OPTION_NAMES, 'agent.run/stream');
+    if (unknownRunOption) return failing(unknownRunOption);
     if (options.sessionId !== undefined && typeof options.sessionId !== 'string') {
       return failing(notString(options.sessionId, 'agent.run/stream: sessionId', 'invalid_config'));
     }
@@ -831,6 +850,8 @@ export class Agent<Output = unknown> {
       return failing(new CrucibleError('invalid_config', 'agent.resume: pass a run id or the paused RunResult ({ runId, state })'));
     }
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
+    const unknownResumeOption = unknownOptionsError(options, RESUME_OPTION_NAMES, 'agent.resume');
+    if (unknownResumeOption) return failing(unknownResumeOption);
     const wrongSignal = notSignal(options.signal, 'agent.resume', 'invalid_config');
     if (wrongSignal) return failing(wrongSignal);
     const runId = typeof run === 'string' ? run : run.runId;

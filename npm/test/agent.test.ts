@@ -127,6 +127,8 @@ describe('agent over an OpenAI-compatible server', () => {
       [{ emergent: { enabled: 'yes' } }, /createAgent: emergent\.enabled must be true or false/],
       [{ emergent: { enabled: true, promotionThreshold: { uses: -1 } } }, /createAgent: emergent\.promotionThreshold\.uses /],
       [{ emergent: { enabled: true, promotionThreshold: { confidence: Number.NaN } } }, /createAgent: emergent\.promotionThreshold\.confidence must be a finite number, got NaN/],
+      // A confidence above 1 was taken, and no tool was ever promoted.
+      [{ emergent: { enabled: true, promotionThreshold: { confidence: 1.5 } } }, /createAgent: emergent\.promotionThreshold\.confidence must be from 0 to 1, got 1\.5/],
       [{ emergent: { enabled: true, promotionThreshold: 5 } }, /createAgent: emergent\.promotionThreshold must be an object \{ uses, confidence \}, got number/],
       // A misspelt threshold was ignored, and the tool promoted at the default 5 uses.
       [{ emergent: { enabled: true, promotionThreshold: { usez: 3 } } }, /createAgent: emergent\.promotionThreshold: unknown option usez/],
@@ -791,6 +793,14 @@ describe('agent over an OpenAI-compatible server', () => {
     await assert.rejects(createAgent({ model: model(), system: 'Be brief.' } as never), { code: 'invalid_config', message: /createAgent: unknown option system \(did you mean instructions\?\)/ });
     await assert.rejects(createAgent({ model: model(), emergent: { enabled: true, maxTools: 3 } } as never), { code: 'invalid_config', message: /createAgent: emergent: unknown option maxTools; the options are .*maxSessionTools/ });
     const agent = await createAgent({ model: model(), emergent: { enabled: false, statsFlushEvery: 4, auditCapacity: 10 } });
+    await agent.close();
+  });
+
+  test('a run or resume option the agent does not have is refused: a misspelt sessionId would have run in the default session', async () => {
+    const agent = await createAgent({ model: model() });
+    await assert.rejects(agent.run('hi', { sesionId: 's1' } as never), { code: 'invalid_config', message: /agent\.run\/stream: unknown option sesionId; the options are signal, sessionId/ });
+    await assert.rejects(agent.resume('run_x', { approval: [] } as never), { code: 'invalid_config', message: /agent\.resume: unknown option approval; the options are approvals, signal/ });
+    assert.deepEqual(agent.history('default'), [], 'nothing ran');
     await agent.close();
   });
 });
