@@ -879,6 +879,8 @@ describe('emergent options and edge cases through createAgent', () => {
       [{ sandboxMemoryMB: 8192 }, /emergent\.sandboxMemoryMB/],
       [{ sandboxTimeoutMs: 0 }, /emergent\.sandboxTimeoutMs/],
       [{ fetchDomainAllowlist: 'api.example.com' }, /emergent\.fetchDomainAllowlist/],
+      // A URL for a host: read as one, it would be the host `https`.
+      [{ fetchDomainAllowlist: ['https://api.example.com'] }, /emergent\.fetchDomainAllowlist entry "https:\/\/api\.example\.com" is not a host name/],
       // A name the sandbox does not know would grant nothing without a word: 'Fetch' is not 'fetch'.
       [{ allowedSandboxAPIs: ['Fetch'] }, /emergent\.allowedSandboxAPIs.*fetch, crypto.*"Fetch"/],
       [{ allowedSandboxAPIs: 'fetch' }, /emergent\.allowedSandboxAPIs/],

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import ipaddr from 'ipaddr.js';
 
 import { SandboxError } from '../src/errors.js';
-import { createSandbox, FetchRefused, type Sandbox } from '../src/sandbox/index.js';
+import { createSandbox, FetchRefused, sandboxLimits, type Sandbox } from '../src/sandbox/index.js';
 import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
 import { codeOf, MAX_HOST_FETCHES_PER_EXECUTION } from '../src/sandbox/pool.js';
 import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
@@ -48,6 +48,19 @@ describe('createSandbox options are checked with a SandboxError', () => {
     await refused({ fetchDomainAllowlist: ['api.example.com', 42] }, /fetchDomainAllowlist must be an array of host names.*non-string or empty entry/);
     await refused({ fetchDomainAllowlist: [''] }, /fetchDomainAllowlist must be an array of host names/);
     await refused({ fetchDomainAllowlist: { host: 'api.example.com' } }, /fetchDomainAllowlist must be an array of host names.*got object/);
+  });
+
+  test('a fetchDomainAllowlist entry that is no host name is refused, not read as another host or left to throw later', async () => {
+    // 'https://api.example.com' read as a host is the host `https` (a name the host's DNS
+    // search domains may resolve), and api.example.com itself stays refused; a path does not
+    // narrow the entry to it; `*` is no wildcard; an unparsable entry threw a bare TypeError
+    // ("Invalid URL") out of createSandbox in Node and from every fetch elsewhere.
+    for (const entry of ['https://api.example.com', 'api.example.com/v1', '*.example.com', 'user@api.example.com', '@api.example.com', 'api.example.com?x', 'exa mple.com', 'api.example.com:99999']) {
+      await refused({ fetchDomainAllowlist: ['ok.example.com', entry] }, new RegExp(`fetchDomainAllowlist entry ${JSON.stringify(entry).replace(/[.*?]/g, '\\$&')} is not a host name`));
+    }
+    for (const entry of ['api.example.com', 'API.Example.com', 'localhost:8080', '127.0.0.1:8080', '[::1]:8080', 'xn--bcher-kva.example']) {
+      assert.deepEqual(sandboxLimits({ fetchDomainAllowlist: [entry] }).fetchDomainAllowlist, [entry]);
+    }
   });
 
   test('a timeout that is not a usable number of milliseconds is refused', async () => {

@@ -37,7 +37,37 @@ export function sandboxLimits(options: SandboxOptions) {
       `fetchDomainAllowlist must be an array of host names, e.g. ['api.example.com', 'localhost:8080']; got ${typeof allowlist === 'string' ? JSON.stringify(allowlist) : Array.isArray(allowlist) ? 'an array with a non-string or empty entry' : typeof allowlist}`,
     );
   }
+  for (const entry of allowlist) {
+    const problem = notAHostName(entry);
+    if (problem) {
+      throw new SandboxError(
+        `fetchDomainAllowlist entry ${JSON.stringify(entry)} is not a host name (${problem}): list a host alone, or a host and a port, e.g. 'api.example.com' or 'localhost:8080'`,
+      );
+    }
+  }
   return { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist: [...allowlist] };
+}
+
+/**
+ * Why an allowlist entry is not `host` or `host:port`, or `undefined`. The fetch bridge reads an
+ * entry as the host of `http://<entry>`, so anything more is not an error there but another
+ * host: 'https://api.example.com' is the host `https` (which the host's DNS search domains may
+ * resolve) and leaves api.example.com refused, 'api.example.com/v1' allows all of that host,
+ * '*.example.com' matches nothing, and an unparsable entry throws a bare TypeError out of
+ * createSandbox (Node) or from every fetch (elsewhere). Refused here, they cannot mislead.
+ */
+function notAHostName(entry: string): string | undefined {
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(entry)) return 'no scheme';
+  if (entry.includes('*')) return 'no wildcards: list each host';
+  let url: URL;
+  try {
+    url = new URL(`http://${entry}`);
+  } catch {
+    return 'it does not parse as one';
+  }
+  if (url.username || url.password || entry.includes('@')) return 'no user name';
+  if (url.pathname !== '/' || url.search || url.hash || /[/?#\\]/.test(entry)) return 'no path, query or fragment';
+  return undefined;
 }
 
 /** Starts a warm pool of sandbox Workers and resolves when every Worker is ready; with

@@ -23,7 +23,8 @@ export interface SandboxOptions {
    */
   memoryMB?: number;
   /**
-   * Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. Every redirect
+   * Exact hostnames `fetch` may reach (`host` or `host:port`). Default: none. An entry with
+   * more (a scheme, a path, user info, a `*`) is refused with a `SandboxError`: it is no host. Every redirect
    * hop is re-checked in Node; browsers hide redirect targets (`opaqueredirect`), so there a
    * redirect is refused with "redirects cannot be checked in this environment".
    *
