@@ -245,6 +245,37 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('source nested past the validator\'s count ends as stack_overflow whichever stack runs out, and the pool keeps serving', async () => {
+    // The validator's bracket count skips strings but does not know regex literals: `/'/` opens
+    // a "string" to the end of the line, and the brackets after it go uncounted. The parser then
+    // runs out of V8's stack or of the instance's own (Rust) stack, which traps as an
+    // out-of-bounds access: the same failure, which was reported as `trap` for the second.
+    const one = await createSandbox({ poolSize: 1 });
+    try {
+      for (const depth of [500, 3000]) {
+        const r = await one.execute({ code: `function execute(){ return 1; }\nvar r = /'/; var x = ${'('.repeat(depth)}1${')'.repeat(depth)};` });
+        assert.deepEqual([r.status, r.error?.code], ['error', 'stack_overflow'], JSON.stringify(r));
+        assert.equal((await one.execute({ code: 'function execute(i){ return i + 1; }', input: 1 })).output, 2);
+      }
+    } finally {
+      await one.close();
+    }
+    // Which stack runs out first depends on how far V8 has tiered the engine's code up, so the
+    // out-of-bounds trap is also played by a test double Worker that reports exactly it.
+    const trapping = `import { parentPort } from 'node:worker_threads';
+      parentPort.on('message', (m) => {
+        if (m.type === 'init') parentPort.postMessage({ type: 'ready' });
+        if (m.type === 'execute') parentPort.postMessage({ type: 'trap', id: m.id, message: 'RuntimeError: memory access out of bounds', allocationFailed: false, memoryBytes: 24 << 20 });
+      });`;
+    const double = await createSandbox({ poolSize: 1, workerUrl: new URL(`data:text/javascript,${encodeURIComponent(trapping)}`) });
+    try {
+      const r = await double.execute({ code: 'function execute(){ return 1; }' });
+      assert.deepEqual([r.status, r.error?.code], ['error', 'stack_overflow'], JSON.stringify(r));
+    } finally {
+      await double.close();
+    }
+  });
+
   test('a worker that never becomes ready fails createSandbox promptly instead of hanging', async () => {
     for (const workerUrl of [new URL('data:text/javascript,'), new URL('data:text/javascript,setInterval(()=>{},1000)')]) {
       const started = performance.now();

@@ -541,8 +541,14 @@ export class WorkerPool {
     const memory = trap.allocationFailed || (nearCap && /unreachable/i.test(trap.message));
     if (memory) {
       job.resolve(failure('memory', 'out_of_memory', `the execution exceeded the ${this.config.memoryMB} MB memory budget; the instance was discarded`, job.started));
-    } else if (/call stack/i.test(trap.message)) {
-      job.resolve(failure('error', 'stack_overflow', 'the engine ran out of native stack; the instance was discarded', job.started));
+    } else if (/call stack|too much recursion|memory access out of bounds|out of bounds memory access|index out of bounds/i.test(trap.message)) {
+      // Two stacks can run out: the engine's native one ("Maximum call stack size exceeded",
+      // Firefox's "too much recursion") and the Rust stack inside the instance, which the linker
+      // puts first in its memory, so overflowing it reads below address 0: an out-of-bounds
+      // access (V8, Safari and Firefox each word it their way). Source
+      // nested past what the validator counts (its scan does not know regex literals) hits
+      // either one, by how far the engine's code has tiered up, and is the same failure.
+      job.resolve(failure('error', 'stack_overflow', 'the engine ran out of stack (deep recursion, or source nested too deeply); the instance was discarded', job.started));
     } else {
       job.resolve(failure('error', 'trap', `the sandbox instance trapped (${trap.message.slice(0, 200)}); it was discarded`, job.started));
     }
