@@ -599,6 +599,29 @@ fn a_pipeline_that_would_reach_itself_through_others_is_rejected_at_build_time()
     assert_eq!(block_on(r.registry.call("a", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "X" }));
 }
 
+#[test]
+fn a_rollback_to_a_version_that_would_reach_itself_is_refused_and_both_tools_stay_callable() {
+    let r = rig();
+    // x v1 calls y; x v2 calls upper_case; then y v2 calls x, which is no cycle while x is v2.
+    assert!(block_on(r.registry.forge(&relay_request("y", "upper_case", "A"), "s1")).success);
+    assert!(block_on(r.registry.forge(&relay_request("x", "y", "A"), "s1")).success);
+    assert!(block_on(r.registry.forge(&relay_request("x", "upper_case", "A"), "s1")).success);
+    assert!(block_on(r.registry.forge(&relay_request("y", "x", "A"), "s1")).success);
+    // x v1 would call y → x: refused, as a forge of it would be, rather than restored to leave
+    // x and y unbuildable (neither offered, each call `unknown_tool`).
+    let err = block_on(r.registry.rollback("x", 1, "s1")).unwrap_err();
+    assert_eq!(err.code(), "pipeline_cycle", "{err}");
+    assert!(err.to_string().contains("y → x"), "{err}");
+    assert_eq!(r.registry.list("s1").iter().find(|t| t.name == "x").map(|t| t.version), Some(2));
+    assert_eq!(block_on(r.registry.call("x", json!({ "text": "q" }), "s1")).unwrap(), json!({ "text": "Q" }));
+    assert_eq!(block_on(r.registry.call("y", json!({ "text": "q" }), "s1")).unwrap(), json!({ "text": "Q" }));
+    assert!(r.registry.tool_set("s1").contains("x") && r.registry.tool_set("s1").contains("y"));
+    // A version that is no cycle is restored as before.
+    assert!(block_on(r.registry.forge(&relay_request("y", "upper_case", "A"), "s1")).success);
+    assert_eq!(block_on(r.registry.rollback("x", 1, "s1")).unwrap().version, 1);
+    assert_eq!(block_on(r.registry.call("x", json!({ "text": "q" }), "s1")).unwrap(), json!({ "text": "Q" }));
+}
+
 /// A lookup that cannot list a pipeline's steps (the trait's default), as a host-provided
 /// lookup might be: only running a pipeline reveals that it reaches itself.
 struct OpaqueLookup(std::cell::RefCell<crucible::tools::ToolSet>);

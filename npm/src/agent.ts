@@ -668,7 +668,8 @@ export class Agent<Output = unknown> {
      *  tombstone that cannot be called (`lowest_tier` for a session tool). */
     demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
     /** Makes `version` the tool's current version again (above the session tier, only a
-     *  version that passed that tier's review: else `unreviewed_version`). */
+     *  version that passed that tier's review: else `unreviewed_version`; a compose version
+     *  that would call itself through the tools it calls now is refused: `pipeline_cycle`). */
     rollback(name: string, version: number, options?: SessionOptions): Promise<ToolInfo>;
     /** The tool as a portable `crucible.tool.v1` YAML package (sandbox source redacted unless
      *  `persistSandboxSource`). */

@@ -46,6 +46,8 @@ export type CrucibleErrorCode =
   | 'no_such_version'
   /** `rollback` above the session tier to a version that never passed that tier's review. */
   | 'unreviewed_version'
+  /** `rollback` to a compose version that would call itself through the tools it calls now. */
+  | 'pipeline_cycle'
   | 'no_such_approval'
   | 'invalid_promotion'
   | 'invalid_package'

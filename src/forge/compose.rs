@@ -55,7 +55,7 @@ pub enum ComposeBuildError {
     UnknownTool { step: String, tool: String, available: String },
     #[error("step `{step}` calls `{tool}` itself; a tool cannot compose itself")]
     SelfReference { step: String, tool: String },
-    #[error("step `{step}` reaches the tool being forged again through {path}; a pipeline cannot call itself")]
+    #[error("step `{step}` calls this pipeline again through {path}; a pipeline cannot call itself")]
     Cycle { step: String, path: String },
     #[error("two steps are named `{0}`")]
     DuplicateStep(String),

@@ -80,6 +80,10 @@ pub enum RegistryError {
     Closed,
     #[error("`{name}` version {version} did not pass the {} tier's review; a rollback there restores only versions that did", tier.as_str())]
     Unreviewed { name: String, version: u32, tier: Tier },
+    /// A rollback to a compose version whose steps would call it again (through tools that
+    /// changed since that version was current).
+    #[error("`{name}` version {version} cannot be restored: {reason}")]
+    PipelineCycle { name: String, version: u32, reason: String },
 }
 
 impl RegistryError {
@@ -95,6 +99,7 @@ impl RegistryError {
             Self::Corrupt { .. } => "store_corrupt",
             Self::Closed => "closed",
             Self::Unreviewed { .. } => "unreviewed_version",
+            Self::PipelineCycle { .. } => "pipeline_cycle",
             // The store's own codes pass through (a full quota or a blocked upgrade is
             // something a caller can act on); anything else is a generic store error.
             Self::Store(e) => match e.code.as_str() {
@@ -1570,6 +1575,20 @@ impl Registry {
     /// version.
     pub async fn rollback(&self, name: &str, version: u32, session: &str) -> Result<ToolInfo, RegistryError> {
         let _turn = self.shared_tier_turn().await?;
+        // A forge refuses a pipeline that would call itself; an old version restored could be
+        // one, as the tools it calls changed since. Restored, it would not build: it and every
+        // tool on its loop would silently leave the session's tools.
+        let steps = self.state.borrow().resolve(name, session).and_then(|(_, entry)| {
+            entry.record.history.iter().find(|v| v.version == version).and_then(|v| match &v.request.implementation {
+                crate::forge::Implementation::Compose { steps } => Some(steps.clone()),
+                crate::forge::Implementation::Sandbox { .. } => None,
+            })
+        });
+        if let Some(steps) = steps {
+            if let Err(e @ crate::forge::ComposeBuildError::Cycle { .. }) = crate::forge::ComposeHandler::build(name, &steps, self.lookup(), session) {
+                return Err(RegistryError::PipelineCycle { name: name.to_string(), version, reason: e.to_string() });
+            }
+        }
         let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
