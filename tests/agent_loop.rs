@@ -249,6 +249,19 @@ fn structured_returns_give_up_after_the_bounded_retries() {
     assert_eq!(model.requests.borrow().len(), 3);
 }
 
+#[test]
+fn an_invalid_answer_on_the_last_turn_is_structured_output_invalid_without_a_retry_announced() {
+    let schema = json!({ "type": "object", "required": ["celsius"] });
+    let model = ScriptedModel::repeating(text("{\"kelvin\": 3}"));
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(schema), max_turns: 1, max_output_retries: 2, ..Default::default() });
+    let mut sink = CollectingSink::default();
+    let err = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap_err();
+    // Before: an `output.retry` event, then max_turns_exceeded, the schema's reason only in the event.
+    assert!(matches!(&err, AgentError::StructuredOutputInvalid { attempts: 1, reason } if reason.contains("celsius")), "{err:?}");
+    assert!(!types(&sink).contains(&"output.retry"), "no turn is left for a retry");
+    assert_eq!(model.requests.borrow().len(), 1);
+}
+
 /// Refuses answers whose `n` is over 10, as a Standard Schema refinement would.
 struct AtMostTen;
 

@@ -417,7 +417,8 @@ impl RunContext<'_> {
                         Ok(value) => value,
                         Err(OutputRefusal::Failed(message)) => return Err(AgentError::OutputCheck(message)),
                         Err(OutputRefusal::Refused(reason)) => {
-                            if state.output_retries >= self.config.max_output_retries {
+                            // With no turn left a retry could not happen: the answer's fault is the error.
+                            if state.output_retries >= self.config.max_output_retries || state.turns >= self.config.max_turns {
                                 return Err(AgentError::StructuredOutputInvalid { attempts: state.output_retries + 1, reason });
                             }
                             state.output_retries += 1;
