@@ -122,11 +122,16 @@ pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResu
         ReviewKind::Correctness => "You are the CORRECTNESS reviewer of a promotion panel: this tool is about to be kept for all future sessions of the agent. Judge only whether it does what its description and schemas promise for all reasonable inputs, including edge cases the tests miss. Other scores: give your best estimate.",
     };
     let implementation = match &request.implementation {
-        Implementation::Sandbox { code, allowlist } => format!(
-            "Mode: sandbox (JavaScript, runs in an isolated sandbox). Allowed host APIs: {}\nCode:\n```js\n{}\n```",
-            if allowlist.is_empty() { "none".to_string() } else { allowlist.join(", ") },
-            code.as_deref().unwrap_or("(redacted)")
-        ),
+        Implementation::Sandbox { code, allowlist } => {
+            let code = code.as_deref().unwrap_or("(redacted)");
+            // Longer than any run of backticks in the code (a fence closes only at one at least
+            // as long): code writing ``` cannot end the block and go on as the prompt's text.
+            let fence = "`".repeat(code.split(|c| c != '`').map(str::len).max().unwrap_or(0).max(2) + 1);
+            format!(
+                "Mode: sandbox (JavaScript, runs in an isolated sandbox). Allowed host APIs: {}\nCode:\n{fence}js\n{code}\n{fence}",
+                if allowlist.is_empty() { "none".to_string() } else { allowlist.join(", ") },
+            )
+        }
         Implementation::Compose { steps } => {
             let steps = steps
                 .iter()
@@ -152,7 +157,12 @@ pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResu
         .join("\n");
     format!(
         "{focus}\n\nTool: {}\nDescription: {}\nInput schema: {}\nOutput schema: {}\n{implementation}\n\nTests:\n{tests}\n\n{VERDICT_FORMAT}",
-        request.name, request.description, request.input_schema, request.output_schema
+        // As a JSON string: the author's description stays on its line, its line breaks
+        // escaped, and cannot write sections (tests, instructions) the judge reads as ours.
+        request.name,
+        Value::from(request.description.as_str()),
+        request.input_schema,
+        request.output_schema
     )
 }
 
