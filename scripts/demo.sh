@@ -4,26 +4,36 @@
 #   2. the demo page (www/) is built and served on 127.0.0.1, its URL printed; Ctrl-C stops it.
 # It uses the local model (started here, stopped on exit) unless OPENAI_BASE_URL/OPENAI_API_KEY
 # or ANTHROPIC_API_KEY are set. Pass a question as the first argument to ask something else;
-# CRUCIBLE_DEMO_NO_SERVE=1 skips the page.
+# CRUCIBLE_DEMO_NO_SERVE=1 skips the page; PORT=N serves it on another port than 4173.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-bash scripts/setup.sh
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+# shellcheck source=scripts/model/use.sh
+. scripts/model/use.sh
+trap model_release EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+serve=1
+[ "${CRUCIBLE_DEMO_NO_SERVE:-0}" = 1 ] && serve=0
+# Said now, not after the terminal demo: the page's port must be free.
+if [ "$serve" = 1 ] && [ "${PORT:-4173}" != 0 ] && (exec 3<>"/dev/tcp/127.0.0.1/${PORT:-4173}") 2>/dev/null; then
+  die "port ${PORT:-4173} on 127.0.0.1 is in use (an earlier demo still serving?): stop that, or set PORT=N for another port (CRUCIBLE_DEMO_NO_SERVE=1 skips the page)"
+fi
+if [ "$serve" = 1 ]; then bash scripts/setup.sh --www; else bash scripts/setup.sh; fi
 if [ -z "${OPENAI_BASE_URL:-}${OPENAI_API_KEY:-}${ANTHROPIC_API_KEY:-}" ]; then
-  started_here=0
-  curl -sf "http://127.0.0.1:${CRUCIBLE_MODEL_PORT:-8089}/health" >/dev/null 2>&1 || started_here=1
-  model_url="$(bash scripts/model/start.sh)" # not `export X="$(…)"`, which hides a failed start
+  model_use_lock
+  model_url="$(model_use)" # not `export X="$(…)"`, which hides a failed start
   export CRUCIBLE_MODEL_URL="$model_url"
-  [ "$started_here" = 1 ] && trap 'bash "$root/scripts/model/stop.sh" >/dev/null 2>&1 || true' EXIT
 fi
 
 printf '\n== the agent, in the terminal\n'
 (cd npm && node --import tsx examples/demo.ts "$@")
 
-[ "${CRUCIBLE_DEMO_NO_SERVE:-0}" = 1 ] && exit 0
+[ "$serve" = 1 ] || exit 0
 printf '\n== the demo page\n'
 cd www
-npm ci --no-audit --no-fund --loglevel=error
 npm run build --silent
 # The page reads its provider from the URL (www/src/settings.ts) and otherwise defaults to the
 # local model, which is not started when a hosted provider is set: the printed URL names the

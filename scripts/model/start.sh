@@ -8,7 +8,8 @@
 #   CRUCIBLE_MODEL_PORT           port (default: 8089)
 #   CRUCIBLE_MODEL_THREADS        CPU threads (default: 2)
 #   CRUCIBLE_MODEL_CTX            context size (default: 4096)
-#   CRUCIBLE_MODEL_START_TIMEOUT  seconds to wait for /health (default: 120)
+#   CRUCIBLE_MODEL_START_TIMEOUT  seconds to wait for /health (default: 120); a server
+#                                 started here that has not answered by then is stopped
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,6 +38,16 @@ fi
 
 "$HERE/setup.sh"
 
+# One start at a time per port: two runs that both found no server would otherwise both
+# launch one, and the second, unable to bind, would overwrite the first's pidfile.
+exec 7>>"$MODEL_DIR/server-$PORT.start-lock"
+flock 7
+if healthy; then
+  log "reusing server already answering at $BASE"
+  echo "$BASE/v1"
+  exit 0
+fi
+
 # A stale pidfile from a server that died: clear it; a live one that does not
 # answer yet (still loading) is waited on below instead of starting a second one.
 PID=""
@@ -48,14 +59,27 @@ if [ -f "$PIDFILE" ]; then
   fi
 fi
 
+# A server started here that never answered (the wait ran out, or Ctrl-C came first) is
+# stopped on the way out: no caller learns its PID, so nothing else would stop it.
+STARTED=""
+stop_unready() {
+  [ -n "$STARTED" ] || return 0
+  kill -TERM "$STARTED" 2>/dev/null || true
+  rm -f "$PIDFILE"
+}
+trap stop_unready EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 if [ -z "$PID" ]; then
   log "starting llama-server on $BASE (log: $LOGFILE)"
   LD_LIBRARY_PATH="$BIN_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     setsid nohup "$BIN_DIR/llama-server" \
     -m "$GGUF" --host "$HOST" --port "$PORT" -t "$THREADS" -c "$CTX" \
     --jinja --chat-template-file "$TEMPLATE" --alias qwen --no-webui \
-    >"$LOGFILE" 2>&1 </dev/null &
+    >"$LOGFILE" 2>&1 </dev/null 7>&- &
   PID=$!
+  STARTED=$PID
   echo "$PID" >"$PIDFILE"
 fi
 
@@ -63,6 +87,7 @@ deadline=$((SECONDS + TIMEOUT))
 until healthy; do
   if ! kill -0 "$PID" 2>/dev/null; then
     rm -f "$PIDFILE"
+    STARTED=""
     log "ERROR: llama-server (pid $PID) exited before answering; last log lines:"
     tail -n 30 "$LOGFILE" >&2 || true
     exit 1
@@ -74,5 +99,6 @@ until healthy; do
   fi
   sleep 0.5
 done
+STARTED=""
 log "ready (pid $PID)"
 echo "$BASE/v1"
