@@ -7,7 +7,7 @@
 // (Debian's binaryen 108 emits wasm that fails to load).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -125,10 +125,21 @@ function restoreFromCache(name, key) {
   return true;
 }
 
+// Written beside the entry and renamed into place, so a build of another clone that shares the
+// cache never restores an entry half copied (or one an interrupted build left short).
 function saveToCache(name, key) {
   const dir = join(cacheRoot, `${name}-${key}`);
-  mkdirSync(dir, { recursive: true });
-  for (const f of outputsOf(name)) copyFileSync(join(outDir, f), join(dir, f));
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  for (const f of outputsOf(name)) copyFileSync(join(outDir, f), join(tmp, f));
+  rmSync(dir, { recursive: true, force: true });
+  try {
+    renameSync(tmp, dir);
+  } catch (err) {
+    rmSync(tmp, { recursive: true, force: true });
+    if (!existsSync(dir)) throw err; // another build put the same entry there first
+  }
 }
 
 // wasm-bindgen's declarations name web platform types (`RequestInfo`, `BufferSource`,
