@@ -54,6 +54,14 @@ const server = createServer(async (req, res) => {
   }
 });
 
+server.on('error', (err) => {
+  if (err.code === 'EADDRINUSE') {
+    console.error(`Port ${port} on 127.0.0.1 is in use (an earlier demo still serving?): stop that, or pass --port N (or PORT=N; 0 picks a free one).`);
+  } else {
+    console.error(`Cannot serve on 127.0.0.1:${port}: ${err.message}`);
+  }
+  process.exit(1);
+});
 server.listen(port, '127.0.0.1', () => {
   const { port: actual } = server.address();
   const query = arg('query');
