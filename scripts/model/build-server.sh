@@ -24,7 +24,7 @@ SDIST_PKG="llama-cpp-python"
 log() { printf '[model-build] %s\n' "$*" >&2; }
 die() { printf '[model-build] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# shellcheck source=common.sh
+# shellcheck source=scripts/model/common.sh
 . "$HERE/common.sh"
 
 # cmake flags for the CPU backend: the widest x86 feature set this CPU has, out of
@@ -137,8 +137,8 @@ build() {
   local cmake
   cmake="$(find_cmake "$work")"
   local jobs="${CRUCIBLE_MODEL_BUILD_JOBS:-$(nproc)}"
-  # shellcheck disable=SC2046 # the flags are words by design
   log "configuring: $(all_flags)"
+  # shellcheck disable=SC2046 # the flags are words by design
   "$cmake" -S "$work/src" -B "$work/build" "${COMMON_FLAGS[@]}" $(ggml_cpu_flags) \
     >"$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" >&2; die "cmake configure failed"; }
   log "building llama-server with $jobs jobs (several minutes; log: $work/build.log)"

@@ -45,10 +45,11 @@ STAMP="$MODEL_DIR/.installed"
 log() { printf '[model-setup] %s\n' "$*" >&2; }
 die() { printf '[model-setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# shellcheck source=common.sh
+# shellcheck source=scripts/model/common.sh
 . "$HERE/common.sh"
 
 cpu_runs_prebuilt() {
+  # shellcheck disable=SC2086 # one flag a word
   [ "$(uname -m)" = x86_64 ] && cpu_has $PREBUILT_CPU_FLAGS
 }
 
