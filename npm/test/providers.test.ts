@@ -381,6 +381,32 @@ describe('openai request mapping', () => {
   });
 });
 
+describe('request headers', () => {
+  it('one value per header name whatever its case: a spelling of a default or of the key in `headers` replaces it, and unset values are left out', async () => {
+    // `fetch` joins two spellings of one name into one value ("application/json, application/json"),
+    // which servers that read the content type strictly (FastAPI's, vLLM's among them) refuse.
+    const headers = { 'Content-Type': 'application/json', Authorization: 'Bearer from-headers', 'X-Title': 'app', 'OpenAI-Organization': undefined } as unknown as Record<string, string>;
+    for (const [make, base] of [[openai, server.openaiBaseURL], [ollama, server.ollamaBaseURL]] as const) {
+      server.reset();
+      server.enqueue({ text: 'ok' });
+      await collect(make({ model: 'm', baseURL: base, apiKey: 'sk-123', headers }).stream({ messages: hello, tools: [] }));
+      const sent = server.requests[0]!.headers;
+      assert.equal(sent['content-type'], 'application/json', make.name);
+      // The provider's own key wins over an authorization header, as it did spelled in lower case.
+      assert.equal(sent.authorization, 'Bearer sk-123', make.name);
+      assert.equal(sent['x-title'], 'app', make.name);
+      assert.equal('openai-organization' in sent, false, make.name);
+    }
+    server.reset();
+    server.enqueue({ text: 'ok' });
+    const claude = anthropic({ model: 'm', baseURL: server.anthropicBaseURL, apiKey: 'sk-ant', headers: { 'Anthropic-Version': '2024-01-01', 'X-Api-Key': 'other' } });
+    await collect(claude.stream({ messages: hello, tools: [] }));
+    const sent = server.requests[0]!.headers;
+    assert.equal(sent['anthropic-version'], '2024-01-01');
+    assert.equal(sent['x-api-key'], 'sk-ant');
+  });
+});
+
 describe('openai(): servers that refuse stream_options (Mistral, Azure AI Foundry)', () => {
   // Mistral's answer, and one in the manner of Azure AI Foundry's with `extra-parameters: error`.
   const mistral = JSON.stringify({ object: 'error', message: { detail: [{ type: 'extra_forbidden', loc: ['body', 'stream_options', 'include_usage'], msg: 'Extra inputs are not permitted', input: true }] }, type: 'invalid_request_error', param: null, code: null });

@@ -17,6 +17,7 @@ import {
   streamedError,
   argumentsObject,
   postProvider,
+  mergeHeaders,
   checkProviderOptions,
   repliesWithJson,
   type HttpContext,
@@ -47,8 +48,8 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
  */
 export function anthropic(options: ProviderOptions): ModelProvider {
   checkProviderOptions('anthropic', options);
-  const headers: Record<string, string> = { 'anthropic-version': ANTHROPIC_VERSION, ...options.headers };
-  if (options.apiKey) headers['x-api-key'] = options.apiKey;
+  // A version in `headers` (in any case) replaces the default; the key replaces one there.
+  const headers = mergeHeaders({ 'anthropic-version': ANTHROPIC_VERSION }, options.headers, options.apiKey ? { 'x-api-key': options.apiKey } : undefined);
   return postProvider({
     name: 'anthropic',
     options,

@@ -165,6 +165,26 @@ export function postProvider(spec: ProviderSpec): ModelProvider {
   };
 }
 
+/**
+ * Request headers from `layers`, a later layer's value winning, with names compared without
+ * case as HTTP compares them: `fetch` joins two spellings of one name into one comma-separated
+ * value (`Content-Type` from the user's `headers` and the provider's `content-type` went out
+ * as `application/json, application/json`, which servers that read the content type strictly
+ * refuse, and two keys as `Bearer a, Bearer b`). A `null` or `undefined` value leaves the
+ * header out, as unset options are treated, rather than sending the text "undefined".
+ */
+export function mergeHeaders(...layers: Array<Readonly<Record<string, unknown>> | undefined>): Record<string, string> {
+  const merged: Record<string, string> = {};
+  for (const layer of layers) {
+    for (const [name, value] of Object.entries(layer ?? {})) {
+      const key = name.toLowerCase();
+      delete merged[key];
+      if (value != null) merged[key] = String(value);
+    }
+  }
+  return merged;
+}
+
 /** Tools in the OpenAI `function` shape (OpenAI-compatible servers and Ollama). */
 export function functionTools(tools: ToolDefinition[]): unknown[] {
   return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.inputSchema } }));
@@ -264,7 +284,7 @@ export async function postJson(
   try {
     response = await ctx.fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...headers },
+      headers: mergeHeaders({ 'content-type': 'application/json' }, headers),
       body: JSON.stringify(body),
       signal,
     });

@@ -17,6 +17,7 @@ import {
   functionTools,
   argumentsObject,
   postProvider,
+  mergeHeaders,
   checkProviderOptions,
   optionError,
   type HttpContext,
@@ -42,9 +43,8 @@ export function ollama(options: OllamaOptions): ModelProvider {
   if (modelOptions != null && !isRecord(modelOptions)) throw optionError('ollama', 'options', 'an object such as { num_ctx: 8192 }', modelOptions);
   if (keepAlive != null && typeof keepAlive !== 'string' && typeof keepAlive !== 'number') throw optionError('ollama', 'keepAlive', 'a duration such as "10m" or a number of seconds', keepAlive);
   const wire: WireOptions = { modelOptions: modelOptions ?? {}, keepAlive: keepAlive ?? undefined };
-  const headers: Record<string, string> = { ...options.headers };
   // Ollama itself needs no key; hosted Ollama-compatible gateways take a Bearer token.
-  if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
+  const headers = mergeHeaders(options.headers, options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : undefined);
   return postProvider({
     name: 'ollama',
     options,

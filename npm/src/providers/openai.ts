@@ -19,6 +19,7 @@ import {
   textOf,
   functionTools,
   postProvider,
+  mergeHeaders,
   checkProviderOptions,
   repliesWithJson,
   optionError,
@@ -56,9 +57,8 @@ export function openai(options: OpenAIOptions): ModelProvider {
   const { streamUsage } = options;
   if (streamUsage != null && typeof streamUsage !== 'boolean') throw optionError('openai', 'streamUsage', 'true or false', streamUsage);
   const wire: WireOptions = { reasoningModel, reasoningEffort: reasoningEffort ?? undefined, streamUsage: streamUsage ?? true, echoes: new Map() };
-  const headers: Record<string, string> = { ...options.headers };
   // Local servers (llama-server, vLLM) need no key; sending an empty Bearer confuses some proxies.
-  if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`;
+  const headers = mergeHeaders(options.headers, options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : undefined);
   return postProvider({
     name: 'openai',
     options,

@@ -117,6 +117,11 @@ export interface ProviderOptions {
   model: string;
   baseURL?: string;
   apiKey?: string;
+  /**
+   * Extra request headers. Names are compared without case: one here replaces the provider's
+   * own (`content-type`, Anthropic's `anthropic-version`), except the key's header, which
+   * `apiKey` sets when given. A header whose value is `undefined` or `null` is not sent.
+   */
   headers?: Record<string, string>;
   /**
    * Longest stall in ms: until the answer starts, then between two of its pieces (events or
