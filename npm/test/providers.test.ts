@@ -1034,6 +1034,23 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.match(error.message, /exceeds the available context size/);
   });
 
+  it('an `event: error` is a ProviderError with its message whatever its data holds, not the answer so far passed off as finished', async () => {
+    const failsWith = async (errorEvent: string, message: RegExp, retryable: boolean) => {
+      pieces = [`data: ${delta('partial')}\n\n`, `event: error\n${errorEvent}\n\n`, 'data: [DONE]\n\n'];
+      const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+      assert.ok(error instanceof ProviderError && error.code === 'provider_http', `${errorEvent}: got ${String(error)}`);
+      assert.match(error.message, message);
+      assert.equal(error.retryable, retryable, errorEvent);
+    };
+    // A serving layer over vLLM (fms-guardrails-orchestrator) reports a refused request so.
+    await failsWith('data: {"code":400,"details":"Requested sample logprobs of 21, which is greater than max allowed: 20"}', /greater than max allowed: 20/, false);
+    // The shape of the Responses API's error event, which some compatible servers reuse.
+    await failsWith('data: {"type":"error","code":"server_error","message":"Something went wrong","param":null}', /Something went wrong/, true);
+    // The Chat Completions shape under the event name too, and data that is no JSON at all.
+    await failsWith('data: {"error":{"message":"Compute error.","type":"server_error"}}', /Compute error\./, true);
+    await failsWith('data: upstream connect error or disconnect/reset before headers', /upstream connect error/, false);
+  });
+
   it('content sent as text parts rather than a string, or as a refusal, is read as its text', async () => {
     const parts = [{ type: 'text', text: 'Hel' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'lo' }];
     pieces = [`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: parts }, finish_reason: 'stop' }] })}\n\n`, 'data: [DONE]\n\n'];

@@ -214,6 +214,10 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
       terminated = true;
       break;
     }
+    // Servers name a failure with the event type whatever the data holds (`{ code, details }`,
+    // the Responses API's flat `{ type, code, message }`, plain text) and often close with
+    // `[DONE]`: read as a chunk, it had no choices and the answer so far passed for finished.
+    if (event.event === 'error') throw streamError(ctx, errorEventBody(event.data), event.data);
     const chunk = expectObject(ctx, parseJson(ctx, event.data), event.data);
     const read = new WireReader(ctx, event.data);
     throwIfError(ctx, chunk, event.data);
@@ -334,10 +338,30 @@ function toUsage(read: WireReader, value: unknown): Usage | undefined {
 function throwIfError(ctx: HttpContext, chunk: WireObject, raw: string | (() => string)): void {
   // Some servers send `"error": null` (or another falsy value) in every chunk.
   if (!chunk.error) return;
-  const error = typeof chunk.error === 'object' ? (chunk.error as WireObject) : { message: String(chunk.error) };
+  throw streamError(ctx, chunk.error, raw);
+}
+
+/** What an `event: error` reports: its `error` when it has one, else the whole of its data
+ *  (read leniently: an error event's data is the server's words, not an answer to check). */
+function errorEventBody(data: string): unknown {
+  let value: unknown;
+  try {
+    value = JSON.parse(data);
+  } catch {
+    return data;
+  }
+  const body = loose(value);
+  return body?.error ? body.error : (body ?? data);
+}
+
+/** The `ProviderError` for an error a server reported inside a 200 stream: an object with a
+ *  `message` (or vLLM-style `details`), a numeric `code` as its status, or a bare string. */
+function streamError(ctx: HttpContext, reported: unknown, raw: string | (() => string)): ProviderError {
+  const error = loose(reported) ?? { message: String(reported) };
   const status = typeof error.code === 'number' ? error.code : undefined;
-  const type = typeof error.type === 'string' ? error.type : '';
-  const retryable = (status !== undefined && (status === 429 || status >= 500)) || /server_error|overloaded|rate_limit/.test(type);
-  const message = typeof error.message === 'string' ? error.message : textOf(raw).slice(0, 200);
-  throw streamedError(ctx, `server error in stream: ${message}`, { status, retryable, body: textOf(raw) });
+  const kind = [error.type, error.code].filter((v) => typeof v === 'string').join(' ');
+  const retryable = (status !== undefined && (status === 429 || status >= 500)) || /server_error|overloaded|rate_limit/.test(kind);
+  const said = [error.message, error.details, error.detail].find((v): v is string => typeof v === 'string' && v !== '');
+  const message = said ?? textOf(raw).slice(0, 200);
+  return streamedError(ctx, `server error in stream: ${message}`, { status, retryable, body: textOf(raw) });
 }
