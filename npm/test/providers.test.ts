@@ -940,10 +940,12 @@ describe('openai() reads SSE framing as servers write it', () => {
   });
 
   it('a model thinking past timeoutMs is not cut off: its reasoning and keep-alives are progress, though they yield no text', async () => {
-    pieceDelayMs = 60;
+    // Gaps well inside the timeout, so a loaded machine's late timers do not fail a passing case;
+    // the thinking still lasts longer than the timeout, which it would exceed were it no progress.
+    pieceDelayMs = 100;
     const thinking = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { reasoning_content: 'hmm' } }] })}\n\n`;
-    pieces = [...Array.from({ length: 5 }, () => thinking), `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
-    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    pieces = [...Array.from({ length: 6 }, () => thinking), `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
+    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 400 });
     assert.equal((await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
   });
 
@@ -956,25 +958,26 @@ describe('openai() reads SSE framing as servers write it', () => {
   });
 
   it('deltas that carry nothing are keep-alives too (OpenAI-compatible SSE and Ollama lines); thinking under any name is progress', async () => {
-    pieceDelayMs = 60;
+    pieceDelayMs = 100;
+    // As above: gaps well inside the timeout, pieces that carry nothing lasting well past it.
     const empties = [{}, { role: 'assistant' }, { role: 'assistant', content: '' }, { content: null, tool_calls: [] }];
     pieces = [`data: ${delta('a')}\n\n`, ...Array.from({ length: 8 }, (_, i) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: empties[i % 4] }] })}\n\n`)];
-    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    const model = openai({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 }, timeoutMs: 400 });
     const error = await rejection(collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
 
     contentType = 'application/x-ndjson';
-    const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 }, timeoutMs: 150 });
+    const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 }, timeoutMs: 400 });
     const line = (message: Record<string, unknown>, done = false) => `${JSON.stringify({ model: 'm', message, done })}\n`;
     pieces = Array.from({ length: 8 }, () => line({ role: 'assistant', content: '' }));
     const stalled = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(stalled instanceof ProviderError && stalled.code === 'provider_timeout', `got ${String(stalled)}`);
     // Ollama's thinking field, like OpenRouter's `reasoning`, is a name the provider does not read.
-    pieces = [...Array.from({ length: 5 }, () => line({ role: 'assistant', content: '', thinking: 'hmm' })), line({ role: 'assistant', content: 'done' }, true)];
+    pieces = [...Array.from({ length: 6 }, () => line({ role: 'assistant', content: '', thinking: 'hmm' })), line({ role: 'assistant', content: 'done' }, true)];
     assert.equal((await collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
     contentType = 'text/event-stream';
     const reasoning = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { role: 'assistant', reasoning: 'hmm' } }] })}\n\n`;
-    pieces = [...Array.from({ length: 5 }, () => reasoning), `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
+    pieces = [...Array.from({ length: 6 }, () => reasoning), `data: ${delta('done')}\n\n`, 'data: [DONE]\n\n'];
     assert.equal((await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
   });
 
