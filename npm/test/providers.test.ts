@@ -799,6 +799,39 @@ describe('an exhausted quota', () => {
   });
 });
 
+describe('HTTP errors say what the server said, and where', () => {
+  it("quotes the error body's message, whole, rather than 200 characters of its JSON", async () => {
+    const message = `This model's maximum context length is 8192 tokens. However, you requested 9001 tokens (8001 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.`;
+    for (const body of [
+      JSON.stringify({ object: 'error', type: 'BadRequestError', param: null, code: 400, error: { message, type: 'invalid_request_error' } }),
+      JSON.stringify({ detail: message }),
+      JSON.stringify([{ error: { code: 400, message, status: 'INVALID_ARGUMENT' } }]),
+    ]) {
+      server.reset();
+      server.enqueue({ status: 400, body });
+      const error = await rejection(collect(openai({ model: 'm', baseURL: server.openaiBaseURL }).stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError && error.status === 400, `got ${String(error)}`);
+      assert.ok(error.message.endsWith(`HTTP 400: ${message}`), error.message);
+      assert.equal(error.body, body, 'the body is kept whole');
+    }
+  });
+
+  it('a 404 names the URL it asked: a base URL with a path too many or too few', async () => {
+    server.enqueue({ status: 404, body: JSON.stringify({ error: { message: 'Not Found' } }) });
+    const model = openai({ model: 'm', baseURL: `${server.openaiBaseURL}/v1` });
+    const error = await rejection(collect(model.stream({ messages: hello, tools: [] })));
+    assert.ok(error instanceof ProviderError && error.status === 404, `got ${String(error)}`);
+    assert.match(error.message, /HTTP 404 at http:\/\/[^ ]+\/v1\/v1\/chat\/completions: Not Found$/);
+  });
+
+  it("anthropic() takes a baseURL ending in /v1, as the Vercel AI SDK writes it: the request goes to /v1/messages, not /v1/v1/messages", async () => {
+    server.enqueue({ text: 'ok' });
+    const answer = await collect(anthropic({ model: 'claude-test', baseURL: `${server.anthropicBaseURL}/v1/`, apiKey: 'k' }).stream({ messages: hello, tools: [] }));
+    assert.equal(answer.text, 'ok');
+    assert.equal(server.requests[0]!.path, '/v1/messages');
+  });
+});
+
 describe('Retry-After', () => {
   it('waits the number of seconds the server asks for', async () => {
     server.enqueue({ status: 429, retryAfter: 1 }, { text: 'ok' });

@@ -1,5 +1,6 @@
 /**
- * Anthropic Messages API provider (`POST {baseURL}/v1/messages`).
+ * Anthropic Messages API provider (`POST {baseURL}/v1/messages`; a `baseURL` ending in `/v1` is
+ * taken as well, as the Vercel AI SDK writes it).
  *
  * Wire format: https://docs.anthropic.com/en/api/messages and
  * https://docs.anthropic.com/en/api/messages-streaming
@@ -54,7 +55,9 @@ export function anthropic(options: ProviderOptions): ModelProvider {
     name: 'anthropic',
     options,
     defaultBaseURL: ANTHROPIC_DEFAULT_BASE_URL,
-    path: 'v1/messages',
+    // The official SDKs take the host (`https://api.anthropic.com`), the Vercel AI SDK the
+    // host and `/v1`: both reach `/v1/messages`, not a 404 at `/v1/v1/messages`.
+    path: /\/v1\/*$/.test(options.baseURL ?? '') ? 'messages' : 'v1/messages',
     headers,
     toWire: toWireRequest,
     parse: async function* (ctx, response, streaming) {

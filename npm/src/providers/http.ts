@@ -298,13 +298,36 @@ export async function postJson(
   const retryable = (response.status === 429 && !/"insufficient_quota"/.test(excerpt)) || response.status >= 500;
   const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'));
   const asked = retryAfterMs === undefined ? '' : ` (the server asks to retry after ${Math.ceil(retryAfterMs / 1000)} s)`;
-  throw new ProviderError('provider_http', `${ctx.provider}: HTTP ${response.status}${asked}${excerpt ? `: ${excerpt.slice(0, 200)}` : ''}`, {
+  // The server's own words when its body says them (a context-length message runs past 200
+  // characters of JSON syntax), else the start of the body; `body` keeps the excerpt whole.
+  const said = reportedMessage(excerpt) ?? excerpt.slice(0, 200);
+  // A 404 is most often a base URL with a path too many or too few: say which URL was asked
+  // (without its query, which may carry a key).
+  const where = response.status === 404 ? ` at ${url.split('?')[0]}` : '';
+  throw new ProviderError('provider_http', `${ctx.provider}: HTTP ${response.status}${where}${asked}${said ? `: ${said}` : ''}`, {
     provider: ctx.provider,
     status: response.status,
     retryable,
     body: excerpt,
     retryAfterMs,
   });
+}
+
+/** The message of an error body in the shapes providers answer with: `{ error: { message } }`
+ *  (OpenAI, Anthropic and most compatible servers), `{ error: "..." }` (Ollama), `{ message }`,
+ *  `{ detail }` (FastAPI, vLLM), a one-element array of those (Gemini); at most 1,000 characters. */
+export function reportedMessage(body: string): string | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch {
+    return undefined;
+  }
+  const top = Array.isArray(value) && value.length === 1 ? value[0] : value;
+  const error = top !== null && typeof top === 'object' ? (top as Record<string, unknown>) : undefined;
+  const inner = error?.error !== null && typeof error?.error === 'object' ? (error.error as Record<string, unknown>) : error;
+  const said = [inner?.message, error?.error, error?.message, error?.detail, error?.details].find((v): v is string => typeof v === 'string' && v.trim() !== '');
+  return said?.slice(0, 1000);
 }
 
 /**
