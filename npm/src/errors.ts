@@ -74,7 +74,7 @@ export class CrucibleError extends Error {
 export class ProviderError extends CrucibleError {
   /** HTTP status when the server answered; undefined for network errors and timeouts. */
   readonly status: number | undefined;
-  /** Whether retrying the same request may succeed (429, 5xx, network errors). */
+  /** Whether retrying the same request may succeed (408, 409, 429, 5xx, network errors; a server's `x-should-retry` decides where sent). */
   readonly retryable: boolean;
   /** Provider id, e.g. `openai:qwen`. */
   readonly provider: string;

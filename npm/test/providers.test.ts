@@ -863,6 +863,32 @@ describe('Retry-After', () => {
     assert.equal(server.requests.length, 1, 'a retry before the server allows one would be refused too');
   });
 
+  it("retry-after-ms is read before Retry-After, and x-should-retry overrides the status: the official SDKs' signals", async () => {
+    server.enqueue({ status: 429, retryAfter: 30, errorHeaders: { 'retry-after-ms': '150' } }, { text: 'ok' });
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1, maxDelayMs: 1000 } });
+    const started = Date.now();
+    assert.equal((await collect(model.stream({ messages: hello, tools: [] }))).text, 'ok', 'the 30 s Retry-After would have ended the call');
+    assert.ok(Date.now() - started >= 140);
+    server.reset();
+    server.enqueue({ status: 503, errorHeaders: { 'x-should-retry': 'false' } }, { text: 'never' });
+    const refused = await rejection(collect(model.stream({ messages: hello, tools: [] })));
+    assert.ok(refused instanceof ProviderError && refused.status === 503 && !refused.retryable, `got ${String(refused)}`);
+    assert.equal(server.requests.length, 1);
+    server.reset();
+    server.enqueue({ status: 400, errorHeaders: { 'x-should-retry': 'true' } }, { text: 'ok' });
+    assert.equal((await collect(model.stream({ messages: hello, tools: [] }))).text, 'ok');
+  });
+
+  it('408 and 409 are retried, as the official SDKs do', async () => {
+    const model = openai({ model: 'm', baseURL: server.openaiBaseURL, retry: { initialDelayMs: 1 } });
+    for (const status of [408, 409]) {
+      server.reset();
+      server.enqueue({ status }, { text: 'ok' });
+      assert.equal((await collect(model.stream({ messages: hello, tools: [] }))).text, 'ok', `HTTP ${status}`);
+      assert.equal(server.requests.length, 2);
+    }
+  });
+
   it('parses delta-seconds and HTTP-dates', () => {
     const now = Date.parse('2025-01-01T00:00:00Z');
     assert.equal(parseRetryAfter('3', now), 3000);

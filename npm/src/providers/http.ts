@@ -294,9 +294,9 @@ export async function postJson(
   if (response.ok) return response;
 
   const excerpt = await readExcerpt(response);
-  // OpenAI answers an exhausted quota (a billing matter) with 429 too: retrying cannot help.
-  const retryable = (response.status === 429 && !/"insufficient_quota"/.test(excerpt)) || response.status >= 500;
-  const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'));
+  const retryable = isRetryable(response, excerpt);
+  // `retry-after-ms` (OpenAI's and Azure's) is the finer of the two where both are sent.
+  const retryAfterMs = parseRetryAfterMs(response.headers.get('retry-after-ms')) ?? parseRetryAfter(response.headers.get('retry-after'));
   const asked = retryAfterMs === undefined ? '' : ` (the server asks to retry after ${Math.ceil(retryAfterMs / 1000)} s)`;
   // The server's own words when its body says them (a context-length message runs past 200
   // characters of JSON syntax), else the start of the body; `body` keeps the excerpt whole.
@@ -311,6 +311,24 @@ export async function postJson(
     body: excerpt,
     retryAfterMs,
   });
+}
+
+/** Whether an error answer is worth another try, as the official OpenAI and Anthropic SDKs
+ *  decide: the server's `x-should-retry` when it says, else 408 (request timeout), 409 (lock
+ *  conflict), 429 and 5xx. OpenAI answers an exhausted quota (a billing matter) with 429 too:
+ *  waiting cannot help that one. */
+function isRetryable(response: Response, excerpt: string): boolean {
+  const told = response.headers.get('x-should-retry');
+  if (told === 'true' || told === 'false') return told === 'true';
+  const status = response.status;
+  return status === 408 || status === 409 || (status === 429 && !/"insufficient_quota"/.test(excerpt)) || status >= 500;
+}
+
+/** A `retry-after-ms` header's wait; `undefined` when absent or not a number. */
+function parseRetryAfterMs(value: string | null): number | undefined {
+  if (value === null || value.trim() === '') return undefined;
+  const ms = Number(value.trim());
+  return Number.isFinite(ms) && ms >= 0 ? Math.round(ms) : undefined;
 }
 
 /** The message of an error body in the shapes providers answer with: `{ error: { message } }`

@@ -93,7 +93,7 @@ export interface ModelProvider {
   stream(request: ModelRequest, options?: ModelCallOptions): AsyncIterable<ModelChunk>;
 }
 
-/** Retry policy for 429 and 5xx answers and network failures. */
+/** Retry policy for 408, 409, 429 and 5xx answers (or what `x-should-retry` says) and network failures. */
 export interface RetryOptions {
   /** Retries after the first attempt. Default 2. */
   maxRetries?: number;

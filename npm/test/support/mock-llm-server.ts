@@ -50,6 +50,8 @@ export interface MockReply {
   body?: string;
   /** `Retry-After` header value (seconds, or an HTTP-date string) sent with `status`. */
   retryAfter?: number | string;
+  /** More headers sent with `status` (`retry-after-ms`, `x-should-retry`, ...). */
+  errorHeaders?: Record<string, string>;
   /** Wait this long before sending the response headers. */
   delayMs?: number;
   /** Stall this long after the first text/tool-call event (non-streaming: before the body). */
@@ -209,6 +211,7 @@ export async function startMockLlmServer(options: MockLlmServerOptions = {}): Pr
     if (reply.status !== undefined && reply.status >= 400) {
       const headers: Record<string, string> = {};
       if (reply.retryAfter !== undefined) headers['retry-after'] = String(reply.retryAfter);
+      Object.assign(headers, reply.errorHeaders);
       const errorBody = reply.body ?? JSON.stringify(errorJson(format, reply.status));
       res.writeHead(reply.status, { 'content-type': 'application/json', ...headers }).end(errorBody);
       return;
