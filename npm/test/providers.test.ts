@@ -381,6 +381,23 @@ describe('openai request mapping', () => {
   });
 });
 
+describe('extraBody', () => {
+  it('adds fields the provider does not map to every request, after its own: a field named there replaces the provider\'s', async () => {
+    const extraBody = { seed: 7, top_p: 0.5, temperature: 0.1 };
+    for (const [make, base] of [[openai, server.openaiBaseURL], [anthropic, server.anthropicBaseURL], [ollama, server.ollamaBaseURL]] as const) {
+      server.reset();
+      server.enqueue({ text: 'ok' });
+      assert.equal((await collect(make({ model: 'm', baseURL: base, extraBody }).stream({ messages: hello, tools: [], temperature: 0.9 }))).text, 'ok');
+      const body = server.requests[0]!.body;
+      assert.equal(body.seed, 7, make.name);
+      assert.equal(body.top_p, 0.5, make.name);
+      assert.equal(body.temperature, 0.1, `${make.name}: extraBody's temperature replaces the request's`);
+      assert.equal(body.model, 'm', make.name);
+    }
+    assert.throws(() => openai({ model: 'm', extraBody: 'seed=7' as never }), { code: 'invalid_config', message: /extraBody/ });
+  });
+});
+
 describe('request headers', () => {
   it('one value per header name whatever its case: a spelling of a default or of the key in `headers` replaces it, and unset values are left out', async () => {
     // `fetch` joins two spellings of one name into one value ("application/json, application/json"),

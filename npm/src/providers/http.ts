@@ -48,7 +48,7 @@ export function checkProviderOptions(provider: string, options: unknown): assert
   if (!isRecord(options)) {
     throw new CrucibleError('invalid_config', `${where} needs an options object, e.g. ${provider}({ model: 'name-of-the-model' }) (got ${describeValue(options)})`);
   }
-  const { model, baseURL, apiKey, headers, stream, fetch, timeoutMs, retry } = options;
+  const { model, baseURL, apiKey, headers, stream, fetch, timeoutMs, retry, extraBody } = options;
   if (typeof model !== 'string' || model.trim() === '') {
     throw optionError(provider, 'model', 'a non-empty string naming the model', model);
   }
@@ -61,6 +61,9 @@ export function checkProviderOptions(provider: string, options: unknown): assert
   }
   if (headers != null && !isRecord(headers)) {
     throw optionError(provider, 'headers', 'an object of header names to values', headers);
+  }
+  if (extraBody != null && !isRecord(extraBody)) {
+    throw optionError(provider, 'extraBody', 'an object of request body fields, such as { seed: 7 }', extraBody);
   }
   if (stream != null && typeof stream !== 'boolean') {
     throw optionError(provider, 'stream', 'true or false', stream);
@@ -143,10 +146,15 @@ export function postProvider(spec: ProviderSpec): ModelProvider {
   const ctx = httpContext(id, spec.options);
   const url = joinUrl(spec.options.baseURL ?? spec.defaultBaseURL, spec.path);
   const streaming = spec.options.stream ?? true;
+  const extraBody = spec.options.extraBody;
+  const toWire = (request: ModelRequest): unknown => {
+    const wire = spec.toWire(spec.options.model, request, streaming);
+    return extraBody ? { ...(wire as object), ...extraBody } : wire;
+  };
   return {
     id,
     stream(request, callOptions) {
-      let body = spec.toWire(spec.options.model, request, streaming);
+      let body = toWire(request);
       let adapted = false;
       return withRetry(ctx, callOptions?.signal, async function* (signal, progress) {
         let response: Response;
@@ -156,7 +164,7 @@ export function postProvider(spec: ProviderSpec): ModelProvider {
           // Once per call: a server that refuses the rewritten request too has another problem.
           if (adapted || !(error instanceof ProviderError) || !spec.adapt?.(error, body)) throw error;
           adapted = true;
-          body = spec.toWire(spec.options.model, request, streaming);
+          body = toWire(request);
           response = await postJson(ctx, url, spec.headers, body, signal);
         }
         yield* spec.parse({ ...ctx, progress }, response, streaming);

@@ -135,6 +135,13 @@ export interface ProviderOptions {
   stream?: boolean;
   /** Custom fetch (tests, proxies). Default `globalThis.fetch`. */
   fetch?: typeof globalThis.fetch;
+  /**
+   * Fields added to every request body, for what this provider does not map: `top_p`, `seed`,
+   * Anthropic's `thinking`, vLLM's `chat_template_kwargs`, OpenRouter's `provider`. Added after
+   * the provider's own fields, so one named here replaces the provider's (`model`, `messages`…
+   * too: that is yours to decide).
+   */
+  extraBody?: Record<string, unknown>;
 }
 
 /** Options of {@link openai}: the transport's, and what reasoning models need. */
