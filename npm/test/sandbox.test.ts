@@ -334,6 +334,26 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('close() resolves once its Workers have exited (a busy one, and one replaced just before with its replacement starting): none is left among the active handles', async () => {
+    // A Worker thread holds ~26 MB; a service closing agents, or its leak check after
+    // `await close()`, must find them gone, not still terminating. Node lists a Worker that
+    // keeps the process alive (a busy or terminating one) as its MessagePort.
+    const workerHandles = () => (process as unknown as { _getActiveHandles(): object[] })._getActiveHandles().filter((h) => h.constructor?.name === 'MessagePort').length;
+    const before = workerHandles();
+    const box = await createSandbox({ poolSize: 2 });
+    const loop = { code: 'function execute(){ for (;;) {} }' };
+    const abort = new AbortController();
+    const replaced = box.execute(loop, { signal: abort.signal });
+    const busy = box.execute(loop);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    abort.abort();
+    assert.equal((await replaced).error?.code, 'aborted');
+    assert.ok(workerHandles() > before, 'the busy Worker, the aborted one and its replacement are active');
+    await box.close();
+    assert.equal(workerHandles(), before, 'no Worker of the closed sandbox is left');
+    assert.equal((await busy).error?.code, 'closed');
+  });
+
   test('a timed-out worker is replaced and the pool keeps serving in parallel', async () => {
     const results = await Promise.all([
       sandbox.execute({ code: RUNS_UNTIL_THE_DEADLINE }),

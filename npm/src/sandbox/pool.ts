@@ -15,7 +15,9 @@ interface WorkerHandle {
   post(message: HostToWorker): void;
   onMessage(handler: (message: WorkerToHost) => void): void;
   onExit(handler: (reason: string) => void): void;
-  terminate(): void;
+  /** Stops the Worker; settles once its thread has exited (at once in browsers, which do not
+   *  tell). */
+  terminate(): Promise<void>;
   /** Node: whether this worker keeps the process alive. Idle workers must not, so a service
    * that never calls `close()` can still exit; a busy one must, or an awaited result is lost. */
   setBusy(busy: boolean): void;
@@ -50,7 +52,10 @@ async function spawnWorker(workerUrl: string | URL | undefined, wanted: () => bo
         w.on('error', (e) => h(`worker error: ${e instanceof Error ? e.message : String(e)}`));
         w.on('exit', (code) => h(`worker exited with code ${code}`));
       },
-      terminate: () => void w.terminate(),
+      terminate: () => w.terminate().then(
+        () => undefined,
+        () => undefined,
+      ),
       setBusy: (busy) => (busy ? w.ref() : w.unref()),
     };
   }
@@ -70,7 +75,10 @@ async function spawnWorker(workerUrl: string | URL | undefined, wanted: () => bo
       });
       w.addEventListener('messageerror', () => h('a message from the sandbox worker could not be deserialised'));
     },
-    terminate: () => w.terminate(),
+    terminate: () => {
+      w.terminate();
+      return Promise.resolve();
+    },
     setBusy: () => undefined,
   };
 }
@@ -216,6 +224,12 @@ export class WorkerPool {
   /** Number of the current on-demand start: Workers of a start that failed are not kept. */
   private attempt = 0;
   private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, workersRecycled: 0, lastReplacementMs: undefined };
+  /**
+   * Workers being terminated, and Workers being created (a closed pool terminates each as soon
+   * as it exists): `close()` waits for all of them, so a closed sandbox has no thread left
+   * (each holds ~26 MB, and Node counts one that is terminating as keeping the process alive).
+   */
+  private readonly exiting = new Set<Promise<void>>();
 
   constructor(
     private readonly module: WebAssembly.Module,
@@ -419,9 +433,27 @@ export class WorkerPool {
       this.retire(slot);
     }
     this.slots.length = 0;
+    // A Worker created meanwhile is retired by whoever awaited its creation, which adds its
+    // termination here before the wait below ends: wait until nothing is left.
+    while (this.exiting.size > 0) await Promise.all(this.exiting);
   }
 
-  private async spawn(): Promise<Slot> {
+  /** Counts `work` (a Worker's creation or termination) in {@link exiting} until it settles. */
+  private track(work: Promise<unknown>): void {
+    const settled: Promise<void> = work.then(
+      () => void this.exiting.delete(settled),
+      () => void this.exiting.delete(settled),
+    );
+    this.exiting.add(settled);
+  }
+
+  private spawn(): Promise<Slot> {
+    const spawning = this.create();
+    this.track(spawning);
+    return spawning;
+  }
+
+  private async create(): Promise<Slot> {
     const handle = await spawnWorker(this.config.workerUrl, () => !this.closed);
     this.counters.workersStarted++;
     let markReady!: () => void;
@@ -589,7 +621,7 @@ export class WorkerPool {
     dropFetches(slot);
     slot.state = 'dead';
     slot.job = undefined;
-    slot.handle.terminate();
+    this.track(slot.handle.terminate());
   }
 
   /**

@@ -120,6 +120,8 @@ export interface ExecuteOptions {
 
 export interface Sandbox {
   execute(request: SandboxRequest, options?: ExecuteOptions): Promise<SandboxResult>;
+  /** Ends the executions waiting or running (`closed`) and stops the Workers; resolves once
+   *  their threads have exited (in Node; browsers do not tell when a Worker is gone). */
   close(): Promise<void>;
   stats(): SandboxStats;
 }
