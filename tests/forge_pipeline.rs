@@ -193,6 +193,22 @@ fn a_request_that_does_not_parse_is_counted_under_the_name_and_scope_it_gives() 
     assert_eq!((stats.attempts, stats.unique_names, stats.unique_terminal_rejections), (3, 1, 1));
 }
 
+#[test]
+fn a_forge_the_sandbox_could_not_test_is_reported_but_not_counted_against_the_code() {
+    let r = rig();
+    let res = block_on(r.registry.forge(&slugify_request("busy_slug", "/*BUSY*/ function execute(input) { return input; }"), "s1"));
+    assert!(!res.success);
+    let reason = res.reason.unwrap();
+    assert!(reason.contains("the sandbox could not run the tests") && reason.contains("sandbox_unavailable: queue_full"), "{reason}");
+    // Before: `other`, counted as an attempt and a terminal rejection of the name.
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.rejected, stats.unique_names), (0, 0, 0), "{stats:?}");
+    // The same request once the sandbox has room is tested and judged as any other.
+    let ok = block_on(r.registry.forge(&slugify_request("busy_slug", SLUGIFY_JS), "s1"));
+    assert!(ok.success, "{ok:?}");
+    assert_eq!((r.registry.stats().attempts, r.registry.stats().approved), (1, 1));
+}
+
 // ---- 2. schema inference -----------------------------------------------------------------
 
 #[test]

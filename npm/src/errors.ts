@@ -39,6 +39,9 @@ export type CrucibleErrorCode =
   | 'sandbox_timeout'
   | 'sandbox_memory'
   | 'sandbox_rejected'
+  /** The sandbox could not run a forged tool's code at all: its queue was full
+   *  (`maxQueued`), its Workers failed to start, or it was closed. Nothing of the code ran. */
+  | 'sandbox_unavailable'
   /** Registry operations (`agent.emergent.*`). */
   | 'emergent_disabled'
   | 'tool_not_found'

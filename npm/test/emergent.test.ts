@@ -911,6 +911,32 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test('a sandbox with no room is sandbox_unavailable: a call says so by its code, and a forge it could not test is not counted against the code', async () => {
+    const { createSandbox } = await import('../src/sandbox/index.js');
+    const full = await createSandbox({ poolSize: 1, maxQueued: 1, timeoutMs: 20_000 });
+    const agent = await makeAgent(memoryStore(), { sandbox: full });
+    try {
+      assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+      const before = agent.emergent.stats();
+      const busy = new AbortController();
+      const spin = full.execute({ code: RUNS_UNTIL_THE_DEADLINE }, { signal: busy.signal });
+      const queued = full.execute({ code: 'function execute(input) { return input; }', input: 1 });
+      // Before: code execution_failed, `queue_full` only in the message.
+      await assert.rejects(agent.tools.call('slugify', { text: 'Hi' }, { sessionId: 's1' }), { code: 'sandbox_unavailable', message: /queue_full/ });
+      const untested = await agent.forge({ ...slugify, name: 'slugify_two' }, { sessionId: 's1' });
+      assert.ok(!untested.success && /the sandbox could not run the tests/.test(untested.reason), JSON.stringify(untested));
+      // Before: counted as an attempt, a rejection (`other`) and a terminal rejection of the name.
+      assert.deepEqual(agent.emergent.stats(), before);
+      busy.abort();
+      await spin;
+      assert.equal((await queued).output, 1);
+      assert.deepEqual(await agent.tools.call('slugify', { text: 'Hi There' }, { sessionId: 's1' }), { slug: 'hi-there' });
+    } finally {
+      await agent.close();
+      await full.close();
+    }
+  });
+
   test('limits next to a sandbox of your own are a configuration error, not ignored', async () => {
     const { createSandbox } = await import('../src/sandbox/index.js');
     const own = await createSandbox({ timeoutMs: 1000 });

@@ -20,7 +20,7 @@ use super::compose::ComposeHandler;
 use super::infer::infer_schemas;
 use super::judge::{ask, review_prompt, ReviewKind, Verdict};
 use super::request::{attempt_labels, normalize, ForgeOrigin, ForgeRequest, Implementation};
-use super::sandboxed::SandboxToolHandler;
+use super::sandboxed::{SandboxToolHandler, UNAVAILABLE_CODE};
 use super::shape::shape_check;
 use super::testing::{failure_reason, run_tests, TestResult};
 
@@ -111,11 +111,14 @@ pub struct Rejection {
     pub verdict: Option<Verdict>,
     /// The attempt's scope label (the request's, else the caller's).
     pub scope: Option<String>,
+    /// The sandbox could not run the tests (its queue was full, say): no verdict on the code,
+    /// so the attempt is reported but not counted in the forge stats.
+    pub sandbox_unavailable: bool,
 }
 
 impl Rejection {
     pub fn new(name: &str, reason: impl Into<String>, evidence: Evidence) -> Self {
-        Self { name: name.to_string(), reason: reason.into(), category: classify(&evidence), tests: vec![], verdict: None, scope: None }
+        Self { name: name.to_string(), reason: reason.into(), category: classify(&evidence), tests: vec![], verdict: None, scope: None, sandbox_unavailable: false }
     }
 }
 
@@ -237,6 +240,13 @@ impl Forge {
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env.as_ref()).await;
         for test in &tests {
             emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });
+        }
+        if tests.iter().any(|t| t.error.as_deref().is_some_and(|e| e.starts_with(UNAVAILABLE_CODE))) {
+            let reason = format!("the sandbox could not run the tests, so this says nothing of the tool and is not counted in the forge stats; try again: {}", failure_reason(&tests).unwrap_or_default());
+            let mut r = Rejection::new(&request.name, reason, Evidence::default());
+            r.tests = tests;
+            r.sandbox_unavailable = true;
+            return Err(r);
         }
         if let Some(reason) = failure_reason(&tests) {
             let syntax = tests.iter().any(|t| t.error.as_deref().is_some_and(is_syntax_error));

@@ -62,6 +62,13 @@ impl SandboxToolHandler {
     }
 }
 
+/// The sandbox's error codes for an execution it never started: its queue was full, its
+/// workers failed to start, or it was closed.
+const SANDBOX_UNAVAILABLE: [&str; 3] = ["queue_full", "worker_start", "closed"];
+
+/// The [`ToolFailure`] code of a call the sandbox could not run ([`SANDBOX_UNAVAILABLE`]).
+pub const UNAVAILABLE_CODE: &str = "sandbox_unavailable";
+
 /// The [`ToolFailure`] code for a non-`ok` sandbox status.
 pub fn failure_code(status: SandboxStatus) -> &'static str {
     match status {
@@ -81,11 +88,15 @@ impl ToolHandler for SandboxToolHandler {
         match result.status {
             SandboxStatus::Ok => Ok(result.output.unwrap_or(Value::Null)),
             status => {
+                // The sandbox could not run the code at all (full queue, workers that would not
+                // start, a closed pool): said apart from a failure of the code, which callers
+                // and the forge's tests must not blame on it.
+                let unavailable = status == SandboxStatus::Error && result.error.as_ref().is_some_and(|e| SANDBOX_UNAVAILABLE.contains(&e.code.as_str()));
                 let message = result
                     .error
                     .map(|e| format!("{}: {}", e.code, self.explain_refusal(&e.code, e.message)))
                     .unwrap_or_else(|| format!("sandbox execution ended with status {status:?}"));
-                Err(ToolFailure::new(failure_code(status), message))
+                Err(ToolFailure::new(if unavailable { UNAVAILABLE_CODE } else { failure_code(status) }, message))
             }
         }
     }

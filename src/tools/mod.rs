@@ -24,7 +24,8 @@ pub use schema::{CompiledSchema, SchemaError};
 #[error("{code}: {message}")]
 pub struct ToolFailure {
     /// `unknown_tool`, `invalid_arguments`, `execution_failed`, `result_too_large`,
-    /// `invalid_output`, `aborted`, `denied`.
+    /// `invalid_output`, `aborted`, `denied`, and for forged code `sandbox_timeout`,
+    /// `sandbox_memory`, `sandbox_rejected`, `sandbox_unavailable`.
     pub code: String,
     pub message: String,
 }

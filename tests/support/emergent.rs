@@ -84,6 +84,8 @@ impl SandboxRunner for ScriptedSandbox {
         } else if code.contains("DRIFTS") {
             let runs = self.requests.borrow().iter().filter(|r| r.code == request.code).count();
             ok(json!({ "slug": if runs > 5 { "drifted".to_string() } else { slug(input["text"].as_str().unwrap_or_default()) } }))
+        } else if code.contains("BUSY") {
+            fail(SandboxStatus::Error, "queue_full", "8 executions are already waiting for a sandbox worker (maxQueued 8); try again later")
         } else if code.contains("BADTYPE") {
             ok(json!({ "slug": 42 }))
         } else {
