@@ -862,7 +862,7 @@ export class Agent<Output = unknown> {
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
   resume<O = Output>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.resumeStream(run, options));
+    return collect<O>(this.resumeStream(run, options), options?.signal ?? undefined);
   }
 
   async *#drive(
@@ -969,7 +969,7 @@ export class Agent<Output = unknown> {
    * invalid structured output) or {@link AbortError}.
    */
   run<O = Output>(input: string, options: RunOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.stream(input, options));
+    return collect<O>(this.stream(input, options), options?.signal ?? undefined);
   }
 
   /** The conversation of a session so far. */
@@ -1110,7 +1110,10 @@ const besideEvents = new WeakMap<AgentEvent, unknown>();
  * travels beside `agent.end`): its defaults and transforms, which events, being plain JSON, do
  * not carry.
  */
-async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunResult<Output>> {
+/** The run's result from its events; an abort rejects with the signal's reason as its `cause`
+ *  (a `TimeoutError` from `AbortSignal.timeout`, or what the caller passed to `abort()`), so a
+ *  deadline can be told from a user's stop. */
+async function collect<Output>(events: AsyncIterable<AgentEvent>, signal?: AbortSignal): Promise<RunResult<Output>> {
   for await (const event of events) {
     switch (event.type) {
       case 'agent.end':
@@ -1141,7 +1144,9 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>): Promise<RunRe
         };
       }
       case 'agent.error':
-        if (event.error.code === 'aborted') throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage });
+        if (event.error.code === 'aborted') {
+          throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage, cause: signal?.aborted ? signal.reason : undefined });
+        }
         throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status, besideEvents.get(event));
       default:
         break;

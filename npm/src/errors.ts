@@ -113,7 +113,8 @@ export class StoreError extends CrucibleError {
   }
 }
 
-/** The run was aborted through its `AbortSignal`. */
+/** The run was aborted through its `AbortSignal`. From `run()` and `resume()`, `cause` is that
+ *  signal's reason: a `TimeoutError` from `AbortSignal.timeout`, or what was passed to `abort()`. */
 export class AbortError extends CrucibleError {
   /** The aborted run, when a run was aborted (`agent.run`/`resume`): resume it by this id. */
   readonly runId: string | undefined;

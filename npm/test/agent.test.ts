@@ -609,9 +609,15 @@ describe('agent over an OpenAI-compatible server', () => {
       // The aborted run is named (a store keeps it resumable under that id) with its usage so far.
       assert.match(e.runId ?? '', /^run_/);
       assert.equal(e.usage?.inputTokens, 0);
+      // A deadline is told from a user's stop by the signal's reason.
+      assert.equal((e.cause as Error | undefined)?.name, 'TimeoutError', String(e.cause));
       return true;
     });
     assert.ok(Date.now() - started < 5000);
+    server.enqueue({ text: 'slow', delayMs: 10_000 });
+    const stop = new AbortController();
+    setTimeout(() => stop.abort('the user left'), 100);
+    await assert.rejects(agent.run('?', { signal: stop.signal }), (e: unknown) => e instanceof AbortError && e.cause === 'the user left');
   });
 
   test('close() aborts the runs still going and waits for them', async () => {
