@@ -352,8 +352,14 @@ export function reportedMessage(body: string): string | undefined {
   const top = Array.isArray(value) && value.length === 1 ? value[0] : value;
   const error = top !== null && typeof top === 'object' ? (top as Record<string, unknown>) : undefined;
   const inner = error?.error !== null && typeof error?.error === 'object' ? (error.error as Record<string, unknown>) : error;
-  const said = [inner?.message, error?.error, error?.message, error?.detail, error?.details].find((v): v is string => typeof v === 'string' && v.trim() !== '');
-  return said?.slice(0, 1000);
+  const bare = typeof error?.error === 'string' && error.error.trim() !== '' ? error.error : undefined;
+  return (errorWords(inner) ?? bare ?? errorWords(error))?.slice(0, 1000);
+}
+
+/** The words of a server's error object: its `message`, else vLLM's `details` or FastAPI's
+ *  `detail`; `undefined` when none is a non-blank string. */
+export function errorWords(error: Readonly<Record<string, unknown>> | undefined): string | undefined {
+  return [error?.message, error?.details, error?.detail].find((v): v is string => typeof v === 'string' && v.trim() !== '');
 }
 
 /**

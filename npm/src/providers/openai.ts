@@ -20,6 +20,7 @@ import {
   functionTools,
   postProvider,
   mergeHeaders,
+  errorWords,
   checkProviderOptions,
   repliesWithJson,
   optionError,
@@ -361,7 +362,6 @@ function streamError(ctx: HttpContext, reported: unknown, raw: string | (() => s
   const status = typeof error.code === 'number' ? error.code : undefined;
   const kind = [error.type, error.code].filter((v) => typeof v === 'string').join(' ');
   const retryable = (status !== undefined && (status === 429 || status >= 500)) || /server_error|overloaded|rate_limit/.test(kind);
-  const said = [error.message, error.details, error.detail].find((v): v is string => typeof v === 'string' && v !== '');
-  const message = said ?? textOf(raw).slice(0, 200);
+  const message = errorWords(error) ?? textOf(raw).slice(0, 200);
   return streamedError(ctx, `server error in stream: ${message}`, { status, retryable, body: textOf(raw) });
 }
