@@ -214,7 +214,7 @@ function refuseMistypedOptions(given: Record<string, unknown>, kinds: Readonly<R
 }
 
 /** Checks the shapes of `createAgent`'s options the core would otherwise refuse without naming
- *  them, or ignore: an `emergent` that is no object (`emergent: true` would leave emergent
+ *  them, or ignore: unknown `emergent` options, an `emergent` that is no object (`emergent: true` would leave emergent
  *  capabilities off without a word), a misspelt `promotionThreshold` key, a `sandbox` that is
  *  none. */
 function refuseMisshapenOptions(options: AgentOptions): void {
@@ -222,6 +222,7 @@ function refuseMisshapenOptions(options: AgentOptions): void {
   const em: unknown = options.emergent;
   if (em === undefined || em === null) return;
   if (!isRecord(em)) throw new CrucibleError('invalid_config', `createAgent: emergent must be an object such as { enabled: true }, got ${describeType(em)}`);
+  refuseUnknownOptions(em, EMERGENT_OPTION_NAMES, 'createAgent: emergent');
   refuseMistypedOptions(em, EMERGENT_OPTION_KINDS, 'createAgent: emergent.');
   const threshold = em.promotionThreshold;
   if (threshold !== undefined && threshold !== null) {
@@ -263,7 +264,6 @@ function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: 
 // run in the `"default"` session, without a word.
 const RUN_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ signal: true, sessionId: true } satisfies Record<keyof RunOptions, true>));
 const RESUME_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ approvals: true, signal: true } satisfies Record<keyof ResumeOptions, true>));
-
 
 /** Per-run options. */
 export interface RunOptions {
@@ -1187,7 +1187,6 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     throw new CrucibleError('invalid_config', 'createAgent: `model` must be a provider such as openai({...})');
   }
   refuseUnknownOptions(options, AGENT_OPTION_NAMES, 'createAgent');
-  if (isRecord(options.emergent)) refuseUnknownOptions(options.emergent, EMERGENT_OPTION_NAMES, 'createAgent: emergent');
   refuseMisshapenOptions(options);
   const core = await loadCore();
   const tools = options.tools ?? [];

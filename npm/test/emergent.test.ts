@@ -1179,8 +1179,10 @@ describe('emergent options and edge cases through createAgent', () => {
     const announced: string[] = [];
     first.on((e) => announced.push(e.type));
     const forging = first.forge(slugify); // its tests wait for the lazy sandbox's Workers
+    // Awaited from now on: the forge may reject while close() still waits for the Workers to exit.
+    const refused = assert.rejects(forging, (e: unknown) => e instanceof CrucibleError && e.code === 'closed', 'the closed agent, not a rejected tool');
     await first.close();
-    await assert.rejects(forging, (e: unknown) => e instanceof CrucibleError && e.code === 'closed', 'the closed agent, not a rejected tool');
+    await refused;
     assert.ok(!announced.includes('forge.rejected'), announced.join(', '));
     const next = await makeAgent(store, {}, 'closing');
     assert.deepEqual(next.emergent.audit(), [], 'the tests the sandbox ended on close are no rejection of the closed agent');
