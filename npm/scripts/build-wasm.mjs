@@ -7,7 +7,7 @@
 // (Debian's binaryen 108 emits wasm that fails to load).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -102,6 +102,15 @@ function checkSourcesStandAlone(artifact) {
   }
 }
 
+// The compiler and wasm-opt shape the bytes as much as the sources do: a rustup update or a new
+// binaryen must not restore wasm the old ones built.
+function toolchainKey() {
+  const rustc = execFileSync('rustc', ['-vV'], { encoding: 'utf8', cwd: root });
+  const require = createRequire(import.meta.url);
+  const binaryen = JSON.parse(readFileSync(require.resolve('binaryen/package.json'), 'utf8')).version;
+  return { rustc, binaryen };
+}
+
 function sourceKey(artifact) {
   checkSourcesStandAlone(artifact);
   const h = createHash('sha256');
@@ -111,7 +120,7 @@ function sourceKey(artifact) {
     if (!existsSync(p)) continue;
     h.update(f).update('\0').update(readFileSync(p)).update('\0');
   }
-  h.update(JSON.stringify({ ...artifact, stripSections: true, optLevel: process.env.CRUCIBLE_OPT_LEVEL ?? artifact.optLevel, skipOpt, bindgen: pinnedWasmBindgenVersion() }));
+  h.update(JSON.stringify({ ...artifact, stripSections: true, optLevel: process.env.CRUCIBLE_OPT_LEVEL ?? artifact.optLevel, skipOpt, bindgen: pinnedWasmBindgenVersion(), ...toolchainKey() }));
   return h.digest('hex').slice(0, 24);
 }
 
@@ -120,7 +129,13 @@ const outputsOf = (name) => [`${name}.js`, `${name}.d.ts`, `${name}_bg.wasm`, `$
 function restoreFromCache(name, key) {
   const dir = join(cacheRoot, `${name}-${key}`);
   if (!outputsOf(name).every((f) => existsSync(join(dir, f)))) return false;
-  for (const f of outputsOf(name)) copyFileSync(join(dir, f), join(outDir, f));
+  try {
+    const now = new Date();
+    utimesSync(dir, now, now); // marks it used, so another build's pruning keeps it
+    for (const f of outputsOf(name)) copyFileSync(join(dir, f), join(outDir, f));
+  } catch {
+    return false; // pruned meanwhile by a build of another clone: build it instead
+  }
   console.error(`${name}: unchanged sources, restored from ${dir}`);
   return true;
 }
@@ -140,6 +155,18 @@ function saveToCache(name, key) {
     rmSync(tmp, { recursive: true, force: true });
     if (!existsSync(dir)) throw err; // another build put the same entry there first
   }
+  pruneCache(name);
+}
+
+// Every source change adds an entry (~4 MB); the cache keeps the ones used last, enough for a
+// few branches or clones built in turn.
+const CACHE_ENTRIES_KEPT = 6;
+function pruneCache(name) {
+  const entries = readdirSync(cacheRoot)
+    .filter((e) => e.startsWith(`${name}-`) && !e.includes('.tmp-'))
+    .map((e) => ({ dir: join(cacheRoot, e), used: statSync(join(cacheRoot, e)).mtimeMs }))
+    .sort((a, b) => b.used - a.used);
+  for (const { dir } of entries.slice(CACHE_ENTRIES_KEPT)) rmSync(dir, { recursive: true, force: true });
 }
 
 // wasm-bindgen's declarations name web platform types (`RequestInfo`, `BufferSource`,
