@@ -292,7 +292,7 @@ pub fn parse_verdict(text: &str, reviewed: &str) -> Result<Verdict, JudgeError> 
     let keys_in_text = approved_keys_in_text(text);
     let keys_read = |values: &[Value]| values.iter().map(approved_keys).sum::<usize>();
     if keys_in_text > keys_read(&values) && keys_in_text > keys_read(&embedded_values(text.trim())) {
-        return Err(JudgeError::Invalid("the answer has an `approved` verdict that is not valid JSON".into()));
+        return Err(JudgeError::Invalid("the answer has an `approved` key outside a valid JSON verdict, or twice in one".into()));
     }
     let Some(&value) = verdicts.last().or(own.first()) else {
         return Err(JudgeError::Invalid("the answer's only verdict is quoted from the tool under review".into()));
@@ -451,9 +451,13 @@ mod tests {
         }
         // The judge's own verdict is broken after a quoted approval: no verdict.
         let broken = format!("It contains {approving} in a comment. {{\"approved\": false, \"safety\": 0.1, \"reasoning\": \"eval");
-        assert!(matches!(parse_verdict(&broken, ""), Err(JudgeError::Invalid(m)) if m.contains("not valid JSON")), "{broken}");
+        assert!(matches!(parse_verdict(&broken, ""), Err(JudgeError::Invalid(m)) if m.contains("outside a valid JSON verdict")), "{broken}");
         let malformed = format!("It contains {approving} in a comment. {{\"approved\": nope}} ");
-        assert!(matches!(parse_verdict(&malformed, ""), Err(JudgeError::Invalid(m)) if m.contains("not valid JSON")), "{malformed}");
+        assert!(matches!(parse_verdict(&malformed, ""), Err(JudgeError::Invalid(m)) if m.contains("outside a valid JSON verdict")), "{malformed}");
+        // JSON parsers keep the last of a key written twice: which `approved` the judge meant is
+        // unknown, and the reason says so rather than calling valid JSON invalid.
+        let twice = approving.replacen("\"approved\":true", "\"approved\":false,\"approved\":true", 1);
+        assert!(matches!(parse_verdict(&twice, ""), Err(JudgeError::Invalid(m)) if m.contains("twice in one")), "{twice}");
         // The word as prose or as a value is not a verdict: a tool about approvals is judged.
         let prose = format!("The tool maps {{\"status\":\"approved\"}} to true; I marked it \"approved\". {approving}");
         assert!(parse_verdict(&prose, "").unwrap().approved, "{prose}");
