@@ -20,8 +20,16 @@ import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_cor
  * instance, since creating an AbortController per call shows up in call latency. */
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 
+/** Longest JSON text (in UTF-16 units) a host tool's value may be, whatever `maxResultBytes`
+ *  says: the ceiling on what enters the core's memory from one call (wasm memory never
+ *  shrinks, so a tool returning 500 MB would keep the instance, every agent of this process
+ *  or page, that large for good). */
+const MAX_HOST_RESULT_UNITS = 16 * 2 ** 20;
+
 /** A tool result as JSON text (`undefined` stays `undefined`); a value with no JSON form (a
- *  function, a `BigInt`, a cycle) throws, which makes the call an `execution_failed` result. */
+ *  function, a `BigInt`, a cycle) throws, which makes the call an `execution_failed` result,
+ *  and text past {@link MAX_HOST_RESULT_UNITS} a `result_too_large` one. Measured here, before
+ *  the core copies it in. */
 function jsonText(value: unknown): string | undefined {
   if (value === undefined) return undefined;
   let text: string | undefined;
@@ -31,6 +39,23 @@ function jsonText(value: unknown): string | undefined {
     throw new Error(`the tool returned a value that is not JSON: ${error instanceof Error ? error.message : String(error)}`);
   }
   if (text === undefined) throw new Error('the tool returned a value that is not JSON: it has no JSON form');
+  if (text.length > MAX_HOST_RESULT_UNITS) {
+    throw new CrucibleError('result_too_large', `the tool returned ${text.length} characters of JSON; the most a host tool may return is ${MAX_HOST_RESULT_UNITS}`);
+  }
+  return text;
+}
+
+/** The JSON text of `agent.tools.call`'s arguments, as the core reads them (`undefined` stays
+ *  `undefined`, which it reads as null); a value with no JSON form is `invalid_config`. */
+function argumentsJson(args: unknown): string | undefined {
+  if (args === undefined) return undefined;
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(args);
+  } catch (error) {
+    throw new AgentRunError('invalid_config', `arguments: ${error instanceof Error ? error.message : describeValue(error)}`, '');
+  }
+  if (text === undefined) throw new AgentRunError('invalid_config', 'arguments: the value has no JSON form', '');
   return text;
 }
 
@@ -352,7 +377,8 @@ interface CoreAgentHandle {
   readonly emergentEnabled: boolean;
   /** `callsRunId`: the run id its judge and its tests' host tools get (see `Agent.#direct`). */
   forge(request: unknown, sessionId: string, scope: string | undefined, signal: AbortSignal | undefined, callsRunId: string): Promise<ForgeResult>;
-  callTool(name: string, args: unknown, sessionId: string, signal: AbortSignal | undefined, runId: string): Promise<unknown>;
+  /** `argsJson`: the arguments' JSON text (`undefined` reads as null). */
+  callTool(name: string, argsJson: string | undefined, sessionId: string, signal: AbortSignal | undefined, runId: string): Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
   requestPromotion(name: string, tier: string, sessionId: string): Promise<PromotionOutcome>;
@@ -733,8 +759,9 @@ export class Agent<Output = unknown> {
       call: (name, args, o) =>
         wrapAsync(() =>
           whileOpen('tools.call', () => {
-            const [tool, sessionId] = [toolName(name, 'tools.call'), session(o)];
-            return this.#direct(abortSignal(o?.signal, 'tools.call'), (signal, runId) => core.callTool(tool, args, sessionId, signal, runId));
+            const [tool, sessionId, signal] = [toolName(name, 'tools.call'), session(o), abortSignal(o?.signal, 'tools.call')];
+            const json = argumentsJson(args);
+            return this.#direct(signal, (s, runId) => core.callTool(tool, json, sessionId, s, runId));
           }),
         ),
       list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o)))),
@@ -1251,12 +1278,13 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     return { id: adapted.id, stream: (request: ModelRequest, runId: string) => adapted.stream({ ...request, maxTokens }, runId) };
   };
   const hub = new EventHub();
-  // Returns the JSON text of what `execute` returns (or `undefined`), or a native promise of
-  // it: the core reads text in one step, and a synchronous tool costs no promise round trip.
-  const callTool = (name: string, args: unknown, runId: string, callId: string, sessionId: string): unknown => {
+  // Values cross as JSON text both ways, inside the call: the arguments come as the core wrote
+  // them, and it gets the JSON text of what `execute` returns (or `undefined`), or a native
+  // promise of it, which it reads in one step; a synchronous tool costs no promise round trip.
+  const callTool = (name: string, argsJson: string, runId: string, callId: string, sessionId: string): unknown => {
     const hostTool = byName.get(name);
     if (!hostTool) throw new CrucibleError('tool_error', `no host tool named ${name}`);
-    const result: unknown = hostTool.execute(args, { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
+    const result: unknown = hostTool.execute(JSON.parse(argsJson), { signal: signals.get(runId) ?? NEVER_ABORTED, runId, callId, sessionId });
     // A thenable (a native promise among them) is adopted as a native promise.
     return then(result, jsonText);
   };

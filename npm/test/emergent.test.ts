@@ -316,6 +316,60 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('a pipeline over host tools that answer at once and ones that return a promise gives the same results; their failures keep their codes', async () => {
+    const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
+    const behaviour = { value: 'ok' as 'ok' | 'throw' | 'huge' | 'bigint' };
+    const answer = (text: string) => {
+      if (behaviour.value === 'throw') throw new Error('the backend is down');
+      if (behaviour.value === 'huge') return { text: 'x'.repeat(17 * 2 ** 20) };
+      if (behaviour.value === 'bigint') return { text: 1n };
+      return { text: `${text}!` };
+    };
+    const bangNow = tool({ name: 'bang_now', description: 'Appends ! at once', inputSchema: textIn, execute: ({ text }: { text: string }) => answer(text) });
+    const bangLater = tool({ name: 'bang_later', description: 'Appends ! after a turn', inputSchema: textIn, execute: async ({ text }: { text: string }) => answer(text) });
+    const agent = await createAgent({
+      model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
+      tools: [upper, bangNow, bangLater],
+      emergent: { enabled: true, judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) } },
+    });
+    for (const last of ['bang_now', 'bang_later']) {
+      const forged = await agent.forge(
+        {
+          name: `shout_${last}`,
+          description: 'Uppercases, then appends !',
+          inputSchema: textIn,
+          outputSchema: textIn,
+          implementation: { mode: 'compose', steps: [{ name: 'up', tool: 'upper', inputMapping: { text: '$input.text' } }, { name: 'bang', tool: last, inputMapping: { text: '$prev.text' } }] },
+          testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'A!' } }, { input: { text: 'é 🌍' }, expectedOutput: { text: 'É 🌍!' } }],
+        },
+        { sessionId: 's' },
+      );
+      assert.ok(forged.success, JSON.stringify(forged));
+      const name = `shout_${last}`;
+      assert.deepEqual(await agent.tools.call(name, { text: 'héllo "q" \\ 🌍' }, { sessionId: 's' }), { text: 'HÉLLO "Q" \\ 🌍!' });
+      // Cut inside the emoji: a lone surrogate arrives as U+FFFD, as any JS string passed in.
+      assert.deepEqual(await agent.tools.call(name, { text: '🌍'.slice(0, 1) }, { sessionId: 's' }), { text: '\ufffd!' });
+      behaviour.value = 'throw';
+      await assert.rejects(agent.tools.call(name, { text: 'a' }, { sessionId: 's' }), (e: unknown) => e instanceof CrucibleError && e.code === 'execution_failed' && /the backend is down/.test(e.message));
+      behaviour.value = 'huge';
+      await assert.rejects(agent.tools.call(name, { text: 'a' }, { sessionId: 's' }), (e: unknown) => e instanceof CrucibleError && e.code === 'result_too_large' && /16777216/.test(e.message));
+      behaviour.value = 'bigint';
+      await assert.rejects(agent.tools.call(name, { text: 'a' }, { sessionId: 's' }), (e: unknown) => e instanceof CrucibleError && e.code === 'execution_failed' && /not JSON/.test(e.message));
+      behaviour.value = 'ok';
+      // Arguments with no JSON form never reach the core.
+      const cyclic: Record<string, unknown> = { text: 'a' };
+      cyclic.self = cyclic;
+      await assert.rejects(agent.tools.call(name, cyclic, { sessionId: 's' }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_config' && /^arguments: /.test(e.message));
+      await assert.rejects(agent.tools.call(name, () => 1, { sessionId: 's' }), { code: 'invalid_config', message: 'arguments: the value has no JSON form' });
+      // `undefined` arguments are null, which the input schema refuses.
+      await assert.rejects(agent.tools.call(name, undefined, { sessionId: 's' }), { code: 'invalid_arguments' });
+    }
+    // Every call that reached the tool counts, failures included; refused arguments do not.
+    const stats = Object.fromEntries(agent.tools.list({ sessionId: 's' }).map((t) => [t.name, [t.stats.calls, t.stats.successes]]));
+    assert.deepEqual(stats, { shout_bang_now: [5, 2], shout_bang_later: [5, 2] });
+    await agent.close();
+  });
+
   test('a listener that calls back into the registry while it is told of an event does not break the core', async () => {
     const agent = await makeAgent(memoryStore());
     const seen: string[] = [];

@@ -14,7 +14,7 @@ use crate::store::Store;
 use crate::tools::{is_valid_tool_name, Tool, ToolSet};
 
 use super::emergent::load_registry;
-use super::interop::{error_object, from_js, to_js, ApprovalMode, JsAbortSignal, JsEnvironment, JsModel, JsOutputCheck, JsStore, JsTool};
+use super::interop::{error_object, from_js, to_js, ApprovalMode, JsAbortSignal, JsCallIds, JsEnvironment, JsModel, JsOutputCheck, JsStore, JsTool};
 
 #[wasm_bindgen(typescript_custom_section)]
 const EVENT_TYPES: &'static str = r#"
@@ -88,7 +88,7 @@ impl Drop for CoreAgent {
 impl CoreAgent {
     /// `config`: AgentConfig (camelCase); `model`: `{ id, stream(request, runId) }`;
     /// `tools`: `[{ name, description, inputSchema, outputSchema? }]`;
-    /// `call_tool`: `(name, args, runId, callId, sessionId) => jsonText | undefined | Promise<…>`
+    /// `call_tool`: `(name, argsJson, runId, callId, sessionId) => jsonText | undefined | Promise<…>`
     /// (the JSON text of the result; a native
     /// promise: other thenables are adopted on the TS side).
     /// Builds the agent. `check_approval`: `(name, args) => boolean | Promise<boolean>` for
@@ -120,6 +120,7 @@ impl CoreAgent {
         let check_approval = Rc::new(check_approval);
         let specs: Vec<HostToolSpec> = from_js(tools, "tools")?;
         let call_tool = Rc::new(call_tool);
+        let ids = Rc::new(JsCallIds::default());
         let mut set = ToolSet::new();
         for spec in specs {
             if !is_valid_tool_name(&spec.name) {
@@ -133,7 +134,7 @@ impl CoreAgent {
                 Value::String(s) if s == "predicate" => ApprovalMode::Predicate,
                 _ => ApprovalMode::Never,
             };
-            let handler = Rc::new(JsTool::new(&spec.name, call_tool.clone(), approval, check_approval.clone()));
+            let handler = Rc::new(JsTool::new(&spec.name, call_tool.clone(), approval, check_approval.clone(), ids.clone()));
             let tool = Tool::new(&spec.name, spec.description, &spec.input_schema, spec.output_schema.as_ref(), handler)
                 .map_err(|e| error_object("invalid_config", &format!("tool `{}`: {e}", spec.name)))?;
             set.insert(tool);

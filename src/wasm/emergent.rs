@@ -15,7 +15,7 @@ use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{decode, error_object, from_js, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
+use super::interop::{decode, error_object, from_js, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -145,13 +145,21 @@ impl CoreAgent {
         }))
     }
 
-    /// Calls a registered (forged) tool by name as the session sees it.
+    /// Calls a registered (forged) tool by name as the session sees it. `args_json`: the
+    /// arguments' JSON text (`JSON.stringify` on the host; `undefined` reads as `null`).
     #[wasm_bindgen(js_name = callTool)]
     /// `signal` aborts the call (a sandboxed tool's execution with it) and rejects with
     /// `aborted`. Host tools it reaches (a pipeline's steps) get `run_id` as their run id.
-    pub fn call_tool(&self, name: String, args: JsValue, session_id: String, signal: Option<web_sys::AbortSignal>, run_id: String) -> Result<Promise, JsValue> {
+    pub fn call_tool(
+        &self,
+        name: String,
+        args_json: Option<String>,
+        session_id: String,
+        signal: Option<web_sys::AbortSignal>,
+        run_id: String,
+    ) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        let args: Value = from_js(args, "arguments")?;
+        let args: Value = from_json_text(args_json.as_deref().unwrap_or("null"), "arguments")?;
         let nesting = host_tool_nesting();
         Ok(promise_now(async move {
             let signal = signal.map(JsAbortSignal);

@@ -21,10 +21,6 @@ use crate::tools::{CallContext, Nesting, ToolFailure, ToolHandler};
 /// Longest error message copied from a JS exception (host errors can be huge).
 const MAX_ERROR_MESSAGE: usize = 2000;
 
-/// Longest JSON text (in UTF-16 units) a host tool's value may be, whatever `maxResultBytes`
-/// says: the ceiling on what enters this instance's memory from one call.
-const MAX_HOST_RESULT_UNITS: usize = 16 << 20;
-
 // Values cross the boundary as JSON text: `serde_json` on this side, the engine's native
 // `JSON.parse`/`JSON.stringify` on the other. Walking an object field by field from wasm
 // (serde-wasm-bindgen) costs a boundary call and a string decode per key and value, which made
@@ -40,6 +36,13 @@ extern "C" {
     fn json_parse(text: &str) -> JsValue;
     #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
     fn json_stringify(value: &JsValue) -> Result<Option<String>, JsValue>;
+
+    /// The host's `callTool(name, argsJson, runId, callId, sessionId)` (see [`JsTool`]).
+    type HostCallTool;
+    // The arguments cross as JSON text inside the call itself, not as an object parsed in a
+    // call of their own.
+    #[wasm_bindgen(method, js_name = call, catch)]
+    fn call(this: &HostCallTool, context: &JsValue, name: &JsValue, args_json: &str, run_id: &JsValue, call_id: &JsValue, session_id: &JsValue) -> Result<JsValue, JsValue>;
 }
 
 /// Rust → JS with JSON semantics (maps become plain objects).
@@ -63,6 +66,11 @@ pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> 
 /// JS → Rust for arguments of the exported API (`what` names the argument in the error).
 pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result<T, JsValue> {
     decode(&value).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
+}
+
+/// [`from_js`] for a value the host already wrote with `JSON.stringify`.
+pub(crate) fn from_json_text<T: DeserializeOwned>(text: &str, what: &str) -> Result<T, JsValue> {
+    serde_json::from_str(&crate::js_json::well_formed(text)).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
 }
 
 /// A plain `{ code, message }` object; the TS layer turns it into a typed error class.
@@ -215,30 +223,34 @@ pub(crate) enum ApprovalMode {
     Predicate,
 }
 
-/// A host tool: the TS side's `callTool(name, args, runId, callId, sessionId)`, which returns
-/// the JSON text of the tool's value (or `undefined`), or a native `Promise` of it.
+/// A host tool: the TS side's `callTool(name, argsJson, runId, callId, sessionId)`, which
+/// returns the JSON text of the tool's value (or `undefined`), or a native `Promise` of it. The
+/// host bounds that text (16 Mi UTF-16 units) before it returns it: what it returns is copied
+/// into this instance's memory, which never shrinks.
 pub(crate) struct JsTool {
     call_tool: Rc<Function>,
     approval: ApprovalMode,
     check_approval: Rc<Function>,
-    /// The tool's name as a JS string, made once; run and session ids are reused while they
-    /// repeat: each new JS string is a UTF-8 decode across the boundary, per call.
+    /// The tool's name as a JS string, made once (each new JS string is a UTF-8 decode across
+    /// the boundary).
     js_name: JsValue,
-    last_run: JsStringCache,
-    last_session: JsStringCache,
+    ids: Rc<JsCallIds>,
 }
 
 impl JsTool {
-    pub(crate) fn new(name: &str, call_tool: Rc<Function>, approval: ApprovalMode, check_approval: Rc<Function>) -> Self {
-        Self {
-            call_tool,
-            approval,
-            check_approval,
-            js_name: JsValue::from_str(name),
-            last_run: JsStringCache::default(),
-            last_session: JsStringCache::default(),
-        }
+    pub(crate) fn new(name: &str, call_tool: Rc<Function>, approval: ApprovalMode, check_approval: Rc<Function>, ids: Rc<JsCallIds>) -> Self {
+        Self { call_tool, approval, check_approval, js_name: JsValue::from_str(name), ids }
     }
+}
+
+/// The run, call and session ids last passed to a host tool, as JS strings, shared by an
+/// agent's host tools: they repeat from call to call, and the steps of one pipeline call pass
+/// the same call id to different tools, so each is decoded across the boundary once.
+#[derive(Default)]
+pub(crate) struct JsCallIds {
+    run: JsStringCache,
+    call: JsStringCache,
+    session: JsStringCache,
 }
 
 /// The JS string of the last Rust string asked for.
@@ -248,19 +260,23 @@ struct JsStringCache(std::cell::RefCell<Option<(String, JsValue)>>);
 impl JsStringCache {
     fn get(&self, s: &str) -> JsValue {
         let mut last = self.0.borrow_mut();
-        match last.as_ref() {
-            Some((text, value)) if text == s => value.clone(),
-            _ => {
-                let value = JsValue::from_str(s);
-                *last = Some((s.to_string(), value.clone()));
-                value
+        if let Some((text, value)) = last.as_mut() {
+            if text != s {
+                // A new id most calls (call ids): the text's buffer is reused.
+                text.clear();
+                text.push_str(s);
+                *value = JsValue::from_str(s);
             }
+            return value.clone();
         }
+        let value = JsValue::from_str(s);
+        *last = Some((s.to_string(), value.clone()));
+        value
     }
 }
 
 thread_local! {
-    /// The nesting of the host tool running on this stack right now (inside `call5`).
+    /// The nesting of the host tool running on this stack right now (inside its call).
     static HOST_TOOL_NESTING: std::cell::RefCell<Nesting> = std::cell::RefCell::default();
 }
 
@@ -275,38 +291,38 @@ pub(crate) fn host_tool_nesting() -> Nesting {
 #[async_trait(?Send)]
 impl ToolHandler for JsTool {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
-        // The host's own codes that mean what they say here: its abort, and a Standard Schema
-        // refusing the arguments or the result (see `tool()`); anything else failed executing.
+        // The host's own codes that mean what they say here: its abort, a Standard Schema
+        // refusing the arguments or the result (see `tool()`), and a result past the bound the
+        // host enforces (see `MAX_HOST_RESULT_UNITS` in agent.ts); anything else failed executing.
         let failure = |e: JsValue| {
             let (code, message, _) = describe_thrown(&e);
-            let code = code.filter(|c| matches!(c.as_str(), "aborted" | "invalid_arguments" | "invalid_output"));
+            let code = code.filter(|c| matches!(c.as_str(), "aborted" | "invalid_arguments" | "invalid_output" | "result_too_large"));
             ToolFailure::new(code.unwrap_or_else(|| "execution_failed".into()), message)
         };
-        let js_args = to_js(&args).map_err(failure)?;
-        let (run, call, session) = (self.last_run.get(&ctx.run_id), JsValue::from_str(&ctx.call_id), self.last_session.get(&ctx.session_id));
+        let args_json = serde_json::to_string(&args).map_err(|e| ToolFailure::new("execution_failed", format!("the arguments could not be written: {e}")))?;
+        let ids = &self.ids;
+        let (run, call, session) = (ids.run.get(&ctx.run_id), ids.call.get(&ctx.call_id), ids.session.get(&ctx.session_id));
         let outer = HOST_TOOL_NESTING.with(|n| n.replace(ctx.nesting()));
-        let returned = self.call_tool.call5(&JsValue::NULL, &self.js_name, &js_args, &run, &call, &session);
+        let returned = self.call_tool.unchecked_ref::<HostCallTool>().call(&JsValue::NULL, &self.js_name, &args_json, &run, &call, &session);
         HOST_TOOL_NESTING.with(|n| *n.borrow_mut() = outer);
         let returned = returned.map_err(failure)?;
-        // A synchronous tool's value is used as is: no promise round trip.
-        let result = match returned.dyn_into::<Promise>() {
-            Ok(promise) => JsFuture::from(promise).await.map_err(failure)?,
-            Err(value) => value,
+        // A synchronous tool's text is read in the call that also tells it is text: no promise
+        // round trip, and no other question across the boundary (each is a call out to JS).
+        let text = match returned.as_string() {
+            Some(text) => text,
+            None => {
+                let settled = match returned.dyn_into::<Promise>() {
+                    Ok(promise) => JsFuture::from(promise).await.map_err(failure)?,
+                    Err(value) => value,
+                };
+                match settled.as_string() {
+                    Some(text) => text,
+                    None if settled.is_undefined() => return Ok(Value::Null),
+                    None => return Err(ToolFailure::new("execution_failed", "the host returned something other than JSON text")),
+                }
+            }
         };
-        // Measured before it is copied in: wasm memory never shrinks, so a host tool returning
-        // 500 MB would keep the instance (every agent of this process) that large for good.
-        if let Some(units) = result.dyn_ref::<js_sys::JsString>().map(|s| s.length() as usize).filter(|&n| n > MAX_HOST_RESULT_UNITS) {
-            return Err(ToolFailure::new(
-                "result_too_large",
-                format!("the tool returned {units} characters of JSON; the most a host tool may return is {MAX_HOST_RESULT_UNITS}"),
-            ));
-        }
-        match result.as_string() {
-            Some(text) => serde_json::from_str(&crate::js_json::well_formed(&text))
-                .map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}"))),
-            None if result.is_undefined() => Ok(Value::Null),
-            None => Err(ToolFailure::new("execution_failed", "the host returned something other than JSON text")),
-        }
+        serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")))
     }
 
     async fn needs_approval(&self, args: &Value) -> bool {
