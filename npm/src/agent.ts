@@ -756,14 +756,25 @@ export class Agent<Output = unknown> {
     };
     const toolName = (name: unknown, what: string) => requireString(name, `${what}: the tool name`);
     this.tools = {
-      call: (name, args, o) =>
-        wrapAsync(() =>
-          whileOpen('tools.call', () => {
-            const [tool, sessionId, signal] = [toolName(name, 'tools.call'), session(o), abortSignal(o?.signal, 'tools.call')];
-            const json = argumentsJson(args);
-            return this.#direct(signal, (s, runId) => core.callTool(tool, json, sessionId, s, runId));
-          }),
-        ),
+      call: (name, args, o) => {
+        let call: Promise<unknown>;
+        try {
+          this.#assertOpen('tools.call');
+          const [tool, sessionId, signal] = [toolName(name, 'tools.call'), session(o), abortSignal(o?.signal, 'tools.call')];
+          const json = argumentsJson(args);
+          if (signal) return wrapAsync(() => this.#direct(signal, (s, runId) => core.callTool(tool, json, sessionId, s, runId)));
+          call = core.callTool(tool, json, sessionId, undefined, '');
+        } catch (error) {
+          return Promise.reject(toCrucibleError(error, ''));
+        }
+        // Without a signal `#direct` has nothing to register: one reaction types the failure,
+        // where two async wrappers' promises and queue turns were 3-5% of a compose call.
+        return call.then(undefined, (error: unknown) => {
+          // Holds the agent, as `#direct` does: reachable while the call is in flight.
+          void this;
+          throw toCrucibleError(error, '');
+        });
+      },
       list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o)))),
     };
     this.emergent = {
