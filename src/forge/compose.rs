@@ -242,7 +242,15 @@ impl Mapping {
                 Ok(Value::String(out))
             }
             Self::Array(items) => items.iter().map(|x| x.resolve(scope, budget)).collect::<Result<Vec<_>, _>>().map(Value::Array),
-            Self::Object(fields) => fields.iter().map(|(k, x)| Ok((k.clone(), x.resolve(scope, budget)?))).collect::<Result<Map<_, _>, _>>().map(Value::Object),
+            Self::Object(fields) => {
+                // Sized up front: collecting through `Result` gives the map no size hint, and
+                // growing it rehashed every step's arguments.
+                let mut out = Map::with_capacity(fields.len());
+                for (k, x) in fields {
+                    out.insert(k.clone(), x.resolve(scope, budget)?);
+                }
+                Ok(Value::Object(out))
+            }
         }
     }
 }

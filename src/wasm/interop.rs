@@ -470,8 +470,26 @@ impl Environment for JsEnvironment {
     }
 
     fn new_id(&self, prefix: &str) -> String {
-        self.counter.set(self.counter.get() + 1);
-        format!("{prefix}_{}{}", self.salt, self.counter.get())
+        let n = self.counter.get() + 1;
+        self.counter.set(n);
+        // Written by hand: `format!`'s machinery was 2% of a direct compose call (profiled).
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut rest = n;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let mut id = String::with_capacity(prefix.len() + 1 + self.salt.len() + digits.len() - start);
+        id.push_str(prefix);
+        id.push('_');
+        id.push_str(&self.salt);
+        id.extend(digits[start..].iter().map(|&d| char::from(d)));
+        id
     }
 }
 
