@@ -59,6 +59,12 @@ function argumentsJson(args: unknown): string | undefined {
   return text;
 }
 
+/** A tool's value from what `core.callTool` gives: the JSON text of a call that finished at
+ *  once, or a promise of the value. */
+function valueOf(called: string | Promise<unknown>): unknown {
+  return typeof called === 'string' ? JSON.parse(called) : called;
+}
+
 /** Options of {@link createAgent}. */
 export interface AgentOptions {
   model: ModelProvider;
@@ -377,8 +383,9 @@ interface CoreAgentHandle {
   readonly emergentEnabled: boolean;
   /** `callsRunId`: the run id its judge and its tests' host tools get (see `Agent.#direct`). */
   forge(request: unknown, sessionId: string, scope: string | undefined, signal: AbortSignal | undefined, callsRunId: string): Promise<ForgeResult>;
-  /** `argsJson`: the arguments' JSON text (`undefined` reads as null). */
-  callTool(name: string, argsJson: string | undefined, sessionId: string, signal: AbortSignal | undefined, runId: string): Promise<unknown>;
+  /** `argsJson`: the arguments' JSON text (`undefined` reads as null). The result's JSON text
+   *  when the call finished at once (see {@link valueOf}), else a promise of the result. */
+  callTool(name: string, argsJson: string | undefined, sessionId: string, signal: AbortSignal | undefined, runId: string | undefined): string | Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
   requestPromotion(name: string, tier: string, sessionId: string): Promise<PromotionOutcome>;
@@ -757,13 +764,15 @@ export class Agent<Output = unknown> {
     const toolName = (name: unknown, what: string) => requireString(name, `${what}: the tool name`);
     this.tools = {
       call: (name, args, o) => {
-        let call: Promise<unknown>;
+        let call: string | Promise<unknown>;
         try {
           this.#assertOpen('tools.call');
           const [tool, sessionId, signal] = [toolName(name, 'tools.call'), session(o), abortSignal(o?.signal, 'tools.call')];
           const json = argumentsJson(args);
-          if (signal) return wrapAsync(() => this.#direct(signal, (s, runId) => core.callTool(tool, json, sessionId, s, runId)));
-          call = core.callTool(tool, json, sessionId, undefined, '');
+          if (signal) return wrapAsync(() => this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))));
+          call = core.callTool(tool, json, sessionId, undefined, undefined);
+          // Finished at once (a pipeline of synchronous host tools): no reaction to wait for.
+          if (typeof call === 'string') return Promise.resolve(JSON.parse(call));
         } catch (error) {
           return Promise.reject(toCrucibleError(error, ''));
         }

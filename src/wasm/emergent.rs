@@ -68,16 +68,18 @@ pub(super) async fn load_registry(
     Ok(registry)
 }
 
-/// A promise of `future`'s outcome. The future is polled once right away: a call that never
-/// waits (a sandbox-free pipeline of synchronous host tools) settles without a trip through the
-/// microtask queue; one that waits continues there. Polling first with a no-op waker is sound:
-/// every poll registers the current waker, and the queue polls again with a real one.
-fn promise_now(future: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
+/// `future`'s value as JSON text when it is ready at once (a call that never waits: a
+/// sandbox-free pipeline of synchronous host tools), its error thrown; otherwise a promise of
+/// its value, which continues in the microtask queue. Polling first with a no-op waker is
+/// sound: every poll registers the current waker, and the queue polls again with a real one.
+fn text_now_or_promise(future: impl std::future::Future<Output = Result<Value, JsValue>> + 'static) -> Result<JsValue, JsValue> {
     let mut future = Box::pin(future);
     match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
-        std::task::Poll::Ready(Ok(value)) => Promise::resolve(&value),
-        std::task::Poll::Ready(Err(error)) => Promise::reject(&error),
-        std::task::Poll::Pending => future_to_promise(future),
+        // Text, not an object: the host parses it where it makes the call's promise, so a
+        // call that finished costs no calls out to JS for JSON.parse and Promise.resolve.
+        std::task::Poll::Ready(Ok(value)) => serde_json::to_string(&value).map(|text| JsValue::from_str(&text)).map_err(|e| error_object("internal", &e.to_string())),
+        std::task::Poll::Ready(Err(error)) => Err(error),
+        std::task::Poll::Pending => Ok(future_to_promise(async move { to_js(&future.await?) }).into()),
     }
 }
 
@@ -147,29 +149,32 @@ impl CoreAgent {
 
     /// Calls a registered (forged) tool by name as the session sees it. `args_json`: the
     /// arguments' JSON text (`JSON.stringify` on the host; `undefined` reads as `null`).
-    #[wasm_bindgen(js_name = callTool)]
+    /// Returns the result's JSON text when the call finished at once (it throws its error when
+    /// it failed at once), else a promise of the result.
+    #[wasm_bindgen(js_name = callTool, unchecked_return_type = "string | Promise<unknown>")]
     /// `signal` aborts the call (a sandboxed tool's execution with it) and rejects with
-    /// `aborted`. Host tools it reaches (a pipeline's steps) get `run_id` as their run id.
+    /// `aborted`. Host tools it reaches (a pipeline's steps) get `run_id` as their run id
+    /// (`undefined`: none).
     pub fn call_tool(
         &self,
         name: String,
         args_json: Option<String>,
         session_id: String,
         signal: Option<web_sys::AbortSignal>,
-        run_id: String,
-    ) -> Result<Promise, JsValue> {
+        run_id: Option<String>,
+    ) -> Result<JsValue, JsValue> {
         let registry = self.registry()?;
         let args: Value = from_json_text(args_json.as_deref().unwrap_or("null"), "arguments")?;
         let nesting = host_tool_nesting();
-        Ok(promise_now(async move {
+        text_now_or_promise(async move {
             let signal = signal.map(JsAbortSignal);
-            let call = registry.call_as(&name, args, &session_id, &run_id, nesting);
+            let call = registry.call_as(&name, args, &session_id, run_id.as_deref().unwrap_or(""), nesting);
             match unless_cancelled(signal.as_ref().map(|s| s as &dyn CancelSignal), call).await {
-                Some(Ok(v)) => to_js(&v),
+                Some(Ok(v)) => Ok(v),
                 Some(Err(failure)) => Err(error_object(&failure.code, &failure.message)),
                 None => Err(aborted("the tool call")),
             }
-        }))
+        })
     }
 
     /// The forged tools a session sees (ToolInfo[]).
