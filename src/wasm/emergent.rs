@@ -77,7 +77,9 @@ fn text_now_or_promise(future: impl std::future::Future<Output = Result<Value, J
     match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
         // Text, not an object: the host parses it where it makes the call's promise, so a
         // call that finished costs no calls out to JS for JSON.parse and Promise.resolve.
-        std::task::Poll::Ready(Ok(value)) => serde_json::to_string(&value).map(|text| JsValue::from_str(&text)).map_err(|e| error_object("internal", &e.to_string())),
+        std::task::Poll::Ready(Ok(value)) => {
+            serde_json::to_string(&value).map(|text| JsValue::from_str(&text)).map_err(|e| error_object("internal", &e.to_string()))
+        }
         std::task::Poll::Ready(Err(error)) => Err(error),
         std::task::Poll::Pending => Ok(future_to_promise(async move { to_js(&future.await?) }).into()),
     }

@@ -42,7 +42,15 @@ extern "C" {
     // The arguments cross as JSON text inside the call itself, not as an object parsed in a
     // call of their own.
     #[wasm_bindgen(method, js_name = call, catch)]
-    fn call(this: &HostCallTool, context: &JsValue, name: &JsValue, args_json: &str, run_id: &JsValue, call_id: &JsValue, session_id: &JsValue) -> Result<JsValue, JsValue>;
+    fn call(
+        this: &HostCallTool,
+        context: &JsValue,
+        name: &JsValue,
+        args_json: &str,
+        run_id: &JsValue,
+        call_id: &JsValue,
+        session_id: &JsValue,
+    ) -> Result<JsValue, JsValue>;
 }
 
 /// Rust → JS with JSON semantics (maps become plain objects).
@@ -322,7 +330,8 @@ impl ToolHandler for JsTool {
                 }
             }
         };
-        serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")))
+        serde_json::from_str(&crate::js_json::well_formed(&text))
+            .map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")))
     }
 
     async fn needs_approval(&self, args: &Value) -> bool {
