@@ -878,14 +878,22 @@ export class Agent<Output = unknown> {
   stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.run/stream: options must be an object'));
-    const unknownRunOption = unknownOptionsError(options, RUN_OPTION_NAMES, 'agent.run/stream');
-    if (unknownRunOption) return failing(unknownRunOption);
-    if (options.sessionId !== undefined && typeof options.sessionId !== 'string') {
-      return failing(notString(options.sessionId, 'agent.run/stream: sessionId', 'invalid_config'));
+    // Read once: a getter could answer differently the second time.
+    let signal: AbortSignal | undefined;
+    let sessionId: string | undefined;
+    try {
+      const unknownRunOption = unknownOptionsError(options, RUN_OPTION_NAMES, 'agent.run/stream');
+      if (unknownRunOption) return failing(unknownRunOption);
+      ({ signal, sessionId } = options);
+    } catch (error) {
+      return failing(unreadableOptions(error, 'agent.run/stream'));
     }
-    const wrongSignal = notSignal(options.signal, 'agent.run/stream', 'invalid_config');
+    if (sessionId !== undefined && typeof sessionId !== 'string') {
+      return failing(notString(sessionId, 'agent.run/stream: sessionId', 'invalid_config'));
+    }
+    const wrongSignal = readSignal(signal, 'agent.run/stream');
     if (wrongSignal) return failing(wrongSignal);
-    return this.#drive(newRunId(), options.signal, (runId, onEvent, signal) => this.#core.run(input, runId, options.sessionId, onEvent, signal));
+    return this.#drive(newRunId(), signal, (runId, onEvent, runSignal) => this.#core.run(input, runId, sessionId, onEvent, runSignal));
   }
 
   /**
@@ -894,22 +902,30 @@ export class Agent<Output = unknown> {
    * {@link RunResult} itself (`{ runId, state }`: without a store, its state is what runs).
    */
   resumeStream(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
-    if (typeof run !== 'string' && (run === null || typeof run !== 'object' || typeof run.runId !== 'string')) {
+    if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
+    let runId: unknown;
+    let state: unknown;
+    let signal: AbortSignal | undefined;
+    let approvals: ApprovalDecision[] | undefined;
+    try {
+      [runId, state] = typeof run === 'string' ? [run, undefined] : run !== null && typeof run === 'object' ? [run.runId, run.state] : [undefined, undefined];
+      const unknownResumeOption = unknownOptionsError(options, RESUME_OPTION_NAMES, 'agent.resume');
+      if (unknownResumeOption) return failing(unknownResumeOption);
+      ({ signal, approvals } = options);
+    } catch (error) {
+      return failing(unreadableOptions(error, 'agent.resume'));
+    }
+    if (typeof runId !== 'string') {
       return failing(new CrucibleError('invalid_config', 'agent.resume: pass a run id or the paused RunResult ({ runId, state })'));
     }
-    if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
-    const unknownResumeOption = unknownOptionsError(options, RESUME_OPTION_NAMES, 'agent.resume');
-    if (unknownResumeOption) return failing(unknownResumeOption);
-    const wrongSignal = notSignal(options.signal, 'agent.resume', 'invalid_config');
+    const wrongSignal = readSignal(signal, 'agent.resume');
     if (wrongSignal) return failing(wrongSignal);
-    const runId = typeof run === 'string' ? run : run.runId;
-    const state = typeof run === 'string' ? undefined : run.state;
-    return this.#drive(runId, options.signal, (id, onEvent, signal) => this.#core.resume(id, state, options.approvals, onEvent, signal));
+    return this.#drive(runId, signal, (id, onEvent, runSignal) => this.#core.resume(id, state, approvals, onEvent, runSignal));
   }
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
   resume<O = Output>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.resumeStream(run, options), options?.signal ?? undefined);
+    return collect<O>(this.resumeStream(run, options), signalOf(options));
   }
 
   async *#drive(
@@ -1016,7 +1032,7 @@ export class Agent<Output = unknown> {
    * invalid structured output) or {@link AbortError}.
    */
   run<O = Output>(input: string, options: RunOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.stream(input, options), options?.signal ?? undefined);
+    return collect<O>(this.stream(input, options), signalOf(options));
   }
 
   /** The conversation of a session so far. */
@@ -1081,7 +1097,12 @@ export class Agent<Output = unknown> {
     // A second close() waits for the first (its caller may open the same agent id next); a
     // failed final write is told to the first caller only.
     if (this.#closing) return this.#closing.catch(() => undefined);
-    const flushTimeoutMs = options?.flushTimeoutMs ?? DEFAULT_CLOSE_FLUSH_TIMEOUT_MS;
+    let flushTimeoutMs: unknown;
+    try {
+      flushTimeoutMs = options?.flushTimeoutMs ?? DEFAULT_CLOSE_FLUSH_TIMEOUT_MS;
+    } catch (error) {
+      return Promise.reject(unreadableOptions(error, 'close', 'invalid_argument'));
+    }
     if (!(typeof flushTimeoutMs === 'number' && flushTimeoutMs >= 0 && Number.isFinite(flushTimeoutMs))) {
       return Promise.reject(new CrucibleError('invalid_argument', `close: flushTimeoutMs must be a finite number of ms ≥ 0, got ${String(flushTimeoutMs)}`));
     }
@@ -1437,6 +1458,41 @@ async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
     throw new CrucibleError('invalid_config', `createAgent: emergent.${named}`, { cause: error });
   }
   return createSandbox(options);
+}
+
+/**
+ * The `invalid_config` for options that threw when read (a getter, a Proxy trap), with what
+ * they threw as its `cause`. Methods that answer with a promise or a stream fail through it:
+ * a throw where the call was made would escape a caller's `.catch` and `for await`.
+ */
+function unreadableOptions(error: unknown, where: string, code: 'invalid_config' | 'invalid_argument' = 'invalid_config'): CrucibleError {
+  if (error instanceof CrucibleError) return error;
+  let message: string;
+  try {
+    message = error instanceof Error ? error.message : String(error);
+  } catch {
+    message = 'what they threw cannot be shown';
+  }
+  return new CrucibleError(code, `${where}: the options could not be read: ${message}`, { cause: error });
+}
+
+/** The run's signal for `collect` (which only names it as an abort's cause); options that
+ *  cannot be read have none, and their stream fails on them already. */
+function signalOf(options: unknown): AbortSignal | undefined {
+  try {
+    return (options as RunOptions | null | undefined)?.signal ?? undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** {@link notSignal} for a run's options, whose reading of the signal's fields may throw too. */
+function readSignal(signal: unknown, what: string): CrucibleError | undefined {
+  try {
+    return notSignal(signal, what, 'invalid_config');
+  } catch (error) {
+    return unreadableOptions(error, what);
+  }
 }
 
 /** `signal` checked for the bindings, which take any object for an `AbortSignal`; an already

@@ -802,6 +802,32 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('options that throw when read (a getter, a Proxy) fail run, resume, stream and close through their promise, never where they were called', async () => {
+    const agent = await createAgent({ model: model() });
+    const throwing = [
+      new Proxy({}, { ownKeys: () => { throw new Error('ownKeys trap throws'); } }),
+      { get signal(): never { throw new Error('signal getter throws'); } },
+      { get sessionId(): never { throw new Error('sessionId getter throws'); } },
+    ];
+    const unreadable = (where: string, code = 'invalid_config') => (e: unknown) =>
+      e instanceof CrucibleError && e.code === code && e.message.startsWith(`${where}: the options could not be read: `) && /throws/.test(String((e.cause as Error).message));
+    for (const options of throwing) {
+      let pending: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => void (pending = agent.run('hi', options as never)), 'run');
+      await assert.rejects(pending!, unreadable('agent.run/stream'));
+      await assert.rejects(agent.stream('hi', options as never).next(), unreadable('agent.run/stream'));
+      if ('sessionId' in options) continue; // not an option of resume
+      assert.doesNotThrow(() => void (pending = agent.resume('run_x', options as never)), 'resume');
+      await assert.rejects(pending!, unreadable('agent.resume'));
+    }
+    assert.doesNotThrow(() => void agent.resume({ get runId(): never { throw new Error('runId getter throws'); } }).catch(() => undefined), 'resume of a run object');
+    assert.deepEqual(agent.history('default'), [], 'nothing ran');
+    let closing: Promise<void> | undefined;
+    assert.doesNotThrow(() => void (closing = agent.close({ get flushTimeoutMs(): never { throw new Error('getter throws'); } })), 'close');
+    await assert.rejects(closing!, unreadable('close', 'invalid_argument'));
+    await agent.close();
+  });
+
   test('a run or resume option the agent does not have is refused: a misspelt sessionId would have run in the default session', async () => {
     const agent = await createAgent({ model: model() });
     await assert.rejects(agent.run('hi', { sesionId: 's1' } as never), { code: 'invalid_config', message: /agent\.run\/stream: unknown option sesionId; the options are signal, sessionId/ });
