@@ -695,7 +695,8 @@ export class Agent<Output = unknown> {
     /** A person grants a pending shared promotion: the version they were shown moves to the
      *  shared tier (a tool changed since is refused, `invalid_promotion`). */
     approve(approvalId: string): Promise<ToolInfo>;
-    /** A person refuses a pending shared promotion; `reason` goes into the audit trail. */
+    /** A person refuses a pending shared promotion; `reason` (a string, default `"denied"`) goes
+     *  into the audit trail. */
     deny(approvalId: string, reason?: string): Promise<void>;
     /** Moves the highest active tool of that name down one tier; the old tier keeps a
      *  tombstone that cannot be called (`lowest_tier` for a session tool). */
@@ -791,7 +792,7 @@ export class Agent<Output = unknown> {
       requestPromotion: (name, tier, o) =>
         wrapAsync(() => whileOpen('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), requireString(tier, 'requestPromotion: the tier'), session(o)))),
       approve: (id) => wrapAsync(() => whileOpen('approve', () => core.approve(requireString(id, 'an approval id')).then(shared))),
-      deny: (id, reason = 'denied') => wrapAsync(() => whileOpen('deny', () => core.deny(requireString(id, 'an approval id'), String(reason)))),
+      deny: (id, reason = 'denied') => wrapAsync(() => whileOpen('deny', () => core.deny(requireString(id, 'an approval id'), requireString(reason, 'deny: the reason')))),
       demote: (name, o) => wrapAsync(() => whileOpen('demote', () => core.demote(toolName(name, 'demote'), session(o)).then(shared))),
       rollback: (name, version, o) =>
         wrapAsync(() =>
@@ -799,7 +800,9 @@ export class Agent<Output = unknown> {
             // The binding would turn 1.5 into version 1 without a word, and 2 ** 32 + 1 too
             // (it passes a version modulo 2 ** 32): no version has a number past MAX_U32.
             if (!Number.isInteger(version) || version < 1 || version > MAX_U32) {
-              throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer up to ${MAX_U32}, got ${String(version)}`);
+              // describeValue: `String()` throws on an object without a prototype, and that
+              // TypeError would replace this error.
+              throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer up to ${MAX_U32}, got ${describeValue(version)}`);
             }
             return core.rollback(toolName(name, 'rollback'), version, session(o)).then(shared);
           }),
@@ -1104,7 +1107,7 @@ export class Agent<Output = unknown> {
       return Promise.reject(unreadableOptions(error, 'close', 'invalid_argument'));
     }
     if (!(typeof flushTimeoutMs === 'number' && flushTimeoutMs >= 0 && Number.isFinite(flushTimeoutMs))) {
-      return Promise.reject(new CrucibleError('invalid_argument', `close: flushTimeoutMs must be a finite number of ms ≥ 0, got ${String(flushTimeoutMs)}`));
+      return Promise.reject(new CrucibleError('invalid_argument', `close: flushTimeoutMs must be a finite number of ms ≥ 0, got ${describeValue(flushTimeoutMs)}`));
     }
     this.#closing = this.#close(flushTimeoutMs);
     return this.#closing;

@@ -761,6 +761,15 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('an argument that cannot be shown as text (a null-prototype object) is still refused as invalid_argument, not an internal TypeError from the message', async () => {
+    const agent = await makeAgent(memoryStore());
+    const bare = Object.create(null) as never;
+    await assert.rejects(agent.emergent.rollback('slugify', bare), { name: 'CrucibleError', code: 'invalid_argument', message: /rollback: version must be a positive integer up to 4294967295, got object/ });
+    await assert.rejects(agent.emergent.deny('approval_1', bare), { name: 'CrucibleError', code: 'invalid_argument', message: /deny: the reason must be a string, got object/ });
+    await assert.rejects(agent.close({ flushTimeoutMs: bare }), { name: 'CrucibleError', code: 'invalid_argument', message: /close: flushTimeoutMs must be a finite number of ms ≥ 0, got object/ });
+    await agent.close();
+  });
+
   test('a package of flow collections nested a million deep is refused at once, and the agent keeps serving', async () => {
     const agent = await makeAgent(memoryStore());
     const deep = `format: crucible.tool.v1\nspec: ${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}\n`;
