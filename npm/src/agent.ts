@@ -923,7 +923,13 @@ export class Agent<Output = unknown> {
     }
     const wrongSignal = readSignal(signal, 'agent.resume');
     if (wrongSignal) return failing(wrongSignal);
-    return this.#drive(runId, signal, (id, onEvent, runSignal) => this.#core.resume(id, state, approvals, onEvent, runSignal));
+    let decisions: ApprovalDecision[] | undefined;
+    try {
+      decisions = checkedApprovals(approvals);
+    } catch (error) {
+      return failing(unreadableOptions(error, 'agent.resume'));
+    }
+    return this.#drive(runId, signal, (id, onEvent, runSignal) => this.#core.resume(id, state, decisions, onEvent, runSignal));
   }
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
@@ -1153,6 +1159,25 @@ function requireString(value: unknown, what: string): string {
 /** The error for `value` where a string was needed. */
 function notString(value: unknown, what: string, code: 'invalid_argument' | 'invalid_config' = 'invalid_argument'): CrucibleError {
   return new CrucibleError(code, `${what} must be a string, got ${describeType(value)}`);
+}
+
+/**
+ * `resume`'s approvals, checked and copied field by field (each read once): the core's
+ * refusal of a misshapen one names a position in JSON text the caller never wrote. `null`
+ * is none, as an absent option.
+ */
+function checkedApprovals(approvals: unknown): ApprovalDecision[] | undefined {
+  if (approvals === undefined || approvals === null) return undefined;
+  const wrong = (what: string, expected: string, value: unknown) => new CrucibleError('invalid_config', `agent.resume: ${what} must be ${expected}, got ${describeValue(value)}`);
+  if (!Array.isArray(approvals)) throw wrong('approvals', 'an array of { id, approved, reason? }', approvals);
+  return approvals.map((decision: unknown, i) => {
+    if (!isRecord(decision)) throw wrong(`approvals[${i}]`, 'an object { id, approved, reason? }', decision);
+    const { id, approved, reason } = decision;
+    if (typeof id !== 'string') throw wrong(`approvals[${i}].id`, 'a string', id);
+    if (typeof approved !== 'boolean') throw wrong(`approvals[${i}].approved`, 'true or false', approved);
+    if (reason !== undefined && reason !== null && typeof reason !== 'string') throw wrong(`approvals[${i}].reason`, 'a string', reason);
+    return typeof reason === 'string' ? { id, approved, reason } : { id, approved };
+  });
 }
 
 /** The session an option names (`"default"` when it names none). */

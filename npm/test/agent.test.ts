@@ -828,6 +828,28 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('approvals of the wrong shape are invalid_config naming the decision and field, not a position in JSON the caller never wrote', async () => {
+    const agent = await createAgent({ model: model() });
+    const cases: [unknown, RegExp][] = [
+      [{ id: 'a', approved: true }, /agent\.resume: approvals must be an array of \{ id, approved, reason\? \}, got object/],
+      [[{ id: 5, approved: true }], /agent\.resume: approvals\[0\]\.id must be a string, got 5/],
+      [[{ id: 'a', approved: true }, { id: 'b', approved: 'yes' }], /agent\.resume: approvals\[1\]\.approved must be true or false, got "yes"/],
+      [[{ id: 'a', approved: false, reason: 7 }], /agent\.resume: approvals\[0\]\.reason must be a string, got 7/],
+      [[null], /agent\.resume: approvals\[0\] must be an object \{ id, approved, reason\? \}, got null/],
+    ];
+    for (const [approvals, message] of cases) {
+      await assert.rejects(agent.resume('run_x', { approvals: approvals as never }), (e: unknown) => {
+        assert.ok(e instanceof CrucibleError && e.code === 'invalid_config', String(e));
+        assert.match(e.message, message);
+        assert.doesNotMatch(e.message, /line \d+ column \d+/);
+        return true;
+      });
+    }
+    // Absent, or null as other absent options: no decisions.
+    await assert.rejects(agent.resume('run_x', { approvals: null as never }), { code: 'invalid_resume' });
+    await agent.close();
+  });
+
   test('a run or resume option the agent does not have is refused: a misspelt sessionId would have run in the default session', async () => {
     const agent = await createAgent({ model: model() });
     await assert.rejects(agent.run('hi', { sesionId: 's1' } as never), { code: 'invalid_config', message: /agent\.run\/stream: unknown option sesionId; the options are signal, sessionId/ });
