@@ -36,7 +36,7 @@ function jsonText(value: unknown): string | undefined {
   try {
     text = JSON.stringify(value);
   } catch (error) {
-    throw new Error(`the tool returned a value that is not JSON: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`the tool returned a value that is not JSON: ${unwritableReason(error)}`);
   }
   if (text === undefined) throw new Error('the tool returned a value that is not JSON: it has no JSON form');
   if (text.length > MAX_HOST_RESULT_UNITS) {
@@ -46,16 +46,17 @@ function jsonText(value: unknown): string | undefined {
 }
 
 /** The JSON text of `agent.tools.call`'s arguments, as the core reads them (`undefined` stays
- *  `undefined`, which it reads as null); a value with no JSON form is `invalid_config`. */
+ *  `undefined`, which it reads as null); a value with no JSON form fails the call as arguments
+ *  the tool cannot take (`invalid_arguments`). */
 function argumentsJson(args: unknown): string | undefined {
   if (args === undefined) return undefined;
   let text: string | undefined;
   try {
     text = JSON.stringify(args);
   } catch (error) {
-    throw new AgentRunError('invalid_config', `arguments: ${error instanceof Error ? error.message : describeValue(error)}`, '');
+    throw new AgentRunError('invalid_arguments', `arguments: ${unwritableReason(error)}`, '');
   }
-  if (text === undefined) throw new AgentRunError('invalid_config', 'arguments: the value has no JSON form', '');
+  if (text === undefined) throw new AgentRunError('invalid_arguments', 'arguments: the value has no JSON form', '');
   return text;
 }
 
@@ -63,6 +64,13 @@ function argumentsJson(args: unknown): string | undefined {
  *  once, or a promise of the value. */
 function valueOf(called: string | Promise<unknown>): unknown {
   return typeof called === 'string' ? JSON.parse(called) : called;
+}
+
+/** Why `JSON.stringify` refused a value, in words: for a value nested past its own depth
+ *  limit the engine says "Maximum call stack size exceeded", which reads like a crash. */
+function unwritableReason(error: unknown): string {
+  const message = error instanceof Error ? error.message : describeValue(error);
+  return error instanceof RangeError && /call stack/i.test(message) ? 'the value nests too deeply to be written as JSON' : message;
 }
 
 /** Options of {@link createAgent}. */
@@ -808,7 +816,7 @@ export class Agent<Output = unknown> {
           }),
         ),
       export: (name, o) => wrapAsync(async () => whileOpen('export', () => core.exportTool(toolName(name, 'export'), session(o)))),
-      import: (pkg, o) => wrapAsync(() => whileOpen('import', () => core.importTool(requireString(pkg, 'import: the package'), session(o), { testCases: o?.testCases }))),
+      import: (pkg, o) => wrapAsync(() => whileOpen('import', () => core.importTool(requireString(pkg, 'import: the package'), session(o), { testCases: importTestCases(o?.testCases) }))),
       pendingApprovals: () => wrap(() => whileOpen('pendingApprovals', () => core.pendingApprovals())),
       audit: () => wrap(() => whileOpen('audit', () => core.audit())),
       flushStats: () => wrapAsync(() => whileOpen('flushStats', () => core.flushStats())),
@@ -1178,6 +1186,16 @@ function checkedApprovals(approvals: unknown): ApprovalDecision[] | undefined {
     if (reason !== undefined && reason !== null && typeof reason !== 'string') throw wrong(`approvals[${i}].reason`, 'a string', reason);
     return typeof reason === 'string' ? { id, approved, reason } : { id, approved };
   });
+}
+
+/** `import`'s `testCases` as the core takes them: a list, or none for `undefined` and `null`
+ *  (absent, as elsewhere). Checked here, since the core's refusal of another kind names a
+ *  position in JSON text the caller never wrote. */
+function importTestCases(testCases: unknown): ForgeTestCase[] | undefined {
+  if (testCases === undefined || testCases === null) return undefined;
+  if (!Array.isArray(testCases)) throw new CrucibleError('invalid_argument', `import: testCases must be an array of test cases, got ${describeValue(testCases)}`);
+  // The cases themselves are read as a forge request's are, however messy.
+  return testCases as ForgeTestCase[];
 }
 
 /** The session an option names (`"default"` when it names none). */

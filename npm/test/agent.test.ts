@@ -236,22 +236,26 @@ describe('agent over an OpenAI-compatible server', () => {
 
   test('a tool result with no JSON form is an error result; sync and async results both arrive', async () => {
     server.reset();
-    const results: Record<string, unknown> = { sync: { ok: 1 }, bigint: { n: 10n }, fn: () => 1, cyclic: (() => { const o: Record<string, unknown> = {}; o.self = o; return o; })() };
+    // `deep`: past JSON.stringify's own depth, whose RangeError reads like a stack overflow.
+    const deep = (() => { let v: unknown = 1; for (let i = 0; i < 20_000; i++) v = [v]; return v; })();
+    const results: Record<string, unknown> = { sync: { ok: 1 }, bigint: { n: 10n }, fn: () => 1, cyclic: (() => { const o: Record<string, unknown> = {}; o.self = o; return o; })(), deep };
     const make = (name: string, isAsync: boolean) =>
       tool({ name, description: name, inputSchema: { type: 'object', properties: {} }, execute: isAsync ? async () => results[name] : () => results[name] });
     server.enqueue(
-      { toolCalls: [{ name: 'sync', arguments: {} }, { name: 'bigint', arguments: {} }, { name: 'fn', arguments: {} }, { name: 'cyclic', arguments: {} }, { name: 'weather_async', arguments: {} }] },
+      { toolCalls: [{ name: 'sync', arguments: {} }, { name: 'bigint', arguments: {} }, { name: 'fn', arguments: {} }, { name: 'cyclic', arguments: {} }, { name: 'deep', arguments: {} }, { name: 'weather_async', arguments: {} }] },
       { text: 'Done.' },
     );
     const agent = await createAgent({
       model: model(),
-      tools: [make('sync', false), make('bigint', true), make('fn', false), make('cyclic', false), tool({ name: 'weather_async', description: 'w', inputSchema: { type: 'object', properties: {} }, execute: async () => ({ celsius: 21 }) })],
+      tools: [make('sync', false), make('bigint', true), make('fn', false), make('cyclic', false), make('deep', true), tool({ name: 'weather_async', description: 'w', inputSchema: { type: 'object', properties: {} }, execute: async () => ({ celsius: 21 }) })],
     });
     const events = await collect(agent.stream('?'));
     const outcome = Object.fromEntries(
       events.flatMap((e) => (e.type === 'tool.execute.end' ? [[e.name, e.result]] : e.type === 'tool.execute.error' ? [[e.name, e.error.code]] : [])),
     );
-    assert.deepEqual(outcome, { sync: { ok: 1 }, bigint: 'execution_failed', fn: 'execution_failed', cyclic: 'execution_failed', weather_async: { celsius: 21 } });
+    assert.deepEqual(outcome, { sync: { ok: 1 }, bigint: 'execution_failed', fn: 'execution_failed', cyclic: 'execution_failed', deep: 'execution_failed', weather_async: { celsius: 21 } });
+    const deepError = events.find((e) => e.type === 'tool.execute.error' && e.name === 'deep');
+    assert.ok(deepError?.type === 'tool.execute.error' && /nests too deeply to be written as JSON/.test(deepError.error.message) && !/call stack/i.test(deepError.error.message), JSON.stringify(deepError));
     assert.equal(events.at(-1)!.type, 'agent.end');
   });
   test('text cut inside an emoji (a lone UTF-16 surrogate) arrives with U+FFFD in its place: from a tool, and from a provider splitting a pair between deltas', async () => {

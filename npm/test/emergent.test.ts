@@ -359,8 +359,8 @@ describe('forge through the package', () => {
       // Arguments with no JSON form never reach the core.
       const cyclic: Record<string, unknown> = { text: 'a' };
       cyclic.self = cyclic;
-      await assert.rejects(agent.tools.call(name, cyclic, { sessionId: 's' }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_config' && /^arguments: /.test(e.message));
-      await assert.rejects(agent.tools.call(name, () => 1, { sessionId: 's' }), { code: 'invalid_config', message: 'arguments: the value has no JSON form' });
+      await assert.rejects(agent.tools.call(name, cyclic, { sessionId: 's' }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_arguments' && /^arguments: /.test(e.message));
+      await assert.rejects(agent.tools.call(name, () => 1, { sessionId: 's' }), { code: 'invalid_arguments', message: 'arguments: the value has no JSON form' });
       // `undefined` arguments are null, which the input schema refuses.
       await assert.rejects(agent.tools.call(name, undefined, { sessionId: 's' }), { code: 'invalid_arguments' });
     }
@@ -767,6 +767,26 @@ describe('forge through the package', () => {
     await assert.rejects(agent.emergent.rollback('slugify', bare), { name: 'CrucibleError', code: 'invalid_argument', message: /rollback: version must be a positive integer up to 4294967295, got object/ });
     await assert.rejects(agent.emergent.deny('approval_1', bare), { name: 'CrucibleError', code: 'invalid_argument', message: /deny: the reason must be a string, got object/ });
     await assert.rejects(agent.close({ flushTimeoutMs: bare }), { name: 'CrucibleError', code: 'invalid_argument', message: /close: flushTimeoutMs must be a finite number of ms ≥ 0, got object/ });
+    await agent.close();
+  });
+
+  test('a value that cannot cross as JSON is refused in words, with the code of what it was: arguments, a forge request, import options', async () => {
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 's' })).success);
+    // Deeper than the engine's JSON.stringify goes: its RangeError said "Maximum call stack size
+    // exceeded", which reads like the core's own stack overflowing.
+    let deep: unknown = 'x';
+    for (let i = 0; i < 20_000; i++) deep = [deep];
+    const refused = (code: string, message: RegExp) => (e: unknown) => e instanceof CrucibleError && e.code === code && message.test(e.message) && !/call stack/i.test(e.message);
+    await assert.rejects(agent.tools.call('slugify', { text: deep }, { sessionId: 's' }), refused('invalid_arguments', /^arguments: the value nests too deeply to be written as JSON/));
+    await assert.rejects(agent.tools.call('slugify', { text: 10n }, { sessionId: 's' }), refused('invalid_arguments', /^arguments: .*BigInt/));
+    const forged = await agent.forge({ ...slugify, name: 'deep', testCases: [{ input: { text: deep } }, slugify.testCases[0]!] });
+    assert.ok(!forged.success && forged.category === 'parse_error' && /the value nests too deeply to be read as JSON/.test(forged.reason) && !/call stack/i.test(forged.reason), JSON.stringify(forged));
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's' });
+    await assert.rejects(agent.emergent.import(pkg, { sessionId: 'i', testCases: 5 as never }), refused('invalid_argument', /^import: testCases must be an array of test cases, got 5/));
+    await assert.rejects(agent.emergent.import(pkg, { sessionId: 'i', testCases: [{ input: { text: 10n } }] as never }), refused('invalid_argument', /^import options: .*BigInt/));
+    assert.ok((await agent.emergent.import(pkg, { sessionId: 'i', testCases: null as never })).success, 'null testCases are none, as other absent options');
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Still Here' }, { sessionId: 's' }), { slug: 'still-here' });
     await agent.close();
   });
 

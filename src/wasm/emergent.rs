@@ -15,7 +15,7 @@ use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{decode, error_object, from_js, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
+use super::interop::{decode, error_object, from_js, from_js_as, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -166,7 +166,7 @@ impl CoreAgent {
         run_id: Option<String>,
     ) -> Result<JsValue, JsValue> {
         let registry = self.registry()?;
-        let args: Value = from_json_text(args_json.as_deref().unwrap_or("null"), "arguments")?;
+        let args: Value = from_json_text(args_json.as_deref().unwrap_or("null"), "arguments", "invalid_arguments")?;
         let nesting = host_tool_nesting();
         text_now_or_promise(async move {
             let signal = signal.map(JsAbortSignal);
@@ -237,7 +237,7 @@ impl CoreAgent {
     #[wasm_bindgen(js_name = importTool)]
     pub fn import_tool(&self, package: String, session_id: String, options: JsValue) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        let options: ImportOptions = if options.is_undefined() { ImportOptions::default() } else { from_js(options, "import options")? };
+        let options: ImportOptions = if options.is_undefined() { ImportOptions::default() } else { from_js_as(options, "import options", "invalid_argument")? };
         Ok(registry_promise(async move { registry.import_with(&package, &session_id, &options).await }))
     }
 

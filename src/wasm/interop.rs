@@ -66,19 +66,42 @@ pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> 
     let text = if value.is_undefined() {
         "null".to_string()
     } else {
-        json_stringify(value).map_err(|e| describe_thrown(&e).1)?.ok_or_else(|| "the value has no JSON form".to_string())?
+        json_stringify(value).map_err(|e| unwritable(&e))?.ok_or_else(|| "the value has no JSON form".to_string())?
     };
     serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| e.to_string())
 }
 
-/// JS → Rust for arguments of the exported API (`what` names the argument in the error).
-pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result<T, JsValue> {
-    decode(&value).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
+/// Why `JSON.stringify` refused a value, in words. The engine says "Maximum call stack size
+/// exceeded" for a value nested past its own depth limit, which reads like this instance's
+/// stack overflowing, and "Invalid string length" for one too large for a string.
+fn unwritable(thrown: &JsValue) -> String {
+    let message = describe_thrown(thrown).1;
+    if !thrown.is_instance_of::<js_sys::RangeError>() {
+        return message;
+    }
+    if message.contains("call stack") {
+        "the value nests too deeply to be read as JSON".to_string()
+    } else if message.contains("string length") {
+        "the value is too large to be read as JSON".to_string()
+    } else {
+        message
+    }
 }
 
-/// [`from_js`] for a value the host already wrote with `JSON.stringify`.
-pub(crate) fn from_json_text<T: DeserializeOwned>(text: &str, what: &str) -> Result<T, JsValue> {
-    serde_json::from_str(&crate::js_json::well_formed(text)).map_err(|e| error_object("invalid_config", &format!("{what}: {e}")))
+/// JS → Rust for arguments of the exported API (`what` names the argument in the error).
+pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result<T, JsValue> {
+    from_js_as(value, what, "invalid_config")
+}
+
+/// [`from_js`] failing with `code`: a method's argument (`invalid_argument`), or a tool call's
+/// arguments (`invalid_arguments`, the code of the call's failure), rather than an option.
+pub(crate) fn from_js_as<T: DeserializeOwned>(value: JsValue, what: &str, code: &str) -> Result<T, JsValue> {
+    decode(&value).map_err(|e| error_object(code, &format!("{what}: {e}")))
+}
+
+/// [`from_js_as`] for a value the host already wrote with `JSON.stringify`.
+pub(crate) fn from_json_text<T: DeserializeOwned>(text: &str, what: &str, code: &str) -> Result<T, JsValue> {
+    serde_json::from_str(&crate::js_json::well_formed(text)).map_err(|e| error_object(code, &format!("{what}: {e}")))
 }
 
 /// A plain `{ code, message }` object; the TS layer turns it into a typed error class.
