@@ -109,6 +109,38 @@ test('a paused run is resumed once: a second resume, at once or later, is invali
   await agent.close();
 });
 
+test('a state object resumed under another run id is invalid_resume: nothing runs, and the run still resumes', async () => {
+  const executed: number[] = [];
+  const refund = tool({
+    name: 'refund',
+    description: 'Refund an order',
+    inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
+    needsApproval: true,
+    execute: ({ order }: { order: number }) => {
+      executed.push(order);
+      return { refunded: order };
+    },
+  });
+  // Without a store the state object is what runs.
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }), tools: [refund] });
+  server.reset();
+  server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 9 } }] }, { text: 'Refunded order 9.' });
+  const paused = await agent.run('Refund order 9');
+  assert.equal(paused.status, 'paused');
+  const approvals = [{ id: paused.pendingApprovals[0]!.id, approved: true }];
+  // Before, the core ran the state's run while the stream waited under the other id: the refund
+  // ran, its events went to no stream, and resume failed with `internal`.
+  await assert.rejects(agent.resume({ runId: 'run_other', state: paused.state }, { approvals }), {
+    code: 'invalid_resume',
+    message: new RegExp(`the state given is of run \`${paused.runId}\`, not of \`run_other\``),
+  });
+  assert.deepEqual(executed, [], 'nothing ran');
+  const done = await agent.resume(paused, { approvals });
+  assert.equal(done.status === 'completed' && done.output, 'Refunded order 9.');
+  assert.deepEqual(executed, [9]);
+  await agent.close();
+});
+
 test('storedRuns lists paused and interrupted runs; discardRun drops one for good', async () => {
   const refund = tool({
     name: 'refund',

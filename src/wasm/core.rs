@@ -190,6 +190,12 @@ impl CoreAgent {
                 agent.resume(&run_id, &decisions, cancel, &mut emit).await
             } else {
                 let state: RunState = from_js(state, "state")?;
+                // The host waits for the events of `run_id`: the state's run under another id
+                // would run unseen (its approved calls included) and end without a final event.
+                if state.run_id != run_id {
+                    let wrong = format!("the state given is of run `{}`, not of `{run_id}`: pass the paused RunResult as it came", state.run_id);
+                    return Err(agent_error(AgentError::InvalidResume(wrong)));
+                }
                 agent.resume_state(state, &decisions, cancel, &mut emit).await
             };
             match result {
