@@ -750,7 +750,7 @@ export class Agent<Output = unknown> {
     this.#signals = signals;
     this.#emergentEnabled = core.emergentEnabled;
     this.#hub = hub;
-    const session = (o?: SessionOptions) => sessionOf(o?.sessionId);
+    const session = (o: SessionOptions | undefined, what: string) => sessionOf(readOptions(o, what, ['sessionId']).sessionId);
     const wrap = <T>(f: () => T): T => {
       try {
         return f();
@@ -776,7 +776,8 @@ export class Agent<Output = unknown> {
         let call: string | Promise<unknown>;
         try {
           this.#assertOpen('tools.call');
-          const [tool, sessionId, signal] = [toolName(name, 'tools.call'), session(o), abortSignal(o?.signal, 'tools.call')];
+          const options = readOptions(o, 'tools.call', ['sessionId', 'signal']);
+          const [tool, sessionId, signal] = [toolName(name, 'tools.call'), sessionOf(options.sessionId), abortSignal(options.signal, 'tools.call')];
           const json = argumentsJson(args);
           if (signal) return wrapAsync(() => this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))));
           call = core.callTool(tool, json, sessionId, undefined, undefined);
@@ -793,15 +794,15 @@ export class Agent<Output = unknown> {
           throw toCrucibleError(error, '');
         });
       },
-      list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o)))),
+      list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o, 'tools.list')))),
     };
     this.emergent = {
       stats: () => wrap(() => whileOpen('emergent.stats', () => core.forgeStats())),
       requestPromotion: (name, tier, o) =>
-        wrapAsync(() => whileOpen('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), requireString(tier, 'requestPromotion: the tier'), session(o)))),
+        wrapAsync(() => whileOpen('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), requireString(tier, 'requestPromotion: the tier'), session(o, 'requestPromotion')))),
       approve: (id) => wrapAsync(() => whileOpen('approve', () => core.approve(requireString(id, 'an approval id')).then(shared))),
       deny: (id, reason = 'denied') => wrapAsync(() => whileOpen('deny', () => core.deny(requireString(id, 'an approval id'), requireString(reason, 'deny: the reason')))),
-      demote: (name, o) => wrapAsync(() => whileOpen('demote', () => core.demote(toolName(name, 'demote'), session(o)).then(shared))),
+      demote: (name, o) => wrapAsync(() => whileOpen('demote', () => core.demote(toolName(name, 'demote'), session(o, 'demote')).then(shared))),
       rollback: (name, version, o) =>
         wrapAsync(() =>
           whileOpen('rollback', () => {
@@ -812,11 +813,17 @@ export class Agent<Output = unknown> {
               // TypeError would replace this error.
               throw new CrucibleError('invalid_argument', `rollback: version must be a positive integer up to ${MAX_U32}, got ${describeValue(version)}`);
             }
-            return core.rollback(toolName(name, 'rollback'), version, session(o)).then(shared);
+            return core.rollback(toolName(name, 'rollback'), version, session(o, 'rollback')).then(shared);
           }),
         ),
-      export: (name, o) => wrapAsync(async () => whileOpen('export', () => core.exportTool(toolName(name, 'export'), session(o)))),
-      import: (pkg, o) => wrapAsync(() => whileOpen('import', () => core.importTool(requireString(pkg, 'import: the package'), session(o), { testCases: importTestCases(o?.testCases) }))),
+      export: (name, o) => wrapAsync(async () => whileOpen('export', () => core.exportTool(toolName(name, 'export'), session(o, 'export')))),
+      import: (pkg, o) =>
+        wrapAsync(() =>
+          whileOpen('import', () => {
+            const options = readOptions(o, 'import', ['sessionId', 'testCases']);
+            return core.importTool(requireString(pkg, 'import: the package'), sessionOf(options.sessionId), { testCases: importTestCases(options.testCases) });
+          }),
+        ),
       pendingApprovals: () => wrap(() => whileOpen('pendingApprovals', () => core.pendingApprovals())),
       audit: () => wrap(() => whileOpen('audit', () => core.audit())),
       flushStats: () => wrapAsync(() => whileOpen('flushStats', () => core.flushStats())),
@@ -851,9 +858,9 @@ export class Agent<Output = unknown> {
   forge(request: ForgeRequest | Record<string, unknown>, options: ForgeOptions = {}): Promise<ForgeResult> {
     return wrapAsync(async () => {
       this.#assertOpen('forge');
-      const sessionId = sessionOf(options?.sessionId);
-      const scope = options?.scope === undefined ? undefined : requireString(options.scope, 'forge: scope');
-      return this.#direct(abortSignal(options?.signal, 'forge'), (signal, runId) => this.#core.forge(request, sessionId, scope, signal, runId));
+      const { sessionId, scope, signal } = readOptions(options, 'forge', ['sessionId', 'scope', 'signal']);
+      const label = scope === undefined ? undefined : requireString(scope, 'forge: scope');
+      return this.#direct(abortSignal(signal, 'forge'), (abort, runId) => this.#core.forge(request, sessionOf(sessionId), label, abort, runId));
     });
   }
 
@@ -1545,10 +1552,33 @@ function readSignal(signal: unknown, what: string): CrucibleError | undefined {
  *  aborted one rejects before anything starts. */
 function abortSignal(signal: unknown, what: string): AbortSignal | undefined {
   if (signal === undefined) return undefined;
-  const wrong = notSignal(signal, what);
-  if (wrong) throw wrong;
-  if ((signal as AbortSignal).aborted) throw new AbortError(`the ${what} was aborted before it started`);
+  let aborted: boolean;
+  try {
+    const wrong = notSignal(signal, what);
+    if (wrong) throw wrong;
+    aborted = (signal as AbortSignal).aborted;
+  } catch (error) {
+    throw unreadableOptions(error, what, 'invalid_argument');
+  }
+  if (aborted) throw new AbortError(`the ${what} was aborted before it started`);
   return signal as AbortSignal;
+}
+
+/**
+ * A copy of a method's options, each read once: options that throw as they are read (a
+ * getter, a Proxy trap) are the caller's `invalid_argument`, not an `internal` failure of the
+ * method. `undefined` and `null` are no options.
+ */
+function readOptions<T extends object, K extends keyof T & string>(options: T | undefined | null, what: string, keys: readonly K[]): Partial<Pick<T, K>> {
+  const read: Partial<Pick<T, K>> = {};
+  if (options === undefined || options === null) return read;
+  try {
+    // Read as `options.key` reads it: an inherited getter counts, as before.
+    for (const key of keys) read[key] = options[key];
+  } catch (error) {
+    throw unreadableOptions(error, what, 'invalid_argument');
+  }
+  return read;
 }
 
 /** The error for a `signal` option that is not an AbortSignal, or `undefined` when it is one

@@ -790,6 +790,28 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('options that throw when read (a getter, a Proxy trap) are invalid_argument naming the method, with what they threw as the cause', async () => {
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 's' })).success);
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's' });
+    const trap = new Error('getter throws');
+    const throwing = { get sessionId(): never { throw trap; } };
+    const unreadable = (what: string) => (e: unknown) =>
+      e instanceof CrucibleError && e.code === 'invalid_argument' && e.message === `${what}: the options could not be read: getter throws` && e.cause === trap;
+    // Before, each was an AgentRunError with code internal and the getter's message.
+    await assert.rejects(agent.forge(slugify, throwing), unreadable('forge'));
+    await assert.rejects(agent.tools.call('slugify', { text: 'x' }, throwing), unreadable('tools.call'));
+    await assert.rejects(agent.tools.call('slugify', { text: 'x' }, { signal: { get aborted(): never { throw trap; }, addEventListener() {} } as never }), unreadable('tools.call'));
+    await assert.rejects(agent.emergent.import(pkg, throwing), unreadable('import'));
+    await assert.rejects(agent.emergent.export('slugify', throwing), unreadable('export'));
+    await assert.rejects(agent.emergent.requestPromotion('slugify', 'agent', throwing), unreadable('requestPromotion'));
+    await assert.rejects(agent.emergent.demote('slugify', throwing), unreadable('demote'));
+    await assert.rejects(agent.emergent.rollback('slugify', 1, throwing), unreadable('rollback'));
+    assert.throws(() => agent.tools.list(throwing), unreadable('tools.list'));
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Still Here' }, { sessionId: 's' }), { slug: 'still-here' });
+    await agent.close();
+  });
+
   test('a package of flow collections nested a million deep is refused at once, and the agent keeps serving', async () => {
     const agent = await makeAgent(memoryStore());
     const deep = `format: crucible.tool.v1\nspec: ${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}\n`;
