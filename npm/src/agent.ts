@@ -685,7 +685,9 @@ export class Agent<Output = unknown> {
 
   /** Forged tools (the emergent registry). */
   readonly tools: {
-    /** Calls a forged tool as `sessionId` sees it. Output is checked against its schema. */
+    /** Calls a forged tool as `sessionId` sees it. Output is checked against its schema.
+     *  Arguments the schema refuses, or that cannot be read as JSON (a `BigInt`, a cycle, a
+     *  value nested past `JSON.stringify`'s depth), reject with `invalid_arguments`. */
     call(name: string, args: unknown, options?: CallOptions): Promise<unknown>;
     /** The forged tools a session sees: name, tier, version, hash, stats. */
     list(options?: SessionOptions): ToolInfo[];
@@ -917,7 +919,8 @@ export class Agent<Output = unknown> {
   /**
    * Continues a paused run (or one interrupted between steps) and yields its events. `run`
    * is the run id (its state is loaded from the agent's store) or the paused
-   * {@link RunResult} itself (`{ runId, state }`: without a store, its state is what runs).
+   * {@link RunResult} itself (`{ runId, state }`: without a store, its state is what runs; a
+   * state of another run than `runId` is refused with `invalid_resume`).
    */
   resumeStream(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.resume: options must be an object'));
