@@ -404,6 +404,35 @@ describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/c
     }
   });
 
+  test('a request that cannot be read or sent is rejected as bad_request in words, through the promise, before anything runs', async () => {
+    const sandbox = await createSandbox({ poolSize: 1 });
+    const code = 'function execute(input) { return input; }';
+    try {
+      const cases: [unknown, unknown, RegExp][] = [
+        // Before: execute threw these where it was called.
+        [new Proxy({}, { get: () => { throw new Error('get trap throws'); } }), undefined, /^the request could not be read: get trap throws$/],
+        [{ code, input: 1 }, { get signal(): never { throw new Error('getter throws'); } }, /^the options could not be read: getter throws$/],
+        // Before: status error, "request is not valid JSON: missing field `input` at line 1 column 55".
+        [{ code, input: () => 1 }, undefined, /^request\.input has no JSON form/],
+        [{ code, input: Symbol('s') }, undefined, /^request\.input has no JSON form/],
+        // Before: status error, "invalid type: string \"fetch\", expected a sequence at line 1 column 69".
+        [{ code, input: 1, allowlist: 'fetch' }, undefined, /^request\.allowlist must be an array of host API names \('fetch', 'crypto'\), got "fetch"$/],
+        [{ code, input: 1, allowlist: ['fetch', 5] }, undefined, /^request\.allowlist must be an array of host API names/],
+      ];
+      for (const [request, options, message] of cases) {
+        let pending: Promise<unknown> | undefined;
+        assert.doesNotThrow(() => void (pending = sandbox.execute(request as never, options as never)));
+        const result = (await pending) as { status: string; error?: { code: string; message: string } };
+        assert.deepEqual([result.status, result.error?.code], ['rejected', 'bad_request'], JSON.stringify(result));
+        assert.match(result.error!.message, message);
+      }
+      assert.equal(sandbox.stats().workersStarted, 1, 'nothing reached a Worker that could fail it');
+      assert.deepEqual((await sandbox.execute({ code, input: { a: 1 }, allowlist: null as never })).output, { a: 1 }, 'null is no allowlist, as absent');
+    } finally {
+      await sandbox.close();
+    }
+  });
+
   test('past maxQueued waiting executions, one more ends at once with queue_full; the waiting ones still run', async () => {
     const sandbox = await createSandbox({ poolSize: 1, maxQueued: 2, timeoutMs: 20_000 });
     try {

@@ -108,7 +108,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     throw new SandboxError('sandbox workers failed to start', { cause });
   }
   const sandbox: Sandbox = {
-    execute: (request, executeOptions) => pool.execute(request, executeOptions?.signal),
+    execute: (request, executeOptions) => pool.execute(request, executeOptions),
     close: async () => {
       await pool.close();
       await guarded?.close();

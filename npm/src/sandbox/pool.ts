@@ -3,9 +3,10 @@
  * On deadline the Worker is terminated and replaced (`timeout`); on a trap the instance is
  * discarded and replaced (`memory` when an allocation failed, else `error`).
  */
+import { describeValue } from '../errors.js';
 import { bridgedFetch } from './fetch-bridge.js';
 import type { HostToWorker, WorkerToHost } from './protocol.js';
-import type { SandboxOptions, SandboxRequest, SandboxResult, SandboxStats } from './types.js';
+import type { ExecuteOptions, SandboxOptions, SandboxRequest, SandboxResult, SandboxStats } from './types.js';
 
 export const isNode =
   typeof process !== 'undefined' && !!process.versions?.node && typeof (globalThis as { window?: unknown }).window === 'undefined';
@@ -282,26 +283,50 @@ export class WorkerPool {
     return { ...this.counters };
   }
 
-  execute(request: SandboxRequest, signal?: AbortSignal): Promise<SandboxResult> {
+  execute(request: SandboxRequest, options?: ExecuteOptions): Promise<SandboxResult> {
     const started = performance.now();
-    // `null` counts as no signal, as `undefined` does.
-    if (signal != null && typeof (signal as { addEventListener?: unknown }).addEventListener !== 'function') {
-      return Promise.resolve(failure('rejected', 'bad_request', 'options.signal must be an AbortSignal', started));
+    const refused = (message: string) => Promise.resolve(failure('rejected', 'bad_request', message, started));
+    // Read once, and here: a getter or Proxy trap that throws fails this execution through its
+    // promise, as any bad request does, instead of throwing where `execute` was called.
+    let signal: AbortSignal | undefined;
+    let alreadyAborted: boolean | undefined;
+    try {
+      signal = options?.signal ?? undefined;
+      // `null` counts as no signal, as `undefined` does.
+      if (signal !== undefined && typeof (signal as { addEventListener?: unknown }).addEventListener !== 'function') return refused('options.signal must be an AbortSignal');
+      alreadyAborted = signal?.aborted;
+    } catch (error) {
+      return refused(`the options could not be read: ${messageOf(error)}`);
     }
-    if (signal?.aborted) return Promise.resolve(aborted(started));
-    if (typeof request?.code !== 'string') {
-      return Promise.resolve(failure('rejected', 'bad_request', 'request.code must be a string', started));
+    if (alreadyAborted) return Promise.resolve(aborted(started));
+    let code: unknown;
+    let input: unknown;
+    let allowlist: unknown;
+    try {
+      ({ code, input, allowlist } = request ?? ({} as Partial<SandboxRequest>));
+    } catch (error) {
+      return refused(`the request could not be read: ${messageOf(error)}`);
+    }
+    if (typeof code !== 'string') return refused('request.code must be a string');
+    // The Worker reads the request with serde: a field it cannot read would come back as a
+    // failed execution naming a position in JSON text nobody wrote.
+    allowlist ??= [];
+    if (!Array.isArray(allowlist) || !allowlist.every((api) => typeof api === 'string')) {
+      return refused(`request.allowlist must be an array of host API names ('fetch', 'crypto'), got ${describeValue(allowlist)}`);
     }
     let json: string;
     try {
-      json = JSON.stringify({ code: request.code, input: request.input ?? null, allowlist: request.allowlist ?? [] });
+      const inputJson = JSON.stringify(input ?? null) as string | undefined;
+      // A function or a symbol: JSON.stringify writes nothing, and the field would be missing.
+      if (inputJson === undefined) return refused(`request.input has no JSON form (got ${typeof input})`);
+      json = `{"code":${JSON.stringify(code)},"input":${inputJson},"allowlist":${JSON.stringify(allowlist)}}`;
     } catch (error) {
-      return Promise.resolve(failure('rejected', 'bad_request', `input is not JSON-serialisable: ${String(error)}`, started));
+      return refused(`input is not JSON-serialisable: ${String(error)}`);
     }
     return new Promise((settle) => {
       let job: Job | undefined;
       const onAbort = () => job && this.abandon(job);
-      job = this.submit(json, request.code, started, (result) => {
+      job = this.submit(json, code, started, (result) => {
         signal?.removeEventListener('abort', onAbort);
         if (typeof result !== 'string') return settle(result);
         let parsed: SandboxResult;
@@ -706,6 +731,15 @@ export function codeOf(json: string): string {
 function dropFetches(slot: Slot): void {
   slot.fetches?.abort.abort();
   slot.fetches = undefined;
+}
+
+/** What a thrown value says, whatever it is (one whose reading throws too says so). */
+function messageOf(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return 'what it threw cannot be shown';
+  }
 }
 
 function aborted(started: number): SandboxResult {
