@@ -24,11 +24,11 @@ const NEVER_ABORTED: AbortSignal = new AbortController().signal;
  *  says: the ceiling on what enters the core's memory from one call (wasm memory never
  *  shrinks, so a tool returning 500 MB would keep the instance, every agent of this process
  *  or page, that large for good). */
-const MAX_HOST_RESULT_UNITS = 16 * 2 ** 20;
+const MAX_UNITS_INTO_CORE = 16 * 2 ** 20;
 
 /** A tool result as JSON text (`undefined` stays `undefined`); a value with no JSON form (a
  *  function, a `BigInt`, a cycle) throws, which makes the call an `execution_failed` result,
- *  and text past {@link MAX_HOST_RESULT_UNITS} a `result_too_large` one. Measured here, before
+ *  and text past {@link MAX_UNITS_INTO_CORE} a `result_too_large` one. Measured here, before
  *  the core copies it in. */
 function jsonText(value: unknown): string | undefined {
   if (value === undefined) return undefined;
@@ -39,8 +39,8 @@ function jsonText(value: unknown): string | undefined {
     throw new Error(`the tool returned a value that is not JSON: ${unwritableReason(error)}`);
   }
   if (text === undefined) throw new Error('the tool returned a value that is not JSON: it has no JSON form');
-  if (text.length > MAX_HOST_RESULT_UNITS) {
-    throw new CrucibleError('result_too_large', `the tool returned ${text.length} characters of JSON; the most a host tool may return is ${MAX_HOST_RESULT_UNITS}`);
+  if (text.length > MAX_UNITS_INTO_CORE) {
+    throw new CrucibleError('result_too_large', `the tool returned ${text.length} characters of JSON; the most a host tool may return is ${MAX_UNITS_INTO_CORE}`);
   }
   return text;
 }
@@ -57,6 +57,10 @@ function argumentsJson(args: unknown): string | undefined {
     throw new AgentRunError('invalid_arguments', `arguments: ${unwritableReason(error)}`, '');
   }
   if (text === undefined) throw new AgentRunError('invalid_arguments', 'arguments: the value has no JSON form', '');
+  // Measured before the core copies it in, as a host tool's result is: wasm memory never shrinks.
+  if (text.length > MAX_UNITS_INTO_CORE) {
+    throw new AgentRunError('invalid_arguments', `arguments: the value is ${text.length} characters of JSON; at most ${MAX_UNITS_INTO_CORE} are read`, '');
+  }
   return text;
 }
 

@@ -7,7 +7,7 @@ import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
 import { AbortError, createAgent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { RUNS_UNTIL_THE_DEADLINE } from './support/sandbox-cases.js';
-import { collectGarbage, functionsHeldByCore } from './support/core-internals.js';
+import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
 import { iterations, seeded } from './support/seeded.js';
 import type { ExecuteOptions, SandboxRequest } from '../src/sandbox/types.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
@@ -808,6 +808,23 @@ describe('forge through the package', () => {
     await assert.rejects(agent.emergent.demote('slugify', throwing), unreadable('demote'));
     await assert.rejects(agent.emergent.rollback('slugify', 1, throwing), unreadable('rollback'));
     assert.throws(() => agent.tools.list(throwing), unreadable('tools.list'));
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Still Here' }, { sessionId: 's' }), { slug: 'still-here' });
+    await agent.close();
+  });
+
+  test('a forge request, tool arguments or a package far past their limits are refused before they are copied into the core, whose memory never shrinks', async () => {
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 's' })).success);
+    const before = coreMemoryBytes();
+    // 40 M characters: over 120 MB in the core as UTF-8 text and again as the value read from it.
+    const huge = 'é'.repeat(40_000_000);
+    const forged = await agent.forge({ ...slugify, name: 'huge', description: huge });
+    assert.ok(!forged.success && forged.category === 'parse_error' && /the value is 4000\d{4} characters of JSON; at most 16777216 are read/.test(forged.reason), JSON.stringify(forged).slice(0, 300));
+    await assert.rejects(agent.tools.call('slugify', { text: huge }, { sessionId: 's' }), { code: 'invalid_arguments', message: /^arguments: the value is 4000\d{4} characters of JSON; at most 16777216 are read/ });
+    await assert.rejects(agent.emergent.import(huge, { sessionId: 's' }), { code: 'invalid_package', message: /the package is 40000000 characters, more than the 2097152 bytes a package may be/ });
+    const grown = coreMemoryBytes() - before;
+    assert.ok(grown < 16 * 2 ** 20, `the core's memory grew by ${(grown / 2 ** 20).toFixed(0)} MiB for good`);
+    assert.ok(agent.emergent.audit().some((a) => a.action === 'import.refused' && /2097152 bytes/.test(a.detail)), 'the refused package is audited');
     assert.deepEqual(await agent.tools.call('slugify', { text: 'Still Here' }, { sessionId: 's' }), { slug: 'still-here' });
     await agent.close();
   });

@@ -47,7 +47,7 @@ mod provider;
 mod types;
 
 pub use hash::{canonical_json, content_hash};
-pub use package::{ImportOptions, ToolPackage, AGENTOS_FORMAT, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING, MAX_PACKAGE_BYTES, PACKAGE_FORMAT};
+pub use package::{oversized_package, ImportOptions, ToolPackage, AGENTOS_FORMAT, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING, MAX_PACKAGE_BYTES, PACKAGE_FORMAT};
 pub use promotion::{PromotionOutcome, PromotionStatus};
 pub use types::{
     AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus, ToolVersion,

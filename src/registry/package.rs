@@ -333,11 +333,7 @@ impl Registry {
         let mut name = String::new();
         let request = match read_import(package, options, &mut name) {
             Ok(request) => request,
-            Err(error) => {
-                let ops = self.audit(&mut self.state.borrow_mut(), "import.refused", &name, None, None, error.to_string(), Some(session).into());
-                let _ = self.persist(ops).await; // best effort, as for a rejection: the error stands
-                return Err(error);
-            }
+            Err(error) => return Err(self.refuse_import(error, &name, session).await),
         };
         let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), ..Default::default() };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
@@ -345,6 +341,21 @@ impl Registry {
         let checked = self.verify(&request_value, &origin, &self.lookup(), Reuse::Never).await;
         Ok(self.settle(checked, &origin, &ticket, "import").await)
     }
+
+    /// Audits a package refused before its tests as `import.refused`, under the tool name it
+    /// gives (empty when it could not be read), and hands back the error.
+    pub async fn refuse_import(&self, error: RegistryError, name: &str, session: &str) -> RegistryError {
+        let ops = self.audit(&mut self.state.borrow_mut(), "import.refused", name, None, None, error.to_string(), Some(session).into());
+        let _ = self.persist(ops).await; // best effort, as for a rejection: the error stands
+        error
+    }
+}
+
+/// The refusal of a package of `units` UTF-16 units, for a host that measures one before it
+/// copies it in: each unit is at least one byte of UTF-8, so more units than
+/// [`MAX_PACKAGE_BYTES`] are more bytes than a package may be.
+pub fn oversized_package(units: usize) -> Option<RegistryError> {
+    (units > MAX_PACKAGE_BYTES).then(|| invalid(format!("the package is {units} characters, more than the {MAX_PACKAGE_BYTES} bytes a package may be")))
 }
 
 /// The forge request a package holds, checked as a package (format, redaction, content hash).

@@ -10,12 +10,15 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventSink};
-use crate::registry::{EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, RegistryError, Tier};
+use crate::registry::{oversized_package, EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, RegistryError, Tier};
 use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
-use super::interop::{decode, error_object, from_js, from_js_as, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox};
+use super::interop::{
+    decode_bounded, error_object, from_js, from_js_as, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox,
+    MAX_ARGUMENT_UNITS,
+};
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
 /// an event into a JS object costs more than the question, and forges emit five.
@@ -129,7 +132,7 @@ impl CoreAgent {
         calls_run_id: String,
     ) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        let request = decode::<Value>(&request);
+        let request = decode_bounded::<Value>(&request, MAX_ARGUMENT_UNITS);
         Ok(future_to_promise(async move {
             let signal = signal.map(JsAbortSignal);
             let result = match request {
@@ -235,9 +238,14 @@ impl CoreAgent {
     /// Imports a package into the session tier after re-verifying it (hash, tests, judge);
     /// `options`: `{ testCases? }` for a package that carries none.
     #[wasm_bindgen(js_name = importTool)]
-    pub fn import_tool(&self, package: String, session_id: String, options: JsValue) -> Result<Promise, JsValue> {
+    pub fn import_tool(&self, package: js_sys::JsString, session_id: String, options: JsValue) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let options: ImportOptions = if options.is_undefined() { ImportOptions::default() } else { from_js_as(options, "import options", "invalid_argument")? };
+        // Measured before it is copied in, as forge requests are (see `decode_bounded`).
+        if let Some(refused) = oversized_package(package.length() as usize) {
+            return Ok(registry_promise(async move { Err::<(), _>(registry.refuse_import(refused, "", &session_id).await) }));
+        }
+        let package = String::from(package);
         Ok(registry_promise(async move { registry.import_with(&package, &session_id, &options).await }))
     }
 

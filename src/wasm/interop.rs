@@ -51,7 +51,15 @@ extern "C" {
         call_id: &JsValue,
         session_id: &JsValue,
     ) -> Result<JsValue, JsValue>;
+    // The text left in JS, for values worth measuring before they are copied in.
+    #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
+    fn json_stringify_js(value: &JsValue) -> Result<JsValue, JsValue>;
 }
+
+/// Longest JSON text (in UTF-16 units) a value passed to the API by the host may be
+/// ([`decode_bounded`]): one call's ceiling on what enters this instance's memory, as for a
+/// host tool's result. Far above what any request or arguments need.
+pub(crate) const MAX_ARGUMENT_UNITS: usize = MAX_HOST_RESULT_UNITS;
 
 /// Rust → JS with JSON semantics (maps become plain objects).
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
@@ -69,6 +77,24 @@ pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> 
         json_stringify(value).map_err(|e| unwritable(&e))?.ok_or_else(|| "the value has no JSON form".to_string())?
     };
     serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| e.to_string())
+}
+
+/// [`decode`] of a value whose JSON text is measured before it is copied in, and refused past
+/// `max_units` UTF-16 units: wasm memory never shrinks, so a 500 MB forge request, refused as
+/// too large only once read, would keep this instance (every agent of the process) that large
+/// for good. Costs a second call across the boundary, so the values that are small by nature
+/// (options, chunks) go through [`decode`].
+pub(crate) fn decode_bounded<T: DeserializeOwned>(value: &JsValue, max_units: usize) -> Result<T, String> {
+    if value.is_undefined() {
+        return decode(value);
+    }
+    let text = json_stringify_js(value).map_err(|e| unwritable(&e))?;
+    let text = text.dyn_ref::<js_sys::JsString>().ok_or_else(|| "the value has no JSON form".to_string())?;
+    let units = text.length() as usize;
+    if units > max_units {
+        return Err(format!("the value is {units} characters of JSON; at most {max_units} are read"));
+    }
+    serde_json::from_str(&crate::js_json::well_formed(&String::from(text))).map_err(|e| e.to_string())
 }
 
 /// Why `JSON.stringify` refused a value, in words. The engine says "Maximum call stack size
@@ -99,7 +125,8 @@ pub(crate) fn from_js_as<T: DeserializeOwned>(value: JsValue, what: &str, code: 
     decode(&value).map_err(|e| error_object(code, &format!("{what}: {e}")))
 }
 
-/// [`from_js_as`] for a value the host already wrote with `JSON.stringify`.
+/// [`from_js_as`] for a value the host already wrote with `JSON.stringify` (and measured: see
+/// [`MAX_ARGUMENT_UNITS`]).
 pub(crate) fn from_json_text<T: DeserializeOwned>(text: &str, what: &str, code: &str) -> Result<T, JsValue> {
     serde_json::from_str(&crate::js_json::well_formed(text)).map_err(|e| error_object(code, &format!("{what}: {e}")))
 }

@@ -1,7 +1,8 @@
 /**
  * What the running wasm core holds, read through wasm-bindgen internals (tests only): leak
  * tests count the JS functions in its table of JS values, where every host callback a core
- * keeps (and every closure a wait leaves behind) sits. Fails loudly if those internals change.
+ * keeps (and every closure a wait leaves behind) sits, and bound tests read the size of its
+ * memory. Fails loudly if those internals change.
  */
 import { initSync } from '../../wasm/crucible_core.js';
 
@@ -28,4 +29,14 @@ export async function collectGarbage(): Promise<void> {
     gc();
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
+}
+
+/** The bytes of the core's wasm memory now (it grows, and never shrinks). The core must be
+ *  loaded already. */
+export function coreMemoryBytes(): number {
+  const exports = (initSync as unknown as () => { memory?: WebAssembly.Memory } | undefined)();
+  if (!(exports?.memory instanceof WebAssembly.Memory)) {
+    throw new Error('wasm-bindgen internals changed: the core exports no memory (update test/support/core-internals.ts)');
+  }
+  return exports.memory.buffer.byteLength;
 }
