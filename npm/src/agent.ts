@@ -573,7 +573,8 @@ const SANDBOX_APIS = ['fetch', 'crypto'];
  *  configuration hides. */
 function refuseUnknownSandboxApis(apis: unknown): void {
   if (apis === undefined) return;
-  const unknown = Array.isArray(apis) ? apis.filter((api) => !SANDBOX_APIS.includes(api as string)) : [apis];
+  // Array.from: a hole of a sparse array is an element too (filter() skips holes).
+  const unknown = Array.isArray(apis) ? Array.from(apis).filter((api) => !SANDBOX_APIS.includes(api as string)) : [apis];
   if (unknown.length > 0) {
     const named = unknown.map((api) => (typeof api === 'string' ? JSON.stringify(api) : describeType(api))).join(', ');
     throw new CrucibleError('invalid_config', `createAgent: emergent.allowedSandboxAPIs must list host APIs the sandbox has (${SANDBOX_APIS.join(', ')}); it names ${named}`);
@@ -1192,7 +1193,8 @@ function checkedApprovals(approvals: unknown): ApprovalDecision[] | undefined {
   if (approvals === undefined || approvals === null) return undefined;
   const wrong = (what: string, expected: string, value: unknown) => new CrucibleError('invalid_config', `agent.resume: ${what} must be ${expected}, got ${describeValue(value)}`);
   if (!Array.isArray(approvals)) throw wrong('approvals', 'an array of { id, approved, reason? }', approvals);
-  return approvals.map((decision: unknown, i) => {
+  // Array.from: a hole of a sparse array is a decision too (map() skips holes).
+  return Array.from(approvals, (decision: unknown, i) => {
     if (!isRecord(decision)) throw wrong(`approvals[${i}]`, 'an object { id, approved, reason? }', decision);
     const { id, approved, reason } = decision;
     if (typeof id !== 'string') throw wrong(`approvals[${i}].id`, 'a string', id);
@@ -1317,7 +1319,9 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   refuseUnknownOptions(options, AGENT_OPTION_NAMES, 'createAgent');
   refuseMisshapenOptions(options);
   const core = await loadCore();
-  const tools = options.tools ?? [];
+  // Array.from: a hole of a sparse array is an element too (some() and map() skip holes).
+  const given = options.tools ?? [];
+  const tools = Array.isArray(given) ? Array.from(given) : given;
   if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {
     throw new CrucibleError('invalid_config', 'createAgent: `tools` must be an array of tools made with tool({...})');
   }

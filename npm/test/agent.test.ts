@@ -854,6 +854,22 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('a sparse array (a hole where an element should be) is refused like an array holding undefined, naming the option', async () => {
+    // Array methods such as some() and map() skip holes: createAgent threw a bare TypeError
+    // ("Iterator value undefined is not an entry object"), the others named JSON positions.
+    /* eslint-disable no-sparse-arrays */
+    await assert.rejects(createAgent({ model: model(), tools: [, weather] as never }), { name: 'CrucibleError', code: 'invalid_config', message: /`tools` must be an array of tools/ });
+    await assert.rejects(createAgent({ model: model(), emergent: { enabled: true, allowedSandboxAPIs: [, 'fetch'] as never } }), {
+      name: 'CrucibleError',
+      code: 'invalid_config',
+      message: /allowedSandboxAPIs must list host APIs the sandbox has \(fetch, crypto\); it names undefined/,
+    });
+    const agent = await createAgent({ model: model() });
+    await assert.rejects(agent.resume('run_x', { approvals: [, { id: 'a', approved: true }] as never }), { code: 'invalid_config', message: /^agent\.resume: approvals\[0\] must be an object/ });
+    /* eslint-enable no-sparse-arrays */
+    await agent.close();
+  });
+
   test('a run or resume option the agent does not have is refused: a misspelt sessionId would have run in the default session', async () => {
     const agent = await createAgent({ model: model() });
     await assert.rejects(agent.run('hi', { sesionId: 's1' } as never), { code: 'invalid_config', message: /agent\.run\/stream: unknown option sesionId; the options are signal, sessionId/ });

@@ -48,6 +48,9 @@ describe('createSandbox options are checked with a SandboxError', () => {
     await refused({ fetchDomainAllowlist: ['api.example.com', 42] }, /fetchDomainAllowlist must be an array of host names.*non-string or empty entry/);
     await refused({ fetchDomainAllowlist: [''] }, /fetchDomainAllowlist must be an array of host names/);
     await refused({ fetchDomainAllowlist: { host: 'api.example.com' } }, /fetchDomainAllowlist must be an array of host names.*got object/);
+    // A hole is no host name either: every() skips holes, and a TypeError followed.
+    // eslint-disable-next-line no-sparse-arrays
+    await refused({ fetchDomainAllowlist: [, 'api.example.com'] }, /fetchDomainAllowlist must be an array of host names.*non-string or empty entry/);
   });
 
   test('a fetchDomainAllowlist entry that is no host name is refused, not read as another host or left to throw later', async () => {
@@ -418,6 +421,8 @@ describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/c
         // Before: status error, "invalid type: string \"fetch\", expected a sequence at line 1 column 69".
         [{ code, input: 1, allowlist: 'fetch' }, undefined, /^request\.allowlist must be an array of host API names \('fetch', 'crypto'\), got "fetch"$/],
         [{ code, input: 1, allowlist: ['fetch', 5] }, undefined, /^request\.allowlist must be an array of host API names/],
+        // eslint-disable-next-line no-sparse-arrays
+        [{ code, input: 1, allowlist: [, 'crypto'] }, undefined, /^request\.allowlist must be an array of host API names/],
       ];
       for (const [request, options, message] of cases) {
         let pending: Promise<unknown> | undefined;

@@ -32,7 +32,8 @@ export function sandboxLimits(options: SandboxOptions) {
   if (!(Number.isInteger(maxQueued) && maxQueued >= 0)) throw new SandboxError('maxQueued must be a whole number (0: never wait for a Worker)');
   const allowlist = options.fetchDomainAllowlist ?? [];
   // A string here would be spread into one "host" per character.
-  if (!Array.isArray(allowlist) || !allowlist.every((host) => typeof host === 'string' && host !== '')) {
+  // Array.from: a hole of a sparse array is an entry too (every() skips holes).
+  if (!Array.isArray(allowlist) || !Array.from(allowlist).every((host) => typeof host === 'string' && host !== '')) {
     throw new SandboxError(
       `fetchDomainAllowlist must be an array of host names, e.g. ['api.example.com', 'localhost:8080']; got ${typeof allowlist === 'string' ? JSON.stringify(allowlist) : Array.isArray(allowlist) ? 'an array with a non-string or empty entry' : typeof allowlist}`,
     );

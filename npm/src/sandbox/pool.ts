@@ -311,7 +311,8 @@ export class WorkerPool {
     // The Worker reads the request with serde: a field it cannot read would come back as a
     // failed execution naming a position in JSON text nobody wrote.
     allowlist ??= [];
-    if (!Array.isArray(allowlist) || !allowlist.every((api) => typeof api === 'string')) {
+    // Array.from: a hole of a sparse array is an entry too (every() skips holes).
+    if (!Array.isArray(allowlist) || !Array.from(allowlist).every((api) => typeof api === 'string')) {
       return refused(`request.allowlist must be an array of host API names ('fetch', 'crypto'), got ${describeValue(allowlist)}`);
     }
     let json: string;
