@@ -58,8 +58,9 @@ extern "C" {
 
 /// Longest JSON text (in UTF-16 units) a value passed to the API by the host may be
 /// ([`decode_bounded`]): one call's ceiling on what enters this instance's memory, as for a
-/// host tool's result. Far above what any request or arguments need.
-pub(crate) const MAX_ARGUMENT_UNITS: usize = MAX_HOST_RESULT_UNITS;
+/// host tool's result or `tools.call`'s arguments, which the host measures (`MAX_UNITS_INTO_CORE`
+/// in agent.ts, the same number). Far above what any request or arguments need.
+pub(crate) const MAX_ARGUMENT_UNITS: usize = 16 << 20;
 
 /// Rust → JS with JSON semantics (maps become plain objects).
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
@@ -351,7 +352,7 @@ impl ToolHandler for JsTool {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         // The host's own codes that mean what they say here: its abort, a Standard Schema
         // refusing the arguments or the result (see `tool()`), and a result past the bound the
-        // host enforces (see `MAX_HOST_RESULT_UNITS` in agent.ts); anything else failed executing.
+        // host enforces (see `MAX_UNITS_INTO_CORE` in agent.ts); anything else failed executing.
         let failure = |e: JsValue| {
             let (code, message, _) = describe_thrown(&e);
             let code = code.filter(|c| matches!(c.as_str(), "aborted" | "invalid_arguments" | "invalid_output" | "result_too_large"));
