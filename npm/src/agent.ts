@@ -26,42 +26,40 @@ const NEVER_ABORTED: AbortSignal = new AbortController().signal;
  *  or page, that large for good). */
 const MAX_UNITS_INTO_CORE = 16 * 2 ** 20;
 
-/** A tool result as JSON text (`undefined` stays `undefined`); a value with no JSON form (a
- *  function, a `BigInt`, a cycle) throws, which makes the call an `execution_failed` result,
- *  and text past {@link MAX_UNITS_INTO_CORE} a `result_too_large` one. Measured here, before
- *  the core copies it in. */
-function jsonText(value: unknown): string | undefined {
+/** A value as the JSON text the core reads (`undefined` stays `undefined`), measured here,
+ *  before the core copies it in: wasm memory never shrinks. `refuse` makes the error for a
+ *  value with no JSON form (`why`) or one past {@link MAX_UNITS_INTO_CORE} (`units`). */
+function measuredJson(value: unknown, refuse: (why: string, units?: number) => Error): string | undefined {
   if (value === undefined) return undefined;
   let text: string | undefined;
   try {
     text = JSON.stringify(value);
   } catch (error) {
-    throw new Error(`the tool returned a value that is not JSON: ${unwritableReason(error)}`);
+    throw refuse(unwritableReason(error));
   }
-  if (text === undefined) throw new Error('the tool returned a value that is not JSON: it has no JSON form');
-  if (text.length > MAX_UNITS_INTO_CORE) {
-    throw new CrucibleError('result_too_large', `the tool returned ${text.length} characters of JSON; the most a host tool may return is ${MAX_UNITS_INTO_CORE}`);
-  }
+  if (text === undefined) throw refuse('the value has no JSON form');
+  if (text.length > MAX_UNITS_INTO_CORE) throw refuse(`the value is ${text.length} characters of JSON`, text.length);
   return text;
 }
 
-/** The JSON text of `agent.tools.call`'s arguments, as the core reads them (`undefined` stays
- *  `undefined`, which it reads as null); a value with no JSON form fails the call as arguments
- *  the tool cannot take (`invalid_arguments`). */
+/** A tool result as JSON text; a value with no JSON form (a function, a `BigInt`, a cycle)
+ *  throws, which makes the call an `execution_failed` result, and text past
+ *  {@link MAX_UNITS_INTO_CORE} a `result_too_large` one. */
+function jsonText(value: unknown): string | undefined {
+  return measuredJson(value, (why, units) =>
+    units === undefined
+      ? new Error(`the tool returned a value that is not JSON: ${why}`)
+      : new CrucibleError('result_too_large', `the tool returned ${units} characters of JSON; the most a host tool may return is ${MAX_UNITS_INTO_CORE}`),
+  );
+}
+
+/** The JSON text of `agent.tools.call`'s arguments (`undefined` stays `undefined`, which the
+ *  core reads as null); a value with no JSON form, or too long, fails the call as arguments the
+ *  tool cannot take (`invalid_arguments`). */
 function argumentsJson(args: unknown): string | undefined {
-  if (args === undefined) return undefined;
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(args);
-  } catch (error) {
-    throw new AgentRunError('invalid_arguments', `arguments: ${unwritableReason(error)}`, '');
-  }
-  if (text === undefined) throw new AgentRunError('invalid_arguments', 'arguments: the value has no JSON form', '');
-  // Measured before the core copies it in, as a host tool's result is: wasm memory never shrinks.
-  if (text.length > MAX_UNITS_INTO_CORE) {
-    throw new AgentRunError('invalid_arguments', `arguments: the value is ${text.length} characters of JSON; at most ${MAX_UNITS_INTO_CORE} are read`, '');
-  }
-  return text;
+  return measuredJson(args, (why, units) =>
+    new AgentRunError('invalid_arguments', `arguments: ${why}${units === undefined ? '' : `; at most ${MAX_UNITS_INTO_CORE} are read`}`, ''),
+  );
 }
 
 /** A tool's value from what `core.callTool` gives: the JSON text of a call that finished at

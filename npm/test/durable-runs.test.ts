@@ -12,6 +12,20 @@ import { AbortError, createAgent, memoryStore, openai, tool } from '../src/node.
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 const run = promisify(execFile);
+
+/** A refund tool that asks a person every time, and records the orders it refunded. */
+function approvedRefund(executed: number[]) {
+  return tool({
+    name: 'refund',
+    description: 'Refund an order',
+    inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
+    needsApproval: true,
+    execute: ({ order }: { order: number }) => {
+      executed.push(order);
+      return { refunded: order };
+    },
+  });
+}
 let server: MockLlmServer;
 let dir: string;
 before(async () => {
@@ -111,16 +125,7 @@ test('a paused run is resumed once: a second resume, at once or later, is invali
 
 test('a state object resumed under another run id is invalid_resume: nothing runs, and the run still resumes', async () => {
   const executed: number[] = [];
-  const refund = tool({
-    name: 'refund',
-    description: 'Refund an order',
-    inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
-    needsApproval: true,
-    execute: ({ order }: { order: number }) => {
-      executed.push(order);
-      return { refunded: order };
-    },
-  });
+  const refund = approvedRefund(executed);
   // Without a store the state object is what runs.
   const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }), tools: [refund] });
   server.reset();
@@ -197,16 +202,7 @@ test('storedRuns shows a run that is going in this process as running, and its s
 test('a resume whose signal was aborted before it began runs nothing, names its run, and the run resumes afterwards', async () => {
   server.reset();
   const executed: number[] = [];
-  const refund = tool({
-    name: 'refund',
-    description: 'Refund an order',
-    inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
-    needsApproval: true,
-    execute: ({ order }: { order: number }) => {
-      executed.push(order);
-      return { refunded: order };
-    },
-  });
+  const refund = approvedRefund(executed);
   const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' }), tools: [refund], store: memoryStore() });
   server.enqueue({ toolCalls: [{ name: 'refund', arguments: { order: 9 } }] }, { text: 'Refunded order 9.' });
   const paused = await agent.run('refund 9');
