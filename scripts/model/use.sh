@@ -15,8 +15,10 @@
 # there first, then `url="$(model_use)"`, and set the trap before either.
 
 _model_here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-_model_dir="${CRUCIBLE_MODEL_DIR:-$HOME/.cache/crucible/model}"
-_model_port="${CRUCIBLE_MODEL_PORT:-8089}"
+# shellcheck source=scripts/model/defaults.sh
+. "$_model_here/defaults.sh"
+_model_dir="$MODEL_DIR"
+_model_port="$MODEL_PORT"
 _model_users="$_model_dir/server-$_model_port.users"
 _model_by_run="$_model_dir/server-$_model_port.by-run"
 _model_pidfile="$_model_dir/server-$_model_port.pid"
