@@ -5,7 +5,7 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, StoreError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, messageOf, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
@@ -1529,13 +1529,7 @@ async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
  */
 function unreadableOptions(error: unknown, where: string, code: 'invalid_config' | 'invalid_argument' = 'invalid_config'): CrucibleError {
   if (error instanceof CrucibleError) return error;
-  let message: string;
-  try {
-    message = error instanceof Error ? error.message : String(error);
-  } catch {
-    message = 'what they threw cannot be shown';
-  }
-  return new CrucibleError(code, `${where}: the options could not be read: ${message}`, { cause: error });
+  return new CrucibleError(code, `${where}: the options could not be read: ${messageOf(error)}`, { cause: error });
 }
 
 /** The run's signal for `collect` (which only names it as an abort's cause); options that

@@ -164,3 +164,13 @@ export function describeValue(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
   return describeType(value);
 }
+
+/** What a thrown value says, whatever it is: a thrown object without a prototype makes
+ *  `String()` throw too, and the error being built would be lost to that `TypeError`. */
+export function messageOf(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return 'what was thrown cannot be shown';
+  }
+}

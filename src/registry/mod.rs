@@ -1102,8 +1102,11 @@ impl Registry {
         let ops = {
             let mut state = self.state.borrow_mut();
             // A forge the sandbox could not test says nothing of the code: not a rejection to count.
-            let name_changed = !rejection.sandbox_unavailable && state.forge_stats.record_rejected(&rejection.name, rejection.category);
-            let mut ops = if rejection.sandbox_unavailable { vec![] } else { self.forge_stats_ops(&state, name_changed.then_some((rejection.name.as_str(), false))) };
+            let mut ops = vec![];
+            if !rejection.sandbox_unavailable {
+                let name_changed = state.forge_stats.record_rejected(&rejection.name, rejection.category);
+                ops = self.forge_stats_ops(&state, name_changed.then_some((rejection.name.as_str(), false)));
+            }
             if let Some(v) = &rejection.verdict {
                 ops.extend(self.audit(
                     &mut state,

@@ -532,23 +532,14 @@ impl Environment for JsEnvironment {
     fn new_id(&self, prefix: &str) -> String {
         let n = self.counter.get() + 1;
         self.counter.set(n);
-        // Written by hand: `format!`'s machinery was 2% of a direct compose call (profiled).
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        let mut rest = n;
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        let mut id = String::with_capacity(prefix.len() + 1 + self.salt.len() + digits.len() - start);
+        // Pushed, not `format!`ted: its machinery for three pieces was 2% of a direct compose
+        // call (profiled); one integer's `to_string` is the cheap part.
+        let digits = n.to_string();
+        let mut id = String::with_capacity(prefix.len() + 1 + self.salt.len() + digits.len());
         id.push_str(prefix);
         id.push('_');
         id.push_str(&self.salt);
-        id.extend(digits[start..].iter().map(|&d| char::from(d)));
+        id.push_str(&digits);
         id
     }
 }

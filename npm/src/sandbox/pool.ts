@@ -3,7 +3,7 @@
  * On deadline the Worker is terminated and replaced (`timeout`); on a trap the instance is
  * discarded and replaced (`memory` when an allocation failed, else `error`).
  */
-import { describeValue } from '../errors.js';
+import { describeValue, messageOf } from '../errors.js';
 import { bridgedFetch } from './fetch-bridge.js';
 import type { HostToWorker, WorkerToHost } from './protocol.js';
 import type { ExecuteOptions, SandboxOptions, SandboxRequest, SandboxResult, SandboxStats } from './types.js';
@@ -732,15 +732,6 @@ export function codeOf(json: string): string {
 function dropFetches(slot: Slot): void {
   slot.fetches?.abort.abort();
   slot.fetches = undefined;
-}
-
-/** What a thrown value says, whatever it is (one whose reading throws too says so). */
-function messageOf(error: unknown): string {
-  try {
-    return error instanceof Error ? error.message : String(error);
-  } catch {
-    return 'what it threw cannot be shown';
-  }
 }
 
 function aborted(started: number): SandboxResult {
