@@ -143,6 +143,40 @@ fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
 }
 
 #[test]
+fn normalize_reads_an_expected_output_given_as_json_text_or_under_a_key_saying_expect() {
+    let cases = |output_schema: Value, expected: Value, key: &str| {
+        let case = json!({ "input": { "x": 1 }, key: expected });
+        normalize(&json!({ "name": "t", "code": "c", "outputSchema": output_schema, "testCases": [case] })).unwrap().test_cases
+    };
+    let object = json!({ "type": "object", "properties": { "slug": { "type": "string" } } });
+    // Stringified, the expected object could never equal the tool's object output.
+    let stringly = cases(object.clone(), json!("{\"slug\":\"a\"}"), "expectedOutput");
+    assert_eq!(stringly[0].expected_output, Some(json!({ "slug": "a" })));
+    let fenced_list = cases(json!({ "type": "array", "items": { "type": "number" } }), json!("```json\n[1, 2]\n```"), "expected");
+    assert_eq!(fenced_list[0].expected_output, Some(json!([1, 2])));
+    let untyped = cases(json!({ "properties": { "slug": { "type": "string" } } }), json!("{\"slug\":\"a\"}"), "output");
+    assert_eq!(untyped[0].expected_output, Some(json!({ "slug": "a" })), "properties declare an object");
+    // A tool whose output is text keeps its expected text, JSON-looking or not.
+    for text_schema in [json!({ "type": "string" }), json!({ "type": ["object", "string"] }), json!({})] {
+        let text = cases(text_schema.clone(), json!("{\"slug\":\"a\"}"), "expectedOutput");
+        assert_eq!(text[0].expected_output, Some(json!("{\"slug\":\"a\"}")), "{text_schema}");
+    }
+    let plain = cases(object.clone(), json!("not json"), "expectedOutput");
+    assert_eq!(plain[0].expected_output, Some(json!("not json")), "only JSON text is read as JSON");
+    let broken = normalize(&json!({ "name": "t", "code": "c", "outputSchema": object,
+        "testCases": [{ "input": { "x": 1 }, "expectedOutput": "{\"slug\": " }] }))
+    .unwrap_err();
+    assert!(broken.0.contains("does not parse"), "{broken}");
+    // Named otherwise, but saying what it is: before, such a test checked the schema only.
+    for key in ["expectation", "expectedValue", "expected_outputs", "expect"] {
+        let named = cases(json!({ "type": "number" }), json!(4), key);
+        assert_eq!(named[0].expected_output, Some(json!(4)), "`{key}`");
+    }
+    let unrelated = cases(json!({ "type": "number" }), json!(4), "comment");
+    assert_eq!(unrelated[0].expected_output, None);
+}
+
+#[test]
 fn attempts_are_tagged_with_agent_session_and_scope() {
     let r = rig();
     let mut req = slugify_request("slugify", SLUGIFY_JS);

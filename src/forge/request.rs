@@ -8,8 +8,9 @@
 //! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given
 //! as `tests`/`test_cases`/`examples`, as an object (one case, or a map of cases) or a JSON
 //! string; a schema's property given as its type's name (`"text": "string"`); `expected`,
-//! `output`, `expected_output`, `expectedResult`, `expected_result`, `result` for
-//! `expectedOutput`; missing optional fields; a name with spaces or punctuation
+//! `output`, `expected_output`, `expectedResult`, `expected_result`, `result` or any key saying
+//! `expect` for `expectedOutput`, and an expected object or array given as JSON text where the
+//! output schema declares one; missing optional fields; a name with spaces or punctuation
 //! (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the sandbox code inside a
 //! Markdown code fence (```` ```json ````, ```` ```js ````).
 
@@ -307,7 +308,7 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
     Ok(Implementation::Compose { steps: out })
 }
 
-fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
+fn test_case(v: &Value, i: usize, structured_output: bool) -> Result<ForgeTestCase, NormalizeError> {
     let c = unstringify(v)?;
     let Value::Object(c) = &*c else { return err(format!("test case {i} must be an object with `input`")) };
     let input = match pick(c, &TEST_INPUT_KEYS) {
@@ -315,29 +316,49 @@ fn test_case(v: &Value, i: usize) -> Result<ForgeTestCase, NormalizeError> {
         None => Value::Object(Map::new()),
     };
     // `get`, not `pick`: a null under one of these is an expected null output.
-    let expected_output = pick_present(c, &EXPECTED_OUTPUT_KEYS).cloned();
+    let expected = pick_present(c, &EXPECTED_OUTPUT_KEYS).or_else(|| c.iter().find(|(k, _)| k.to_ascii_lowercase().contains("expect")).map(|(_, v)| v));
+    let expected_output = match expected {
+        // `"{\"slug\":\"a\"}"` where the output is an object: small models stringify nested
+        // JSON, and such a string could never equal an object or array output. A tool whose
+        // output is text keeps its expected text as written.
+        Some(text @ Value::String(_)) if structured_output => Some(unstringify(text)?.into_owned()),
+        other => other.cloned(),
+    };
     Ok(ForgeTestCase { input, expected_output })
+}
+
+/// Whether `schema` declares an object or array output (and no text), so that an expected
+/// output given as JSON text means the value it spells.
+fn declares_structured_output(schema: &Value) -> bool {
+    let structured = |t: &Value| matches!(t.as_str(), Some("object" | "array"));
+    match schema.get("type") {
+        Some(Value::Array(types)) => types.iter().any(structured) && !types.iter().any(|t| t == "string"),
+        Some(t) => structured(t),
+        None => schema.get("properties").is_some_and(Value::is_object) || schema.get("items").is_some_and(Value::is_object),
+    }
 }
 
 /// Keys a request's test cases may sit under (the first present one is read).
 pub const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "examples"];
 
-/// Where a test case gives its expected output, as models name it. One they name otherwise is
-/// not seen, and the test then checks the output schema only.
+/// Where a test case gives its expected output, as models name it. Failing these, a key that
+/// says `expect` (`expectation`, `expectedValue`) is read; one named otherwise is not seen, and
+/// the test then checks the output schema only.
 const EXPECTED_OUTPUT_KEYS: [&str; 7] = ["expectedOutput", "expected_output", "expected", "output", "expectedResult", "expected_result", "result"];
 
 /// Where a test case keeps its input (a single case given as an object is told from a map of
 /// named cases by one of these keys).
 const TEST_INPUT_KEYS: [&str; 4] = ["input", "args", "arguments", "inputs"];
 
-fn test_cases(obj: &Map<String, Value>) -> Result<Vec<ForgeTestCase>, NormalizeError> {
+fn test_cases(obj: &Map<String, Value>, output_schema: &Value) -> Result<Vec<ForgeTestCase>, NormalizeError> {
     let Some(raw) = pick(obj, &TEST_CASE_KEYS) else { return Ok(vec![]) };
     let raw = unstringify(raw)?;
+    let structured = declares_structured_output(output_schema);
     match &*raw {
-        Value::Array(a) => a.iter().enumerate().map(|(i, v)| test_case(v, i)).collect(),
-        Value::Object(m) if TEST_INPUT_KEYS.iter().any(|k| m.contains_key(*k)) => Ok(vec![test_case(&raw, 0)?]),
+        Value::Array(a) => a.iter().enumerate().map(|(i, v)| test_case(v, i, structured)).collect(),
+        Value::Object(m) if TEST_INPUT_KEYS.iter().any(|k| m.contains_key(*k)) => Ok(vec![test_case(&raw, 0, structured)?]),
         // A map of named cases: { "case1": { input, expected }, ... }.
-        Value::Object(m) => m.values().enumerate().map(|(i, v)| test_case(v, i)).collect(),
+        Value::Object(m) => m.values().enumerate().map(|(i, v)| test_case(v, i, structured)).collect(),
         other => err(format!("testCases must be an array, got {}", type_name(other))),
     }
 }
@@ -387,7 +408,7 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let input_schema = schema_field(obj, &["inputSchema", "input_schema", "parameters", "input"], "inputSchema")?;
     let output_schema = schema_field(obj, &["outputSchema", "output_schema", "returns", "output"], "outputSchema")?;
     let implementation = implementation(obj)?;
-    let test_cases = test_cases(obj)?;
+    let test_cases = test_cases(obj, &output_schema)?;
     let scope = scope_of(obj);
     Ok(ForgeRequest { name, description, input_schema, output_schema, implementation, test_cases, scope })
 }
