@@ -435,6 +435,23 @@ fn extra_test_input_fields_against_a_closed_schema_are_schema_extra_field() {
     assert_shape_rejected_without_judge(req, RejectionCategory::SchemaExtraField, "`lang`");
 }
 
+#[test]
+fn test_input_fields_a_pattern_declares_are_not_extra() {
+    let r = rig();
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["inputSchema"]["additionalProperties"] = json!(false);
+    req["inputSchema"]["patternProperties"] = json!({ "^x_[a-z]+$": { "type": "string" } });
+    req["testCases"][0]["input"]["x_lang"] = json!("en");
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "`x_lang` matches the pattern, as JSON Schema reads it: {res:?}");
+    // A key no pattern matches is still extra.
+    let mut req = slugify_request("slugify2", SLUGIFY_JS);
+    req["inputSchema"]["additionalProperties"] = json!(false);
+    req["inputSchema"]["patternProperties"] = json!({ "^x_[a-z]+$": { "type": "string" } });
+    req["testCases"][0]["input"]["x_Lang"] = json!("en");
+    assert_shape_rejected_without_judge(req, RejectionCategory::SchemaExtraField, "`x_Lang`");
+}
+
 // ---- 4. build: compose -------------------------------------------------------------------
 
 fn compose_request(name: &str, steps: Value, cases: Value) -> Value {

@@ -2,8 +2,9 @@
 //! built or judged, so a malformed request never costs a judge call. A request over the size
 //! limits ([`MAX_DESCRIPTION_CHARS`], [`MAX_SCHEMA_BYTES`], [`MAX_REQUEST_BYTES`]), empty schema
 //! properties, fewer than [`MIN_TEST_CASES`] or more than [`MAX_TEST_CASES`] test cases and test
-//! cases with empty input are `shape_check` rejections; a test input with a field the declared input schema forbids
-//! (`additionalProperties: false`) is `schema_extra_field`.
+//! cases with empty input are `shape_check` rejections; a test input with a field the declared
+//! input schema forbids (`additionalProperties: false`, the field neither under `properties`
+//! nor matching a `patternProperties` pattern) is `schema_extra_field`.
 
 use serde_json::Value;
 
@@ -12,7 +13,7 @@ use super::compose::MAX_COMPOSE_STEPS;
 use super::infer::lacks_properties;
 use super::prompt::FORGE_TOOL_NAME;
 use super::request::{ForgeRequest, Implementation};
-use crate::tools::{json_len, nesting_depth, MAX_VALUE_DEPTH};
+use crate::tools::{json_len, nesting_depth, CompiledSchema, MAX_VALUE_DEPTH};
 
 /// Fewest test cases a forge request must carry.
 pub const MIN_TEST_CASES: usize = 2;
@@ -82,10 +83,12 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     let closed = request.input_schema.get("additionalProperties") == Some(&Value::Bool(false));
     if closed {
         let declared = request.input_schema.get("properties").and_then(Value::as_object);
+        let patterns = key_patterns(&request.input_schema);
         for (i, case) in request.test_cases.iter().enumerate() {
             let Some(input) = case.input.as_object() else { continue };
             for key in input.keys() {
-                if !declared.is_some_and(|d| d.contains_key(key)) {
+                let matches_pattern = || patterns.iter().any(|p| p.check(&Value::String(key.clone())).is_ok());
+                if !declared.is_some_and(|d| d.contains_key(key)) && !matches_pattern() {
                     evidence.extra_field = true;
                     let key = super::shorten(key, 64);
                     reasons.push(format!("test case {i} input has field `{key}`, which inputSchema does not declare (additionalProperties is false)"));
@@ -103,6 +106,15 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
         }
         Err(ShapeIssues { reasons, evidence })
     }
+}
+
+/// The schema's `patternProperties` patterns, compiled as JSON Schema compiles them (ECMA-262
+/// regexes, with its own engine), as schemas a key must match: a key one of them matches is
+/// declared. A pattern that does not compile matches nothing here; building the tool then
+/// reports the schema as invalid.
+fn key_patterns(schema: &Value) -> Vec<CompiledSchema> {
+    let Some(patterns) = schema.get("patternProperties").and_then(Value::as_object) else { return vec![] };
+    patterns.keys().filter_map(|p| CompiledSchema::compile(&serde_json::json!({ "type": "string", "pattern": p })).ok()).collect()
 }
 
 /// Why `request`'s pipeline cannot be forged, if it cannot: more than [`MAX_COMPOSE_STEPS`]
