@@ -1150,6 +1150,16 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.deepEqual(out.calls, [{ id: 'c1', name: 'get_weather', arguments: '{"city":"Oslo"}' }]);
   });
 
+  it('a tool-call index past what the core counts (2^32 - 1) is provider_protocol naming the field', async () => {
+    const delta = (index: number) => ({ choices: [{ index: 0, delta: { tool_calls: [{ index, id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] }, finish_reason: 'tool_calls' }] });
+    pieces = [`data: ${JSON.stringify(delta(2 ** 32))}\n\n`, 'data: [DONE]\n\n'];
+    const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `got ${String(error)}`);
+    assert.match(error.message, /`tool_calls\[\]\.index` is number, not a non-negative integer up to 4294967295/);
+    pieces = [`data: ${JSON.stringify(delta(2 ** 32 - 1))}\n\n`, 'data: [DONE]\n\n'];
+    assert.deepEqual((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).calls, [{ id: 'c1', name: 'f', arguments: '{}' }]);
+  });
+
   it('an SSE event or an NDJSON line longer than 16 Mi characters is provider_protocol, and reading stops there', async () => {
     const mib = 'x'.repeat(2 ** 20);
     pieces = ['data: {"choices":[{"index":0,"delta":{"content":"', ...Array.from({ length: 17 }, () => mib)];

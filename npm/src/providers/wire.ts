@@ -17,6 +17,9 @@ export function loose(value: unknown): WireObject | undefined {
   return typeof value === 'object' && value !== null ? (value as WireObject) : undefined;
 }
 
+/** The largest position the core takes (a u32). */
+const MAX_INDEX = 2 ** 32 - 1;
+
 export class WireReader {
   /** `raw`: the event or body being read, quoted by the errors (a function when it has to be
    *  made, so it is made only for an error). */
@@ -53,11 +56,12 @@ export class WireReader {
     return this.wrong(what, 'an array', value);
   }
 
-  /** A position (a tool call's or a content block's index). */
+  /** A position (a tool call's or a content block's index). The core counts positions in 32
+   *  bits: one past that is refused here, where the field can be named. */
   index(value: unknown, what: string): number | undefined {
     if (value === undefined || value === null) return undefined;
-    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-    return this.wrong(what, 'a non-negative integer', value);
+    if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= MAX_INDEX) return value;
+    return this.wrong(what, `a non-negative integer up to ${MAX_INDEX}`, value);
   }
 
   boolean(value: unknown, what: string): boolean | undefined {
