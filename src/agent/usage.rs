@@ -18,9 +18,24 @@ pub struct RunUsage {
 }
 
 impl RunUsage {
+    /// Adds one model call's counts, saturating as [`Usage::add`] does.
     pub fn record(&mut self, model_id: &str, usage: Usage) {
-        self.input_tokens += usage.input_tokens;
-        self.output_tokens += usage.output_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
         self.by_model.entry(model_id.to_string()).or_default().add(usage);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_total_saturates_instead_of_wrapping() {
+        let mut run = RunUsage::default();
+        run.record("a", Usage { input_tokens: u64::MAX - 1, output_tokens: 1 });
+        run.record("b", Usage { input_tokens: 3, output_tokens: 1 });
+        assert_eq!((run.input_tokens, run.output_tokens), (u64::MAX, 2));
+        assert_eq!(run.by_model["b"].input_tokens, 3);
     }
 }

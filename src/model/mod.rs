@@ -20,12 +20,15 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Adds another call's counts to this one.
+    /// Adds another call's counts to this one. Saturating: a provider may report any count
+    /// (a u64 at the boundary), and a sum that wrapped would report a huge run as a tiny one
+    /// (or, in a build with overflow checks, panic).
     pub fn add(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
     }
 }
+
 
 /// A tool call as the model produced it; `arguments` is the raw JSON text (possibly malformed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,7 +238,14 @@ pub fn finish_kind(finish_reason: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{finish_kind, ModelError};
+    use super::{finish_kind, ModelError, Usage};
+
+    #[test]
+    fn counts_near_the_top_saturate_instead_of_wrapping() {
+        let mut total = Usage { input_tokens: u64::MAX - 1, output_tokens: 5 };
+        total.add(Usage { input_tokens: 7, output_tokens: u64::MAX });
+        assert_eq!(total, Usage { input_tokens: u64::MAX, output_tokens: u64::MAX });
+    }
 
     #[test]
     fn finish_reasons_of_every_provider_read_as_one_vocabulary() {
