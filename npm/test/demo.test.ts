@@ -3,7 +3,8 @@
 // played by the mock LLM server (a test double speaking the OpenAI wire format over HTTP).
 // Screenshots of each state go to <repo>/test-artifacts/demo-*.png (git-ignored).
 //
-// Without /usr/bin/chromium the suite is skipped, except under CI=true, where it fails.
+// Without Chromium (Debian's, or CRUCIBLE_CHROMIUM) the suite is skipped, except under CI=true,
+// where it fails (see describeInBrowser).
 // The forge / promotion / reload tests fail when the page reports no emergent API
 // (`window.__crucibleDemo.emergent`): the package has it, so its absence is a broken setup.
 import { after, before, describe, test } from 'node:test';
@@ -17,6 +18,7 @@ import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
 import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
+import { describeInBrowser, launchChromium } from './browser/harness.js';
 
 declare global {
   interface Window {
@@ -25,30 +27,13 @@ declare global {
   }
 }
 
-const CHROMIUM = '/usr/bin/chromium';
 const NPM_DIR = fileURLToPath(new URL('..', import.meta.url));
 const REPO = join(NPM_DIR, '..');
 const WWW = join(REPO, 'www');
 const ARTIFACTS = join(REPO, 'test-artifacts');
 const LOCAL_MODEL = process.env.CRUCIBLE_LOCAL_MODEL_URL ?? 'http://127.0.0.1:8089/v1';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const DESKTOP = { width: 1280, height: 900 };
 const PHONE = { width: 375, height: 812 };
-
-const haveChromium = existsSync(CHROMIUM);
-const inCI = process.env.CI === 'true';
-
-if (!haveChromium) {
-  if (inCI) {
-    test('demo page: Chromium is required under CI', () => {
-      assert.fail(`${CHROMIUM} is missing; install Debian's chromium package`);
-    });
-  } else {
-    test('demo page', { skip: `${CHROMIUM} not found; install Debian's chromium package to run the browser tests` }, () => {});
-  }
-} else {
-  suite();
-}
 
 /** The scripted model: host-tool calls, a slow answer to stop, a forge, and a judge. */
 const VERDICT = { approved: true, safety: 0.95, correctness: 0.95, determinism: 1, boundedness: 0.95, confidence: 0.9, reasoning: 'Pure string transformation; both tests pass with the expected outputs.' };
@@ -113,1112 +98,1109 @@ function scriptedModel(request: MockRequest): MockReply {
   return { text: `echo: ${text}`, chunkDelayMs: 10 };
 }
 
-function suite(): void {
-  describe('demo page in Chromium', () => {
-    let mock: MockLlmServer;
-    let serveProcess: ChildProcess | undefined;
-    let pageURL = '';
-    let browser: Browser;
-    const contexts: BrowserContext[] = [];
+describeInBrowser('demo page in Chromium', () => {
+  let mock: MockLlmServer;
+  let serveProcess: ChildProcess | undefined;
+  let pageURL = '';
+  let browser: Browser;
+  const contexts: BrowserContext[] = [];
 
-    before(async () => {
-      mkdirSync(ARTIFACTS, { recursive: true });
-      // Build the package (tsc) and the page (Vite) from the current sources.
-      const tsc = spawnSync(process.execPath, [join(NPM_DIR, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: NPM_DIR, encoding: 'utf8' });
-      assert.equal(tsc.status, 0, `tsc failed:\n${tsc.stdout}${tsc.stderr}`);
-      assert.ok(existsSync(join(NPM_DIR, 'wasm/crucible_core_bg.wasm')), 'npm/wasm is not built: run `npm run build:wasm` in npm/');
-      const { build } = await import('vite');
-      await build({ configFile: join(WWW, 'vite.config.ts'), root: WWW, logLevel: 'warn' });
+  before(async () => {
+    mkdirSync(ARTIFACTS, { recursive: true });
+    // Build the package (tsc) and the page (Vite) from the current sources.
+    const tsc = spawnSync(process.execPath, [join(NPM_DIR, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: NPM_DIR, encoding: 'utf8' });
+    assert.equal(tsc.status, 0, `tsc failed:\n${tsc.stdout}${tsc.stderr}`);
+    assert.ok(existsSync(join(NPM_DIR, 'wasm/crucible_core_bg.wasm')), 'npm/wasm is not built: run `npm run build:wasm` in npm/');
+    const { build } = await import('vite');
+    await build({ configFile: join(WWW, 'vite.config.ts'), root: WWW, logLevel: 'warn' });
 
-      serveProcess = spawn(process.execPath, [join(WWW, 'scripts/serve.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-      pageURL = await new Promise<string>((resolve, reject) => {
-        const lines = createInterface({ input: serveProcess!.stdout! });
-        lines.once('line', (line) => {
-          const match = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(line);
-          if (match) resolve(match[1]!);
-          else reject(new Error(`serve.mjs printed no URL: ${line}`));
-        });
-        serveProcess!.once('exit', (code) => reject(new Error(`serve.mjs exited with ${code}`)));
+    serveProcess = spawn(process.execPath, [join(WWW, 'scripts/serve.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    pageURL = await new Promise<string>((resolve, reject) => {
+      const lines = createInterface({ input: serveProcess!.stdout! });
+      lines.once('line', (line) => {
+        const match = /(http:\/\/127\.0\.0\.1:\d+\/)/.exec(line);
+        if (match) resolve(match[1]!);
+        else reject(new Error(`serve.mjs printed no URL: ${line}`));
       });
-
-      mock = await startMockLlmServer({ respond: scriptedModel });
-      const { chromium } = await import('playwright-core');
-      browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+      serveProcess!.once('exit', (code) => reject(new Error(`serve.mjs exited with ${code}`)));
     });
 
-    after(async () => {
-      for (const c of contexts) await c.close().catch(() => {});
-      await browser?.close().catch(() => {});
-      await mock?.close();
-      if (serveProcess && serveProcess.exitCode === null) {
-        serveProcess.kill('SIGTERM');
-        await new Promise((resolve) => serveProcess!.once('exit', resolve));
-      }
+    mock = await startMockLlmServer({ respond: scriptedModel });
+    browser = await launchChromium();
+  });
+
+  after(async () => {
+    for (const c of contexts) await c.close().catch(() => {});
+    await browser?.close().catch(() => {});
+    await mock?.close();
+    if (serveProcess && serveProcess.exitCode === null) {
+      serveProcess.kill('SIGTERM');
+      await new Promise((resolve) => serveProcess!.once('exit', resolve));
+    }
+  });
+
+  interface Opened {
+    page: Page;
+    errors: string[];
+    /** Origins of every request the page made. */
+    origins: Set<string>;
+  }
+
+  async function open(query: Record<string, string> = {}, viewport = DESKTOP, context?: BrowserContext): Promise<Opened> {
+    const ctx = context ?? (await browser.newContext({ viewport }));
+    if (!context) contexts.push(ctx);
+    const page = await ctx.newPage();
+    await page.setViewportSize(viewport);
+    const errors: string[] = [];
+    page.on('console', (msg) => {
+      if (msg.type() === 'error') errors.push(msg.text());
     });
+    page.on('pageerror', (error) => errors.push(`pageerror: ${error.message}`));
+    const origins = new Set<string>();
+    page.on('request', (request) => {
+      const url = new URL(request.url());
+      if (url.protocol.startsWith('http')) origins.add(url.origin);
+    });
+    const params = new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', ...query });
+    await page.goto(`${pageURL}?${params}`);
+    await waitReady(page);
+    return { page, errors, origins };
+  }
 
-    interface Opened {
-      page: Page;
-      errors: string[];
-      /** Origins of every request the page made. */
-      origins: Set<string>;
-    }
+  /** A page in a context of its own whose agent has emergent capabilities, the mock model reset. */
+  async function openEmergent(): Promise<Opened> {
+    const opened = await open();
+    await assertEmergent(opened.page);
+    mock.reset();
+    return opened;
+  }
 
-    async function open(query: Record<string, string> = {}, viewport = DESKTOP, context?: BrowserContext): Promise<Opened> {
-      const ctx = context ?? (await browser.newContext({ viewport }));
-      if (!context) contexts.push(ctx);
-      const page = await ctx.newPage();
-      await page.setViewportSize(viewport);
-      const errors: string[] = [];
-      page.on('console', (msg) => {
-        if (msg.type() === 'error') errors.push(msg.text());
-      });
-      page.on('pageerror', (error) => errors.push(`pageerror: ${error.message}`));
-      const origins = new Set<string>();
-      page.on('request', (request) => {
-        const url = new URL(request.url());
-        if (url.protocol.startsWith('http')) origins.add(url.origin);
-      });
-      const params = new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', ...query });
-      await page.goto(`${pageURL}?${params}`);
-      await waitReady(page);
-      return { page, errors, origins };
-    }
+  async function waitReady(page: Page): Promise<{ emergent: boolean; error?: string }> {
+    await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
+    const flag = await page.evaluate(() => window.__crucibleDemo!);
+    assert.equal(flag.error, undefined, `the agent did not start: ${flag.error}`);
+    return flag;
+  }
 
-    /** A page in a context of its own whose agent has emergent capabilities, the mock model reset. */
-    async function openEmergent(): Promise<Opened> {
-      const opened = await open();
-      await assertEmergent(opened.page);
-      mock.reset();
-      return opened;
-    }
+  async function shot(page: Page, name: string, viewport = DESKTOP): Promise<void> {
+    await page.setViewportSize(viewport);
+    // Let the resized layout paint (SVG charts came out blank when shot in the same frame).
+    await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+    await page.screenshot({ path: join(ARTIFACTS, `demo-${name}.png`), fullPage: true });
+  }
 
-    async function waitReady(page: Page): Promise<{ emergent: boolean; error?: string }> {
-      await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
-      const flag = await page.evaluate(() => window.__crucibleDemo!);
-      assert.equal(flag.error, undefined, `the agent did not start: ${flag.error}`);
-      return flag;
-    }
+  async function send(page: Page, text: string): Promise<void> {
+    await page.fill('#chat-input', text);
+    await page.press('#chat-input', 'Enter');
+  }
 
-    async function shot(page: Page, name: string, viewport = DESKTOP): Promise<void> {
-      await page.setViewportSize(viewport);
-      // Let the resized layout paint (SVG charts came out blank when shot in the same frame).
-      await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
-      await page.screenshot({ path: join(ARTIFACTS, `demo-${name}.png`), fullPage: true });
-    }
+  async function lastAgentStatus(page: Page, status: string, timeout = 20_000): Promise<void> {
+    await page.waitForFunction((s) => document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') === s, status, { timeout });
+  }
 
-    async function send(page: Page, text: string): Promise<void> {
-      await page.fill('#chat-input', text);
-      await page.press('#chat-input', 'Enter');
-    }
+  /** The page started its agent with the emergent API (forge, registry, approvals). */
+  async function assertEmergent(page: Page): Promise<void> {
+    const flag = await page.evaluate(() => window.__crucibleDemo);
+    assert.equal(flag?.emergent, true, `the demo page reports no emergent API: ${JSON.stringify(flag)}`);
+  }
 
-    async function lastAgentStatus(page: Page, status: string, timeout = 20_000): Promise<void> {
-      await page.waitForFunction((s) => document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') === s, status, { timeout });
-    }
+  test('loads with no console errors, at desktop and phone width', async () => {
+    const { page, errors } = await open();
+    assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+    const hostTools = await page.$$eval('#host-tools code', (els) => els.map((e) => e.textContent));
+    for (const name of ['get_weather', 'current_time', 'word_count', 'save_note']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
+    assert.match((await page.textContent('#provider-summary')) ?? '', /127\.0\.0\.1/);
+    // Every form control has a label.
+    const unlabeled = await page.$$eval('input, select, textarea', (els) =>
+      els.filter((el) => !(el as HTMLInputElement).labels?.length && !el.getAttribute('aria-label')).map((el) => el.id || el.outerHTML.slice(0, 60)),
+    );
+    assert.deepEqual(unlabeled, []);
+    await page.click('#settings-details > summary');
+    await shot(page, 'load-desktop');
+    await shot(page, 'load-phone', PHONE);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px)`);
+    assert.deepEqual(await accessibilityViolations(page), [], 'axe-core: WCAG 2 A/AA (contrast, labels, names, roles)');
+    // Keyboard: the prompt is reachable with Tab and Enter sends.
+    await page.setViewportSize(DESKTOP);
+    await page.keyboard.press('Tab');
+    let hops = 0;
+    while (!(await page.evaluate(() => document.activeElement?.id === 'chat-input')) && hops++ < 40) await page.keyboard.press('Tab');
+    assert.ok(hops < 40, 'the prompt is reachable by keyboard');
+    assert.deepEqual(errors, []);
+  });
 
-    /** The page started its agent with the emergent API (forge, registry, approvals). */
-    async function assertEmergent(page: Page): Promise<void> {
-      const flag = await page.evaluate(() => window.__crucibleDemo);
-      assert.equal(flag?.emergent, true, `the demo page reports no emergent API: ${JSON.stringify(flag)}`);
-    }
+  /** WCAG 2 A/AA violations axe-core finds on the page as it is now (ids and first targets). */
+  async function accessibilityViolations(page: Page): Promise<string[]> {
+    await page.addScriptTag({ path: createRequire(import.meta.url).resolve('axe-core/axe.min.js') });
+    const found = await page.evaluate(async () => {
+      const axe = (window as unknown as { axe: { run(ctx: Document, opts: unknown): Promise<{ violations: { id: string; nodes: { target: string[] }[] }[] }> } }).axe;
+      const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa'] } });
+      return result.violations.map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+    });
+    return found;
+  }
 
-    test('loads with no console errors, at desktop and phone width', async () => {
+  test('a chat run streams its answer and shows the tool events', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'What is the weather in Oslo?');
+    await page.waitForSelector('.msg-agent .tool-call code:text("get_weather")', { timeout: 20_000 });
+    await page.waitForSelector('.msg-agent .tool-result', { timeout: 20_000 });
+    // Streaming: the answer grows while the run is still going.
+    await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0, undefined, { timeout: 20_000 });
+    const partial = await page.textContent('.msg-agent:last-of-type .msg-text');
+    const stateWhileStreaming = await page.getAttribute('body', 'data-state');
+    await lastAgentStatus(page, 'done');
+    const final = (await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '';
+    assert.equal(final, 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.');
+    assert.equal(stateWhileStreaming, 'running');
+    assert.ok(partial!.length < final.length, `saw a partial answer (${JSON.stringify(partial)})`);
+    assert.match((await page.textContent('.msg-agent .tool-result')) ?? '', /"celsius":4/);
+    assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+    assert.equal(await page.isEnabled('#send-button'), true);
+    // The page sent the request to the configured provider only, with the host tools offered.
+    assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'save_note', 'word_count']);
+    await shot(page, 'chat-desktop');
+    await shot(page, 'chat-phone', PHONE);
+    assert.deepEqual(errors, []);
+  });
+
+  test('stop aborts a run mid-way and the page returns to idle', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Please hang for a minute');
+    await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+    assert.equal(await page.getAttribute('body', 'data-state'), 'running');
+    assert.equal(await page.isEnabled('#stop-button'), true);
+    await shot(page, 'abort-running');
+    const started = Date.now();
+    await page.click('#stop-button');
+    await lastAgentStatus(page, 'stopped', 5000);
+    await page.waitForFunction(() => document.body.dataset.state === 'idle', undefined, { timeout: 5000 });
+    assert.ok(Date.now() - started < 5000, 'stopped promptly');
+    assert.match((await page.textContent('.msg-agent:last-of-type')) ?? '', /Stopped\./);
+    assert.equal(await page.isEnabled('#send-button'), true);
+    assert.equal(await page.isEnabled('#stop-button'), false);
+    await shot(page, 'abort-stopped');
+    // The page is usable again: the next run completes.
+    await send(page, 'hello again');
+    await lastAgentStatus(page, 'done');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a run that ends while the person types elsewhere leaves the focus where they type', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    mock.enqueue({ text: 'A slow answer.', delayMs: 2000 });
+    await send(page, 'Take your time');
+    // Meanwhile the person pastes a package into the import box.
+    await page.click('#import-text');
+    await page.keyboard.type('format: ');
+    await lastAgentStatus(page, 'done');
+    await page.keyboard.type('crucible.tool.v1');
+    assert.equal(await page.inputValue('#import-text'), 'format: crucible.tool.v1');
+    assert.equal(await page.inputValue('#chat-input'), '', 'nothing typed into the chat');
+    // Sent from the chat, the prompt gets the focus back for the next message.
+    await send(page, 'hello');
+    await lastAgentStatus(page, 'done');
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'chat-input');
+    assert.deepEqual(errors, []);
+  });
+
+  test('settings persist; the API key only on opt-in, and only to its provider', async () => {
+    mock.reset();
+    const { page, errors, origins } = await open();
+    const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.settings.v1') ?? '');
+    await page.click('#settings-details > summary');
+    await page.fill('#api-key', 'sk-demo-not-remembered');
+    await page.click('#settings-form button[type="submit"]');
+    await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
+    assert.match(await stored(), new RegExp(mock.openaiBaseURL.replace(/[.:/]/g, '\\$&')));
+    assert.doesNotMatch(await stored(), /sk-demo/);
+    await send(page, 'hi');
+    await lastAgentStatus(page, 'done');
+    assert.equal(mock.requests.at(-1)!.headers.authorization, 'Bearer sk-demo-not-remembered');
+    await page.check('#remember-key');
+    await page.click('#settings-form button[type="submit"]');
+    assert.match(await stored(), /sk-demo-not-remembered/);
+    await page.uncheck('#remember-key');
+    assert.doesNotMatch(await stored(), /sk-demo/);
+    // Without the query parameters, a reload starts from what was stored.
+    await page.goto(pageURL);
+    await waitReady(page);
+    assert.match((await page.textContent('#provider-summary')) ?? '', /mock · 127\.0\.0\.1/);
+    assert.equal(await page.inputValue('#api-key'), '');
+    // The page talks to itself and to the configured provider, nothing else.
+    assert.deepEqual([...origins].sort(), [new URL(pageURL).origin, mock.url].sort());
+    assert.deepEqual(errors, []);
+  });
+
+  test('unticking "Remember the key" forgets the stored key and saves nothing that was not applied', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem('crucible-demo.settings.v1') ?? 'null'));
+    await page.click('#settings-details > summary');
+    await page.fill('#api-key', 'sk-demo-remembered');
+    await page.check('#remember-key');
+    await page.click('#settings-form button[type="submit"]');
+    await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
+    assert.equal((await stored()).kind, 'openai');
+    // Another provider chosen in the form but not applied, then the key forgotten.
+    await page.check('#provider-ollama');
+    await page.uncheck('#remember-key');
+    const after = await stored();
+    assert.equal(after.kind, 'openai', 'the unapplied provider is not saved');
+    assert.equal(after.rememberKey, false);
+    assert.doesNotMatch(JSON.stringify(after), /sk-demo/);
+    await page.goto(pageURL);
+    await waitReady(page);
+    assert.match((await page.textContent('#provider-summary')) ?? '', /^OpenAI-compatible · mock · 127\.0\.0\.1/);
+    assert.deepEqual(errors, []);
+  });
+
+  test('ticking "Remember the key" after the key was applied remembers it, as unticking forgets at once', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await page.click('#settings-details > summary');
+    await page.fill('#api-key', 'sk-applied-then-remembered');
+    await page.click('#settings-form button[type="submit"]');
+    await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle');
+    await page.check('#remember-key');
+    assert.match((await page.textContent('#settings-status')) ?? '', /remembered in this browser/);
+    await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
+    await waitReady(page);
+    assert.equal(await page.inputValue('#api-key'), 'sk-applied-then-remembered');
+    assert.equal(await page.isChecked('#remember-key'), true);
+    assert.deepEqual(errors, []);
+  });
+
+  test('a remembered key is not sent to a base URL given by a link', async () => {
+    mock.reset();
+    const other = await startMockLlmServer({ respond: scriptedModel });
+    try {
       const { page, errors } = await open();
-      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
-      const hostTools = await page.$$eval('#host-tools code', (els) => els.map((e) => e.textContent));
-      for (const name of ['get_weather', 'current_time', 'word_count', 'save_note']) assert.ok(hostTools.includes(name), `host tool ${name} listed`);
-      assert.match((await page.textContent('#provider-summary')) ?? '', /127\.0\.0\.1/);
-      // Every form control has a label.
-      const unlabeled = await page.$$eval('input, select, textarea', (els) =>
-        els.filter((el) => !(el as HTMLInputElement).labels?.length && !el.getAttribute('aria-label')).map((el) => el.id || el.outerHTML.slice(0, 60)),
-      );
-      assert.deepEqual(unlabeled, []);
+      const secret = 'sk-remembered-for-mock';
       await page.click('#settings-details > summary');
-      await shot(page, 'load-desktop');
-      await shot(page, 'load-phone', PHONE);
-      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-      assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px)`);
-      assert.deepEqual(await accessibilityViolations(page), [], 'axe-core: WCAG 2 A/AA (contrast, labels, names, roles)');
-      // Keyboard: the prompt is reachable with Tab and Enter sends.
-      await page.setViewportSize(DESKTOP);
-      await page.keyboard.press('Tab');
-      let hops = 0;
-      while (!(await page.evaluate(() => document.activeElement?.id === 'chat-input')) && hops++ < 40) await page.keyboard.press('Tab');
-      assert.ok(hops < 40, 'the prompt is reachable by keyboard');
-      assert.deepEqual(errors, []);
-    });
-
-    /** WCAG 2 A/AA violations axe-core finds on the page as it is now (ids and first targets). */
-    async function accessibilityViolations(page: Page): Promise<string[]> {
-      await page.addScriptTag({ path: createRequire(import.meta.url).resolve('axe-core/axe.min.js') });
-      const found = await page.evaluate(async () => {
-        const axe = (window as unknown as { axe: { run(ctx: Document, opts: unknown): Promise<{ violations: { id: string; nodes: { target: string[] }[] }[] }> } }).axe;
-        const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa'] } });
-        return result.violations.map((v) => `${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
-      });
-      return found;
-    }
-
-    test('a chat run streams its answer and shows the tool events', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'What is the weather in Oslo?');
-      await page.waitForSelector('.msg-agent .tool-call code:text("get_weather")', { timeout: 20_000 });
-      await page.waitForSelector('.msg-agent .tool-result', { timeout: 20_000 });
-      // Streaming: the answer grows while the run is still going.
-      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0, undefined, { timeout: 20_000 });
-      const partial = await page.textContent('.msg-agent:last-of-type .msg-text');
-      const stateWhileStreaming = await page.getAttribute('body', 'data-state');
-      await lastAgentStatus(page, 'done');
-      const final = (await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '';
-      assert.equal(final, 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.');
-      assert.equal(stateWhileStreaming, 'running');
-      assert.ok(partial!.length < final.length, `saw a partial answer (${JSON.stringify(partial)})`);
-      assert.match((await page.textContent('.msg-agent .tool-result')) ?? '', /"celsius":4/);
-      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
-      assert.equal(await page.isEnabled('#send-button'), true);
-      // The page sent the request to the configured provider only, with the host tools offered.
-      assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'save_note', 'word_count']);
-      await shot(page, 'chat-desktop');
-      await shot(page, 'chat-phone', PHONE);
-      assert.deepEqual(errors, []);
-    });
-
-    test('stop aborts a run mid-way and the page returns to idle', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Please hang for a minute');
-      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
-      assert.equal(await page.getAttribute('body', 'data-state'), 'running');
-      assert.equal(await page.isEnabled('#stop-button'), true);
-      await shot(page, 'abort-running');
-      const started = Date.now();
-      await page.click('#stop-button');
-      await lastAgentStatus(page, 'stopped', 5000);
-      await page.waitForFunction(() => document.body.dataset.state === 'idle', undefined, { timeout: 5000 });
-      assert.ok(Date.now() - started < 5000, 'stopped promptly');
-      assert.match((await page.textContent('.msg-agent:last-of-type')) ?? '', /Stopped\./);
-      assert.equal(await page.isEnabled('#send-button'), true);
-      assert.equal(await page.isEnabled('#stop-button'), false);
-      await shot(page, 'abort-stopped');
-      // The page is usable again: the next run completes.
-      await send(page, 'hello again');
-      await lastAgentStatus(page, 'done');
-      assert.deepEqual(errors, []);
-    });
-
-    test('a run that ends while the person types elsewhere leaves the focus where they type', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      mock.enqueue({ text: 'A slow answer.', delayMs: 2000 });
-      await send(page, 'Take your time');
-      // Meanwhile the person pastes a package into the import box.
-      await page.click('#import-text');
-      await page.keyboard.type('format: ');
-      await lastAgentStatus(page, 'done');
-      await page.keyboard.type('crucible.tool.v1');
-      assert.equal(await page.inputValue('#import-text'), 'format: crucible.tool.v1');
-      assert.equal(await page.inputValue('#chat-input'), '', 'nothing typed into the chat');
-      // Sent from the chat, the prompt gets the focus back for the next message.
-      await send(page, 'hello');
-      await lastAgentStatus(page, 'done');
-      assert.equal(await page.evaluate(() => document.activeElement?.id), 'chat-input');
-      assert.deepEqual(errors, []);
-    });
-
-    test('settings persist; the API key only on opt-in, and only to its provider', async () => {
-      mock.reset();
-      const { page, errors, origins } = await open();
-      const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.settings.v1') ?? '');
-      await page.click('#settings-details > summary');
-      await page.fill('#api-key', 'sk-demo-not-remembered');
-      await page.click('#settings-form button[type="submit"]');
-      await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
-      assert.match(await stored(), new RegExp(mock.openaiBaseURL.replace(/[.:/]/g, '\\$&')));
-      assert.doesNotMatch(await stored(), /sk-demo/);
-      await send(page, 'hi');
-      await lastAgentStatus(page, 'done');
-      assert.equal(mock.requests.at(-1)!.headers.authorization, 'Bearer sk-demo-not-remembered');
+      await page.fill('#api-key', secret);
       await page.check('#remember-key');
-      await page.click('#settings-form button[type="submit"]');
-      assert.match(await stored(), /sk-demo-not-remembered/);
-      await page.uncheck('#remember-key');
-      assert.doesNotMatch(await stored(), /sk-demo/);
-      // Without the query parameters, a reload starts from what was stored.
-      await page.goto(pageURL);
-      await waitReady(page);
-      assert.match((await page.textContent('#provider-summary')) ?? '', /mock · 127\.0\.0\.1/);
-      assert.equal(await page.inputValue('#api-key'), '');
-      // The page talks to itself and to the configured provider, nothing else.
-      assert.deepEqual([...origins].sort(), [new URL(pageURL).origin, mock.url].sort());
-      assert.deepEqual(errors, []);
-    });
-
-    test('unticking "Remember the key" forgets the stored key and saves nothing that was not applied', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem('crucible-demo.settings.v1') ?? 'null'));
-      await page.click('#settings-details > summary');
-      await page.fill('#api-key', 'sk-demo-remembered');
-      await page.check('#remember-key');
-      await page.click('#settings-form button[type="submit"]');
-      await page.waitForFunction(() => window.__crucibleDemo?.ready === true && document.body.dataset.state === 'idle');
-      assert.equal((await stored()).kind, 'openai');
-      // Another provider chosen in the form but not applied, then the key forgotten.
-      await page.check('#provider-ollama');
-      await page.uncheck('#remember-key');
-      const after = await stored();
-      assert.equal(after.kind, 'openai', 'the unapplied provider is not saved');
-      assert.equal(after.rememberKey, false);
-      assert.doesNotMatch(JSON.stringify(after), /sk-demo/);
-      await page.goto(pageURL);
-      await waitReady(page);
-      assert.match((await page.textContent('#provider-summary')) ?? '', /^OpenAI-compatible · mock · 127\.0\.0\.1/);
-      assert.deepEqual(errors, []);
-    });
-
-    test('ticking "Remember the key" after the key was applied remembers it, as unticking forgets at once', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await page.click('#settings-details > summary');
-      await page.fill('#api-key', 'sk-applied-then-remembered');
       await page.click('#settings-form button[type="submit"]');
       await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle');
-      await page.check('#remember-key');
-      assert.match((await page.textContent('#settings-status')) ?? '', /remembered in this browser/);
+      await send(page, 'hi');
+      await lastAgentStatus(page, 'done');
+      assert.equal(mock.requests.at(-1)!.headers.authorization, `Bearer ${secret}`);
+      // A link to another server (with or without a provider): no remembered key, nothing sent with it.
+      const links: Record<string, string>[] = [{ baseURL: other.openaiBaseURL, model: 'mock' }, { provider: 'openai', baseURL: other.openaiBaseURL, model: 'mock' }];
+      const filled: string[] = [];
+      for (const query of links) {
+        await page.goto(`${pageURL}?${new URLSearchParams(query)}`);
+        await waitReady(page);
+        filled.push(await page.inputValue('#api-key'));
+        await send(page, 'hello other server');
+        await lastAgentStatus(page, 'done');
+      }
+      assert.ok(other.requests.length >= 2, 'the page talked to the other server');
+      for (const r of other.requests) assert.ok(!String(r.headers.authorization ?? '').includes(secret), `key sent to the other server: ${r.headers.authorization}`);
+      assert.deepEqual(filled, ['', ''], 'the key field stays empty for the other server');
+      // Back on the server it was remembered for, the key is used again.
       await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
       await waitReady(page);
-      assert.equal(await page.inputValue('#api-key'), 'sk-applied-then-remembered');
-      assert.equal(await page.isChecked('#remember-key'), true);
+      assert.equal(await page.inputValue('#api-key'), secret);
+      // Typing another base URL into the form takes the key away, typing the old one brings it back.
+      await page.click('#settings-details > summary');
+      await page.fill('#base-url', other.openaiBaseURL);
+      assert.equal(await page.inputValue('#api-key'), '');
+      await page.fill('#base-url', mock.openaiBaseURL);
+      assert.equal(await page.inputValue('#api-key'), secret);
       assert.deepEqual(errors, []);
-    });
+    } finally {
+      await other.close();
+    }
+  });
 
-    test('a remembered key is not sent to a base URL given by a link', async () => {
-      mock.reset();
-      const other = await startMockLlmServer({ respond: scriptedModel });
-      try {
-        const { page, errors } = await open();
-        const secret = 'sk-remembered-for-mock';
-        await page.click('#settings-details > summary');
-        await page.fill('#api-key', secret);
-        await page.check('#remember-key');
-        await page.click('#settings-form button[type="submit"]');
-        await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle');
-        await send(page, 'hi');
-        await lastAgentStatus(page, 'done');
-        assert.equal(mock.requests.at(-1)!.headers.authorization, `Bearer ${secret}`);
-        // A link to another server (with or without a provider): no remembered key, nothing sent with it.
-        const links: Record<string, string>[] = [{ baseURL: other.openaiBaseURL, model: 'mock' }, { provider: 'openai', baseURL: other.openaiBaseURL, model: 'mock' }];
-        const filled: string[] = [];
-        for (const query of links) {
-          await page.goto(`${pageURL}?${new URLSearchParams(query)}`);
-          await waitReady(page);
-          filled.push(await page.inputValue('#api-key'));
-          await send(page, 'hello other server');
-          await lastAgentStatus(page, 'done');
-        }
-        assert.ok(other.requests.length >= 2, 'the page talked to the other server');
-        for (const r of other.requests) assert.ok(!String(r.headers.authorization ?? '').includes(secret), `key sent to the other server: ${r.headers.authorization}`);
-        assert.deepEqual(filled, ['', ''], 'the key field stays empty for the other server');
-        // Back on the server it was remembered for, the key is used again.
-        await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
-        await waitReady(page);
-        assert.equal(await page.inputValue('#api-key'), secret);
-        // Typing another base URL into the form takes the key away, typing the old one brings it back.
-        await page.click('#settings-details > summary');
-        await page.fill('#base-url', other.openaiBaseURL);
-        assert.equal(await page.inputValue('#api-key'), '');
-        await page.fill('#base-url', mock.openaiBaseURL);
-        assert.equal(await page.inputValue('#api-key'), secret);
-        assert.deepEqual(errors, []);
-      } finally {
-        await other.close();
+  test('a key typed and applied before the page\'s script has loaded does not land in the address bar', async () => {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    contexts.push(context);
+    const page = await context.newPage();
+    // A slow connection: the form shows while the script is still on its way.
+    let release = () => {};
+    const loaded = new Promise<void>((resolve) => (release = resolve));
+    await page.route('**/assets/index-*.js', async (route) => {
+      await loaded;
+      await route.continue();
+    });
+    await page.goto(pageURL, { waitUntil: 'commit' });
+    await page.click('#settings-details > summary');
+    await page.fill('#base-url', mock.openaiBaseURL);
+    await page.fill('#model-name', 'mock');
+    await page.fill('#api-key', 'sk-typed-early');
+    await page.click('#settings-form button[type="submit"]');
+    await page.waitForTimeout(500);
+    release();
+    await waitReady(page);
+    assert.doesNotMatch(page.url(), /sk-typed-early/);
+  });
+
+  test('two quick applies leave the page ready with an agent', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await page.evaluate(() => {
+      const form = document.querySelector<HTMLFormElement>('#settings-form')!;
+      form.requestSubmit();
+      form.requestSubmit();
+    });
+    await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state !== 'loading', undefined, { timeout: 30_000 });
+    const flag = await page.evaluate(() => window.__crucibleDemo!);
+    assert.equal(flag.error, undefined, `the agent did not start: ${flag.error}`);
+    assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+    await send(page, 'still here?');
+    await lastAgentStatus(page, 'done');
+    assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'echo: still here?');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a tool call that needs approval pauses the run; approving resumes it', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Save a note: buy milk');
+    await lastAgentStatus(page, 'paused');
+    await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+    assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+    assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy milk/);
+    await shot(page, 'toolcall-pending');
+    await shot(page, 'toolcall-pending-phone', PHONE);
+    await page.setViewportSize(DESKTOP);
+    await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+    await lastAgentStatus(page, 'done');
+    assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+    assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+    // Denied calls reach the model as a refusal; nothing is saved.
+    await send(page, 'Another note please');
+    await lastAgentStatus(page, 'paused');
+    await page.fill('#approvals [data-tool="save_note"] .deny-reason', 'not today');
+    await page.click('#approvals [data-tool="save_note"] [data-action="deny"]');
+    await lastAgentStatus(page, 'done');
+    assert.match((await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '', /^Not saved/);
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+    await shot(page, 'toolcall-done');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a deny reason typed for one call survives the decision on another, and reaches the model', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Save notes A and B');
+    await lastAgentStatus(page, 'paused');
+    await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 2, undefined, { timeout: 10_000 });
+    const cardA = page.locator('#approvals [data-approval]', { hasText: 'note A' });
+    const cardB = page.locator('#approvals [data-approval]', { hasText: 'note B' });
+    await cardB.locator('.deny-reason').fill('note B is private');
+    // Approving A leaves the run waiting on B; the cards are drawn again meanwhile.
+    await cardA.locator('[data-action="approve"]').click();
+    await page.waitForFunction(() => /decide the run's other calls/.test(document.querySelector('#approvals')?.textContent ?? ''), undefined, { timeout: 10_000 });
+    assert.equal(await cardB.locator('.deny-reason').inputValue(), 'note B is private');
+    await cardB.locator('[data-action="deny"]').click();
+    await lastAgentStatus(page, 'done');
+    const toolResults = mock.requests.flatMap((r) => r.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? ''));
+    assert.ok(toolResults.some((c) => c.includes('note B is private')), `the model got the typed reason: ${JSON.stringify(toolResults)}`);
+    assert.ok(!toolResults.some((c) => c.includes('denied in the demo page')), 'not the generic reason');
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["note A"]');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a resumed run that pauses again keeps its new approval, also after a reload', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? '');
+    await send(page, 'Save two notes: buy milk, then buy bread');
+    await lastAgentStatus(page, 'paused');
+    await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+    // The resumed run (same run id) saved the first note and waits on the second call.
+    await page.waitForFunction(() => /buy bread/.test(document.querySelector('#approvals [data-tool="save_note"]')?.textContent ?? ''), undefined, { timeout: 20_000 });
+    await lastAgentStatus(page, 'paused');
+    assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 1);
+    assert.match(await stored(), /buy bread/);
+    assert.doesNotMatch(await stored(), /buy milk/);
+    await page.reload();
+    await waitReady(page);
+    await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+    assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy bread/);
+    // It still resumes the run to its end.
+    await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+    await lastAgentStatus(page, 'done');
+    assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+    assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+    assert.equal(await stored(), '');
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk","buy bread"]');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a failed resume keeps the approval and shows the error; approving again finishes the run', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Save a note: buy milk');
+    await lastAgentStatus(page, 'paused');
+    // The model fails on the call after the approved tool ran (400: not retried).
+    mock.enqueue({ status: 400 });
+    await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+    await lastAgentStatus(page, 'error');
+    await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
+    assert.match((await page.textContent('#approvals .hint')) ?? '', /^Could not approve: /);
+    // The call ran: it is not offered for a decision again, but as a run to continue.
+    await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
+    assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+    assert.match(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? ''), /buy milk/);
+    await page.click('#approvals [data-continue] [data-action="continue"]');
+    await lastAgentStatus(page, 'done');
+    assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+    assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
+    // The approved call ran once.
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+    assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
+  });
+
+  test('a decided call is not offered again after a reload while its run goes on: the run is continued, the call runs once', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Save a note: buy milk');
+    await lastAgentStatus(page, 'paused');
+    // The model call after the approved tool hangs: the page is reloaded while the run waits for it.
+    mock.enqueue({ delayMs: 20_000, text: 'too late' });
+    // A double click sends one decision (the second click used to fail: "a run is in progress").
+    await page.dblclick('#approvals [data-tool="save_note"] [data-action="approve"]');
+    await page.waitForFunction(() => localStorage.getItem('crucible-demo.notes.v1') === '["buy milk"]', undefined, { timeout: 10_000 });
+    await page.waitForTimeout(300);
+    assert.doesNotMatch((await page.textContent('#approvals')) ?? '', /in progress/);
+    assert.equal(await page.$$eval('#approvals [data-action="approve"]', (els) => els.length), 0, 'no live Approve while the run goes on');
+    await page.reload();
+    await waitReady(page);
+    await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
+    assert.equal(await page.$$eval('#approvals [data-action="approve"], #approvals [data-action="deny"]', (els) => els.length), 0, 'the used approval is not offered again');
+    assert.match((await page.textContent('#approvals [data-continue]')) ?? '', /save_note approved/);
+    await page.click('#approvals [data-continue] [data-action="continue"]');
+    await lastAgentStatus(page, 'done');
+    assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
+    assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a run cut off by a reload mid-stream leaves no stored state behind', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Please hang for a minute');
+    await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+    await page.reload();
+    await waitReady(page);
+    // Startup discards the stored runs no pending approval refers to (the page cannot resume them).
+    await assertNoStoredRuns(page);
+    assert.deepEqual(errors, []);
+  });
+
+  test('Escape stops a run from the chat, not from other fields', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    await send(page, 'Please hang for a minute');
+    await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
+    await page.press('#import-text', 'Escape');
+    await page.waitForTimeout(300);
+    assert.equal(await page.getAttribute('body', 'data-state'), 'running', 'Escape in another field leaves the run going');
+    await page.press('#chat-input', 'Escape');
+    await lastAgentStatus(page, 'stopped', 5000);
+    assert.deepEqual(errors, []);
+  });
+
+  test('a promotionUses that is not a whole number is refused in plain words', async () => {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    contexts.push(context);
+    const page = await context.newPage();
+    await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', promotionUses: 'abc' })}`);
+    await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
+    const error = (await page.evaluate(() => window.__crucibleDemo?.error)) ?? '';
+    assert.match(error, /promotionUses= must be a whole number.*“abc”/, error);
+    assert.match((await page.textContent('#settings-status')) ?? '', /whole number/);
+  });
+
+  test('an approval whose run is gone is dismissed with the reason instead of being offered forever', async () => {
+    mock.reset();
+    const { page, errors } = await open();
+    // A paused run this store does not hold (its state was cleared, or another tab resumed it).
+    await page.evaluate(() =>
+      localStorage.setItem(
+        'crucible-demo.paused.v1',
+        JSON.stringify([{ id: 'approval_gone', kind: 'tool_call', tool: 'save_note', runId: 'run_gone', callId: 'c1', arguments: { text: 'lost' }, reason: 'needs approval', requestedAt: Date.now() }]),
+      ),
+    );
+    await page.reload();
+    await waitReady(page);
+    await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
+    await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
+    await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
+    const hint = (await page.textContent('#approvals .hint')) ?? '';
+    assert.match(hint, /^Could not approve: .*run_gone.*dismissed/, hint);
+    assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+    assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
+    assert.deepEqual(errors, []);
+  });
+
+  test('a second tab waits while the first holds the agent, and takes over once it closes', async () => {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    contexts.push(context);
+    const first = await open({}, DESKTOP, context);
+    const second = await context.newPage();
+    await second.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
+    await second.waitForFunction(() => /another tab/.test(window.__crucibleDemo?.error ?? ''), null, { timeout: 20_000 });
+    // The reason is in view (not inside closed settings), in sentences a person can act on
+    // (not the package's advice to give the agent another agentId, which the page chooses).
+    const notice = (await second.textContent('#settings-status')) ?? '';
+    assert.match(notice, /^Another tab of this page holds the agent.*close that tab.*takes over/i, notice);
+    assert.doesNotMatch(notice, /agentId/);
+    assert.equal(await second.isVisible('#settings-status'), true, 'the blocked notice is visible');
+    // While it waits it says nothing new: its retries do not flash "loading…" nor write the
+    // notice again (both are read out by a screen reader, here every two seconds).
+    await second.evaluate(() => {
+      const changes: string[] = ((window as unknown as { __changes: string[] }).__changes = []);
+      for (const id of ['run-state', 'settings-status']) {
+        const el = document.getElementById(id)!;
+        new MutationObserver(() => changes.push(`${id}: ${el.textContent}`)).observe(el, { childList: true, characterData: true, subtree: true });
       }
     });
+    await second.waitForTimeout(4500);
+    assert.deepEqual(await second.evaluate(() => (window as unknown as { __changes: string[] }).__changes), []);
+    assert.equal(await second.textContent('#run-state'), 'not ready');
+    await first.page.close();
+    await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
+    assert.equal(await second.textContent('#settings-status'), '', 'the blocked notice goes once the agent started');
+  });
 
-    test('a key typed and applied before the page\'s script has loaded does not land in the address bar', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const page = await context.newPage();
-      // A slow connection: the form shows while the script is still on its way.
-      let release = () => {};
-      const loaded = new Promise<void>((resolve) => (release = resolve));
-      await page.route('**/assets/index-*.js', async (route) => {
-        await loaded;
-        await route.continue();
-      });
-      await page.goto(pageURL, { waitUntil: 'commit' });
-      await page.click('#settings-details > summary');
-      await page.fill('#base-url', mock.openaiBaseURL);
-      await page.fill('#model-name', 'mock');
-      await page.fill('#api-key', 'sk-typed-early');
-      await page.click('#settings-form button[type="submit"]');
-      await page.waitForTimeout(500);
-      release();
-      await waitReady(page);
-      assert.doesNotMatch(page.url(), /sk-typed-early/);
+  /** Waits up to 5 s for the page's IndexedDB to hold no run state, then asserts it holds none. */
+  async function assertNoStoredRuns(page: Page): Promise<void> {
+    const until = Date.now() + 5_000;
+    while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(await storedRuns(page), 0);
+  }
+
+  /** How many runs the page's IndexedDB holds the state of. */
+  async function storedRuns(page: Page): Promise<number> {
+    return page.evaluate(
+      (name) =>
+        new Promise<number>((resolve, reject) => {
+          const open = indexedDB.open(name);
+          open.onerror = () => reject(open.error);
+          open.onsuccess = () => {
+            const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
+            keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
+          };
+        }),
+      'crucible-demo',
+    );
+  }
+
+  test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
+    const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
+    await send(page, 'hello?');
+    await lastAgentStatus(page, 'error');
+    const note = (await page.textContent('.msg-agent:last-of-type .run-note')) ?? '';
+    assert.match(note, /Could not reach the model server/, note);
+    assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
+    // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
+    await assertNoStoredRuns(page);
+  });
+
+  test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
+    const { page, errors } = await openEmergent();
+    await page.click('#forge-example');
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), null, { timeout: 60_000 });
+    await page.waitForSelector('.tl-card[data-name="slugify"][data-status="registered"]', { timeout: 10_000 });
+    await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
+    // The registry says what a reload does to a session tool; promotion offers only the agent tier.
+    await page.click('#registry-list [data-tool="slugify"]');
+    assert.deepEqual(await page.$$eval('#promote-tier option', (els) => els.map((e) => (e as HTMLOptionElement).value)), ['agent']);
+    assert.deepEqual(errors, []);
+  });
+
+  test('forging the same example twice shows two cards (equal events are not dropped), the second one the tool already there', async () => {
+    const { page, errors } = await openEmergent();
+    await page.click('#forge-example');
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    await page.click('#forge-example');
+    await page.waitForFunction(() => /slugify v1 \(session tier\) is this very tool already/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"][data-status="registered"]').length === 2, undefined, { timeout: 10_000 });
+    const outcomes = await page.$$eval('.tl-card[data-name="slugify"] [data-step="registered"]', (els) => els.map((e) => e.textContent ?? ''));
+    assert.equal(outcomes.length, 2);
+    assert.match(outcomes[0]!, /^Registered session tier, version 1/);
+    assert.match(outcomes[1]!, /^Already registered session tier, version 1.*not tested or judged again/);
+    assert.equal(await page.$$eval('.tl-card[data-name="slugify"] [data-step="judge"]', (els) => els.length), 1, 'only the first forge asked the judge');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a refresh keeps what a person is doing: the focus and caret in a deny reason, an open Schemas disclosure, a picked version', async () => {
+    const { page, errors } = await open();
+    await assertEmergent(page);
+    mock.reset();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    // Two more versions, so the detail offers two to roll back to: v1 first, v2 picked.
+    await send(page, 'Make a slug of this');
+    await page.waitForFunction((sel) => /v2/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
+    await lastAgentStatus(page, 'done');
+    await send(page, 'Make me a slug tool with underscores');
+    await page.waitForFunction((sel) => /v3/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
+    await lastAgentStatus(page, 'done');
+    await page.click(item);
+    await page.click('#registry-detail details.schemas summary');
+    await page.selectOption('#rollback-version', '2');
+    await send(page, 'Save notes A and B');
+    await lastAgentStatus(page, 'paused');
+    const reasonB = page.locator('#approvals [data-approval]', { hasText: 'note B' }).locator('.deny-reason');
+    await reasonB.fill('private');
+    await reasonB.press('ArrowLeft');
+    await reasonB.press('ArrowLeft');
+    // Rebuild every panel without moving the focus: a forge (events, then a refresh).
+    const drawn = await page.evaluate(() => {
+      const w = window as unknown as { __before: Element[] };
+      w.__before = [document.activeElement!, document.querySelector('#registry-detail details.schemas')!];
+      document.querySelector<HTMLButtonElement>('#forge-example')!.click();
+      return document.activeElement?.className;
     });
-
-    test('two quick applies leave the page ready with an agent', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await page.evaluate(() => {
-        const form = document.querySelector<HTMLFormElement>('#settings-form')!;
-        form.requestSubmit();
-        form.requestSubmit();
-      });
-      await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state !== 'loading', undefined, { timeout: 30_000 });
-      const flag = await page.evaluate(() => window.__crucibleDemo!);
-      assert.equal(flag.error, undefined, `the agent did not start: ${flag.error}`);
-      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
-      await send(page, 'still here?');
-      await lastAgentStatus(page, 'done');
-      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'echo: still here?');
-      assert.deepEqual(errors, []);
+    assert.equal(drawn, 'deny-reason');
+    await page.waitForFunction(() => /Registered slugify v4/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    await page.waitForFunction(() => {
+      const before = (window as unknown as { __before: Element[] }).__before;
+      return !before[0]!.isConnected && !before[1]!.isConnected;
+    }, undefined, { timeout: 10_000 });
+    const after = await page.evaluate(() => {
+      const active = document.activeElement as HTMLInputElement;
+      return {
+        focused: active.classList.contains('deny-reason') && active.closest('[data-approval]')?.textContent?.includes('note B'),
+        value: active.value,
+        caret: active.selectionStart,
+        schemasOpen: document.querySelector<HTMLDetailsElement>('#registry-detail details.schemas')?.open,
+        rollbackTo: document.querySelector<HTMLSelectElement>('#rollback-version')?.value,
+      };
     });
+    assert.deepEqual(after, { focused: true, value: 'private', caret: 5, schemasOpen: true, rollbackTo: '2' });
+    assert.deepEqual(errors, []);
+  });
 
-    test('a tool call that needs approval pauses the run; approving resumes it', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Save a note: buy milk');
-      await lastAgentStatus(page, 'paused');
-      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
-      assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
-      assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy milk/);
-      await shot(page, 'toolcall-pending');
-      await shot(page, 'toolcall-pending-phone', PHONE);
-      await page.setViewportSize(DESKTOP);
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
-      await lastAgentStatus(page, 'done');
-      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
-      // Denied calls reach the model as a refusal; nothing is saved.
-      await send(page, 'Another note please');
-      await lastAgentStatus(page, 'paused');
-      await page.fill('#approvals [data-tool="save_note"] .deny-reason', 'not today');
-      await page.click('#approvals [data-tool="save_note"] [data-action="deny"]');
-      await lastAgentStatus(page, 'done');
-      assert.match((await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '', /^Not saved/);
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
-      await shot(page, 'toolcall-done');
-      assert.deepEqual(errors, []);
+  test('a double click on Demote demotes one tier, and the page says "done" (not the tool\'s status)', async () => {
+    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+    await assertEmergent(page);
+    mock.reset();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    // session → agent → shared (approved by the human).
+    await page.click(item);
+    await page.selectOption('#promote-tier', 'agent');
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+    await page.click(item);
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
+    await page.waitForSelector(`${item}[data-tier="shared"]`, { timeout: 30_000 });
+    await page.click(item);
+    await page.dblclick('#registry-detail [data-action="demote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 10_000 });
+    await page.waitForFunction(() => /^Demote slugify: /.test(document.querySelector('#registry-detail .action-status')?.textContent ?? ''), undefined, { timeout: 10_000 });
+    await page.waitForTimeout(1000);
+    // The demoted shared entry stays listed (for its audit trail); nothing reached the session tier.
+    assert.deepEqual(await page.$$eval(item, (els) => els.map((e) => e.getAttribute('data-tier')).sort()), ['agent', 'shared'], 'one tier down, not two');
+    assert.equal(await page.$$eval('#timeline .tl-demoted', (els) => els.length), 1);
+    assert.equal(await page.textContent('#registry-detail .action-status'), 'Demote slugify: done.');
+    assert.deepEqual(errors, []);
+  });
+
+  test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
+    const { page, errors } = await open({ autoPromote: '0' });
+    await assertEmergent(page);
+    mock.reset();
+    const chatForge = { ...SLUGIFY_REQUEST, description: 'Overlapping slugify from the chat' };
+    // The chat forge's judge answers first, while the example forge (started after it) still waits for its own.
+    mock.setResponder((request) => {
+      if (request.toolNames.length === 0) {
+        const chat = request.messages.some((m) => /keep letters and digits/.test(m.content ?? ''));
+        return { text: JSON.stringify({ ...VERDICT, reasoning: chat ? 'Verdict on the chat forge' : 'Verdict on the example forge' }), delayMs: chat ? 3000 : 6000 };
+      }
+      if (request.messages.at(-1)?.role === 'tool') return { text: 'Forged.' };
+      return { toolCalls: [{ name: 'forge_tool', arguments: chatForge }] };
     });
-
-    test('a deny reason typed for one call survives the decision on another, and reaches the model', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Save notes A and B');
-      await lastAgentStatus(page, 'paused');
-      await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 2, undefined, { timeout: 10_000 });
-      const cardA = page.locator('#approvals [data-approval]', { hasText: 'note A' });
-      const cardB = page.locator('#approvals [data-approval]', { hasText: 'note B' });
-      await cardB.locator('.deny-reason').fill('note B is private');
-      // Approving A leaves the run waiting on B; the cards are drawn again meanwhile.
-      await cardA.locator('[data-action="approve"]').click();
-      await page.waitForFunction(() => /decide the run's other calls/.test(document.querySelector('#approvals')?.textContent ?? ''), undefined, { timeout: 10_000 });
-      assert.equal(await cardB.locator('.deny-reason').inputValue(), 'note B is private');
-      await cardB.locator('[data-action="deny"]').click();
-      await lastAgentStatus(page, 'done');
-      const toolResults = mock.requests.flatMap((r) => r.messages.filter((m) => m.role === 'tool').map((m) => m.content ?? ''));
-      assert.ok(toolResults.some((c) => c.includes('note B is private')), `the model got the typed reason: ${JSON.stringify(toolResults)}`);
-      assert.ok(!toolResults.some((c) => c.includes('denied in the demo page')), 'not the generic reason');
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["note A"]');
-      assert.deepEqual(errors, []);
-    });
-
-    test('a resumed run that pauses again keeps its new approval, also after a reload', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      const stored = () => page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? '');
-      await send(page, 'Save two notes: buy milk, then buy bread');
-      await lastAgentStatus(page, 'paused');
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
-      // The resumed run (same run id) saved the first note and waits on the second call.
-      await page.waitForFunction(() => /buy bread/.test(document.querySelector('#approvals [data-tool="save_note"]')?.textContent ?? ''), undefined, { timeout: 20_000 });
-      await lastAgentStatus(page, 'paused');
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 1);
-      assert.match(await stored(), /buy bread/);
-      assert.doesNotMatch(await stored(), /buy milk/);
-      await page.reload();
-      await waitReady(page);
-      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
-      assert.match((await page.textContent('#approvals [data-tool="save_note"]')) ?? '', /buy bread/);
-      // It still resumes the run to its end.
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
-      await lastAgentStatus(page, 'done');
-      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
-      assert.equal(await stored(), '');
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk","buy bread"]');
-      assert.deepEqual(errors, []);
-    });
-
-    test('a failed resume keeps the approval and shows the error; approving again finishes the run', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Save a note: buy milk');
-      await lastAgentStatus(page, 'paused');
-      // The model fails on the call after the approved tool ran (400: not retried).
-      mock.enqueue({ status: 400 });
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
-      await lastAgentStatus(page, 'error');
-      await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
-      assert.match((await page.textContent('#approvals .hint')) ?? '', /^Could not approve: /);
-      // The call ran: it is not offered for a decision again, but as a run to continue.
-      await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
-      assert.match(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1') ?? ''), /buy milk/);
-      await page.click('#approvals [data-continue] [data-action="continue"]');
-      await lastAgentStatus(page, 'done');
-      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
-      assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
-      // The approved call ran once.
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
-      assert.deepEqual(errors.filter((e) => !/status of 400/.test(e)), []);
-    });
-
-    test('a decided call is not offered again after a reload while its run goes on: the run is continued, the call runs once', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Save a note: buy milk');
-      await lastAgentStatus(page, 'paused');
-      // The model call after the approved tool hangs: the page is reloaded while the run waits for it.
-      mock.enqueue({ delayMs: 20_000, text: 'too late' });
-      // A double click sends one decision (the second click used to fail: "a run is in progress").
-      await page.dblclick('#approvals [data-tool="save_note"] [data-action="approve"]');
-      await page.waitForFunction(() => localStorage.getItem('crucible-demo.notes.v1') === '["buy milk"]', undefined, { timeout: 10_000 });
-      await page.waitForTimeout(300);
-      assert.doesNotMatch((await page.textContent('#approvals')) ?? '', /in progress/);
-      assert.equal(await page.$$eval('#approvals [data-action="approve"]', (els) => els.length), 0, 'no live Approve while the run goes on');
-      await page.reload();
-      await waitReady(page);
-      await page.waitForSelector('#approvals [data-continue] [data-action="continue"]', { timeout: 10_000 });
-      assert.equal(await page.$$eval('#approvals [data-action="approve"], #approvals [data-action="deny"]', (els) => els.length), 0, 'the used approval is not offered again');
-      assert.match((await page.textContent('#approvals [data-continue]')) ?? '', /save_note approved/);
-      await page.click('#approvals [data-continue] [data-action="continue"]');
-      await lastAgentStatus(page, 'done');
-      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
-      assert.equal(await page.$$eval('#approvals [data-approval], #approvals [data-continue]', (els) => els.length), 0);
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
-      assert.deepEqual(errors, []);
-    });
-
-    test('a run cut off by a reload mid-stream leaves no stored state behind', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Please hang for a minute');
-      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
-      await page.reload();
-      await waitReady(page);
-      // Startup discards the stored runs no pending approval refers to (the page cannot resume them).
-      await assertNoStoredRuns(page);
-      assert.deepEqual(errors, []);
-    });
-
-    test('Escape stops a run from the chat, not from other fields', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      await send(page, 'Please hang for a minute');
-      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').startsWith('Let'), undefined, { timeout: 20_000 });
-      await page.press('#import-text', 'Escape');
-      await page.waitForTimeout(300);
-      assert.equal(await page.getAttribute('body', 'data-state'), 'running', 'Escape in another field leaves the run going');
-      await page.press('#chat-input', 'Escape');
-      await lastAgentStatus(page, 'stopped', 5000);
-      assert.deepEqual(errors, []);
-    });
-
-    test('a promotionUses that is not a whole number is refused in plain words', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const page = await context.newPage();
-      await page.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock', promotionUses: 'abc' })}`);
-      await page.waitForFunction(() => window.__crucibleDemo?.ready === true, undefined, { timeout: 30_000 });
-      const error = (await page.evaluate(() => window.__crucibleDemo?.error)) ?? '';
-      assert.match(error, /promotionUses= must be a whole number.*“abc”/, error);
-      assert.match((await page.textContent('#settings-status')) ?? '', /whole number/);
-    });
-
-    test('an approval whose run is gone is dismissed with the reason instead of being offered forever', async () => {
-      mock.reset();
-      const { page, errors } = await open();
-      // A paused run this store does not hold (its state was cleared, or another tab resumed it).
-      await page.evaluate(() =>
-        localStorage.setItem(
-          'crucible-demo.paused.v1',
-          JSON.stringify([{ id: 'approval_gone', kind: 'tool_call', tool: 'save_note', runId: 'run_gone', callId: 'c1', arguments: { text: 'lost' }, reason: 'needs approval', requestedAt: Date.now() }]),
-        ),
-      );
-      await page.reload();
-      await waitReady(page);
-      await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="approve"]', { timeout: 10_000 });
-      await page.click('#approvals [data-tool="save_note"] [data-action="approve"]');
-      await page.waitForSelector('#approvals .hint', { timeout: 10_000 });
-      const hint = (await page.textContent('#approvals .hint')) ?? '';
-      assert.match(hint, /^Could not approve: .*run_gone.*dismissed/, hint);
-      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
-      assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.paused.v1')), null);
-      assert.deepEqual(errors, []);
-    });
-
-    test('a second tab waits while the first holds the agent, and takes over once it closes', async () => {
-      const context = await browser.newContext({ viewport: DESKTOP });
-      contexts.push(context);
-      const first = await open({}, DESKTOP, context);
-      const second = await context.newPage();
-      await second.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
-      await second.waitForFunction(() => /another tab/.test(window.__crucibleDemo?.error ?? ''), null, { timeout: 20_000 });
-      // The reason is in view (not inside closed settings), in sentences a person can act on
-      // (not the package's advice to give the agent another agentId, which the page chooses).
-      const notice = (await second.textContent('#settings-status')) ?? '';
-      assert.match(notice, /^Another tab of this page holds the agent.*close that tab.*takes over/i, notice);
-      assert.doesNotMatch(notice, /agentId/);
-      assert.equal(await second.isVisible('#settings-status'), true, 'the blocked notice is visible');
-      // While it waits it says nothing new: its retries do not flash "loading…" nor write the
-      // notice again (both are read out by a screen reader, here every two seconds).
-      await second.evaluate(() => {
-        const changes: string[] = ((window as unknown as { __changes: string[] }).__changes = []);
-        for (const id of ['run-state', 'settings-status']) {
-          const el = document.getElementById(id)!;
-          new MutationObserver(() => changes.push(`${id}: ${el.textContent}`)).observe(el, { childList: true, characterData: true, subtree: true });
-        }
-      });
-      await second.waitForTimeout(4500);
-      assert.deepEqual(await second.evaluate(() => (window as unknown as { __changes: string[] }).__changes), []);
-      assert.equal(await second.textContent('#run-state'), 'not ready');
-      await first.page.close();
-      await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined && window.__crucibleDemo.emergent, null, { timeout: 20_000 });
-      assert.equal(await second.textContent('#settings-status'), '', 'the blocked notice goes once the agent started');
-    });
-
-    /** Waits up to 5 s for the page's IndexedDB to hold no run state, then asserts it holds none. */
-    async function assertNoStoredRuns(page: Page): Promise<void> {
-      const until = Date.now() + 5_000;
-      while ((await storedRuns(page)) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-      assert.equal(await storedRuns(page), 0);
-    }
-
-    /** How many runs the page's IndexedDB holds the state of. */
-    async function storedRuns(page: Page): Promise<number> {
-      return page.evaluate(
-        (name) =>
-          new Promise<number>((resolve, reject) => {
-            const open = indexedDB.open(name);
-            open.onerror = () => reject(open.error);
-            open.onsuccess = () => {
-              const keys = open.result.transaction('kv').objectStore('kv').getAllKeys();
-              keys.onsuccess = () => resolve(keys.result.filter((k) => String(k).includes('/run/')).length);
-            };
-          }),
-        'crucible-demo',
-      );
-    }
-
-    test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
-      const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
-      await send(page, 'hello?');
-      await lastAgentStatus(page, 'error');
-      const note = (await page.textContent('.msg-agent:last-of-type .run-note')) ?? '';
-      assert.match(note, /Could not reach the model server/, note);
-      assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
-      // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
-      await assertNoStoredRuns(page);
-    });
-
-    test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
-      const { page, errors } = await openEmergent();
+    try {
+      await send(page, 'Forge a slug tool');
+      await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"] .test').length === 2, undefined, { timeout: 30_000 });
       await page.click('#forge-example');
-      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), null, { timeout: 60_000 });
-      await page.waitForSelector('.tl-card[data-name="slugify"][data-status="registered"]', { timeout: 10_000 });
-      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
-      // The registry says what a reload does to a session tool; promotion offers only the agent tier.
+      await page.waitForFunction(() => /Registered slugify/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+      await lastAgentStatus(page, 'done', 30_000);
+      const cards = await page.$$eval('.tl-card[data-name="slugify"]', (els) =>
+        els.map((e) => ({
+          request: e.querySelector('[data-step="request"]')?.textContent ?? '',
+          status: (e as HTMLElement).dataset.status,
+          tests: e.querySelectorAll('.test').length,
+          verdict: e.querySelector('[data-step="judge"]')?.textContent ?? '',
+        })),
+      );
+      assert.equal(cards.length, 2, JSON.stringify(cards));
+      const [chat, example] = cards;
+      assert.match(chat!.request, /Overlapping slugify from the chat/);
+      assert.match(chat!.verdict, /Verdict on the chat forge/, JSON.stringify(cards));
+      assert.match(example!.verdict, /Verdict on the example forge/, JSON.stringify(cards));
+      for (const card of cards) {
+        assert.equal(card.status, 'registered', JSON.stringify(cards));
+        assert.equal(card.tests, 2, JSON.stringify(cards));
+      }
+      assert.deepEqual(errors, []);
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+  });
+
+  test('Apply keeps the session when nothing changed, waits for a forge, and says when a new agent starts', async () => {
+    const { page, errors } = await openEmergent();
+    // Another model applied while the example forge runs: refused, so the forge's card and status finish.
+    await page.evaluate(() => {
+      document.querySelector<HTMLInputElement>('#model-name')!.value = 'mock-2';
+      document.querySelector<HTMLButtonElement>('#forge-example')!.click();
+      document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit();
+    });
+    assert.match((await page.textContent('#settings-status')) ?? '', /Wait until the example forge is done/);
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
+    assert.equal(await page.$$eval('.tl-card[data-name="slugify"]:not([data-status="registered"])', (els) => els.length), 0);
+    // The same settings again: the agent, and with it the session tool, stays.
+    await page.click('#settings-details > summary');
+    await page.fill('#model-name', 'mock');
+    await page.click('#settings-form button[type="submit"]');
+    assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
+    await page.waitForTimeout(1000);
+    assert.equal(await page.$$eval('#registry-list [data-tool="slugify"][data-tier="session"]', (els) => els.length), 1, 'the session tool survived the Apply');
+    // Another model: a new agent, and the page says what that means.
+    await page.fill('#model-name', 'mock-2');
+    await page.click('#settings-form button[type="submit"]');
+    await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle', undefined, { timeout: 30_000 });
+    assert.match((await page.textContent('#settings-status')) ?? '', /new agent started/);
+    assert.match((await page.textContent('#transcript .msg-notice')) ?? '', /new agent started/);
+    assert.equal(await page.textContent('#forge-example-status'), '', 'no stale "Registered" from the previous agent');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
+    const { page, errors } = await openEmergent();
+    await send(page, 'Build a slug maker');
+    // The package names the tool Slug_Maker_Tool; the card still shows the forge_tool request.
+    const card = '.tl-card[data-name="Slug_Maker_Tool"]';
+    await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
+    await page.waitForSelector(`${card} details.tl-json`, { timeout: 10_000 });
+    assert.match((await page.textContent(`${card} [data-step="request"]`)) ?? '', /URL slug/);
+    // Stopped while the judge thinks: no forge.rejected comes, the card says stopped.
+    await page.click('#stop-button');
+    await lastAgentStatus(page, 'stopped', 5000);
+    await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
+    assert.deepEqual(errors, []);
+  });
+
+  test('the example forge can be stopped while its judge thinks: nothing registered, its card stopped, Apply free again', async () => {
+    const { page, errors } = await openEmergent();
+    // A judge that would take a minute (a small model on a CPU, say).
+    mock.setResponder((request) => (request.toolNames.length === 0 ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : { text: 'ok' }));
+    try {
+      await page.click('#forge-example');
+      const card = '.tl-card[data-name="slugify"]';
+      await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
+      assert.equal(await page.isDisabled('#forge-example'), true);
+      await page.click('#forge-example-stop');
+      await page.waitForFunction(() => /^Stopped: nothing was registered/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 5000 });
+      await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
+      assert.equal(await page.isHidden('#forge-example-stop'), true);
+      assert.equal(await page.isDisabled('#forge-example'), false);
+      assert.equal(await page.$$eval('#registry-list [data-tool="slugify"]', (els) => els.length), 0, 'nothing registered');
+      // Nothing is in flight any more: the same settings applied are not told to wait.
+      await page.evaluate(() => document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit());
+      assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    assert.deepEqual(errors, []);
+  });
+
+  test('a screen reader is not read the whole tool detail after every refresh: only its status line speaks', async () => {
+    const { page, errors } = await openEmergent();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForSelector(item, { timeout: 60_000 });
+    await page.click(item);
+    await page.waitForSelector('#registry-detail .audit-list');
+    // Every run's end and every registry event draws the detail again; inside a live region
+    // each drawing would be spoken, code and audit trail included.
+    const liveRegion = '[aria-live]:not([aria-live="off"]), [role="status"], [role="log"], [role="alert"]';
+    const speaking = await page.$$eval('#registry-detail h3, #registry-detail .facts, #registry-detail .code, #registry-detail .audit-list', (els, live) => els.filter((el) => el.closest(live)).map((el) => el.tagName.toLowerCase()), liveRegion);
+    assert.deepEqual(speaking, []);
+    assert.equal(await page.getAttribute('#registry-detail .action-status', 'role'), 'status', 'action outcomes are still announced');
+    assert.deepEqual(errors, []);
+  });
+
+  /** A page whose example forge registered slugify in the session tier (promotions only when
+   *  asked, none yet), its detail open. */
+  async function withSlugifyOpen() {
+    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+    await assertEmergent(page);
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    await page.click(item);
+    return { page, errors, item };
+  }
+
+  test('a registry action taken with the keyboard leaves the focus in the tool\'s detail, not at the top of the page', async () => {
+    const { page, errors, item } = await withSlugifyOpen();
+    const focusIn = () => page.evaluate(() => (document.activeElement?.closest('#registry-detail') ? (document.activeElement as HTMLElement).dataset.action ?? 'detail' : document.activeElement?.tagName));
+    const byKeyboard = async (action: string, done: string) => {
+      await page.focus(`#registry-detail [data-action="${action}"]`);
+      await page.keyboard.press('Enter');
+      await page.waitForSelector(done, { timeout: 30_000 });
+      await page.waitForTimeout(500); // the refresh after the action draws the detail again
+    };
+    await byKeyboard('export', '#export-text');
+    assert.equal(await focusIn(), 'export', 'Export keeps the focus');
+    await byKeyboard('promote', `${item}[data-tier="agent"]`);
+    assert.equal(await focusIn(), 'promote', 'the agent tier offers a promotion too: the focus stays on it');
+    await byKeyboard('demote', `${item}[data-tier="session"]`);
+    assert.equal(await focusIn(), 'detail', 'no Demote in the session tier: the focus is on the detail');
+    // The import button too.
+    await page.fill('#import-text', 'not a package');
+    await page.focus('#import-button');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => /^Import failed/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 10_000 });
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'import-button');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a promotion denied with the keyboard leaves the focus in the approvals panel, not at the top of the page', async () => {
+    const { page, errors, item } = await withSlugifyOpen();
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector('#approvals [data-tool="slugify"] .deny-reason', { timeout: 30_000 });
+    // Out of context (a screen reader's list of buttons), each control says whose it is.
+    const names = await page.$$eval('#approvals [data-tool="slugify"] :is(button, input)', (els) => els.map((el) => el.getAttribute('aria-label')));
+    assert.deepEqual(names, ['Approve the promotion of slugify', 'Why the promotion of slugify is denied', 'Deny the promotion of slugify']);
+    await page.focus('#approvals [data-tool="slugify"] .deny-reason');
+    await page.keyboard.type('not yet');
+    await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => (document.activeElement as HTMLElement | null)?.dataset.action), 'deny');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
+    await page.waitForTimeout(300);
+    assert.equal(await page.evaluate(() => document.activeElement?.closest('#approvals-panel') !== null), true, `focus on ${await page.evaluate(() => document.activeElement?.tagName)}`);
+    assert.deepEqual(errors, []);
+  });
+
+  test('a double click on Import imports the package once', async () => {
+    const { page, errors } = await openEmergent();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    await page.click(item);
+    await page.click('#registry-detail [data-action="export"]');
+    await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
+    await page.fill('#import-text', await page.inputValue('#export-text'));
+    const judgedBefore = mock.requests.filter((r) => r.toolNames.length === 0).length;
+    await page.dblclick('#import-button');
+    await page.waitForFunction(() => /^Imported/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 30_000 });
+    await page.waitForTimeout(1000);
+    assert.equal(mock.requests.filter((r) => r.toolNames.length === 0).length - judgedBefore, 1, 'the judge was asked once');
+    assert.match((await page.textContent(item)) ?? '', /v2/, 'one new version');
+    assert.deepEqual(errors, []);
+  });
+
+  test('a tool with a long name (64 characters, the most the package takes) does not widen the page at phone width', async () => {
+    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' }, PHONE);
+    await assertEmergent(page);
+    const name = 'convert_a_text_into_a_url_slug_with_dashes_between_all_the_words';
+    assert.equal(name.length, 64);
+    mock.setResponder((request) => {
+      if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
+      if (request.messages.at(-1)?.role === 'tool') return { text: 'Forged.' };
+      return { toolCalls: [{ name: 'forge_tool', arguments: { ...SLUGIFY_REQUEST, name } }] };
+    });
+    try {
+      await send(page, 'Forge a slug tool with a long name');
+      await lastAgentStatus(page, 'done', 30_000);
+      const item = `#registry-list [data-tool="${name}"]`;
+      await page.waitForSelector(item, { timeout: 10_000 });
+      // Its promotion to the shared tier waits for a human: the name is on an approval card too.
+      await page.click(item);
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+      await page.click(item);
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector(`#approvals [data-tool="${name}"]`, { timeout: 30_000 });
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    await shot(page, 'long-name-phone', PHONE);
+    // Everything wider than the window, outside code blocks (which scroll on their own).
+    const wide = await page.evaluate(() =>
+      [...document.querySelectorAll('body *')]
+        .filter((el) => !el.closest('pre') && (el.getBoundingClientRect().right > window.innerWidth + 1 || el.scrollWidth > el.clientWidth + 1) && getComputedStyle(el).overflowX === 'visible')
+        .map((el) => `${el.tagName.toLowerCase()}.${el.className}`),
+    );
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px: ${wide.join(', ')})`);
+    assert.deepEqual(errors, []);
+  });
+
+  describe('forge, promotion, reload (emergent API)', () => {
+    let opened: Opened;
+    let context: BrowserContext;
+
+    before(async () => {
+      context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      opened = await open({ promotionUses: '1', autoPromote: '0' }, DESKTOP, context);
+    });
+
+    test('a chat run forges a tool and shows its timeline', async () => {
+      const { page, errors } = opened;
+      await assertEmergent(page);
+      mock.reset();
+      await send(page, 'Slugify “Hello World!” for me');
+      const card = '.tl-card[data-name="slugify"]';
+      await page.waitForSelector(`${card}[data-status="registered"]`, { timeout: 60_000 });
+      assert.equal(await page.$$eval(`${card} .test[data-passed="true"]`, (els) => els.length), 2);
+      assert.match((await page.textContent(`${card} [data-step="judge"]`)) ?? '', /approves, confidence 90%/);
+      assert.match((await page.textContent(`${card} [data-step="registered"]`)) ?? '', /session tier, version 1/);
+      await lastAgentStatus(page, 'done', 60_000);
+      await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 10_000 });
       await page.click('#registry-list [data-tool="slugify"]');
-      assert.deepEqual(await page.$$eval('#promote-tier option', (els) => els.map((e) => (e as HTMLOptionElement).value)), ['agent']);
+      await page.waitForSelector('#registry-detail .code .tok-keyword');
+      await shot(page, 'forge-desktop');
+      assert.deepEqual(await accessibilityViolations(page), [], 'axe-core after a forge: timeline, chart, registry, code');
+      await shot(page, 'forge-phone', PHONE);
+      await page.setViewportSize(DESKTOP);
       assert.deepEqual(errors, []);
     });
 
-    test('forging the same example twice shows two cards (equal events are not dropped), the second one the tool already there', async () => {
-      const { page, errors } = await openEmergent();
-      await page.click('#forge-example');
-      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-      await page.click('#forge-example');
-      await page.waitForFunction(() => /slugify v1 \(session tier\) is this very tool already/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-      await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"][data-status="registered"]').length === 2, undefined, { timeout: 10_000 });
-      const outcomes = await page.$$eval('.tl-card[data-name="slugify"] [data-step="registered"]', (els) => els.map((e) => e.textContent ?? ''));
-      assert.equal(outcomes.length, 2);
-      assert.match(outcomes[0]!, /^Registered session tier, version 1/);
-      assert.match(outcomes[1]!, /^Already registered session tier, version 1.*not tested or judged again/);
-      assert.equal(await page.$$eval('.tl-card[data-name="slugify"] [data-step="judge"]', (els) => els.length), 1, 'only the first forge asked the judge');
-      assert.deepEqual(errors, []);
-    });
-
-    test('a refresh keeps what a person is doing: the focus and caret in a deny reason, an open Schemas disclosure, a picked version', async () => {
-      const { page, errors } = await open();
+    test('a shared promotion waits for approval and lands once approved', async () => {
+      const { page, errors } = opened;
       await assertEmergent(page);
-      mock.reset();
-      const item = '#registry-list [data-tool="slugify"]';
-      await page.click('#forge-example');
-      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-      // Two more versions, so the detail offers two to roll back to: v1 first, v2 picked.
-      await send(page, 'Make a slug of this');
-      await page.waitForFunction((sel) => /v2/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
-      await lastAgentStatus(page, 'done');
-      await send(page, 'Make me a slug tool with underscores');
-      await page.waitForFunction((sel) => /v3/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
-      await lastAgentStatus(page, 'done');
-      await page.click(item);
-      await page.click('#registry-detail details.schemas summary');
-      await page.selectOption('#rollback-version', '2');
-      await send(page, 'Save notes A and B');
-      await lastAgentStatus(page, 'paused');
-      const reasonB = page.locator('#approvals [data-approval]', { hasText: 'note B' }).locator('.deny-reason');
-      await reasonB.fill('private');
-      await reasonB.press('ArrowLeft');
-      await reasonB.press('ArrowLeft');
-      // Rebuild every panel without moving the focus: a forge (events, then a refresh).
-      const drawn = await page.evaluate(() => {
-        const w = window as unknown as { __before: Element[] };
-        w.__before = [document.activeElement!, document.querySelector('#registry-detail details.schemas')!];
-        document.querySelector<HTMLButtonElement>('#forge-example')!.click();
-        return document.activeElement?.className;
-      });
-      assert.equal(drawn, 'deny-reason');
-      await page.waitForFunction(() => /Registered slugify v4/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-      await page.waitForFunction(() => {
-        const before = (window as unknown as { __before: Element[] }).__before;
-        return !before[0]!.isConnected && !before[1]!.isConnected;
-      }, undefined, { timeout: 10_000 });
-      const after = await page.evaluate(() => {
-        const active = document.activeElement as HTMLInputElement;
-        return {
-          focused: active.classList.contains('deny-reason') && active.closest('[data-approval]')?.textContent?.includes('note B'),
-          value: active.value,
-          caret: active.selectionStart,
-          schemasOpen: document.querySelector<HTMLDetailsElement>('#registry-detail details.schemas')?.open,
-          rollbackTo: document.querySelector<HTMLSelectElement>('#rollback-version')?.value,
-        };
-      });
-      assert.deepEqual(after, { focused: true, value: 'private', caret: 5, schemasOpen: true, rollbackTo: '2' });
-      assert.deepEqual(errors, []);
-    });
-
-    test('a double click on Demote demotes one tier, and the page says "done" (not the tool\'s status)', async () => {
-      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
-      await assertEmergent(page);
-      mock.reset();
-      const item = '#registry-list [data-tool="slugify"]';
-      await page.click('#forge-example');
-      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
-      // session → agent → shared (approved by the human).
-      await page.click(item);
+      await page.click('#registry-list [data-tool="slugify"]');
       await page.selectOption('#promote-tier', 'agent');
       await page.click('#registry-detail [data-action="promote"]');
-      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
-      await page.click(item);
+      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="agent"]', { timeout: 30_000 });
+      await page.click('#registry-list [data-tool="slugify"]');
+      await page.selectOption('#promote-tier', 'shared');
       await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="approve"]', { timeout: 30_000 });
+      // The card names the version it promotes (a newer one is not promoted by this approval).
+      await page.waitForSelector('#approvals [data-tool="slugify"] .approval-version', { timeout: 10_000 });
+      assert.match((await page.textContent('#approvals [data-tool="slugify"] .approval-version')) ?? '', /^version 1, hash \S{12}$/);
+      await shot(page, 'approval-pending');
       await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
-      await page.waitForSelector(`${item}[data-tier="shared"]`, { timeout: 30_000 });
-      await page.click(item);
-      await page.dblclick('#registry-detail [data-action="demote"]');
-      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 10_000 });
-      await page.waitForFunction(() => /^Demote slugify: /.test(document.querySelector('#registry-detail .action-status')?.textContent ?? ''), undefined, { timeout: 10_000 });
-      await page.waitForTimeout(1000);
-      // The demoted shared entry stays listed (for its audit trail); nothing reached the session tier.
-      assert.deepEqual(await page.$$eval(item, (els) => els.map((e) => e.getAttribute('data-tier')).sort()), ['agent', 'shared'], 'one tier down, not two');
-      assert.equal(await page.$$eval('#timeline .tl-demoted', (els) => els.length), 1);
-      assert.equal(await page.textContent('#registry-detail .action-status'), 'Demote slugify: done.');
+      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });
+      await page.waitForSelector('#timeline .tl-promoted', { timeout: 10_000 });
+      assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
+      assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
+      await shot(page, 'approval-done');
       assert.deepEqual(errors, []);
     });
 
-    test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
-      const { page, errors } = await open({ autoPromote: '0' });
+    test('reload keeps the registry, the stats and the audit trail', async () => {
+      const { page, errors } = opened;
       await assertEmergent(page);
-      mock.reset();
-      const chatForge = { ...SLUGIFY_REQUEST, description: 'Overlapping slugify from the chat' };
-      // The chat forge's judge answers first, while the example forge (started after it) still waits for its own.
-      mock.setResponder((request) => {
-        if (request.toolNames.length === 0) {
-          const chat = request.messages.some((m) => /keep letters and digits/.test(m.content ?? ''));
-          return { text: JSON.stringify({ ...VERDICT, reasoning: chat ? 'Verdict on the chat forge' : 'Verdict on the example forge' }), delayMs: chat ? 3000 : 6000 };
-        }
-        if (request.messages.at(-1)?.role === 'tool') return { text: 'Forged.' };
-        return { toolCalls: [{ name: 'forge_tool', arguments: chatForge }] };
-      });
-      try {
-        await send(page, 'Forge a slug tool');
-        await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"] .test').length === 2, undefined, { timeout: 30_000 });
-        await page.click('#forge-example');
-        await page.waitForFunction(() => /Registered slugify/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-        await lastAgentStatus(page, 'done', 30_000);
-        const cards = await page.$$eval('.tl-card[data-name="slugify"]', (els) =>
-          els.map((e) => ({
-            request: e.querySelector('[data-step="request"]')?.textContent ?? '',
-            status: (e as HTMLElement).dataset.status,
-            tests: e.querySelectorAll('.test').length,
-            verdict: e.querySelector('[data-step="judge"]')?.textContent ?? '',
-          })),
-        );
-        assert.equal(cards.length, 2, JSON.stringify(cards));
-        const [chat, example] = cards;
-        assert.match(chat!.request, /Overlapping slugify from the chat/);
-        assert.match(chat!.verdict, /Verdict on the chat forge/, JSON.stringify(cards));
-        assert.match(example!.verdict, /Verdict on the example forge/, JSON.stringify(cards));
-        for (const card of cards) {
-          assert.equal(card.status, 'registered', JSON.stringify(cards));
-          assert.equal(card.tests, 2, JSON.stringify(cards));
-        }
-        assert.deepEqual(errors, []);
-      } finally {
-        mock.setResponder(scriptedModel);
-      }
-    });
-
-    test('Apply keeps the session when nothing changed, waits for a forge, and says when a new agent starts', async () => {
-      const { page, errors } = await openEmergent();
-      // Another model applied while the example forge runs: refused, so the forge's card and status finish.
-      await page.evaluate(() => {
-        document.querySelector<HTMLInputElement>('#model-name')!.value = 'mock-2';
-        document.querySelector<HTMLButtonElement>('#forge-example')!.click();
-        document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit();
-      });
-      assert.match((await page.textContent('#settings-status')) ?? '', /Wait until the example forge is done/);
-      await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 10_000 });
-      assert.equal(await page.$$eval('.tl-card[data-name="slugify"]:not([data-status="registered"])', (els) => els.length), 0);
-      // The same settings again: the agent, and with it the session tool, stays.
-      await page.click('#settings-details > summary');
-      await page.fill('#model-name', 'mock');
-      await page.click('#settings-form button[type="submit"]');
-      assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
-      await page.waitForTimeout(1000);
-      assert.equal(await page.$$eval('#registry-list [data-tool="slugify"][data-tier="session"]', (els) => els.length), 1, 'the session tool survived the Apply');
-      // Another model: a new agent, and the page says what that means.
-      await page.fill('#model-name', 'mock-2');
-      await page.click('#settings-form button[type="submit"]');
-      await page.waitForFunction(() => document.body.dataset.ready === 'true' && document.body.dataset.state === 'idle', undefined, { timeout: 30_000 });
-      assert.match((await page.textContent('#settings-status')) ?? '', /new agent started/);
-      assert.match((await page.textContent('#transcript .msg-notice')) ?? '', /new agent started/);
-      assert.equal(await page.textContent('#forge-example-status'), '', 'no stale "Registered" from the previous agent');
+      await page.reload();
+      await waitReady(page);
+      await assertEmergent(page);
+      await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 20_000 });
+      const tier = await page.getAttribute('#registry-list [data-tool="slugify"]', 'data-tier');
+      assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
+      await page.click('#registry-list [data-tool="slugify"]');
+      assert.ok((await page.$$eval('#registry-detail .audit-list li', (els) => els.length)) > 0, 'audit trail kept');
+      // Per-tool stats and the forge statistics are persisted in IndexedDB.
+      assert.match((await page.textContent('#registry-detail [data-fact="calls"]')) ?? '', /^[1-9]/, 'slugify call count kept');
+      assert.match((await page.textContent('#registry-detail [data-fact="success-rate"]')) ?? '', /100%/);
+      assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /[1-9]\d* approved/, 'forge statistics kept');
+      await shot(page, 'reload-desktop');
       assert.deepEqual(errors, []);
     });
 
-    test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
-      const { page, errors } = await openEmergent();
-      await send(page, 'Build a slug maker');
-      // The package names the tool Slug_Maker_Tool; the card still shows the forge_tool request.
-      const card = '.tl-card[data-name="Slug_Maker_Tool"]';
-      await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
-      await page.waitForSelector(`${card} details.tl-json`, { timeout: 10_000 });
-      assert.match((await page.textContent(`${card} [data-step="request"]`)) ?? '', /URL slug/);
-      // Stopped while the judge thinks: no forge.rejected comes, the card says stopped.
-      await page.click('#stop-button');
-      await lastAgentStatus(page, 'stopped', 5000);
-      await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
-      assert.deepEqual(errors, []);
-    });
-
-    test('the example forge can be stopped while its judge thinks: nothing registered, its card stopped, Apply free again', async () => {
-      const { page, errors } = await openEmergent();
-      // A judge that would take a minute (a small model on a CPU, say).
-      mock.setResponder((request) => (request.toolNames.length === 0 ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : { text: 'ok' }));
-      try {
-        await page.click('#forge-example');
-        const card = '.tl-card[data-name="slugify"]';
-        await page.waitForFunction((sel) => document.querySelectorAll(`${sel} .test`).length === 2, card, { timeout: 30_000 });
-        assert.equal(await page.isDisabled('#forge-example'), true);
-        await page.click('#forge-example-stop');
-        await page.waitForFunction(() => /^Stopped: nothing was registered/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 5000 });
-        await page.waitForSelector(`${card}[data-status="stopped"]`, { timeout: 5000 });
-        assert.equal(await page.isHidden('#forge-example-stop'), true);
-        assert.equal(await page.isDisabled('#forge-example'), false);
-        assert.equal(await page.$$eval('#registry-list [data-tool="slugify"]', (els) => els.length), 0, 'nothing registered');
-        // Nothing is in flight any more: the same settings applied are not told to wait.
-        await page.evaluate(() => document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit());
-        assert.match((await page.textContent('#settings-status')) ?? '', /Same provider/);
-      } finally {
-        mock.setResponder(scriptedModel);
-      }
-      assert.deepEqual(errors, []);
-    });
-
-    test('a screen reader is not read the whole tool detail after every refresh: only its status line speaks', async () => {
-      const { page, errors } = await openEmergent();
-      const item = '#registry-list [data-tool="slugify"]';
-      await page.click('#forge-example');
-      await page.waitForSelector(item, { timeout: 60_000 });
-      await page.click(item);
-      await page.waitForSelector('#registry-detail .audit-list');
-      // Every run's end and every registry event draws the detail again; inside a live region
-      // each drawing would be spoken, code and audit trail included.
-      const liveRegion = '[aria-live]:not([aria-live="off"]), [role="status"], [role="log"], [role="alert"]';
-      const speaking = await page.$$eval('#registry-detail h3, #registry-detail .facts, #registry-detail .code, #registry-detail .audit-list', (els, live) => els.filter((el) => el.closest(live)).map((el) => el.tagName.toLowerCase()), liveRegion);
-      assert.deepEqual(speaking, []);
-      assert.equal(await page.getAttribute('#registry-detail .action-status', 'role'), 'status', 'action outcomes are still announced');
-      assert.deepEqual(errors, []);
-    });
-
-    /** A page whose example forge registered slugify in the session tier (promotions only when
-     *  asked, none yet), its detail open. */
-    async function withSlugifyOpen() {
-      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+    test('demote, deny a promotion, export and import a package', async () => {
+      const { page, errors } = opened;
       await assertEmergent(page);
       const item = '#registry-list [data-tool="slugify"]';
-      await page.click('#forge-example');
-      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
       await page.click(item);
-      return { page, errors, item };
-    }
-
-    test('a registry action taken with the keyboard leaves the focus in the tool\'s detail, not at the top of the page', async () => {
-      const { page, errors, item } = await withSlugifyOpen();
-      const focusIn = () => page.evaluate(() => (document.activeElement?.closest('#registry-detail') ? (document.activeElement as HTMLElement).dataset.action ?? 'detail' : document.activeElement?.tagName));
-      const byKeyboard = async (action: string, done: string) => {
-        await page.focus(`#registry-detail [data-action="${action}"]`);
-        await page.keyboard.press('Enter');
-        await page.waitForSelector(done, { timeout: 30_000 });
-        await page.waitForTimeout(500); // the refresh after the action draws the detail again
-      };
-      await byKeyboard('export', '#export-text');
-      assert.equal(await focusIn(), 'export', 'Export keeps the focus');
-      await byKeyboard('promote', `${item}[data-tier="agent"]`);
-      assert.equal(await focusIn(), 'promote', 'the agent tier offers a promotion too: the focus stays on it');
-      await byKeyboard('demote', `${item}[data-tier="session"]`);
-      assert.equal(await focusIn(), 'detail', 'no Demote in the session tier: the focus is on the detail');
-      // The import button too.
-      await page.fill('#import-text', 'not a package');
-      await page.focus('#import-button');
-      await page.keyboard.press('Enter');
-      await page.waitForFunction(() => /^Import failed/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 10_000 });
-      assert.equal(await page.evaluate(() => document.activeElement?.id), 'import-button');
-      assert.deepEqual(errors, []);
-    });
-
-    test('a promotion denied with the keyboard leaves the focus in the approvals panel, not at the top of the page', async () => {
-      const { page, errors, item } = await withSlugifyOpen();
+      const before = await page.getAttribute(item, 'data-tier');
+      await page.click('#registry-detail [data-action="demote"]');
+      const lower = before === 'shared' ? 'agent' : 'session';
+      await page.waitForSelector(`${item}[data-tier="${lower}"]`, { timeout: 10_000 });
+      await page.waitForSelector('#timeline .tl-demoted', { timeout: 10_000 });
+      // A shared promotion denied by the human: nothing moves.
+      await page.click(item);
+      await page.selectOption('#promote-tier', 'shared');
       await page.click('#registry-detail [data-action="promote"]');
-      await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
-      await page.click('#registry-detail [data-action="promote"]');
-      await page.waitForSelector('#approvals [data-tool="slugify"] .deny-reason', { timeout: 30_000 });
-      // Out of context (a screen reader's list of buttons), each control says whose it is.
-      const names = await page.$$eval('#approvals [data-tool="slugify"] :is(button, input)', (els) => els.map((el) => el.getAttribute('aria-label')));
-      assert.deepEqual(names, ['Approve the promotion of slugify', 'Why the promotion of slugify is denied', 'Deny the promotion of slugify']);
-      await page.focus('#approvals [data-tool="slugify"] .deny-reason');
-      await page.keyboard.type('not yet');
-      await page.keyboard.press('Tab');
-      assert.equal(await page.evaluate(() => (document.activeElement as HTMLElement | null)?.dataset.action), 'deny');
-      await page.keyboard.press('Enter');
+      await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="deny"]', { timeout: 30_000 });
+      await page.fill('#approvals [data-tool="slugify"] .deny-reason', 'not for everyone yet');
+      await page.click('#approvals [data-tool="slugify"] [data-action="deny"]');
       await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
-      await page.waitForTimeout(300);
-      assert.equal(await page.evaluate(() => document.activeElement?.closest('#approvals-panel') !== null), true, `focus on ${await page.evaluate(() => document.activeElement?.tagName)}`);
-      assert.deepEqual(errors, []);
-    });
-
-    test('a double click on Import imports the package once', async () => {
-      const { page, errors } = await openEmergent();
-      const item = '#registry-list [data-tool="slugify"]';
-      await page.click('#forge-example');
-      await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+      // The timeline shows the refusal with the human's reason.
+      await page.waitForFunction(() => /not for everyone yet/.test(document.querySelector('#timeline .tl-promotion-rejected')?.textContent ?? ''), undefined, { timeout: 10_000 });
+      assert.equal(await page.getAttribute(item, 'data-tier'), lower);
       await page.click(item);
+      await page.waitForSelector('#registry-detail .audit-list li[data-action="approval.denied"]', { timeout: 10_000 });
+      // Export shows the portable package (source kept: persistSandboxSource).
       await page.click('#registry-detail [data-action="export"]');
-      await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
-      await page.fill('#import-text', await page.inputValue('#export-text'));
-      const judgedBefore = mock.requests.filter((r) => r.toolNames.length === 0).length;
-      await page.dblclick('#import-button');
-      await page.waitForFunction(() => /^Imported/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 30_000 });
-      await page.waitForTimeout(1000);
-      assert.equal(mock.requests.filter((r) => r.toolNames.length === 0).length - judgedBefore, 1, 'the judge was asked once');
-      assert.match((await page.textContent(item)) ?? '', /v2/, 'one new version');
+      await page.waitForFunction(() => /crucible\.tool\.v1/.test((document.querySelector('#export-text') as HTMLTextAreaElement | null)?.value ?? ''), undefined, { timeout: 10_000 });
+      const pkg = await page.inputValue('#export-text');
+      assert.match(pkg, /toLowerCase/);
+      await shot(page, 'export');
+      // Import re-verifies (hash, tests, judge) and lands in the session tier.
+      await page.fill('#import-text', pkg);
+      await page.click('#import-button');
+      await page.waitForFunction(() => !/Importing/.test(document.querySelector('#import-status')?.textContent ?? 'Importing'), undefined, { timeout: 30_000 });
+      const status = (await page.textContent('#import-status')) ?? '';
+      assert.match(status, /^Imported slugify/, status);
+      await shot(page, 'import');
       assert.deepEqual(errors, []);
     });
 
-    test('a tool with a long name (64 characters, the most the package takes) does not widen the page at phone width', async () => {
-      const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' }, PHONE);
+    test('a re-forged tool gets a new version; rollback restores the old one', async () => {
+      const { page, errors } = opened;
       await assertEmergent(page);
-      const name = 'convert_a_text_into_a_url_slug_with_dashes_between_all_the_words';
-      assert.equal(name.length, 64);
-      mock.setResponder((request) => {
-        if (request.toolNames.length === 0) return { text: JSON.stringify(VERDICT) };
-        if (request.messages.at(-1)?.role === 'tool') return { text: 'Forged.' };
-        return { toolCalls: [{ name: 'forge_tool', arguments: { ...SLUGIFY_REQUEST, name } }] };
-      });
-      try {
-        await send(page, 'Forge a slug tool with a long name');
-        await lastAgentStatus(page, 'done', 30_000);
-        const item = `#registry-list [data-tool="${name}"]`;
-        await page.waitForSelector(item, { timeout: 10_000 });
-        // Its promotion to the shared tier waits for a human: the name is on an approval card too.
-        await page.click(item);
-        await page.click('#registry-detail [data-action="promote"]');
-        await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
-        await page.click(item);
-        await page.click('#registry-detail [data-action="promote"]');
-        await page.waitForSelector(`#approvals [data-tool="${name}"]`, { timeout: 30_000 });
-      } finally {
-        mock.setResponder(scriptedModel);
-      }
-      await shot(page, 'long-name-phone', PHONE);
-      // Everything wider than the window, outside code blocks (which scroll on their own).
-      const wide = await page.evaluate(() =>
-        [...document.querySelectorAll('body *')]
-          .filter((el) => !el.closest('pre') && (el.getBoundingClientRect().right > window.innerWidth + 1 || el.scrollWidth > el.clientWidth + 1) && getComputedStyle(el).overflowX === 'visible')
-          .map((el) => `${el.tagName.toLowerCase()}.${el.className}`),
-      );
-      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-      assert.ok(overflow <= 0, `no horizontal scrolling at 375 px (overflow ${overflow}px: ${wide.join(', ')})`);
-      assert.deepEqual(errors, []);
-    });
-
-    describe('forge, promotion, reload (emergent API)', () => {
-      let opened: Opened;
-      let context: BrowserContext;
-
-      before(async () => {
-        context = await browser.newContext({ viewport: DESKTOP });
-        contexts.push(context);
-        opened = await open({ promotionUses: '1', autoPromote: '0' }, DESKTOP, context);
-      });
-
-      test('a chat run forges a tool and shows its timeline', async () => {
-        const { page, errors } = opened;
-        await assertEmergent(page);
-        mock.reset();
-        await send(page, 'Slugify “Hello World!” for me');
-        const card = '.tl-card[data-name="slugify"]';
-        await page.waitForSelector(`${card}[data-status="registered"]`, { timeout: 60_000 });
-        assert.equal(await page.$$eval(`${card} .test[data-passed="true"]`, (els) => els.length), 2);
-        assert.match((await page.textContent(`${card} [data-step="judge"]`)) ?? '', /approves, confidence 90%/);
-        assert.match((await page.textContent(`${card} [data-step="registered"]`)) ?? '', /session tier, version 1/);
-        await lastAgentStatus(page, 'done', 60_000);
-        await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 10_000 });
-        await page.click('#registry-list [data-tool="slugify"]');
-        await page.waitForSelector('#registry-detail .code .tok-keyword');
-        await shot(page, 'forge-desktop');
-        assert.deepEqual(await accessibilityViolations(page), [], 'axe-core after a forge: timeline, chart, registry, code');
-        await shot(page, 'forge-phone', PHONE);
-        await page.setViewportSize(DESKTOP);
-        assert.deepEqual(errors, []);
-      });
-
-      test('a shared promotion waits for approval and lands once approved', async () => {
-        const { page, errors } = opened;
-        await assertEmergent(page);
-        await page.click('#registry-list [data-tool="slugify"]');
-        await page.selectOption('#promote-tier', 'agent');
-        await page.click('#registry-detail [data-action="promote"]');
-        await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="agent"]', { timeout: 30_000 });
-        await page.click('#registry-list [data-tool="slugify"]');
-        await page.selectOption('#promote-tier', 'shared');
-        await page.click('#registry-detail [data-action="promote"]');
-        await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="approve"]', { timeout: 30_000 });
-        // The card names the version it promotes (a newer one is not promoted by this approval).
-        await page.waitForSelector('#approvals [data-tool="slugify"] .approval-version', { timeout: 10_000 });
-        assert.match((await page.textContent('#approvals [data-tool="slugify"] .approval-version')) ?? '', /^version 1, hash \S{12}$/);
-        await shot(page, 'approval-pending');
-        await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
-        await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="shared"]', { timeout: 30_000 });
-        await page.waitForSelector('#timeline .tl-promoted', { timeout: 10_000 });
-        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /1 approved/);
-        assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
-        await shot(page, 'approval-done');
-        assert.deepEqual(errors, []);
-      });
-
-      test('reload keeps the registry, the stats and the audit trail', async () => {
-        const { page, errors } = opened;
-        await assertEmergent(page);
-        await page.reload();
-        await waitReady(page);
-        await assertEmergent(page);
-        await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 20_000 });
-        const tier = await page.getAttribute('#registry-list [data-tool="slugify"]', 'data-tier');
-        assert.ok(tier === 'agent' || tier === 'shared', `slugify survived the reload (tier ${tier})`);
-        await page.click('#registry-list [data-tool="slugify"]');
-        assert.ok((await page.$$eval('#registry-detail .audit-list li', (els) => els.length)) > 0, 'audit trail kept');
-        // Per-tool stats and the forge statistics are persisted in IndexedDB.
-        assert.match((await page.textContent('#registry-detail [data-fact="calls"]')) ?? '', /^[1-9]/, 'slugify call count kept');
-        assert.match((await page.textContent('#registry-detail [data-fact="success-rate"]')) ?? '', /100%/);
-        assert.match((await page.getAttribute('#stats svg', 'aria-label')) ?? '', /[1-9]\d* approved/, 'forge statistics kept');
-        await shot(page, 'reload-desktop');
-        assert.deepEqual(errors, []);
-      });
-
-      test('demote, deny a promotion, export and import a package', async () => {
-        const { page, errors } = opened;
-        await assertEmergent(page);
-        const item = '#registry-list [data-tool="slugify"]';
-        await page.click(item);
-        const before = await page.getAttribute(item, 'data-tier');
-        await page.click('#registry-detail [data-action="demote"]');
-        const lower = before === 'shared' ? 'agent' : 'session';
-        await page.waitForSelector(`${item}[data-tier="${lower}"]`, { timeout: 10_000 });
-        await page.waitForSelector('#timeline .tl-demoted', { timeout: 10_000 });
-        // A shared promotion denied by the human: nothing moves.
-        await page.click(item);
-        await page.selectOption('#promote-tier', 'shared');
-        await page.click('#registry-detail [data-action="promote"]');
-        await page.waitForSelector('#approvals [data-tool="slugify"] [data-action="deny"]', { timeout: 30_000 });
-        await page.fill('#approvals [data-tool="slugify"] .deny-reason', 'not for everyone yet');
-        await page.click('#approvals [data-tool="slugify"] [data-action="deny"]');
-        await page.waitForFunction(() => document.querySelectorAll('#approvals [data-approval]').length === 0, undefined, { timeout: 10_000 });
-        // The timeline shows the refusal with the human's reason.
-        await page.waitForFunction(() => /not for everyone yet/.test(document.querySelector('#timeline .tl-promotion-rejected')?.textContent ?? ''), undefined, { timeout: 10_000 });
-        assert.equal(await page.getAttribute(item, 'data-tier'), lower);
-        await page.click(item);
-        await page.waitForSelector('#registry-detail .audit-list li[data-action="approval.denied"]', { timeout: 10_000 });
-        // Export shows the portable package (source kept: persistSandboxSource).
-        await page.click('#registry-detail [data-action="export"]');
-        await page.waitForFunction(() => /crucible\.tool\.v1/.test((document.querySelector('#export-text') as HTMLTextAreaElement | null)?.value ?? ''), undefined, { timeout: 10_000 });
-        const pkg = await page.inputValue('#export-text');
-        assert.match(pkg, /toLowerCase/);
-        await shot(page, 'export');
-        // Import re-verifies (hash, tests, judge) and lands in the session tier.
-        await page.fill('#import-text', pkg);
-        await page.click('#import-button');
-        await page.waitForFunction(() => !/Importing/.test(document.querySelector('#import-status')?.textContent ?? 'Importing'), undefined, { timeout: 30_000 });
-        const status = (await page.textContent('#import-status')) ?? '';
-        assert.match(status, /^Imported slugify/, status);
-        await shot(page, 'import');
-        assert.deepEqual(errors, []);
-      });
-
-      test('a re-forged tool gets a new version; rollback restores the old one', async () => {
-        const { page, errors } = opened;
-        await assertEmergent(page);
-        await send(page, 'Slugify with underscores instead');
-        await lastAgentStatus(page, 'done', 60_000);
-        const item = '#registry-list [data-tool="slugify"][data-tier="session"]';
-        await page.waitForFunction((sel) => /v[3-9]/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 10_000 });
-        await page.click(item);
-        await page.waitForSelector('#rollback-version');
-        const newest = (await page.textContent(`${item} .muted`))!.trim();
-        const target = await page.$eval('#rollback-version', (el) => (el as HTMLSelectElement).options[(el as HTMLSelectElement).options.length - 1]!.value);
-        await page.selectOption('#rollback-version', target);
-        await page.click('#registry-detail [data-action="rollback"]');
-        await page.waitForFunction(([sel, v]) => (document.querySelector(sel!)?.textContent ?? '').includes(`v${v}`), [item, target], { timeout: 10_000 });
-        assert.notEqual(`v${target}`, newest);
-        await page.click(item);
-        await page.waitForSelector('#registry-detail .audit-list li[data-action="rollback"]');
-        await shot(page, 'rollback');
-        assert.deepEqual(errors, []);
-      });
-    });
-
-    test('streams an answer from the real local model', async (t) => {
-      const reachable = await fetch(`${LOCAL_MODEL}/models`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok, () => false);
-      if (!reachable) {
-        if (process.env.CRUCIBLE_REQUIRE_LOCAL_MODEL === '1') assert.fail(`the local model is not reachable at ${LOCAL_MODEL}`);
-        t.skip(`the local model is not running at ${LOCAL_MODEL} (scripts/model/start.sh starts it)`);
-        return;
-      }
-      const { page, errors } = await open({ provider: 'local', baseURL: LOCAL_MODEL, model: 'qwen' });
-      await send(page, 'Reply with one short friendly sentence greeting the reader.');
-      await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0 || document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') !== 'streaming', undefined, { timeout: 120_000 });
-      await lastAgentStatus(page, 'done', 180_000);
-      const answer = (await page.textContent('.msg-agent:last-of-type .msg-body')) ?? '';
-      assert.ok(answer.trim().length > 0, 'a non-empty answer');
-      await shot(page, 'local-model');
+      await send(page, 'Slugify with underscores instead');
+      await lastAgentStatus(page, 'done', 60_000);
+      const item = '#registry-list [data-tool="slugify"][data-tier="session"]';
+      await page.waitForFunction((sel) => /v[3-9]/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 10_000 });
+      await page.click(item);
+      await page.waitForSelector('#rollback-version');
+      const newest = (await page.textContent(`${item} .muted`))!.trim();
+      const target = await page.$eval('#rollback-version', (el) => (el as HTMLSelectElement).options[(el as HTMLSelectElement).options.length - 1]!.value);
+      await page.selectOption('#rollback-version', target);
+      await page.click('#registry-detail [data-action="rollback"]');
+      await page.waitForFunction(([sel, v]) => (document.querySelector(sel!)?.textContent ?? '').includes(`v${v}`), [item, target], { timeout: 10_000 });
+      assert.notEqual(`v${target}`, newest);
+      await page.click(item);
+      await page.waitForSelector('#registry-detail .audit-list li[data-action="rollback"]');
+      await shot(page, 'rollback');
       assert.deepEqual(errors, []);
     });
   });
-}
+
+  test('streams an answer from the real local model', async (t) => {
+    const reachable = await fetch(`${LOCAL_MODEL}/models`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok, () => false);
+    if (!reachable) {
+      if (process.env.CRUCIBLE_REQUIRE_LOCAL_MODEL === '1') assert.fail(`the local model is not reachable at ${LOCAL_MODEL}`);
+      t.skip(`the local model is not running at ${LOCAL_MODEL} (scripts/model/start.sh starts it)`);
+      return;
+    }
+    const { page, errors } = await open({ provider: 'local', baseURL: LOCAL_MODEL, model: 'qwen' });
+    await send(page, 'Reply with one short friendly sentence greeting the reader.');
+    await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0 || document.querySelector('.msg-agent:last-of-type')?.getAttribute('data-status') !== 'streaming', undefined, { timeout: 120_000 });
+    await lastAgentStatus(page, 'done', 180_000);
+    const answer = (await page.textContent('.msg-agent:last-of-type .msg-body')) ?? '';
+    assert.ok(answer.trim().length > 0, 'a non-empty answer');
+    await shot(page, 'local-model');
+    assert.deepEqual(errors, []);
+  });
+});
