@@ -17,6 +17,9 @@ import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, RUNS_UNTIL_THE_DEADLINE, SANDBOX_CAS
 import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
 import { importMapSandboxSite, viteSandboxSite } from './browser/sandbox-sites.js';
 
+/** A Worker script the tests can make fail to load (by serving nothing at its path). */
+const FLAKY_WORKER = "import '/pkg/dist/sandbox/worker.js';\n";
+
 const HOST_SECRET = 'host-secret-7f3a';
 /** Chromium's timers, worker termination and message hops are slower than Node's. */
 const BROWSER_SLACK_MS = 250;
@@ -54,7 +57,7 @@ describeInBrowser('the sandbox in Chromium', () => {
       let site: StaticServer;
       let tab: WatchedPage;
       /** Import-map setup: a worker entry the test can make disappear (`delete`). */
-      const flaky: Record<string, string> = { '/flaky/worker.js': "import '/pkg/dist/sandbox/worker.js';\n" };
+      const flaky: Record<string, string> = { '/flaky/worker.js': FLAKY_WORKER };
 
       before(async () => {
         if (setup === 'vite') {
@@ -161,8 +164,8 @@ describeInBrowser('the sandbox in Chromium', () => {
           assert.ok(r.ms >= 1400 && r.ms < 4000, `${r.ms} ms`);
         });
 
-        test('replacements that keep failing stop respawning and fail requests instead of queueing them for ever', async () => {
-          await callInPage(tab.page, 'sandboxStart', { poolSize: 1, timeoutMs: 300, workerUrl: '/flaky/worker.js' });
+        test('replacements that keep failing stop respawning and fail requests instead of queueing them for ever, until retryStartAfterMs has passed', async () => {
+          await callInPage(tab.page, 'sandboxStart', { poolSize: 1, timeoutMs: 300, workerUrl: '/flaky/worker.js', retryStartAfterMs: 2000 });
           const ok = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
           assert.equal(ok.result.output, 1);
           delete flaky['/flaky/worker.js'];
@@ -177,6 +180,13 @@ describeInBrowser('the sandbox in Chromium', () => {
           const later = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
           assert.equal(later.result.error?.code, 'worker_start', 'fails at once, no respawn loop');
           assert.ok(later.stats.workersStarted <= 5, `workers started: ${later.stats.workersStarted}`);
+          // Whatever kept the Workers from starting has passed: after retryStartAfterMs the
+          // next execution starts one again, and the sandbox serves without being recreated.
+          flaky['/flaky/worker.js'] = FLAKY_WORKER;
+          await new Promise((resolve) => setTimeout(resolve, 2100));
+          const mended = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });
+          assert.equal(mended.result.output, 1, JSON.stringify(mended.result));
+          assert.equal(mended.stats.workersStarted, later.stats.workersStarted + 1, 'one start, no burst');
           await callInPage(tab.page, 'sandboxStart', { ...CASE_OPTIONS, maxFetchBodyBytes: 1024 * 1024 });
         });
       }

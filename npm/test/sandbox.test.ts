@@ -302,6 +302,9 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
       await lazy.close();
     }
     await assert.rejects(createSandbox({ lazy: 'yes' as never }), { name: 'SandboxError', message: /lazy must be true or false/ });
+    for (const bad of [-1, Number.NaN, Infinity, '30000']) {
+      await assert.rejects(createSandbox({ retryStartAfterMs: bad as never, lazy: true }), { name: 'SandboxError', message: /retryStartAfterMs must be a number of milliseconds/ }, String(bad));
+    }
   });
 
   test('a lazy sandbox whose Workers cannot start fails the executions waiting for them at the first failure, and the next one tries again', async () => {

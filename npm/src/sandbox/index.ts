@@ -79,6 +79,10 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   }
   const { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist } = sandboxLimits(options);
   if (options.lazy !== undefined && typeof options.lazy !== 'boolean') throw new SandboxError(`lazy must be true or false, got ${describeType(options.lazy)}`);
+  const retry = options.retryStartAfterMs;
+  if (retry !== undefined && !(typeof retry === 'number' && retry >= 0 && Number.isFinite(retry))) {
+    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds (0 or more), got ${describeType(retry)}`);
+  }
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);
@@ -100,6 +104,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     workerUrl: options.workerUrl,
     fetch: fetchImpl,
     startTimeoutMs: options.startTimeoutMs ?? 20_000,
+    retryStartAfterMs: options.retryStartAfterMs ?? 30_000,
   });
   try {
     if (!options.lazy) await pool.start();

@@ -182,6 +182,9 @@ export interface PoolConfig {
   fetch: typeof globalThis.fetch;
   /** A Worker that has not reported ready by then is discarded as failed. */
   startTimeoutMs: number;
+  /** How long a pool whose Workers kept failing to start fails executions at once before an
+   *  execution tries to start them again. */
+  retryStartAfterMs: number;
 }
 
 /** Share of the room a Worker had after startup past which it is replaced after an execution
@@ -199,7 +202,8 @@ export function recycleThresholdBytes(memoryMB: number): number {
   return WORKER_START_BYTES + RECYCLE_AT * (memoryMB * 1048576 - WORKER_START_BYTES);
 }
 
-/** Consecutive Worker start failures after which the pool stops respawning and fails requests. */
+/** Consecutive Worker start failures after which the pool stops respawning and fails requests
+ *  (until `retryStartAfterMs` has passed). */
 const MAX_START_FAILURES = 3;
 
 export class WorkerPool {
@@ -214,8 +218,10 @@ export class WorkerPool {
   private closed = false;
   /** Consecutive failed Worker starts; reset when one reports ready. */
   private startFailures = 0;
-  /** Set when Workers keep failing to start: the reason every request now fails with. */
+  /** Set when Workers keep failing to start: the reason every request now fails with, until
+   *  `retryStartAfterMs` after `brokenAt`. */
   private broken: string | undefined;
+  private brokenAt = 0;
   /** Whether the Workers were asked to start (by `start`, or by the first execution). */
   private started = false;
   /** Started by an execution (`lazy`), not by `start`. */
@@ -366,7 +372,10 @@ export class WorkerPool {
       return undefined;
     };
     if (this.closed) return refuse(failure('error', 'closed', 'the sandbox is closed', started));
-    if (this.broken) return refuse(failure('error', 'worker_start', this.broken, started));
+    if (this.broken) {
+      if (performance.now() - this.brokenAt < this.config.retryStartAfterMs) return refuse(failure('error', 'worker_start', this.broken, started));
+      this.retryStart();
+    }
     // A flood of executions (many runs, each with many calls) must not pile up without bound:
     // each waiting job holds its request, and the last would wait behind all the others. Until
     // a Worker was ever ready (a lazy pool's first start), the pool's Workers count as free.
@@ -512,6 +521,7 @@ export class WorkerPool {
           if (slot.state !== 'starting') return;
           slot.state = 'idle';
           this.startFailures = 0;
+          this.broken = undefined;
           this.everReady = true;
           markReady();
           this.pump();
@@ -667,11 +677,27 @@ export class WorkerPool {
     this.giveUp(reason);
   }
 
-  /** Stops starting Workers: queued and later requests fail with `reason`. */
+  /** Stops starting Workers: queued requests, and later ones for `retryStartAfterMs`, fail
+   *  with `reason`. */
   private giveUp(reason: string): void {
     if (this.closed) return;
     this.broken = `sandbox workers keep failing to start (${reason})`;
+    this.brokenAt = performance.now();
     this.failQueued('worker_start', this.broken);
+  }
+
+  /**
+   * Starts Workers again in the empty positions of a pool that gave up: what kept them from
+   * starting (memory, a file being replaced, a network blip for a remote script) may have
+   * passed, and a long-running service should not need a restart to find out. One more failed
+   * start gives up for another period; a Worker that reports ready mends the pool.
+   */
+  private retryStart(): void {
+    this.broken = undefined;
+    this.startFailures = MAX_START_FAILURES - 1;
+    this.slots.forEach((slot, index) => {
+      if (slot.state === 'dead') void this.spawnAt(index);
+    });
   }
 
   /** Discards a Worker (killed: it failed or ran out of time; recycled: it grew) and starts
@@ -683,23 +709,31 @@ export class WorkerPool {
     else this.counters.workersRecycled++;
     if (this.closed) return;
     const killedAt = performance.now();
-    const index = this.slots.indexOf(slot);
-    void this.spawn().then(
+    void this.spawnAt(this.slots.indexOf(slot)).then((fresh) =>
+      fresh?.ready.then(
+        () => {
+          this.counters.lastReplacementMs = performance.now() - killedAt;
+        },
+        () => {},
+      ),
+    );
+  }
+
+  /** Starts a Worker in pool position `index` (past the end: a new position); the Worker, or
+   *  `undefined` when the pool closed meanwhile or none could be created. */
+  private spawnAt(index: number): Promise<Slot | undefined> {
+    return this.spawn().then(
       (fresh) => {
-        if (this.closed) return this.retire(fresh);
+        if (this.closed) return void this.retire(fresh);
         if (index >= 0) this.slots[index] = fresh;
         else this.slots.push(fresh);
-        fresh.ready.then(
-          () => {
-            this.counters.lastReplacementMs = performance.now() - killedAt;
-          },
-          () => {},
-        );
+        return fresh;
       },
       // A Worker that cannot even be created leaves its position empty: with no other Worker
       // alive, nothing would ever take the queued jobs.
       (error: unknown) => {
         if (!this.slots.some((s) => s.state !== 'dead')) this.giveUp(error instanceof Error ? error.message : String(error));
+        return undefined;
       },
     );
   }

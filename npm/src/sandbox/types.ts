@@ -68,6 +68,12 @@ export interface SandboxOptions {
   /** A Worker that has not started within this many ms is discarded as failed. Default 20000. */
   startTimeoutMs?: number;
   /**
+   * When Workers keep failing to start (three in a row), the sandbox stops respawning them and
+   * fails executions at once with `worker_start`, for this many ms; the next execution after
+   * that tries to start them again. Default 30000.
+   */
+  retryStartAfterMs?: number;
+  /**
    * `fetch` implementation used by the bridge. Default: in Node, undici's fetch with the
    * connect-time address check above; in browsers, `globalThis.fetch`. A custom `fetch` gets
    * the allowlist and redirect checks but resolves names its own way.
