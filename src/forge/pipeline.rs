@@ -118,7 +118,15 @@ pub struct Rejection {
 
 impl Rejection {
     pub fn new(name: &str, reason: impl Into<String>, evidence: Evidence) -> Self {
-        Self { name: name.to_string(), reason: reason.into(), category: classify(&evidence), tests: vec![], verdict: None, scope: None, sandbox_unavailable: false }
+        Self {
+            name: name.to_string(),
+            reason: reason.into(),
+            category: classify(&evidence),
+            tests: vec![],
+            verdict: None,
+            scope: None,
+            sandbox_unavailable: false,
+        }
     }
 }
 
@@ -242,7 +250,10 @@ impl Forge {
             emit(EventBody::ForgeTest { name: request.name.clone(), test: test.clone() });
         }
         if tests.iter().any(|t| t.error.as_deref().is_some_and(|e| e.starts_with(UNAVAILABLE_CODE))) {
-            let reason = format!("the sandbox could not run the tests, so this says nothing of the tool and is not counted in the forge stats; try again: {}", failure_reason(&tests).unwrap_or_default());
+            let reason = format!(
+                "the sandbox could not run the tests, so this says nothing of the tool and is not counted in the forge stats; try again: {}",
+                failure_reason(&tests).unwrap_or_default()
+            );
             let mut r = Rejection::new(&request.name, reason, Evidence::default());
             r.tests = tests;
             r.sandbox_unavailable = true;
