@@ -190,12 +190,41 @@ fn oversized_results_are_refused_with_a_bounded_error() {
 fn max_turns_ends_the_run_with_a_typed_error() {
     let weather = FnTool::new(|_| Ok(json!({})));
     let model = ScriptedModel::repeating(call("get_weather", r#"{"city":"Oslo"}"#));
-    let agent = agent_with(model, vec![weather_tool(weather)], AgentConfig { max_turns: 3, max_steps: 100, ..Default::default() });
+    let agent = agent_with(model, vec![weather_tool(weather.clone())], AgentConfig { max_turns: 3, max_steps: 100, ..Default::default() });
     let mut sink = CollectingSink::default();
     let err = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap_err();
-    assert_eq!(err, AgentError::MaxTurnsExceeded { max: 3 });
+    assert_eq!(err, AgentError::MaxTurnsExceeded { max: 3, calls_not_run: 1 });
     assert_eq!(err.code(), "max_turns_exceeded");
     assert!(matches!(&sink.events.last().unwrap().body, EventBody::AgentError { error, .. } if error.code == "max_turns_exceeded"));
+    // The third turn's call had no turn left for its result: it was not executed.
+    assert_eq!(weather.calls.get(), 2);
+}
+
+#[test]
+fn tool_calls_of_the_last_turn_are_not_run_and_the_error_says_so() {
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let two = calls(&[("get_weather", r#"{"city":"A"}"#), ("get_weather", r#"{"city":"B"}"#)]);
+    let model = ScriptedModel::repeating(two);
+    let agent = agent_with(model, vec![weather_tool(weather.clone())], AgentConfig { max_turns: 1, ..Default::default() });
+    let mut sink = CollectingSink::default();
+    let err = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap_err();
+    assert_eq!(err, AgentError::MaxTurnsExceeded { max: 1, calls_not_run: 2 });
+    assert_eq!(weather.calls.get(), 0);
+    let Some(EventBody::AgentError { error, .. }) = sink.events.last().map(|e| &e.body) else { panic!("ends with agent.error") };
+    assert!(error.message.contains("the 2 tool calls its last answer asked for were not run"), "{}", error.message);
+    // Nothing announces a call that never happens.
+    assert_eq!(types(&sink), ["agent.start", "step.start", "agent.error"]);
+}
+
+#[test]
+fn a_last_turn_that_also_passes_max_steps_runs_nothing_either() {
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let two = calls(&[("get_weather", r#"{"city":"A"}"#), ("get_weather", r#"{"city":"B"}"#)]);
+    let agent =
+        agent_with(ScriptedModel::repeating(two), vec![weather_tool(weather.clone())], AgentConfig { max_turns: 1, max_steps: 1, ..Default::default() });
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err, AgentError::MaxStepsExceeded { max: 1 });
+    assert_eq!(weather.calls.get(), 0);
 }
 
 #[test]

@@ -16,6 +16,10 @@ use serde_json::{json, Value};
 use support::*;
 
 fn refund_agent(model: Rc<ScriptedModel>, refunds: Rc<FnTool>, store: Rc<MemoryStore>) -> Agent {
+    refund_agent_with(AgentConfig::default(), model, refunds, store)
+}
+
+fn refund_agent_with(config: AgentConfig, model: Rc<ScriptedModel>, refunds: Rc<FnTool>, store: Rc<MemoryStore>) -> Agent {
     let handler = Rc::new(NeedsApproval { inner: refunds, predicate: Box::new(|args: &Value| args["amount"].as_f64().unwrap_or(0.0) > 10.0) });
     let mut tools = ToolSet::new();
     tools.insert(
@@ -28,7 +32,7 @@ fn refund_agent(model: Rc<ScriptedModel>, refunds: Rc<FnTool>, store: Rc<MemoryS
         )
         .unwrap(),
     );
-    Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store, "support-bot")
+    Agent::new(config, model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store, "support-bot")
 }
 
 fn refund_tool() -> Rc<FnTool> {
@@ -221,6 +225,36 @@ fn a_run_interrupted_between_steps_resumes_from_its_last_persisted_step() {
 }
 
 /// A paused refund of 99 (approval needed) over `store`, with the agent that will resume it.
+#[test]
+fn a_call_needing_approval_on_the_last_turn_is_not_put_to_anyone() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    let config = AgentConfig { max_turns: 1, ..AgentConfig::default() };
+    let agent = refund_agent_with(config, ScriptedModel::repeating(call("refund", r#"{"order":42,"amount":99}"#)), refunds.clone(), store.clone());
+    let mut sink = CollectingSink::default();
+    let err = block_on(agent.run("Refund order 42", RunOptions::default(), &mut sink)).unwrap_err();
+    assert_eq!(err, AgentError::MaxTurnsExceeded { max: 1, calls_not_run: 1 });
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ApprovalRequested { .. })), "no approval is asked for a call that cannot matter");
+    assert_eq!(refunds.calls.get(), 0);
+    assert!(block_on(store.scan("agent/support-bot/run/")).unwrap().is_empty(), "nothing is left to resume");
+}
+
+#[test]
+fn a_step_paused_on_what_is_now_the_last_turn_is_not_run_on_resume() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    let (_, paused, decisions) = paused_refund(Some(store.clone()), refunds.clone());
+    // The run paused on its first turn; the agent that resumes it allows one turn only.
+    let config = AgentConfig { max_turns: 1, ..AgentConfig::default() };
+    let strict = refund_agent_with(config, ScriptedModel::repeating(text("Refunded.")), refunds.clone(), store.clone());
+    let mut sink = CollectingSink::default();
+    let err = block_on(strict.resume(&paused.run_id, &decisions, None, &mut sink)).unwrap_err();
+    assert_eq!(err, AgentError::MaxTurnsExceeded { max: 1, calls_not_run: 1 });
+    assert_eq!(refunds.calls.get(), 0, "the approved refund could never reach the model: it does not run");
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ToolExecuteStart { .. })));
+    assert!(block_on(store.scan("agent/support-bot/run/")).unwrap().is_empty());
+}
+
 fn paused_refund(store: Option<Rc<MemoryStore>>, refunds: Rc<FnTool>) -> (Agent, crucible::agent::RunOutput, Vec<ApprovalDecision>) {
     let agent = match store {
         Some(store) => {

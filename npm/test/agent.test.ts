@@ -570,6 +570,41 @@ describe('agent over an OpenAI-compatible server', () => {
     server.setResponder(undefined as any);
   });
 
+  test('tool calls on the last turn are not run: a refund the model asks for then does not happen', async () => {
+    const refunded: number[] = [];
+    const refund = tool({
+      name: 'refund',
+      description: 'Refund an order',
+      inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
+      execute: ({ order }: { order: number }) => {
+        refunded.push(order);
+        return { refunded: order };
+      },
+    });
+    // A scripted model that asks for a refund on every turn.
+    let turn = 0;
+    const refunding: ModelProvider = {
+      id: 'double:refunding',
+      async *stream() {
+        turn += 1;
+        yield { type: 'tool_call', index: 0, id: `call_${turn}`, name: 'refund', argumentsDelta: JSON.stringify({ order: turn }) };
+        yield { type: 'finish', finishReason: 'tool_calls' };
+      },
+    };
+    const agent = await createAgent({ model: refunding, tools: [refund], maxTurns: 2 });
+    const events = await collect(agent.stream('refund everything'));
+    const last = events.at(-1)!;
+    assert.ok(last.type === 'agent.error' && last.error.code === 'max_turns_exceeded', JSON.stringify(last));
+    assert.match(last.error.message, /the 1 tool call its last answer asked for was not run/);
+    assert.equal(turn, 2);
+    assert.deepEqual(refunded, [1], 'the second turn\'s refund had no turn left for its result');
+    assert.deepEqual(events.flatMap((e) => (e.type === 'tool.execute.start' ? [e.callId] : [])), ['call_1']);
+    // run() rejects the same way.
+    await assert.rejects(agent.run('again'), (e: unknown) => e instanceof AgentRunError && e.code === 'max_turns_exceeded' && /was not run/.test(e.message));
+    assert.deepEqual(refunded, [1, 3]);
+    await agent.close();
+  });
+
   test('an HTTP 500 from the provider ends the run with provider_http', async () => {
     server.reset();
     server.enqueue({ status: 500, body: '{"error":{"message":"boom"}}' });

@@ -8,8 +8,10 @@ use super::events::ErrorInfo;
 /// A run-ending failure, with a stable [`AgentError::code`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AgentError {
-    #[error("the run used all {max} model turns without a final answer")]
-    MaxTurnsExceeded { max: u32 },
+    /// `calls_not_run`: tool calls the model asked for on the last turn, left unexecuted
+    /// because no turn was left to give the model their results.
+    #[error("the run used all {max} model turns without a final answer{}", not_run(*calls_not_run))]
+    MaxTurnsExceeded { max: u32, calls_not_run: u32 },
     #[error("the run asked for more than {max} tool calls")]
     MaxStepsExceeded { max: u32 },
     #[error("the final answer does not match the `returns` schema after {attempts} attempts: {reason}")]
@@ -53,6 +55,16 @@ impl AgentError {
             _ => None,
         };
         ErrorInfo { code: self.code(), message: self.to_string(), status }
+    }
+}
+
+/// The part of the max-turns message about calls left unexecuted: a caller must know a
+/// side-effecting call (a refund) did not happen.
+fn not_run(calls: u32) -> String {
+    match calls {
+        0 => String::new(),
+        1 => "; the 1 tool call its last answer asked for was not run (no turn was left for its result)".into(),
+        n => format!("; the {n} tool calls its last answer asked for were not run (no turn was left for their results)"),
     }
 }
 

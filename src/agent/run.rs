@@ -336,6 +336,9 @@ impl RunContext<'_> {
             self.save(state).await?;
         }
         if let Some(pending) = state.pending.clone() {
+            // A step paused on the run's last turn (saved by an earlier build, or `maxTurns`
+            // lowered since): its calls' results could not reach the model either.
+            self.turn_left_for(state.turns, pending.calls.len())?;
             let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
             let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
             let step_tools = provided.as_ref().unwrap_or(self.tools);
@@ -365,9 +368,7 @@ impl RunContext<'_> {
             if self.cancelled() {
                 return Err(AgentError::Aborted);
             }
-            if state.turns >= self.config.max_turns {
-                return Err(AgentError::MaxTurnsExceeded { max: self.config.max_turns });
-            }
+            self.turn_left_for(state.turns, 0)?;
             let step = state.turns;
             state.turns += 1;
             emitter.emit(EventBody::StepStart { step });
@@ -447,6 +448,10 @@ impl RunContext<'_> {
             if state.steps + calls.len() as u32 > self.config.max_steps {
                 return Err(AgentError::MaxStepsExceeded { max: self.config.max_steps });
             }
+            // No turn is left to give the model these calls' results: running them would only
+            // do their side effects (a refund would refund) for a run that fails anyway, so
+            // they are neither run nor put to a human for approval.
+            self.turn_left_for(state.turns, calls.len())?;
             state.steps += calls.len() as u32;
             state.messages.push(Message::Assistant { content: response.text, tool_calls: calls.clone() });
             for call in &calls {
@@ -473,6 +478,15 @@ impl RunContext<'_> {
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
             self.save(state).await?;
         }
+    }
+
+    /// `Ok` when a turn is left after the `turns` taken (for the next answer, or for the
+    /// results of `calls` calls); otherwise the max-turns error, counting those calls as not run.
+    fn turn_left_for(&self, turns: u32, calls: usize) -> Result<(), AgentError> {
+        if turns < self.config.max_turns {
+            return Ok(());
+        }
+        Err(AgentError::MaxTurnsExceeded { max: self.config.max_turns, calls_not_run: calls as u32 })
     }
 
     /// Persists the run's state. A store write that never settles holds the run only until it
