@@ -77,7 +77,12 @@ export class CrucibleError extends Error {
 export class ProviderError extends CrucibleError {
   /** HTTP status when the server answered; undefined for network errors and timeouts. */
   readonly status: number | undefined;
-  /** Whether retrying the same request may succeed (408, 409, 429, 5xx, network errors; a server's `x-should-retry` decides where sent). */
+  /**
+   * Whether the caller may retry the same request: it may succeed (408, 409, 429, 5xx, network
+   * errors; a server's `x-should-retry` decides where sent) and nothing of the answer was
+   * delivered. A failure after part of the answer streamed is `false`, since a retry would
+   * deliver that part again.
+   */
   readonly retryable: boolean;
   /** Provider id, e.g. `openai:qwen`. */
   readonly provider: string;

@@ -260,6 +260,42 @@ for (const { name, factory, baseURL, splitsArguments } of providers) {
       assert.equal(server.requests.length, 1);
     });
 
+    if (name !== 'ollama') {
+      // Ollama's streamed errors are never retryable; these two servers report overloads so.
+      it('an overload error event after a text delta is not retryable: the caller has that text already', async () => {
+        server.enqueue({ text: ['partial'], streamError: { type: 'overloaded_error', message: 'Overloaded' } }, { text: 'not reached' });
+        const seen: ModelChunk[] = [];
+        const error = await rejection(
+          (async () => {
+            for await (const chunk of make().stream({ messages: hello, tools: [] })) seen.push(chunk);
+          })(),
+        );
+        assert.deepEqual(seen, [{ type: 'text', delta: 'partial' }]);
+        assert.ok(error instanceof ProviderError && error.code === 'provider_http', `got ${String(error)}`);
+        assert.match(error.message, /Overloaded/);
+        assert.equal(error.retryable, false);
+        assert.equal(server.requests.length, 1);
+      });
+
+      it('the same overload before any output is retried, and retryable when retries run out', async () => {
+        server.enqueue({ streamError: { type: 'overloaded_error', message: 'Overloaded' } }, { text: 'recovered' });
+        assert.equal((await collect(make().stream({ messages: hello, tools: [] }))).text, 'recovered');
+        assert.equal(server.requests.length, 2);
+        server.reset();
+        server.enqueue({ streamError: { type: 'overloaded_error', message: 'Overloaded' } });
+        const error = await rejection(collect(make({ retry: { maxRetries: 0 } }).stream({ messages: hello, tools: [] })));
+        assert.ok(error instanceof ProviderError && error.code === 'provider_http', `got ${String(error)}`);
+        assert.equal(error.retryable, true);
+      });
+    }
+
+    it('a stall after output is a provider_timeout that is not retryable', async () => {
+      server.enqueue({ text: ['first ', 'second'], hangMs: 2_000 });
+      const error = await rejection(collect(make({ timeoutMs: 150 }).stream({ messages: hello, tools: [] })));
+      assert.ok(error instanceof ProviderError && error.code === 'provider_timeout', `got ${String(error)}`);
+      assert.equal(error.retryable, false);
+    });
+
     it('answers in one response when stream is false, with the same chunk types', async () => {
       server.enqueue({
         text: 'Sure.',
@@ -1115,11 +1151,14 @@ describe('openai() reads SSE framing as servers write it', () => {
 
   it('an `event: error` is a ProviderError with its message whatever its data holds, not the answer so far passed off as finished', async () => {
     const failsWith = async (errorEvent: string, message: RegExp, retryable: boolean) => {
-      pieces = [`data: ${delta('partial')}\n\n`, `event: error\n${errorEvent}\n\n`, 'data: [DONE]\n\n'];
-      const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
-      assert.ok(error instanceof ProviderError && error.code === 'provider_http', `${errorEvent}: got ${String(error)}`);
-      assert.match(error.message, message);
-      assert.equal(error.retryable, retryable, errorEvent);
+      // After a delta nothing is retryable (the caller has the delta); before one, the event's kind decides.
+      for (const [before, expected] of [[[`data: ${delta('partial')}\n\n`], false], [[], retryable]] as const) {
+        pieces = [...before, `event: error\n${errorEvent}\n\n`, 'data: [DONE]\n\n'];
+        const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+        assert.ok(error instanceof ProviderError && error.code === 'provider_http', `${errorEvent}: got ${String(error)}`);
+        assert.match(error.message, message);
+        assert.equal(error.retryable, expected, `${errorEvent} after ${before.length} deltas`);
+      }
     };
     // A serving layer over vLLM (fms-guardrails-orchestrator) reports a refused request so.
     await failsWith('data: {"code":400,"details":"Requested sample logprobs of 21, which is greater than max allowed: 20"}', /greater than max allowed: 20/, false);

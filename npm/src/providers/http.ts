@@ -233,7 +233,9 @@ export function joinUrl(baseURL: string, path: string): string {
  * Runs `attempt` with a fresh timeout signal, retrying retryable failures while no item has
  * been yielded yet. Failures come out mapped: `AbortError` when the caller aborted,
  * `provider_timeout` when the attempt's timeout fired, otherwise the `ProviderError` raised
- * by the attempt (raw network errors become `provider_network`). The timeout measures a
+ * by the attempt (raw network errors become `provider_network`). One that comes after an item
+ * was yielded is not `retryable`, whatever the server said: the caller already has part of
+ * the answer, and a retry would deliver it again. The timeout measures a
  * stall, not the whole answer: it restarts whenever the attempt reports `progress` (every
  * event with data: a reasoning model's thinking yields no item but is progress; keep-alives
  * are not) and with every item, so a local model writing for minutes is not cut off. A
@@ -260,13 +262,13 @@ export async function* withRetry<T>(
       return;
     } catch (raw) {
       const error = classify(ctx, raw, callerSignal, stall.signal);
+      if (yielded) throw notRetryable(error);
       // A server that asks for a longer wait than `maxDelayMs` would answer an earlier retry
       // the same way (and count it against the limit): its error, with `retryAfterMs`, comes now.
       const canRetry =
         error instanceof ProviderError &&
         error.retryable &&
         error.code !== 'provider_timeout' &&
-        !yielded &&
         (error.retryAfterMs ?? 0) <= ctx.retry.maxDelayMs;
       if (!canRetry || attemptNo >= ctx.retry.maxRetries) throw error;
       await sleep(backoffMs(ctx.retry, attemptNo, error.retryAfterMs), callerSignal);
@@ -274,6 +276,16 @@ export async function* withRetry<T>(
       stall.end();
     }
   }
+}
+
+/** `error` with `retryable` off: what a failure after part of the answer streamed is. */
+function notRetryable(error: unknown): unknown {
+  if (!(error instanceof ProviderError) || !error.retryable) return error;
+  const { provider, status, body, retryAfterMs } = error;
+  const code = error.code as ConstructorParameters<typeof ProviderError>[0];
+  const copy = new ProviderError(code, error.message, { provider, status, retryable: false, body, retryAfterMs, cause: error.cause });
+  copy.stack = error.stack;
+  return copy;
 }
 
 /**
@@ -508,7 +520,8 @@ export function protocolError(ctx: HttpContext, message: string, cause?: unknown
 
 /**
  * An error the server reported inside a 200 response (an SSE `error` event, an `error`
- * field). `retryable` lets an overload reported before the first chunk be retried.
+ * field). `retryable` lets an overload reported before the first chunk be retried; after one,
+ * {@link withRetry} turns it off.
  */
 export function streamedError(
   ctx: HttpContext,
