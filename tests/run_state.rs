@@ -6,7 +6,8 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::{
-    Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus, StoredRunStatus,
+    Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, HistoryLimits, NativeEnvironment, RunOptions, RunStatus,
+    StoredRunStatus,
 };
 use crucible::model::{Message, ModelError};
 use crucible::store::{MemoryStore, Store};
@@ -775,4 +776,33 @@ fn a_run_that_is_still_going_cannot_be_resumed_by_another_agent_on_its_store() {
     let resumed = charge.resumed.borrow_mut().take();
     assert!(matches!(resumed, Some(Err(AgentError::InvalidResume(_)))), "refused at once while the run goes: {resumed:?}");
     assert_eq!(charge.calls.get(), 1, "the card is charged once");
+}
+
+#[test]
+fn a_resumed_run_adds_its_own_messages_to_the_bounded_session_and_brings_back_none_it_dropped() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    let script = vec![text("a"), call("refund", r#"{"order":42,"amount":99}"#), text("b"), text("c"), text("d"), text("Refunded.")];
+    let config = AgentConfig { session_history: HistoryLimits { max_messages: Some(6), ..HistoryLimits::default() }, ..AgentConfig::default() };
+    let agent = refund_agent_with(config, ScriptedModel::new(script), refunds.clone(), store);
+    let in_s = || RunOptions { session_id: Some("s".into()), ..Default::default() };
+    let run = |input: &str| block_on(agent.run(input, in_s(), &mut CollectingSink::default())).unwrap();
+    run("A");
+    let paused = run("refund 42");
+    assert_eq!(paused.status, RunStatus::Paused);
+    for input in ["B", "C", "D"] {
+        run(input);
+    }
+    let users =
+        |history: Vec<Message>| history.into_iter().filter_map(|m| if let Message::User { content } = m { Some(content) } else { None }).collect::<Vec<_>>();
+    assert_eq!(users(agent.history("s")), ["B", "C", "D"], "A was dropped to keep 6 messages");
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let done = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(refunds.calls.get(), 1);
+    // The refund's 4 messages follow what the session kept; A, which the paused run started
+    // from, does not come back, and the oldest exchanges make room.
+    let history = agent.history("s");
+    assert_eq!(users(history.clone()), ["D", "refund 42"]);
+    assert_eq!(history.len(), 6);
 }

@@ -116,6 +116,14 @@ export interface AgentOptions {
    * `toolChoice` for every turn, so a `required` run ends only at a limit. */
   resetToolChoice?: boolean;
   /**
+   * How much of each session's conversation the agent keeps, and so sends with every run of the
+   * session. Past either bound, the oldest whole exchanges (a user message and everything after
+   * it) are dropped when a run completes; the run's own exchange is kept whole even when it
+   * alone is larger. `agent.history(sessionId)` shows what is kept. Every agent of a process
+   * shares one wasm memory, so the default bounds each session to 8 MiB of JSON.
+   */
+  sessionHistory?: SessionHistoryOptions;
+  /**
    * Where run states (and, with emergent tools, the registry) are persisted. Agents given the
    * same store object form one runtime: they share the `shared` tier, and a change to it made
    * through one of them is visible to the others at once — in other tabs too when the store
@@ -127,6 +135,14 @@ export interface AgentOptions {
   agentId?: string;
   /** Emergent capabilities: the `forge_tool` meta-tool and the tiered registry. */
   emergent?: EmergentOptions;
+}
+
+/** Bounds of a session's kept conversation (see {@link AgentOptions.sessionHistory}). */
+export interface SessionHistoryOptions {
+  /** Most messages kept (at least 1; default: no count bound). */
+  maxMessages?: number;
+  /** Most bytes of the messages as JSON (at least 1; default 8388608, 8 MiB). */
+  maxBytes?: number;
 }
 
 /** Something that runs forged JavaScript: `createSandbox()` or a compatible host. */
@@ -200,8 +216,11 @@ const AGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
   Object.keys({
     model: true, instructions: true, tools: true, maxTurns: true, maxSteps: true, maxParallelTools: true, maxResultBytes: true, returns: true,
     maxOutputRetries: true, temperature: true, maxTokens: true, toolChoice: true, resetToolChoice: true, store: true, agentId: true, emergent: true,
+    sessionHistory: true,
   } satisfies Record<keyof AgentOptions, true>),
 );
+const SESSION_HISTORY_KINDS: Readonly<Record<keyof SessionHistoryOptions, OptionKind>> = { maxMessages: 'whole', maxBytes: 'wide' };
+const SESSION_HISTORY_NAMES: ReadonlySet<string> = new Set(Object.keys(SESSION_HISTORY_KINDS));
 const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
   Object.keys({
     enabled: true, judge: true, promotionJudge: true, maxSessionTools: true, maxAgentTools: true, sandboxTimeoutMs: true, sandboxMemoryMB: true,
@@ -260,6 +279,12 @@ function refuseMistypedOptions(given: Record<string, unknown>, kinds: Readonly<R
  *  none. */
 function refuseMisshapenOptions(options: AgentOptions): void {
   refuseMistypedOptions(options as unknown as Record<string, unknown>, AGENT_OPTION_KINDS, 'createAgent: ');
+  const history: unknown = options.sessionHistory;
+  if (history !== undefined && history !== null) {
+    if (!isRecord(history)) throw new CrucibleError('invalid_config', `createAgent: sessionHistory must be an object such as { maxBytes: 1048576 }, got ${describeType(history)}`);
+    refuseUnknownOptions(history, SESSION_HISTORY_NAMES, 'createAgent: sessionHistory');
+    refuseMistypedOptions(history, SESSION_HISTORY_KINDS, 'createAgent: sessionHistory.');
+  }
   const em: unknown = options.emergent;
   if (em === undefined || em === null) return;
   if (!isRecord(em)) throw new CrucibleError('invalid_config', `createAgent: emergent must be an object such as { enabled: true }, got ${describeType(em)}`);
@@ -1065,7 +1090,8 @@ export class Agent<Output = unknown> {
     return collect<O>(this.stream(input, options), signalOf(options));
   }
 
-  /** The conversation of a session so far. */
+  /** The conversation of a session so far: what is kept of it within `sessionHistory`, and
+   *  what its next run sends the model. */
   history(sessionId = 'default'): unknown[] {
     this.#assertOpen('history');
     return this.#core.history(requireString(sessionId, 'history: sessionId')) as unknown[];
@@ -1403,6 +1429,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     maxTokens: options.maxTokens,
     toolChoice: options.toolChoice,
     resetToolChoice: options.resetToolChoice,
+    sessionHistory: options.sessionHistory ?? undefined,
   };
   // The core reads options as JSON, where NaN and ±Infinity are null: an optional setting so
   // given would vanish without a word.

@@ -6,7 +6,7 @@
 export { createAgent, Agent, AgentRunError } from './agent.js';
 export type { CallOptions, EmergentOptions, ForgeOptions, ImportOptions, JudgeOptions, SandboxHost, SessionOptions } from './agent.js';
 export type * from './emergent/types.js';
-export type { AgentOptions, CloseOptions, RunOptions, RunResult, CompletedRun, PausedRun, FinishReason, ResumeOptions, ApprovalDecision, AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from './agent.js';
+export type { AgentOptions, SessionHistoryOptions, CloseOptions, RunOptions, RunResult, CompletedRun, PausedRun, FinishReason, ResumeOptions, ApprovalDecision, AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from './agent.js';
 export { tool, toJsonSchema } from './tool.js';
 export { createSandbox, checkUrl, FetchRefused } from './sandbox/index.js';
 export type { ExecuteOptions, Sandbox, SandboxOptions, SandboxRequest, SandboxResult, SandboxStatus, SandboxStats } from './sandbox/index.js';

@@ -605,6 +605,47 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('a session keeps the newest exchanges within sessionHistory.maxBytes over many runs with big tool results', async () => {
+    const page = tool({ name: 'page', description: 'A page', inputSchema: { type: 'object', properties: {} }, execute: () => ({ text: 'x'.repeat(60_000) }) });
+    // A scripted model: a tool call for each new input, an answer once the result is in.
+    let largestSent = 0;
+    const reader: ModelProvider = {
+      id: 'double:reader',
+      async *stream(request) {
+        largestSent = Math.max(largestSent, JSON.stringify(request.messages).length);
+        if (request.messages.at(-1)!.role === 'tool') {
+          yield { type: 'text', delta: 'Read it.' };
+          yield { type: 'finish', finishReason: 'stop' };
+        } else {
+          yield { type: 'tool_call', index: 0, id: `call_${request.messages.length}`, name: 'page', argumentsDelta: '{}' };
+          yield { type: 'finish', finishReason: 'tool_calls' };
+        }
+      },
+    };
+    const maxBytes = 300_000;
+    const agent = await createAgent({ model: reader, tools: [page], sessionHistory: { maxBytes } });
+    for (let i = 1; i <= 30; i++) {
+      await agent.run(`page ${i}`, { sessionId: 's' });
+      const history = agent.history('s') as Array<{ role: string; content: string }>;
+      assert.ok(JSON.stringify(history).length <= maxBytes, `run ${i}: ${JSON.stringify(history).length} bytes`);
+      assert.equal(history[0]!.role, 'user', `run ${i}: the history starts at an exchange`);
+      assert.equal(history.at(-4)!.content, `page ${i}`, `run ${i}: its own exchange is kept`);
+    }
+    // Four exchanges of about 60 KB fit; the model never got more than the bound and one exchange.
+    assert.deepEqual((agent.history('s') as Array<{ role: string; content: string }>).filter((m) => m.role === 'user').map((m) => m.content), ['page 27', 'page 28', 'page 29', 'page 30']);
+    assert.ok(largestSent < maxBytes + 70_000, `${largestSent}`);
+    await agent.close();
+    for (const [sessionHistory, message] of [
+      [{ maxBytes: 0 }, /sessionHistory\.maxBytes must be at least 1/],
+      [{ maxMessages: 0 }, /sessionHistory\.maxMessages must be at least 1/],
+      [{ maxBytes: -1 }, /createAgent: sessionHistory\.maxBytes must be a whole number/],
+      [{ maxMessage: 5 }, /createAgent: sessionHistory: unknown option maxMessage; the options are maxMessages, maxBytes/],
+      ['8MB', /createAgent: sessionHistory must be an object/],
+    ] as const) {
+      await assert.rejects(createAgent({ model: reader, sessionHistory: sessionHistory as never }), { code: 'invalid_config', message });
+    }
+  });
+
   test('an HTTP 500 from the provider ends the run with provider_http', async () => {
     server.reset();
     server.enqueue({ status: 500, body: '{"error":{"message":"boom"}}' });

@@ -5,6 +5,8 @@ use serde_json::Value;
 
 use crate::model::ToolChoice;
 
+use super::history::HistoryLimits;
+
 /// How an agent runs. Deserialized from the TS `createAgent` options (camelCase).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -30,6 +32,8 @@ pub struct AgentConfig {
     /// After the run's first tool call, later turns go back to `auto` (default `true`): a
     /// `required` choice kept for every turn would never let the model answer.
     pub reset_tool_choice: bool,
+    /// How much of each session's conversation is kept (default: 8 MiB of JSON, any count).
+    pub session_history: HistoryLimits,
 }
 
 impl Default for AgentConfig {
@@ -46,6 +50,7 @@ impl Default for AgentConfig {
             max_tokens: None,
             tool_choice: None,
             reset_tool_choice: true,
+            session_history: HistoryLimits::default(),
         }
     }
 }
@@ -72,6 +77,6 @@ impl AgentConfig {
         if matches!(&self.tool_choice, Some(ToolChoice::Tool(name)) if name.is_empty()) {
             return Err("toolChoice { tool } must name a tool".into());
         }
-        Ok(())
+        self.session_history.validate()
     }
 }

@@ -11,6 +11,7 @@ mod config;
 mod env;
 mod error;
 mod events;
+mod history;
 mod run;
 mod structured;
 mod usage;
@@ -20,6 +21,7 @@ pub use config::AgentConfig;
 pub use env::{unless_cancelled, CancelFlag, CancelSignal, Environment, NativeEnvironment};
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
+pub use history::{HistoryLimits, DEFAULT_HISTORY_MAX_BYTES};
 pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunStatus};
 pub(crate) use structured::unfenced;
 pub use structured::{embedded_values, extract_json, json_values, OutputCheck, OutputRefusal};
@@ -30,6 +32,7 @@ use crate::model::{Message, Model};
 use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use claim::{ResumeClaim, RunPosition};
+use history::SessionHistory;
 use run::{read_run_state, run_ended, RunContext, RunRecorder};
 
 /// Supplies the tools of each model turn. The agent asks before every turn, so a tool
@@ -71,7 +74,7 @@ pub struct Agent {
     model: Rc<dyn Model>,
     tools: RefCell<ToolSet>,
     env: Rc<dyn Environment>,
-    sessions: RefCell<HashMap<String, Vec<Message>>>,
+    sessions: RefCell<HashMap<String, SessionHistory>>,
     /// Runs going, per session: one that completes after its session ended must not bring the
     /// conversation back.
     runs_going: SessionWork,
@@ -262,12 +265,12 @@ impl Agent {
             runs: self.recorder(),
             decisions,
         };
-        let history_len = state.history_len;
+        let (history_len, history_offset) = (state.history_len, state.history_offset);
         let run_id = state.run_id.clone();
         let ticket = self.take_resumable(&run_id).unwrap_or_else(|| self.runs_going.begin(&session_id));
         let (_state, result) = ctx.drive(state, sink).await;
         if !ticket.session_ended() {
-            self.remember(&session_id, history_len, &result);
+            self.remember(&session_id, history_len, history_offset, &result);
         }
         if matches!(&result, Ok(out) if out.status == RunStatus::Paused) {
             self.paused.borrow_mut().keep(run_id, ticket);
@@ -319,22 +322,19 @@ impl Agent {
 
     /// Adds a completed run's own messages to its session. Other runs of the session may have
     /// completed while it ran: their messages stay, and this run's follow them. When the
-    /// session no longer starts with what the run started from (the process restarted before a
-    /// resume), the run's whole conversation becomes the session's. (A session that ended
-    /// while the run was going, or left resumable in this context, gets nothing.)
-    fn remember(&self, session_id: &str, history_len: Option<u32>, result: &Result<RunOutput, AgentError>) {
+    /// session no longer holds what the run started from (the process restarted before a
+    /// resume), the run's whole conversation becomes the session's. The oldest exchanges past
+    /// `sessionHistory` are then dropped. (A session that ended while the run was going, or
+    /// left resumable in this context, gets nothing.)
+    fn remember(&self, session_id: &str, history_len: Option<u32>, history_offset: Option<u64>, result: &Result<RunOutput, AgentError>) {
         let Ok(out) = result else { return };
         if out.status != RunStatus::Completed {
             return;
         }
         let mut sessions = self.sessions.borrow_mut();
         let history = sessions.entry(session_id.to_string()).or_default();
-        match history_len.map(|n| n as usize) {
-            Some(n) if n <= out.messages.len() && history.len() >= n && history[..n] == out.messages[..n] => {
-                history.extend_from_slice(&out.messages[n..]);
-            }
-            _ => *history = out.messages.clone(),
-        }
+        let start = history_len.map(|n| (n as usize, history_offset.unwrap_or(0)));
+        history.add_run(&out.messages, start, &self.config.session_history);
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -362,7 +362,7 @@ impl Agent {
 
     /// The conversation of `session_id` so far.
     pub fn history(&self, session_id: &str) -> Vec<Message> {
-        self.sessions.borrow().get(session_id).cloned().unwrap_or_default()
+        self.sessions.borrow().get(session_id).map(|h| h.messages().to_vec()).unwrap_or_default()
     }
 
     /// Forgets a session's conversation; runs of it still going add nothing when they end.
@@ -386,7 +386,10 @@ impl Agent {
         };
         let mut run_path = options.parent_path;
         run_path.push(run_id.clone());
-        let mut messages = self.history(&session_id);
+        let (mut messages, history_offset) = match self.sessions.borrow().get(&session_id) {
+            Some(history) => (history.messages().to_vec(), history.dropped()),
+            None => (vec![], 0),
+        };
         let history_len = Some(messages.len() as u32);
         messages.push(Message::User { content: input.to_string() });
         sink.emit(AgentEvent {
@@ -405,6 +408,7 @@ impl Agent {
             usage: RunUsage::default(),
             pending: None,
             history_len,
+            history_offset: Some(history_offset),
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
     }

@@ -49,6 +49,11 @@ pub struct RunState {
     /// runs of the session added meanwhile). `None` in states saved before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_len: Option<u32>,
+    /// How many of the session's messages had been dropped (`sessionHistory`) when the run
+    /// started: `messages[0]` was the session's message at this position. `None` in states
+    /// saved before it was recorded (read as 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_offset: Option<u64>,
 }
 
 /// A run whose state is stored (see [`crate::agent::Agent::stored_runs`]).

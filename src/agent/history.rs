@@ -1,0 +1,144 @@
+//! A session's conversation, kept within a bound. Every agent of a process shares the one wasm
+//! memory, and each run copies its session's whole conversation: a session left to grow slows
+//! every run of it and, once an allocation fails, breaks the core for every agent.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Message;
+
+/// The most JSON bytes of a session's conversation kept by default (8 MiB).
+pub const DEFAULT_HISTORY_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How much of each session's conversation an agent keeps (`sessionHistory`). Past either
+/// bound, the oldest whole exchanges (a user message and all that followed it) are dropped when
+/// a run completes; the run's own exchange is kept whole even when it alone is larger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HistoryLimits {
+    /// Most messages kept; absent: no count bound.
+    pub max_messages: Option<u32>,
+    /// Most bytes of the messages as JSON (default [`DEFAULT_HISTORY_MAX_BYTES`]).
+    pub max_bytes: u64,
+}
+
+impl Default for HistoryLimits {
+    fn default() -> Self {
+        Self { max_messages: None, max_bytes: DEFAULT_HISTORY_MAX_BYTES }
+    }
+}
+
+impl HistoryLimits {
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.max_bytes == 0 {
+            return Err("sessionHistory.maxBytes must be at least 1".into());
+        }
+        if self.max_messages == Some(0) {
+            return Err("sessionHistory.maxMessages must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    fn exceeded_by(&self, messages: usize, bytes: u64) -> bool {
+        bytes > self.max_bytes || self.max_messages.is_some_and(|max| messages > max as usize)
+    }
+}
+
+/// A session's kept messages, each with its JSON size (measured once, when it is added), so
+/// the bound is checked without serializing the conversation.
+#[derive(Debug, Default)]
+pub(crate) struct SessionHistory {
+    messages: Vec<Message>,
+    sizes: Vec<u64>,
+    bytes: u64,
+    /// Messages dropped from the front so far: the kept ones start at this position of the
+    /// session's whole conversation. A run records it at its start (`RunState::history_offset`),
+    /// so it can tell, when it completes, which of the messages it started from are still kept.
+    dropped: u64,
+}
+
+impl SessionHistory {
+    pub(crate) fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Adds a completed run's messages: `messages` is its whole conversation, of which the
+    /// first `start_len` were the session's from position `offset` when it started (`None`: not
+    /// known, from a state saved before they were recorded). When those still kept are still
+    /// here, its own messages follow the session's (other runs may have completed meanwhile);
+    /// otherwise (a resume after a restart) its conversation becomes the session's. Then trims
+    /// to `limits`, never into the run's own messages.
+    pub(crate) fn add_run(&mut self, messages: &[Message], start: Option<(usize, u64)>, limits: &HistoryLimits) {
+        let (start_len, offset) = start.map_or((0, 0), |(len, offset)| (len.min(messages.len()), offset));
+        let continues = start.is_some() && self.dropped >= offset && {
+            let gone = usize::try_from(self.dropped - offset).unwrap_or(usize::MAX).min(start_len);
+            let still_kept = &messages[gone..start_len];
+            self.messages.get(..still_kept.len()) == Some(still_kept)
+        };
+        if !continues {
+            *self = Self { dropped: offset, ..Self::default() };
+            self.extend(&messages[..start_len]);
+        }
+        let own_start = self.messages.len();
+        self.extend(&messages[start_len..]);
+        self.trim(limits, own_start);
+    }
+
+    fn extend(&mut self, messages: &[Message]) {
+        for message in messages {
+            let size = json_len(message);
+            self.bytes += size;
+            self.sizes.push(size);
+            self.messages.push(message.clone());
+        }
+    }
+
+    /// Drops the fewest oldest exchanges that bring the history within `limits`, cutting only
+    /// before a user message at or before `keep_from`: a tool result is never left without
+    /// the assistant message that called it (both come after the same user message), and the
+    /// messages from `keep_from` on stay. When no cut is enough, the last one allowed is made.
+    fn trim(&mut self, limits: &HistoryLimits, keep_from: usize) {
+        if !limits.exceeded_by(self.messages.len(), self.bytes) {
+            return;
+        }
+        let mut cut = 0;
+        let mut removed = 0;
+        let mut removed_before = 0;
+        for i in 1..=keep_from.min(self.messages.len().saturating_sub(1)) {
+            removed_before += self.sizes[i - 1];
+            if !matches!(self.messages[i], Message::User { .. }) {
+                continue;
+            }
+            cut = i;
+            removed = removed_before;
+            if !limits.exceeded_by(self.messages.len() - i, self.bytes - removed) {
+                break;
+            }
+        }
+        self.messages.drain(..cut);
+        self.sizes.drain(..cut);
+        self.bytes -= removed;
+        self.dropped += cut as u64;
+    }
+}
+
+/// The length of `message` as JSON, counted without building the text.
+fn json_len(message: &Message) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Messages are strings and plain structs: serializing them cannot fail.
+    let _ = serde_json::to_writer(&mut count, message);
+    count.0
+}
