@@ -503,6 +503,107 @@ fn a_promotion_that_cannot_be_recorded_is_not_asked_again_on_every_use() {
     }
 }
 
+/// The error a judge's deadline (the host's `timeoutMs`) gives the core.
+fn judge_deadline() -> support::Reply {
+    support::Reply::Fail(crucible::model::ModelError::new("provider_timeout", "no complete verdict within 50 ms (emergent.judge.timeoutMs)"))
+}
+
+#[test]
+fn a_panel_that_did_not_answer_in_time_is_not_remembered_as_a_rejection() {
+    let panel = judge_replying(vec![judge_deadline(), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected, "{out:?}");
+    assert!(out.reason.contains("the judge did not answer: no complete verdict within 50 ms"), "{}", out.reason);
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Session, "still callable where it was");
+    use_n(&r, "slugify", 1, "s1");
+    // Asked again at once (a rejection would be suppressed for promotionRetryUses more uses).
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+}
+
+#[test]
+fn a_forge_whose_judge_did_not_answer_in_time_is_rejected_saying_so() {
+    let r = rig_with(promo_config(), Some(judge_replying(vec![judge_deadline()])), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    let res = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1"));
+    assert!(!res.success);
+    assert_eq!(res.category, Some(RejectionCategory::Other));
+    assert_eq!(
+        res.reason.as_deref(),
+        Some("no verdict, so the tool is rejected: the judge did not answer: no complete verdict within 50 ms (emergent.judge.timeoutMs)")
+    );
+}
+
+#[test]
+fn an_unanswered_automatic_promotion_is_held_off_but_an_explicit_request_asks_again() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let panel = judge_replying(vec![judge_deadline(), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(panel.requests.borrow().len(), 1, "the third use asked the panel, whose first reviewer did not answer");
+    use_n(&r, "slugify", 1, "s1");
+    assert_eq!(panel.requests.borrow().len(), 1, "a stalled judge does not hold every later use for its deadline");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+}
+
+/// A rig whose `slugify` has the uses for promotion, with a panel that stalls on its first
+/// review and approves after.
+fn rig_with_stalling_panel() -> (Rig, Rc<StallingJudge>) {
+    let panel = StallingJudge::new(1, approving_judge());
+    let memory = Rc::new(MemoryStore::new());
+    let judge: Rc<dyn crucible::model::Model> = approving_judge();
+    let r = rig_of_models("agent1", promo_config(), Some(judge), Some(panel.clone()), memory.clone(), memory);
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    (r, panel)
+}
+
+/// Polls `future` until `panel` was asked (the review is under way), or it finished.
+fn poll_until_asked<T>(future: std::pin::Pin<&mut impl std::future::Future<Output = T>>, panel: &StallingJudge) -> Option<T> {
+    let mut future = future;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..1000 {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+        if panel.asked.get() > 0 {
+            return None;
+        }
+    }
+    panic!("the panel was never asked");
+}
+
+#[test]
+fn a_promotion_dropped_mid_review_leaves_no_review_marker_and_no_memo() {
+    let (r, panel) = rig_with_stalling_panel();
+    {
+        let review = std::pin::pin!(r.registry.request_promotion("slugify", Tier::Agent, "s1"));
+        assert!(poll_until_asked(review, &panel).is_none(), "the stalled reviewer holds the review");
+    } // Dropped here, as a run's abort drops the call that started an automatic promotion.
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "neither `already under review` nor suppressed: {out:?}");
+}
+
+#[test]
+fn a_cancelled_promotion_fails_aborted_and_records_nothing() {
+    let (r, panel) = rig_with_stalling_panel();
+    let flag = crucible::agent::CancelFlag::default();
+    let mut review = std::pin::pin!(r.registry.request_promotion_cancellable("slugify", Tier::Agent, "s1", Some(&flag), "direct_1"));
+    assert!(poll_until_asked(review.as_mut(), &panel).is_none());
+    flag.cancel();
+    let out = block_on(review);
+    assert!(matches!(out, Err(RegistryError::Aborted(_))), "{out:?}");
+    assert_eq!(out.unwrap_err().code(), "aborted");
+    assert!(!r.events.types().iter().any(|t| t == "promotion.rejected"), "an abort is no rejection");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+}
+
 /// A rig that promotes by itself (approving judge and panel) with `slugify` forged in `s1`, and
 /// its panel, to count the reviews.
 fn auto_promoting_rig_with_slugify() -> (Rig, Rc<support::ScriptedModel>) {

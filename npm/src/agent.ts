@@ -10,6 +10,7 @@ import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
 import type { Store } from './stores/types.js';
 import { hasLoneSurrogate } from './stores/values.js';
+import { DEFAULT_JUDGE_TIMEOUT_MS, judgeStream, MAX_JUDGE_TIMEOUT_MS } from './emergent/judge.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
@@ -163,6 +164,16 @@ export interface JudgeOptions {
    * such a model a few thousand.
    */
   maxTokens?: number;
+  /**
+   * Most milliseconds one review (each of a promotion panel's two reviewers is one) may take,
+   * from the request to a complete verdict (default 120000, the built-in providers' own; a
+   * whole number from 1 to 2147483647). Past it the provider's signal aborts and the review
+   * fails closed with a reason that says the judge did not answer within that time: the forge or import is rejected (category `other`), the
+   * promotion not granted. A promotion held up that way is not remembered as refused: the uses
+   * that follow do not ask again before `promotionRetryUses` more, but `requestPromotion` may at
+   * once. It bounds a provider of your own that never answers, or stalls mid-verdict, too.
+   */
+  timeoutMs?: number;
 }
 
 /** Options of emergent capabilities (issue-4 contract). */
@@ -230,7 +241,7 @@ const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
 );
 /** The largest `maxTokens` the core takes (a u32), and so the largest a judge's may be. */
 const MAX_U32 = 2 ** 32 - 1;
-const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: true, maxTokens: true } satisfies Record<keyof JudgeOptions, true>));
+const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: true, maxTokens: true, timeoutMs: true } satisfies Record<keyof JudgeOptions, true>));
 /**
  * The shape of each option the core reads as JSON. serde's error for a wrong one names a
  * position in JSON text the caller never wrote ("expected u32 at line 1 column 35"), so the
@@ -423,7 +434,8 @@ interface CoreAgentHandle {
   callTool(name: string, argsJson: string | undefined, sessionId: string, signal: AbortSignal | undefined, runId: string | undefined): string | Promise<unknown>;
   listTools(sessionId: string): ToolInfo[];
   forgeStats(): ForgeStats;
-  requestPromotion(name: string, tier: string, sessionId: string): Promise<PromotionOutcome>;
+  /** `callsRunId`: the run id its judge and its tests' host tools get (see `Agent.#direct`). */
+  requestPromotion(name: string, tier: string, sessionId: string, signal: AbortSignal | undefined, callsRunId: string): Promise<PromotionOutcome>;
   approve(id: string): Promise<ToolInfo>;
   deny(id: string, reason: string): Promise<void>;
   demote(name: string, sessionId: string): Promise<ToolInfo>;
@@ -658,6 +670,15 @@ export interface ForgeOptions extends SessionOptions {
   scope?: string;
 }
 
+/** Options of `agent.emergent.requestPromotion`. */
+export interface PromotionOptions extends SessionOptions {
+  /** Aborts the promotion while its tests re-run and its panel reviews it: the tests' host
+   *  tools and the judge's request get the signal, nothing is recorded (the tool stays where it
+   *  was, and no rejection is remembered), and `requestPromotion` rejects with `AbortError`.
+   *  Once the panel approved, the promotion finishes. */
+  signal?: AbortSignal;
+}
+
 /** Options of `agent.emergent.import`. */
 export interface ImportOptions extends SessionOptions {
   /** Test cases for a package that carries none (agentos packages never do). */
@@ -728,8 +749,10 @@ export class Agent<Output = unknown> {
     stats(): ForgeStats;
     /** Moves `name` up one tier: `agent` from the session's tier (its tests re-run, then a
      *  two-reviewer panel), or `shared` from the agent tier, which waits for {@link approve}
-     *  (`status: 'pending'`, with the approval to show a person). */
-    requestPromotion(name: string, tier: Tier, options?: SessionOptions): Promise<PromotionOutcome>;
+     *  (`status: 'pending'`, with the approval to show a person). A panel reviewer that gives
+     *  no verdict within its judge's `timeoutMs` rejects the promotion (`status: 'rejected'`,
+     *  the reason says so). Rejects with `AbortError` when `options.signal` aborts it. */
+    requestPromotion(name: string, tier: Tier, options?: PromotionOptions): Promise<PromotionOutcome>;
     /** A person grants a pending shared promotion: the version they were shown moves to the
      *  shared tier (a tool changed since is refused, `invalid_promotion`). */
     approve(approvalId: string): Promise<ToolInfo>;
@@ -829,7 +852,13 @@ export class Agent<Output = unknown> {
     this.emergent = {
       stats: () => wrap(() => whileOpen('emergent.stats', () => core.forgeStats())),
       requestPromotion: (name, tier, o) =>
-        wrapAsync(() => whileOpen('requestPromotion', () => core.requestPromotion(toolName(name, 'requestPromotion'), requireString(tier, 'requestPromotion: the tier'), session(o, 'requestPromotion')))),
+        wrapAsync(() =>
+          whileOpen('requestPromotion', () => {
+            const { sessionId, signal } = readOptions(o, 'requestPromotion', ['sessionId', 'signal']);
+            const [tool, to, session] = [toolName(name, 'requestPromotion'), requireString(tier, 'requestPromotion: the tier'), sessionOf(sessionId)];
+            return this.#direct(abortSignal(signal, 'requestPromotion'), (abort, runId) => core.requestPromotion(tool, to, session, abort, runId));
+          }),
+        ),
       approve: (id) => wrapAsync(() => whileOpen('approve', () => core.approve(requireString(id, 'an approval id')).then(shared))),
       deny: (id, reason = 'denied') => wrapAsync(() => whileOpen('deny', () => core.deny(requireString(id, 'an approval id'), requireString(reason, 'deny: the reason')))),
       demote: (name, o) => wrapAsync(() => whileOpen('demote', () => core.demote(toolName(name, 'demote'), session(o, 'demote')).then(shared))),
@@ -1358,23 +1387,26 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       throw new CrucibleError('invalid_config', `createAgent: emergent.${what} must be { model: <provider> }, e.g. { model: openai({...}) }`);
     }
     refuseUnknownOptions(judge, JUDGE_OPTION_NAMES, `createAgent: emergent.${what}`);
-    const { maxTokens } = judge;
+    const { maxTokens, timeoutMs } = judge;
     if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1 && maxTokens <= MAX_U32)) {
       throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.maxTokens must be a whole number of tokens from 1 to ${MAX_U32}, got ${describeValue(maxTokens)}`);
+    }
+    if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs >= 1 && timeoutMs <= MAX_JUDGE_TIMEOUT_MS)) {
+      throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.timeoutMs must be a whole number of milliseconds from 1 to ${MAX_JUDGE_TIMEOUT_MS}, got ${describeValue(timeoutMs)}`);
     }
   }
   const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
   const providerFailures = new Map<string, unknown>();
   const parsedOutputs = new Map<string, unknown>();
-  // `runModel`: the agent's own model, whose failure ends a run (a judge's rejects a forge).
-  const adapt = (provider: ModelProvider, runModel = false) => ({
+  // The agent's own model, whose failure ends a run (a judge's rejects a forge: `adaptJudge`).
+  const adapt = (provider: ModelProvider) => ({
     id: provider.id,
     stream(request: ModelRequest, runId: string): AsyncIterator<unknown> {
       const start = () => provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
       // Only a run's failure is handed on (see `besideEvents`); forges and calls outside runs
       // (`direct_…`, or no id) have no run to fail, and their streams are left as they are.
-      if (!runModel || runId === '' || runId.startsWith('direct_')) return start();
+      if (runId === '' || runId.startsWith('direct_')) return start();
       const remember = (error: unknown) => {
         providerFailures.set(runId, error);
         throw error;
@@ -1399,13 +1431,14 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       };
     },
   });
-  const modelAdapter = adapt(options.model, true);
-  // The core asks a judge for its default budget; a judge's own replaces it.
-  const adaptJudge = ({ model, maxTokens }: JudgeOptions) => {
-    const adapted = adapt(model);
-    if (maxTokens === undefined) return adapted;
-    return { id: adapted.id, stream: (request: ModelRequest, runId: string) => adapted.stream({ ...request, maxTokens }, runId) };
-  };
+  const modelAdapter = adapt(options.model);
+  // The core asks a judge for its default budget; a judge's own replaces it. Every review of
+  // every path asks through here, so this is where its deadline lives.
+  const adaptJudge = ({ model, maxTokens, timeoutMs = DEFAULT_JUDGE_TIMEOUT_MS }: JudgeOptions, what: string) => ({
+    id: model.id,
+    stream: (request: ModelRequest, runId: string) =>
+      judgeStream(model, maxTokens === undefined ? request : { ...request, maxTokens }, signals.get(runId), timeoutMs, `emergent.${what}.timeoutMs`),
+  });
   const hub = new EventHub();
   // Values cross as JSON text both ways, inside the call: the arguments come as the core wrote
   // them, and it gets the JSON text of what `execute` returns (or `undefined`), or a native
@@ -1480,11 +1513,11 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     if (em?.enabled) {
       sandbox = em.sandbox ?? (await defaultSandbox(em));
       const { judge, promotionJudge, sandbox: _s, ...rest } = em;
-      const judgeModel = judge ? adaptJudge(judge) : undefined;
+      const judgeModel = judge ? adaptJudge(judge, 'judge') : undefined;
       emergent = {
         config: stripUndefined({ ...rest }),
         judge: judgeModel,
-        promotionJudge: promotionJudge ? adaptJudge(promotionJudge) : judgeModel,
+        promotionJudge: promotionJudge ? adaptJudge(promotionJudge, 'promotionJudge') : judgeModel,
         sandbox,
         onEvent: hub.dispatch,
         isObserved: hub.isObserved,

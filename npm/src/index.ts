@@ -4,7 +4,7 @@
  * re-export this and register how the wasm is loaded there.
  */
 export { createAgent, Agent, AgentRunError } from './agent.js';
-export type { CallOptions, EmergentOptions, ForgeOptions, ImportOptions, JudgeOptions, SandboxHost, SessionOptions } from './agent.js';
+export type { CallOptions, EmergentOptions, ForgeOptions, ImportOptions, JudgeOptions, PromotionOptions, SandboxHost, SessionOptions } from './agent.js';
 export type * from './emergent/types.js';
 export type { AgentOptions, SessionHistoryOptions, CloseOptions, RunOptions, RunResult, CompletedRun, PausedRun, FinishReason, ResumeOptions, ApprovalDecision, AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from './agent.js';
 export { tool, toJsonSchema } from './tool.js';

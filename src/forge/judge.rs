@@ -67,6 +67,18 @@ pub enum JudgeError {
     /// that budget on hidden reasoning first, so the fix is a larger one, not a retry.
     #[error("the judge's answer stopped at its token limit before a complete verdict; reasoning models spend tokens on reasoning first (raise the judge's maxTokens)")]
     TokenLimit,
+    /// No answer came in time: the judge's deadline (`timeoutMs` on the host) or its
+    /// provider's own timeout passed, or its request was aborted. Fail-closed like the rest,
+    /// but it says nothing of the tool, so a promotion it held up is not remembered as refused.
+    #[error("the judge did not answer: {0}")]
+    Unanswered(String),
+}
+
+impl JudgeError {
+    /// Whether this is no answer at all rather than an answer that was no verdict.
+    pub fn is_unanswered(&self) -> bool {
+        matches!(self, Self::Unanswered(_))
+    }
 }
 
 /// Which review a prompt asks for.
@@ -380,7 +392,10 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
         tool_choice: None,
     };
     let mut sink = TextCollector(String::new(), false);
-    model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| JudgeError::Model(e.to_string()))?;
+    model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| match e.code.as_str() {
+        "provider_timeout" | "aborted" => JudgeError::Unanswered(e.message),
+        _ => JudgeError::Model(e.to_string()),
+    })?;
     // The tool's material, without the answer format asked for (which spells a verdict out).
     let reviewed = prompt.strip_suffix(VERDICT_FORMAT).unwrap_or(&prompt);
     let verdict = parse_verdict(&sink.0, reviewed).map_err(|e| if sink.1 { JudgeError::TokenLimit } else { e })?;

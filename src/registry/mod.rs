@@ -84,6 +84,10 @@ pub enum RegistryError {
     /// changed since that version was current).
     #[error("`{name}` version {version} cannot be restored: {reason}")]
     PipelineCycle { name: String, version: u32, reason: String },
+    /// The caller's signal stopped the operation before it decided anything: nothing was
+    /// recorded.
+    #[error("{0} was aborted")]
+    Aborted(&'static str),
 }
 
 impl RegistryError {
@@ -100,6 +104,7 @@ impl RegistryError {
             Self::Closed => "closed",
             Self::Unreviewed { .. } => "unreviewed_version",
             Self::PipelineCycle { .. } => "pipeline_cycle",
+            Self::Aborted(_) => "aborted",
             // The store's own codes pass through (a full quota or a blocked upgrade is
             // something a caller can act on); anything else is a generic store error.
             Self::Store(e) => match e.code.as_str() {

@@ -6,13 +6,15 @@
 //! then a two-reviewer panel (a safety reviewer and a correctness reviewer: two judge calls with
 //! different prompts) must both approve. A panel or test rejection is remembered: the same
 //! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
-//! tool changed (new hash). agent → shared: emits `approval.requested` and waits for
+//! tool changed (new hash). A panel that gave no answer at all (its deadline passed, its
+//! request was aborted) holds off only the automatic promotion: it said nothing of the tool.
+//! agent → shared: emits `approval.requested` and waits for
 //! [`Registry::approve`] / [`Registry::deny`]; pending approvals are persisted.
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::EventBody;
-use crate::forge::{ask_judge, review_prompt, run_tests, ReviewKind, Verdict};
+use crate::agent::{unless_cancelled, CancelSignal, EventBody};
+use crate::forge::{ask_judge, review_prompt, run_tests, ForgeRequest, ReviewKind, Verdict};
 use crate::guard::OnDrop;
 use crate::tools::CallContext;
 
@@ -54,16 +56,46 @@ impl PromotionOutcome {
     }
 }
 
+/// Why a review for the agent tier did not approve, as [`Registry::remember_rejection`] keeps it.
+struct Refusal {
+    reason: String,
+    verdicts: Vec<Verdict>,
+    /// No answer rather than a no (see [`super::PromotionMemo::unanswered`]).
+    unanswered: bool,
+}
+
+impl Refusal {
+    fn new(reason: String, verdicts: Vec<Verdict>) -> Self {
+        Self { reason, verdicts, unanswered: false }
+    }
+}
+
 impl Registry {
     /// Asks to move `name` up to `to` (`agent` from the session tier of `session`, or
     /// `shared` from the agent tier).
     pub async fn request_promotion(&self, name: &str, to: Tier, session: &str) -> Result<PromotionOutcome, RegistryError> {
+        self.request_promotion_cancellable(name, to, session, None, "").await
+    }
+
+    /// [`Registry::request_promotion`] that `cancel` stops while the tool's tests re-run and
+    /// the panel reviews it: it then fails with [`RegistryError::Aborted`] and nothing is
+    /// recorded (no rejection remembered, the tool stays callable where it was). Once the
+    /// panel approved, the promotion commits. The panel's judge and the host tools the tests
+    /// call get `calls_run_id` as their run id, so the host can hand them the signal too.
+    pub async fn request_promotion_cancellable(
+        &self,
+        name: &str,
+        to: Tier,
+        session: &str,
+        cancel: Option<&dyn CancelSignal>,
+        calls_run_id: &str,
+    ) -> Result<PromotionOutcome, RegistryError> {
         // A forged tool under an own tool's name is reached nowhere; it does not move up either.
         if let Err(reason) = self.refuse_own_name(name) {
             return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
         }
         match to {
-            Tier::Agent => self.promote_to_agent(name, session).await,
+            Tier::Agent => self.promote_to_agent(name, session, cancel, calls_run_id).await,
             Tier::Shared => self.request_shared(name, session).await,
             Tier::Session => Err(RegistryError::InvalidPromotion { name: name.into(), from: "any".into(), to: "session".into() }),
         }
@@ -91,10 +123,11 @@ impl Registry {
         confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
     }
 
-    async fn remember_rejection(&self, name: &str, session: &str, reason: String, verdicts: Vec<Verdict>) -> Result<PromotionOutcome, RegistryError> {
+    async fn remember_rejection(&self, name: &str, session: &str, refusal: Refusal) -> Result<PromotionOutcome, RegistryError> {
+        let Refusal { reason, verdicts, unanswered } = refusal;
         let ops = {
             let mut state = self.state.borrow_mut();
-            self.hold_off_promotion(&mut state, name, session);
+            self.hold_off_promotion(&mut state, name, session, unanswered);
             self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session).into())
         };
         // Best effort: the memo lives in memory (session tools are not stored), and a failed
@@ -107,11 +140,13 @@ impl Registry {
     }
 
     /// Remembers that this version's promotion did not happen: it is not asked again until
-    /// `promotionRetryUses` more successful uses or a new version.
-    pub(crate) fn hold_off_promotion(&self, state: &mut super::State, name: &str, session: &str) {
+    /// `promotionRetryUses` more successful uses or a new version (`unanswered`: not by
+    /// itself; an explicit request may ask at once).
+    pub(crate) fn hold_off_promotion(&self, state: &mut super::State, name: &str, session: &str, unanswered: bool) {
         if let Some(e) = state.entry_mut(Tier::Session, session, name) {
             e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
             e.record.promotion.rejected_at_successes = e.stats.successes;
+            e.record.promotion.unanswered = unanswered;
         }
     }
 
@@ -121,7 +156,13 @@ impl Registry {
         state.room(Tier::Agent, "", name, max).map_err(|count| format!("the agent tier is full ({count} of maxAgentTools {max})"))
     }
 
-    async fn promote_to_agent(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
+    async fn promote_to_agent(
+        &self,
+        name: &str,
+        session: &str,
+        cancel: Option<&dyn CancelSignal>,
+        calls_run_id: &str,
+    ) -> Result<PromotionOutcome, RegistryError> {
         let threshold = self.config().promotion_threshold;
         let (record, successes) = {
             let state = self.state.borrow();
@@ -132,7 +173,10 @@ impl Registry {
             (e.record.clone(), e.stats.successes)
         };
         let memo = &record.promotion;
-        if memo.rejected_hash.as_deref() == Some(record.current.hash.as_str()) && successes < memo.rejected_at_successes + self.config().promotion_retry_uses {
+        if memo.rejected_hash.as_deref() == Some(record.current.hash.as_str())
+            && !memo.unanswered
+            && successes < memo.rejected_at_successes + self.config().promotion_retry_uses
+        {
             let needed = memo.rejected_at_successes + self.config().promotion_retry_uses - successes;
             return Ok(PromotionOutcome::new(
                 PromotionStatus::Suppressed,
@@ -165,31 +209,16 @@ impl Registry {
             }
         });
 
-        // Re-run the tests against the tool as it is built now.
-        let request = record.current.request.clone();
-        let tool = match self.forge_engine().build(&request, &self.lookup(), session) {
-            Ok(t) => t,
-            Err((reason, _)) => return self.remember_rejection(name, session, format!("cannot rebuild: {reason}"), vec![]).await,
+        let review = unless_cancelled(cancel, self.review_for_agent(&record.current.request, name, session, calls_run_id)).await;
+        // The judge sees the same signal: its failure in the poll that cancels is the abort's
+        // doing, not a refusal.
+        let Some(review) = review.filter(|_| !cancel.is_some_and(|c| c.is_cancelled())) else {
+            return Err(RegistryError::Aborted("the promotion"));
         };
-        let ctx = CallContext::for_trial("", format!("promotion-test-{name}"), session);
-        let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
-        if let Some(reason) = crate::forge::test_failure_reason(&tests) {
-            return self.remember_rejection(name, session, format!("tests failed on re-run: {reason}"), vec![]).await;
-        }
-
-        // The two-reviewer panel.
-        let mut verdicts = vec![];
-        for kind in [ReviewKind::Safety, ReviewKind::Correctness] {
-            match ask_judge(self.promotion_judge(), kind, review_prompt(kind, &request, &tests), "").await {
-                Ok(v) => verdicts.push(v),
-                Err(e) => return self.remember_rejection(name, session, format!("panel: no verdict ({e})"), verdicts).await,
-            }
-        }
-        if let Some(no) = verdicts.iter().position(|v| !v.approved) {
-            let who = if no == 0 { "safety" } else { "correctness" };
-            let reason = format!("the {who} reviewer rejected: {}", verdicts[no].reasoning);
-            return self.remember_rejection(name, session, reason, verdicts).await;
-        }
+        let verdicts = match review {
+            Ok(verdicts) => verdicts,
+            Err(refusal) => return self.remember_rejection(name, session, refusal).await,
+        };
 
         // The tests and the panel reviewed `record`: a version forged meanwhile was not, and a
         // tool demoted meanwhile stays demoted. Not remembered as a rejection: the tool as it is
@@ -242,6 +271,33 @@ impl Registry {
         out.tool = Some(info);
         out.verdicts = verdicts;
         Ok(out)
+    }
+
+    /// The tool's tests re-run against it as it is built now, then the two-reviewer panel:
+    /// both verdicts when both approve, else why not.
+    async fn review_for_agent(&self, request: &ForgeRequest, name: &str, session: &str, calls_run_id: &str) -> Result<Vec<Verdict>, Refusal> {
+        let tool =
+            self.forge_engine().build(request, &self.lookup(), session).map_err(|(reason, _)| Refusal::new(format!("cannot rebuild: {reason}"), vec![]))?;
+        let ctx = CallContext::for_trial(calls_run_id, format!("promotion-test-{name}"), session);
+        let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
+        if let Some(reason) = crate::forge::test_failure_reason(&tests) {
+            return Err(Refusal::new(format!("tests failed on re-run: {reason}"), vec![]));
+        }
+        let mut verdicts = vec![];
+        for kind in [ReviewKind::Safety, ReviewKind::Correctness] {
+            match ask_judge(self.promotion_judge(), kind, review_prompt(kind, request, &tests), calls_run_id).await {
+                Ok(v) => verdicts.push(v),
+                Err(e) => {
+                    let unanswered = e.is_unanswered();
+                    return Err(Refusal { reason: format!("panel: no verdict ({e})"), verdicts, unanswered });
+                }
+            }
+        }
+        if let Some(no) = verdicts.iter().position(|v| !v.approved) {
+            let who = if no == 0 { "safety" } else { "correctness" };
+            return Err(Refusal::new(format!("the {who} reviewer rejected: {}", verdicts[no].reasoning), verdicts));
+        }
+        Ok(verdicts)
     }
 
     async fn request_shared(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {

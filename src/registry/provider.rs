@@ -51,7 +51,7 @@ impl ToolHandler for TrackedHandler {
                 if promoted.is_err() {
                     // It could not be recorded (the store failed): held off like a rejection, so
                     // a failing store does not bring the tests and the panel back on every use.
-                    registry.hold_off_promotion(&mut registry.state.borrow_mut(), &self.inner.name, &self.session);
+                    registry.hold_off_promotion(&mut registry.state.borrow_mut(), &self.inner.name, &self.session, false);
                 }
             }
         }

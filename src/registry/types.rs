@@ -108,6 +108,11 @@ pub struct PromotionMemo {
     pub rejected_hash: Option<String>,
     /// Successful uses when it was rejected.
     pub rejected_at_successes: u64,
+    /// The panel gave no answer (a deadline, an abort) rather than a no: that holds off only
+    /// the automatic promotion (a stalled judge must not hold every later call for its
+    /// deadline); an explicit request asks again at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unanswered: bool,
     /// Hash of a version an operator demoted: its uses do not promote it again by themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demoted_hash: Option<String>,

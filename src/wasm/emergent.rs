@@ -194,12 +194,26 @@ impl CoreAgent {
         to_js(&self.registry()?.stats())
     }
 
-    /// Asks to promote a tool to `tier`; shared promotions wait for `approve`.
+    /// Asks to promote a tool to `tier`; shared promotions wait for `approve`. `signal` stops
+    /// the review (tests re-run, panel): the promise rejects with `aborted` and nothing is
+    /// recorded. Its judge and the host tools its tests call get `calls_run_id` as their run
+    /// id (the TS side maps it to `signal` for them).
     #[wasm_bindgen(js_name = requestPromotion)]
-    pub fn request_promotion(&self, name: String, tier: String, session_id: String) -> Result<Promise, JsValue> {
+    pub fn request_promotion(
+        &self,
+        name: String,
+        tier: String,
+        session_id: String,
+        signal: Option<web_sys::AbortSignal>,
+        calls_run_id: String,
+    ) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let tier = parse_tier(&tier)?;
-        Ok(registry_promise(async move { registry.request_promotion(&name, tier, &session_id).await }))
+        Ok(registry_promise(async move {
+            let signal = signal.map(JsAbortSignal);
+            let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
+            registry.request_promotion_cancellable(&name, tier, &session_id, cancel, &calls_run_id).await
+        }))
     }
 
     /// Re-reads the shared tier (another agent on the same store changed it).

@@ -2,11 +2,12 @@
 //! recognises a tiny fixed set of code strings (no JavaScript engine), judge verdict texts for
 //! the scripted model, a shared event sink, host tools and request builders.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use async_trait::async_trait;
 use crucible::agent::{AgentEvent, EventBody, EventSink, NativeEnvironment};
+use crucible::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crucible::registry::{EmergentConfig, Judges, Registry, RegistryDeps};
 use crucible::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
 use crucible::store::{BatchOp, MemoryStore, Store, StoreError, StoreLock};
@@ -111,6 +112,38 @@ pub fn judge_replying(replies: Vec<Reply>) -> Rc<ScriptedModel> {
     ScriptedModel::new(replies)
 }
 
+/// A judge double whose first `stalls` answers write half a verdict and then never finish, as
+/// a hung provider would; later ones are `then`'s.
+pub struct StallingJudge {
+    stalls: Cell<usize>,
+    /// How many reviews it was asked for.
+    pub asked: Cell<usize>,
+    then: Rc<ScriptedModel>,
+}
+
+impl StallingJudge {
+    pub fn new(stalls: usize, then: Rc<ScriptedModel>) -> Rc<Self> {
+        Rc::new(Self { stalls: Cell::new(stalls), asked: Cell::new(0), then })
+    }
+}
+
+#[async_trait(?Send)]
+impl Model for StallingJudge {
+    fn id(&self) -> String {
+        "stalling:test".into()
+    }
+
+    async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+        self.asked.set(self.asked.get() + 1);
+        if self.stalls.get() == 0 {
+            return self.then.stream(request, call, sink).await;
+        }
+        self.stalls.set(self.stalls.get() - 1);
+        sink.chunk(&ModelChunk::Text { delta: "{\"approved\":true,\"safety\":".into() });
+        std::future::pending().await
+    }
+}
+
 /// Collects events into a shared vector.
 #[derive(Clone, Default)]
 pub struct SharedSink(pub Rc<RefCell<Vec<AgentEvent>>>);
@@ -187,6 +220,18 @@ pub fn rig_over(
     memory: Rc<MemoryStore>,
     store: Rc<dyn Store>,
 ) -> Rig {
+    rig_of_models(agent_id, config, judge.map(|j| j as Rc<dyn Model>), panel.map(|j| j as Rc<dyn Model>), memory, store)
+}
+
+/// [`rig_over`] with any models as judge and panel (a [`StallingJudge`]).
+pub fn rig_of_models(
+    agent_id: &str,
+    config: EmergentConfig,
+    judge: Option<Rc<dyn Model>>,
+    panel: Option<Rc<dyn Model>>,
+    memory: Rc<MemoryStore>,
+    store: Rc<dyn Store>,
+) -> Rig {
     let sandbox = Rc::new(ScriptedSandbox::default());
     let store_for_registry = store;
     let store = memory;
@@ -194,7 +239,7 @@ pub fn rig_over(
         store: store_for_registry,
         env: Rc::new(NativeEnvironment::default()),
         sandbox: Some(sandbox.clone()),
-        judges: Judges { judge: judge.map(|j| j as Rc<dyn crucible::model::Model>), promotion_judge: panel.map(|j| j as Rc<dyn crucible::model::Model>) },
+        judges: Judges { judge, promotion_judge: panel },
     };
     let registry = block_on(Registry::load(config, deps, agent_id)).unwrap();
     registry.set_host_tools(host_tools());

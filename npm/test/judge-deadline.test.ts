@@ -1,0 +1,156 @@
+// A judge that never answers must not hang anything: every review (a forge's, an import's, each
+// promotion panel reviewer's, asked for or automatic) fails closed at the judge's `timeoutMs`,
+// and the provider's signal aborts so it can stop. The judges here are test doubles.
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { AbortError, createAgent, memoryStore, type AgentEvent, type ModelProvider } from '../src/node.js';
+import { SLUGIFY_FORGE as slugify, verdictReply } from './support/forge-fixtures.js';
+
+/** What the judge double does with a request: answer with an approving verdict, say nothing
+ *  for good, or write half a verdict and then nothing. Never settling ignores the signal too. */
+type JudgeMode = 'answer' | 'silent' | 'half';
+
+/** A judge double whose mode can change between reviews; it keeps the signal of each request. */
+function judgeDouble(mode: JudgeMode = 'answer') {
+  const double = {
+    mode,
+    signals: [] as AbortSignal[],
+    provider: {
+      id: 'test-double:judge',
+      async *stream(_request, options) {
+        double.signals.push(options!.signal!);
+        if (double.mode === 'answer') {
+          yield { type: 'text', delta: String(verdictReply(true).text) };
+          yield { type: 'finish', finishReason: 'stop' };
+          return;
+        }
+        if (double.mode === 'half') yield { type: 'text', delta: '{"approved": true, "safety": 0.9' };
+        await new Promise<never>(() => {});
+      },
+    } satisfies ModelProvider,
+  };
+  return double;
+}
+
+const deadline = (ms: number, option = 'judge') => new RegExp(`the judge did not answer: no complete verdict within ${ms} ms \\(emergent\\.${option}\\.timeoutMs\\)`);
+
+describe("a judge's timeoutMs bounds every review", () => {
+  test('a forge whose judge never answers, or stalls mid-verdict, is rejected at the deadline and the provider sees its signal aborted', async () => {
+    const judge = judgeDouble();
+    const agent = await createAgent({ model: judge.provider, store: memoryStore(), emergent: { enabled: true, judge: { model: judge.provider, timeoutMs: 150 }, persistSandboxSource: true } });
+    for (const mode of ['silent', 'half'] as const) {
+      judge.mode = mode;
+      const started = Date.now();
+      const res = await agent.forge({ ...slugify, name: `slugify_${mode}` }, { sessionId: 's1' });
+      const took = Date.now() - started;
+      assert.ok(!res.success, JSON.stringify(res));
+      assert.match(res.reason, deadline(150));
+      assert.equal(res.category, 'other');
+      assert.ok(took >= 140 && took < 2000, `${mode}: the forge ended after ${took} ms`);
+      assert.equal(judge.signals.at(-1)!.aborted, true, `${mode}: the provider's signal aborted`);
+    }
+    // An import is judged the same way.
+    judge.mode = 'answer';
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's1' });
+    judge.mode = 'silent';
+    const imported = await agent.emergent.import(pkg, { sessionId: 's2' });
+    assert.ok(!imported.success && deadline(150).test(imported.reason), JSON.stringify(imported));
+    assert.deepEqual(agent.tools.list({ sessionId: 's2' }), []);
+    // The agent keeps serving, and a review that finished in time left its signal alone.
+    judge.mode = 'answer';
+    assert.ok((await agent.forge({ ...slugify, name: 'slugify_later' }, { sessionId: 's1' })).success);
+    assert.equal(judge.signals.at(-1)!.aborted, false);
+    await agent.close();
+  });
+
+  test('requestPromotion whose panel does not answer is not granted, says why, and is not held against the tool: asked again with a working judge, it promotes', async () => {
+    const judge = judgeDouble();
+    const agent = await createAgent({
+      model: judge.provider,
+      store: memoryStore(),
+      emergent: { enabled: true, judge: { model: judge.provider, timeoutMs: 100 }, autoPromote: false, promotionThreshold: { uses: 2 } },
+    });
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    for (const text of ['a b', 'c d']) await agent.tools.call('slugify', { text }, { sessionId: 's1' });
+    judge.mode = 'half';
+    const started = Date.now();
+    const out = await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' });
+    assert.ok(Date.now() - started < 2000, `it ended after ${Date.now() - started} ms`);
+    assert.equal(out.status, 'rejected');
+    assert.match(out.reason, deadline(100));
+    assert.equal(judge.signals.at(-1)!.aborted, true);
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['session']);
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'Still Here' }, { sessionId: 's1' }), { slug: 'still-here' });
+    judge.mode = 'answer';
+    const again = await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' });
+    assert.equal(again.status, 'promoted', JSON.stringify(again));
+    await agent.close();
+  });
+
+  test('requestPromotion takes a signal: aborting it rejects with AbortError, aborts the judge request, and records nothing', async () => {
+    const judge = judgeDouble();
+    const agent = await createAgent({ model: judge.provider, emergent: { enabled: true, judge: { model: judge.provider }, autoPromote: false, promotionThreshold: { uses: 1 } } });
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' });
+    judge.mode = 'silent';
+    const started = Date.now();
+    await assert.rejects(
+      agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1', signal: AbortSignal.timeout(100) }),
+      (e: unknown) => e instanceof AbortError && e.code === 'aborted',
+    );
+    assert.ok(Date.now() - started < 2000, `it ended after ${Date.now() - started} ms (the default deadline is 120 s)`);
+    assert.equal(judge.signals.at(-1)!.aborted, true, "the panel reviewer's request got the signal");
+    assert.ok(!seen.some((e) => e.type === 'promotion.rejected'), 'an abort is no rejection');
+    const aborted = new AbortController();
+    aborted.abort();
+    await assert.rejects(agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1', signal: aborted.signal }), AbortError);
+    await assert.rejects(agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1', signal: 'stop' as never }), { code: 'invalid_argument' });
+    judge.mode = 'answer';
+    assert.equal((await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' })).status, 'promoted');
+    await agent.close();
+  });
+
+  test('an automatic promotion whose panel stalls does not break the call that started it, and the uses after it are not held for the deadline', async () => {
+    const judge = judgeDouble();
+    const panel = judgeDouble('silent');
+    const agent = await createAgent({
+      model: judge.provider,
+      emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider, timeoutMs: 100 }, promotionThreshold: { uses: 2 } },
+    });
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' }), { slug: 'a-b' });
+    // The second use reaches the threshold: the panel is asked and never answers.
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'C d' }, { sessionId: 's1' }), { slug: 'c-d' });
+    const rejected = seen.filter((e) => e.type === 'promotion.rejected');
+    assert.equal(rejected.length, 1);
+    assert.ok(rejected[0]?.type === 'promotion.rejected' && deadline(100, 'promotionJudge').test(rejected[0].reason), JSON.stringify(rejected));
+    assert.equal(panel.signals.length, 1);
+    assert.equal(panel.signals[0]!.aborted, true);
+    // The next use is not held for another deadline; an explicit request asks at once.
+    assert.deepEqual(await agent.tools.call('slugify', { text: 'E f' }, { sessionId: 's1' }), { slug: 'e-f' });
+    assert.equal(panel.signals.length, 1, 'not asked again by the next use');
+    panel.mode = 'answer';
+    assert.equal((await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' })).status, 'promoted');
+    await agent.close();
+  });
+
+  test('timeoutMs must be a whole number of milliseconds a timer can keep', async () => {
+    const judge = judgeDouble();
+    for (const timeoutMs of [0, -1, 1.5, '100', 2 ** 31, Number.NaN]) {
+      for (const option of ['judge', 'promotionJudge'] as const) {
+        await assert.rejects(
+          createAgent({ model: judge.provider, emergent: { enabled: true, [option]: { model: judge.provider, timeoutMs } } as never }),
+          { code: 'invalid_config', message: new RegExp(`emergent\\.${option}\\.timeoutMs must be a whole number of milliseconds`) },
+        );
+      }
+    }
+    const agent = await createAgent({ model: judge.provider, emergent: { enabled: true, judge: { model: judge.provider, timeoutMs: 2 ** 31 - 1 } } });
+    assert.ok((await agent.forge(slugify)).success);
+    await agent.close();
+  });
+});
