@@ -171,7 +171,8 @@ export interface JudgeOptions {
    * fails closed with a reason that says the judge did not answer within that time: the forge or import is rejected (category `other`), the
    * promotion not granted. A promotion held up that way is not remembered as refused: the uses
    * that follow do not ask again before `promotionRetryUses` more, but `requestPromotion` may at
-   * once. It bounds a provider of your own that never answers, or stalls mid-verdict, too.
+   * once. It bounds a provider of your own that never answers, or stalls mid-verdict, too. A
+   * slow model given a large `maxTokens` (a reasoning model on modest hardware) may need more.
    */
   timeoutMs?: number;
 }

@@ -6,7 +6,10 @@
 //! present, a number in 0..=1, `approved` a boolean) and tolerant only of what surrounds it
 //! (prose, code fences); the judge is asked for an answer matching [`verdict_schema`]. It is
 //! fail-closed: no judge, a model error, no JSON, broken JSON, a verdict missing a field or an
-//! approval scoring what it reviews below [`APPROVAL_MIN_SCORE`] all reject.
+//! approval scoring what it reviews below [`APPROVAL_MIN_SCORE`] all reject. So does no answer
+//! in time ([`JudgeError::Unanswered`]): the core keeps no timer, so the deadline is the host's,
+//! its judge failing with `provider_timeout` (the package's judge adapter does at `timeoutMs`,
+//! `npm/src/emergent/judge.ts`; a native [`Model`] bounds its own calls).
 
 use std::rc::Rc;
 
