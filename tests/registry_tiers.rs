@@ -550,6 +550,19 @@ fn an_unanswered_automatic_promotion_is_held_off_but_an_explicit_request_asks_ag
     assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
 }
 
+#[test]
+fn an_automatic_promotion_asks_its_panel_under_the_run_id_of_the_call_that_started_it() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let panel = approving_judge();
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    block_on(r.registry.call_as("slugify", json!({ "text": "A b" }), "s1", "run_7", Default::default())).unwrap();
+    // The host finds the run's abort signal for the judge's request by this id.
+    assert_eq!(*panel.run_ids.borrow(), ["run_7", "run_7"]);
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
+}
+
 /// A rig whose `slugify` has the uses for promotion, with a panel that stalls on its first
 /// review and approves after.
 fn rig_with_stalling_panel() -> (Rig, Rc<StallingJudge>) {

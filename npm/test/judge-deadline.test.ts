@@ -139,6 +139,34 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
+  test("a run stopped while its tool call's automatic promotion waits on the panel aborts the panel's request, and the promotion can be asked again", async () => {
+    const judge = judgeDouble();
+    const panel = judgeDouble('silent');
+    // The run's model calls the forged tool, whose second use reaches the threshold.
+    const caller: ModelProvider = {
+      id: 'test-double:caller',
+      async *stream() {
+        yield { type: 'tool_call', index: 0, id: 'c1', name: 'slugify', argumentsDelta: '{"text":"A b"}' };
+        yield { type: 'finish', finishReason: 'tool_calls' };
+      },
+    };
+    const agent = await createAgent({
+      model: caller,
+      emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses: 2 } },
+    });
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'x' }, { sessionId: 's1' });
+    const stop = new AbortController();
+    const running = agent.run('slugify something', { sessionId: 's1', signal: stop.signal });
+    while (panel.signals.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    stop.abort();
+    await assert.rejects(running, AbortError);
+    assert.equal(panel.signals[0]!.aborted, true, "the run's abort reached the panel reviewer's request");
+    panel.mode = 'answer';
+    assert.equal((await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' })).status, 'promoted');
+    await agent.close();
+  });
+
   test('timeoutMs must be a whole number of milliseconds a timer can keep', async () => {
     const judge = judgeDouble();
     for (const timeoutMs of [0, -1, 1.5, '100', 2 ** 31, Number.NaN]) {
