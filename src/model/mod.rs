@@ -29,7 +29,6 @@ impl Usage {
     }
 }
 
-
 /// A tool call as the model produced it; `arguments` is the raw JSON text (possibly malformed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
