@@ -81,6 +81,16 @@ fn normalize_maps_mode_synonyms_and_flat_implementations() {
 }
 
 #[test]
+fn normalize_keeps_a_step_mapping_given_as_one_reference_and_refuses_other_non_objects() {
+    let steps = |mapping: Value| json!({ "name": "t", "steps": [{ "tool": "upper_case", "inputMapping": mapping }] });
+    let req = normalize(&steps(json!("$prev.payload"))).unwrap();
+    let Implementation::Compose { steps: read } = req.implementation else { panic!("compose") };
+    assert_eq!(read[0].input_mapping, json!("$prev.payload"));
+    let err = normalize(&steps(json!(3))).unwrap_err();
+    assert!(err.0.contains("compose step 0 `inputMapping` must be an object or one reference such as \"$input\", got number"), "{err}");
+}
+
+#[test]
 fn an_implementation_given_as_its_modes_name_reads_the_code_or_steps_beside_it() {
     let code = "function execute(i) { return i; }";
     for mode in ["sandbox", "javascript", "JS"] {
@@ -527,6 +537,46 @@ fn compose_whole_references_keep_json_types_and_literals_pass_through() {
 }
 
 #[test]
+fn compose_mappings_take_a_whole_reference_a_dollar_escape_bracket_keys_and_a_step_named_with_a_dot() {
+    let r = rig();
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let request = |name: &str, steps: Value| {
+        json!({
+            "name": name, "description": "compose test",
+            "inputSchema": { "type": "object", "properties": { "first-name": { "type": "string" } }, "required": ["first-name"] },
+            "outputSchema": text,
+            "implementation": { "mode": "compose", "steps": steps },
+            "testCases": [
+                { "input": { "first-name": "ada" }, "expectedOutput": { "text": "ADA COSTS $5, NOT $INPUT!" } },
+                { "input": { "first-name": "grace" }, "expectedOutput": { "text": "GRACE COSTS $5, NOT $INPUT!" } }
+            ]
+        })
+    };
+    let steps = json!([
+        { "name": "a.b", "tool": "upper_case", "inputMapping": { "text": "$input[\"first-name\"] costs $$5, not $$input" } },
+        { "name": "whole", "tool": "upper_case", "inputMapping": "$prev" },
+        { "name": "last", "tool": "upper_case", "inputMapping": { "text": "$steps[\"a.b\"].text!" } }
+    ]);
+    let res = block_on(r.registry.forge(&request("priced", steps), "s1"));
+    assert!(res.success, "{res:?}");
+    let out = block_on(r.registry.call("priced", json!({ "first-name": "Émile" }), "s1")).unwrap();
+    assert_eq!(out, json!({ "text": "ÉMILE COSTS $5, NOT $INPUT!" }));
+
+    // A whole reference to a value that is no object reaches the step tool's schema check.
+    let steps = json!([{ "name": "s", "tool": "upper_case", "inputMapping": "$input[\"first-name\"]" }]);
+    let res = block_on(r.registry.forge(&request("bare", steps), "s1"));
+    assert!(!res.success);
+    let reason = res.reason.unwrap();
+    assert!(reason.contains("step `s` (upper_case)") && reason.contains("invalid_arguments"), "{reason}");
+
+    // Template-literal syntax is refused when built, as other compose build errors are.
+    let steps = json!([{ "name": "s", "tool": "upper_case", "inputMapping": { "text": "${input.first-name}" } }]);
+    let res = block_on(r.registry.forge(&request("templated", steps), "s1"));
+    assert_eq!(res.category, Some(RejectionCategory::Other), "{res:?}");
+    assert!(res.reason.as_deref().unwrap().contains("write `$input[\"first-name\"]` (no braces)"), "{res:?}");
+}
+
+#[test]
 fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
     let cases = json!([{ "input": { "text": "a" } }, { "input": { "text": "b" } }]);
     for (steps, needle) in [
@@ -535,6 +585,12 @@ fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
         (json!([{ "name": "a", "tool": "selfie", "inputMapping": { "text": "$input.text" } }]), "cannot compose itself"),
         (json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "$steps.later.text" } }]), "not an earlier step"),
         (json!([{ "name": "f", "tool": "forge_tool", "inputMapping": { "name": "other" } }]), "step `f` calls forge_tool; a pipeline cannot forge tools"),
+        (
+            json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "Count ${input.text}" } }]),
+            "step `a` inputMapping: `${input.text}` is template-literal syntax, which is not read here: write `$input.text` (no braces)",
+        ),
+        (json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "$input.items[i]" } }]), "`$input.items[` is not a reference path"),
+        (json!([{ "name": "a", "tool": "word_count", "inputMapping": "Count $input.text" }]), "as a string it must be exactly one reference"),
         (
             Value::Array(
                 (0..=MAX_COMPOSE_STEPS).map(|i| json!({ "name": format!("s{i}"), "tool": "upper_case", "inputMapping": { "text": "$prev.text" } })).collect(),
@@ -712,7 +768,7 @@ fn a_pipeline_that_reaches_itself_unseen_stops_at_the_depth_limit_when_called() 
     let schema = json!({ "type": "object" });
     let lookup = Rc::new(OpaqueLookup(Default::default()));
     let relay = |name: &str, to: &str| {
-        let steps = [ComposeStep { name: "s".into(), tool: to.into(), input_mapping: json!({ "text": "$input.text" }).as_object().unwrap().clone() }];
+        let steps = [ComposeStep { name: "s".into(), tool: to.into(), input_mapping: json!({ "text": "$input.text" }) }];
         let handler = ComposeHandler::build(name, &steps, lookup.clone() as Rc<dyn ToolLookup>, "s1").unwrap();
         Tool::new(name, "relay", &schema, None, Rc::new(handler)).unwrap()
     };

@@ -5,13 +5,24 @@
 //!   `$steps.<name>`, `$steps.<name>.field` — becomes the referenced value with its JSON type;
 //! - references inside a longer string are interpolated (`"Summarize: $prev.output"`): strings
 //!   are inserted as-is, other values as compact JSON;
-//! - arrays and objects are resolved element by element; anything else is a literal.
+//! - arrays and objects are resolved element by element; anything else is a literal;
+//! - the whole mapping may be one reference instead of an object (`"inputMapping": "$prev"`):
+//!   the step's arguments are that value, checked by the step tool's input schema as any are.
 //!
-//! Paths walk object fields and array indices (`$prev.items.0.id`). `$prev` in the first step
-//! is the pipeline input. A reference that does not resolve fails the call (`execution_failed`)
-//! rather than passing `null` silently. The pipeline's output is the last step's output.
-//! Unknown tools, empty pipelines, self-reference, duplicate step names and `$steps.<name>`
-//! pointing at a later or unknown step are rejected when the pipeline is built.
+//! Paths walk object fields and array indices (`$prev.items.0.id`). A dotted segment is
+//! letters and digits of any script and `_`, so a hyphen or a trailing dot ends it and prose
+//! reads as prose (`"$prev.name-based"` is `$prev.name` then `-based`); any other key, and a
+//! step whose name is no word, goes in brackets: `$input["first-name"]`, `$input['first-name']`,
+//! `$prev.items[0]`, `$steps["a.b"].text`. `$$` is a literal `$` (`"$$input"` is the text
+//! `$input`); a `$` that starts no reference (`$5`) is text. Template-literal syntax
+//! (`${input.text}`) and a bracket that holds no index or quoted key (`$prev.items[i]`) are
+//! refused when the pipeline is built, with what to write instead, rather than passing as text.
+//!
+//! `$prev` in the first step is the pipeline input. A reference that does not resolve fails the
+//! call (`execution_failed`) rather than passing `null` silently. The pipeline's output is the
+//! last step's output. Unknown tools, empty pipelines, self-reference, duplicate step names,
+//! `$steps.<name>` pointing at a later or unknown step and mappings that cannot be read are
+//! rejected when the pipeline is built.
 //!
 //! Step tools are looked up when the pipeline runs, as the caller's session sees them then
 //! (a demoted step tool fails the call with `unknown_tool`). A pipeline that reaches itself
@@ -61,9 +72,11 @@ pub enum ComposeBuildError {
     DuplicateStep(String),
     #[error("step `{step}` references `$steps.{target}`, which is not an earlier step")]
     UnknownStepReference { step: String, target: String },
+    #[error("step `{step}` inputMapping: {reason}")]
+    BadMapping { step: String, reason: String },
 }
 
-/// One segment of a reference path.
+/// What a reference starts from.
 #[derive(Debug, Clone, PartialEq)]
 enum Root {
     Input,
@@ -71,83 +84,185 @@ enum Root {
     Step(String),
 }
 
+/// One step of a reference path: an object key, and the array index it names when it is a
+/// number (read once when the pipeline is built, not on every call).
+#[derive(Debug, Clone, PartialEq)]
+struct Segment {
+    key: String,
+    index: Option<usize>,
+}
+
+impl Segment {
+    fn new(key: &str) -> Self {
+        let index = if key.bytes().all(|b| b.is_ascii_digit()) { key.parse().ok() } else { None };
+        Self { key: key.to_string(), index }
+    }
+}
+
 /// A parsed reference: root and field path.
 #[derive(Debug, Clone, PartialEq)]
 struct Reference {
     root: Root,
-    path: Vec<String>,
+    path: Vec<Segment>,
 }
 
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+/// A character of a dotted path segment. A hyphen is not one, so that prose reads as prose
+/// (`"$prev.name-based"` is `$prev.name` then text); other keys are written in brackets.
+fn is_segment_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
 }
 
-/// Parses the reference starting at `s[0] == '$'`; returns it and its byte length.
-fn parse_reference(s: &str) -> Option<(Reference, usize)> {
-    let rest = s.strip_prefix('$')?;
+/// A character that may follow `$steps.` in a step name, or that makes `$input…`/`$prev…` a
+/// longer word rather than a reference (`$inputs`).
+fn is_name_char(c: char) -> bool {
+    is_segment_char(c) || c == '-'
+}
+
+/// The key of a bracket segment at `s[0] == '['` — a run of digits (`[0]`) or a quoted key
+/// (`["first-name"]`, `['first-name']`, no escapes) — and its byte length.
+fn bracket(s: &str) -> Option<(&str, usize)> {
+    let inner = s.strip_prefix('[')?;
+    if let Some(quote) = inner.chars().next().filter(|c| *c == '"' || *c == '\'') {
+        let body = &inner[1..];
+        let end = body.find(quote)?;
+        body[end + 1..].starts_with(']').then(|| (&body[..end], end + 4))
+    } else {
+        let n = inner.find(|c: char| !c.is_ascii_digit()).unwrap_or(inner.len());
+        (n > 0 && inner[n..].starts_with(']')).then(|| (&inner[..n], n + 2))
+    }
+}
+
+/// Parses the reference starting at `s[0] == '$'`; returns it and its byte length, `None` for
+/// a `$` that starts no reference (`$5`), or why a bracket after a reference is not one.
+fn parse_reference(s: &str) -> Result<Option<(Reference, usize)>, String> {
+    let Some(rest) = s.strip_prefix('$') else { return Ok(None) };
+    let bad_bracket = |at: usize| {
+        let r = &s[..at];
+        format!("`{r}[` is not a reference path: brackets hold an index (`{r}[0]`) or a quoted key (`{r}[\"first-name\"]`)")
+    };
     let (root, mut used) = if let Some(r) = rest.strip_prefix("input") {
-        if r.starts_with(is_ident) {
-            return None;
+        if r.starts_with(is_name_char) {
+            return Ok(None);
         }
         (Root::Input, 1 + 5)
     } else if let Some(r) = rest.strip_prefix("prev") {
-        if r.starts_with(is_ident) {
-            return None;
+        if r.starts_with(is_name_char) {
+            return Ok(None);
         }
         (Root::Prev, 1 + 4)
     } else if let Some(r) = rest.strip_prefix("steps.") {
-        let n = r.find(|c: char| !is_ident(c)).unwrap_or(r.len());
+        let n = r.find(|c: char| !is_name_char(c)).unwrap_or(r.len());
         if n == 0 {
-            return None;
+            return Ok(None);
         }
         (Root::Step(r[..n].to_string()), 1 + 6 + n)
+    } else if rest.starts_with("steps[") {
+        // A step whose name is no word (`a.b`, `step 1`): `$steps["a.b"]`.
+        match bracket(&rest[5..]) {
+            Some((name, n)) if !name.is_empty() && !name.bytes().all(|b| b.is_ascii_digit()) => (Root::Step(name.to_string()), 1 + 5 + n),
+            _ => return Err("`$steps[` is not a reference: a step is named in brackets as `$steps[\"step name\"]`".to_string()),
+        }
     } else {
-        return None;
+        return Ok(None);
     };
     let mut path = vec![];
     loop {
         let r = &s[used..];
-        let Some(after_dot) = r.strip_prefix('.') else { break };
-        let n = after_dot.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after_dot.len());
-        if n == 0 {
-            break; // a trailing dot is punctuation ("… $prev.output.")
+        if let Some(after_dot) = r.strip_prefix('.') {
+            let n = after_dot.find(|c: char| !is_segment_char(c)).unwrap_or(after_dot.len());
+            if n == 0 {
+                break; // a trailing dot is punctuation ("… $prev.output.")
+            }
+            path.push(Segment::new(&after_dot[..n]));
+            used += 1 + n;
+        } else if r.starts_with('[') {
+            let (key, n) = bracket(r).ok_or_else(|| bad_bracket(used))?;
+            path.push(Segment::new(key));
+            used += n;
+        } else {
+            break;
         }
-        path.push(after_dot[..n].to_string());
-        used += 1 + n;
     }
-    Some((Reference { root, path }, used))
+    Ok(Some((Reference { root, path }, used)))
 }
 
 /// A string split into literal text and references.
 #[derive(Debug, Clone, PartialEq)]
 enum Piece {
     Text(String),
+    /// A reference, and what the call fails with when it does not resolve.
     Ref(Reference, String),
 }
 
-fn split(s: &str) -> Vec<Piece> {
+/// The roots a JavaScript template literal habit wraps in `${…}`.
+const ROOTS: [&str; 3] = ["input", "prev", "steps"];
+
+/// The reference a `${…}` meant, for the hint: as written when it reads as one, else its
+/// dotted parts that are no path segment (`first-name`) put in brackets.
+fn unbraced(inner: &str) -> String {
+    let written = format!("${inner}");
+    if matches!(parse_reference(&written), Ok(Some((_, n))) if n == written.len()) {
+        return written;
+    }
+    let mut parts = inner.split('.');
+    let mut out = format!("${}", parts.next().unwrap_or_default());
+    for part in parts {
+        if !part.is_empty() && part.chars().all(is_segment_char) {
+            let _ = write!(out, ".{part}");
+        } else {
+            let _ = write!(out, "[\"{part}\"]");
+        }
+    }
+    out
+}
+
+/// Splits `s` into text and references: `$$` is a literal `$`, a `$` that starts no reference
+/// is text, and `${input…}` (template-literal syntax, which would pass silently as text) is
+/// refused with what to write instead.
+fn split(s: &str) -> Result<Vec<Piece>, String> {
     let mut pieces = vec![];
     let mut text = String::new();
     let mut i = 0;
     while i < s.len() {
-        if s[i..].starts_with('$') {
-            if let Some((r, n)) = parse_reference(&s[i..]) {
+        let rest = &s[i..];
+        if rest.starts_with("$$") {
+            text.push('$');
+            i += 2;
+            continue;
+        }
+        if let Some(inner) = rest.strip_prefix("${") {
+            if ROOTS.iter().any(|root| inner.trim_start().starts_with(root)) {
+                let inner = inner.split('}').next().unwrap_or(inner).trim();
+                return Err(format!(
+                    "`${{{inner}}}` is template-literal syntax, which is not read here: write `{}` (no braces), or `$${{` for that text",
+                    unbraced(inner)
+                ));
+            }
+        }
+        if rest.starts_with('$') {
+            if let Some((r, n)) = parse_reference(rest)? {
                 if !text.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut text)));
                 }
-                pieces.push(Piece::Ref(r, s[i..i + n].to_string()));
+                let written = &rest[..n];
+                let unresolved = if rest[n..].starts_with('-') {
+                    format!("reference `{written}` does not resolve (a `-` ends a path segment: a key with one is written `$input[\"first-name\"]`)")
+                } else {
+                    format!("reference `{written}` does not resolve")
+                };
+                pieces.push(Piece::Ref(r, unresolved));
                 i += n;
                 continue;
             }
         }
-        let c = s[i..].chars().next().unwrap_or('\0');
+        let c = rest.chars().next().unwrap_or('\0');
         text.push(c);
         i += c.len_utf8().max(1);
     }
     if !text.is_empty() {
         pieces.push(Piece::Text(text));
     }
-    pieces
+    Ok(pieces)
 }
 
 /// A step's `inputMapping` value, parsed once when the pipeline is built (calls only look
@@ -165,31 +280,40 @@ enum Mapping {
 }
 
 impl Mapping {
-    fn parse(v: &Value) -> Self {
-        match v {
-            Value::String(s) if s.contains('$') => {
-                let pieces = split(s);
-                if pieces.iter().all(|p| matches!(p, Piece::Text(_))) {
-                    return Self::literal(v);
-                }
-                match <[Piece; 1]>::try_from(pieces) {
-                    Ok([Piece::Ref(r, text)]) => Self::Whole(r, text),
-                    Ok(one) => Self::Text(Vec::from(one)),
-                    Err(pieces) => Self::Text(pieces),
-                }
-            }
-            Value::Array(a) => Self::Array(a.iter().map(Self::parse).collect()),
-            Value::Object(m) => Self::object(m),
+    /// Parses a mapping value; `Err` says why a string in it cannot be read.
+    fn parse(v: &Value) -> Result<Self, String> {
+        Ok(match v {
+            Value::String(s) if s.contains('$') => match <[Piece; 1]>::try_from(split(s)?) {
+                Ok([Piece::Ref(r, unresolved)]) => Self::Whole(r, unresolved),
+                // Only text: `$$` made `$`, or a `$` started no reference.
+                Ok([Piece::Text(t)]) => Self::literal(&Value::String(t)),
+                Err(pieces) => Self::Text(pieces),
+            },
+            Value::Array(a) => Self::Array(a.iter().map(Self::parse).collect::<Result<_, _>>()?),
+            Value::Object(m) => Self::object(m)?,
             other => Self::literal(other),
-        }
+        })
     }
 
     fn literal(v: &Value) -> Self {
         Self::Literal(v.clone(), json_len(v))
     }
 
-    fn object(m: &Map<String, Value>) -> Self {
-        Self::Object(m.iter().map(|(k, x)| (k.clone(), Self::parse(x))).collect())
+    fn object(m: &Map<String, Value>) -> Result<Self, String> {
+        m.iter().map(|(k, x)| Ok((k.clone(), Self::parse(x)?))).collect::<Result<_, _>>().map(Self::Object)
+    }
+
+    /// A step's whole `inputMapping`: an object of arguments, or a string that is exactly one
+    /// reference (`"$input"`, `"$prev.payload"`), whose value is the step's arguments.
+    fn step(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Object(m) => Self::object(m),
+            Value::String(_) => match Self::parse(v)? {
+                whole @ Self::Whole(..) => Ok(whole),
+                _ => Err("as a string it must be exactly one reference, such as `$input` or `$prev.payload`".to_string()),
+            },
+            other => Err(format!("it must be an object of arguments or one reference such as `$input`, got {}", super::request::type_name(other))),
+        }
     }
 
     /// Every reference in the mapping (for build-time checks).
@@ -213,8 +337,8 @@ impl Mapping {
                 budget.charge(*size)?;
                 Ok(v.clone())
             }
-            Self::Whole(r, text) => {
-                let v = lookup(r, scope, text)?;
+            Self::Whole(r, unresolved) => {
+                let v = lookup(r, scope, unresolved)?;
                 budget.charge(json_len(v))?;
                 Ok(v.clone())
             }
@@ -226,7 +350,7 @@ impl Mapping {
                             budget.charge(t.len())?;
                             out.push_str(t);
                         }
-                        Piece::Ref(r, text) => match lookup(r, scope, text)? {
+                        Piece::Ref(r, unresolved) => match lookup(r, scope, unresolved)? {
                             Value::String(s) => {
                                 budget.charge(s.len())?;
                                 out.push_str(s);
@@ -313,24 +437,24 @@ struct Scope<'a> {
     outputs: &'a [Value],
 }
 
-fn walk<'v>(mut v: &'v Value, path: &[String]) -> Option<&'v Value> {
+fn walk<'v>(mut v: &'v Value, path: &[Segment]) -> Option<&'v Value> {
     for seg in path {
         v = match v {
-            Value::Object(m) => m.get(seg)?,
-            Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+            Value::Object(m) => m.get(&seg.key)?,
+            Value::Array(a) => a.get(seg.index?)?,
             _ => return None,
         };
     }
     Some(v)
 }
 
-fn lookup<'v>(r: &Reference, scope: &Scope<'v>, text: &str) -> Result<&'v Value, ToolFailure> {
+fn lookup<'v>(r: &Reference, scope: &Scope<'v>, unresolved: &str) -> Result<&'v Value, ToolFailure> {
     let base = match &r.root {
         Root::Input => Some(scope.input),
         Root::Prev => Some(scope.prev),
         Root::Step(name) => scope.steps.iter().zip(scope.outputs).find(|(s, _)| &s.name == name).map(|(_, v)| v),
     };
-    base.and_then(|b| walk(b, &r.path)).ok_or_else(|| ToolFailure::new("execution_failed", format!("reference `{text}` does not resolve")))
+    base.and_then(|b| walk(b, &r.path)).ok_or_else(|| ToolFailure::new("execution_failed", unresolved))
 }
 
 /// Runs a compose pipeline: each step's arguments are resolved, the step's tool is looked up
@@ -394,7 +518,7 @@ impl ComposeHandler {
                     available: tools.available(session).join(", "),
                 });
             }
-            let mapping = Mapping::object(&step.input_mapping);
+            let mapping = Mapping::step(&step.input_mapping).map_err(|reason| ComposeBuildError::BadMapping { step: step.name.clone(), reason })?;
             let mut refs = vec![];
             mapping.references(&mut refs);
             for r in refs {
@@ -463,17 +587,27 @@ mod tests {
     use serde_json::json;
 
     fn scope_eval(v: Value) -> Result<Value, ToolFailure> {
-        let input = json!({ "text": "Hi", "user": { "name": "Ada" } });
+        let input = json!({ "text": "Hi", "user": { "name": "Ada" }, "first-name": "Grace", "título": "Dr", "0": "zero" });
         let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
-        let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
-        Mapping::parse(&v).resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &[json!({ "n": 2 })] }, &PipelineBudget::default())
+        let steps = [
+            Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) },
+            Step { name: "a.b".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) },
+        ];
+        let outputs = [json!({ "n": 2 }), json!({ "n": 3 })];
+        Mapping::parse(&v).expect("parses").resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &outputs }, &PipelineBudget::default())
+    }
+
+    /// Why the mapping `v` is refused when the pipeline is built.
+    fn refused(v: Value) -> String {
+        Mapping::parse(&v).expect_err("refused")
     }
 
     #[test]
     fn whole_references_keep_their_type_and_strings_interpolate() {
-        assert_eq!(scope_eval(json!("$input")).unwrap(), json!({ "text": "Hi", "user": { "name": "Ada" } }));
+        assert_eq!(scope_eval(json!("$input.user")).unwrap(), json!({ "name": "Ada" }));
         assert_eq!(scope_eval(json!("$input.user.name")).unwrap(), json!("Ada"));
         assert_eq!(scope_eval(json!("$prev.items.0.id")).unwrap(), json!(7));
+        assert_eq!(scope_eval(json!("$input.0")).unwrap(), json!("zero"), "a number is a key on an object");
         assert_eq!(scope_eval(json!("$steps.first.n")).unwrap(), json!(2));
         assert_eq!(scope_eval(json!("Summarize: $prev.output.")).unwrap(), json!("Summarize: short."));
         assert_eq!(scope_eval(json!("n=$steps.first")).unwrap(), json!("n={\"n\":2}"));
@@ -483,15 +617,75 @@ mod tests {
     }
 
     #[test]
+    fn a_double_dollar_is_a_literal_dollar() {
+        assert_eq!(scope_eval(json!("$$input")).unwrap(), json!("$input"));
+        assert_eq!(scope_eval(json!("costs $$input, $$5 and $$$input.text")).unwrap(), json!("costs $input, $5 and $Hi"));
+        assert_eq!(scope_eval(json!("$$")).unwrap(), json!("$"));
+        assert_eq!(scope_eval(json!("$${input.text}")).unwrap(), json!("${input.text}"), "the escape also writes template syntax as text");
+        assert!(matches!(Mapping::parse(&json!("$$prev")), Ok(Mapping::Literal(Value::String(s), 7)) if s == "$prev"), "text, sized as it is sent");
+    }
+
+    #[test]
+    fn path_segments_take_letters_of_any_script_and_brackets_take_any_key() {
+        assert_eq!(scope_eval(json!("$input.título")).unwrap(), json!("Dr"));
+        assert_eq!(scope_eval(json!("Hola $input.título.")).unwrap(), json!("Hola Dr."));
+        assert_eq!(scope_eval(json!("$input[\"first-name\"]")).unwrap(), json!("Grace"));
+        assert_eq!(scope_eval(json!("$input['first-name'] Hopper")).unwrap(), json!("Grace Hopper"));
+        assert_eq!(scope_eval(json!("$prev.items[0].id")).unwrap(), json!(7));
+        assert_eq!(scope_eval(json!("$prev.items[0][\"id\"]")).unwrap(), json!(7));
+        // A hyphen ends a dotted segment, so prose after a reference stays prose.
+        assert_eq!(scope_eval(json!("$prev.output-based")).unwrap(), json!("short-based"));
+        let err = scope_eval(json!("$input.first-name")).unwrap_err();
+        assert_eq!(err.code, "execution_failed");
+        assert!(err.message.contains("reference `$input.first` does not resolve") && err.message.contains("$input[\"first-name\"]"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_bracket_after_a_reference_that_is_no_index_or_quoted_key_is_refused() {
+        let reason = refused(json!({ "x": "$prev.items[i]" }));
+        assert!(reason.contains("`$prev.items[` is not a reference path") && reason.contains("`$prev.items[0]`"), "{reason}");
+        assert!(refused(json!("$input[\"first-name]")).contains("$input[\"first-name\"]"));
+        assert!(refused(json!("$steps[0]")).contains("$steps[\"step name\"]"));
+    }
+
+    #[test]
+    fn template_literal_syntax_is_refused_with_what_to_write() {
+        let reason = refused(json!({ "text": "Hello ${input.text}!" }));
+        assert!(reason.contains("`${input.text}` is template-literal syntax") && reason.contains("write `$input.text` (no braces)"), "{reason}");
+        assert!(refused(json!(["${ prev.items }"])).contains("write `$prev.items`"));
+        assert!(refused(json!("${steps.first.n}")).contains("write `$steps.first.n`"));
+        assert!(refused(json!("${input.first-name}")).contains("write `$input[\"first-name\"]`"), "the hint is a reference that reads as meant");
+        assert_eq!(scope_eval(json!("${total} and $ {input}")).unwrap(), json!("${total} and $ {input}"), "other braces are text");
+    }
+
+    #[test]
+    fn a_step_whose_name_is_no_word_is_named_in_brackets() {
+        assert_eq!(scope_eval(json!("$steps[\"a.b\"].n")).unwrap(), json!(3));
+        assert_eq!(scope_eval(json!("$steps['a.b']")).unwrap(), json!({ "n": 3 }));
+        // Dotted, the name stops at the dot: step `a`, which does not exist.
+        assert!(scope_eval(json!("$steps.a.b")).is_err());
+    }
+
+    #[test]
+    fn a_step_mapping_is_an_object_or_exactly_one_reference() {
+        assert!(matches!(Mapping::step(&json!("$input")), Ok(Mapping::Whole(Reference { root: Root::Input, path }, _)) if path.is_empty()));
+        assert!(matches!(Mapping::step(&json!("$prev.payload")), Ok(Mapping::Whole(Reference { root: Root::Prev, .. }, _))));
+        assert!(matches!(Mapping::step(&json!({ "text": "$input.text" })), Ok(Mapping::Object(_))));
+        assert!(Mapping::step(&json!("Say $input.text")).unwrap_err().contains("exactly one reference"));
+        assert!(Mapping::step(&json!("$$input")).unwrap_err().contains("exactly one reference"));
+        assert!(Mapping::step(&json!([1])).unwrap_err().contains("got array"));
+    }
+
+    #[test]
     fn a_mapping_copying_a_value_many_times_is_stopped_before_the_copies_are_made() {
         let big = json!({ "s": "x".repeat(100_000) });
         let steps = [Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) }];
         let scope = Scope { input: &big, prev: &big, steps: &steps, outputs: &[] };
-        let copies = Mapping::parse(&json!("$prev.s".repeat(200)));
+        let copies = Mapping::parse(&json!("$prev.s".repeat(200))).unwrap();
         let err = copies.resolve(&scope, &PipelineBudget::default()).unwrap_err();
         assert!(err.message.contains("passed 16777216 bytes"), "{}", err.message);
-        let whole = Mapping::parse(&json!(vec!["$prev"; 200]));
+        let whole = Mapping::parse(&json!(vec!["$prev"; 200])).unwrap();
         assert!(whole.resolve(&scope, &PipelineBudget::default()).is_err());
-        assert!(Mapping::parse(&json!(["$prev", "$prev.s"])).resolve(&scope, &PipelineBudget::default()).is_ok());
+        assert!(Mapping::parse(&json!(["$prev", "$prev.s"])).unwrap().resolve(&scope, &PipelineBudget::default()).is_ok());
     }
 }

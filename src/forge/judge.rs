@@ -148,11 +148,7 @@ pub fn review_prompt(kind: ReviewKind, request: &ForgeRequest, tests: &[TestResu
             )
         }
         Implementation::Compose { steps } => {
-            let steps = steps
-                .iter()
-                .map(|s| format!("- {} → tool `{}` with {}", s.name, s.tool, Value::Object(s.input_mapping.clone())))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let steps = steps.iter().map(|s| format!("- {} → tool `{}` with {}", s.name, s.tool, s.input_mapping)).collect::<Vec<_>>().join("\n");
             format!("Mode: compose (a pipeline over existing tools).\nSteps:\n{steps}")
         }
     };

@@ -28,8 +28,10 @@ use super::shorten;
 pub struct ComposeStep {
     pub name: String,
     pub tool: String,
-    #[cfg_attr(feature = "wasm-core", tsify(type = "Record<string, unknown>"))]
-    pub input_mapping: Map<String, Value>,
+    /// An object of arguments, or a string that is exactly one reference (`"$input"`), whose
+    /// value is the arguments (see [`super::compose`]; other values are refused when built).
+    #[cfg_attr(feature = "wasm-core", tsify(type = "Record<string, unknown> | string"))]
+    pub input_mapping: Value,
 }
 
 /// How a forged tool runs.
@@ -299,9 +301,12 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
         };
         let input_mapping =
             match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()?.map(Cow::into_owned) {
-                Some(Value::Object(m)) => m,
-                None => Map::new(),
-                Some(other) => return err(format!("compose step {i} `inputMapping` must be an object, got {}", type_name(&other))),
+                // A string is one whole reference (`"$input"`); the build reads it.
+                Some(m @ (Value::Object(_) | Value::String(_))) => m,
+                None => Value::Object(Map::new()),
+                Some(other) => {
+                    return err(format!("compose step {i} `inputMapping` must be an object or one reference such as \"$input\", got {}", type_name(&other)))
+                }
             };
         out.push(ComposeStep { name, tool, input_mapping });
     }

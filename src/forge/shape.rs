@@ -149,7 +149,8 @@ fn oversized(request: &ForgeRequest) -> Option<String> {
         Implementation::Compose { steps } => steps.as_slice(),
         Implementation::Sandbox { .. } => &[],
     };
-    let mappings = steps.iter().flat_map(|s| s.input_mapping.values());
+    // A mapping that is not an object is a string, or refused by the build before it is read.
+    let mappings = steps.iter().filter_map(|s| s.input_mapping.as_object()).flat_map(|m| m.values());
     if values.chain(mappings).any(|v| nesting_depth(v) > MAX_VALUE_DEPTH) {
         return Some(format!("a schema, test value or input mapping nests more than {MAX_VALUE_DEPTH} levels deep"));
     }
