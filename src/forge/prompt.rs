@@ -22,7 +22,7 @@ pub const FORGE_TOOL_DESCRIPTION: &str = concat!(
     "implementation, and at least 2 testCases with non-empty input and the exact expectedOutput.\n",
     "implementation is either {\"mode\":\"sandbox\",\"code\":\"function execute(input) { ... return {...}; }\"} (plain JavaScript, no imports, no network) ",
     "or {\"mode\":\"compose\",\"steps\":[{\"name\":\"a\",\"tool\":\"existing_tool\",\"inputMapping\":{\"field\":\"$input.field\"}}]} ",
-    "where values may use $input.x, $prev.x or $steps.a.x.\n",
+    "where values may use $input.x, $prev.x or $steps.a.x (never ${input.x}).\n",
     "execute must return an object with the same keys as expectedOutput (return { count: n }, never a bare number or string).\n",
     "If the result says success:false, read reason and category, fix the request and call forge_tool again.\n",
     "Example: "
@@ -68,5 +68,11 @@ mod tests {
         assert_eq!(keys, ["name", "description", "inputSchema", "outputSchema", "implementation", "testCases"]);
         assert_eq!(schema["properties"]["testCases"]["minItems"], json!(2));
         assert_eq!(schema["required"], json!(["name", "description", "inputSchema", "implementation", "testCases"]));
+    }
+
+    #[test]
+    fn the_description_warns_off_template_literal_references() {
+        // Small models write JavaScript's `${input.x}`, which the build refuses: they are told first.
+        assert!(FORGE_TOOL_DESCRIPTION.contains("$input.x, $prev.x or $steps.a.x (never ${input.x})"));
     }
 }
