@@ -316,6 +316,36 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('a compose mapping may be one whole reference, write a literal $ as $$ and name a hyphenated key in brackets; ${…} is refused with what to write', async () => {
+    const agent = await makeAgent(memoryStore());
+    const textOut = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
+    const priced = {
+      name: 'priced',
+      description: 'Says what a name costs, in capitals',
+      inputSchema: { type: 'object', properties: { 'first-name': { type: 'string' } }, required: ['first-name'] },
+      outputSchema: textOut,
+      implementation: {
+        mode: 'compose',
+        steps: [
+          { name: 'say', tool: 'upper', inputMapping: { text: '$input["first-name"] costs $$5, not $$input' } },
+          { name: 'again', tool: 'upper', inputMapping: '$prev' },
+        ],
+      },
+      testCases: [
+        { input: { 'first-name': 'ada' }, expectedOutput: { text: 'ADA COSTS $5, NOT $INPUT' } },
+        { input: { 'first-name': 'grace' }, expectedOutput: { text: 'GRACE COSTS $5, NOT $INPUT' } },
+      ],
+    };
+    const forged = await agent.forge(priced, { sessionId: 's1' });
+    assert.ok(forged.success, JSON.stringify(forged));
+    assert.deepEqual(await agent.tools.call('priced', { 'first-name': 'Émile' }, { sessionId: 's1' }), { text: 'ÉMILE COSTS $5, NOT $INPUT' });
+
+    const templated = { ...priced, name: 'templated', implementation: { mode: 'compose', steps: [{ name: 'say', tool: 'upper', inputMapping: { text: '${input.first-name}' } }] } };
+    const refused = await agent.forge(templated, { sessionId: 's1' });
+    assert.ok(!refused.success && refused.category === 'other' && refused.reason.includes('write `$input["first-name"]` (no braces)'), JSON.stringify(refused));
+    await agent.close();
+  });
+
   test('a pipeline over host tools that answer at once and ones that return a promise gives the same results; their failures keep their codes', async () => {
     const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
     const behaviour = { value: 'ok' as 'ok' | 'throw' | 'huge' | 'bigint' };

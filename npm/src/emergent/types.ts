@@ -5,12 +5,14 @@
  */
 
 /** A step of a compose pipeline. `inputMapping` values may reference `$input`, `$input.a.b`,
- * `$prev`, `$prev.field`, `$steps.<name>`, `$steps.<name>.field`, or interpolate them inside
- * strings ("Summarize: $prev.output"); anything else is a literal. */
+ * `$prev`, `$prev.field`, `$steps.<name>`, `$steps.<name>.field`, `$input["first-name"]`,
+ * `$prev.items[0]`, or interpolate them inside strings ("Summarize: $prev.output"); `$$` is a
+ * literal `$`; anything else is a literal. `inputMapping` may also be one whole reference
+ * (`"$prev"`): the step's arguments are then that value. */
 export interface ComposeStep {
   name: string;
   tool: string;
-  inputMapping: Record<string, unknown>;
+  inputMapping: Record<string, unknown> | string;
 }
 
 export type Implementation =
