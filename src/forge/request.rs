@@ -29,7 +29,7 @@ pub struct ComposeStep {
     pub name: String,
     pub tool: String,
     /// An object of arguments, or a string that is exactly one reference (`"$input"`), whose
-    /// value is the arguments (see [`super::compose`]; other values are refused when built).
+    /// value is the arguments (see [`super::ComposeHandler`]; other values are refused when built).
     #[cfg_attr(feature = "wasm-core", tsify(type = "Record<string, unknown> | string"))]
     pub input_mapping: Value,
 }
