@@ -216,6 +216,20 @@ fn unbraced(inner: &str) -> String {
     out
 }
 
+/// What a call fails with when the reference `written` does not resolve. A hyphen right after
+/// it most likely meant a hyphenated key (`$input.first-name`), so the message says how to
+/// write that key.
+fn unresolved(written: &str, after: &str) -> String {
+    let hyphenated = after.len() - after.trim_start_matches(is_name_char).len();
+    match written.rfind('.').filter(|_| after.starts_with('-') && written.ends_with(is_segment_char)) {
+        Some(dot) => {
+            let (base, key) = (&written[..dot], format!("{}{}", &written[dot + 1..], &after[..hyphenated]));
+            format!("reference `{written}` does not resolve (a `-` ends a dotted key: the key `{key}` is written `{base}[\"{key}\"]`)")
+        }
+        None => format!("reference `{written}` does not resolve"),
+    }
+}
+
 /// Splits `s` into text and references: `$$` is a literal `$`, a `$` that starts no reference
 /// is text, and `${input…}` (template-literal syntax, which would pass silently as text) is
 /// refused with what to write instead.
@@ -244,13 +258,7 @@ fn split(s: &str) -> Result<Vec<Piece>, String> {
                 if !text.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut text)));
                 }
-                let written = &rest[..n];
-                let unresolved = if rest[n..].starts_with('-') {
-                    format!("reference `{written}` does not resolve (a `-` ends a path segment: a key with one is written `$input[\"first-name\"]`)")
-                } else {
-                    format!("reference `{written}` does not resolve")
-                };
-                pieces.push(Piece::Ref(r, unresolved));
+                pieces.push(Piece::Ref(r, unresolved(&rest[..n], &rest[n..])));
                 i += n;
                 continue;
             }
@@ -635,9 +643,13 @@ mod tests {
         assert_eq!(scope_eval(json!("$prev.items[0][\"id\"]")).unwrap(), json!(7));
         // A hyphen ends a dotted segment, so prose after a reference stays prose.
         assert_eq!(scope_eval(json!("$prev.output-based")).unwrap(), json!("short-based"));
-        let err = scope_eval(json!("$input.first-name")).unwrap_err();
+        let err = scope_eval(json!("$input.user.given-name")).unwrap_err();
         assert_eq!(err.code, "execution_failed");
-        assert!(err.message.contains("reference `$input.first` does not resolve") && err.message.contains("$input[\"first-name\"]"), "{}", err.message);
+        assert_eq!(
+            err.message,
+            "reference `$input.user.given` does not resolve (a `-` ends a dotted key: the key `given-name` is written `$input.user[\"given-name\"]`)"
+        );
+        assert_eq!(scope_eval(json!("$input.nope")).unwrap_err().message, "reference `$input.nope` does not resolve");
     }
 
     #[test]
