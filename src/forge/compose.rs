@@ -70,7 +70,8 @@ pub enum ComposeBuildError {
     Cycle { step: String, path: String },
     #[error("two steps are named `{0}`")]
     DuplicateStep(String),
-    #[error("step `{step}` references `$steps.{target}`, which is not an earlier step")]
+    // The step's name as given, not as `$steps.…`: a name with a dot is referenced in brackets.
+    #[error("step `{step}` references step `{target}`, which is not an earlier step")]
     UnknownStepReference { step: String, target: String },
     #[error("step `{step}` inputMapping: {reason}")]
     BadMapping { step: String, reason: String },
@@ -94,8 +95,16 @@ struct Segment {
 
 impl Segment {
     fn new(key: &str) -> Self {
-        let index = if key.bytes().all(|b| b.is_ascii_digit()) { key.parse().ok() } else { None };
-        Self { key: key.to_string(), index }
+        Self { key: key.to_string(), index: index_of(key) }
+    }
+}
+
+/// The array index a key written as digits names (`"0"`, not `"+0"` or `" 0"`).
+fn index_of(key: &str) -> Option<usize> {
+    if key.bytes().all(|b| b.is_ascii_digit()) {
+        key.parse().ok()
+    } else {
+        None
     }
 }
 
@@ -159,7 +168,8 @@ fn parse_reference(s: &str) -> Result<Option<(Reference, usize)>, String> {
     } else if rest.starts_with("steps[") {
         // A step whose name is no word (`a.b`, `step 1`): `$steps["a.b"]`.
         match bracket(&rest[5..]) {
-            Some((name, n)) if !name.is_empty() && !name.bytes().all(|b| b.is_ascii_digit()) => (Root::Step(name.to_string()), 1 + 5 + n),
+            // `$steps[0]` would read as the first step; steps are named, not counted.
+            Some((name, n)) if !name.is_empty() && index_of(name).is_none() => (Root::Step(name.to_string()), 1 + 5 + n),
             _ => return Err("`$steps[` is not a reference: a step is named in brackets as `$steps[\"step name\"]`".to_string()),
         }
     } else {
@@ -676,6 +686,11 @@ mod tests {
         assert_eq!(scope_eval(json!("$steps['a.b']")).unwrap(), json!({ "n": 3 }));
         // Dotted, the name stops at the dot: step `a`, which does not exist.
         assert!(scope_eval(json!("$steps.a.b")).is_err());
+        assert_eq!(
+            ComposeBuildError::UnknownStepReference { step: "s".into(), target: "a.b".into() }.to_string(),
+            "step `s` references step `a.b`, which is not an earlier step",
+            "the name as given: `$steps.a.b` would be another reference"
+        );
     }
 
     #[test]
