@@ -91,6 +91,21 @@ fn normalize_keeps_a_step_mapping_given_as_one_reference_and_refuses_other_non_o
 }
 
 #[test]
+fn steps_listed_without_mappings_chain_each_output_into_the_next_step() {
+    let r = rig();
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let req = json!({ "name": "shout_bare", "description": "upper-cases twice", "inputSchema": text, "outputSchema": text,
+        "implementation": { "mode": "compose", "steps": [{ "tool": "upper_case" }, { "tool": "upper_case" }] },
+        "testCases": [{ "input": { "text": "hi" }, "expectedOutput": { "text": "HI" } }, { "input": { "text": "a b" }, "expectedOutput": { "text": "A B" } }] });
+    let Implementation::Compose { steps } = normalize(&req).unwrap().implementation else { panic!("compose") };
+    assert!(steps.iter().all(|s| s.input_mapping == json!("$prev")), "{steps:?}");
+    // Before, each step got `{}` and the forge failed its tests on upper_case's required `text`.
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "{res:?}");
+    assert_eq!(block_on(r.registry.call("shout_bare", json!({ "text": "ok" }), "s1")).unwrap(), json!({ "text": "OK" }));
+}
+
+#[test]
 fn an_implementation_given_as_its_modes_name_reads_the_code_or_steps_beside_it() {
     let code = "function execute(i) { return i; }";
     for mode in ["sandbox", "javascript", "JS"] {

@@ -303,7 +303,9 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
             match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()?.map(Cow::into_owned) {
                 // A string is one whole reference (`"$input"`); the build reads it.
                 Some(m @ (Value::Object(_) | Value::String(_))) => m,
-                None => Value::Object(Map::new()),
+                // Steps listed without mappings (`[{ "tool": "a" }, { "tool": "b" }]`) are a
+                // chain: each step takes what the one before returned, the first the input.
+                None => Value::String("$prev".into()),
                 Some(other) => {
                     return err(format!("compose step {i} `inputMapping` must be an object or one reference such as \"$input\", got {}", type_name(&other)))
                 }

@@ -8,7 +8,8 @@
  * `$prev`, `$prev.field`, `$steps.<name>`, `$steps.<name>.field`, `$input["first-name"]`,
  * `$prev.items[0]`, or interpolate them inside strings ("Summarize: $prev.output"); `$$` is a
  * literal `$`; anything else is a literal. `inputMapping` may also be one whole reference
- * (`"$prev"`): the step's arguments are then that value. */
+ * (`"$prev"`): the step's arguments are then that value. A step a model writes without it takes
+ * `"$prev"`, so bare steps chain. */
 export interface ComposeStep {
   name: string;
   tool: string;
