@@ -305,6 +305,9 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     for (const bad of [-1, Number.NaN, Infinity, '30000']) {
       await assert.rejects(createSandbox({ retryStartAfterMs: bad as never, lazy: true }), { name: 'SandboxError', message: /retryStartAfterMs must be a number of milliseconds/ }, String(bad));
     }
+    for (const bad of [0, -1, Number.NaN, 2 ** 31, '20000']) {
+      await assert.rejects(createSandbox({ startTimeoutMs: bad as never, lazy: true }), { name: 'SandboxError', message: /startTimeoutMs must be a positive number of milliseconds/ }, String(bad));
+    }
   });
 
   test('a lazy sandbox whose Workers cannot start fails the executions waiting for them at the first failure, and the next one tries again', async () => {

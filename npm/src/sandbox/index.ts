@@ -83,6 +83,11 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   if (retry !== undefined && !(typeof retry === 'number' && retry >= 0 && Number.isFinite(retry))) {
     throw new SandboxError(`retryStartAfterMs must be a number of milliseconds (0 or more), got ${describeType(retry)}`);
   }
+  const startTimeout = options.startTimeoutMs;
+  // A timer past MAX_TIMER_MS (or given a non-number) fires at once: every Worker would fail its start.
+  if (startTimeout !== undefined && !(typeof startTimeout === 'number' && startTimeout > 0 && startTimeout <= MAX_TIMER_MS)) {
+    throw new SandboxError(`startTimeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS}), got ${describeType(startTimeout)}`);
+  }
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);
