@@ -243,9 +243,11 @@ export class Runtime {
         enabled: true,
         // The page's model may be a reasoning model, whose hidden reasoning would use up the
         // default 512 tokens before the verdict; a larger cap costs the others nothing (their
-        // answers end with the verdict, about 150 tokens).
-        judge: { model, maxTokens: 4096 },
-        promotionJudge: { model, maxTokens: 4096 },
+        // answers end with the verdict, about 150 tokens). The judge's deadline counts the whole
+        // review, not a stall: 4,096 tokens from a model on a laptop's CPU can take minutes,
+        // and the page lets a person stop a forge that takes too long.
+        judge: { model, maxTokens: 4096, timeoutMs: 600_000 },
+        promotionJudge: { model, maxTokens: 4096, timeoutMs: 600_000 },
         maxSessionTools: 10,
         maxAgentTools: 50,
         sandboxTimeoutMs: 5000,
