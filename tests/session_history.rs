@@ -136,3 +136,20 @@ fn bounds_no_run_could_keep_are_invalid_config() {
     let config: AgentConfig = serde_json::from_value(json!({ "sessionHistory": { "maxMessages": 40 } })).unwrap();
     assert_eq!(config.session_history, HistoryLimits { max_messages: Some(40), max_bytes: DEFAULT_HISTORY_MAX_BYTES });
 }
+
+#[test]
+fn a_structured_output_retry_is_not_taken_for_an_exchange_of_its_own() {
+    // Run 1's first answer fails `returns`: the core's reminder is a user message inside run
+    // 1's exchange, not the start of another one.
+    let model = ScriptedModel::new(vec![text("not json"), text("{\"n\":1}"), text("{\"n\":2}")]);
+    let schema = json!({ "type": "object", "required": ["n"] });
+    let config =
+        AgentConfig { returns: Some(schema), session_history: HistoryLimits { max_messages: Some(5), ..HistoryLimits::default() }, ..AgentConfig::default() };
+    let agent = Agent::new(config, model.clone(), ToolSet::new(), Rc::new(NativeEnvironment::default())).unwrap();
+    run(&agent, "q1");
+    assert_eq!(agent.history("s").len(), 4, "q1, its bad answer, the reminder, the good answer");
+    run(&agent, "q2");
+    // 6 messages: run 1's exchange goes whole, not down to its reminder and second answer.
+    let history = agent.history("s");
+    assert_eq!(history, [Message::User { content: "q2".into() }, Message::Assistant { content: "{\"n\":2}".into(), tool_calls: vec![] }]);
+}

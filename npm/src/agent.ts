@@ -118,8 +118,8 @@ export interface AgentOptions {
   resetToolChoice?: boolean;
   /**
    * How much of each session's conversation the agent keeps, and so sends with every run of the
-   * session. Past either bound, the oldest whole exchanges (a user message and everything after
-   * it) are dropped when a run completes; the run's own exchange is kept whole even when it
+   * session. Past either bound, the oldest whole exchanges (a run's input and everything after
+   * it, a `returns` retry's reminder included) are dropped when a run completes; the run's own exchange is kept whole even when it
    * alone is larger. `agent.history(sessionId)` shows what is kept. Every agent of a process
    * shares one wasm memory, so the default bounds each session to 8 MiB of JSON.
    */

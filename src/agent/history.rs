@@ -10,7 +10,7 @@ use crate::model::Message;
 pub const DEFAULT_HISTORY_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// How much of each session's conversation an agent keeps (`sessionHistory`). Past either
-/// bound, the oldest whole exchanges (a user message and all that followed it) are dropped when
+/// bound, the oldest whole exchanges (a run's input and all that followed it) are dropped when
 /// a run completes; the run's own exchange is kept whole even when it alone is larger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -49,6 +49,10 @@ impl HistoryLimits {
 pub(crate) struct SessionHistory {
     messages: Vec<Message>,
     sizes: Vec<u64>,
+    /// Whether each message begins an exchange (a run's input): the only places a trim may
+    /// cut. Not every user message does: a structured-output retry's reminder is one, in the
+    /// middle of its run's exchange.
+    starts: Vec<bool>,
     bytes: u64,
     /// Messages dropped from the front so far: the kept ones start at this position of the
     /// session's whole conversation. A run records it at its start (`RunState::history_offset`),
@@ -80,26 +84,31 @@ impl SessionHistory {
         };
         if !continues {
             *self = Self { dropped: offset, ..Self::default() };
-            self.extend(&messages[..start_len]);
+            // Where the exchanges of a conversation from another process began was not
+            // recorded: each user message is taken for one (a retry's reminder may be cut before).
+            self.extend(&messages[..start_len], |_, message| matches!(message, Message::User { .. }));
         }
         let own_start = self.messages.len();
-        self.extend(&messages[start_len..]);
+        // The run's own messages are one exchange: its input, then all that followed it.
+        self.extend(&messages[start_len..], |i, _| i == 0);
         self.trim(limits, own_start);
     }
 
-    fn extend(&mut self, messages: &[Message]) {
-        for message in messages {
+    /// Adds `messages`; `starts(i, message)` says whether the `i`-th begins an exchange.
+    fn extend(&mut self, messages: &[Message], starts: impl Fn(usize, &Message) -> bool) {
+        for (i, message) in messages.iter().enumerate() {
             let size = json_len(message);
             self.bytes += size;
             self.sizes.push(size);
+            self.starts.push(starts(i, message));
             self.messages.push(message.clone());
         }
     }
 
     /// Drops the fewest oldest exchanges that bring the history within `limits`, cutting only
-    /// before a user message at or before `keep_from`: a tool result is never left without
-    /// the assistant message that called it (both come after the same user message), and the
-    /// messages from `keep_from` on stay. When no cut is enough, the last one allowed is made.
+    /// before an exchange's start at or before `keep_from`: a tool result is never left without
+    /// the assistant message that called it (both are in the same exchange), and the messages
+    /// from `keep_from` on stay. When no cut is enough, the last one allowed is made.
     fn trim(&mut self, limits: &HistoryLimits, keep_from: usize) {
         if !limits.exceeded_by(self.messages.len(), self.bytes) {
             return;
@@ -109,7 +118,7 @@ impl SessionHistory {
         let mut removed_before = 0;
         for i in 1..=keep_from.min(self.messages.len().saturating_sub(1)) {
             removed_before += self.sizes[i - 1];
-            if !matches!(self.messages[i], Message::User { .. }) {
+            if !self.starts[i] {
                 continue;
             }
             cut = i;
@@ -120,6 +129,7 @@ impl SessionHistory {
         }
         self.messages.drain(..cut);
         self.sizes.drain(..cut);
+        self.starts.drain(..cut);
         self.bytes -= removed;
         self.dropped += cut as u64;
     }
