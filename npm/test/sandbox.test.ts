@@ -331,6 +331,47 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('a pool position whose Worker kept failing to start while another Worker served is filled again after retryStartAfterMs', async () => {
+    // A test double Worker: whether it starts is read from the environment it was created with
+    // (Node copies it into each Worker); an execution answers after 100 ms with its thread's id,
+    // or never for 'hang'.
+    const double = `import { parentPort, threadId } from 'node:worker_threads';
+      const starts = process.env.CRUCIBLE_TEST_WORKER_STARTS === 'yes';
+      parentPort.on('message', (m) => {
+        if (m.type === 'init') parentPort.postMessage(starts ? { type: 'ready' } : { type: 'init-error', message: 'not now' });
+        if (m.type === 'execute' && !m.request.includes('hang')) {
+          setTimeout(() => parentPort.postMessage({ type: 'result', id: m.id, result: JSON.stringify({ status: 'ok', output: threadId, logs: [] }) }), 100);
+        }
+      });`;
+    process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
+    const box = await createSandbox({ poolSize: 2, timeoutMs: 200, retryStartAfterMs: 300, workerUrl: new URL(`data:text/javascript,${encodeURIComponent(double)}`) });
+    const served = async () => new Set((await Promise.all([1, 2].map(() => box.execute({ code: 'function execute(){}' })))).map((r) => r.output)).size;
+    try {
+      assert.equal(await served(), 2, 'two Workers serve two executions at once');
+      // One Worker is killed at its deadline, and its replacement fails three starts in a row:
+      // that position is given up while the other Worker goes on serving.
+      process.env.CRUCIBLE_TEST_WORKER_STARTS = 'no';
+      assert.equal((await box.execute({ code: 'function execute(){} // hang' })).status, 'timeout');
+      while (box.stats().workersStarted < 5) await new Promise((resolve) => setTimeout(resolve, 10));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(box.stats().workersStarted, 5, 'no respawn loop');
+      assert.equal(await served(), 1, 'one Worker left');
+      // What kept it from starting passed: after retryStartAfterMs an execution starts it again.
+      process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await box.execute({ code: 'function execute(){}' });
+      assert.equal(box.stats().workersStarted, 6, 'one start for the one empty position');
+      // Once the new Worker is ready (a loaded machine may take a while to start it).
+      let serving = await served();
+      for (let tries = 0; serving < 2 && tries < 20; tries++) serving = await served();
+      assert.equal(serving, 2, 'the pool is whole again');
+      assert.equal(box.stats().workersStarted, 6);
+    } finally {
+      delete process.env.CRUCIBLE_TEST_WORKER_STARTS;
+      await box.close();
+    }
+  });
+
   test('a lazy sandbox counts the Workers it has yet to start as free: maxQueued bounds only executions that must wait', async () => {
     const lazy = await createSandbox({ ...CASE_OPTIONS, poolSize: 2, maxQueued: 0, lazy: true });
     try {

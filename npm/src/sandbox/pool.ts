@@ -219,9 +219,13 @@ export class WorkerPool {
   /** Consecutive failed Worker starts; reset when one reports ready. */
   private startFailures = 0;
   /** Set when Workers keep failing to start: the reason every request now fails with, until
-   *  `retryStartAfterMs` after `brokenAt`. */
+   *  `retryStartAfterMs` after `vacatedAt`. */
   private broken: string | undefined;
-  private brokenAt = 0;
+  /** Pool positions left empty after their Workers kept failing to start (or could not be
+   *  created), which nothing is filling: started again after `retryStartAfterMs`. */
+  private readonly vacant = new Set<number>();
+  /** When a position was last left empty. */
+  private vacatedAt = 0;
   /** Whether the Workers were asked to start (by `start`, or by the first execution). */
   private started = false;
   /** Started by an execution (`lazy`), not by `start`. */
@@ -276,6 +280,7 @@ export class WorkerPool {
     this.started = false;
     for (const slot of this.slots) this.retire(slot);
     this.slots.length = 0;
+    this.vacant.clear();
     this.failQueued('worker_start', `the sandbox workers failed to start (${reason})`);
   }
 
@@ -372,9 +377,11 @@ export class WorkerPool {
       return undefined;
     };
     if (this.closed) return refuse(failure('error', 'closed', 'the sandbox is closed', started));
-    if (this.broken) {
-      if (performance.now() - this.brokenAt < this.config.retryStartAfterMs) return refuse(failure('error', 'worker_start', this.broken, started));
-      this.retryStart();
+    // A pool that gave up fails at once until then; one with a Worker left serves meanwhile.
+    if (this.vacant.size > 0) {
+      const waited = performance.now() - this.vacatedAt >= this.config.retryStartAfterMs;
+      if (this.broken && !waited) return refuse(failure('error', 'worker_start', this.broken, started));
+      if (waited) this.retryStart();
     }
     // A flood of executions (many runs, each with many calls) must not pile up without bound:
     // each waiting job holds its request, and the last would wait behind all the others. Until
@@ -673,8 +680,15 @@ export class WorkerPool {
       return;
     }
     this.retire(slot);
+    this.vacate(this.slots.indexOf(slot));
     if (this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
     this.giveUp(reason);
+  }
+
+  /** Leaves pool position `index` empty until {@link retryStart}. */
+  private vacate(index: number): void {
+    if (index >= 0) this.vacant.add(index);
+    this.vacatedAt = performance.now();
   }
 
   /** Stops starting Workers: queued requests, and later ones for `retryStartAfterMs`, fail
@@ -682,22 +696,24 @@ export class WorkerPool {
   private giveUp(reason: string): void {
     if (this.closed) return;
     this.broken = `sandbox workers keep failing to start (${reason})`;
-    this.brokenAt = performance.now();
     this.failQueued('worker_start', this.broken);
   }
 
   /**
-   * Starts Workers again in the empty positions of a pool that gave up: what kept them from
-   * starting (memory, a file being replaced, a network blip for a remote script) may have
-   * passed, and a long-running service should not need a restart to find out. One more failed
-   * start gives up for another period; a Worker that reports ready mends the pool.
+   * Starts Workers again in the empty positions, whether the pool gave up or other Workers
+   * went on serving: what kept them from starting (memory, a file being replaced, a network
+   * blip for a remote script) may have passed, and a long-running service should not need a
+   * restart to find out, nor run on fewer Workers for good. One more failed start leaves its
+   * position empty (and a pool with no Worker left given up) for another period; a Worker that
+   * reports ready mends the pool. Only vacant positions: one whose replacement is being
+   * created would get two Workers, the first never terminated.
    */
   private retryStart(): void {
     this.broken = undefined;
     this.startFailures = MAX_START_FAILURES - 1;
-    this.slots.forEach((slot, index) => {
-      if (slot.state === 'dead') void this.spawnAt(index);
-    });
+    const vacant = [...this.vacant];
+    this.vacant.clear();
+    for (const index of vacant) void this.spawnAt(index);
   }
 
   /** Discards a Worker (killed: it failed or ran out of time; recycled: it grew) and starts
@@ -732,6 +748,7 @@ export class WorkerPool {
       // A Worker that cannot even be created leaves its position empty: with no other Worker
       // alive, nothing would ever take the queued jobs.
       (error: unknown) => {
+        this.vacate(index);
         if (!this.slots.some((s) => s.state !== 'dead')) this.giveUp(error instanceof Error ? error.message : String(error));
         return undefined;
       },

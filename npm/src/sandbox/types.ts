@@ -68,9 +68,10 @@ export interface SandboxOptions {
   /** A Worker that has not started within this many ms is discarded as failed. Default 20000. */
   startTimeoutMs?: number;
   /**
-   * When Workers keep failing to start (three in a row), the sandbox stops respawning them and
-   * fails executions at once with `worker_start`, for this many ms; the next execution after
-   * that tries to start them again. Default 30000.
+   * When Workers keep failing to start (three in a row), the sandbox leaves that position
+   * empty (with no Worker left, it fails executions at once with `worker_start`) for this many
+   * ms; the next execution after that starts Workers in the empty positions again. 0: every
+   * execution after a failed start tries again (each may wait out a start). Default 30000.
    */
   retryStartAfterMs?: number;
   /**
