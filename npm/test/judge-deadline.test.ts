@@ -167,6 +167,31 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
+  test('a judge whose stream stays open after its finish is read no further: its verdict counts, not the deadline', async () => {
+    // A hand-written provider (a socket, a queue) may finish its answer before it ends its
+    // stream; the verdict is complete at the finish.
+    let closed = 0;
+    const lingering: ModelProvider = {
+      id: 'test-double:lingering-judge',
+      async *stream() {
+        try {
+          yield { type: 'text', delta: String(verdictReply(true).text) };
+          yield { type: 'finish', finishReason: 'stop' };
+          await new Promise<never>(() => {});
+        } finally {
+          closed++;
+        }
+      },
+    };
+    const agent = await createAgent({ model: lingering, emergent: { enabled: true, judge: { model: lingering, timeoutMs: 1000 } } });
+    const started = Date.now();
+    const res = await agent.forge(slugify, { sessionId: 's1' });
+    assert.ok(res.success, JSON.stringify(res));
+    assert.ok(Date.now() - started < 1000, `the forge ended after ${Date.now() - started} ms`);
+    assert.equal(closed, 1, 'the stream was closed (return()) once its verdict was read');
+    await agent.close();
+  });
+
   test('timeoutMs must be a whole number of milliseconds a timer can keep', async () => {
     const judge = judgeDouble();
     for (const timeoutMs of [0, -1, 1.5, '100', 2 ** 31, Number.NaN]) {

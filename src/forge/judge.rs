@@ -355,20 +355,26 @@ pub fn check_coherent(kind: ReviewKind, verdict: &Verdict) -> Result<(), JudgeEr
 /// keeps writing is cut off (a cut-off verdict fails closed).
 const MAX_VERDICT_TEXT_BYTES: usize = 64 * 1024;
 
-/// The judge's text, and whether it ended at its token limit.
-struct TextCollector(String, bool);
+/// The judge's text, whether it ended at its token limit, and whether it ended.
+struct TextCollector(String, bool, bool);
 
 impl ChunkSink for TextCollector {
     fn chunk(&mut self, chunk: &ModelChunk) {
         match chunk {
             ModelChunk::Text { delta } if !self.stopped() => self.0.push_str(delta),
-            ModelChunk::Finish { finish_reason, .. } => self.1 = finish_kind(finish_reason) == "length",
+            ModelChunk::Finish { finish_reason, .. } => {
+                self.1 = finish_kind(finish_reason) == "length";
+                self.2 = true;
+            }
             _ => {}
         }
     }
 
+    /// Also once the answer finished: the verdict is complete, and a provider whose stream
+    /// stays open after its finish must not hold the review until the judge's deadline
+    /// (which would reject an answered review as unanswered).
     fn stopped(&self) -> bool {
-        self.0.len() > MAX_VERDICT_TEXT_BYTES
+        self.2 || self.0.len() > MAX_VERDICT_TEXT_BYTES
     }
 }
 
@@ -390,7 +396,7 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
         response_format: Some(crate::model::ResponseFormat::JsonSchema { name: "verdict".into(), schema: verdict_schema() }),
         tool_choice: None,
     };
-    let mut sink = TextCollector(String::new(), false);
+    let mut sink = TextCollector(String::new(), false, false);
     model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| match e.code.as_str() {
         "provider_timeout" | "aborted" => JudgeError::Unanswered(e.message),
         _ => JudgeError::Model(e.to_string()),

@@ -16,7 +16,8 @@ export const MAX_JUDGE_TIMEOUT_MS = 2 ** 31 - 1;
 
 /**
  * `provider.stream(request)` that fails with `provider_timeout` once `timeoutMs` passed since it
- * started without the stream's end (a complete verdict). The provider's signal then aborts, so
+ * started without a complete verdict (the core reads up to the answer's `finish`, then closes
+ * the stream). The provider's signal then aborts, so
  * it can stop its work; its `next()` is raced, not awaited, so one that never settles, or
  * ignores the signal, is cut off all the same. `outer` (the forge's, run's or promotion's
  * signal) aborts the provider's signal too. `option` names the setting in the reason.
