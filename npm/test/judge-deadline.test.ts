@@ -3,7 +3,7 @@
 // and the provider's signal aborts so it can stop. The judges here are test doubles.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AbortError, createAgent, memoryStore, type AgentEvent, type ModelProvider } from '../src/node.js';
+import { AbortError, createAgent, memoryStore, type AgentEvent, type ModelChunk, type ModelProvider } from '../src/node.js';
 import { SLUGIFY_FORGE as slugify, verdictReply } from './support/forge-fixtures.js';
 
 /** What the judge double does with a request: answer with an approving verdict, say nothing
@@ -189,6 +189,23 @@ describe("a judge's timeoutMs bounds every review", () => {
     assert.ok(res.success, JSON.stringify(res));
     assert.ok(Date.now() - started < 1000, `the forge ended after ${Date.now() - started} ms`);
     assert.equal(closed, 1, 'the stream was closed (return()) once its verdict was read');
+    await agent.close();
+  });
+
+  test("a judge that writes past what a verdict can be is told to stop through its signal, also when its iterator has no return()", async () => {
+    let signal: AbortSignal | undefined;
+    const endless: ModelProvider = {
+      id: 'test-double:endless-judge',
+      stream: (_request, options) => {
+        signal = options?.signal;
+        const next = async (): Promise<IteratorResult<ModelChunk>> => ({ done: false, value: { type: 'text', delta: 'x'.repeat(16 * 1024) } });
+        return { [Symbol.asyncIterator]: () => ({ next }) };
+      },
+    };
+    const agent = await createAgent({ model: endless, emergent: { enabled: true, judge: { model: endless } } });
+    const res = await agent.forge(slugify, { sessionId: 's1' });
+    assert.ok(!res.success, JSON.stringify(res));
+    assert.equal(signal?.aborted, true, 'the provider was told to stop writing');
     await agent.close();
   });
 

@@ -44,6 +44,8 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
     clearTimeout(timer);
     outer?.removeEventListener('abort', onOuterAbort);
   };
+  /** Whether the answer's `finish` chunk went by (the core reads no further). */
+  let finished = false;
   let iterator: AsyncIterator<unknown>;
   try {
     iterator = provider.stream(request, { signal: controller.signal })[Symbol.asyncIterator]();
@@ -64,6 +66,7 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
       return Promise.race([step, expired]).then(
         (result) => {
           if (result.done) settle();
+          else finished ||= (result.value as { type?: unknown } | undefined)?.type === 'finish';
           return result;
         },
         (error: unknown) => {
@@ -74,6 +77,10 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
     },
     return: (value?: unknown) => {
       settle();
+      // Closed before the answer finished (it outgrew a verdict): a provider with no `return`,
+      // or one busy in a `next` that `return` waits behind, learns it from its signal. After
+      // the finish its work is done, and its signal is left alone.
+      if (!finished) controller.abort();
       return iterator.return ? iterator.return(value) : Promise.resolve({ done: true as const, value });
     },
   };
