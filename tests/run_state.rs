@@ -225,7 +225,6 @@ fn a_run_interrupted_between_steps_resumes_from_its_last_persisted_step() {
     assert_eq!((out.turns, out.steps), (2, 1));
 }
 
-/// A paused refund of 99 (approval needed) over `store`, with the agent that will resume it.
 #[test]
 fn a_call_needing_approval_on_the_last_turn_is_not_put_to_anyone() {
     let store = Rc::new(MemoryStore::new());
@@ -256,6 +255,7 @@ fn a_step_paused_on_what_is_now_the_last_turn_is_not_run_on_resume() {
     assert!(block_on(store.scan("agent/support-bot/run/")).unwrap().is_empty());
 }
 
+/// A paused refund of 99 (approval needed) over `store`, with the agent that will resume it.
 fn paused_refund(store: Option<Rc<MemoryStore>>, refunds: Rc<FnTool>) -> (Agent, crucible::agent::RunOutput, Vec<ApprovalDecision>) {
     let agent = match store {
         Some(store) => {

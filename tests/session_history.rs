@@ -153,3 +153,35 @@ fn a_structured_output_retry_is_not_taken_for_an_exchange_of_its_own() {
     let history = agent.history("s");
     assert_eq!(history, [Message::User { content: "q2".into() }, Message::Assistant { content: "{\"n\":2}".into(), tool_calls: vec![] }]);
 }
+
+#[test]
+fn a_run_completing_after_later_runs_trimmed_its_start_adds_its_exchange_whole_after_theirs() {
+    // Run A calls a slow tool; runs B then C start after it and complete first, and C's trim
+    // drops what A started from.
+    let model = ScriptedModel::new(vec![text("zero"), call("page", "{}"), text("b"), text("c"), text("a"), text("d")]);
+    let mut tools = ToolSet::new();
+    let slow = FnTool::with_delay(|_| Ok(json!({ "text": "p" })), |_| 50);
+    tools.insert(Tool::new("page", "A page", &json!({ "type": "object" }), None, slow).unwrap());
+    let config = AgentConfig { session_history: HistoryLimits { max_messages: Some(4), ..HistoryLimits::default() }, ..AgentConfig::default() };
+    let agent = Agent::new(config, model.clone(), tools, Rc::new(NativeEnvironment::default())).unwrap();
+    run(&agent, "q0");
+    let in_s = || RunOptions { session_id: Some("s".into()), ..Default::default() };
+    let (mut sa, mut sb) = (CollectingSink::default(), CollectingSink::default());
+    let a = agent.run("qA", in_s(), &mut sa);
+    let b_then_c = async {
+        agent.run("qB", in_s(), &mut sb).await.unwrap();
+        assert_eq!(inputs(&agent.history("s")), ["q0", "qB"]);
+        agent.run("qC", in_s(), &mut CollectingSink::default()).await.unwrap();
+        assert_eq!(inputs(&agent.history("s")), ["qB", "qC"], "C's trim dropped q0, where A started");
+    };
+    let (a, ()) = block_on(futures::future::join(a, b_then_c));
+    a.unwrap();
+    let history = agent.history("s");
+    assert_eq!(inputs(&history), ["qA"], "A's exchange (4 messages) is kept whole, and alone fills the bound");
+    assert_eq!(history.len(), 4);
+    assert!(well_formed(&history));
+    // The next run sends the model what history() shows.
+    run(&agent, "qD");
+    let sent = model.requests.borrow().last().unwrap().messages.clone();
+    assert_eq!(inputs(&sent), ["qA", "qD"]);
+}
