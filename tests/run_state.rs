@@ -21,6 +21,11 @@ fn refund_agent(model: Rc<ScriptedModel>, refunds: Rc<FnTool>, store: Rc<MemoryS
 }
 
 fn refund_agent_with(config: AgentConfig, model: Rc<ScriptedModel>, refunds: Rc<FnTool>, store: Rc<MemoryStore>) -> Agent {
+    refund_agent_without_store(config, model, refunds).with_store(store, "support-bot")
+}
+
+/// An agent that resumes the states it is handed as they are (no store to check them against).
+fn refund_agent_without_store(config: AgentConfig, model: Rc<ScriptedModel>, refunds: Rc<FnTool>) -> Agent {
     let handler = Rc::new(NeedsApproval { inner: refunds, predicate: Box::new(|args: &Value| args["amount"].as_f64().unwrap_or(0.0) > 10.0) });
     let mut tools = ToolSet::new();
     tools.insert(
@@ -33,7 +38,7 @@ fn refund_agent_with(config: AgentConfig, model: Rc<ScriptedModel>, refunds: Rc<
         )
         .unwrap(),
     );
-    Agent::new(config, model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store, "support-bot")
+    Agent::new(config, model, tools, Rc::new(NativeEnvironment::default())).unwrap()
 }
 
 fn refund_tool() -> Rc<FnTool> {
@@ -805,4 +810,28 @@ fn a_resumed_run_adds_its_own_messages_to_the_bounded_session_and_brings_back_no
     let history = agent.history("s");
     assert_eq!(users(history.clone()), ["D", "refund 42"]);
     assert_eq!(history.len(), 6);
+}
+
+#[test]
+fn a_state_handed_back_with_any_history_offset_resumes_without_overflow() {
+    // resume_state takes the state from the caller: its historyOffset may be anything a u64
+    // holds, and trimming after it must not overflow (a panic in a build with overflow checks,
+    // a wrapped offset in one without).
+    let refunds = refund_tool();
+    let script = vec![text("a"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")];
+    let config = AgentConfig { session_history: HistoryLimits { max_messages: Some(4), ..HistoryLimits::default() }, ..AgentConfig::default() };
+    let agent = refund_agent_without_store(config, ScriptedModel::new(script), refunds.clone());
+    let in_s = || RunOptions { session_id: Some("s".into()), ..Default::default() };
+    block_on(agent.run("A", in_s(), &mut CollectingSink::default())).unwrap();
+    let paused = block_on(agent.run("refund 42", in_s(), &mut CollectingSink::default())).unwrap();
+    let mut state = paused.state.clone().unwrap();
+    assert_eq!((state.history_len, state.history_offset), (Some(2), Some(0)));
+    state.history_offset = Some(u64::MAX);
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let done = block_on(agent.resume_state(state, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    // A's exchange is dropped to keep 4 messages: the refund's exchange stays whole.
+    let history = agent.history("s");
+    assert_eq!(history.len(), 4);
+    assert_eq!(history[0], Message::User { content: "refund 42".into() });
 }

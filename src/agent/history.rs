@@ -131,7 +131,9 @@ impl SessionHistory {
         self.sizes.drain(..cut);
         self.starts.drain(..cut);
         self.bytes -= removed;
-        self.dropped += cut as u64;
+        // Saturating: the offset a run started from comes back in its state, which a caller
+        // may hand back with any value.
+        self.dropped = self.dropped.saturating_add(cut as u64);
     }
 }
 
