@@ -378,7 +378,7 @@ export class WorkerPool {
     };
     if (this.closed) return refuse(failure('error', 'closed', 'the sandbox is closed', started));
     // A pool that gave up fails at once until then; one with a Worker left serves meanwhile.
-    if (this.vacant.size > 0) {
+    if (this.broken || this.vacant.size > 0) {
       const waited = performance.now() - this.vacatedAt >= this.config.retryStartAfterMs;
       if (this.broken && !waited) return refuse(failure('error', 'worker_start', this.broken, started));
       if (waited) this.retryStart();
