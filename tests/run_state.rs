@@ -835,3 +835,25 @@ fn a_state_handed_back_with_any_history_offset_resumes_without_overflow() {
     assert_eq!(history.len(), 4);
     assert_eq!(history[0], Message::User { content: "refund 42".into() });
 }
+
+#[test]
+fn a_state_saved_before_history_len_was_recorded_keeps_its_exchanges_apart_for_later_trims() {
+    let refunds = refund_tool();
+    let script = vec![text("a"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded."), text("b")];
+    let config = AgentConfig { session_history: HistoryLimits { max_messages: Some(6), ..HistoryLimits::default() }, ..AgentConfig::default() };
+    let agent = refund_agent_without_store(config, ScriptedModel::new(script), refunds.clone());
+    let in_s = || RunOptions { session_id: Some("s".into()), ..Default::default() };
+    block_on(agent.run("A", in_s(), &mut CollectingSink::default())).unwrap();
+    let paused = block_on(agent.run("refund 42", in_s(), &mut CollectingSink::default())).unwrap();
+    let mut state = paused.state.clone().unwrap();
+    // As an earlier build saved it: which of its messages were the session's is not known.
+    (state.history_len, state.history_offset) = (None, None);
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    block_on(agent.resume_state(state, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(agent.history("s").len(), 6, "A's exchange and the refund's");
+    block_on(agent.run("B", in_s(), &mut CollectingSink::default())).unwrap();
+    // 8 messages: dropping A's exchange is enough; the refund's stays.
+    let history = agent.history("s");
+    assert_eq!(history.len(), 6, "{history:?}");
+    assert_eq!(history[0], Message::User { content: "refund 42".into() });
+}

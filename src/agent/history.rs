@@ -82,15 +82,18 @@ impl SessionHistory {
             let still_kept = &messages[gone..start_len];
             self.messages.get(..still_kept.len()) == Some(still_kept)
         };
+        // Where exchanges began in messages not added here before is not recorded: each user
+        // message is taken for a start (a retry's reminder may be cut before).
+        let user = |_: usize, message: &Message| matches!(message, Message::User { .. });
         if !continues {
             *self = Self { dropped: offset, ..Self::default() };
-            // Where the exchanges of a conversation from another process began was not
-            // recorded: each user message is taken for one (a retry's reminder may be cut before).
-            self.extend(&messages[..start_len], |_, message| matches!(message, Message::User { .. }));
+            self.extend(&messages[..start_len], user);
         }
         let own_start = self.messages.len();
-        // The run's own messages are one exchange: its input, then all that followed it.
-        self.extend(&messages[start_len..], |i, _| i == 0);
+        // The run's own messages are one exchange: its input, then all that followed it. (With
+        // no start recorded they are its whole conversation, older exchanges first.)
+        let known = start.is_some();
+        self.extend(&messages[start_len..], |i, message| if known { i == 0 } else { user(i, message) });
         self.trim(limits, own_start);
     }
 
