@@ -641,3 +641,115 @@ fn forged_tools_with_yaml_tricky_strings_export_and_import_with_the_same_hash() 
         assert_eq!(block_on(r.registry.call(&name, args.clone(), "s2")), block_on(r.registry.call(&name, args, "s1")));
     }
 }
+
+/// Pieces of compose mapping syntax and the text around it that parsers trip on: escapes,
+/// roots, brackets and quotes left open, multi-byte characters next to every boundary.
+const MAPPING_PIECES: &[&str] = &[
+    "$",
+    "$$",
+    "$$$",
+    "$input",
+    "$prev",
+    "$steps.",
+    "$steps[",
+    "${",
+    "${input",
+    "${prev.",
+    "${steps.",
+    "[",
+    "]",
+    "[0]",
+    "[99999999999999999999]",
+    "[-1]",
+    "[\"",
+    "\"]",
+    "[\"first-name\"]",
+    "['",
+    "']",
+    "['a.b']",
+    "\"",
+    "'",
+    "\\",
+    ".",
+    "..",
+    "-",
+    "_",
+    "0",
+    "7",
+    "text",
+    "items",
+    "first",
+    "a.b",
+    "é",
+    "e\u{301}",
+    "😀",
+    "título",
+    "{",
+    "}",
+    " ",
+    "\u{0}",
+    "\n",
+];
+
+/// A mapping string of random syntax pieces.
+fn mapping_text(rng: &mut Rng) -> String {
+    (0..1 + rng.below(10)).map(|_| *rng.pick(MAPPING_PIECES)).collect()
+}
+
+/// A step mapping: one string as the whole mapping, or an object whose values nest strings.
+fn mapping_value(rng: &mut Rng, depth: usize) -> Value {
+    match if depth >= 3 { 0 } else { rng.below(4) } {
+        0 | 1 => Value::String(mapping_text(rng)),
+        2 => Value::Array((0..rng.below(3)).map(|_| mapping_value(rng, depth + 1)).collect()),
+        _ => Value::Object((0..rng.below(3)).map(|_| (mapping_text(rng), mapping_value(rng, depth + 1))).collect()),
+    }
+}
+
+/// Generated compose mappings, built through the forge's compose builder and called: the build
+/// succeeds or refuses the mapping with a compose build error, and a built pipeline answers or
+/// fails with a tool failure. Any string escaped with `$$` is the literal it escapes.
+#[test]
+fn generated_compose_mappings_build_or_are_refused_and_calls_answer_or_fail_typed() {
+    use crucible::forge::{ComposeBuildError, ComposeHandler, ComposeStep};
+    use crucible::tools::{CallContext, Tool, ToolHandler, ToolLookup};
+
+    let mut tools = host_tools();
+    tools.insert(Tool::new("echo", "Returns its arguments", &json!({}), None, support::FnTool::new(Ok)).unwrap());
+    let tools: std::rc::Rc<dyn ToolLookup> = std::rc::Rc::new(tools);
+    let names = ["first", "a.b", "é", "😀", "0", "x-y", "step 1"];
+    let inputs = [json!({ "text": "Hi", "first-name": "Ada", "items": [{ "id": 7 }], "é": "e", "a.b": 1 }), json!([1, "😀"]), json!("é"), json!(null)];
+    let mut rng = Rng(0x0c0f_fee0_d011_a125);
+    let (mut built, mut refused, mut answered) = (0, 0, 0);
+    for _ in 0..iterations(4000) {
+        let steps: Vec<ComposeStep> = (0..1 + rng.below(3))
+            .map(|_| {
+                let mapping = if rng.below(3) == 0 { Value::String(mapping_text(&mut rng)) } else { json!({ "text": mapping_value(&mut rng, 1) }) };
+                ComposeStep { name: rng.pick(&names).to_string(), tool: rng.pick(&["echo", "echo", "upper_case"]).to_string(), input_mapping: mapping }
+            })
+            .collect();
+        let handler = match no_panic("ComposeHandler::build", &steps, || ComposeHandler::build("fuzzed", &steps, tools.clone(), "s1")) {
+            Ok(handler) => handler,
+            Err(ComposeBuildError::BadMapping { reason, .. }) => {
+                assert!(reason.contains('`'), "a refusal quotes what to write: {reason} for {steps:?}");
+                refused += 1;
+                continue;
+            }
+            Err(ComposeBuildError::UnknownStepReference { .. } | ComposeBuildError::DuplicateStep(_)) => continue,
+            Err(other) => panic!("{other} for {steps:?}"),
+        };
+        built += 1;
+        let input = rng.pick(&inputs).clone();
+        match no_panic("ComposeHandler::call", &(&steps, &input), || block_on(handler.call(input.clone(), &CallContext::new("", "c", "s1")))) {
+            Ok(_) => answered += 1,
+            Err(f) => assert!(["execution_failed", "invalid_arguments", "invalid_output"].contains(&f.code.as_str()), "{f:?} for {steps:?}"),
+        }
+
+        // `$$` escapes every `$`: the escaped text reaches the step as it was.
+        let text = mapping_text(&mut rng);
+        let step = ComposeStep { name: "e".into(), tool: "echo".into(), input_mapping: json!({ "text": text.replace('$', "$$") }) };
+        let escaped = ComposeHandler::build("escaped", &[step], tools.clone(), "s1").unwrap_or_else(|e| panic!("{e} for {text:?}"));
+        assert_eq!(block_on(escaped.call(json!({}), &CallContext::default())), Ok(json!({ "text": text })));
+    }
+    // The generator reaches every outcome, not only refusals.
+    assert!(built > 100 && refused > 100 && answered > 50, "built {built}, refused {refused}, answered {answered}");
+}
