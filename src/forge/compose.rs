@@ -127,17 +127,24 @@ fn is_name_char(c: char) -> bool {
     is_segment_char(c) || c == '-'
 }
 
-/// The key of a bracket segment at `s[0] == '['` — a run of digits (`[0]`) or a quoted key
-/// (`["first-name"]`, `['first-name']`, no escapes) — and its byte length.
-fn bracket(s: &str) -> Option<(&str, usize)> {
+/// A bracket segment: its key, its byte length, and whether the key was quoted.
+struct Bracket<'s> {
+    key: &'s str,
+    len: usize,
+    quoted: bool,
+}
+
+/// The bracket segment at `s[0] == '['`: a run of digits (`[0]`) or a quoted key
+/// (`["first-name"]`, `['first-name']`, no escapes).
+fn bracket(s: &str) -> Option<Bracket<'_>> {
     let inner = s.strip_prefix('[')?;
     if let Some(quote) = inner.chars().next().filter(|c| *c == '"' || *c == '\'') {
         let body = &inner[1..];
         let end = body.find(quote)?;
-        body[end + 1..].starts_with(']').then(|| (&body[..end], end + 4))
+        body[end + 1..].starts_with(']').then(|| Bracket { key: &body[..end], len: end + 4, quoted: true })
     } else {
         let n = inner.find(|c: char| !c.is_ascii_digit()).unwrap_or(inner.len());
-        (n > 0 && inner[n..].starts_with(']')).then(|| (&inner[..n], n + 2))
+        (n > 0 && inner[n..].starts_with(']')).then(|| Bracket { key: &inner[..n], len: n + 2, quoted: false })
     }
 }
 
@@ -168,8 +175,9 @@ fn parse_reference(s: &str) -> Result<Option<(Reference, usize)>, String> {
     } else if rest.starts_with("steps[") {
         // A step whose name is no word (`a.b`, `step 1`): `$steps["a.b"]`.
         match bracket(&rest[5..]) {
-            // `$steps[0]` would read as the first step; steps are named, not counted.
-            Some((name, n)) if !name.is_empty() && index_of(name).is_none() => (Root::Step(name.to_string()), 1 + 5 + n),
+            // `$steps[0]` would read as the first step; steps are named, not counted. Quoted,
+            // digits are a name (`$steps["0"]`), as the refusal below tells to write it.
+            Some(Bracket { key, len, quoted: true }) if !key.is_empty() => (Root::Step(key.to_string()), 1 + 5 + len),
             _ => return Err("`$steps[` is not a reference: a step is named in brackets as `$steps[\"step name\"]`".to_string()),
         }
     } else {
@@ -186,9 +194,9 @@ fn parse_reference(s: &str) -> Result<Option<(Reference, usize)>, String> {
             path.push(Segment::new(&after_dot[..n]));
             used += 1 + n;
         } else if r.starts_with('[') {
-            let (key, n) = bracket(r).ok_or_else(|| bad_bracket(used))?;
-            path.push(Segment::new(key));
-            used += n;
+            let b = bracket(r).ok_or_else(|| bad_bracket(used))?;
+            path.push(Segment::new(b.key));
+            used += b.len;
         } else {
             break;
         }
@@ -610,8 +618,9 @@ mod tests {
         let steps = [
             Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) },
             Step { name: "a.b".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) },
+            Step { name: "0".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) },
         ];
-        let outputs = [json!({ "n": 2 }), json!({ "n": 3 })];
+        let outputs = [json!({ "n": 2 }), json!({ "n": 3 }), json!({ "n": 4 })];
         Mapping::parse(&v).expect("parses").resolve(&Scope { input: &input, prev: &prev, steps: &steps, outputs: &outputs }, &PipelineBudget::default())
     }
 
@@ -684,6 +693,9 @@ mod tests {
     fn a_step_whose_name_is_no_word_is_named_in_brackets() {
         assert_eq!(scope_eval(json!("$steps[\"a.b\"].n")).unwrap(), json!(3));
         assert_eq!(scope_eval(json!("$steps['a.b']")).unwrap(), json!({ "n": 3 }));
+        // Quoted, digits are a name; only a bare `$steps[0]` reads as counting steps.
+        assert_eq!(scope_eval(json!("$steps[\"0\"].n")).unwrap(), json!(4));
+        assert_eq!(scope_eval(json!("$steps.0.n")).unwrap(), json!(4));
         // Dotted, the name stops at the dot: step `a`, which does not exist.
         assert!(scope_eval(json!("$steps.a.b")).is_err());
         assert_eq!(
