@@ -13,9 +13,10 @@
 //! letters and digits of any script and `_`, so a hyphen or a trailing dot ends it and prose
 //! reads as prose (`"$prev.name-based"` is `$prev.name` then `-based`); any other key, and a
 //! step whose name is no word, goes in brackets: `$input["first-name"]`, `$input['first-name']`,
-//! `$prev.items[0]`, `$steps["a.b"].text`. `$$` is a literal `$` (`"$$input"` is the text
-//! `$input`); a `$` that starts no reference (`$5`) is text. Template-literal syntax
-//! (`${input.text}`) and a bracket that holds no index or quoted key (`$prev.items[i]`) are
+//! `$prev.items[0]`, `$steps["a.b"].text` (no escapes: a key with `"` goes in `'…'`). `$$` is
+//! a literal `$` (`"$$input"` is the text `$input`); a `$` that starts no reference (`$5`) is
+//! text. Template-literal syntax around a reference (`${input.text}`; `${inputs}` is text) and
+//! a bracket that holds no index or quoted key (`$prev.items[i]`) are
 //! refused when the pipeline is built, with what to write instead, rather than passing as text.
 //!
 //! `$prev` in the first step is the pipeline input. A reference that does not resolve fails the
@@ -212,23 +213,22 @@ enum Piece {
     Ref(Reference, String),
 }
 
-/// The roots a JavaScript template literal habit wraps in `${…}`.
-const ROOTS: [&str; 3] = ["input", "prev", "steps"];
-
 /// The reference a `${…}` meant, for the hint: as written when it reads as one, else its
-/// dotted parts that are no path segment (`first-name`) put in brackets.
+/// dotted parts that are no path segment (`first-name`) put in brackets, quoted with a quote
+/// the key does not hold (brackets have no escapes).
 fn unbraced(inner: &str) -> String {
     let written = format!("${inner}");
     if matches!(parse_reference(&written), Ok(Some((_, n))) if n == written.len()) {
         return written;
     }
-    let mut parts = inner.split('.');
+    let mut parts = inner.split('.').map(str::trim);
     let mut out = format!("${}", parts.next().unwrap_or_default());
     for part in parts {
         if !part.is_empty() && part.chars().all(is_segment_char) {
             let _ = write!(out, ".{part}");
         } else {
-            let _ = write!(out, "[\"{part}\"]");
+            let quote = if part.contains('"') { '\'' } else { '"' };
+            let _ = write!(out, "[{quote}{part}{quote}]");
         }
     }
     out
@@ -263,8 +263,10 @@ fn split(s: &str) -> Result<Vec<Piece>, String> {
             continue;
         }
         if let Some(inner) = rest.strip_prefix("${") {
-            if ROOTS.iter().any(|root| inner.trim_start().starts_with(root)) {
-                let inner = inner.split('}').next().unwrap_or(inner).trim();
+            let inner = inner.split('}').next().unwrap_or(inner).trim();
+            // Only a reference in braces is refused: `${previousValue}` or `${inputs}` in source
+            // code passed as an argument is that code's own template literal.
+            if !matches!(parse_reference(&format!("${inner}")), Ok(None)) {
                 return Err(format!(
                     "`${{{inner}}}` is template-literal syntax, which is not read here: write `{}` (no braces), or `$${{` for that text",
                     unbraced(inner)
@@ -687,6 +689,23 @@ mod tests {
         assert!(refused(json!("${steps.first.n}")).contains("write `$steps.first.n`"));
         assert!(refused(json!("${input.first-name}")).contains("write `$input[\"first-name\"]`"), "the hint is a reference that reads as meant");
         assert_eq!(scope_eval(json!("${total} and $ {input}")).unwrap(), json!("${total} and $ {input}"), "other braces are text");
+    }
+
+    #[test]
+    fn braces_around_a_word_that_only_starts_like_a_root_are_text() {
+        // Source code passed as an argument keeps its own template literals.
+        let code = "const a = `${previousValue} ${inputs} ${stepsTaken} ${steps}`;";
+        assert_eq!(scope_eval(json!(code)).unwrap(), json!(code));
+        assert!(refused(json!("${input}")).contains("write `$input`"), "a root alone is still refused");
+    }
+
+    #[test]
+    fn the_template_literal_hint_is_a_reference_that_reads_as_meant() {
+        assert!(refused(json!("${ input . text }")).contains("write `$input.text`"));
+        // No escapes in brackets: a key with a double quote is written in single quotes.
+        let reason = refused(json!("${input.say \"hi\"}"));
+        assert!(reason.contains("write `$input['say \"hi\"']`"), "{reason}");
+        assert_eq!(scope_eval(json!("$input['say \"hi\"']")).unwrap_err().message, "reference `$input['say \"hi\"']` does not resolve");
     }
 
     #[test]
