@@ -149,6 +149,39 @@ fn bracket(s: &str) -> Option<Bracket<'_>> {
     }
 }
 
+/// The root a reference starts with, `rest` being what follows its `$`, and the root's byte
+/// length in `rest`; `None` when `rest` starts no reference (`5`, `inputs`), or why a step
+/// bracket is not one.
+fn parse_root(rest: &str) -> Result<Option<(Root, usize)>, String> {
+    Ok(Some(if let Some(r) = rest.strip_prefix("input") {
+        if r.starts_with(is_name_char) {
+            return Ok(None);
+        }
+        (Root::Input, 5)
+    } else if let Some(r) = rest.strip_prefix("prev") {
+        if r.starts_with(is_name_char) {
+            return Ok(None);
+        }
+        (Root::Prev, 4)
+    } else if let Some(r) = rest.strip_prefix("steps.") {
+        let n = r.find(|c: char| !is_name_char(c)).unwrap_or(r.len());
+        if n == 0 {
+            return Ok(None);
+        }
+        (Root::Step(r[..n].to_string()), 6 + n)
+    } else if rest.starts_with("steps[") {
+        // A step whose name is no word (`a.b`, `step 1`): `$steps["a.b"]`.
+        match bracket(&rest[5..]) {
+            // `$steps[0]` would read as the first step; steps are named, not counted. Quoted,
+            // digits are a name (`$steps["0"]`), as the refusal below tells to write it.
+            Some(Bracket { key, len, quoted: true }) if !key.is_empty() => (Root::Step(key.to_string()), 5 + len),
+            _ => return Err("`$steps[` is not a reference: a step is named in brackets as `$steps[\"step name\"]`".to_string()),
+        }
+    } else {
+        return Ok(None);
+    }))
+}
+
 /// Parses the reference starting at `s[0] == '$'`; returns it and its byte length, `None` for
 /// a `$` that starts no reference (`$5`), or why a bracket after a reference is not one.
 fn parse_reference(s: &str) -> Result<Option<(Reference, usize)>, String> {
@@ -157,33 +190,8 @@ fn parse_reference(s: &str) -> Result<Option<(Reference, usize)>, String> {
         let r = &s[..at];
         format!("`{r}[` is not a reference path: brackets hold an index (`{r}[0]`) or a quoted key (`{r}[\"first-name\"]`)")
     };
-    let (root, mut used) = if let Some(r) = rest.strip_prefix("input") {
-        if r.starts_with(is_name_char) {
-            return Ok(None);
-        }
-        (Root::Input, 1 + 5)
-    } else if let Some(r) = rest.strip_prefix("prev") {
-        if r.starts_with(is_name_char) {
-            return Ok(None);
-        }
-        (Root::Prev, 1 + 4)
-    } else if let Some(r) = rest.strip_prefix("steps.") {
-        let n = r.find(|c: char| !is_name_char(c)).unwrap_or(r.len());
-        if n == 0 {
-            return Ok(None);
-        }
-        (Root::Step(r[..n].to_string()), 1 + 6 + n)
-    } else if rest.starts_with("steps[") {
-        // A step whose name is no word (`a.b`, `step 1`): `$steps["a.b"]`.
-        match bracket(&rest[5..]) {
-            // `$steps[0]` would read as the first step; steps are named, not counted. Quoted,
-            // digits are a name (`$steps["0"]`), as the refusal below tells to write it.
-            Some(Bracket { key, len, quoted: true }) if !key.is_empty() => (Root::Step(key.to_string()), 1 + 5 + len),
-            _ => return Err("`$steps[` is not a reference: a step is named in brackets as `$steps[\"step name\"]`".to_string()),
-        }
-    } else {
-        return Ok(None);
-    };
+    let Some((root, n)) = parse_root(rest)? else { return Ok(None) };
+    let mut used = 1 + n;
     let mut path = vec![];
     loop {
         let r = &s[used..];
@@ -263,10 +271,11 @@ fn split(s: &str) -> Result<Vec<Piece>, String> {
             continue;
         }
         if let Some(inner) = rest.strip_prefix("${") {
-            let inner = inner.split('}').next().unwrap_or(inner).trim();
             // Only a reference in braces is refused: `${previousValue}` or `${inputs}` in source
-            // code passed as an argument is that code's own template literal.
-            if !matches!(parse_reference(&format!("${inner}")), Ok(None)) {
+            // code passed as an argument is that code's own template literal. Its root is enough
+            // to tell, and reading no further keeps a string of many `${` linear.
+            if !matches!(parse_root(inner.trim_start()), Ok(None)) {
+                let inner = inner.split('}').next().unwrap_or(inner).trim();
                 return Err(format!(
                     "`${{{inner}}}` is template-literal syntax, which is not read here: write `{}` (no braces), or `$${{` for that text",
                     unbraced(inner)
@@ -697,6 +706,15 @@ mod tests {
         let code = "const a = `${previousValue} ${inputs} ${stepsTaken} ${steps}`;";
         assert_eq!(scope_eval(json!(code)).unwrap(), json!(code));
         assert!(refused(json!("${input}")).contains("write `$input`"), "a root alone is still refused");
+    }
+
+    #[test]
+    fn a_long_mapping_of_unclosed_braces_parses_in_linear_time() {
+        // Reading on from every `${` to the end would be quadratic: ~20 s here in a debug build.
+        let started = std::time::Instant::now();
+        let text = "${".repeat(500_000);
+        assert_eq!(scope_eval(json!(text)).unwrap(), json!(text));
+        assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
     }
 
     #[test]
