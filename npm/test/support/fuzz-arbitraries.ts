@@ -252,11 +252,22 @@ export const loopingSchema = fc.constantFrom<unknown>(
 // ---------------------------------------------------------------------------------------------
 // Forge requests
 
+/** Pieces of mapping syntax that random mapping text is made of: escapes, roots, brackets and
+ *  quotes left open, template literals, multi-byte characters next to every boundary. */
+const mappingPiece = fc.constantFrom('$', '$$', '$$$', '$input', '$prev', '$steps.', '$steps[', '${', '${input', '${prev.', '[', ']', '[0]', '[99999999999999999999]',
+  '[-1]', '["', '"]', '["first-name"]', "['", "']", "['a.b']", '"', "'", '\\', '.', '-', '0', 'text', 'up', 'é', 'e\u0301', '😀', '{', '}', ' ');
+
+/** Text made of mapping syntax pieces. */
+const mappingText = fc.array(mappingPiece, { minLength: 1, maxLength: 10 }).map((pieces) => pieces.join(''));
+
 /** A reference or text in a compose step's `inputMapping`. */
 const mappingValue: fc.Arbitrary<unknown> = fc.oneof(
   fc.constantFrom('$input', '$input.text', '$input.text.0', '$input.a.b.c', '$input.0', '$prev', '$prev.text', '$prev.sum', '$steps', '$steps.', '$steps.up', '$steps.up.text',
     '$steps.step1', '$steps.nope.x', '$', '$$input', '$input.', '$input..text', 'Summarize: $prev.text and $input.text', '$input.text$input.text', '$input.first-name',
-    '$prev.__proto__', '$input.constructor', '$input.text.length', '\\$input', '$INPUT', '$input.😀'),
+    '$prev.__proto__', '$input.constructor', '$input.text.length', '\\$input', '$INPUT', '$input.😀', '$input["first-name"]', "$input['text']", '$prev.items[0].id',
+    '$steps["a.b"].text', '$steps["0"]', '$steps[0]', '${input.text}', '${ prev.text }', 'const a = `${previousValue}`', '$$${input.text}', '$input[i]',
+    '$input["unterminated', '$input.título', '$input.text-based', '$input["k"]["0"][0]'),
+  mappingText,
   jsonish,
 );
 
@@ -266,10 +277,12 @@ const stepTool = fc.oneof({ weight: 4, arbitrary: fc.constantFrom('upper', 'add'
 export const composeSteps = fc.array(
   fc.record(
     {
-      name: fc.oneof(fc.constantFrom('up', 'step1', 'a', '', 'up'), hostileString),
+      name: fc.oneof(fc.constantFrom('up', 'step1', 'a', '', 'up', 'a.b', '0', 'é'), hostileString),
       tool: stepTool,
       inputMapping: fc.oneof(
         { weight: 4, arbitrary: fc.dictionary(fc.constantFrom('text', 'a', 'b', 'extra', '__proto__'), mappingValue, { maxKeys: 3 }) },
+        // The whole mapping as one reference (`"$prev"`), or text that is not one.
+        { weight: 1, arbitrary: fc.oneof(fc.constantFrom('$prev', '$input', '$prev.text', '$steps.up', '$steps["a.b"]'), mappingText) },
         { weight: 1, arbitrary: jsonish },
         { weight: 1, arbitrary: deeplyNested },
       ),
