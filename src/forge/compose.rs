@@ -10,7 +10,7 @@
 //!   the step's arguments are that value, checked by the step tool's input schema as any are.
 //!
 //! Paths walk object fields and array indices (`$prev.items.0.id`). A dotted segment is
-//! letters and digits of any script and `_`, so a hyphen or a trailing dot ends it and prose
+//! letters, digits and combining marks of any script and `_`, so a hyphen or a trailing dot ends it and prose
 //! reads as prose (`"$prev.name-based"` is `$prev.name` then `-based`); any other key, and a
 //! step whose name is no word, goes in brackets: `$input["first-name"]`, `$input['first-name']`,
 //! `$prev.items[0]`, `$steps["a.b"].text` (no escapes: a key with `"` goes in `'…'`). `$$` is
@@ -116,10 +116,19 @@ struct Reference {
     path: Vec<Segment>,
 }
 
-/// A character of a dotted path segment. A hyphen is not one, so that prose reads as prose
-/// (`"$prev.name-based"` is `$prev.name` then text); other keys are written in brackets.
+/// A character of a dotted path segment: a letter, digit or combining mark of any script, or
+/// `_`. A hyphen is not one, so that prose reads as prose (`"$prev.name-based"` is
+/// `$prev.name` then text); other keys are written in brackets.
 fn is_segment_char(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
+    c.is_alphanumeric() || c == '_' || (!c.is_ascii() && is_mark(c))
+}
+
+/// Whether `c` is a combining mark (Unicode category M), which std does not tell: without
+/// them a word ends at a Devanagari virama (`ग्राहक`), a Thai tone mark (`ชื่อ`) or an accent
+/// typed decomposed. jsonschema's regex engine, already in the build, has the table.
+fn is_mark(c: char) -> bool {
+    static MARK: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    MARK.get_or_init(|| regex::Regex::new(r"^\p{M}$").ok()).as_ref().is_some_and(|m| m.is_match(c.encode_utf8(&mut [0; 4])))
 }
 
 /// A character that may follow `$steps.` in a step name, or that makes `$input…`/`$prev…` a
@@ -624,7 +633,7 @@ mod tests {
     use serde_json::json;
 
     fn scope_eval(v: Value) -> Result<Value, ToolFailure> {
-        let input = json!({ "text": "Hi", "user": { "name": "Ada" }, "first-name": "Grace", "título": "Dr", "0": "zero" });
+        let input = json!({ "text": "Hi", "user": { "name": "Ada" }, "first-name": "Grace", "título": "Dr", "0": "zero", "ग्राहक": "Ravi", "ชื่อ": "Somchai", "cafe\u{301}": "nfd" });
         let prev = json!({ "output": "short", "items": [{ "id": 7 }] });
         let steps = [
             Step { name: "first".into(), tool: "t".into(), mapping: Mapping::Object(vec![]) },
@@ -667,6 +676,11 @@ mod tests {
     fn path_segments_take_letters_of_any_script_and_brackets_take_any_key() {
         assert_eq!(scope_eval(json!("$input.título")).unwrap(), json!("Dr"));
         assert_eq!(scope_eval(json!("Hola $input.título.")).unwrap(), json!("Hola Dr."));
+        // Combining marks are part of the word: a Devanagari virama, a Thai tone mark, an
+        // accent typed decomposed (NFD, as macOS file names are).
+        assert_eq!(scope_eval(json!("$input.ग्राहक")).unwrap(), json!("Ravi"));
+        assert_eq!(scope_eval(json!("$input.ชื่อ")).unwrap(), json!("Somchai"));
+        assert_eq!(scope_eval(json!("$input.cafe\u{301}!")).unwrap(), json!("nfd!"));
         assert_eq!(scope_eval(json!("$input[\"first-name\"]")).unwrap(), json!("Grace"));
         assert_eq!(scope_eval(json!("$input['first-name'] Hopper")).unwrap(), json!("Grace Hopper"));
         assert_eq!(scope_eval(json!("$prev.items[0].id")).unwrap(), json!(7));
