@@ -316,7 +316,7 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
-  test('a compose mapping may be one whole reference, write a literal $ as $$ and name a hyphenated key in brackets; ${…} is refused with what to write', async () => {
+  test('a compose mapping may be one whole reference, write a literal $ as $$ and name a hyphenated key in brackets; ${…} around a reference is refused with what to write, other ${…} is text', async () => {
     const agent = await makeAgent(memoryStore());
     const textOut = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
     const priced = {
@@ -343,6 +343,28 @@ describe('forge through the package', () => {
     const templated = { ...priced, name: 'templated', implementation: { mode: 'compose', steps: [{ name: 'say', tool: 'upper', inputMapping: { text: '${input.first-name}' } }] } };
     const refused = await agent.forge(templated, { sessionId: 's1' });
     assert.ok(!refused.success && refused.category === 'other' && refused.reason.includes('write `$input["first-name"]` (no braces)'), JSON.stringify(refused));
+
+    // Code passed as text keeps its own template literals, a key with a virama reads dotted and
+    // a step named "0" is named in brackets.
+    const coded = {
+      ...priced,
+      name: 'coded',
+      inputSchema: { type: 'object', properties: { ग्राहक: { type: 'string' } }, required: ['ग्राहक'] },
+      implementation: {
+        mode: 'compose',
+        steps: [
+          { name: '0', tool: 'upper', inputMapping: { text: '$input.ग्राहक' } },
+          { name: 'code', tool: 'upper', inputMapping: { text: '`${previousValue}` $steps["0"].text' } },
+        ],
+      },
+      testCases: [
+        { input: { ग्राहक: 'ravi' }, expectedOutput: { text: '`${PREVIOUSVALUE}` RAVI' } },
+        { input: { ग्राहक: 'x' }, expectedOutput: { text: '`${PREVIOUSVALUE}` X' } },
+      ],
+    };
+    const codedForged = await agent.forge(coded, { sessionId: 's1' });
+    assert.ok(codedForged.success, JSON.stringify(codedForged));
+    assert.deepEqual(await agent.tools.call('coded', { ग्राहक: 'asha' }, { sessionId: 's1' }), { text: '`${PREVIOUSVALUE}` ASHA' });
     await agent.close();
   });
 
