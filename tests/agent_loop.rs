@@ -564,11 +564,23 @@ fn tool_choice_without_reset_applies_to_every_turn_and_a_named_tool_must_be_offe
     assert!(err.to_string().contains("forge_tool"), "{err}");
     assert!(model.requests.borrow().is_empty());
 
-    // Without tools there is nothing to choose: no choice is sent.
-    let model = ScriptedModel::new(vec![text("hello")]);
-    let agent = agent_with(model.clone(), vec![], AgentConfig { tool_choice: Some(ToolChoice::Required), ..AgentConfig::default() });
-    block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
-    assert_eq!(model.requests.borrow()[0].tool_choice, None);
+    // Without tools, a choice that asks for a call cannot be obeyed: a typed error before any
+    // model call (before, it was dropped and the run answered as if none was set).
+    for choice in [ToolChoice::Required, ToolChoice::Tool("get_weather".into())] {
+        let model = ScriptedModel::new(vec![text("hello")]);
+        let agent = agent_with(model.clone(), vec![], AgentConfig { tool_choice: Some(choice.clone()), ..AgentConfig::default() });
+        let err = block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+        assert_eq!(err.code(), "invalid_config", "{choice:?}");
+        assert!(err.to_string().contains("has no tools"), "{err}");
+        assert!(model.requests.borrow().is_empty());
+    }
+    // `auto` and `none` need no tool: no choice is sent.
+    for choice in [ToolChoice::Auto, ToolChoice::None] {
+        let model = ScriptedModel::new(vec![text("hello")]);
+        let agent = agent_with(model.clone(), vec![], AgentConfig { tool_choice: Some(choice), ..AgentConfig::default() });
+        block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+        assert_eq!(model.requests.borrow()[0].tool_choice, None);
+    }
 }
 
 #[test]

@@ -107,8 +107,8 @@ export interface AgentOptions {
   /**
    * Whether the model may (`auto`, the default), must (`required`, or `{ tool: name }` for one
    * tool) or must not (`none`) call a tool. Holds until the run's first tool call, then later
-   * turns are `auto` again (see `resetToolChoice`). A named tool the turn does not offer ends
-   * the run with `invalid_config`. With a small local model (llama.cpp's server),
+   * turns are `auto` again (see `resetToolChoice`). A named tool the turn does not offer, or
+   * `required` on an agent with no tools, ends the run with `invalid_config`. With a small local model (llama.cpp's server),
    * `'required'` makes `forge_tool` calls complete and parseable; bound such runs with
    * `maxTokens`, since constrained decoding can run on to the context limit.
    */

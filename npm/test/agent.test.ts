@@ -71,6 +71,11 @@ describe('agent over an OpenAI-compatible server', () => {
     const wrong = await createAgent({ model: model(), tools: [weather], toolChoice: { tool: 'nope' } });
     await assert.rejects(wrong.run('hi'), (e: AgentRunError) => e.code === 'invalid_config' && /nope/.test(e.message));
     assert.equal(server.requests.length, 0);
+
+    // `required` on an agent with no tools could not be obeyed: the same, not a silent answer.
+    const toolless = await createAgent({ model: model(), toolChoice: 'required' });
+    await assert.rejects(toolless.run('hi'), (e: AgentRunError) => e.code === 'invalid_config' && /has no tools/.test(e.message));
+    assert.equal(server.requests.length, 0);
   });
 
   test('an agentId that cannot name its records is invalid_config', async () => {

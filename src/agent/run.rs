@@ -274,12 +274,22 @@ impl RunContext<'_> {
     }
 
     /// The tool choice of a turn: the configured one until the run's first tool call (unless
-    /// `resetToolChoice` is off), none on a turn without tools. A named tool this turn does
-    /// not offer ends the run with `invalid_config` rather than a provider's opaque refusal.
+    /// `resetToolChoice` is off). A choice that needs a tool on a turn without tools (an agent
+    /// with none), or a named tool this turn does not offer, ends the run with
+    /// `invalid_config`: the model could not obey it, and silently answering without the
+    /// required call would hide the misconfiguration.
     fn tool_choice(&self, calls_so_far: u32, tools: &ToolSet) -> Result<Option<ToolChoice>, AgentError> {
         let Some(choice) = &self.config.tool_choice else { return Ok(None) };
-        if tools.is_empty() || (self.config.reset_tool_choice && calls_so_far > 0) {
+        if self.config.reset_tool_choice && calls_so_far > 0 {
             return Ok(None);
+        }
+        if tools.is_empty() {
+            return match choice {
+                ToolChoice::Required | ToolChoice::Tool(_) => {
+                    Err(AgentError::InvalidConfig("toolChoice asks for a tool call, but this agent has no tools to call".into()))
+                }
+                _ => Ok(None),
+            };
         }
         if let ToolChoice::Tool(name) = choice {
             if !tools.contains(name) {
