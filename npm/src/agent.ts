@@ -108,9 +108,10 @@ export interface AgentOptions {
    * Whether the model may (`auto`, the default), must (`required`, or `{ tool: name }` for one
    * tool) or must not (`none`) call a tool. Holds until the run's first tool call, then later
    * turns are `auto` again (see `resetToolChoice`). A named tool the turn does not offer, or
-   * `required` on an agent with no tools, ends the run with `invalid_config`. With a small local model (llama.cpp's server),
-   * `'required'` makes `forge_tool` calls complete and parseable; bound such runs with
-   * `maxTokens`, since constrained decoding can run on to the context limit.
+   * `required` on an agent with no tools, ends the run with `invalid_config`. With a small
+   * local model (llama.cpp's server), `'required'` makes `forge_tool` calls complete and
+   * parseable; bound such runs with `maxTokens`, since constrained decoding can run on to the
+   * context limit.
    */
   toolChoice?: ToolChoice;
   /** Go back to `auto` after the run's first tool call (default `true`); `false` keeps
@@ -119,8 +120,8 @@ export interface AgentOptions {
   /**
    * How much of each session's conversation the agent keeps, and so sends with every run of the
    * session. Past either bound, the oldest whole exchanges (a run's input and everything after
-   * it, a `returns` retry's reminder included) are dropped when a run completes; the run's own exchange is kept whole even when it
-   * alone is larger. `agent.history(sessionId)` shows what is kept. Every agent of a process
+   * it, a `returns` retry's reminder included) are dropped when a run completes; the run's own
+   * exchange is kept whole even when it alone is larger. `agent.history(sessionId)` shows what is kept. Every agent of a process
    * shares one wasm memory, so the default bounds each session to 8 MiB of JSON.
    */
   sessionHistory?: SessionHistoryOptions;
@@ -168,8 +169,8 @@ export interface JudgeOptions {
    * Most milliseconds one review (each of a promotion panel's two reviewers is one) may take,
    * from the request to a complete verdict (default 120000, the built-in providers' own; a
    * whole number from 1 to 2147483647). Past it the provider's signal aborts and the review
-   * fails closed with a reason that says the judge did not answer within that time: the forge or import is rejected (category `other`), the
-   * promotion not granted. A promotion held up that way is not remembered as refused: the uses
+   * fails closed with a reason that says the judge did not answer within that time: the forge
+   * or import is rejected (category `other`), the promotion not granted. A promotion held up that way is not remembered as refused: the uses
    * that follow do not ask again before `promotionRetryUses` more, but `requestPromotion` may at
    * once. It bounds a provider of your own that never answers, or stalls mid-verdict, too. A
    * slow model given a large `maxTokens` (a reasoning model on modest hardware) may need more.

@@ -100,7 +100,7 @@ impl SessionHistory {
     /// Adds `messages`; `starts(i, message)` says whether the `i`-th begins an exchange.
     fn extend(&mut self, messages: &[Message], starts: impl Fn(usize, &Message) -> bool) {
         for (i, message) in messages.iter().enumerate() {
-            let size = json_len(message);
+            let size = crate::tools::json_len(message) as u64;
             self.bytes += size;
             self.sizes.push(size);
             self.starts.push(starts(i, message));
@@ -138,22 +138,4 @@ impl SessionHistory {
         // may hand back with any value.
         self.dropped = self.dropped.saturating_add(cut as u64);
     }
-}
-
-/// The length of `message` as JSON, counted without building the text.
-fn json_len(message: &Message) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len() as u64;
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Messages are strings and plain structs: serializing them cannot fail.
-    let _ = serde_json::to_writer(&mut count, message);
-    count.0
 }

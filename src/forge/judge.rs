@@ -355,16 +355,23 @@ pub fn check_coherent(kind: ReviewKind, verdict: &Verdict) -> Result<(), JudgeEr
 /// keeps writing is cut off (a cut-off verdict fails closed).
 const MAX_VERDICT_TEXT_BYTES: usize = 64 * 1024;
 
-/// The judge's text, whether it ended at its token limit, and whether it ended.
-struct TextCollector(String, bool, bool);
+/// What a judge's answer holds as it streams.
+#[derive(Default)]
+struct TextCollector {
+    text: String,
+    /// It ended at its token limit.
+    cut_at_limit: bool,
+    /// Its `finish` came.
+    finished: bool,
+}
 
 impl ChunkSink for TextCollector {
     fn chunk(&mut self, chunk: &ModelChunk) {
         match chunk {
-            ModelChunk::Text { delta } if !self.stopped() => self.0.push_str(delta),
+            ModelChunk::Text { delta } if !self.stopped() => self.text.push_str(delta),
             ModelChunk::Finish { finish_reason, .. } => {
-                self.1 = finish_kind(finish_reason) == "length";
-                self.2 = true;
+                self.cut_at_limit = finish_kind(finish_reason) == "length";
+                self.finished = true;
             }
             _ => {}
         }
@@ -374,7 +381,7 @@ impl ChunkSink for TextCollector {
     /// stays open after its finish must not hold the review until the judge's deadline
     /// (which would reject an answered review as unanswered).
     fn stopped(&self) -> bool {
-        self.2 || self.0.len() > MAX_VERDICT_TEXT_BYTES
+        self.finished || self.text.len() > MAX_VERDICT_TEXT_BYTES
     }
 }
 
@@ -396,14 +403,14 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
         response_format: Some(crate::model::ResponseFormat::JsonSchema { name: "verdict".into(), schema: verdict_schema() }),
         tool_choice: None,
     };
-    let mut sink = TextCollector(String::new(), false, false);
+    let mut sink = TextCollector::default();
     model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| match e.code.as_str() {
         "provider_timeout" | "aborted" => JudgeError::Unanswered(e.message),
         _ => JudgeError::Model(e.to_string()),
     })?;
     // The tool's material, without the answer format asked for (which spells a verdict out).
     let reviewed = prompt.strip_suffix(VERDICT_FORMAT).unwrap_or(&prompt);
-    let verdict = parse_verdict(&sink.0, reviewed).map_err(|e| if sink.1 { JudgeError::TokenLimit } else { e })?;
+    let verdict = parse_verdict(&sink.text, reviewed).map_err(|e| if sink.cut_at_limit { JudgeError::TokenLimit } else { e })?;
     check_coherent(kind, &verdict)?;
     Ok(verdict)
 }
