@@ -100,9 +100,10 @@ impl Segment {
     }
 }
 
-/// The array index a key written as digits names (`"0"`, not `"+0"` or `" 0"`).
+/// The array index a key written as digits names (`"0"`, `"12"`; not `"+0"`, `" 0"` or
+/// `"00"`, which JavaScript does not read as an index either: `a["00"]` is `undefined`).
 fn index_of(key: &str) -> Option<usize> {
-    if key.bytes().all(|b| b.is_ascii_digit()) {
+    if key.bytes().all(|b| b.is_ascii_digit()) && (key == "0" || !key.starts_with('0')) {
         key.parse().ok()
     } else {
         None
@@ -230,13 +231,19 @@ enum Piece {
     Ref(Reference, String),
 }
 
+/// Whether `s` is exactly one reference.
+fn is_reference(s: &str) -> bool {
+    matches!(parse_reference(s), Ok(Some((_, n))) if n == s.len())
+}
+
 /// The reference a `${…}` meant, for the hint: as written when it reads as one, else its
 /// dotted parts that are no path segment (`first-name`) put in brackets, quoted with a quote
-/// the key does not hold (brackets have no escapes).
-fn unbraced(inner: &str) -> String {
+/// the key does not hold (brackets have no escapes); `None` when even that is no reference
+/// (`input[i]`: a path here is written out, never computed).
+fn unbraced(inner: &str) -> Option<String> {
     let written = format!("${inner}");
-    if matches!(parse_reference(&written), Ok(Some((_, n))) if n == written.len()) {
-        return written;
+    if is_reference(&written) {
+        return Some(written);
     }
     let mut parts = inner.split('.').map(str::trim);
     let mut out = format!("${}", parts.next().unwrap_or_default());
@@ -248,7 +255,7 @@ fn unbraced(inner: &str) -> String {
             let _ = write!(out, "[{quote}{part}{quote}]");
         }
     }
-    out
+    is_reference(&out).then_some(out)
 }
 
 /// What a call fails with when the reference `written` does not resolve. A hyphen right after
@@ -285,10 +292,11 @@ fn split(s: &str) -> Result<Vec<Piece>, String> {
             // to tell, and reading no further keeps a string of many `${` linear.
             if !matches!(parse_root(inner.trim_start()), Ok(None)) {
                 let inner = inner.split('}').next().unwrap_or(inner).trim();
-                return Err(format!(
-                    "`${{{inner}}}` is template-literal syntax, which is not read here: write `{}` (no braces), or `$${{` for that text",
-                    unbraced(inner)
-                ));
+                let instead = match unbraced(inner) {
+                    Some(reference) => format!("write `{reference}` (no braces)"),
+                    None => "write a reference without braces, its path spelt out: `$input.field`, `$input[0]`, `$input[\"key\"]`".to_string(),
+                };
+                return Err(format!("`${{{inner}}}` is template-literal syntax, which is not read here: {instead}, or `$${{` for that text"));
             }
         }
         if rest.starts_with('$') {
@@ -354,7 +362,8 @@ impl Mapping {
     fn step(v: &Value) -> Result<Self, String> {
         match v {
             Value::Object(m) => Self::object(m),
-            Value::String(_) => match Self::parse(v)? {
+            // Spaces around the one reference say nothing: `" $input "` is `$input`.
+            Value::String(s) => match Self::parse(&Value::String(s.trim().to_string()))? {
                 whole @ Self::Whole(..) => Ok(whole),
                 _ => Err("as a string it must be exactly one reference, such as `$input` or `$prev.payload`".to_string()),
             },
@@ -685,6 +694,9 @@ mod tests {
         assert_eq!(scope_eval(json!("$input['first-name'] Hopper")).unwrap(), json!("Grace Hopper"));
         assert_eq!(scope_eval(json!("$prev.items[0].id")).unwrap(), json!(7));
         assert_eq!(scope_eval(json!("$prev.items[0][\"id\"]")).unwrap(), json!(7));
+        // Digits with a leading zero are no index, as in JavaScript (`items["00"]` is undefined).
+        assert!(scope_eval(json!("$prev.items.00.id")).is_err());
+        assert!(scope_eval(json!("$prev.items[00]")).is_err());
         // A hyphen ends a dotted segment, so prose after a reference stays prose.
         assert_eq!(scope_eval(json!("$prev.output-based")).unwrap(), json!("short-based"));
         let err = scope_eval(json!("$input.user.given-name")).unwrap_err();
@@ -711,6 +723,9 @@ mod tests {
         assert!(refused(json!(["${ prev.items }"])).contains("write `$prev.items`"));
         assert!(refused(json!("${steps.first.n}")).contains("write `$steps.first.n`"));
         assert!(refused(json!("${input.first-name}")).contains("write `$input[\"first-name\"]`"), "the hint is a reference that reads as meant");
+        // A computed index has no reference to suggest: the hint must not be one that is refused.
+        let reason = refused(json!("${input[i]}"));
+        assert!(reason.contains("its path spelt out") && !reason.contains("write `$input[i]`"), "{reason}");
         assert_eq!(scope_eval(json!("${total} and $ {input}")).unwrap(), json!("${total} and $ {input}"), "other braces are text");
     }
 
@@ -761,6 +776,7 @@ mod tests {
         assert!(matches!(Mapping::step(&json!("$input")), Ok(Mapping::Whole(Reference { root: Root::Input, path }, _)) if path.is_empty()));
         assert!(matches!(Mapping::step(&json!("$prev.payload")), Ok(Mapping::Whole(Reference { root: Root::Prev, .. }, _))));
         assert!(matches!(Mapping::step(&json!({ "text": "$input.text" })), Ok(Mapping::Object(_))));
+        assert!(matches!(Mapping::step(&json!(" $prev.payload\n")), Ok(Mapping::Whole(Reference { root: Root::Prev, .. }, _))), "spaces around it say nothing");
         assert!(Mapping::step(&json!("Say $input.text")).unwrap_err().contains("exactly one reference"));
         assert!(Mapping::step(&json!("$$input")).unwrap_err().contains("exactly one reference"));
         assert!(Mapping::step(&json!([1])).unwrap_err().contains("got array"));
