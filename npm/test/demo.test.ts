@@ -251,13 +251,17 @@ describeInBrowser('demo page in Chromium', () => {
     await page.waitForFunction(() => (document.querySelector('.msg-agent:last-of-type .msg-text')?.textContent ?? '').length > 0, undefined, { timeout: 20_000 });
     const partial = await page.textContent('.msg-agent:last-of-type .msg-text');
     const stateWhileStreaming = await page.getAttribute('body', 'data-state');
+    // The live log is busy while the answer streams, so screen readers do not read each chunk.
+    const busyWhileStreaming = await page.getAttribute('#transcript', 'aria-busy');
     await lastAgentStatus(page, 'done');
     const final = (await page.textContent('.msg-agent:last-of-type .msg-text')) ?? '';
     assert.equal(final, 'It is 4 °C and overcast in Oslo right now, according to the demo weather tool.');
     assert.equal(stateWhileStreaming, 'running');
+    assert.equal(busyWhileStreaming, 'true');
     assert.ok(partial!.length < final.length, `saw a partial answer (${JSON.stringify(partial)})`);
     assert.match((await page.textContent('.msg-agent .tool-result')) ?? '', /"celsius":4/);
     assert.equal(await page.getAttribute('body', 'data-state'), 'idle');
+    assert.equal(await page.getAttribute('#transcript', 'aria-busy'), 'false');
     assert.equal(await page.isEnabled('#send-button'), true);
     // The page sent the request to the configured provider only, with the host tools offered.
     assert.deepEqual(mock.requests[0]!.toolNames.filter((n) => n !== 'forge_tool').sort(), ['current_time', 'get_weather', 'save_note', 'word_count']);

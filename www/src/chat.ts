@@ -122,6 +122,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
 
     controller = new AbortController();
     setState('running');
+    // The transcript is a live log: without this, a screen reader reads out every streamed
+    // chunk as it lands. Busy, the run's additions are read once it ends.
+    transcript.setAttribute('aria-busy', 'true');
     let ended = false;
     try {
       for await (const event of start(controller.signal)) {
@@ -138,6 +141,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       }
     } finally {
       controller = undefined;
+      transcript.setAttribute('aria-busy', 'false');
       setState('idle');
       app.runEnded(runId);
       const said: Record<string, string> = { done: 'Answer complete.', stopped: 'Run stopped.', paused: 'Run paused: a tool call waits for approval.' };
