@@ -818,6 +818,36 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('a promotion whose panel does not answer can be stopped; nothing is recorded and it can be asked again', async () => {
+    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+    await assertEmergent(page);
+    mock.reset();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    // The panel's reviewers (a slow local model, say) take a minute.
+    mock.setResponder((request) =>
+      request.toolNames.length === 0 && request.messages.some((m) => /reviewer of a promotion panel/.test(m.content ?? '')) ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : scriptedModel(request),
+    );
+    try {
+      await page.click(item);
+      await page.click('#registry-detail [data-action="promote"]');
+      await page.waitForSelector('#registry-detail [data-action="stop-action"]', { timeout: 10_000 });
+      const started = Date.now();
+      await page.click('#registry-detail [data-action="stop-action"]');
+      await page.waitForFunction(() => /stopped: nothing was recorded/.test(document.querySelector('#registry-detail .action-status')?.textContent ?? ''), undefined, { timeout: 5000 });
+      assert.ok(Date.now() - started < 5000, 'stopped promptly');
+      assert.equal(await page.$('#registry-detail [data-action="stop-action"]'), null, 'the Stop button goes with the action');
+      assert.equal(await page.getAttribute(`${item}`, 'data-tier'), 'session');
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    // Stopped is no "no": asked again, the panel answers and the tool moves up.
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+    assert.deepEqual(errors, []);
+  });
+
   test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
     const { page, errors } = await open({ autoPromote: '0' });
     await assertEmergent(page);

@@ -30,6 +30,8 @@ export function mountRegistry(app: App): void {
   // Disabled by aria-disabled, not `disabled`: a disabled button drops the keyboard focus to
   // the top of the page; the handlers ignore clicks meanwhile.
   let acting = false;
+  // Aborts the action in flight, when it can be stopped.
+  let actionStop: AbortController | undefined;
   // Likewise an import: a second one of the same package would add another version (and ask
   // the judge again).
   let importing = false;
@@ -154,20 +156,27 @@ export function mountRegistry(app: App): void {
   function actions(t: ToolInfo): HTMLElement {
     const box = h('div', { class: 'actions' }, h('h4', {}, 'Actions'));
     const status = h('p', { class: 'hint action-status', role: 'status' }, actionStatus);
-    /** Runs an action; `outcome` words its result (only a promotion request has one to tell). */
-    const act = async (label: string, fn: () => Promise<unknown>, outcome?: (result: unknown) => string) => {
+    /** Runs an action; `outcome` words its result (only a promotion request has one to tell).
+     *  A `stoppable` action (a promotion: its panel may be a slow local model) gets a Stop
+     *  button while it runs. */
+    const act = async (label: string, fn: (signal?: AbortSignal) => Promise<unknown>, outcome?: (result: unknown) => string, stoppable = false) => {
       if (acting) return;
       acting = true;
       setActionsDisabled(true);
+      const stopping = stoppable ? new AbortController() : undefined;
+      actionStop = stopping;
+      if (stopping) status.before(stopButton());
       actionStatus = `${label}…`;
       status.textContent = actionStatus;
       try {
-        const result = await app.during(`“${label}”`, fn);
+        const result = await app.during(`“${label}”`, () => fn(stopping?.signal));
         actionStatus = `${label}: ${outcome ? outcome(result) : 'done.'}`;
       } catch (error) {
-        actionStatus = `${label} failed: ${errorText(error)}`;
+        actionStatus = stopping?.signal.aborted ? `${label} stopped: nothing was recorded.` : `${label} failed: ${errorText(error)}`;
       } finally {
         acting = false;
+        actionStop = undefined;
+        for (const b of detail.querySelectorAll('[data-action="stop-action"]')) b.remove();
         setActionsDisabled(false);
       }
       status.textContent = actionStatus;
@@ -192,7 +201,7 @@ export function mountRegistry(app: App): void {
           { class: 'row' },
           h('label', { for: 'promote-tier' }, 'Promote to'),
           select,
-          h('button', { type: 'button', 'data-action': 'promote', 'data-key': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, () => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId), promotionOutcome) }, 'Request promotion'),
+          h('button', { type: 'button', 'data-action': 'promote', 'data-key': 'promote', onclick: () => void act(`Promotion of ${t.name} to ${select.value}`, (signal) => runtime.requestPromotion(t.name, select.value as Tier, app.sessionId, signal), promotionOutcome, true) }, 'Request promotion'),
         ),
       );
     }
@@ -217,10 +226,17 @@ export function mountRegistry(app: App): void {
           }),
       }, 'Export'),
     );
-    box.append(row, status);
+    box.append(row);
+    if (actionStop) box.append(stopButton());
+    box.append(status);
     if (exported?.name === t.name) box.append(exportBlock(exported.name, exported.yaml));
     if (acting) for (const b of box.querySelectorAll<HTMLButtonElement>(':scope > .row button')) setDisabled(b, true);
     return box;
+  }
+
+  /** Stops the action in flight (drawn again when a refresh rebuilds the detail meanwhile). */
+  function stopButton(): HTMLElement {
+    return h('button', { type: 'button', 'data-action': 'stop-action', onclick: () => actionStop?.abort() }, 'Stop the promotion');
   }
 
   /** The detail's action buttons (of the detail shown now: a refresh may have rebuilt it). */

@@ -329,8 +329,8 @@ export class Runtime {
     return this.#agent.emergent.audit();
   }
 
-  async requestPromotion(name: string, tier: Tier, sessionId: string): Promise<PromotionOutcome> {
-    return await this.#agent.emergent.requestPromotion(name, tier, { sessionId });
+  async requestPromotion(name: string, tier: Tier, sessionId: string, signal?: AbortSignal): Promise<PromotionOutcome> {
+    return await this.#agent.emergent.requestPromotion(name, tier, { sessionId, signal });
   }
 
   async approve(id: string): Promise<ToolInfo> {
