@@ -960,6 +960,21 @@ fn export_redacts_sandbox_source_and_a_redacted_package_is_not_importable() {
 }
 
 #[test]
+fn a_redacted_export_leaves_out_the_judges_reasoning_which_may_quote_the_source() {
+    let quoting = support::ScriptedModel::repeating(text(&verdict(true, 0.9, 0.9).replace("\"reviewed\"", "\"it ends with SLUGIFY*/ and is safe\"")));
+    let r = rig_with(EmergentConfig::default(), Some(quoting.clone()), Some(quoting), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let pkg = r.registry.export("slugify", "s1").unwrap();
+    assert!(pkg.contains("redacted: true") && pkg.contains("confidence: 0.9"), "the verdict's scores stay: {pkg}");
+    assert!(!pkg.contains("SLUGIFY*/"), "a quote of the source in the reasoning is left out too: {pkg}");
+    // With the source persisted, nothing is redacted: the reasoning is exported as given.
+    let config = EmergentConfig { persist_sandbox_source: true, ..EmergentConfig::default() };
+    let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    assert!(r.registry.export("slugify", "s1").unwrap().contains("reasoning: reviewed"));
+}
+
+#[test]
 fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier() {
     let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
     let judge = approving_judge();

@@ -277,6 +277,9 @@ fn refuse_folded_breaks(text: &str) -> Result<(), RegistryError> {
     )))
 }
 
+/// A redacted package's verdict reasoning (the judge's own words may quote the source).
+const REDACTED_REASONING: &str = "(redacted with the sandbox source)";
+
 impl Registry {
     /// Exports the tool `session` reaches as `name` as a YAML package.
     pub fn export(&self, name: &str, session: &str) -> Result<String, RegistryError> {
@@ -305,7 +308,13 @@ impl Registry {
                 implementation,
                 test_cases: req.test_cases.clone(),
                 redacted,
-                verdict: r.current.verdict.clone(),
+                // The judge read the source and may quote it: its reasoning goes with it.
+                verdict: r.current.verdict.clone().map(|mut v| {
+                    if redacted {
+                        v.reasoning = REDACTED_REASONING.into();
+                    }
+                    v
+                }),
                 provenance: json!({
                     "agentId": r.origin.agent_id,
                     "sessionId": r.origin.session_id,
