@@ -1027,6 +1027,29 @@ fn import_verifies_the_hash_reruns_tests_and_judge_and_lands_in_the_session_tier
     assert!(actions.contains(&"import.rejected".to_string()) && !actions.contains(&"reject".to_string()), "{actions:?}");
 }
 
+#[test]
+fn an_imported_tool_keeps_where_its_package_says_it_came_from() {
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let memory = Rc::new(MemoryStore::new());
+    let maker = rig_of_models("maker", config.clone(), Some(approving_judge()), None, memory.clone(), memory);
+    forge_ok(&maker, "slugify", SLUGIFY_JS, "s1");
+    let pkg = maker.registry.export("slugify", "s1").unwrap();
+    assert!(!pkg.contains("importedFrom"), "a forged tool was imported from nowhere: {pkg}");
+    let memory = Rc::new(MemoryStore::new());
+    let taker = rig_of_models("taker", config, Some(approving_judge()), None, memory.clone(), memory);
+    assert!(block_on(taker.registry.import(&pkg, "s9")).unwrap().success);
+    let import = taker.registry.audit_trail().into_iter().find(|a| a.action == "import").expect("the import is audited");
+    assert!(import.detail.contains("the package says it came from agent `maker`, session `s1`, session tier, v1"), "{}", import.detail);
+    // Exported again, the package tells both: who holds the tool now, and where they got it.
+    let again = taker.registry.export("slugify", "s9").unwrap();
+    assert!(again.contains("agentId: taker") && again.contains("importedFrom: agent `maker`, session `s1`, session tier, v1"), "{again}");
+    // An agentos package says it with its own fields.
+    let pkg = agentos_package("  name: slug4\n  description: slug\n  inputSchema:\n    type: object\n    properties:\n      text: { type: string }\n  outputSchema:\n    type: object\n    properties:\n      slug: { type: string }\n  implementation:\n    mode: sandbox\n    sourcePersisted: true\n    redactedAtRest: false\n    code: CODE\n  createdBy: gmi-42\n  originalTier: agent\n  source: forged in a support session\n  tests:\n    - input: { text: Hello World }\n      expected: { slug: hello-world }\n    - input: { text: a b }\n      expected: { slug: a-b }\n");
+    assert!(block_on(taker.registry.import(&pkg, "s9")).unwrap().success);
+    let import = taker.registry.audit_trail().into_iter().rfind(|a| a.action == "import").expect("the import is audited");
+    assert!(import.detail.ends_with("came from agent `gmi-42`, agent tier, “forged in a support session”"), "{}", import.detail);
+}
+
 /// An `agentos.emergent-tool.v1` package whose `tool` mapping is `tool_yaml` (indented two
 /// spaces), with the slugify source where it says `CODE`.
 fn agentos_package(tool_yaml: &str) -> String {

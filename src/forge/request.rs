@@ -111,6 +111,10 @@ pub struct ForgeOrigin {
     /// recorded: it names an operation in flight, not where the tool came from.
     #[serde(skip)]
     pub calls_run_id: String,
+    /// For an imported tool: where its package says it came from (agent, session, tier,
+    /// version). The package's word, not checked: its content hash covers the tool, not this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_from: Option<String>,
 }
 
 /// The request could not be turned into a [`ForgeRequest`] (category `parse_error`).

@@ -976,6 +976,7 @@ impl Registry {
             scope: scope.as_deref().map(crate::forge::scope_label),
             run_id: run_id.to_string(),
             calls_run_id: calls_run_id.to_string(),
+            imported_from: None,
         }
     }
 
@@ -1214,7 +1215,11 @@ impl Registry {
             let name_changed = state.forge_stats.record_approved(&name, verified.verdict.confidence);
             let v = &verified.verdict;
             let mut ops = self.forge_stats_ops(&state, name_changed.then_some((info.name.as_str(), true)));
-            ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), format!("hash {hash}"), who()));
+            let detail = match &origin.imported_from {
+                Some(from) => format!("hash {hash}; the package says it came from {from}"),
+                None => format!("hash {hash}"),
+            };
+            ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), detail, who()));
             ops.extend(self.audit(
                 &mut state,
                 "verdict",

@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 
 use crate::forge::{normalize, type_name, ForgeOrigin, ForgeRequest, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
-use super::{content_hash, Registry, RegistryError, Reuse};
+use super::{content_hash, Registry, RegistryError, Reuse, Tier, ToolRecord};
 
 /// This crate's package format id.
 pub const PACKAGE_FORMAT: &str = "crucible.tool.v1";
@@ -277,6 +277,22 @@ fn refuse_folded_breaks(text: &str) -> Result<(), RegistryError> {
     )))
 }
 
+/// A package's `provenance`: who holds the tool and since when, and, for a tool imported
+/// here, where its own package said it came from.
+fn provenance(r: &ToolRecord, tier: Tier) -> Value {
+    let mut provenance = json!({
+        "agentId": r.origin.agent_id,
+        "sessionId": r.origin.session_id,
+        "scope": r.origin.scope,
+        "tier": tier,
+        "createdAt": r.current.created_at,
+    });
+    if let (Some(from), Value::Object(map)) = (&r.origin.imported_from, &mut provenance) {
+        map.insert("importedFrom".into(), Value::String(from.clone()));
+    }
+    provenance
+}
+
 /// A redacted package's verdict reasoning (the judge's own words may quote the source).
 const REDACTED_REASONING: &str = "(redacted with the sandbox source)";
 
@@ -315,13 +331,7 @@ impl Registry {
                     }
                     v
                 }),
-                provenance: json!({
-                    "agentId": r.origin.agent_id,
-                    "sessionId": r.origin.session_id,
-                    "scope": r.origin.scope,
-                    "tier": tier,
-                    "createdAt": r.current.created_at,
-                }),
+                provenance: provenance(r, tier),
             }
         };
         serde_norway::to_string(&package).map_err(|e| invalid(format!("cannot serialize: {e}")))
@@ -340,11 +350,17 @@ impl Registry {
     /// worth a trace.
     pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
         let mut name = String::new();
-        let request = match read_import(package, options, &mut name) {
-            Ok(request) => request,
+        let (request, imported_from) = match read_import(package, options, &mut name) {
+            Ok(read) => read,
             Err(error) => return Err(self.refuse_import(error, &name, session).await),
         };
-        let origin = ForgeOrigin { agent_id: self.agent_id().to_string(), session_id: session.to_string(), scope: request.scope.clone(), ..Default::default() };
+        let origin = ForgeOrigin {
+            agent_id: self.agent_id().to_string(),
+            session_id: session.to_string(),
+            scope: request.scope.clone(),
+            imported_from,
+            ..Default::default()
+        };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         let ticket = self.ticket(session);
         let checked = self.verify(&request_value, &origin, &self.lookup(), Reuse::Never).await;
@@ -367,9 +383,35 @@ pub fn oversized_package(units: usize) -> Option<RegistryError> {
     (units > MAX_PACKAGE_BYTES).then(|| invalid(format!("the package is {units} characters, more than the {MAX_PACKAGE_BYTES} bytes a package may be")))
 }
 
-/// The forge request a package holds, checked as a package (format, redaction, content hash).
-/// `name` gets the tool name the package gives as soon as it is read, for the audit of a refusal.
-fn read_import(package: &str, options: &ImportOptions, name: &mut String) -> Result<ForgeRequest, RegistryError> {
+/// Where a package says its tool came from, as one short line for the importer's record and
+/// audit trail: this crate's `provenance` (agent, session, tier) and `version`, or agentos'
+/// `createdBy`, `originalTier` and `source`. `None` when it says nothing readable.
+fn stated_origin(top: &Map<String, Value>) -> Option<String> {
+    let provenance = top.get("provenance").and_then(Value::as_object);
+    let field = |key: &str, agentos: &str| {
+        provenance.and_then(|p| p.get(key)).or_else(|| top.get(agentos)).and_then(|v| match v {
+            Value::String(s) if !s.trim().is_empty() => Some(crate::tools::shorten(s.trim(), 80)),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+    };
+    let parts: Vec<String> = [
+        field("agentId", "createdBy").map(|a| format!("agent `{a}`")),
+        field("sessionId", "sessionId").map(|s| format!("session `{s}`")),
+        field("tier", "originalTier").map(|t| format!("{t} tier")),
+        field("version", "version").map(|v| format!("v{v}")),
+        field("source", "source").map(|s| format!("“{s}”")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// The forge request a package holds, checked as a package (format, redaction, content hash),
+/// and where the package says it came from ([`stated_origin`]). `name` gets the tool name the
+/// package gives as soon as it is read, for the audit of a refusal.
+fn read_import(package: &str, options: &ImportOptions, name: &mut String) -> Result<(ForgeRequest, Option<String>), RegistryError> {
     let (raw, yaml) = read_package(package)?;
     let Value::Object(mut top) = raw else { return Err(invalid("the package must be a mapping")) };
     let format = ["format", "schemaVersion", "schema_version", "kind"].iter().find_map(|k| top.get(*k).and_then(Value::as_str)).unwrap_or_default().to_string();
@@ -417,5 +459,5 @@ fn read_import(package: &str, options: &ImportOptions, name: &mut String) -> Res
         None if format == PACKAGE_FORMAT => return Err(invalid("the package has no content hash")),
         _ => {}
     }
-    Ok(request)
+    Ok((request, stated_origin(&top)))
 }
