@@ -1448,6 +1448,9 @@ fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unrevie
     // The panel reviewed version 2 only: version 1 does not come back at the agent tier.
     let err = block_on(r.registry.rollback("slugify", 1, "s1")).unwrap_err();
     assert_eq!(err.code(), "unreviewed_version", "{err}");
+    // The tool's info says so beforehand, as a rollback picker needs.
+    let info = r.registry.list("s1").into_iter().find(|t| t.name == "slugify").unwrap();
+    assert_eq!((info.versions, info.restorable_versions), (vec![1, 2], vec![2]));
 
     // The human is asked about version 2; version 3 is promoted before they answer.
     let asked = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();

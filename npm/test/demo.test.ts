@@ -848,6 +848,28 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('above the session tier, the rollback picker offers only versions that passed that tier\'s review', async () => {
+    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
+    await assertEmergent(page);
+    mock.reset();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    await send(page, 'Make a slug of this');
+    await page.waitForFunction((sel) => /v2/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
+    await lastAgentStatus(page, 'done');
+    await page.click(item);
+    const offered = () => page.$$eval('#rollback-version option', (els) => els.map((e) => (e as HTMLOptionElement).value));
+    assert.deepEqual(await offered(), ['1'], 'in the session, every kept version');
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+    await page.click(`${item}[data-tier="agent"]`);
+    await page.waitForSelector('#registry-detail [data-action="demote"]');
+    // The panel reviewed v2 only: v1 would be refused (unreviewed_version), so it is not offered.
+    assert.deepEqual(await offered(), []);
+    assert.deepEqual(errors, []);
+  });
+
   test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
     const { page, errors } = await open({ autoPromote: '0' });
     await assertEmergent(page);

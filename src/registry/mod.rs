@@ -1610,9 +1610,7 @@ impl Registry {
             let entry = state.entry_mut(tier, session, name).expect("resolved above");
             let target =
                 entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
-            // Above the session tier, a version got there through a review (the panel, a
-            // human): a rollback must not bring back one that never had it.
-            if tier > Tier::Session && target.reviewed_for < Some(tier) {
+            if !restorable(&target, tier) {
                 return Err(RegistryError::Unreviewed { name: name.to_string(), version, tier });
             }
             let from = entry.record.current.version;
@@ -1761,6 +1759,12 @@ pub(crate) enum Reuse {
 }
 
 /// The listed view of an entry.
+/// Whether a rollback at `tier` may restore `version`: above the session tier, a version got
+/// there through a review (the panel, a human), and one that never had it must not come back.
+fn restorable(version: &ToolVersion, tier: Tier) -> bool {
+    tier == Tier::Session || version.reviewed_for >= Some(tier)
+}
+
 pub(crate) fn tool_info(entry: &Entry) -> ToolInfo {
     let r = &entry.record;
     let req = &r.current.request;
@@ -1779,6 +1783,7 @@ pub(crate) fn tool_info(entry: &Entry) -> ToolInfo {
         session_id: r.session_id.clone(),
         created_at: r.current.created_at,
         versions: r.history.iter().map(|v| v.version).collect(),
+        restorable_versions: r.history.iter().filter(|v| restorable(v, r.tier)).map(|v| v.version).collect(),
         status: r.status,
     }
 }

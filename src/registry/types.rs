@@ -184,6 +184,9 @@ pub struct ToolInfo {
     pub session_id: Option<String>,
     pub created_at: f64,
     pub versions: Vec<u32>,
+    /// The versions `rollback` restores at this tier: every kept one at the session tier,
+    /// above it only those that passed this tier's review (the others are `unreviewed_version`).
+    pub restorable_versions: Vec<u32>,
     pub status: ToolStatus,
 }
 

@@ -210,7 +210,8 @@ export function mountRegistry(app: App): void {
     if (t.tier !== 'session' && t.status === 'active') {
       row.append(h('button', { type: 'button', 'data-action': 'demote', 'data-key': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name, app.sessionId)) }, 'Demote'));
     }
-    const older = t.versions.filter((v) => v !== t.version);
+    // Only what the tier lets back: above the session, a version its review never passed is refused.
+    const older = t.restorableVersions.filter((v) => v !== t.version);
     if (older.length > 0) {
       const select = h('select', { id: 'rollback-version', 'aria-label': 'Version to roll back to' }, ...older.map((v) => h('option', { value: String(v) }, `v${v}`)));
       row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', 'data-key': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value), app.sessionId)) }, 'Roll back'));

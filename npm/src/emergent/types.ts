@@ -91,6 +91,9 @@ export interface ToolInfo {
   createdAt: number;
   /** Versions kept for rollback, oldest first. */
   versions: number[];
+  /** The kept versions `rollback` restores at this tier: all of them at the session tier;
+   *  above it, only those that passed this tier's review (others fail `unreviewed_version`). */
+  restorableVersions: number[];
   status: 'active' | 'demoted';
 }
 
