@@ -443,7 +443,8 @@ interface CoreAgentHandle {
   demote(name: string, sessionId: string): Promise<ToolInfo>;
   rollback(name: string, version: number, sessionId: string): Promise<ToolInfo>;
   exportTool(name: string, sessionId: string): string;
-  importTool(pkg: string, sessionId: string, options: { testCases?: ForgeTestCase[] }): Promise<ForgeResult>;
+  /** `callsRunId`: the run id its judge and its tests' host tools get (see `Agent.#direct`). */
+  importTool(pkg: string, sessionId: string, options: { testCases?: ForgeTestCase[] }, signal: AbortSignal | undefined, callsRunId: string): Promise<ForgeResult>;
   pendingApprovals(): PendingApproval[];
   audit(): AuditEntry[];
   flushStats(): Promise<void>;
@@ -685,6 +686,10 @@ export interface PromotionOptions extends SessionOptions {
 export interface ImportOptions extends SessionOptions {
   /** Test cases for a package that carries none (agentos packages never do). */
   testCases?: ForgeTestCase[];
+  /** Aborts the import while its tests run and its judge reviews it (a slow model may take
+   *  minutes): the judge's request and the tests' host tools get the signal, nothing is
+   *  recorded, and `import` rejects with `AbortError`. Once the verdict is in, it finishes. */
+  signal?: AbortSignal;
 }
 
 /** Routes events: run events to their stream, registry events to the stream of the run that
@@ -881,8 +886,9 @@ export class Agent<Output = unknown> {
       import: (pkg, o) =>
         wrapAsync(() =>
           whileOpen('import', () => {
-            const options = readOptions(o, 'import', ['sessionId', 'testCases']);
-            return core.importTool(requireString(pkg, 'import: the package'), sessionOf(options.sessionId), { testCases: importTestCases(options.testCases) });
+            const options = readOptions(o, 'import', ['sessionId', 'testCases', 'signal']);
+            const [text, session, testCases] = [requireString(pkg, 'import: the package'), sessionOf(options.sessionId), importTestCases(options.testCases)];
+            return this.#direct(abortSignal(options.signal, 'import'), (abort, runId) => core.importTool(text, session, { testCases }, abort, runId));
           }),
         ),
       pendingApprovals: () => wrap(() => whileOpen('pendingApprovals', () => core.pendingApprovals())),

@@ -1071,6 +1071,34 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('an import whose judge does not answer can be stopped, and nothing is recorded', async () => {
+    const { page, errors } = await openEmergent();
+    const item = '#registry-list [data-tool="slugify"]';
+    await page.click('#forge-example');
+    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    await page.click(item);
+    await page.click('#registry-detail [data-action="export"]');
+    await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
+    await page.fill('#import-text', await page.inputValue('#export-text'));
+    assert.equal(await page.isVisible('#import-stop'), false, 'no Stop before an import');
+    mock.setResponder((request) => (request.toolNames.length === 0 ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : scriptedModel(request)));
+    try {
+      await page.click('#import-button');
+      await page.waitForSelector('#import-stop', { state: 'visible', timeout: 10_000 });
+      const started = Date.now();
+      await page.click('#import-stop');
+      await page.waitForFunction(() => /^Import stopped: nothing was recorded/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 5000 });
+      assert.ok(Date.now() - started < 5000, 'stopped promptly');
+      assert.equal(await page.isVisible('#import-stop'), false);
+      assert.equal(await page.inputValue('#import-text') !== '', true, 'the package stays, to try again');
+      await page.waitForTimeout(500);
+      assert.match((await page.textContent(item)) ?? '', /v1/, 'no new version');
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    assert.deepEqual(errors, []);
+  });
+
   test('a tool with a long name (64 characters, the most the package takes) does not widen the page at phone width', async () => {
     const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' }, PHONE);
     await assertEmergent(page);

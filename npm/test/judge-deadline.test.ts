@@ -113,6 +113,25 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
+  test('import takes a signal: aborting it rejects with AbortError, aborts the judge request, and records nothing', async () => {
+    const judge = judgeDouble();
+    const agent = await createAgent({ model: judge.provider, emergent: { enabled: true, judge: { model: judge.provider }, persistSandboxSource: true } });
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's1' });
+    const audited = (await agent.emergent.audit()).length;
+    judge.mode = 'silent';
+    const started = Date.now();
+    await assert.rejects(agent.emergent.import(pkg, { sessionId: 's2', signal: AbortSignal.timeout(100) }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
+    assert.ok(Date.now() - started < 2000, `it ended after ${Date.now() - started} ms (the default deadline is 120 s)`);
+    assert.equal(judge.signals.at(-1)!.aborted, true, "the judge's request got the signal");
+    assert.deepEqual(agent.tools.list({ sessionId: 's2' }), []);
+    assert.equal((await agent.emergent.audit()).length, audited, 'nothing recorded');
+    await assert.rejects(agent.emergent.import(pkg, { sessionId: 's2', signal: 'stop' as never }), { code: 'invalid_argument' });
+    judge.mode = 'answer';
+    assert.ok((await agent.emergent.import(pkg, { sessionId: 's2' })).success);
+    await agent.close();
+  });
+
   test('an automatic promotion whose panel stalls does not break the call that started it, and the uses after it are not held for the deadline', async () => {
     const judge = judgeDouble();
     const panel = judgeDouble('silent');

@@ -30,6 +30,7 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::agent::{unless_cancelled, CancelSignal};
 use crate::forge::{normalize, type_name, ForgeOrigin, ForgeRequest, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
 use super::{content_hash, Registry, RegistryError, Reuse, Tier, ToolRecord};
@@ -347,8 +348,22 @@ impl Registry {
     /// [`Registry::import`] with test cases for a package that carries none. A package refused
     /// before its tests (unreadable, redacted, its hash not matching) is audited as
     /// `import.refused`, under the name it gives when it can be read: a tampered package is
-    /// worth a trace.
+    /// worth a trace. The agent closed while the package was verified: [`RegistryError::Closed`].
     pub async fn import_with(&self, package: &str, session: &str, options: &ImportOptions) -> Result<ForgeResult, RegistryError> {
+        self.import_cancellable(package, session, options, None, "").await?.ok_or(RegistryError::Closed)
+    }
+
+    /// [`Registry::import_with`] that `cancel` stops while the package's tests and judge run
+    /// (`Ok(None)`: nothing was recorded), as [`Registry::forge_cancellable`] does a forge; its
+    /// judge and the host tools its tests call get `calls_run_id` as their run id.
+    pub async fn import_cancellable(
+        &self,
+        package: &str,
+        session: &str,
+        options: &ImportOptions,
+        cancel: Option<&dyn CancelSignal>,
+        calls_run_id: &str,
+    ) -> Result<Option<ForgeResult>, RegistryError> {
         let mut name = String::new();
         let (request, imported_from) = match read_import(package, options, &mut name) {
             Ok(read) => read,
@@ -358,13 +373,19 @@ impl Registry {
             agent_id: self.agent_id().to_string(),
             session_id: session.to_string(),
             scope: request.scope.clone(),
+            calls_run_id: calls_run_id.to_string(),
             imported_from,
             ..Default::default()
         };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         let ticket = self.ticket(session);
-        let checked = self.verify(&request_value, &origin, &self.lookup(), Reuse::Never).await;
-        Ok(self.settle(checked, &origin, &ticket, "import").await)
+        let Some(checked) = unless_cancelled(cancel, self.verify(&request_value, &origin, &self.lookup(), Reuse::Never)).await else { return Ok(None) };
+        // As for a forge: a failure in the poll that cancels is the abort's doing, and tests
+        // cut short by closing the agent are no verdict on the tool.
+        if cancel.is_some_and(|c| c.is_cancelled()) || self.is_closed() {
+            return Ok(None);
+        }
+        Ok(Some(self.settle(checked, &origin, &ticket, "import").await))
     }
 
     /// Audits a package refused before its tests as `import.refused`, under the tool name it

@@ -252,7 +252,16 @@ impl CoreAgent {
     /// Imports a package into the session tier after re-verifying it (hash, tests, judge);
     /// `options`: `{ testCases? }` for a package that carries none.
     #[wasm_bindgen(js_name = importTool)]
-    pub fn import_tool(&self, package: js_sys::JsString, session_id: String, options: JsValue) -> Result<Promise, JsValue> {
+    /// `signal` stops it while its tests and judge run: the promise rejects with `aborted` and
+    /// nothing is recorded; its judge and its tests' host tools get `calls_run_id` as run id.
+    pub fn import_tool(
+        &self,
+        package: js_sys::JsString,
+        session_id: String,
+        options: JsValue,
+        signal: Option<web_sys::AbortSignal>,
+        calls_run_id: String,
+    ) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         let options: ImportOptions = if options.is_undefined() { ImportOptions::default() } else { from_js_as(options, "import options", "invalid_argument")? };
         // Measured before it is copied in, as forge requests are (see `decode_bounded`).
@@ -260,7 +269,16 @@ impl CoreAgent {
             return Ok(registry_promise(async move { Err::<(), _>(registry.refuse_import(refused, "", &session_id).await) }));
         }
         let package = String::from(package);
-        Ok(registry_promise(async move { registry.import_with(&package, &session_id, &options).await }))
+        Ok(future_to_promise(async move {
+            let signal = signal.map(JsAbortSignal);
+            let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
+            match registry.import_cancellable(&package, &session_id, &options, cancel, &calls_run_id).await {
+                Ok(Some(result)) => to_js(&result),
+                Ok(None) if registry.is_closed() => Err(registry_error(RegistryError::Closed)),
+                Ok(None) => Err(aborted("the import")),
+                Err(error) => Err(registry_error(error)),
+            }
+        }))
     }
 
     #[wasm_bindgen(js_name = pendingApprovals)]

@@ -298,25 +298,33 @@ export function mountRegistry(app: App): void {
     );
   }
 
+  // The import in flight: its judge may be a slow local model.
+  let importStop: AbortController | undefined;
+  const importStopButton = $<HTMLButtonElement>('#import-stop');
+  importStopButton.addEventListener('click', () => importStop?.abort());
   importForm.addEventListener('submit', async (event) => {
     event.preventDefault();
     const pkg = importText.value.trim();
     if (!pkg || !app.runtime || importing) return;
     importing = true;
     enableImport();
+    const stopping = (importStop = new AbortController());
+    importStopButton.hidden = false;
     importStatus.textContent = 'Importing (hash check, tests, judge)…';
     try {
       const runtime = app.runtime;
-      const result = (await app.during('the import', () => runtime.importTool(pkg, app.sessionId))) as { success?: boolean; reason?: string; category?: string; tool?: { name?: string } } | undefined;
+      const result = (await app.during('the import', () => runtime.importTool(pkg, app.sessionId, stopping.signal))) as { success?: boolean; reason?: string; category?: string; tool?: { name?: string } } | undefined;
       if (result && result.success === false) importStatus.textContent = `Rejected (${result.category ?? 'other'}): ${result.reason ?? ''}`;
       else {
         importStatus.textContent = `Imported${result?.tool?.name ? ` ${result.tool.name}` : ''} into the session tier.`;
         importText.value = '';
       }
     } catch (error) {
-      importStatus.textContent = `Import failed: ${errorText(error)}`;
+      importStatus.textContent = stopping.signal.aborted ? 'Import stopped: nothing was recorded.' : `Import failed: ${errorText(error)}`;
     } finally {
       importing = false;
+      importStop = undefined;
+      importStopButton.hidden = true;
       enableImport();
     }
     app.announce(importStatus.textContent ?? '');

@@ -353,8 +353,8 @@ export class Runtime {
     return await this.#agent.emergent.export(name, { sessionId });
   }
 
-  async importTool(pkg: string, sessionId: string): Promise<ForgeResult> {
-    return await this.#agent.emergent.import(pkg, { sessionId });
+  async importTool(pkg: string, sessionId: string, signal?: AbortSignal): Promise<ForgeResult> {
+    return await this.#agent.emergent.import(pkg, { sessionId, signal });
   }
 
   #requireEmergent(what: string): void {
