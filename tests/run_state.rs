@@ -857,3 +857,39 @@ fn a_state_saved_before_history_len_was_recorded_keeps_its_exchanges_apart_for_l
     assert_eq!(history.len(), 6, "{history:?}");
     assert_eq!(history[0], Message::User { content: "refund 42".into() });
 }
+
+/// The user messages of `history`, in order.
+fn user_inputs(history: &[Message]) -> Vec<String> {
+    history.iter().filter_map(|m| if let Message::User { content } = m { Some(content.clone()) } else { None }).collect()
+}
+
+#[test]
+fn runs_paused_before_a_restart_and_resumed_after_it_keep_what_the_new_process_added_to_their_session() {
+    let store = Rc::new(MemoryStore::new());
+    let approve = |paused: &crucible::agent::RunOutput| vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let before =
+        ScriptedModel::new(vec![text("my secret is 1234"), call("refund", r#"{"order":42,"amount":99}"#), call("refund", r#"{"order":43,"amount":99}"#)]);
+    let agent = refund_agent(before, refund_tool(), store.clone());
+    block_on(agent.run("remember this", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let paused = ["Refund order 42", "Refund order 43"].map(|input| block_on(agent.run(input, RunOptions::default(), &mut CollectingSink::default())).unwrap());
+    assert!(paused.iter().all(|p| p.status == RunStatus::Paused));
+    drop(agent);
+
+    // The restart: a new agent over the same store, whose session starts afresh.
+    let after = ScriptedModel::new(vec![text("hello"), text("Refunded 42."), text("Refunded 43."), text("done")]);
+    let agent = refund_agent(after.clone(), refund_tool(), store);
+    block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    for p in &paused {
+        let out = block_on(agent.resume(&p.run_id, &approve(p), None, &mut CollectingSink::default())).unwrap();
+        assert_eq!(out.status, RunStatus::Completed);
+    }
+    // The new process's exchange stays; each resumed run brings the conversation it started
+    // from once (both started from "remember this"), then its own exchange.
+    let history = agent.history("default");
+    assert_eq!(user_inputs(&history), ["hi", "remember this", "Refund order 42", "Refund order 43"], "{history:?}");
+    assert_eq!(history.len(), 2 + 2 + 4 + 4);
+
+    block_on(agent.run("what now", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let seen = after.requests.borrow().last().unwrap().messages.clone();
+    assert_eq!(user_inputs(&seen), ["hi", "remember this", "Refund order 42", "Refund order 43", "what now"], "the next run sees it all, in order");
+}

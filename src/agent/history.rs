@@ -43,6 +43,16 @@ impl HistoryLimits {
     }
 }
 
+/// Where a run started in its session's conversation, as recorded in its state: the first
+/// `len` of its messages were the session's from position `offset` of the conversation counted
+/// by the agent instance `epoch` (`None` in states saved before it was recorded).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunStart<'a> {
+    pub(crate) len: usize,
+    pub(crate) offset: u64,
+    pub(crate) epoch: Option<&'a str>,
+}
+
 /// A session's kept messages, each with its JSON size (measured once, when it is added), so
 /// the bound is checked without serializing the conversation.
 #[derive(Debug, Default)]
@@ -57,7 +67,13 @@ pub(crate) struct SessionHistory {
     /// Messages dropped from the front so far: the kept ones start at this position of the
     /// session's whole conversation. A run records it at its start (`RunState::history_offset`),
     /// so it can tell, when it completes, which of the messages it started from are still kept.
+    /// Positions are counted by one agent instance (its epoch): a process that restarts counts
+    /// afresh, so an offset recorded by another epoch says nothing about these messages.
     dropped: u64,
+    /// For each other epoch whose runs completed here (resumed after a restart): the position
+    /// of that epoch's conversation up to which its messages were added, so a second of its
+    /// runs adds only those the first did not bring.
+    absorbed: Vec<(String, u64)>,
 }
 
 impl SessionHistory {
@@ -70,24 +86,48 @@ impl SessionHistory {
     }
 
     /// Adds a completed run's messages: `messages` is its whole conversation, of which the
-    /// first `start_len` were the session's from position `offset` when it started (`None`: not
-    /// known, from a state saved before they were recorded). When those still kept are still
-    /// here, its own messages follow the session's (other runs may have completed meanwhile);
-    /// otherwise (a resume after a restart) its conversation becomes the session's. Then trims
-    /// to `limits`, never into the run's own messages.
-    pub(crate) fn add_run(&mut self, messages: &[Message], start: Option<(usize, u64)>, limits: &HistoryLimits) {
-        let (start_len, offset) = start.map_or((0, 0), |(len, offset)| (len.min(messages.len()), offset));
-        let continues = start.is_some() && self.dropped >= offset && {
-            let gone = usize::try_from(self.dropped - offset).unwrap_or(usize::MAX).min(start_len);
-            let still_kept = &messages[gone..start_len];
-            self.messages.get(..still_kept.len()) == Some(still_kept)
-        };
+    /// first `start.len` were the session's when it started (`None`: not known, from a state
+    /// saved before they were recorded: its conversation becomes the session's). `epoch` is
+    /// this agent instance's.
+    ///
+    /// A run started by this epoch continues the session: when the messages it started from
+    /// that are still kept are still here, its own follow the session's (other runs may have
+    /// completed meanwhile); otherwise (a state handed back that does not fit) its
+    /// conversation becomes the session's. A run started by another epoch (before a restart)
+    /// cannot be placed by position: what this session holds stays, and the run's conversation
+    /// follows it, without the messages of its epoch that an earlier such run brought. Then
+    /// trims to `limits`, never into the run's own messages.
+    pub(crate) fn add_run(&mut self, messages: &[Message], start: Option<RunStart<'_>>, epoch: &str, limits: &HistoryLimits) {
+        let (start_len, offset) = start.map_or((0, 0), |s| (s.len.min(messages.len()), s.offset));
         // Where exchanges began in messages not added here before is not recorded: each user
         // message is taken for a start (a retry's reminder may be cut before).
         let user = |_: usize, message: &Message| matches!(message, Message::User { .. });
-        if !continues {
-            *self = Self { dropped: offset, ..Self::default() };
-            self.extend(&messages[..start_len], user);
+        match start {
+            Some(RunStart { epoch: Some(own), .. }) if own == epoch => {
+                let continues = self.dropped >= offset && {
+                    let gone = usize::try_from(self.dropped - offset).unwrap_or(usize::MAX).min(start_len);
+                    let still_kept = &messages[gone..start_len];
+                    self.messages.get(..still_kept.len()) == Some(still_kept)
+                };
+                if !continues {
+                    *self = Self { dropped: offset, ..Self::default() };
+                    self.extend(&messages[..start_len], user);
+                }
+            }
+            Some(RunStart { epoch: other, .. }) => {
+                let other = other.unwrap_or_default();
+                let end = offset.saturating_add(start_len as u64);
+                let brought = match self.absorbed.iter_mut().find(|(e, _)| e == other) {
+                    Some((_, to)) => std::mem::replace(to, end.max(*to)),
+                    None => {
+                        self.absorbed.push((other.to_string(), end));
+                        0
+                    }
+                };
+                let skip = usize::try_from(brought.saturating_sub(offset)).unwrap_or(usize::MAX).min(start_len);
+                self.extend(&messages[skip..start_len], user);
+            }
+            None => *self = Self::default(),
         }
         let own_start = self.messages.len();
         // The run's own messages are one exchange: its input, then all that followed it. (With

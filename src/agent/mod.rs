@@ -32,7 +32,7 @@ use crate::model::{Message, Model};
 use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use claim::{ResumeClaim, RunPosition};
-use history::SessionHistory;
+use history::{RunStart, SessionHistory};
 use run::{read_run_state, run_ended, RunContext, RunRecorder};
 
 /// Supplies the tools of each model turn. The agent asks before every turn, so a tool
@@ -48,6 +48,14 @@ pub const DEFAULT_SESSION: &str = "default";
 /// Resumable runs of each kind whose session this context follows (see `Agent::paused`);
 /// older ones are forgotten first and then count as left before a restart.
 const RESUMABLE_KEPT: usize = 4096;
+
+/// A new agent instance's history epoch: the environment's id tells processes apart (its ids
+/// do not collide across restarts), the count agents of one process (an environment's ids may
+/// start over with each agent).
+fn new_history_epoch(env: &dyn Environment) -> String {
+    static AGENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!("{}.{}", env.new_id("history"), AGENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
 
 /// Per-run options.
 #[derive(Default)]
@@ -75,6 +83,8 @@ pub struct Agent {
     tools: RefCell<ToolSet>,
     env: Rc<dyn Environment>,
     sessions: RefCell<HashMap<String, SessionHistory>>,
+    /// This instance's identity for the session positions it counts (see `RunState::history_epoch`).
+    history_epoch: String,
     /// Runs going, per session: one that completes after its session ended must not bring the
     /// conversation back.
     runs_going: SessionWork,
@@ -106,6 +116,7 @@ impl Agent {
             Some(schema) => Some(CompiledSchema::compile(schema).map_err(|e| AgentError::InvalidConfig(format!("returns: {e}")))?),
             None => None,
         };
+        let history_epoch = new_history_epoch(env.as_ref());
         Ok(Self {
             config,
             returns,
@@ -113,6 +124,7 @@ impl Agent {
             tools: RefCell::new(tools),
             env,
             sessions: RefCell::new(HashMap::new()),
+            history_epoch,
             runs_going: SessionWork::default(),
             paused: RefCell::new(KeptTickets::new(RESUMABLE_KEPT)),
             interrupted: RefCell::new(KeptTickets::new(RESUMABLE_KEPT)),
@@ -265,12 +277,12 @@ impl Agent {
             runs: self.recorder(),
             decisions,
         };
-        let (history_len, history_offset) = (state.history_len, state.history_offset);
+        let start = state.history_len.map(|len| (len, state.history_offset.unwrap_or(0), state.history_epoch.clone()));
         let run_id = state.run_id.clone();
         let ticket = self.take_resumable(&run_id).unwrap_or_else(|| self.runs_going.begin(&session_id));
         let (_state, result) = ctx.drive(state, sink).await;
         if !ticket.session_ended() {
-            self.remember(&session_id, history_len, history_offset, &result);
+            self.remember(&session_id, start, &result);
         }
         if matches!(&result, Ok(out) if out.status == RunStatus::Paused) {
             self.paused.borrow_mut().keep(run_id, ticket);
@@ -320,21 +332,23 @@ impl Agent {
         self.resume_claimed(&claim, state, decisions, cancel, sink).await
     }
 
-    /// Adds a completed run's own messages to its session. Other runs of the session may have
-    /// completed while it ran: their messages stay, and this run's follow them. When the
-    /// session no longer holds what the run started from (the process restarted before a
-    /// resume), the run's whole conversation becomes the session's. The oldest exchanges past
-    /// `sessionHistory` are then dropped. (A session that ended while the run was going, or
-    /// left resumable in this context, gets nothing.)
-    fn remember(&self, session_id: &str, history_len: Option<u32>, history_offset: Option<u64>, result: &Result<RunOutput, AgentError>) {
+    /// Adds a completed run's own messages to its session; `start` is where it started in the
+    /// session (`history_len`, `history_offset`, `history_epoch` of its state). Other runs of
+    /// the session may have completed while it ran: their messages stay, and this run's follow
+    /// them. A run started by another agent instance (the process restarted before a resume)
+    /// brings the messages it started from that the session does not hold yet, after those it
+    /// holds (see `SessionHistory::add_run`). The oldest exchanges past `sessionHistory` are
+    /// then dropped. (A session that ended while the run was going, or left resumable in this
+    /// context, gets nothing.)
+    fn remember(&self, session_id: &str, start: Option<(u32, u64, Option<String>)>, result: &Result<RunOutput, AgentError>) {
         let Ok(out) = result else { return };
         if out.status != RunStatus::Completed {
             return;
         }
         let mut sessions = self.sessions.borrow_mut();
         let history = sessions.entry(session_id.to_string()).or_default();
-        let start = history_len.map(|n| (n as usize, history_offset.unwrap_or(0)));
-        history.add_run(&out.messages, start, &self.config.session_history);
+        let start = start.as_ref().map(|(len, offset, epoch)| RunStart { len: *len as usize, offset: *offset, epoch: epoch.as_deref() });
+        history.add_run(&out.messages, start, &self.history_epoch, &self.config.session_history);
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -409,6 +423,7 @@ impl Agent {
             pending: None,
             history_len,
             history_offset: Some(history_offset),
+            history_epoch: Some(self.history_epoch.clone()),
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
     }

@@ -54,6 +54,11 @@ pub struct RunState {
     /// saved before it was recorded (read as 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_offset: Option<u64>,
+    /// The agent instance that counted `history_offset` (a new one in each process): a run
+    /// resumed by another (after a restart) is not placed in its session by that offset.
+    /// `None` in states saved before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_epoch: Option<String>,
 }
 
 /// A run whose state is stored (see [`crate::agent::Agent::stored_runs`]).
