@@ -302,7 +302,7 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
       await lazy.close();
     }
     await assert.rejects(createSandbox({ lazy: 'yes' as never }), { name: 'SandboxError', message: /lazy must be true or false/ });
-    for (const bad of [-1, Number.NaN, Infinity, '30000']) {
+    for (const bad of [-1, Number.NaN, -Infinity, '30000']) {
       await assert.rejects(createSandbox({ retryStartAfterMs: bad as never, lazy: true }), { name: 'SandboxError', message: /retryStartAfterMs must be a number of milliseconds/ }, String(bad));
     }
     for (const bad of [0, -1, Number.NaN, 2 ** 31, '20000']) {
@@ -331,41 +331,99 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
-  test('a pool position whose Worker kept failing to start while another Worker served is filled again after retryStartAfterMs', async () => {
-    // A test double Worker: whether it starts is read from the environment it was created with
-    // (Node copies it into each Worker); an execution answers after 100 ms with its thread's id,
-    // or never for 'hang'.
-    const double = `import { parentPort, threadId } from 'node:worker_threads';
-      const starts = process.env.CRUCIBLE_TEST_WORKER_STARTS === 'yes';
+  /**
+   * A test double Worker: whether it starts is read from the environment it was created with
+   * (Node copies it into each Worker): `yes`, `no`, or a file's path (it fails to start if it
+   * is the one that deletes that file: one transient failure). An execution answers after
+   * 100 ms with its thread's id, or never for 'hang'.
+   */
+  const startGatedWorker = new URL(
+    `data:text/javascript,${encodeURIComponent(`import { parentPort, threadId } from 'node:worker_threads';
+      import { unlinkSync } from 'node:fs';
+      const gate = process.env.CRUCIBLE_TEST_WORKER_STARTS;
+      const deletes = (path) => { try { unlinkSync(path); return true; } catch { return false; } };
       parentPort.on('message', (m) => {
+        const starts = gate === 'yes' || (gate !== 'no' && !deletes(gate));
         if (m.type === 'init') parentPort.postMessage(starts ? { type: 'ready' } : { type: 'init-error', message: 'not now' });
         if (m.type === 'execute' && !m.request.includes('hang')) {
           setTimeout(() => parentPort.postMessage({ type: 'result', id: m.id, result: JSON.stringify({ status: 'ok', output: threadId, logs: [] }) }), 100);
         }
-      });`;
+      });`)}`,
+  );
+
+  /** A sandbox of two start-gated Workers with one position given up (three failed starts in a
+   *  row) while the other Worker serves; `served()` counts the Workers serving two executions. */
+  async function poolWithAPositionGivenUp(retryStartAfterMs: number) {
     process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
-    const box = await createSandbox({ poolSize: 2, timeoutMs: 200, retryStartAfterMs: 300, workerUrl: new URL(`data:text/javascript,${encodeURIComponent(double)}`) });
+    const box = await createSandbox({ poolSize: 2, timeoutMs: 200, retryStartAfterMs, workerUrl: startGatedWorker });
     const served = async () => new Set((await Promise.all([1, 2].map(() => box.execute({ code: 'function execute(){}' })))).map((r) => r.output)).size;
+    assert.equal(await served(), 2, 'two Workers serve two executions at once');
+    // One Worker is killed at its deadline, and its replacement fails three starts in a row:
+    // that position is given up while the other Worker goes on serving.
+    process.env.CRUCIBLE_TEST_WORKER_STARTS = 'no';
+    assert.equal((await box.execute({ code: 'function execute(){} // hang' })).status, 'timeout');
+    while (box.stats().workersStarted < 5) await new Promise((resolve) => setTimeout(resolve, 10));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(box.stats().workersStarted, 5, 'no respawn loop');
+    assert.equal(await served(), 1, 'one Worker left');
+    /** Until the pool serves with two Workers again (a loaded machine may take a while to
+     *  start one): at most 20 tries, none begun past `withinMs`. */
+    const servedWhole = async (withinMs = Infinity) => {
+      const started = performance.now();
+      let serving = await served();
+      for (let tries = 0; serving < 2 && tries < 20 && performance.now() - started < withinMs; tries++) serving = await served();
+      return serving;
+    };
+    return { box, served, servedWhole };
+  }
+
+  test('a pool position whose Worker kept failing to start while another Worker served is filled again after retryStartAfterMs', async () => {
+    const { box, servedWhole } = await poolWithAPositionGivenUp(300);
     try {
-      assert.equal(await served(), 2, 'two Workers serve two executions at once');
-      // One Worker is killed at its deadline, and its replacement fails three starts in a row:
-      // that position is given up while the other Worker goes on serving.
-      process.env.CRUCIBLE_TEST_WORKER_STARTS = 'no';
-      assert.equal((await box.execute({ code: 'function execute(){} // hang' })).status, 'timeout');
-      while (box.stats().workersStarted < 5) await new Promise((resolve) => setTimeout(resolve, 10));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.equal(box.stats().workersStarted, 5, 'no respawn loop');
-      assert.equal(await served(), 1, 'one Worker left');
       // What kept it from starting passed: after retryStartAfterMs an execution starts it again.
       process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
       await new Promise((resolve) => setTimeout(resolve, 300));
       await box.execute({ code: 'function execute(){}' });
       assert.equal(box.stats().workersStarted, 6, 'one start for the one empty position');
-      // Once the new Worker is ready (a loaded machine may take a while to start it).
-      let serving = await served();
-      for (let tries = 0; serving < 2 && tries < 20; tries++) serving = await served();
-      assert.equal(serving, 2, 'the pool is whole again');
+      assert.equal(await servedWhole(), 2, 'the pool is whole again');
       assert.equal(box.stats().workersStarted, 6);
+    } finally {
+      delete process.env.CRUCIBLE_TEST_WORKER_STARTS;
+      await box.close();
+    }
+  });
+
+  test('a position started again after retryStartAfterMs has its own three starts: one transient failure is replaced, not given up again', async () => {
+    // A long period: the pool must be whole again well before another retry could mend it.
+    const retryStartAfterMs = 2000;
+    const { box, servedWhole } = await poolWithAPositionGivenUp(retryStartAfterMs);
+    const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const dir = mkdtempSync(join(tmpdir(), 'crucible-start-gate-'));
+    try {
+      // The retry's first Worker fails to start (it deletes the file); the next one starts.
+      const once = join(dir, 'fail-once');
+      writeFileSync(once, '');
+      process.env.CRUCIBLE_TEST_WORKER_STARTS = once;
+      await new Promise((resolve) => setTimeout(resolve, retryStartAfterMs));
+      await box.execute({ code: 'function execute(){}' });
+      assert.equal(await servedWhole(retryStartAfterMs / 2), 2, 'the pool is whole again, without waiting for another retry');
+      assert.equal(box.stats().workersStarted, 7, 'the failed start, then its replacement');
+    } finally {
+      delete process.env.CRUCIBLE_TEST_WORKER_STARTS;
+      rmSync(dir, { recursive: true, force: true });
+      await box.close();
+    }
+  });
+
+  test('retryStartAfterMs: Infinity leaves a position given up empty for good', async () => {
+    const { box, served } = await poolWithAPositionGivenUp(Infinity);
+    try {
+      process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(await served(), 1, 'still one Worker');
+      assert.equal(box.stats().workersStarted, 5, 'no start was tried again');
     } finally {
       delete process.env.CRUCIBLE_TEST_WORKER_STARTS;
       await box.close();

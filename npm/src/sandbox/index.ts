@@ -80,8 +80,9 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   const { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist } = sandboxLimits(options);
   if (options.lazy !== undefined && typeof options.lazy !== 'boolean') throw new SandboxError(`lazy must be true or false, got ${describeType(options.lazy)}`);
   const retry = options.retryStartAfterMs;
-  if (retry !== undefined && !(typeof retry === 'number' && retry >= 0 && Number.isFinite(retry))) {
-    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds (0 or more), got ${describeType(retry)}`);
+  // Infinity (never start them again) is compared, never handed to a timer.
+  if (retry !== undefined && !(typeof retry === 'number' && retry >= 0)) {
+    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds (0 or more, or Infinity), got ${describeType(retry)}`);
   }
   const startTimeout = options.startTimeoutMs;
   // A timer past MAX_TIMER_MS (or given a non-number) fires at once: every Worker would fail its start.

@@ -153,6 +153,9 @@ interface Slot {
   timer: ReturnType<typeof setTimeout> | undefined;
   /** The running execution's fetches on the host; dropped (and aborted) when it ends. */
   fetches: HostFetches | undefined;
+  /** Failed Worker starts in a row in its position before this one: each position counts its
+   *  own, so one position's failures never cut another's (or a retry's) starts short. */
+  startFailures: number;
 }
 
 /** One execution's fetches on the host: the ones in flight, and the ones waiting for a turn. */
@@ -202,8 +205,8 @@ export function recycleThresholdBytes(memoryMB: number): number {
   return WORKER_START_BYTES + RECYCLE_AT * (memoryMB * 1048576 - WORKER_START_BYTES);
 }
 
-/** Consecutive Worker start failures after which the pool stops respawning and fails requests
- *  (until `retryStartAfterMs` has passed). */
+/** Consecutive Worker start failures in one pool position after which the pool stops
+ *  respawning it (until `retryStartAfterMs` has passed), and with no Worker left fails requests. */
 const MAX_START_FAILURES = 3;
 
 export class WorkerPool {
@@ -216,8 +219,6 @@ export class WorkerPool {
   private turns = 0;
   private nextId = 1;
   private closed = false;
-  /** Consecutive failed Worker starts; reset when one reports ready. */
-  private startFailures = 0;
   /** Set when Workers keep failing to start: the reason every request now fails with, until
    *  `retryStartAfterMs` after `vacatedAt`. */
   private broken: string | undefined;
@@ -489,13 +490,14 @@ export class WorkerPool {
     this.exiting.add(settled);
   }
 
-  private spawn(): Promise<Slot> {
-    const spawning = this.create();
+  /** Creates a Worker whose position has seen `startFailures` failed starts in a row. */
+  private spawn(startFailures = 0): Promise<Slot> {
+    const spawning = this.create(startFailures);
     this.track(spawning);
     return spawning;
   }
 
-  private async create(): Promise<Slot> {
+  private async create(startFailures: number): Promise<Slot> {
     const handle = await spawnWorker(this.config.workerUrl, () => !this.closed);
     this.counters.workersStarted++;
     let markReady!: () => void;
@@ -510,6 +512,7 @@ export class WorkerPool {
       job: undefined,
       timer: undefined,
       fetches: undefined,
+      startFailures,
     };
     slot.ready.catch(() => {});
     // A Worker that never answers (a wrong script, a Module the browser would not deliver)
@@ -527,7 +530,6 @@ export class WorkerPool {
           clearTimeout(startTimer);
           if (slot.state !== 'starting') return;
           slot.state = 'idle';
-          this.startFailures = 0;
           this.broken = undefined;
           this.everReady = true;
           markReady();
@@ -674,9 +676,9 @@ export class WorkerPool {
   private startFailed(slot: Slot, reason: string): void {
     if (slot.state === 'dead') return;
     if (this.startedOnDemand && !this.everReady) return this.onDemandStartFailed(this.attempt, reason);
-    this.startFailures++;
-    if (this.startFailures < MAX_START_FAILURES) {
-      this.replace(slot);
+    const failures = slot.startFailures + 1;
+    if (failures < MAX_START_FAILURES) {
+      this.replace(slot, 'killed', failures);
       return;
     }
     this.retire(slot);
@@ -703,29 +705,29 @@ export class WorkerPool {
    * Starts Workers again in the empty positions, whether the pool gave up or other Workers
    * went on serving: what kept them from starting (memory, a file being replaced, a network
    * blip for a remote script) may have passed, and a long-running service should not need a
-   * restart to find out, nor run on fewer Workers for good. One more failed start leaves its
-   * position empty (and a pool with no Worker left given up) for another period; a Worker that
-   * reports ready mends the pool. Only vacant positions: one whose replacement is being
-   * created would get two Workers, the first never terminated.
+   * restart to find out, nor run on fewer Workers for good. Each position starts from a fresh
+   * count: one transient failure is replaced as in a working pool, and only as many failures
+   * in a row as gave the position up leave it empty (and a pool with no Worker left given up)
+   * for another period. Only vacant positions: one whose replacement is being created would
+   * get two Workers, the first never terminated.
    */
   private retryStart(): void {
     this.broken = undefined;
-    this.startFailures = MAX_START_FAILURES - 1;
     const vacant = [...this.vacant];
     this.vacant.clear();
     for (const index of vacant) void this.spawnAt(index);
   }
 
   /** Discards a Worker (killed: it failed or ran out of time; recycled: it grew) and starts
-   *  its replacement in the same pool position. */
-  private replace(slot: Slot, why: 'killed' | 'recycled' = 'killed'): void {
+   *  its replacement in the same pool position, after `startFailures` failed starts there. */
+  private replace(slot: Slot, why: 'killed' | 'recycled' = 'killed', startFailures = 0): void {
     if (slot.state === 'dead') return;
     this.retire(slot);
     if (why === 'killed') this.counters.workersKilled++;
     else this.counters.workersRecycled++;
     if (this.closed) return;
     const killedAt = performance.now();
-    void this.spawnAt(this.slots.indexOf(slot)).then((fresh) =>
+    void this.spawnAt(this.slots.indexOf(slot), startFailures).then((fresh) =>
       fresh?.ready.then(
         () => {
           this.counters.lastReplacementMs = performance.now() - killedAt;
@@ -737,8 +739,8 @@ export class WorkerPool {
 
   /** Starts a Worker in pool position `index` (past the end: a new position); the Worker, or
    *  `undefined` when the pool closed meanwhile or none could be created. */
-  private spawnAt(index: number): Promise<Slot | undefined> {
-    return this.spawn().then(
+  private spawnAt(index: number, startFailures = 0): Promise<Slot | undefined> {
+    return this.spawn(startFailures).then(
       (fresh) => {
         if (this.closed) return void this.retire(fresh);
         if (index >= 0) this.slots[index] = fresh;

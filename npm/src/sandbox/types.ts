@@ -70,8 +70,9 @@ export interface SandboxOptions {
   /**
    * When Workers keep failing to start (three in a row), the sandbox leaves that position
    * empty (with no Worker left, it fails executions at once with `worker_start`) for this many
-   * ms; the next execution after that starts Workers in the empty positions again. 0: every
-   * execution after a failed start tries again (each may wait out a start). Default 30000.
+   * ms; the next execution after that starts Workers in the empty positions again, each with
+   * three starts of its own. 0: every execution after a failed start tries again (each may wait
+   * out the starts); `Infinity`: positions given up stay empty for good. Default 30000.
    */
   retryStartAfterMs?: number;
   /**
