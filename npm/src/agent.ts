@@ -11,6 +11,7 @@ import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/ty
 import type { Store } from './stores/types.js';
 import { hasLoneSurrogate } from './stores/values.js';
 import { DEFAULT_JUDGE_TIMEOUT_MS, judgeStream, MAX_JUDGE_TIMEOUT_MS } from './emergent/judge.js';
+import { ClosableStream } from './providers/closable.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
@@ -1408,34 +1409,38 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   const providerFailures = new Map<string, unknown>();
   const parsedOutputs = new Map<string, unknown>();
   // The agent's own model, whose failure ends a run (a judge's rejects a forge: `adaptJudge`).
+  // Its stream closed early (an answer past its bounds) aborts the provider's signal.
   const adapt = (provider: ModelProvider) => ({
     id: provider.id,
     stream(request: ModelRequest, runId: string): AsyncIterator<unknown> {
-      const start = () => provider.stream(request, { signal: signals.get(runId) })[Symbol.asyncIterator]();
       // Only a run's failure is handed on (see `besideEvents`); forges and calls outside runs
-      // (`direct_…`, or no id) have no run to fail, and their streams are left as they are.
-      if (runId === '' || runId.startsWith('direct_')) return start();
-      const remember = (error: unknown) => {
-        providerFailures.set(runId, error);
+      // (`direct_…`, or no id) have no run to fail.
+      const inRun = runId !== '' && !runId.startsWith('direct_');
+      const fail = (error: unknown): never => {
+        if (inRun) providerFailures.set(runId, error);
         throw error;
       };
-      let iterator: AsyncIterator<unknown>;
+      let stream: ClosableStream;
       try {
-        iterator = start();
+        stream = new ClosableStream(provider, request, signals.get(runId));
       } catch (error) {
-        return remember(error);
+        return fail(error);
       }
+      const failed = (error: unknown): never => {
+        stream.release();
+        return fail(error);
+      };
       return {
         next: () => {
           // A hand-written provider's `next` may throw, or return no promise (the core awaits either).
           try {
-            const step = iterator.next();
-            return isThenable(step) ? Promise.resolve(step).catch(remember) : step;
+            const step = stream.iterator.next();
+            return isThenable(step) ? Promise.resolve(step).then((result) => stream.read(result), failed) : stream.read(step);
           } catch (error) {
-            return remember(error);
+            return failed(error);
           }
         },
-        return: iterator.return && ((value?: unknown) => iterator.return!(value)),
+        return: (value?: unknown) => stream.close(value),
       };
     },
   });

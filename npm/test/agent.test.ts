@@ -807,6 +807,44 @@ describe('agent over an OpenAI-compatible server', () => {
     }
   });
 
+  test('an answer the core stops reading (past its bounds) aborts the provider\'s signal, and the server sees its request end', async () => {
+    // A raw SSE server: more tool calls than one response may hold, then silence, the
+    // connection left open (a model still writing).
+    const { createServer } = await import('node:http');
+    let requestClosed!: Promise<void>;
+    const raw = createServer((req, res) => {
+      requestClosed = new Promise((resolve) => res.once('close', resolve));
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let index = 0; index < 200; index++) {
+        const call = { index, id: `call_${index}`, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } };
+        res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { tool_calls: [call] } }] })}\n\n`);
+      }
+    });
+    await new Promise<void>((resolve) => raw.listen(0, '127.0.0.1', resolve));
+    try {
+      const baseURL = `http://127.0.0.1:${(raw.address() as import('node:net').AddressInfo).port}/v1`;
+      const real = openai({ baseURL, apiKey: 'none', model: 'm', retry: { maxRetries: 0 } });
+      let signal: AbortSignal | undefined;
+      const recording: ModelProvider = {
+        id: real.id,
+        stream: (request, options) => {
+          signal = options?.signal;
+          return real.stream(request, options);
+        },
+      };
+      const agent = await createAgent({ model: recording, tools: [weather] });
+      await assert.rejects(agent.run('weather everywhere?'), (e: unknown) => e instanceof CrucibleError && !(e instanceof AbortError));
+      assert.equal(signal?.aborted, true, "the provider's signal was aborted");
+      const late = new Promise((_, reject) => setTimeout(() => reject(new Error('the server never saw its request end')), 3000).unref());
+      await Promise.race([requestClosed, late]);
+      await agent.close();
+    } finally {
+      raw.closeAllConnections();
+      raw.close();
+    }
+  });
+
   test('breaking out of for await aborts the run: the tool it was running gets its signal, and the model is not asked again', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'wait', arguments: {} }] }, { text: 'never asked' });

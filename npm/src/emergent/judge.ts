@@ -6,6 +6,7 @@
  */
 
 import { CrucibleError } from '../errors.js';
+import { ClosableStream } from '../providers/closable.js';
 import type { ModelProvider, ModelRequest } from '../providers/types.js';
 
 /** A judge's `timeoutMs` when it sets none: the built-in providers' own default. */
@@ -20,13 +21,11 @@ export const MAX_JUDGE_TIMEOUT_MS = 2 ** 31 - 1;
  * the stream). The provider's signal then aborts, so
  * it can stop its work; its `next()` is raced, not awaited, so one that never settles, or
  * ignores the signal, is cut off all the same. `outer` (the forge's, run's or promotion's
- * signal) aborts the provider's signal too. `option` names the setting in the reason.
+ * signal) aborts the provider's signal too, and so does a close before the verdict finished
+ * (see {@link ClosableStream}). `option` names the setting in the reason.
  */
 export function judgeStream(provider: ModelProvider, request: ModelRequest, outer: AbortSignal | undefined, timeoutMs: number, option: string): AsyncIterator<unknown> {
-  const controller = new AbortController();
-  const onOuterAbort = () => controller.abort(outer?.reason);
-  if (outer?.aborted) controller.abort(outer.reason);
-  else outer?.addEventListener('abort', onOuterAbort, { once: true });
+  const stream = new ClosableStream(provider, request, outer);
   let timer: ReturnType<typeof setTimeout> | undefined;
   const expired = new Promise<never>((_resolve, reject) => {
     timer = setTimeout(() => {
@@ -34,7 +33,7 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
       // Rejected before the abort: a provider that rejects from its abort listener must not
       // win the race with an error that does not say why.
       reject(error);
-      controller.abort(error);
+      stream.controller.abort(error);
     }, timeoutMs);
   });
   // Read only when raced: a deadline that passes between two `next()` calls is not unhandled.
@@ -42,23 +41,14 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
   // The timer would keep a Node process alive for the rest of the deadline after the review.
   const settle = () => {
     clearTimeout(timer);
-    outer?.removeEventListener('abort', onOuterAbort);
+    stream.release();
   };
-  /** Whether the answer's `finish` chunk went by (the core reads no further). */
-  let finished = false;
-  let iterator: AsyncIterator<unknown>;
-  try {
-    iterator = provider.stream(request, { signal: controller.signal })[Symbol.asyncIterator]();
-  } catch (error) {
-    settle();
-    throw error;
-  }
   return {
     next: () => {
       let step: Promise<IteratorResult<unknown>>;
       try {
         // A hand-written provider's `next` may throw, or return no promise.
-        step = Promise.resolve(iterator.next());
+        step = Promise.resolve(stream.iterator.next());
       } catch (error) {
         settle();
         return Promise.reject(error);
@@ -66,8 +56,7 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
       return Promise.race([step, expired]).then(
         (result) => {
           if (result.done) settle();
-          else finished ||= (result.value as { type?: unknown } | undefined)?.type === 'finish';
-          return result;
+          return stream.read(result);
         },
         (error: unknown) => {
           settle();
@@ -77,11 +66,7 @@ export function judgeStream(provider: ModelProvider, request: ModelRequest, oute
     },
     return: (value?: unknown) => {
       settle();
-      // Closed before the answer finished (it outgrew a verdict): a provider with no `return`,
-      // or one busy in a `next` that `return` waits behind, learns it from its signal. After
-      // the finish its work is done, and its signal is left alone.
-      if (!finished) controller.abort();
-      return iterator.return ? iterator.return(value) : Promise.resolve({ done: true as const, value });
+      return stream.close(value);
     },
   };
 }
