@@ -123,6 +123,29 @@ test('a paused run is resumed once: a second resume, at once or later, is invali
   await agent.close();
 });
 
+test('runs paused before a restart and resumed after it keep what the new process added to their session, and bring their own conversation once', async () => {
+  server.reset();
+  const store = memoryStore();
+  const model = openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm' });
+  const before = await createAgent({ model, tools: [approvedRefund([])], store });
+  server.enqueue({ text: 'my secret is 1234' }, { toolCalls: [{ name: 'refund', arguments: { order: 42 } }] }, { toolCalls: [{ name: 'refund', arguments: { order: 43 } }] });
+  await before.run('remember this');
+  const paused = [await before.run('Refund order 42'), await before.run('Refund order 43')];
+  assert.deepEqual(paused.map((p) => p.status), ['paused', 'paused']);
+  await before.close();
+
+  // The restart: a new agent over the same store, whose session starts afresh.
+  const after = await createAgent({ model, tools: [approvedRefund([])], store });
+  server.enqueue({ text: 'hello' }, { text: 'Refunded 42.' }, { text: 'Refunded 43.' }, { text: 'done' });
+  await after.run('hi');
+  for (const p of paused) assert.equal((await after.resume(p.runId, { approvals: [{ id: p.pendingApprovals[0]!.id, approved: true }] })).status, 'completed');
+  await after.run('what now');
+  const inputs = (messages: Array<{ role: string; content?: unknown }>) => messages.filter((m) => m.role === 'user').map((m) => m.content);
+  assert.deepEqual(inputs(server.requests.at(-1)!.messages), ['hi', 'remember this', 'Refund order 42', 'Refund order 43', 'what now']);
+  assert.deepEqual(inputs(after.history() as Array<{ role: string; content?: unknown }>), ['hi', 'remember this', 'Refund order 42', 'Refund order 43', 'what now']);
+  await after.close();
+});
+
 test('a state object resumed under another run id is invalid_resume: nothing runs, and the run still resumes', async () => {
   const executed: number[] = [];
   const refund = approvedRefund(executed);
