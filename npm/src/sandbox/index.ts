@@ -10,7 +10,7 @@
  * Runtime files: `dist/sandbox/worker.js` (loaded as a Worker next to this module) and
  * `wasm/crucible_sandbox_bg.wasm` (two directories up); both can be overridden in the options.
  */
-import { describeType, isRecord, MAX_TIMER_MS, SandboxError } from '../errors.js';
+import { describeType, describeValue, isRecord, MAX_TIMER_MS, SandboxError } from '../errors.js';
 import { guardedFetch } from './guarded-fetch.js';
 import { isNode, loadSandboxModule, WorkerPool } from './pool.js';
 import type { Sandbox, SandboxOptions } from './types.js';
@@ -30,6 +30,15 @@ export function sandboxLimits(options: SandboxOptions) {
   if (!(typeof memoryMB === 'number' && memoryMB >= 32 && memoryMB <= 4096)) throw new SandboxError('memoryMB must be between 32 and 4096');
   if (!(Number.isInteger(poolSize) && poolSize >= 1)) throw new SandboxError('poolSize must be a positive integer');
   if (!(Number.isInteger(maxQueued) && maxQueued >= 0)) throw new SandboxError('maxQueued must be a whole number (0: never wait for a Worker)');
+  if (options.lazy !== undefined && typeof options.lazy !== 'boolean') throw new SandboxError(`lazy must be true or false, got ${describeType(options.lazy)}`);
+  // Workers that start on demand can be retired when idle; an eager pool was asked to keep them ready.
+  const idleTimeoutMs = options.idleTimeoutMs ?? (options.lazy ? 60_000 : Infinity);
+  if (!(typeof idleTimeoutMs === 'number' && ((idleTimeoutMs > 0 && idleTimeoutMs <= MAX_TIMER_MS) || idleTimeoutMs === Infinity))) {
+    throw new SandboxError(`idleTimeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS}) or Infinity, got ${describeValue(idleTimeoutMs)}`);
+  }
+  if (!options.lazy && idleTimeoutMs !== Infinity) {
+    throw new SandboxError('idleTimeoutMs retires the Workers of a lazy sandbox (lazy: true); an eager one keeps its poolSize Workers ready');
+  }
   const allowlist = options.fetchDomainAllowlist ?? [];
   // A string here would be spread into one "host" per character.
   // Array.from: a hole of a sparse array is an entry too (every() skips holes).
@@ -46,7 +55,7 @@ export function sandboxLimits(options: SandboxOptions) {
       );
     }
   }
-  return { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist: [...allowlist] };
+  return { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist: [...allowlist] };
 }
 
 /**
@@ -77,8 +86,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   if (!isRecord(options as unknown)) {
     throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${describeType(options)}`);
   }
-  const { timeoutMs, memoryMB, poolSize, maxQueued, fetchDomainAllowlist } = sandboxLimits(options);
-  if (options.lazy !== undefined && typeof options.lazy !== 'boolean') throw new SandboxError(`lazy must be true or false, got ${describeType(options.lazy)}`);
+  const { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist } = sandboxLimits(options);
   const retry = options.retryStartAfterMs;
   // Infinity (never start them again) is compared, never handed to a timer.
   if (retry !== undefined && !(typeof retry === 'number' && retry >= 0)) {
@@ -111,6 +119,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     fetch: fetchImpl,
     startTimeoutMs: options.startTimeoutMs ?? 20_000,
     retryStartAfterMs: options.retryStartAfterMs ?? 30_000,
+    idleTimeoutMs,
   });
   try {
     if (!options.lazy) await pool.start();

@@ -150,6 +150,8 @@ interface Slot {
   state: 'starting' | 'idle' | 'busy' | 'dead';
   ready: Promise<void>;
   job: Job | undefined;
+  /** The running execution's deadline, or an idle Worker's `idleTimeoutMs` (a Worker is never
+   *  both busy and idle, and `retire` clears either). */
   timer: ReturnType<typeof setTimeout> | undefined;
   /** The running execution's fetches on the host; dropped (and aborted) when it ends. */
   fetches: HostFetches | undefined;
@@ -188,6 +190,9 @@ export interface PoolConfig {
   /** How long a pool whose Workers kept failing to start fails executions at once before an
    *  execution tries to start them again. */
   retryStartAfterMs: number;
+  /** How long a Worker may stay idle before it is terminated; an execution that finds no idle
+   *  Worker then starts it again (see {@link WorkerPool.wake}). `Infinity`: never. */
+  idleTimeoutMs: number;
 }
 
 /** Share of the room a Worker had after startup past which it is replaced after an execution
@@ -227,6 +232,11 @@ export class WorkerPool {
   private readonly vacant = new Set<number>();
   /** When a position was last left empty. */
   private vacatedAt = 0;
+  /** Pool positions whose Worker was retired after `idleTimeoutMs` idle (no failure: nothing
+   *  counts against starts), started again by {@link wake}. */
+  private readonly retired = new Set<number>();
+  /** Workers {@link wake} started that have not yet reported ready (or failed). */
+  private waking = 0;
   /** Whether the Workers were asked to start (by `start`, or by the first execution). */
   private started = false;
   /** Started by an execution (`lazy`), not by `start`. */
@@ -235,7 +245,7 @@ export class WorkerPool {
   private everReady = false;
   /** Number of the current on-demand start: Workers of a start that failed are not kept. */
   private attempt = 0;
-  private readonly counters: SandboxStats = { workersStarted: 0, workersKilled: 0, workersRecycled: 0, lastReplacementMs: undefined };
+  private readonly counters: Omit<SandboxStats, 'workers'> = { workersStarted: 0, workersKilled: 0, workersRecycled: 0, workersRetired: 0, lastReplacementMs: undefined };
   /**
    * Workers being terminated, and Workers being created (a closed pool terminates each as soon
    * as it exists): `close()` waits for all of them, so a closed sandbox has no thread left
@@ -292,7 +302,7 @@ export class WorkerPool {
   }
 
   stats(): SandboxStats {
-    return { ...this.counters };
+    return { ...this.counters, workers: this.slots.filter((s) => s.state !== 'dead').length };
   }
 
   execute(request: SandboxRequest, options?: ExecuteOptions): Promise<SandboxResult> {
@@ -386,9 +396,10 @@ export class WorkerPool {
     }
     // A flood of executions (many runs, each with many calls) must not pile up without bound:
     // each waiting job holds its request, and the last would wait behind all the others. Until
-    // a Worker was ever ready (a lazy pool's first start), the pool's Workers count as free.
+    // a Worker was ever ready (a lazy pool's first start), the pool's Workers count as free;
+    // after, the ones retired for idleness and being started again (see wake) do.
     const idle = this.slots.some((s) => s.state === 'idle');
-    if (!idle && this.queued >= this.config.maxQueued + (this.everReady ? 0 : this.config.poolSize)) {
+    if (!idle && this.queued >= this.config.maxQueued + (this.everReady ? this.retired.size + this.waking : this.config.poolSize)) {
       return refuse(
         failure('error', 'queue_full', `${this.queued} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
       );
@@ -413,8 +424,27 @@ export class WorkerPool {
     group.queue.push(job);
     this.queued++;
     this.startOnDemand();
+    this.wake();
     this.pump();
     return job;
+  }
+
+  /**
+   * Starts Workers again in the positions retired for idleness, when an execution finds no
+   * idle Worker: as a lazy pool's first execution starts its Workers, and through the path a
+   * replacement takes (a Worker that then fails to start counts as any failed start does).
+   */
+  private wake(): void {
+    if (this.retired.size === 0 || this.slots.some((s) => s.state === 'idle')) return;
+    const positions = [...this.retired];
+    this.retired.clear();
+    const woken = () => void this.waking--;
+    for (const index of positions) {
+      this.waking++;
+      this.spawnAt(index)
+        .then((fresh) => fresh?.ready)
+        .then(woken, woken);
+    }
   }
 
   /** Ends `job` as aborted: dropped from the queue, or its Worker terminated and replaced
@@ -534,7 +564,7 @@ export class WorkerPool {
           this.everReady = true;
           markReady();
           this.pump();
-          if (slot.state === 'idle') handle.setBusy(false);
+          this.rest(slot);
           return;
         case 'init-error':
           clearTimeout(startTimer);
@@ -572,6 +602,7 @@ export class WorkerPool {
       if (!job) return;
       slot.state = 'busy';
       slot.job = job;
+      clearTimeout(slot.timer);
       slot.timer = setTimeout(() => this.onDeadline(slot), this.config.timeoutMs);
       slot.handle.setBusy(true);
       slot.handle.post({ type: 'execute', id: job.id, request: job.request });
@@ -592,10 +623,33 @@ export class WorkerPool {
     slot.job = undefined;
     dropFetches(slot);
     slot.state = 'idle';
-    slot.handle.setBusy(false);
     job.resolve(result);
     if (memoryBytes > recycleThresholdBytes(this.config.memoryMB)) this.replace(slot, 'recycled');
     this.pump();
+    this.rest(slot);
+  }
+
+  /** A Worker left with nothing to run: it no longer keeps the process alive, and is retired
+   *  after `idleTimeoutMs` unless an execution takes it first. The timer does not keep the
+   *  process alive either (in Node; browsers have nothing to unref). */
+  private rest(slot: Slot): void {
+    if (slot.state !== 'idle') return;
+    slot.handle.setBusy(false);
+    if (this.config.idleTimeoutMs === Infinity) return;
+    clearTimeout(slot.timer);
+    slot.timer = setTimeout(() => this.retireIdle(slot), this.config.idleTimeoutMs);
+    (slot.timer as { unref?: () => void }).unref?.();
+  }
+
+  /** Terminates a Worker that stayed idle for `idleTimeoutMs` and leaves its position to
+   *  {@link wake}. An execution given it meanwhile made it busy and cleared this timer; the
+   *  state is checked all the same, as a due timer's callback may already be queued. */
+  private retireIdle(slot: Slot): void {
+    const index = this.slots.indexOf(slot);
+    if (slot.state !== 'idle' || this.closed || index < 0) return;
+    this.retire(slot);
+    this.counters.workersRetired++;
+    this.retired.add(index);
   }
 
   private onDeadline(slot: Slot): void {

@@ -49,6 +49,15 @@ export interface SandboxOptions {
    */
   lazy?: boolean;
   /**
+   * A lazy sandbox's Worker idle for this many ms is terminated, and its memory returned; an
+   * execution that finds no idle Worker starts the retired ones again (as the first execution
+   * does) and waits for them. Default 60000 for a lazy sandbox; `Infinity` keeps the Workers
+   * until `close()`. Must be positive (at most 2147483647) or `Infinity`: 0 would start a
+   * Worker for nearly every execution. An eager sandbox (not `lazy`) keeps its `poolSize`
+   * Workers ready: a finite value there is refused. The timers do not keep a Node process alive.
+   */
+  idleTimeoutMs?: number;
+  /**
    * Executions that may wait for a free Worker. One past it ends at once with
    * `status: 'error'`, `error.code: 'queue_full'` instead of waiting behind all the others
    * (waiting does not count against `timeoutMs`). Default 256. Waiting executions take free
@@ -115,6 +124,11 @@ export interface SandboxStats {
   /** Workers replaced after a successful execution because their memory had grown past half
    *  the room they started with (some engine state outlives executions; see `memoryMB`). */
   workersRecycled: number;
+  /** Workers terminated after `idleTimeoutMs` without an execution. */
+  workersRetired: number;
+  /** Workers the sandbox has now: starting, idle or running (not the retired, replaced or
+   *  closed ones, whose threads are exiting or gone). */
+  workers: number;
   /** Milliseconds from the last kill until its replacement was ready. */
   lastReplacementMs: number | undefined;
 }
@@ -131,5 +145,6 @@ export interface Sandbox {
   /** Ends the executions waiting or running (`closed`) and stops the Workers; resolves once
    *  their threads have exited (in Node; browsers do not tell when a Worker is gone). */
   close(): Promise<void>;
+  /** The pool's counters, and how many Workers it has now (for diagnostics and benchmarks). */
   stats(): SandboxStats;
 }
