@@ -196,6 +196,10 @@ export interface EmergentOptions {
   sandboxTimeoutMs?: number;
   /** Memory budget of the sandbox instance (default 128). Default sandbox only, as above. */
   sandboxMemoryMB?: number;
+  /** How long a Worker of the default sandbox may stay idle before it is terminated (default
+   *  60000; `Infinity`: kept until `close()`); the next forged code to run starts it again.
+   *  Default sandbox only, as above. */
+  sandboxIdleTimeoutMs?: number;
   /** A session tool is promoted to the agent tier after `uses` successful calls (default 5)
    *  when its creation verdict's confidence is above `confidence` (default 0.8; equal is not
    *  enough). */
@@ -237,7 +241,7 @@ const SESSION_HISTORY_KINDS: Readonly<Record<keyof SessionHistoryOptions, Option
 const SESSION_HISTORY_NAMES: ReadonlySet<string> = new Set(Object.keys(SESSION_HISTORY_KINDS));
 const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
   Object.keys({
-    enabled: true, judge: true, promotionJudge: true, maxSessionTools: true, maxAgentTools: true, sandboxTimeoutMs: true, sandboxMemoryMB: true,
+    enabled: true, judge: true, promotionJudge: true, maxSessionTools: true, maxAgentTools: true, sandboxTimeoutMs: true, sandboxMemoryMB: true, sandboxIdleTimeoutMs: true,
     promotionThreshold: true, autoPromote: true, promotionRetryUses: true, allowedSandboxAPIs: true, fetchDomainAllowlist: true,
     persistSandboxSource: true, sandbox: true, statsFlushEvery: true, auditCapacity: true,
   } satisfies Record<keyof EmergentOptions, true>),
@@ -1510,12 +1514,12 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   }
   const em = options.emergent;
   // Validated before anything is claimed or started: a bad combination is a config error.
-  const defaultOnly = em?.enabled ? (['sandboxTimeoutMs', 'sandboxMemoryMB', 'fetchDomainAllowlist'] as const).filter((k) => em[k] !== undefined) : [];
+  const defaultOnly = em?.enabled ? (['sandboxTimeoutMs', 'sandboxMemoryMB', 'sandboxIdleTimeoutMs', 'fetchDomainAllowlist'] as const).filter((k) => em[k] !== undefined) : [];
   if (em?.sandbox && defaultOnly.length > 0) {
     // Limits given next to a sandbox of the caller's own would be silently ignored.
     throw new CrucibleError(
       'invalid_config',
-      `emergent.${defaultOnly.join(', ')} configure the default sandbox; with your own emergent.sandbox, set its limits where you create it (createSandbox({ timeoutMs, memoryMB, fetchDomainAllowlist }))`,
+      `emergent.${defaultOnly.join(', ')} configure the default sandbox; with your own emergent.sandbox, set its limits where you create it (createSandbox({ timeoutMs, memoryMB, idleTimeoutMs, fetchDomainAllowlist }))`,
     );
   }
   refuseUnknownSandboxApis(em?.allowedSandboxAPIs);
@@ -1525,7 +1529,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     let emergent: Record<string, unknown> | undefined;
     if (em?.enabled) {
       sandbox = em.sandbox ?? (await defaultSandbox(em));
-      const { judge, promotionJudge, sandbox: _s, ...rest } = em;
+      // The idle timeout is the host pool's alone: the core has no use for it.
+      const { judge, promotionJudge, sandbox: _s, sandboxIdleTimeoutMs: _i, ...rest } = em;
       const judgeModel = judge ? adaptJudge(judge, 'judge') : undefined;
       emergent = {
         config: stripUndefined({ ...rest }),
@@ -1578,18 +1583,25 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   }
 }
 
+/** `createSandbox`'s limits by the names `createAgent` takes them under. */
+const AGENT_NAMES_OF_SANDBOX_LIMITS: ReadonlyMap<string, string> = new Map([
+  ['timeoutMs', 'sandboxTimeoutMs'],
+  ['memoryMB', 'sandboxMemoryMB'],
+  ['idleTimeoutMs', 'sandboxIdleTimeoutMs'],
+]);
+
 /** The default sandbox: a Worker pool with the agent's limits, loaded only when emergent
  * capabilities are enabled (a separate chunk for bundlers). Its Workers (about 28 MB each)
  * start with the first forged code that runs: many agents never run any. */
 async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
   const { createSandbox, sandboxLimits } = await import('./sandbox/index.js');
-  const options = { timeoutMs: em.sandboxTimeoutMs, memoryMB: em.sandboxMemoryMB, fetchDomainAllowlist: em.fetchDomainAllowlist, lazy: true };
+  const options = { timeoutMs: em.sandboxTimeoutMs, memoryMB: em.sandboxMemoryMB, idleTimeoutMs: em.sandboxIdleTimeoutMs, fetchDomainAllowlist: em.fetchDomainAllowlist, lazy: true };
   // A limit the sandbox refuses is a bad option of createAgent's, named as the caller wrote it.
   try {
     sandboxLimits(options);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
-    const named = message.replace(/^(timeoutMs|memoryMB)\b/, (name) => (name === 'timeoutMs' ? 'sandboxTimeoutMs' : 'sandboxMemoryMB'));
+    const named = message.replace(/^\w+/, (word) => AGENT_NAMES_OF_SANDBOX_LIMITS.get(word) ?? word);
     throw new CrucibleError('invalid_config', `createAgent: emergent.${named}`, { cause: error });
   }
   return createSandbox(options);

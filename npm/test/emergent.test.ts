@@ -1085,6 +1085,24 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test("an agent's default sandbox retires Workers idle for sandboxIdleTimeoutMs, and its next forged code starts them again (Linux: its threads)", { skip: process.platform !== 'linux' }, async () => {
+    const { readdirSync } = await import('node:fs');
+    const threads = () => readdirSync('/proc/self/task').length;
+    await collectGarbage();
+    const before = threads();
+    const agent = await makeAgent(memoryStore(), { sandboxIdleTimeoutMs: 300 }, 'retires-idle-workers');
+    try {
+      assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success, 'the forge ran its tests in the default sandbox');
+      assert.ok(threads() > before, 'the default sandbox runs Workers');
+      for (let i = 0; i < 100 && threads() > before; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.ok(threads() <= before, `${threads() - before} threads are left 5 s after the sandbox went idle`);
+      assert.deepEqual(await agent.tools.call('slugify', { text: 'Hi There' }, { sessionId: 's1' }), { slug: 'hi-there' }, 'the next call starts a Worker again');
+      assert.ok(threads() > before, 'and it stays until idle again');
+    } finally {
+      await agent.close();
+    }
+  });
+
   test('a sandbox with no room is sandbox_unavailable: a call says so by its code, and a forge it could not test is not counted against the code', async () => {
     const { createSandbox } = await import('../src/sandbox/index.js');
     const full = await createSandbox({ poolSize: 1, maxQueued: 1, timeoutMs: 20_000 });
@@ -1116,6 +1134,7 @@ describe('emergent options and edge cases through createAgent', () => {
     const own = await createSandbox({ timeoutMs: 1000 });
     try {
       await assert.rejects(makeAgent(memoryStore(), { sandbox: own, sandboxTimeoutMs: 50 }), { code: 'invalid_config', message: /sandboxTimeoutMs/ });
+      await assert.rejects(makeAgent(memoryStore(), { sandbox: own, sandboxIdleTimeoutMs: 1000 }), { code: 'invalid_config', message: /emergent\.sandboxIdleTimeoutMs configure the default sandbox.*idleTimeoutMs/ });
       const agent = await makeAgent(memoryStore(), { sandbox: own });
       assert.ok((await agent.forge(slugify)).success, 'your own sandbox runs the tests');
       await agent.close();
@@ -1130,6 +1149,8 @@ describe('emergent options and edge cases through createAgent', () => {
       [{ sandboxMemoryMB: 16 }, /emergent\.sandboxMemoryMB/],
       [{ sandboxMemoryMB: 8192 }, /emergent\.sandboxMemoryMB/],
       [{ sandboxTimeoutMs: 0 }, /emergent\.sandboxTimeoutMs/],
+      [{ sandboxIdleTimeoutMs: 0 }, /emergent\.sandboxIdleTimeoutMs must be a positive number of milliseconds \(at most 2147483647\) or Infinity, got 0/],
+      [{ sandboxIdleTimeoutMs: '60000' }, /emergent\.sandboxIdleTimeoutMs must be a positive number.*got "60000"/],
       [{ fetchDomainAllowlist: 'api.example.com' }, /emergent\.fetchDomainAllowlist/],
       // A URL for a host: read as one, it would be the host `https`.
       [{ fetchDomainAllowlist: ['https://api.example.com'] }, /emergent\.fetchDomainAllowlist entry "https:\/\/api\.example\.com" is not a host name/],

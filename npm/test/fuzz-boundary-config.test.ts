@@ -18,7 +18,7 @@ test('createAgent builds a serving agent or refuses its options with a typed err
   const value = fc.oneof({ weight: 3, arbitrary: anyInput }, { weight: 2, arbitrary: oddNumber }, { weight: 1, arbitrary: fc.constant(undefined) });
   const agentOptions = ['instructions', 'tools', 'maxTurns', 'maxSteps', 'maxParallelTools', 'maxResultBytes', 'returns', 'maxOutputRetries', 'temperature', 'maxTokens', 'toolChoice', 'resetToolChoice', 'store', 'agentId', 'emergent'];
   const emergentOptions = [
-    'enabled', 'judge', 'promotionJudge', 'maxSessionTools', 'maxAgentTools', 'sandboxTimeoutMs', 'sandboxMemoryMB', 'promotionThreshold', 'autoPromote', 'promotionRetryUses', 'allowedSandboxAPIs',
+    'enabled', 'judge', 'promotionJudge', 'maxSessionTools', 'maxAgentTools', 'sandboxTimeoutMs', 'sandboxMemoryMB', 'sandboxIdleTimeoutMs', 'promotionThreshold', 'autoPromote', 'promotionRetryUses', 'allowedSandboxAPIs',
     'fetchDomainAllowlist', 'persistSandboxSource', 'sandbox', 'statsFlushEvery', 'auditCapacity',
   ];
   // Options a dictionary of odd values rarely hits: schemas and tools that do not compile,
@@ -30,7 +30,7 @@ test('createAgent builds a serving agent or refuses its options with a typed err
     { tools: [{ ...upper, inputSchema: { type: 'object', properties: { text: { pattern: '(' } } } }] }, { tools: [{ name: 'x', execute: () => 1 }] },
     { tools: [{ ...upper, outputSchema: { $ref: '#/nope' } }] }, { tools: [{ ...upper, needsApproval: 'yes' }] },
     { agentId: '' }, { agentId: 'a/b' }, { agentId: 'x'.repeat(129) }, { agentId: '\ud800' }, { instructions: 'x'.repeat(2_000_000) },
-    { emergent: { enabled: true, judge: { model: approvingJudge }, sandbox: { execute: 5 } } }, { emergent: { enabled: true, sandboxMemoryMB: 1 } }, { emergent: { enabled: true, sandboxTimeoutMs: -1 } },
+    { emergent: { enabled: true, judge: { model: approvingJudge }, sandbox: { execute: 5 } } }, { emergent: { enabled: true, sandboxMemoryMB: 1 } }, { emergent: { enabled: true, sandboxTimeoutMs: -1 } }, { emergent: { enabled: true, sandboxIdleTimeoutMs: 0 } },
     { emergent: { enabled: true, allowedSandboxAPIs: ['fetch', 'eval'] } }, { emergent: { enabled: true, promotionThreshold: { uses: -1, confidence: 2 } } },
     { emergent: { enabled: true, judge: { model: approvingJudge, maxTokens: 0 } } }, { emergent: { enabled: true, fetchDomainAllowlist: ['*.example.com', 'https://x', 'a:b:c'] } },
     { emergent: { enabled: true, statsFlushEvery: 0, auditCapacity: 0, maxSessionTools: 0 } },
