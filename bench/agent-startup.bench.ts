@@ -11,30 +11,12 @@
  * Env: BENCH_AGENTS (default 10).
  */
 
-import { createAgent, createSandbox, type Agent, type ModelProvider } from '../npm/src/node.js';
-import { SLUGIFY_FORGE, verdictReply } from '../npm/test/support/forge-fixtures.js';
+import { createAgent, createSandbox, type Agent } from '../npm/src/node.js';
+import { SLUGIFY_FORGE } from '../npm/test/support/forge-fixtures.js';
+import { judge, model, rssMB, settle } from './memory-support.js';
 
 const agentCount = Number(process.env.BENCH_AGENTS ?? 10);
 
-/** A model double: every request gets one text reply. */
-const answering = (text: string): ModelProvider => ({
-  id: 'double',
-  async *stream() {
-    yield { type: 'text', delta: text };
-    yield { type: 'finish', finishReason: 'stop' };
-  },
-});
-const model = answering('ok');
-const judge = { model: answering(String(verdictReply(true).text)) };
-
-const gc = (globalThis as { gc?: () => void }).gc;
-const settle = async () => {
-  for (let i = 0; i < 3; i++) {
-    gc?.();
-    await new Promise((r) => setTimeout(r, 200));
-  }
-};
-const rssMB = () => process.memoryUsage().rss / 1e6;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function measure(label: string, emergent: Parameters<typeof createAgent>[0]['emergent']) {

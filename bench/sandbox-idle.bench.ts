@@ -11,31 +11,13 @@
  * forging takes, so no agent's Workers retire before all have forged).
  */
 
-import { createAgent, type Agent, type ModelProvider } from '../npm/src/node.js';
-import { SLUGIFY_FORGE, verdictReply } from '../npm/test/support/forge-fixtures.js';
+import { createAgent, type Agent } from '../npm/src/node.js';
+import { SLUGIFY_FORGE } from '../npm/test/support/forge-fixtures.js';
+import { judge, model, rssMB, settle } from './memory-support.js';
 
 const agentCount = Number(process.env.BENCH_AGENTS ?? 10);
 const idleMs = Number(process.env.BENCH_IDLE_MS ?? 10_000);
 
-/** A model double: every request gets one text reply. */
-const answering = (text: string): ModelProvider => ({
-  id: 'double',
-  async *stream() {
-    yield { type: 'text', delta: text };
-    yield { type: 'finish', finishReason: 'stop' };
-  },
-});
-const model = answering('ok');
-const judge = { model: answering(String(verdictReply(true).text)) };
-
-const gc = (globalThis as { gc?: () => void }).gc;
-const settle = async () => {
-  for (let i = 0; i < 3; i++) {
-    gc?.();
-    await new Promise((r) => setTimeout(r, 200));
-  }
-};
-const rssMB = () => process.memoryUsage().rss / 1e6;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** RSS added by the agents (MB): after each forged once, and `idleMs` + 1 s later. */
