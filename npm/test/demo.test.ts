@@ -168,11 +168,35 @@ describeInBrowser('demo page in Chromium', () => {
   }
 
   /** A page in a context of its own whose agent has emergent capabilities, the mock model reset. */
-  async function openEmergent(): Promise<Opened> {
-    const opened = await open();
+  async function openEmergent(query: Record<string, string> = {}): Promise<Opened> {
+    const opened = await open(query);
     await assertEmergent(opened.page);
     mock.reset();
     return opened;
+  }
+
+  /** Forges slugify with the example button, exports it, and pastes its package for import. */
+  async function exportExampleToImport(page: Page): Promise<void> {
+    await forgeExample(page);
+    await page.click('#registry-list [data-tool="slugify"]');
+    await page.click('#registry-detail [data-action="export"]');
+    await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
+    await page.fill('#import-text', await page.inputValue('#export-text'));
+  }
+
+  /** slugify v1 from the example button, then v2 forged by a chat run. */
+  async function forgeTwoVersions(page: Page): Promise<void> {
+    await page.click('#forge-example');
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    await send(page, 'Make a slug of this');
+    await page.waitForFunction(() => /v2/.test(document.querySelector('#registry-list [data-tool="slugify"]')?.textContent ?? ''), undefined, { timeout: 30_000 });
+    await lastAgentStatus(page, 'done');
+  }
+
+  /** Forges slugify with the example button and waits for it in the session tier. */
+  async function forgeExample(page: Page): Promise<void> {
+    await page.click('#forge-example');
+    await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="session"]', { timeout: 60_000 });
   }
 
   async function waitReady(page: Page): Promise<{ emergent: boolean; error?: string }> {
@@ -741,16 +765,10 @@ describeInBrowser('demo page in Chromium', () => {
   });
 
   test('a refresh keeps what a person is doing: the focus and caret in a deny reason, an open Schemas disclosure, a picked version', async () => {
-    const { page, errors } = await open();
-    await assertEmergent(page);
-    mock.reset();
+    const { page, errors } = await openEmergent();
     const item = '#registry-list [data-tool="slugify"]';
-    await page.click('#forge-example');
-    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
     // Two more versions, so the detail offers two to roll back to: v1 first, v2 picked.
-    await send(page, 'Make a slug of this');
-    await page.waitForFunction((sel) => /v2/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
-    await lastAgentStatus(page, 'done');
+    await forgeTwoVersions(page);
     await send(page, 'Make me a slug tool with underscores');
     await page.waitForFunction((sel) => /v3/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
     await lastAgentStatus(page, 'done');
@@ -791,12 +809,9 @@ describeInBrowser('demo page in Chromium', () => {
   });
 
   test('a double click on Demote demotes one tier, and the page says "done" (not the tool\'s status)', async () => {
-    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
-    await assertEmergent(page);
-    mock.reset();
+    const { page, errors } = await openEmergent({ promotionUses: '0', autoPromote: '0' });
     const item = '#registry-list [data-tool="slugify"]';
-    await page.click('#forge-example');
-    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    await forgeExample(page);
     // session → agent → shared (approved by the human).
     await page.click(item);
     await page.selectOption('#promote-tier', 'agent');
@@ -819,12 +834,9 @@ describeInBrowser('demo page in Chromium', () => {
   });
 
   test('a promotion whose panel does not answer can be stopped; nothing is recorded and it can be asked again', async () => {
-    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
-    await assertEmergent(page);
-    mock.reset();
+    const { page, errors } = await openEmergent({ promotionUses: '0', autoPromote: '0' });
     const item = '#registry-list [data-tool="slugify"]';
-    await page.click('#forge-example');
-    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
+    await forgeExample(page);
     // The panel's reviewers (a slow local model, say) take a minute.
     mock.setResponder((request) =>
       request.toolNames.length === 0 && request.messages.some((m) => /reviewer of a promotion panel/.test(m.content ?? '')) ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : scriptedModel(request),
@@ -849,15 +861,9 @@ describeInBrowser('demo page in Chromium', () => {
   });
 
   test('above the session tier, the rollback picker offers only versions that passed that tier\'s review', async () => {
-    const { page, errors } = await open({ promotionUses: '0', autoPromote: '0' });
-    await assertEmergent(page);
-    mock.reset();
+    const { page, errors } = await openEmergent({ promotionUses: '0', autoPromote: '0' });
     const item = '#registry-list [data-tool="slugify"]';
-    await page.click('#forge-example');
-    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
-    await send(page, 'Make a slug of this');
-    await page.waitForFunction((sel) => /v2/.test(document.querySelector(sel)?.textContent ?? ''), item, { timeout: 30_000 });
-    await lastAgentStatus(page, 'done');
+    await forgeTwoVersions(page);
     await page.click(item);
     const offered = () => page.$$eval('#rollback-version option', (els) => els.map((e) => (e as HTMLOptionElement).value));
     assert.deepEqual(await offered(), ['1'], 'in the session, every kept version');
@@ -1056,12 +1062,7 @@ describeInBrowser('demo page in Chromium', () => {
   test('a double click on Import imports the package once', async () => {
     const { page, errors } = await openEmergent();
     const item = '#registry-list [data-tool="slugify"]';
-    await page.click('#forge-example');
-    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
-    await page.click(item);
-    await page.click('#registry-detail [data-action="export"]');
-    await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
-    await page.fill('#import-text', await page.inputValue('#export-text'));
+    await exportExampleToImport(page);
     const judgedBefore = mock.requests.filter((r) => r.toolNames.length === 0).length;
     await page.dblclick('#import-button');
     await page.waitForFunction(() => /^Imported/.test(document.querySelector('#import-status')?.textContent ?? ''), undefined, { timeout: 30_000 });
@@ -1074,12 +1075,7 @@ describeInBrowser('demo page in Chromium', () => {
   test('an import whose judge does not answer can be stopped, and nothing is recorded', async () => {
     const { page, errors } = await openEmergent();
     const item = '#registry-list [data-tool="slugify"]';
-    await page.click('#forge-example');
-    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 60_000 });
-    await page.click(item);
-    await page.click('#registry-detail [data-action="export"]');
-    await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
-    await page.fill('#import-text', await page.inputValue('#export-text'));
+    await exportExampleToImport(page);
     assert.equal(await page.isVisible('#import-stop'), false, 'no Stop before an import');
     mock.setResponder((request) => (request.toolNames.length === 0 ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : scriptedModel(request)));
     try {
