@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::future::Future as _;
 use std::rc::Rc;
 
 use crucible::agent::EventBody;
@@ -551,7 +552,7 @@ fn an_unanswered_automatic_promotion_is_held_off_but_an_explicit_request_asks_ag
 }
 
 #[test]
-fn an_automatic_promotion_asks_its_panel_under_the_run_id_of_the_call_that_started_it() {
+fn without_a_background_executor_an_automatic_promotion_runs_in_its_call_under_the_call_s_run_id() {
     let config = EmergentConfig { auto_promote: true, ..promo_config() };
     let panel = approving_judge();
     let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
@@ -615,6 +616,103 @@ fn a_cancelled_promotion_fails_aborted_and_records_nothing() {
     assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
     let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
     assert_eq!(out.status, PromotionStatus::Promoted, "{out:?}");
+}
+
+/// A rig that promotes by itself in the background of `env`, with `slugify` forged in `s1`
+/// and used twice (one use short of the threshold), and a panel that answers when its gate opens.
+fn background_rig() -> (Rig, Rc<SpawningEnvironment>, Rc<GatedJudge>) {
+    let env = Rc::new(SpawningEnvironment::default());
+    let panel = GatedJudge::new(approving_judge());
+    let memory = Rc::new(MemoryStore::new());
+    let judge: Rc<dyn crucible::model::Model> = approving_judge();
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let r = rig_in(env.clone(), "agent1", config, Some(judge), Some(panel.clone()), memory.clone(), memory);
+    r.registry.set_background_run_id("background_1");
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    (r, env, panel)
+}
+
+/// The call's result when it finished without waiting for anything outside it (the executor
+/// never runs here: a call that waits for a review would never finish).
+fn call_now(r: &Rig, run_id: &str) -> serde_json::Value {
+    let call = std::pin::pin!(r.registry.call_as("slugify", json!({ "text": "A b" }), "s1", run_id, Default::default()));
+    match call.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(out) => out.unwrap(),
+        std::task::Poll::Pending => panic!("the call waited (for the promotion's review)"),
+    }
+}
+
+/// Whether the registry's background work is done, without waiting for it.
+fn is_settled(r: &Rig) -> bool {
+    std::pin::pin!(r.registry.settled()).poll(&mut std::task::Context::from_waker(std::task::Waker::noop())).is_ready()
+}
+
+#[test]
+fn the_call_that_starts_an_automatic_promotion_returns_before_the_review_and_the_review_finishes_in_the_background() {
+    let (r, env, panel) = background_rig();
+    assert_eq!(call_now(&r, "run_7"), json!({ "slug": "a-b" }), "the third use returns its result at once");
+    assert!(!is_settled(&r), "its promotion is in flight");
+    env.run_background();
+    assert_eq!(panel.asked.get(), 1, "the safety reviewer is asked, and has not answered");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
+    // Neither the run ending nor more uses disturb the review, or start a second one.
+    call_now(&r, "run_8");
+    env.run_background();
+    assert_eq!(panel.asked.get(), 1, "one review at a time");
+    panel.gate.cancel();
+    env.run_background();
+    assert!(is_settled(&r));
+    assert_eq!(panel.asked.get(), 2, "both reviewers answered");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
+    assert!(r.events.bodies().iter().any(|b| matches!(b, EventBody::ToolPromoted { name, .. } if name == "slugify")));
+    assert!(r.registry.audit_trail().iter().any(|a| a.action == "promote" && a.detail.contains("panel approved")));
+    let promoted_in: Vec<String> = r.events.0.borrow().iter().filter(|e| matches!(e.body, EventBody::ToolPromoted { .. })).map(|e| e.run_id.clone()).collect();
+    assert_eq!(promoted_in, [""], "its events belong to no run (which may have ended): they reach the agent's listeners");
+}
+
+#[test]
+fn the_background_panel_is_asked_under_the_background_run_id() {
+    let env = Rc::new(SpawningEnvironment::default());
+    let panel = approving_judge();
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let memory = Rc::new(MemoryStore::new());
+    let r = rig_in(env.clone(), "agent1", config, Some(approving_judge()), Some(panel.clone()), memory.clone(), memory);
+    r.registry.set_background_run_id("background_1");
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    call_now(&r, "run_7");
+    env.run_background();
+    assert_eq!(*panel.run_ids.borrow(), ["background_1", "background_1"], "not run_7: ending that run must not abort the review");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent);
+}
+
+#[test]
+fn closing_the_registry_aborts_a_background_promotion_and_records_nothing() {
+    let (r, env, panel) = background_rig();
+    call_now(&r, "run_7");
+    env.run_background();
+    assert_eq!(panel.asked.get(), 1);
+    let audited = r.registry.audit_trail().len();
+    r.registry.close();
+    env.run_background();
+    assert!(is_settled(&r), "the review ended at the close");
+    panel.gate.cancel();
+    env.run_background();
+    assert_eq!(panel.asked.get(), 1, "the correctness reviewer is never asked");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
+    assert_eq!(r.registry.audit_trail().len(), audited, "nothing audited");
+    assert!(!r.events.types().iter().any(|t| t == "tool.promoted" || t == "promotion.rejected"), "{:?}", r.events.types());
+}
+
+#[test]
+fn a_stopped_registry_starts_no_background_promotion() {
+    let (r, env, panel) = background_rig();
+    r.registry.stop_background();
+    call_now(&r, "run_7");
+    env.run_background();
+    assert!(is_settled(&r));
+    assert_eq!(panel.asked.get(), 0);
 }
 
 /// A rig that promotes by itself (approving judge and panel) with `slugify` forged in `s1`, and

@@ -1,17 +1,26 @@
-//! The effects the loop needs besides the model and tools: a clock, run ids, cancellation.
-//! Behind traits so the core stays host-agnostic (DESIGN decision 1).
+//! The effects the loop needs besides the model and tools: a clock, run ids, cancellation,
+//! background tasks. Behind traits so the core stays host-agnostic (DESIGN decision 1).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Poll, Waker};
 
-/// Clock and id source.
+/// Work handed to [`Environment::spawn_local`]: local (not `Send`), as the whole core is.
+pub type LocalTask = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Clock, id source and background executor.
 pub trait Environment {
     /// Milliseconds on a monotonic clock (only differences are used).
     fn now_ms(&self) -> f64;
     /// A fresh id, unique within this process, starting with `prefix`.
     fn new_id(&self, prefix: &str) -> String;
+    /// Runs `task` in the background, on the host's executor, so its caller can return first
+    /// (an automatic promotion outlives the tool call that started it). An environment with no
+    /// executor hands `task` back unpolled (the default): the caller then does the work itself.
+    fn spawn_local(&self, task: LocalTask) -> Result<(), LocalTask> {
+        Err(task)
+    }
 }
 
 /// Cancellation as seen by the loop: checked between model turns and before tool dispatch,

@@ -18,7 +18,7 @@ mod usage;
 
 pub use approval::{ApprovalDecision, PendingApproval, PendingStep, TOOL_CALL_APPROVAL};
 pub use config::AgentConfig;
-pub use env::{unless_cancelled, CancelFlag, CancelSignal, Environment, NativeEnvironment};
+pub use env::{unless_cancelled, CancelFlag, CancelSignal, Environment, LocalTask, NativeEnvironment};
 pub use error::AgentError;
 pub use events::{AgentEvent, CollectingSink, ErrorInfo, EventBody, EventSink};
 pub use history::{HistoryLimits, DEFAULT_HISTORY_MAX_BYTES};

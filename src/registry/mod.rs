@@ -40,6 +40,7 @@ use crate::sandbox::SandboxRunner;
 use crate::store::{BatchOp, Store, StoreError, Versioned};
 use crate::tools::{invoke, CallContext, Nesting, Tool, ToolFailure, ToolSet};
 
+mod background;
 mod hash;
 mod package;
 mod promotion;
@@ -459,6 +460,8 @@ pub struct Registry {
     shared_stats_turn: Rc<Turn>,
     /// Forges and imports going, per session.
     forges: SessionWork,
+    /// Automatic promotions going on after the calls that started them returned.
+    background: Rc<background::Background>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -582,14 +585,17 @@ impl Registry {
             shared_turn: store_turn(TurnKind::SharedTier, stats_turn_key),
             shared_stats_turn: store_turn(TurnKind::SharedStats, stats_turn_key),
             forges: SessionWork::default(),
+            background: Rc::default(),
         }))
     }
 
     /// Stops all writes to the store: forges, promotions and calls still in flight when their
     /// agent is closed may finish, but write nothing. Another agent may open the same agent id
-    /// on the same store at once, and late writes would land among its records.
+    /// on the same store at once, and late writes would land among its records. Background
+    /// work is aborted ([`Registry::stop_background`]).
     pub fn close(&self) {
         self.closed.set(true);
+        self.stop_background();
     }
 
     /// Re-reads the shared tier from the store. Agents of one runtime share a store; after one

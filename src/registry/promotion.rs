@@ -119,7 +119,7 @@ impl Registry {
         let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
             && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
         let demoted = memo.demoted_hash.as_deref() == Some(e.record.current.hash.as_str());
-        let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name);
+        let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name) || self.background.is_promoting(session, name);
         confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
     }
 

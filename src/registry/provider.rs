@@ -45,16 +45,10 @@ impl ToolHandler for TrackedHandler {
                 let _ = registry.flush_stats().await;
             }
             // The call that reaches the threshold promotes the tool (its outcome is in the
-            // events and the audit trail; the caller gets its result either way). Its panel
-            // gets the call's run id, so a run stopped mid-review aborts the judge's request
-            // too, instead of only dropping the wait for it.
+            // events and the audit trail; the caller gets its result either way, without
+            // waiting for the review when the host can run it in the background).
             if self.tier == Tier::Session && result.is_ok() && registry.auto_promotion_due(&self.inner.name, &self.session) {
-                let promoted = registry.request_promotion_cancellable(&self.inner.name, Tier::Agent, &self.session, None, &ctx.run_id).await;
-                if promoted.is_err() {
-                    // It could not be recorded (the store failed): held off like a rejection, so
-                    // a failing store does not bring the tests and the panel back on every use.
-                    registry.hold_off_promotion(&mut registry.state.borrow_mut(), &self.inner.name, &self.session, false);
-                }
+                registry.promote_automatically(&self.inner.name, &self.session, &ctx.run_id).await;
             }
         }
         result

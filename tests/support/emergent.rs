@@ -6,13 +6,14 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use async_trait::async_trait;
-use crucible::agent::{AgentEvent, EventBody, EventSink, NativeEnvironment};
+use crucible::agent::{AgentEvent, CancelFlag, CancelSignal, Environment, EventBody, EventSink, LocalTask, NativeEnvironment};
 use crucible::model::{CallInfo, ChunkSink, Model, ModelChunk, ModelError, ModelRequest};
 use crucible::registry::{EmergentConfig, Judges, Registry, RegistryDeps};
 use crucible::sandbox::{SandboxFailure, SandboxRequest, SandboxResult, SandboxRunner, SandboxStatus};
 use crucible::store::{BatchOp, MemoryStore, Store, StoreError, StoreLock};
 use crucible::tools::{Tool, ToolSet};
-use futures::executor::block_on;
+use futures::executor::{block_on, LocalPool, LocalSpawner};
+use futures::task::{LocalFutureObj, LocalSpawn};
 use serde_json::{json, Value};
 
 use super::{text, FnTool, Reply, ScriptedModel};
@@ -144,6 +145,74 @@ impl Model for StallingJudge {
     }
 }
 
+/// A judge double that answers as `then` once its gate opens: a review the test lets finish
+/// when it chooses.
+pub struct GatedJudge {
+    pub gate: CancelFlag,
+    /// How many reviews it was asked for.
+    pub asked: Cell<usize>,
+    then: Rc<ScriptedModel>,
+}
+
+impl GatedJudge {
+    pub fn new(then: Rc<ScriptedModel>) -> Rc<Self> {
+        Rc::new(Self { gate: CancelFlag::default(), asked: Cell::new(0), then })
+    }
+}
+
+#[async_trait(?Send)]
+impl Model for GatedJudge {
+    fn id(&self) -> String {
+        "gated:test".into()
+    }
+
+    async fn stream(&self, request: &ModelRequest, call: &CallInfo, sink: &mut dyn ChunkSink) -> Result<(), ModelError> {
+        self.asked.set(self.asked.get() + 1);
+        self.gate.cancelled().await;
+        self.then.stream(request, call, sink).await
+    }
+}
+
+/// A native environment with a background executor the test drives: spawned tasks run only
+/// in [`SpawningEnvironment::run_background`], as a host's event loop runs them after the
+/// code that spawned them returned.
+pub struct SpawningEnvironment {
+    native: NativeEnvironment,
+    pool: RefCell<LocalPool>,
+    /// Apart from the pool: a task may spawn while the pool runs.
+    spawner: LocalSpawner,
+}
+
+impl Default for SpawningEnvironment {
+    fn default() -> Self {
+        let pool = LocalPool::new();
+        let spawner = pool.spawner();
+        Self { native: NativeEnvironment::default(), pool: RefCell::new(pool), spawner }
+    }
+}
+
+impl SpawningEnvironment {
+    /// Runs the spawned tasks until none can make progress.
+    pub fn run_background(&self) {
+        self.pool.borrow_mut().run_until_stalled();
+    }
+}
+
+impl Environment for SpawningEnvironment {
+    fn now_ms(&self) -> f64 {
+        self.native.now_ms()
+    }
+
+    fn new_id(&self, prefix: &str) -> String {
+        self.native.new_id(prefix)
+    }
+
+    fn spawn_local(&self, task: LocalTask) -> Result<(), LocalTask> {
+        self.spawner.spawn_local_obj(LocalFutureObj::new(task)).expect("the test pool is running");
+        Ok(())
+    }
+}
+
 /// Collects events into a shared vector.
 #[derive(Clone, Default)]
 pub struct SharedSink(pub Rc<RefCell<Vec<AgentEvent>>>);
@@ -232,15 +301,23 @@ pub fn rig_of_models(
     memory: Rc<MemoryStore>,
     store: Rc<dyn Store>,
 ) -> Rig {
+    rig_in(Rc::new(NativeEnvironment::default()), agent_id, config, judge, panel, memory, store)
+}
+
+/// [`rig_of_models`] in `env` (a [`SpawningEnvironment`], for background work).
+pub fn rig_in(
+    env: Rc<dyn Environment>,
+    agent_id: &str,
+    config: EmergentConfig,
+    judge: Option<Rc<dyn Model>>,
+    panel: Option<Rc<dyn Model>>,
+    memory: Rc<MemoryStore>,
+    store: Rc<dyn Store>,
+) -> Rig {
     let sandbox = Rc::new(ScriptedSandbox::default());
     let store_for_registry = store;
     let store = memory;
-    let deps = RegistryDeps {
-        store: store_for_registry,
-        env: Rc::new(NativeEnvironment::default()),
-        sandbox: Some(sandbox.clone()),
-        judges: Judges { judge, promotion_judge: panel },
-    };
+    let deps = RegistryDeps { store: store_for_registry, env, sandbox: Some(sandbox.clone()), judges: Judges { judge, promotion_judge: panel } };
     let registry = block_on(Registry::load(config, deps, agent_id)).unwrap();
     registry.set_host_tools(host_tools());
     let events = SharedSink::default();
