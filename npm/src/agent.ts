@@ -204,7 +204,9 @@ export interface EmergentOptions {
    *  when its creation verdict's confidence is above `confidence` (default 0.8; equal is not
    *  enough). */
   promotionThreshold?: { uses?: number; confidence?: number };
-  /** Promote a session tool to the agent tier by itself once it reaches the threshold (default true). */
+  /** Promote a session tool to the agent tier by itself once it reaches the threshold (default
+   *  true). The call that reaches it returns its result at once; the review (tests re-run, the
+   *  panel) goes on in the background: `agent.emergent.settled()` waits for it. */
   autoPromote?: boolean;
   /** Successful uses after a rejected promotion before it is asked again (default 5; a new
    *  version is asked at once). */
@@ -453,6 +455,10 @@ interface CoreAgentHandle {
   pendingApprovals(): PendingApproval[];
   audit(): AuditEntry[];
   flushStats(): Promise<void>;
+  /** Resolves once no background work (an automatic promotion) is in flight. */
+  settled(): Promise<void>;
+  /** Aborts the background work in flight (recording nothing) and starts none after. */
+  stopBackground(): void;
   reloadShared(): Promise<void>;
   run(input: string, runId: string, sessionId: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
@@ -564,13 +570,20 @@ function flushOnPageHide(core: CoreAgentHandle): (() => void) | undefined {
 /**
  * Ties an agent's core to the world outside it: the store's agents (`runtimes`), the shared
  * tier's channel, the page's `pagehide`. `release` lets go of all of it and of what the agent
- * owns, in this order: buffered stats written, the core freed (its registry writes nothing
- * more), the sandbox stopped, and only then the id released for a new agent. `close()`
+ * owns, in this order: background work aborted (`background`, the signal its judge and host
+ * tool calls get) and waited for, buffered stats written, the core freed (its registry writes
+ * nothing more), the sandbox stopped, and only then the id released for a new agent. `close()`
  * calls it, and the finalizer of an agent dropped without `close()`. Made here rather than in
  * the constructor: a closure made there shares its scope with closures that use `this`, so it
  * would keep the agent alive and the finalizer holding it would never run.
  */
-function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: SandboxHost | undefined, releaseRegistry: (() => void) | undefined) {
+function attach(
+  core: CoreAgentHandle,
+  store: Store | undefined,
+  sandbox: SandboxHost | undefined,
+  releaseRegistry: (() => void) | undefined,
+  background: AbortController | undefined,
+) {
   const channel = sharedTierChannel(store, core);
   const stopPageHideFlush = flushOnPageHide(core);
   if (store && core.emergentEnabled) {
@@ -587,8 +600,13 @@ function attach(core: CoreAgentHandle, store: Store | undefined, sandbox: Sandbo
       channel?.close();
       stopPageHideFlush?.();
       if (core.emergentEnabled) {
+        // An automatic promotion under review records nothing (its judge's request aborted
+        // too); one whose panel approved commits, before the stats are written after it.
+        core.stopBackground();
+        background?.abort(new AbortError('the agent was closed'));
         const late = () => new StoreError('store_error', `close(): the store did not take the buffered tool stats within ${flushTimeoutMs} ms; they are not written`);
-        await withinMs(core.flushStats(), flushTimeoutMs, late).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
+        const written = core.settled().then(() => core.flushStats());
+        await withinMs(written, flushTimeoutMs, late).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
       }
     } finally {
       // Whatever failed above, the core and the agent id are let go. The core first: once
@@ -794,6 +812,13 @@ export class Agent<Output = unknown> {
      *  `emergent.statsFlushEvery` calls, 16 by default, at `endSession`, at `close()` and on a
      *  page's `pagehide`). */
     flushStats(): Promise<void>;
+    /** Resolves once no automatic promotion is in flight. The call that brings a session tool
+     *  to `promotionThreshold.uses` returns its result at once, and its promotion (tests re-run,
+     *  two-reviewer panel, up to twice the judge's `timeoutMs`) goes on in the background,
+     *  told by `tool.promoted` / `promotion.rejected` events to {@link Agent.on} listeners (it
+     *  belongs to no run: the run that made the call may end first without stopping it).
+     *  {@link Agent.close} aborts it (nothing is recorded) and waits for it. */
+    settled(): Promise<void>;
   };
 
   /** @internal use {@link createAgent} */
@@ -805,11 +830,12 @@ export class Agent<Output = unknown> {
     store?: Store,
     releaseRegistry?: () => void,
     runSupport: RunSupport = { providerFailures: new Map() },
+    background?: AbortController,
   ) {
     this.#core = core;
     this.#parsedOutputs = runSupport.parsedOutputs;
     this.#providerFailures = runSupport.providerFailures;
-    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry);
+    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry, background);
     this.#release = release;
     unclosedAgents.register(this, letGo, this);
     this.#signals = signals;
@@ -899,6 +925,7 @@ export class Agent<Output = unknown> {
       pendingApprovals: () => wrap(() => whileOpen('pendingApprovals', () => core.pendingApprovals())),
       audit: () => wrap(() => whileOpen('audit', () => core.audit())),
       flushStats: () => wrapAsync(() => whileOpen('flushStats', () => core.flushStats())),
+      settled: () => wrapAsync(() => whileOpen('emergent.settled', () => core.settled())),
     };
   }
 
@@ -1524,6 +1551,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
   }
   refuseUnknownSandboxApis(em?.allowedSandboxAPIs);
   const releaseRegistry = em?.enabled && options.store ? await claimRegistry(options.store, options.agentId ?? 'default') : undefined;
+  const background = new AbortController();
   let sandbox: SandboxHost | undefined;
   try {
     let emergent: Record<string, unknown> | undefined;
@@ -1532,6 +1560,10 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       // The idle timeout is the host pool's alone: the core has no use for it.
       const { judge, promotionJudge, sandbox: _s, sandboxIdleTimeoutMs: _i, ...rest } = em;
       const judgeModel = judge ? adaptJudge(judge, 'judge') : undefined;
+      // Background work's judge and host tool calls find their signal by this id: not a run's,
+      // which may end before the work does, but the agent's, which `close()` aborts.
+      const backgroundRunId = `background_${newRunId().slice('run_'.length)}`;
+      signals.set(backgroundRunId, background.signal);
       emergent = {
         config: stripUndefined({ ...rest }),
         judge: judgeModel,
@@ -1539,6 +1571,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
         sandbox,
         onEvent: hub.dispatch,
         isObserved: hub.isObserved,
+        backgroundRunId,
       };
     }
     const parseOutput = options.returns ? standardParser(options.returns, 'invalid_output', 'the final answer does not match returns') : undefined;
@@ -1575,7 +1608,8 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       const e = error as { code?: string; message?: string };
       throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
     }
-    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, { parsedOutputs: parseOutput ? parsedOutputs : undefined, providerFailures });
+    const runSupport = { parsedOutputs: parseOutput ? parsedOutputs : undefined, providerFailures };
+    return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, runSupport, background);
   } catch (error) {
     await (em?.sandbox ? undefined : sandbox?.close?.());
     releaseRegistry?.();

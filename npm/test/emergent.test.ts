@@ -189,6 +189,7 @@ describe('forge through the package', () => {
       assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
       // The second successful use reaches the threshold; nobody awaits the promotion's outcome.
       for (const text of ['a b', 'c d']) await agent.tools.call('slugify', { text }, { sessionId: 's1' });
+      await agent.emergent.settled();
       const rejected = seen.filter((e) => e.type === 'promotion.rejected');
       assert.equal(rejected.length, 1, seen.map((e) => e.type).join(','));
       const [event] = rejected;
@@ -626,6 +627,7 @@ describe('forge through the package', () => {
     const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1 } as never);
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
     const pending = await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' });
     await agent.emergent.approve((pending as { approval: { id: string } }).approval.id);
     assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['shared']);
@@ -654,6 +656,7 @@ describe('forge through the package', () => {
     const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never);
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
     await agent.tools.call('slugify', { text: 'c d' }, { sessionId: 's1' }); // counted in memory only
     assert.equal(agent.tools.list({ sessionId: 's1' })[0]!.tier, 'agent');
     broken = true;
@@ -679,6 +682,7 @@ describe('forge through the package', () => {
     const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never);
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
     await agent.tools.call('slugify', { text: 'c d' }, { sessionId: 's1' }); // counted in memory only
     stuck = true;
     await assert.rejects(agent.close({ flushTimeoutMs: -1 }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_argument');
@@ -696,6 +700,7 @@ describe('forge through the package', () => {
     const a = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 }, statsFlushEvery: 1000 } as never, 'agent-a');
     assert.ok((await a.forge(slugify, { sessionId: 's' })).success);
     await a.tools.call('slugify', { text: 'x' }, { sessionId: 's' }); // promoted to the agent tier
+    await a.emergent.settled();
     const pending = await a.emergent.requestPromotion('slugify', 'shared', { sessionId: 's' });
     await a.emergent.approve((pending as { approval: { id: string } }).approval.id);
     const b = await makeAgent(store, { statsFlushEvery: 1000 } as never, 'agent-b');
@@ -714,7 +719,9 @@ describe('forge through the package', () => {
     const promotions: AgentEvent[] = [];
     agent.on((e) => e.type === 'tool.promoted' && promotions.push(e));
     for (const text of ['a b', 'c d']) await agent.tools.call('slugify', { text }, { sessionId: 's1' });
-    // The second successful use reaches the threshold: tests re-run, the panel approves.
+    // The second successful use reaches the threshold: tests re-run, the panel approves, in the
+    // background of that call.
+    await agent.emergent.settled();
     assert.equal(promotions.length, 1, 'promoted automatically after N uses');
     assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['agent']);
     await agent.close();
@@ -1437,6 +1444,7 @@ describe('emergent options and edge cases through createAgent', () => {
     const reloaded = new Promise<void>((resolve) => otherTab.on((e) => e.type === 'registry.reloaded' && resolve()));
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
     const pending = (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })) as { approval: { id: string } };
 
     let letWrite!: () => void;

@@ -3,23 +3,26 @@
 // and the provider's signal aborts so it can stop. The judges here are test doubles.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AbortError, createAgent, memoryStore, type AgentEvent, type ModelChunk, type ModelProvider } from '../src/node.js';
+import { AbortError, createAgent, memoryStore, tool, type AgentEvent, type ModelChunk, type ModelProvider } from '../src/node.js';
 import { SLUGIFY_FORGE as slugify, verdictReply } from './support/forge-fixtures.js';
 
 /** What the judge double does with a request: answer with an approving verdict, say nothing
- *  for good, or write half a verdict and then nothing. Never settling ignores the signal too. */
-type JudgeMode = 'answer' | 'silent' | 'half';
+ *  for good, write half a verdict and then nothing, or answer once its `gate` opens. Never
+ *  settling ignores the signal too. */
+type JudgeMode = 'answer' | 'silent' | 'half' | 'gated';
 
 /** A judge double whose mode can change between reviews; it keeps the signal of each request. */
 function judgeDouble(mode: JudgeMode = 'answer') {
   const double = {
     mode,
     signals: [] as AbortSignal[],
+    gate: Promise.resolve(),
     provider: {
       id: 'test-double:judge',
       async *stream(_request, options) {
         double.signals.push(options!.signal!);
-        if (double.mode === 'answer') {
+        if (double.mode === 'gated') await double.gate;
+        if (double.mode === 'answer' || double.mode === 'gated') {
           yield { type: 'text', delta: String(verdictReply(true).text) };
           yield { type: 'finish', finishReason: 'stop' };
           return;
@@ -31,6 +34,13 @@ function judgeDouble(mode: JudgeMode = 'answer') {
   };
   return double;
 }
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `promise`, or a failure once `ms` passed: what should not wait for a review fails instead of
+ *  hanging the suite. */
+const inTime = <T>(promise: Promise<T>, ms = 2000): Promise<T> =>
+  Promise.race([promise, sleep(ms).then((): never => assert.fail(`still pending after ${ms} ms`))]);
 
 const deadline = (ms: number, option = 'judge') => new RegExp(`the judge did not answer: no complete verdict within ${ms} ms \\(emergent\\.${option}\\.timeoutMs\\)`);
 
@@ -145,6 +155,7 @@ describe("a judge's timeoutMs bounds every review", () => {
     assert.deepEqual(await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' }), { slug: 'a-b' });
     // The second use reaches the threshold: the panel is asked and never answers.
     assert.deepEqual(await agent.tools.call('slugify', { text: 'C d' }, { sessionId: 's1' }), { slug: 'c-d' });
+    await agent.emergent.settled();
     const rejected = seen.filter((e) => e.type === 'promotion.rejected');
     assert.equal(rejected.length, 1);
     assert.ok(rejected[0]?.type === 'promotion.rejected' && deadline(100, 'promotionJudge').test(rejected[0].reason), JSON.stringify(rejected));
@@ -158,32 +169,114 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
-  test("a run stopped while its tool call's automatic promotion waits on the panel aborts the panel's request, and the promotion can be asked again", async () => {
+  test("a run that ends while its tool call's automatic promotion waits on the panel leaves the review going; close() aborts it and records nothing", async () => {
     const judge = judgeDouble();
     const panel = judgeDouble('silent');
-    // The run's model calls the forged tool, whose second use reaches the threshold.
+    // The run's model calls the forged tool, whose second use reaches the threshold, then answers.
+    let turns = 0;
     const caller: ModelProvider = {
       id: 'test-double:caller',
       async *stream() {
-        yield { type: 'tool_call', index: 0, id: 'c1', name: 'slugify', argumentsDelta: '{"text":"A b"}' };
-        yield { type: 'finish', finishReason: 'tool_calls' };
+        if (turns++ === 0) {
+          yield { type: 'tool_call', index: 0, id: 'c1', name: 'slugify', argumentsDelta: '{"text":"A b"}' };
+          yield { type: 'finish', finishReason: 'tool_calls' };
+          return;
+        }
+        yield { type: 'text', delta: 'Done.' };
+        yield { type: 'finish', finishReason: 'stop' };
       },
     };
+    const store = memoryStore();
     const agent = await createAgent({
       model: caller,
+      store,
       emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses: 2 } },
     });
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
     await agent.tools.call('slugify', { text: 'x' }, { sessionId: 's1' });
-    const stop = new AbortController();
-    const running = agent.run('slugify something', { sessionId: 's1', signal: stop.signal });
-    while (panel.signals.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
-    stop.abort();
-    await assert.rejects(running, AbortError);
-    assert.equal(panel.signals[0]!.aborted, true, "the run's abort reached the panel reviewer's request");
-    panel.mode = 'answer';
-    assert.equal((await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' })).status, 'promoted');
+    await inTime(agent.run('slugify something', { sessionId: 's1' }));
+    while (panel.signals.length === 0) await sleep(5);
+    await sleep(20);
+    assert.equal(panel.signals[0]!.aborted, false, 'the run ended; the review goes on');
+    const audited = (await store.scan('agent/default/audit/')).length;
+    await inTime(agent.close());
+    assert.equal(panel.signals[0]!.aborted, true, "close() aborted the panel reviewer's request");
+    assert.equal(panel.signals.length, 1);
+    assert.ok(!seen.some((e) => e.type === 'tool.promoted' || e.type === 'promotion.rejected'), seen.map((e) => e.type).join(','));
+    assert.equal((await store.scan('agent/default/audit/')).length, audited, 'nothing audited');
+  });
+
+  test('the call that reaches the promotion threshold returns while the panel reviews; settled() resolves once the promotion landed', async () => {
+    const judge = judgeDouble();
+    const panel = judgeDouble('gated');
+    let answer!: () => void;
+    panel.gate = new Promise((resolve) => (answer = resolve));
+    const agent = await createAgent({
+      model: judge.provider,
+      emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses: 2 } },
+    });
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' });
+    assert.deepEqual(await inTime(agent.tools.call('slugify', { text: 'C d' }, { sessionId: 's1' })), { slug: 'c-d' }, 'the result, without waiting for the panel');
+    while (panel.signals.length === 0) await sleep(5);
+    // A use while the review runs starts no second one.
+    assert.deepEqual(await inTime(agent.tools.call('slugify', { text: 'E f' }, { sessionId: 's1' })), { slug: 'e-f' });
+    let settled = false;
+    const settling = agent.emergent.settled().then(() => (settled = true));
+    await sleep(20);
+    assert.equal(settled, false, 'the review is in flight');
+    assert.equal(panel.signals.length, 1, 'one review at a time');
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['session']);
+    answer();
+    await inTime(settling);
+    assert.equal(panel.signals.length, 2, 'both reviewers answered');
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => t.tier), ['agent']);
+    const promoted = seen.filter((e) => e.type === 'tool.promoted');
+    assert.deepEqual(promoted.map((e) => e.type === 'tool.promoted' && [e.name, e.toTier, e.runId]), [['slugify', 'agent', '']]);
+    assert.equal(agent.emergent.audit().filter((a) => a.action === 'promote').length, 1);
+    await agent.emergent.settled(); // with nothing in flight, at once
     await agent.close();
+  });
+
+  test("the host tools a background promotion's test re-run calls get the agent's signal, which close() aborts", async () => {
+    const judge = judgeDouble();
+    const textSchema = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
+    let holding = false;
+    const held: { signal: AbortSignal; runId: string }[] = [];
+    const relay = tool({
+      name: 'relay',
+      description: 'Echoes its text',
+      inputSchema: textSchema,
+      execute: async ({ text }: { text: string }, { signal, runId }) => {
+        if (holding && text !== 'use') {
+          held.push({ signal, runId });
+          await new Promise((resolve) => signal.addEventListener('abort', resolve));
+        }
+        return { text };
+      },
+    });
+    const agent = await createAgent({ model: judge.provider, tools: [relay], emergent: { enabled: true, judge: { model: judge.provider }, promotionThreshold: { uses: 1 } } });
+    const pipeline = {
+      name: 'x',
+      description: 'Relays the text',
+      inputSchema: textSchema,
+      outputSchema: textSchema,
+      implementation: { mode: 'compose', steps: [{ name: 'r', tool: 'relay', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    };
+    assert.ok((await agent.forge(pipeline, { sessionId: 's1' })).success);
+    holding = true;
+    // The use reaches the threshold; the promotion's re-run of the tests holds in `relay`.
+    assert.deepEqual(await inTime(agent.tools.call('x', { text: 'use' }, { sessionId: 's1' })), { text: 'use' });
+    while (held.length === 0) await sleep(5);
+    assert.match(held[0]!.runId, /^background_/, "the agent's background run id, not the call's");
+    assert.equal(held[0]!.signal.aborted, false);
+    await inTime(agent.close());
+    assert.equal(held[0]!.signal.aborted, true, 'close() aborted it');
   });
 
   test('a judge whose stream stays open after its finish is read no further: its verdict counts, not the deadline', async () => {

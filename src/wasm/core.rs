@@ -93,9 +93,10 @@ impl CoreAgent {
     /// promise: other thenables are adopted on the TS side).
     /// Builds the agent. `check_approval`: `(name, args) => boolean | Promise<boolean>` for
     /// predicate tools; `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`;
-    /// `emergent`: `undefined`, or `{ config, judge?, promotionJudge?, sandbox?, onEvent }` where
-    /// judges are model adapters, `sandbox` is `{ execute(request) }` and `onEvent` receives the
-    /// registry's events (forge stages, promotions, approvals).
+    /// `emergent`: `undefined`, or `{ config, judge?, promotionJudge?, sandbox?, onEvent,
+    /// backgroundRunId? }` where judges are model adapters, `sandbox` is `{ execute(request) }`,
+    /// `onEvent` receives the registry's events (forge stages, promotions, approvals) and
+    /// `backgroundRunId` is the run id of background work's judge and host tool calls.
     #[allow(clippy::too_many_arguments)]
     pub async fn create(
         config: JsValue,

@@ -68,6 +68,9 @@ pub(super) async fn load_registry(
         registry.set_event_sink(Box::new(JsEventSink { listener, is_observed }));
     }
     registry.set_host_tools(host_tools);
+    if let Some(run_id) = field(&emergent, "backgroundRunId").and_then(|id| id.as_string()) {
+        registry.set_background_run_id(&run_id);
+    }
     Ok(registry)
 }
 
@@ -295,6 +298,22 @@ impl CoreAgent {
     pub fn flush_stats(&self) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
         Ok(registry_done(async move { registry.flush_stats().await }))
+    }
+
+    /// Resolves once no background work (an automatic promotion) is in flight.
+    pub fn settled(&self) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move {
+            registry.settled().await;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
+    /// Aborts the background work in flight and starts none after (the agent is closing).
+    #[wasm_bindgen(js_name = stopBackground)]
+    pub fn stop_background(&self) -> Result<(), JsValue> {
+        self.registry()?.stop_background();
+        Ok(())
     }
 
     /// Whether emergent capabilities are enabled.

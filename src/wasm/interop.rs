@@ -542,6 +542,12 @@ impl Environment for JsEnvironment {
         id.push_str(&digits);
         id
     }
+
+    /// On the JS microtask queue: the task goes on after the call that spawned it returned.
+    fn spawn_local(&self, task: crate::agent::LocalTask) -> Result<(), crate::agent::LocalTask> {
+        wasm_bindgen_futures::spawn_local(task);
+        Ok(())
+    }
 }
 
 /// The run's `AbortSignal`: polled between turns, awaited beside a step's tool calls.

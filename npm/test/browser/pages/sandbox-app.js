@@ -121,7 +121,9 @@ window.forgeAndPromote = async (config, forgeRequest) => {
     if (!forged.success) return { forged };
     const calls = [];
     for (const text of ['Hello World!', 'Rust & Wasm']) calls.push(await agent.tools.call(forgeRequest.name, { text }, { sessionId: 's1' }));
-    // The second successful use reaches the threshold: the tool promotes itself to the agent tier.
+    // The second successful use reaches the threshold: the tool promotes itself to the agent tier,
+    // in the background of that call.
+    await agent.emergent.settled();
     const promoted = { status: promotions.some((e) => e.name === forgeRequest.name && e.toTier === 'agent') ? 'promoted' : 'not promoted' };
     const listed = agent.tools.list({ sessionId: 's1' }).map((t) => ({ name: t.name, tier: t.tier, calls: t.stats.calls }));
     return { forged: { success: forged.success, tier: forged.tool.tier, tests: forged.tests.map((t) => t.passed) }, calls, promoted, listed };
@@ -204,6 +206,7 @@ window.heldForgeAndShare = async (key, forgeRequest) => {
   const agent = held.get(key);
   if (!(await agent.forge(forgeRequest, { sessionId: 'z' })).success) return 'not forged';
   for (const text of ['a b', 'c d']) await agent.tools.call(forgeRequest.name, { text }, { sessionId: 'z' });
+  await agent.emergent.settled(); // the automatic promotion runs in the background of the call
   const pending = await agent.emergent.requestPromotion(forgeRequest.name, 'shared');
   return (await agent.emergent.approve(pending.approval.id)).tier;
 };
