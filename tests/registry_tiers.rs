@@ -1568,6 +1568,39 @@ fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unrevie
     assert_eq!(block_on(r.registry.rollback("slugify", shared.version - 1, "s1")).unwrap_err().code(), "unreviewed_version");
 }
 
+#[test]
+fn a_demoted_tool_does_not_displace_the_version_the_tier_below_is_using() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    let hash_at =
+        |tier: Tier| r.registry.list("s1").into_iter().find(|t| t.name == "slugify" && t.tier == tier && t.status == ToolStatus::Active).map(|t| t.hash);
+    // v1 goes up to the shared tier; v2 is forged since and promoted to the agent tier.
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let asked = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    let v1 = block_on(r.registry.approve(&asked.id)).unwrap().hash;
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let v2 = hash_at(Tier::Agent).expect("v2 at the agent tier");
+    assert_ne!(v1, v2);
+
+    // Demoting the shared v1 leaves the agent tier's v2 current; v1 can be rolled back to.
+    let demoted = block_on(r.registry.demote("slugify", "s1")).unwrap();
+    assert_eq!((demoted.tier, &demoted.hash), (Tier::Agent, &v2));
+    assert_eq!(hash_at(Tier::Agent).as_ref(), Some(&v2));
+    assert!(r.registry.audit_trail().last().unwrap().detail.contains("stays current"));
+    let agent = r.registry.list("s1").into_iter().find(|t| t.tier == Tier::Agent).unwrap();
+    assert!(agent.versions.contains(&1), "{:?}", agent.versions);
+
+    // Likewise a session's own newer forge stays what the session runs when the agent tier's is demoted.
+    forge_ok(&r, "slugify", &format!("{SLUGIFY_JS} // v3"), "s1");
+    let v3 = hash_at(Tier::Session).expect("v3 in the session");
+    let demoted = block_on(r.registry.demote("slugify", "s1")).unwrap();
+    assert_eq!((demoted.tier, &demoted.hash), (Tier::Session, &v3));
+    assert_eq!(hash_at(Tier::Agent), None, "out of the agent tier");
+}
+
 /// A store over `MemoryStore` whose reads and batches take some polls each (a slow or stuck
 /// IndexedDB): a test double. `shares_data` says whether it names the inner store's data.
 struct Delayed {

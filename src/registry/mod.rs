@@ -1560,26 +1560,41 @@ impl Registry {
             // takes it out of the shared tier, but does not gain it (it never passed this agent's
             // panel); the owner finds it in its agent tier when it next loads.
             let owner = other_owner.filter(|_| from == Tier::Shared);
-            // What the tier below held under the name (a session's own newer version, a
-            // tombstone) stays in the history: it can be rolled back to, and later forges are
-            // numbered after it instead of reusing its number.
-            if owner.is_none() {
+            // The tier below may hold a tool of the name that is in use there (a session's own
+            // newer forge, a version the agent promoted since): it stays current, as the tool
+            // that tier's callers run, and the demoted versions join its history for rollback.
+            let below_in_use = owner.is_none() && state.entry(to, session, name).is_some_and(Entry::active);
+            // Otherwise what it held (a tombstone) stays in the demoted tool's history: later
+            // forges are numbered after it instead of reusing its number.
+            if owner.is_none() && !below_in_use {
                 if let Some(below) = state.entry(to, session, name) {
                     record.absorb_history(&below.record.history);
                 }
             }
-            let entry = Entry::new(record, stats);
-            let info = tool_info(&entry);
-            let detail = match &owner {
-                Some(owner) if owner_keeps_own => format!("taken out of the shared tier; its owner `{owner}` keeps the `{name}` of its own agent tier"),
+            let (info, detail) = match &owner {
+                Some(owner) if owner_keeps_own => (
+                    tool_info(&Entry::new(record, stats)),
+                    format!("taken out of the shared tier; its owner `{owner}` keeps the `{name}` of its own agent tier"),
+                ),
                 Some(owner) => {
+                    let entry = Entry::new(record, stats);
                     ops.extend(entry_ops_under(&agent_prefix(owner), &entry));
-                    format!("demoted from shared to the agent tier of its owner `{owner}`")
+                    (tool_info(&entry), format!("demoted from shared to the agent tier of its owner `{owner}`"))
+                }
+                None if below_in_use => {
+                    let below = state.entry_mut(to, session, name).expect("checked above");
+                    below.record.absorb_history(&record.history);
+                    below.record.promotion.demoted_hash = record.promotion.demoted_hash;
+                    ops.extend(self.entry_ops(below));
+                    let kept = below.record.current.version;
+                    (tool_info(below), format!("demoted from {} to {}, whose own v{kept} stays current", from.as_str(), to.as_str()))
                 }
                 None => {
+                    let entry = Entry::new(record, stats);
                     ops.extend(self.entry_ops(&entry));
+                    let info = tool_info(&entry);
                     state.tier_mut(to, session).insert(name.to_string(), entry);
-                    format!("demoted from {} to {}", from.as_str(), to.as_str())
+                    (info, format!("demoted from {} to {}", from.as_str(), to.as_str()))
                 }
             };
             ops.extend(self.audit(&mut state, "demote", name, Some(info.version), Some(to), detail, Some(session).into()));
