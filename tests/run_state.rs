@@ -893,3 +893,28 @@ fn runs_paused_before_a_restart_and_resumed_after_it_keep_what_the_new_process_a
     let seen = after.requests.borrow().last().unwrap().messages.clone();
     assert_eq!(user_inputs(&seen), ["hi", "remember this", "Refund order 42", "Refund order 43", "what now"], "the next run sees it all, in order");
 }
+
+#[test]
+fn a_run_resumed_by_a_second_agent_on_the_store_and_back_does_not_repeat_the_conversation_both_hold() {
+    // Two tabs on one store: each resumes the other's paused run. Their sessions share the
+    // conversation before the first pause, which must not come back twice.
+    let store = Rc::new(MemoryStore::new());
+    let approve = |paused: &crucible::agent::RunOutput| vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let run = |id: &str| RunOptions { run_id: Some(id.into()), ..RunOptions::default() };
+    let first = refund_agent(
+        ScriptedModel::new(vec![text("hello"), call("refund", r#"{"order":42,"amount":99}"#), text("Refunded 43.")]),
+        refund_tool(),
+        store.clone(),
+    );
+    let second = refund_agent(ScriptedModel::new(vec![text("Refunded 42."), call("refund", r#"{"order":43,"amount":99}"#)]), refund_tool(), store);
+    block_on(first.run("hi", run("r1"), &mut CollectingSink::default())).unwrap();
+    let p42 = block_on(first.run("Refund order 42", run("r42"), &mut CollectingSink::default())).unwrap();
+    assert_eq!(block_on(second.resume(&p42.run_id, &approve(&p42), None, &mut CollectingSink::default())).unwrap().status, RunStatus::Completed);
+    assert_eq!(user_inputs(&second.history("default")), ["hi", "Refund order 42"]);
+    let p43 = block_on(second.run("Refund order 43", run("r43"), &mut CollectingSink::default())).unwrap();
+    assert_eq!(block_on(first.resume(&p43.run_id, &approve(&p43), None, &mut CollectingSink::default())).unwrap().status, RunStatus::Completed);
+
+    let history = first.history("default");
+    assert_eq!(user_inputs(&history), ["hi", "Refund order 42", "Refund order 43"], "{history:?}");
+    assert_eq!(history.len(), 2 + 4 + 4);
+}

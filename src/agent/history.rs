@@ -95,7 +95,8 @@ impl SessionHistory {
     /// completed meanwhile); otherwise (a state handed back that does not fit) its
     /// conversation becomes the session's. A run started by another epoch (before a restart)
     /// cannot be placed by position: what this session holds stays, and the run's conversation
-    /// follows it, without the messages of its epoch that an earlier such run brought. Then
+    /// follows it, without the messages of its epoch that an earlier such run brought nor the
+    /// leading ones this session holds already (see `held_prefix`). Then
     /// trims to `limits`, never into the run's own messages.
     pub(crate) fn add_run(&mut self, messages: &[Message], start: Option<RunStart<'_>>, epoch: &str, limits: &HistoryLimits) {
         let (start_len, offset) = start.map_or((0, 0), |s| (s.len.min(messages.len()), s.offset));
@@ -125,6 +126,7 @@ impl SessionHistory {
                     }
                 };
                 let skip = usize::try_from(brought.saturating_sub(offset)).unwrap_or(usize::MAX).min(start_len);
+                let skip = skip + self.held_prefix(&messages[skip..start_len]);
                 self.extend(&messages[skip..start_len], user);
             }
             None => *self = Self::default(),
@@ -135,6 +137,19 @@ impl SessionHistory {
         let known = start.is_some();
         self.extend(&messages[start_len..], |i, message| if known { i == 0 } else { user(i, message) });
         self.trim(limits, own_start);
+    }
+
+    /// How many leading messages of `run` this session holds in a row from the start of one of
+    /// its exchanges. A run handed over by another agent instance on the same store (a second
+    /// tab resuming it) started from a conversation both sessions hold, and positions counted
+    /// by the other instance cannot tell which part: without this it came twice.
+    fn held_prefix(&self, run: &[Message]) -> usize {
+        let Some(first) = run.first() else { return 0 };
+        (0..self.messages.len())
+            .filter(|&i| self.starts[i] && self.messages[i] == *first)
+            .map(|i| self.messages[i..].iter().zip(run).take_while(|(held, brought)| held == brought).count())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Adds `messages`; `starts(i, message)` says whether the `i`-th begins an exchange.
