@@ -430,6 +430,28 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('a position whose Worker kept failing to start does not give up a pool whose other Worker was only retired for idleness', async () => {
+    process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
+    const box = await createSandbox({ poolSize: 2, lazy: true, idleTimeoutMs: 300, timeoutMs: 1000, retryStartAfterMs: Infinity, workerUrl: startGatedWorker });
+    try {
+      await Promise.all([1, 2].map(() => box.execute({ code: 'function execute(){}' })));
+      // One Worker runs code that hangs while the other is retired; the hung one is killed at
+      // its deadline and its position then fails three starts in a row.
+      const hung = box.execute({ code: 'function execute(){} // hang' });
+      process.env.CRUCIBLE_TEST_WORKER_STARTS = 'no';
+      assert.equal((await hung).status, 'timeout');
+      assert.equal(box.stats().workersRetired, 1, 'the other Worker was retired meanwhile');
+      while (box.stats().workersStarted < 5) await new Promise((resolve) => setTimeout(resolve, 10));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      process.env.CRUCIBLE_TEST_WORKER_STARTS = 'yes';
+      const result = await box.execute({ code: 'function execute(){}' });
+      assert.equal(result.status, 'ok', `the retired position starts again and serves: ${JSON.stringify(result.error)}`);
+    } finally {
+      delete process.env.CRUCIBLE_TEST_WORKER_STARTS;
+      await box.close();
+    }
+  });
+
   test('a lazy sandbox counts the Workers it has yet to start as free: maxQueued bounds only executions that must wait', async () => {
     const lazy = await createSandbox({ ...CASE_OPTIONS, poolSize: 2, maxQueued: 0, lazy: true });
     try {

@@ -737,8 +737,20 @@ export class WorkerPool {
     }
     this.retire(slot);
     this.vacate(this.slots.indexOf(slot));
-    if (this.slots.some((s) => s.state === 'idle' || s.state === 'busy')) return;
-    this.giveUp(reason);
+    this.giveUpUnless(this.slots.some((s) => s.state === 'idle' || s.state === 'busy'), reason);
+  }
+
+  /** After a position was left empty: gives up unless Workers can still serve, `alive` ones or
+   *  positions retired for idleness (or being started again). Those are started as an
+   *  execution would (at once when executions wait): no failure of theirs was seen, and a pool
+   *  given up for good (`retryStartAfterMs: Infinity`) would refuse every execution while they
+   *  could serve. */
+  private giveUpUnless(alive: boolean, reason: string): void {
+    if (this.retired.size > 0 || this.waking > 0) {
+      if (this.queued > 0) this.wake();
+      return;
+    }
+    if (!alive) this.giveUp(reason);
   }
 
   /** Leaves pool position `index` empty until {@link retryStart}. */
@@ -805,7 +817,7 @@ export class WorkerPool {
       // alive, nothing would ever take the queued jobs.
       (error: unknown) => {
         this.vacate(index);
-        if (!this.slots.some((s) => s.state !== 'dead')) this.giveUp(error instanceof Error ? error.message : String(error));
+        this.giveUpUnless(this.slots.some((s) => s.state !== 'dead'), error instanceof Error ? error.message : String(error));
         return undefined;
       },
     );
