@@ -1148,6 +1148,29 @@ fn an_imported_tool_keeps_where_its_package_says_it_came_from() {
     assert!(import.detail.ends_with("came from agent `gmi-42`, agent tier, “forged in a support session”"), "{}", import.detail);
 }
 
+#[test]
+fn a_tool_imported_twice_keeps_where_it_came_from_first() {
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let rig = |agent: &str| {
+        let memory = Rc::new(MemoryStore::new());
+        rig_of_models(agent, config.clone(), Some(approving_judge()), None, memory.clone(), memory)
+    };
+    let maker = rig("maker");
+    forge_ok(&maker, "slugify", SLUGIFY_JS, "s1");
+    let taker = rig("taker");
+    assert!(block_on(taker.registry.import(&maker.registry.export("slugify", "s1").unwrap(), "s9")).unwrap().success);
+    let third = rig("third");
+    assert!(block_on(third.registry.import(&taker.registry.export("slugify", "s9").unwrap(), "s3")).unwrap().success);
+    let import = third.registry.audit_trail().into_iter().find(|a| a.action == "import").expect("the import is audited");
+    // The second package says who held the tool, and where they had it from: both stay.
+    assert!(
+        import.detail.contains("came from agent `taker`, session `s9`, session tier, v1, imported from agent `maker`, session `s1`, session tier, v1"),
+        "{}",
+        import.detail
+    );
+    assert!(third.registry.export("slugify", "s3").unwrap().contains("imported from agent `maker`"), "exported again, the origin goes on");
+}
+
 /// An `agentos.emergent-tool.v1` package whose `tool` mapping is `tool_yaml` (indented two
 /// spaces), with the slugify source where it says `CODE`.
 fn agentos_package(tool_yaml: &str) -> String {

@@ -405,8 +405,9 @@ pub fn oversized_package(units: usize) -> Option<RegistryError> {
 }
 
 /// Where a package says its tool came from, as one short line for the importer's record and
-/// audit trail: this crate's `provenance` (agent, session, tier) and `version`, or agentos'
-/// `createdBy`, `originalTier` and `source`. `None` when it says nothing readable.
+/// audit trail: this crate's `provenance` (agent, session, tier, and `importedFrom` when the
+/// exporter had imported it) and `version`, or agentos' `createdBy`, `originalTier` and
+/// `source`. `None` when it says nothing readable.
 fn stated_origin(top: &Map<String, Value>) -> Option<String> {
     let provenance = top.get("provenance").and_then(Value::as_object);
     let field = |key: &str, agentos: &str| {
@@ -422,12 +423,22 @@ fn stated_origin(top: &Map<String, Value>) -> Option<String> {
         field("tier", "originalTier").map(|t| format!("{t} tier")),
         field("version", "version").map(|v| format!("v{v}")),
         field("source", "source").map(|s| format!("“{s}”")),
+        // A package exported by an importer: where it had the tool from, or a second import
+        // would keep only the last hop. Shortened, so the line stays short hop after hop.
+        provenance
+            .and_then(|p| p.get("importedFrom"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| format!("imported from {}", crate::tools::shorten(s.trim(), IMPORTED_FROM_CHARS))),
     ]
     .into_iter()
     .flatten()
     .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
 }
+
+/// Most characters of the earlier origin a package states that an import keeps.
+const IMPORTED_FROM_CHARS: usize = 240;
 
 /// The forge request a package holds, checked as a package (format, redaction, content hash),
 /// and where the package says it came from ([`stated_origin`]). `name` gets the tool name the
