@@ -1779,13 +1779,13 @@ pub(crate) enum Reuse {
     Never,
 }
 
-/// The listed view of an entry.
 /// Whether a rollback at `tier` may restore `version`: above the session tier, a version got
 /// there through a review (the panel, a human), and one that never had it must not come back.
 fn restorable(version: &ToolVersion, tier: Tier) -> bool {
     tier == Tier::Session || version.reviewed_for >= Some(tier)
 }
 
+/// The listed view of an entry.
 pub(crate) fn tool_info(entry: &Entry) -> ToolInfo {
     let r = &entry.record;
     let req = &r.current.request;
