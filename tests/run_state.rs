@@ -918,3 +918,50 @@ fn a_run_resumed_by_a_second_agent_on_the_store_and_back_does_not_repeat_the_con
     assert_eq!(user_inputs(&history), ["hi", "Refund order 42", "Refund order 43"], "{history:?}");
     assert_eq!(history.len(), 2 + 4 + 4);
 }
+
+#[test]
+fn states_of_two_earlier_builds_processes_resumed_after_an_upgrade_each_bring_their_conversation() {
+    // States saved before history epochs were recorded say nothing of which process counted
+    // their positions: two processes' runs, each from position 0, are not one conversation.
+    let approve = |paused: &crucible::agent::RunOutput| vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let old_state = |first: &str, reply: &str, order: u32| {
+        let agent = refund_agent_without_store(
+            AgentConfig::default(),
+            ScriptedModel::new(vec![text(reply), call("refund", &format!(r#"{{"order":{order},"amount":99}}"#))]),
+            refund_tool(),
+        );
+        block_on(agent.run(first, RunOptions::default(), &mut CollectingSink::default())).unwrap();
+        let run = RunOptions { run_id: Some(format!("refund-{order}")), ..RunOptions::default() };
+        let paused = block_on(agent.run(&format!("Refund order {order}"), run, &mut CollectingSink::default())).unwrap();
+        let mut state = paused.state.clone().unwrap();
+        state.history_epoch = None;
+        (state, approve(&paused))
+    };
+    let states = [old_state("from the first process", "one", 42), old_state("from the second process", "two", 43)];
+    let agent = refund_agent_without_store(AgentConfig::default(), ScriptedModel::new(vec![text("Refunded 42."), text("Refunded 43.")]), refund_tool());
+    for (state, decisions) in states {
+        assert_eq!(block_on(agent.resume_state(state, &decisions, None, &mut CollectingSink::default())).unwrap().status, RunStatus::Completed);
+    }
+    let history = agent.history("default");
+    assert_eq!(user_inputs(&history), ["from the first process", "Refund order 42", "from the second process", "Refund order 43"], "{history:?}");
+}
+
+#[test]
+fn states_of_one_earlier_builds_process_resumed_after_an_upgrade_bring_their_shared_conversation_once() {
+    let approve = |paused: &crucible::agent::RunOutput| vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let old = refund_agent_without_store(
+        AgentConfig::default(),
+        ScriptedModel::new(vec![text("hello"), call("refund", r#"{"order":42,"amount":99}"#), call("refund", r#"{"order":43,"amount":99}"#)]),
+        refund_tool(),
+    );
+    block_on(old.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let paused = ["Refund order 42", "Refund order 43"].map(|input| block_on(old.run(input, RunOptions::default(), &mut CollectingSink::default())).unwrap());
+    let agent = refund_agent_without_store(AgentConfig::default(), ScriptedModel::new(vec![text("Refunded 42."), text("Refunded 43.")]), refund_tool());
+    for p in &paused {
+        let mut state = p.state.clone().unwrap();
+        state.history_epoch = None;
+        assert_eq!(block_on(agent.resume_state(state, &approve(p), None, &mut CollectingSink::default())).unwrap().status, RunStatus::Completed);
+    }
+    let history = agent.history("default");
+    assert_eq!(user_inputs(&history), ["hi", "Refund order 42", "Refund order 43"], "{history:?}");
+}

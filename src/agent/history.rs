@@ -116,15 +116,19 @@ impl SessionHistory {
                 }
             }
             Some(RunStart { epoch: other, .. }) => {
-                let other = other.unwrap_or_default();
-                let end = offset.saturating_add(start_len as u64);
-                let brought = match self.absorbed.iter_mut().find(|(e, _)| e == other) {
-                    Some((_, to)) => std::mem::replace(to, end.max(*to)),
-                    None => {
-                        self.absorbed.push((other.to_string(), end));
-                        0
+                // A state saved before epochs were recorded does not say which process counted
+                // its positions (two processes' runs each start at 0): only what this session
+                // holds already tells what another such run brought.
+                let brought = other.map_or(0, |other| {
+                    let end = offset.saturating_add(start_len as u64);
+                    match self.absorbed.iter_mut().find(|(e, _)| e == other) {
+                        Some((_, to)) => std::mem::replace(to, end.max(*to)),
+                        None => {
+                            self.absorbed.push((other.to_string(), end));
+                            0
+                        }
                     }
-                };
+                });
                 let skip = usize::try_from(brought.saturating_sub(offset)).unwrap_or(usize::MAX).min(start_len);
                 let skip = skip + self.held_prefix(&messages[skip..start_len]);
                 self.extend(&messages[skip..start_len], user);
