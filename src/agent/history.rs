@@ -43,6 +43,9 @@ impl HistoryLimits {
     }
 }
 
+/// Most other epochs a session remembers what it took from (`SessionHistory::absorbed`).
+const MAX_ABSORBED_EPOCHS: usize = 16;
+
 /// Where a run started in its session's conversation, as recorded in its state: the first
 /// `len` of its messages were the session's from position `offset` of the conversation counted
 /// by the agent instance `epoch` (`None` in states saved before it was recorded).
@@ -72,7 +75,8 @@ pub(crate) struct SessionHistory {
     dropped: u64,
     /// For each other epoch whose runs completed here (resumed after a restart): the position
     /// of that epoch's conversation up to which its messages were added, so a second of its
-    /// runs adds only those the first did not bring.
+    /// runs adds only those the first did not bring. At most [`MAX_ABSORBED_EPOCHS`], oldest
+    /// first: epochs come from run states, and a long-lived session sees one per restart.
     absorbed: Vec<(String, u64)>,
 }
 
@@ -124,6 +128,12 @@ impl SessionHistory {
                     match self.absorbed.iter_mut().find(|(e, _)| e == other) {
                         Some((_, to)) => std::mem::replace(to, end.max(*to)),
                         None => {
+                            // Each restart (and each state handed back) may name another: the
+                            // oldest is forgotten first, and a late run of its epoch is left to
+                            // `held_prefix` below.
+                            if self.absorbed.len() == MAX_ABSORBED_EPOCHS {
+                                self.absorbed.remove(0);
+                            }
                             self.absorbed.push((other.to_string(), end));
                             0
                         }
@@ -196,5 +206,24 @@ impl SessionHistory {
         // Saturating: the offset a run started from comes back in its state, which a caller
         // may hand back with any value.
         self.dropped = self.dropped.saturating_add(cut as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_remembers_a_bounded_number_of_other_epochs() {
+        let mut history = SessionHistory::default();
+        let limits = HistoryLimits::default();
+        for n in 0..(MAX_ABSORBED_EPOCHS * 4) {
+            let run = [Message::User { content: format!("before {n}") }, Message::User { content: format!("run {n}") }];
+            let epoch = format!("process-{n}");
+            history.add_run(&run, Some(RunStart { len: 1, offset: 0, epoch: Some(&epoch) }), "this", &limits);
+        }
+        assert_eq!(history.absorbed.len(), MAX_ABSORBED_EPOCHS);
+        assert_eq!(history.absorbed[0].0, format!("process-{}", MAX_ABSORBED_EPOCHS * 3), "the oldest are forgotten");
+        assert_eq!(history.messages().len(), MAX_ABSORBED_EPOCHS * 4 * 2, "every run brought its conversation");
     }
 }
