@@ -410,9 +410,11 @@ pub fn oversized_package(units: usize) -> Option<RegistryError> {
 /// `source`. `None` when it says nothing readable.
 fn stated_origin(top: &Map<String, Value>) -> Option<String> {
     let provenance = top.get("provenance").and_then(Value::as_object);
+    // The package's words go into an audit line: line breaks and other controls become spaces.
+    let one_line = |s: &str, most: usize| crate::tools::shorten(&s.trim().replace(char::is_control, " "), most);
     let field = |key: &str, agentos: &str| {
         provenance.and_then(|p| p.get(key)).or_else(|| top.get(agentos)).and_then(|v| match v {
-            Value::String(s) if !s.trim().is_empty() => Some(crate::tools::shorten(s.trim(), 80)),
+            Value::String(s) if !s.trim().is_empty() => Some(one_line(s, 80)),
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         })
@@ -429,7 +431,7 @@ fn stated_origin(top: &Map<String, Value>) -> Option<String> {
             .and_then(|p| p.get("importedFrom"))
             .and_then(Value::as_str)
             .filter(|s| !s.trim().is_empty())
-            .map(|s| format!("imported from {}", crate::tools::shorten(s.trim(), IMPORTED_FROM_CHARS))),
+            .map(|s| format!("imported from {}", one_line(s, IMPORTED_FROM_CHARS))),
     ]
     .into_iter()
     .flatten()
