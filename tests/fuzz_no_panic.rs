@@ -315,6 +315,7 @@ fn random_stream_chunks_assemble_into_a_response_or_a_protocol_error() {
                     id: rng.below(2).eq(&0).then(|| rng.pick(STRINGS).to_string()),
                     name: rng.below(2).eq(&0).then(|| rng.pick(STRINGS).to_string()),
                     arguments_delta: rng.pick(&["", "{", "\"text\":", "\"a\"", "}", "null", "[1,", "{\"x\":1}"]).to_string(),
+                    provider_data: rng.below(2).eq(&0).then(|| json!({ "signature": rng.pick(STRINGS) })),
                 },
                 _ => ModelChunk::Finish { finish_reason: rng.pick(&["stop", "tool_calls", "length", ""]).to_string(), usage: None },
             })

@@ -965,3 +965,56 @@ fn states_of_one_earlier_builds_process_resumed_after_an_upgrade_bring_their_sha
     let history = agent.history("default");
     assert_eq!(user_inputs(&history), ["hi", "Refund order 42", "Refund order 43"], "{history:?}");
 }
+
+#[test]
+fn a_providers_value_for_a_call_is_stored_with_the_run_and_handed_back_after_a_restart() {
+    // What DeepSeek (the turn's reasoning) and Gemini (a thought signature) need back with the
+    // call: the provider object that received it is gone when another process resumes.
+    let echo = json!({ "reasoning_content": "The order is large: ask first.", "extra_content": { "google": { "thought_signature": "CrIC" } } });
+    let store = Rc::new(MemoryStore::new());
+    let first = refund_agent(ScriptedModel::new(vec![call_with_data("refund", r#"{"order":42,"amount":99}"#, echo.clone())]), refund_tool(), store.clone());
+    let paused = block_on(first.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(paused.status, RunStatus::Paused);
+    let records = records_of(&store);
+    drop(first);
+
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let seen = std::thread::spawn(move || {
+        let model = ScriptedModel::new(vec![text("Refunded order 42.")]);
+        let agent = refund_agent(model.clone(), refund_tool(), store_with(records));
+        let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+        assert_eq!(out.status, RunStatus::Completed);
+        let request = model.requests.borrow()[0].clone();
+        request.messages.into_iter().find_map(|m| match m {
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls[0].provider_data.clone()),
+            _ => None,
+        })
+    })
+    .join()
+    .unwrap();
+    assert_eq!(seen, Some(Some(echo)));
+}
+
+#[test]
+fn a_run_stored_before_calls_carried_a_providers_value_still_resumes() {
+    let store = Rc::new(MemoryStore::new());
+    let first = refund_agent(ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#)]), refund_tool(), store.clone());
+    let paused = block_on(first.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let records = records_of(&store);
+    // A call without one is stored as before the field existed: nothing is added to it.
+    let stored = serde_json::to_string(&records).unwrap();
+    assert!(stored.contains(r#""arguments":"{\"order\":42,\"amount\":99}""#) && !stored.contains("providerData"), "{stored}");
+
+    let model = ScriptedModel::new(vec![text("Refunded order 42.")]);
+    let agent = refund_agent(model.clone(), refund_tool(), store_with(records));
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.status, RunStatus::Completed);
+    let calls: Vec<_> = model.requests.borrow()[0]
+        .messages
+        .iter()
+        .filter_map(|m| if let Message::Assistant { tool_calls, .. } = m { tool_calls.first().cloned() } else { None })
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].provider_data, None);
+}

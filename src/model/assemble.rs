@@ -4,7 +4,8 @@
 //! `input_json_delta`s); the first piece of a call carries its id and name. Pieces of different
 //! calls may interleave.
 //!
-//! A response is bounded ([`MAX_TOOL_CALLS_PER_RESPONSE`], [`MAX_RESPONSE_BYTES`]): the
+//! A response is bounded ([`MAX_TOOL_CALLS_PER_RESPONSE`], [`MAX_RESPONSE_BYTES`],
+//! [`MAX_PROVIDER_DATA_BYTES`]): the
 //! endpoint may be broken or hostile, and this instance's memory, which never shrinks, is
 //! shared by every agent of the process. Past a bound the assembler stops taking chunks and the
 //! response fails as `provider_protocol`.
@@ -16,6 +17,14 @@ pub const MAX_TOOL_CALLS_PER_RESPONSE: usize = 128;
 
 /// Most bytes of text, tool names and tool arguments one response may stream.
 pub const MAX_RESPONSE_BYTES: usize = 8 << 20;
+
+/// Most bytes of JSON the [`ToolCall::provider_data`] of one response may hold together. It
+/// is stored with the conversation and sent with every later turn, so a hostile server must not
+/// be able to bloat stored state; above a long reasoning (DeepSeek's `reasoning_content` runs
+/// to some tens of KB) and a signature per call (Gemini's, a few hundred bytes). A response
+/// past it fails as `provider_protocol` rather than losing the data: the servers that send it
+/// refuse the next turn without it, with a 400 that would not name the cause.
+pub const MAX_PROVIDER_DATA_BYTES: usize = 512 << 10;
 
 /// What one model response amounted to.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,8 +64,8 @@ impl ResponseAssembler {
         }
         let size = match chunk {
             ModelChunk::Text { delta } => delta.len(),
-            ModelChunk::ToolCall { id, name, arguments_delta, .. } => {
-                id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len) + arguments_delta.len()
+            ModelChunk::ToolCall { id, name, arguments_delta, provider_data, .. } => {
+                id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len) + arguments_delta.len() + provider_data.as_ref().map_or(0, json_len)
             }
             ModelChunk::Finish { .. } => 0,
         };
@@ -67,7 +76,7 @@ impl ResponseAssembler {
         }
         match chunk {
             ModelChunk::Text { delta } => self.response.text.push_str(delta),
-            ModelChunk::ToolCall { index, id, name, arguments_delta } => {
+            ModelChunk::ToolCall { index, id, name, arguments_delta, provider_data } => {
                 let id = id.as_deref().filter(|s| !s.is_empty());
                 let name = name.as_deref().filter(|s| !s.is_empty());
                 // Pieces go to the latest call at their index, unless they bring another id: some
@@ -90,7 +99,7 @@ impl ResponseAssembler {
                             self.overflow = Some(format!("the model's response has more than {MAX_TOOL_CALLS_PER_RESPONSE} tool calls"));
                             return;
                         }
-                        self.calls.push((*index, ToolCall { id: String::new(), name: String::new(), arguments: String::new() }));
+                        self.calls.push((*index, ToolCall { id: String::new(), name: String::new(), arguments: String::new(), provider_data: None }));
                         self.calls.len() - 1
                     }
                 };
@@ -104,6 +113,9 @@ impl ResponseAssembler {
                     call.name.push_str(name);
                 }
                 call.arguments.push_str(arguments_delta);
+                if provider_data.is_some() {
+                    call.provider_data.clone_from(provider_data);
+                }
             }
             ModelChunk::Finish { finish_reason, usage } => {
                 self.response.finish_reason = Some(finish_reason.clone());
@@ -122,6 +134,15 @@ impl ResponseAssembler {
         if let Some(reason) = self.overflow {
             return Err(ModelError::new("provider_protocol", reason));
         }
+        let provider_bytes: usize = self.calls.iter().filter_map(|(_, call)| call.provider_data.as_ref()).map(json_len).sum();
+        if provider_bytes > MAX_PROVIDER_DATA_BYTES {
+            return Err(ModelError::new(
+                "provider_protocol",
+                format!(
+                    "the model's response gave its tool calls {provider_bytes} bytes of provider data to send back; at most {MAX_PROVIDER_DATA_BYTES} are kept"
+                ),
+            ));
+        }
         for (_, mut call) in self.calls.drain(..) {
             // At most 128 calls: comparing with those already taken beats a set.
             while call.id.is_empty() || self.response.tool_calls.iter().any(|taken| taken.id == call.id) {
@@ -135,6 +156,24 @@ impl ResponseAssembler {
         }
         Ok(self.response)
     }
+}
+
+/// The length of `value`'s JSON text, counted without writing it out.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Whether `arguments` already are a whole JSON value (a call's last piece came).
@@ -152,7 +191,7 @@ mod tests {
     }
 
     fn piece(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> ModelChunk {
-        ModelChunk::ToolCall { index, id: id.map(str::to_string), name: name.map(str::to_string), arguments_delta: args.to_string() }
+        ModelChunk::ToolCall { index, id: id.map(str::to_string), name: name.map(str::to_string), arguments_delta: args.to_string(), provider_data: None }
     }
 
     #[test]
@@ -238,6 +277,47 @@ mod tests {
         }
         assert_eq!(long.response.text.len(), 8 << 20, "nothing past the bound is kept");
         assert!(long.finish("r").unwrap_err().message.contains("more than 8388608 bytes"));
+    }
+
+    #[test]
+    fn a_calls_provider_data_is_the_last_one_its_pieces_gave_and_is_kept_with_it() {
+        let mut a = ResponseAssembler::new();
+        let with = |index, id: Option<&str>, data| ModelChunk::ToolCall {
+            index,
+            id: id.map(str::to_string),
+            name: None,
+            arguments_delta: String::new(),
+            provider_data: Some(data),
+        };
+        a.push(&piece(0, Some("a"), Some("get_weather"), "{}"));
+        a.push(&with(0, None, serde_json::json!({ "extra_content": "partial" })));
+        a.push(&piece(1, Some("b"), Some("get_time"), "{}"));
+        // Given once the answer ended, naming its call by id.
+        a.push(&with(0, Some("a"), serde_json::json!({ "extra_content": "sig", "reasoning_content": "think" })));
+        let data: Vec<_> = a.finish("call").unwrap().tool_calls.into_iter().map(|c| c.provider_data).collect();
+        assert_eq!(data, [Some(serde_json::json!({ "extra_content": "sig", "reasoning_content": "think" })), None]);
+    }
+
+    #[test]
+    fn provider_data_past_its_bound_fails_the_response_instead_of_being_stored() {
+        let sized = |bytes: usize| {
+            let mut a = ResponseAssembler::new();
+            // Two calls of half the data each: the bound is on the response, not on a call.
+            for index in 0..2 {
+                a.push(&ModelChunk::ToolCall {
+                    index,
+                    id: Some(format!("c{index}")),
+                    name: Some("t".into()),
+                    arguments_delta: "{}".into(),
+                    provider_data: Some(serde_json::Value::String("x".repeat(bytes / 2 - 2))),
+                });
+            }
+            a.finish("call")
+        };
+        assert!(sized(MAX_PROVIDER_DATA_BYTES).is_ok(), "exactly at the bound (each value's JSON has its two quotes)");
+        let err = sized(MAX_PROVIDER_DATA_BYTES + 2).unwrap_err();
+        assert_eq!(err.code, "provider_protocol");
+        assert!(err.message.contains("524290 bytes of provider data") && err.message.contains("at most 524288"), "{}", err.message);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 mod assemble;
-pub use assemble::{AssembledResponse, ResponseAssembler, MAX_RESPONSE_BYTES, MAX_TOOL_CALLS_PER_RESPONSE};
+pub use assemble::{AssembledResponse, ResponseAssembler, MAX_PROVIDER_DATA_BYTES, MAX_RESPONSE_BYTES, MAX_TOOL_CALLS_PER_RESPONSE};
 
 /// Token counts for one or more model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +36,14 @@ pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
+    /// What the provider wants back with this call when it sends the conversation again
+    /// (DeepSeek's `reasoning_content` of the turn, Gemini's thought signature). Opaque: the
+    /// core stores it with the conversation (run state, session history) and hands it back in
+    /// [`ModelRequest::messages`], never reading it, so it survives a restart. At most
+    /// [`MAX_PROVIDER_DATA_BYTES`] of JSON per response. Absent in states stored before it
+    /// existed, and left out when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_data: Option<serde_json::Value>,
 }
 
 /// One chat message.
@@ -145,6 +153,10 @@ pub enum ModelChunk {
         name: Option<String>,
         #[serde(default)]
         arguments_delta: String,
+        /// The call's [`ToolCall::provider_data`]: the last piece of a call that carries one
+        /// sets it, so a provider may send it once it knows all of it.
+        #[serde(default)]
+        provider_data: Option<serde_json::Value>,
     },
     #[serde(rename_all = "camelCase")]
     Finish {

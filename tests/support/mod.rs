@@ -25,6 +25,9 @@ pub enum Reply {
     Calls(Vec<(String, String)>),
     /// Calls whose answer stopped at the token limit (finish reason `length`).
     CutOff(Vec<(String, String)>),
+    /// One call and the provider value it carries, given in a piece of its own after the
+    /// arguments (as `openai()` gives DeepSeek's reasoning, known only once the answer ends).
+    CallWithData(String, String, Value),
     Fail(ModelError),
 }
 
@@ -43,6 +46,11 @@ pub fn call(name: &str, args: &str) -> Reply {
 /// `list` as an answer that hit the token limit: its last call's arguments are as cut.
 pub fn cut_off(list: &[(&str, &str)]) -> Reply {
     Reply::CutOff(list.iter().map(|(n, a)| (n.to_string(), a.to_string())).collect())
+}
+
+/// A call whose provider wants `data` back with it (see [`Reply::CallWithData`]).
+pub fn call_with_data(name: &str, args: &str, data: Value) -> Reply {
+    Reply::CallWithData(name.to_string(), args.to_string(), data)
 }
 
 pub fn calls(list: &[(&str, &str)]) -> Reply {
@@ -96,6 +104,11 @@ impl ScriptedModel {
 
     /// Streams `list` as tool calls, each call's arguments in two halves.
     fn stream_calls(&self, list: &[(String, String)], finish_reason: &str, sink: &mut dyn ChunkSink) {
+        self.stream_calls_with(list, None, finish_reason, sink);
+    }
+
+    /// [`Self::stream_calls`], then the first call's provider value `data` in a piece of its own.
+    fn stream_calls_with(&self, list: &[(String, String)], data: Option<Value>, finish_reason: &str, sink: &mut dyn ChunkSink) {
         for (i, (name, args)) in list.iter().enumerate() {
             let mid = args.len() / 2;
             let mid = (0..=mid).rev().find(|m| args.is_char_boundary(*m)).unwrap_or(0);
@@ -104,8 +117,12 @@ impl ScriptedModel {
                 id: Some(format!("call_{i}")),
                 name: Some(name.clone()),
                 arguments_delta: args[..mid].to_string(),
+                provider_data: None,
             });
-            sink.chunk(&ModelChunk::ToolCall { index: i as u32, id: None, name: None, arguments_delta: args[mid..].to_string() });
+            sink.chunk(&ModelChunk::ToolCall { index: i as u32, id: None, name: None, arguments_delta: args[mid..].to_string(), provider_data: None });
+        }
+        if let Some(data) = data {
+            sink.chunk(&ModelChunk::ToolCall { index: 0, id: None, name: None, arguments_delta: String::new(), provider_data: Some(data) });
         }
         sink.chunk(&ModelChunk::Finish { finish_reason: finish_reason.into(), usage: Some(self.usage_per_call) });
     }
@@ -129,6 +146,7 @@ impl Model for ScriptedModel {
             Reply::TextEnding(t, finish_reason) => self.stream_text(&t, &finish_reason, sink).await,
             Reply::Calls(list) => self.stream_calls(&list, "tool_calls", sink),
             Reply::CutOff(list) => self.stream_calls(&list, "length", sink),
+            Reply::CallWithData(name, args, data) => self.stream_calls_with(&[(name, args)], Some(data), "tool_calls", sink),
             Reply::Fail(e) => return Err(e),
         }
         Ok(())
