@@ -18,21 +18,23 @@ import { iterations, seeded } from './support/seeded.js';
 interface Assembled {
   chunks: ModelChunk[];
   text: string;
-  calls: Array<{ id: string | undefined; name: string; arguments: string }>;
+  calls: Array<{ id: string | undefined; name: string; arguments: string; providerData?: unknown }>;
   finish: Extract<ModelChunk, { type: 'finish' }> | undefined;
 }
 
-/** Folds chunks the way the core does: tool-call pieces by index, names and arguments concatenated. */
+/** Folds chunks the way the core does: tool-call pieces by index, names and arguments
+ *  concatenated, the last `providerData` given kept. */
 async function collect(stream: AsyncIterable<ModelChunk>): Promise<Assembled> {
   const chunks: ModelChunk[] = [];
   for await (const chunk of stream) chunks.push(chunk);
-  const byIndex = new Map<number, { id: string | undefined; name: string; arguments: string }>();
+  const byIndex = new Map<number, Assembled['calls'][number]>();
   for (const chunk of chunks) {
     if (chunk.type !== 'tool_call') continue;
     const call = byIndex.get(chunk.index) ?? { id: undefined, name: '', arguments: '' };
     if (chunk.id) call.id = chunk.id;
     if (chunk.name) call.name += chunk.name;
     call.arguments += chunk.argumentsDelta;
+    if (chunk.providerData !== undefined) call.providerData = chunk.providerData;
     byIndex.set(chunk.index, call);
   }
   const last = chunks.at(-1);
@@ -541,7 +543,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     for (let turn = 0; turn < 5; turn++) {
       const out = await collect(model.stream({ messages, tools: [weatherTool] }));
       if (out.calls.length === 0) return out.text;
-      messages.push({ role: 'assistant', content: out.text, toolCalls: out.calls.map((call) => ({ id: call.id!, name: call.name, arguments: call.arguments })) });
+      messages.push({ role: 'assistant', content: out.text, toolCalls: out.calls.map((call) => ({ ...call, id: call.id! })) });
       for (const call of out.calls) messages.push({ role: 'tool', toolCallId: call.id!, name: call.name, content: '21C' });
     }
     assert.fail('the tool loop did not end');
@@ -585,22 +587,25 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     }
   });
 
-  it("Gemini 3: each call's extra_content (its thought signature) goes back on that call, and only there", async () => {
-    const signature = { google: { thought_signature: 'CrICAdHtim827fQ==' } };
-    answer = (body) => {
-      // As Gemini does: the first call of a turn must carry its signature.
-      const unsigned = body.messages.findIndex((m) => m.tool_calls && m.tool_calls[0]?.extra_content === undefined);
-      if (unsigned >= 0) return { status: 400, json: [{ error: { code: 400, message: `Function call is missing a thought_signature in functionCall parts. position ${unsigned}`, status: 'INVALID_ARGUMENT' } }] };
-      if (body.messages.some((m) => m.role === 'tool')) return { sse: [{ choices: [{ index: 0, delta: { role: 'assistant', content: 'Both 21C.' }, finish_reason: 'stop' }] }] };
-      const call = (index: number, city: string) => ({ index, id: `function-call-${index}`, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } });
-      return {
-        sse: [
-          // Parallel calls: only the first has a signature.
-          { choices: [{ index: 0, delta: { role: 'assistant', tool_calls: [{ ...call(0, 'Oslo'), extra_content: signature }] } }] },
-          { choices: [{ index: 0, delta: { tool_calls: [call(1, 'Lima')] }, finish_reason: 'tool_calls' }] },
-        ],
-      };
+  const signature = { google: { thought_signature: 'CrICAdHtim827fQ==' } };
+  /** Gemini 3: parallel calls, the first with its thought signature, which must come back on
+   *  that call, else 400. */
+  function gemini(body: WireBody): ReturnType<typeof answer> {
+    const unsigned = body.messages.findIndex((m) => m.tool_calls && m.tool_calls[0]?.extra_content === undefined);
+    if (unsigned >= 0) return { status: 400, json: [{ error: { code: 400, message: `Function call is missing a thought_signature in functionCall parts. position ${unsigned}`, status: 'INVALID_ARGUMENT' } }] };
+    if (body.messages.some((m) => m.role === 'tool')) return { sse: [{ choices: [{ index: 0, delta: { role: 'assistant', content: 'Both 21C.' }, finish_reason: 'stop' }] }] };
+    const call = (index: number, city: string) => ({ index, id: `function-call-${index}`, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } });
+    return {
+      sse: [
+        // Parallel calls: only the first has a signature.
+        { choices: [{ index: 0, delta: { role: 'assistant', tool_calls: [{ ...call(0, 'Oslo'), extra_content: signature }] } }] },
+        { choices: [{ index: 0, delta: { tool_calls: [call(1, 'Lima')] }, finish_reason: 'tool_calls' }] },
+      ],
     };
+  }
+
+  it("Gemini 3: each call's extra_content (its thought signature) goes back on that call, and only there", async () => {
+    answer = gemini;
     const model = openai({ baseURL: base, apiKey: 'k', model: 'gemini-3-pro-preview', retry: { maxRetries: 0 } });
     assert.equal(await toolLoop(model), 'Both 21C.');
     const assistant = bodies.at(-1)!.messages[1]!;
@@ -609,24 +614,80 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     assert.equal('reasoning_content' in assistant, false);
   });
 
-  it('they are kept for the last 1024 calls, in the provider object that received them', async () => {
-    const calls = Array.from({ length: 1025 }, (_, i) => ({ id: `call_${i}`, type: 'function', function: { name: 'get_weather', arguments: '{}' }, extra_content: { n: i } }));
-    answer = (body) => ({
-      status: 200,
-      json: { choices: [{ index: 0, message: body.messages.length === 1 ? { role: 'assistant', content: null, tool_calls: calls } : { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] },
+  it("they travel as the calls' providerData: another provider object sends back what the messages hold, and nothing else", async () => {
+    answer = () => ({ status: 200, json: { choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] } });
+    const toolCalls = [
+      { id: 'call_0', name: 'get_weather', arguments: '{}', providerData: { reasoning_content: 'Two cities.', extra_content: { n: 0 } } },
+      { id: 'call_1', name: 'get_weather', arguments: '{}' },
+      // What another provider (or an edited state) left: not this provider's to send.
+      { id: 'call_2', name: 'get_weather', arguments: '{}', providerData: 'opaque' },
+    ];
+    const fresh = openai({ baseURL: base, apiKey: 'k', model: 'm', stream: false, retry: { maxRetries: 0 } });
+    await collect(fresh.stream({ messages: [...hello, { role: 'assistant', content: '', toolCalls }], tools: [weatherTool] }));
+    const sent = bodies.at(-1)!.messages[1]!;
+    assert.equal(sent.reasoning_content, 'Two cities.');
+    assert.deepEqual(sent.tool_calls!.map((call) => call.extra_content), [{ n: 0 }, undefined, undefined]);
+    assert.deepEqual(sent.tool_calls!.map((call) => 'extra_content' in call), [true, false, false]);
+  });
+
+  it("the turn's reasoning is given once, with its first call, and every call's signature with that call", async () => {
+    answer = () => ({
+      sse: [
+        { choices: [{ index: 0, delta: { role: 'assistant', reasoning_content: 'Both ' } }] },
+        { choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'a', type: 'function', function: { name: 'get_weather', arguments: '{}' }, extra_content: { s: 'a' } }] } }] },
+        // Reasoning after a call's first piece still belongs to the turn.
+        { choices: [{ index: 0, delta: { reasoning_content: 'cities.', tool_calls: [{ index: 1, id: 'b', type: 'function', function: { name: 'get_weather', arguments: '{}' }, extra_content: { s: 'b' } }] } }] },
+        { choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] },
+      ],
     });
-    const make = () => openai({ baseURL: base, apiKey: 'k', model: 'm', stream: false, retry: { maxRetries: 0 } });
-    const model = make();
-    await collect(model.stream({ messages: hello, tools: [weatherTool] }));
-    const sentBack = async (provider: ModelProvider) => {
-      const toolCalls = ['call_0', 'call_1', 'call_1024'].map((id) => ({ id, name: 'get_weather', arguments: '{}' }));
-      await collect(provider.stream({ messages: [...hello, { role: 'assistant', content: '', toolCalls }], tools: [weatherTool] }));
-      return bodies.at(-1)!.messages[1]!.tool_calls!.map((call) => call.extra_content);
+    const out = await collect(openai({ baseURL: base, apiKey: 'k', model: 'm', retry: { maxRetries: 0 } }).stream({ messages: hello, tools: [weatherTool] }));
+    assert.deepEqual(out.calls.map((call) => call.providerData), [{ reasoning_content: 'Both cities.', extra_content: { s: 'a' } }, { extra_content: { s: 'b' } }]);
+  });
+
+  it('a run paused for approval after such a turn resumes in a new agent, with a new provider object, and sends them back', async () => {
+    const { createAgent, memoryStore, tool } = await import('../src/node.js');
+    const cases = [
+      { server: deepSeek, model: 'deepseek-v4-pro', sentBack: (m: WireMessage) => m.reasoning_content, expected: 'I should look up the weather in Oslo.' },
+      { server: gemini, model: 'gemini-3-pro-preview', sentBack: (m: WireMessage) => m.tool_calls![0]!.extra_content, expected: signature },
+    ];
+    for (const { server, model, sentBack, expected } of cases) {
+      bodies.length = 0;
+      answer = server;
+      const store = memoryStore();
+      const weather = tool({
+        ...weatherTool,
+        needsApproval: ({ city }: { city: string }) => city === 'Oslo',
+        execute: () => '21C',
+      });
+      // Each "process" has its own agent and its own provider object; only the store is shared.
+      const agent = async () => createAgent({ model: openai({ baseURL: base, apiKey: 'k', model, retry: { maxRetries: 0 } }), tools: [weather], store });
+      const paused = await (await agent()).run('Weather in Oslo, then in Lima?');
+      assert.equal(paused.status, 'paused', model);
+      const resumed = await (await agent()).resume(paused.runId, { approvals: paused.pendingApprovals.map(({ id }) => ({ id, approved: true })) });
+      assert.equal(resumed.status, 'completed', model);
+      assert.equal(resumed.text, 'Both 21C.', model);
+      const first = bodies[1]!.messages.find((m) => m.role === 'assistant' && m.tool_calls);
+      assert.deepEqual(first && sentBack(first), expected, `${model}: the resumed request carries what the paused turn was sent with`);
+    }
+  });
+
+  it('a server that gives more than 512 KiB of them with one answer fails that run as provider_protocol, and the agent serves on', async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    let extra: unknown = { google: { thought_signature: 'x'.repeat(600_000) } };
+    answer = (body) => {
+      if (body.messages.some((m) => m.role === 'tool') || extra === undefined) return { sse: [{ choices: [{ index: 0, delta: { content: 'ok' }, finish_reason: 'stop' }] }] };
+      const call = { index: 0, id: 'c', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' }, extra_content: extra };
+      return { sse: [{ choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] }] };
     };
-    // The oldest went when the 1025th came.
-    assert.deepEqual(await sentBack(model), [undefined, { n: 1 }, { n: 1024 }]);
-    // Another provider object (a run resumed in another process) never had them.
-    assert.deepEqual(await sentBack(make()), [undefined, undefined, undefined]);
+    const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'gemini-3-pro-preview', retry: { maxRetries: 0 } }), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
+      assert.ok(error instanceof CrucibleError, String(error));
+      assert.equal(error.code, 'provider_protocol');
+      assert.match(error.message, /\d+ bytes of provider data to send back; at most 524288 are kept/);
+      return true;
+    });
+    extra = { google: { thought_signature: 'x'.repeat(1000) } };
+    assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
   });
 });
 

@@ -37,12 +37,12 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
 /**
  * Creates a provider for an OpenAI-compatible `/chat/completions` endpoint.
  *
- * Some servers need back, on a past tool-call turn, what they sent with it and the core's
- * messages do not hold: DeepSeek in thinking mode the turn's `reasoning_content` (else it
- * answers 400), Gemini 3 each call's `extra_content` (its thought signature). The provider
- * keeps these for the last 1024 tool calls it received or sent, by call id, and adds them when
- * it sends those calls again. They live in this provider object only: a run resumed in another
- * process, or with another provider object, sends the calls without them.
+ * Some servers need back, on a past tool-call turn, what they sent with it: DeepSeek in
+ * thinking mode the turn's `reasoning_content` (else it answers 400), Gemini 3 each call's
+ * `extra_content` (its thought signature). The provider gives them with the calls as their
+ * `providerData` ({@link Echo}), which the runtime keeps with the conversation, and sends them
+ * back from there: a run resumed in another process, or with another provider object, still
+ * has them.
  *
  * @example
  * ```ts
@@ -57,7 +57,7 @@ export function openai(options: OpenAIOptions): ModelProvider {
   if (reasoningEffort != null && typeof reasoningEffort !== 'string') throw optionError('openai', 'reasoningEffort', 'a string such as "low"', reasoningEffort);
   const { streamUsage } = options;
   if (streamUsage != null && typeof streamUsage !== 'boolean') throw optionError('openai', 'streamUsage', 'true or false', streamUsage);
-  const wire: WireOptions = { reasoningModel, reasoningEffort: reasoningEffort ?? undefined, streamUsage: streamUsage ?? true, echoes: new Map() };
+  const wire: WireOptions = { reasoningModel, reasoningEffort: reasoningEffort ?? undefined, streamUsage: streamUsage ?? true };
   // Local servers (llama-server, vLLM) need no key; sending an empty Bearer confuses some proxies.
   const headers = mergeHeaders(options.headers, options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : undefined);
   return postProvider({
@@ -70,8 +70,8 @@ export function openai(options: OpenAIOptions): ModelProvider {
     parse: async function* (ctx, response, streaming) {
       // A server that ignores `stream` (or answers an error as plain JSON with status 200)
       // sends one JSON body: read as events it would be an empty stream, its message lost.
-      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response, 'provider'), wire.echoes);
-      else yield* parseCompletion(ctx, await readJson(ctx, response), wire.echoes);
+      if (streaming && !repliesWithJson(response)) yield* parseStream(ctx, readSse(ctx, response, 'provider'));
+      else yield* parseCompletion(ctx, await readJson(ctx, response));
     },
     adapt: (error, sent) => {
       if (!refusesStreamOptions(error, sent)) return false;
@@ -100,35 +100,15 @@ interface WireOptions {
   reasoningEffort: string | undefined;
   /** Cleared once the server refused `stream_options`: it holds for the later requests too. */
   streamUsage: boolean;
-  echoes: Echoes;
 }
 
-/** How many tool calls' {@link Echo}es a provider keeps (see {@link openai}): a bound on
- *  memory, above the calls one conversation usually holds. */
-const ECHO_LIMIT = 1024;
-
-/** What a server needs back with a past tool call, besides what the core's messages hold. */
+/** A tool call's `providerData` from this provider: what a server needs back with a past
+ *  call, under the wire's own names. */
 interface Echo {
-  /** The turn's `reasoning_content` (DeepSeek thinking mode). */
-  reasoning?: string;
+  /** The turn's `reasoning_content` (DeepSeek thinking mode), on the turn's first call only. */
+  reasoning_content?: string;
   /** The call's `extra_content` (Gemini: `{ google: { thought_signature } }`), sent back as it came. */
-  extra?: unknown;
-}
-
-/** Echoes by tool-call id, oldest first: a use moves an entry to the end, and past the limit
- *  the oldest goes, so the calls of conversations in progress are the ones kept. */
-type Echoes = Map<string, Echo>;
-
-function keepEcho(echoes: Echoes, id: string, echo: Echo): void {
-  echoes.delete(id);
-  echoes.set(id, echo);
-  if (echoes.size > ECHO_LIMIT) echoes.delete(echoes.keys().next().value!);
-}
-
-function useEcho(echoes: Echoes, id: string): Echo | undefined {
-  const echo = echoes.get(id);
-  if (echo) keepEcho(echoes, id, echo);
-  return echo;
+  extra_content?: unknown;
 }
 
 /** OpenAI's reasoning families by model name (`o1`, `o3-mini`, `o4-mini`, `gpt-5`, `gpt-5-nano`, …). */
@@ -137,7 +117,7 @@ function isReasoningModel(model: unknown): boolean {
 }
 
 function toWireRequest(model: string, request: ModelRequest, streaming: boolean, wire: WireOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = { model, messages: request.messages.map((message) => toWireMessage(message, wire.echoes)) };
+  const body: Record<string, unknown> = { model, messages: request.messages.map(toWireMessage) };
   // Some servers reject an empty `tools` array, and it means the same as no tools.
   if (request.tools.length > 0) {
     body.tools = functionTools(request.tools);
@@ -162,7 +142,7 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
   return body;
 }
 
-function toWireMessage(message: ChatMessage, echoes: Echoes): Record<string, unknown> {
+function toWireMessage(message: ChatMessage): Record<string, unknown> {
   switch (message.role) {
     case 'system':
     case 'user':
@@ -175,15 +155,16 @@ function toWireMessage(message: ChatMessage, echoes: Echoes): Record<string, unk
         // OpenAI documents `null` content for a pure tool-call turn; "" is rejected by some servers.
         content: message.content === '' ? null : message.content,
         tool_calls: message.toolCalls.map((call) => {
-          const echo = useEcho(echoes, call.id);
-          reasoning ??= echo?.reasoning;
+          // Read leniently: stored state may hold what another provider gave, or anything.
+          const echo = loose(call.providerData) as Echo | undefined;
+          if (typeof echo?.reasoning_content === 'string') reasoning ??= echo.reasoning_content;
           return {
             id: call.id,
             type: 'function',
             // Servers that parse past calls when they build the prompt (vLLM) would refuse the
             // whole next turn over arguments that are not a JSON object.
             function: { name: call.name, arguments: argumentsText(call.arguments) },
-            ...(echo?.extra !== undefined && { extra_content: echo.extra }),
+            ...(echo?.extra_content != null && { extra_content: echo.extra_content }),
           };
         }),
       };
@@ -204,7 +185,7 @@ function toWireMessage(message: ChatMessage, echoes: Echoes): Record<string, unk
  * answer so far under `delta` or the whole answer under `message`, and optionally `usage` or
  * an `error` reported with status 200.
  */
-async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceMessage>, echoes: Echoes): AsyncGenerator<ModelChunk> {
+async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceMessage>): AsyncGenerator<ModelChunk> {
   let finishReason: string | undefined;
   let usage: Usage | undefined;
   let terminated = false;
@@ -235,12 +216,11 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
 
   // A body that ends with neither `[DONE]` nor a finish reason was cut off mid-answer.
   if (!terminated && finishReason === undefined) throw protocolError(ctx, 'stream ended before the answer finished');
-  // Before the finish: the core may send the next request as soon as it has it.
-  turn.keep(echoes);
+  yield* turn.chunks();
   yield usage ? { type: 'finish', finishReason: finishReason ?? 'stop', usage } : { type: 'finish', finishReason: finishReason ?? 'stop' };
 }
 
-async function* parseCompletion(ctx: HttpContext, json: unknown, echoes: Echoes): AsyncGenerator<ModelChunk> {
+async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator<ModelChunk> {
   // Quoted only by an error: made then, not for every reply.
   const raw = lazyText(json);
   const completion = expectObject(ctx, json, raw);
@@ -251,14 +231,15 @@ async function* parseCompletion(ctx: HttpContext, json: unknown, echoes: Echoes)
   if (!choice || !message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, raw());
   const turn = new TurnEchoes();
   yield* answerChunks(read, message, 'message', turn);
-  turn.keep(echoes);
+  yield* turn.chunks();
   const usage = toUsage(read, completion.usage);
   const finishReason = read.string(choice.finish_reason, 'finish_reason') || 'stop';
   yield usage ? { type: 'finish', finishReason, usage } : { type: 'finish', finishReason };
 }
 
 /** What one answer carries that its tool calls need sent back (see {@link Echo}), gathered
- *  from its deltas or its message. */
+ *  from its deltas or its message, and given as the calls' `providerData` once it is all known
+ *  (DeepSeek may stream reasoning after a call's first piece). */
 class TurnEchoes {
   private reasoning: string[] | undefined;
   private readonly calls = new Map<number, { id?: string; extra?: unknown }>();
@@ -276,10 +257,17 @@ class TurnEchoes {
     this.calls.set(chunk.index, call);
   }
 
-  keep(echoes: Echoes): void {
-    const reasoning = this.reasoning?.join('');
-    for (const { id, extra } of this.calls.values()) {
-      if (id && (reasoning !== undefined || extra !== undefined)) keepEcho(echoes, id, { reasoning, extra });
+  /** A piece per call with something to send back, naming the call by its id where it has
+   *  one (calls may share an index). The turn's reasoning goes with its first call only: one
+   *  copy in stored state, and one is all the message sends back. */
+  *chunks(): Generator<ModelChunk> {
+    let reasoning = this.reasoning?.join('');
+    for (const [index, { id, extra }] of this.calls) {
+      const echo: Echo = {};
+      if (reasoning !== undefined) echo.reasoning_content = reasoning;
+      if (extra !== undefined) echo.extra_content = extra;
+      reasoning = undefined;
+      if (Object.keys(echo).length > 0) yield { type: 'tool_call', index, ...(id && { id }), argumentsDelta: '', providerData: echo };
     }
   }
 }

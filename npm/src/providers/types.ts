@@ -15,6 +15,13 @@ export interface ToolCall {
   id: string;
   name: string;
   arguments: string;
+  /**
+   * What the provider that produced the call gave with it to be sent back when the
+   * conversation goes to the model again (see {@link ModelChunk}): opaque to the runtime, which
+   * stores it with the conversation (durable run state, session history) and hands it back
+   * here, so it survives a restart. Absent when the provider gave none.
+   */
+  providerData?: unknown;
 }
 
 /** Provider-neutral chat message. */
@@ -69,11 +76,17 @@ export type ToolChoice = 'auto' | 'required' | 'none' | { tool: string };
  * - `tool_call`: a piece of tool call number `index` (0-based within this response). The
  *   first piece of a call carries `id` and `name`; `argumentsDelta` pieces concatenate to the
  *   raw JSON arguments. A provider that receives whole calls emits one piece per call.
+ *   `providerData` is one JSON value the provider needs back with the call on later turns
+ *   (`openai()`: DeepSeek's `reasoning_content`, Gemini's thought signature); the last piece
+ *   of a call that has one sets the call's {@link ToolCall.providerData}, so a provider may
+ *   give it in a piece of its own once the answer ended. The runtime never reads it; it
+ *   round-trips it through stored state, at most 512 KiB of JSON per response (more fails the
+ *   response as `provider_protocol`).
  * - `finish`: the last chunk, with the finish reason and usage when the provider reports it.
  */
 export type ModelChunk =
   | { type: 'text'; delta: string }
-  | { type: 'tool_call'; index: number; id?: string; name?: string; argumentsDelta: string }
+  | { type: 'tool_call'; index: number; id?: string; name?: string; argumentsDelta: string; providerData?: unknown }
   | { type: 'finish'; finishReason: string; usage?: Usage };
 
 /** Per-call options. */
