@@ -185,3 +185,20 @@ fn a_run_completing_after_later_runs_trimmed_its_start_adds_its_exchange_whole_a
     let sent = model.requests.borrow().last().unwrap().messages.clone();
     assert_eq!(inputs(&sent), ["qA", "qD"]);
 }
+
+#[test]
+fn a_providers_value_for_a_call_is_handed_back_on_the_sessions_later_runs() {
+    let echo = json!({ "extra_content": { "google": { "thought_signature": "CrIC" } } });
+    let model = ScriptedModel::new(vec![call_with_data("page", "{}", echo.clone()), text("Read it."), text("ok")]);
+    let agent = agent(model.clone(), 10, HistoryLimits::default());
+    run(&agent, "Read the page");
+    run(&agent, "Thanks");
+    let later = model.requests.borrow()[2].clone();
+    let sent: Vec<_> = later
+        .messages
+        .iter()
+        .filter_map(|m| if let Message::Assistant { tool_calls, .. } = m { tool_calls.first() } else { None })
+        .map(|c| c.provider_data.clone())
+        .collect();
+    assert_eq!(sent, [Some(echo)]);
+}
