@@ -11,6 +11,7 @@
 //! response fails as `provider_protocol`.
 
 use super::{ModelChunk, ModelError, ToolCall, Usage};
+use crate::tools::json_len;
 
 /// Most tool calls one response may carry (a step runs them all; `maxSteps` bounds a run).
 pub const MAX_TOOL_CALLS_PER_RESPONSE: usize = 128;
@@ -156,24 +157,6 @@ impl ResponseAssembler {
         }
         Ok(self.response)
     }
-}
-
-/// The length of `value`'s JSON text, counted without writing it out.
-fn json_len(value: &serde_json::Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing a `Value` to a sink that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// Whether `arguments` already are a whole JSON value (a call's last piece came).
