@@ -715,6 +715,24 @@ fn a_stopped_registry_starts_no_background_promotion() {
     assert_eq!(panel.asked.get(), 0);
 }
 
+#[test]
+fn a_background_promotion_approved_after_its_session_ended_still_promotes_the_tool() {
+    let (r, env, panel) = background_rig();
+    call_now(&r, "run_7");
+    env.run_background();
+    assert_eq!(panel.asked.get(), 1, "under review");
+    // The run that made the call ended, and its host ends the session, as a service does after
+    // each request: the review goes on, and what the panel approves reaches the agent tier.
+    block_on(r.registry.end_session("s1")).unwrap();
+    panel.gate.cancel();
+    env.run_background();
+    assert!(is_settled(&r));
+    let listed: Vec<(String, Tier)> = r.registry.list("s2").into_iter().map(|t| (t.name, t.tier)).collect();
+    assert_eq!(listed, [("slugify".to_string(), Tier::Agent)]);
+    assert!(r.events.bodies().iter().any(|b| matches!(b, EventBody::ToolPromoted { name, .. } if name == "slugify")));
+    assert!(r.registry.audit_trail().iter().any(|a| a.action == "promote" && a.detail.contains("panel approved")));
+}
+
 /// A rig that promotes by itself (approving judge and panel) with `slugify` forged in `s1`, and
 /// its panel, to count the reviews.
 fn auto_promoting_rig_with_slugify() -> (Rig, Rc<support::ScriptedModel>) {

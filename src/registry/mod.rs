@@ -458,7 +458,7 @@ pub struct Registry {
     shared_turn: Rc<Turn>,
     /// This store's turn for shared-stats flushes (see [`TurnKind::SharedStats`]).
     shared_stats_turn: Rc<Turn>,
-    /// Forges and imports going, per session.
+    /// Forges, imports and promotions to the agent tier going, per session.
     forges: SessionWork,
     /// Automatic promotions going on after the calls that started them returned.
     background: Rc<background::Background>,

@@ -164,14 +164,15 @@ impl Registry {
         calls_run_id: &str,
     ) -> Result<PromotionOutcome, RegistryError> {
         let threshold = self.config().promotion_threshold;
-        let (record, successes) = {
+        let (record, stats) = {
             let state = self.state.borrow();
             let e = state
                 .entry(Tier::Session, session, name)
                 .filter(|e| e.record.status == ToolStatus::Active)
                 .ok_or_else(|| RegistryError::NotFound(name.into()))?;
-            (e.record.clone(), e.stats.successes)
+            (e.record.clone(), e.stats.clone())
         };
+        let successes = stats.successes;
         let memo = &record.promotion;
         if memo.rejected_hash.as_deref() == Some(record.current.hash.as_str())
             && !memo.unanswered
@@ -209,6 +210,9 @@ impl Registry {
             }
         });
 
+        // An automatic promotion outlives its call, and the session may end meanwhile: what the
+        // panel approved still moves up (it leaves the session), instead of vanishing unsaid.
+        let session_work = self.ticket(session);
         let review = unless_cancelled(cancel, self.review_for_agent(&record.current.request, name, session, calls_run_id)).await;
         // The judge sees the same signal: its failure in the poll that cancels is the abort's
         // doing, not a refusal.
@@ -223,10 +227,9 @@ impl Registry {
         // The tests and the panel reviewed `record`: a version forged meanwhile was not, and a
         // tool demoted meanwhile stays demoted. Not remembered as a rejection: the tool as it is
         // now was never judged.
-        let changed = {
-            let state = self.state.borrow();
-            let now = state.entry(Tier::Session, session, name);
-            now.is_some_and(|e| e.record.current.hash != record.current.hash || e.record.status != ToolStatus::Active)
+        let changed = match self.state.borrow().entry(Tier::Session, session, name) {
+            Some(now) => now.record.current.hash != record.current.hash || now.record.status != ToolStatus::Active,
+            None => !session_work.session_ended(),
         };
         // Promotions that ran at the same time were all admitted against the same count.
         let refusal = match changed {
@@ -240,7 +243,9 @@ impl Registry {
         let (info, ops, version, undo) = {
             let mut state = self.state.borrow_mut();
             let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
-            let Some(entry) = state.remove_entry(Tier::Session, session, name) else { return Err(RegistryError::NotFound(name.into())) };
+            // Gone only with its session (checked above): the version reviewed, with the stats it
+            // had then.
+            let entry = state.remove_entry(Tier::Session, session, name).unwrap_or_else(|| Entry::new(record, stats));
             let mut record = entry.record;
             record.tier = Tier::Agent;
             record.status = ToolStatus::Active;
