@@ -733,6 +733,37 @@ fn a_background_promotion_approved_after_its_session_ended_still_promotes_the_to
     assert!(r.registry.audit_trail().iter().any(|a| a.action == "promote" && a.detail.contains("panel approved")));
 }
 
+#[test]
+fn a_background_promotion_the_store_refuses_to_record_is_told_to_the_agent_s_listeners() {
+    let env = Rc::new(SpawningEnvironment::default());
+    let panel = GatedJudge::new(approving_judge());
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let r = rig_in(env.clone(), "agent1", config, Some(approving_judge()), Some(panel.clone()), memory, store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    call_now(&r, "run_7");
+    env.run_background();
+    store.refuse_writes.set(true);
+    panel.gate.cancel();
+    env.run_background();
+    assert!(is_settled(&r));
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Session, "not promoted");
+    // Nobody awaits a background promotion: its failure is an event, or it is told nowhere.
+    let rejected: Vec<String> = r
+        .events
+        .bodies()
+        .into_iter()
+        .filter_map(|b| match b {
+            EventBody::PromotionRejected { name, reason, .. } if name == "slugify" => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rejected.len(), 1, "{:?}", r.events.types());
+    assert!(rejected[0].contains("could not be recorded") && rejected[0].contains("the store is full"), "{}", rejected[0]);
+}
+
 /// A rig that promotes by itself (approving judge and panel) with `slugify` forged in `s1`, and
 /// its panel, to count the reviews.
 fn auto_promoting_rig_with_slugify() -> (Rig, Rc<support::ScriptedModel>) {

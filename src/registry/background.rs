@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::agent::{CancelFlag, CancelSignal};
+use crate::agent::{CancelFlag, CancelSignal, EventBody};
 
 use super::{Registry, RegistryError, Tier};
 
@@ -119,9 +119,15 @@ impl Registry {
     async fn auto_promotion(&self, name: &str, session: &str, cancel: Option<&dyn CancelSignal>, calls_run_id: &str) {
         let promoted = self.request_promotion_cancellable(name, Tier::Agent, session, cancel, calls_run_id).await;
         // Not recorded because the store failed: held off like a rejection, so a failing store
-        // does not bring the tests and the panel back on every use. An abort records nothing.
-        if promoted.is_err_and(|e| !matches!(e, RegistryError::Aborted(_))) {
-            self.hold_off_promotion(&mut self.state.borrow_mut(), name, session, false);
+        // does not bring the tests and the panel back on every use. An abort records nothing,
+        // and a closed agent tells nothing more.
+        let Err(error) = promoted else { return };
+        if matches!(error, RegistryError::Aborted(_) | RegistryError::Closed) {
+            return;
         }
+        self.hold_off_promotion(&mut self.state.borrow_mut(), name, session, false);
+        // Nobody awaits this promotion: an error returned would be told nowhere.
+        let reason = format!("it could not be recorded: {error}");
+        self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason });
     }
 }
