@@ -1673,6 +1673,30 @@ fn a_demoted_tool_does_not_displace_the_version_the_tier_below_is_using() {
     assert_eq!(hash_at(Tier::Agent), None, "out of the agent tier");
 }
 
+#[test]
+fn a_demotion_into_a_session_keeps_the_hold_off_on_the_demoted_version_that_session_runs() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    let tier_in =
+        |session: &str| r.registry.list(session).into_iter().find(|t| t.name == "slugify" && t.status == ToolStatus::Active).map(|t| (t.tier, t.version));
+    // s1's v1 promotes itself, and an operator demotes it back into s1: held off there.
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(tier_in("s1"), Some((Tier::Agent, 1)));
+    block_on(r.registry.demote("slugify", "s1")).unwrap();
+    assert_eq!(tier_in("s1"), Some((Tier::Session, 1)));
+    // s2's v2 promotes itself; demoting it from s1 leaves s1 running its own (demoted) v1.
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(&r, "slugify", 3, "s2");
+    assert_eq!(tier_in("s2"), Some((Tier::Agent, 2)));
+    block_on(r.registry.demote("slugify", "s1")).unwrap();
+    assert_eq!(tier_in("s1"), Some((Tier::Session, 1)));
+
+    // The operator's first demotion still holds: v1's uses do not bring it back up.
+    use_n(&r, "slugify", 5, "s1");
+    assert_eq!(tier_in("s1"), Some((Tier::Session, 1)));
+}
+
 /// A store over `MemoryStore` whose reads and batches take some polls each (a slow or stuck
 /// IndexedDB): a test double. `shares_data` says whether it names the inner store's data.
 struct Delayed {

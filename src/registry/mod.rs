@@ -1584,7 +1584,12 @@ impl Registry {
                 None if below_in_use => {
                     let below = state.entry_mut(to, session, name).expect("checked above");
                     below.record.absorb_history(&record.history);
-                    below.record.promotion.demoted_hash = record.promotion.demoted_hash;
+                    // One hash is held off: the version this tier runs keeps an earlier
+                    // demotion's; otherwise the one demoted now is, should it be rolled back to.
+                    let memo = &mut below.record.promotion;
+                    if memo.demoted_hash.as_ref() != Some(&below.record.current.hash) {
+                        memo.demoted_hash = record.promotion.demoted_hash;
+                    }
                     ops.extend(self.entry_ops(below));
                     let kept = below.record.current.version;
                     (tool_info(below), format!("demoted from {} to {}, whose own v{kept} stays current", from.as_str(), to.as_str()))
