@@ -948,6 +948,28 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('Apply waits for an automatic promotion the run started, which goes on after the run', async () => {
+    // The run's one call of slugify reaches promotionUses: its panel reviews after the run ended.
+    const { page, errors } = await openEmergent({ promotionUses: '1' });
+    const panel = (request: MockRequest) => request.toolNames.length === 0 && request.messages.some((m) => /reviewer of a promotion panel/.test(m.content ?? ''));
+    mock.setResponder((request) => (panel(request) ? { text: JSON.stringify(VERDICT), delayMs: 5000 } : scriptedModel(request)));
+    try {
+      await send(page, 'Slugify “Hello World!” for me');
+      await lastAgentStatus(page, 'done', 60_000);
+      await page.waitForFunction(() => document.body.dataset.state === 'idle', undefined, { timeout: 10_000 });
+      await page.evaluate(() => {
+        document.querySelector<HTMLInputElement>('#model-name')!.value = 'mock-2';
+        document.querySelector<HTMLFormElement>('#settings-form')!.requestSubmit();
+      });
+      assert.match((await page.textContent('#settings-status')) ?? '', /Wait until the automatic promotion is done/);
+      // The review finishes in this agent: the tool reaches the agent tier.
+      await page.waitForSelector('#registry-list [data-tool="slugify"][data-tier="agent"]', { timeout: 30_000 });
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    assert.deepEqual(errors, []);
+  });
+
   test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
     const { page, errors } = await openEmergent();
     await send(page, 'Build a slug maker');

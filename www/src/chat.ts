@@ -144,6 +144,10 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       transcript.setAttribute('aria-busy', 'false');
       setState('idle');
       app.runEnded(runId);
+      // An automatic promotion the run's calls started goes on after it (its panel may be a
+      // slow local model): a new agent would cut it off, so Apply waits for it too.
+      const runtime = app.runtime;
+      if (runtime) void app.during('the automatic promotion', () => runtime.settled()).catch(() => undefined);
       const said: Record<string, string> = { done: 'Answer complete.', stopped: 'Run stopped.', paused: 'Run paused: a tool call waits for approval.' };
       app.announce(said[bubble.dataset.status ?? ''] ?? 'Run failed.');
       // Tool stats are batched by the core; write them so a reload shows them.

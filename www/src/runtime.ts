@@ -361,6 +361,12 @@ export class Runtime {
     if (!this.emergentAvailable) throw new EmergentUnavailable(what);
   }
 
+  /** Resolves once no automatic promotion is in flight: one a chat run's tool call started
+   *  goes on after the run ended, while its panel reviews. */
+  async settled(): Promise<void> {
+    if (!this.#closing && this.emergentAvailable) await this.#agent.emergent.settled();
+  }
+
   /** Writes buffered tool stats to IndexedDB (the core batches them). */
   async flushStats(): Promise<void> {
     if (!this.#closing && this.emergentAvailable) await this.#agent.emergent.flushStats();
