@@ -1209,7 +1209,8 @@ export class Agent<Output = unknown> {
   /**
    * Aborts the runs still going (they end with `AbortError`) and waits for them (a resumed
    * step's human-approved calls are not abandoned: a host tool among them that ignores its
-   * signal holds `close()` until it returns), writes
+   * signal holds `close()` until it returns), stops the automatic promotions under review
+   * (nothing is recorded; one whose panel approved commits) and waits for them, writes
    * buffered stats, stops the sandbox this agent created, releases the wasm agent. A forge or
    * tool call made outside a run still finishes, but writes nothing more to the store.
    * Afterwards every method fails with the `closed` error; closing again does nothing.
