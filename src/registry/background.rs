@@ -126,8 +126,11 @@ impl Registry {
             return;
         }
         self.hold_off_promotion(&mut self.state.borrow_mut(), name, session, false);
-        // Nobody awaits this promotion: an error returned would be told nowhere.
-        let reason = format!("it could not be recorded: {error}");
-        self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason });
+        // Nobody awaits this promotion: a store's error returned would be told nowhere. (A tool
+        // gone before the review began, with its session, has nothing to tell.)
+        if let RegistryError::Store(error) = error {
+            let reason = format!("it could not be recorded: {error}");
+            self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason });
+        }
     }
 }
