@@ -242,6 +242,29 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
+  test('endSession while a background promotion is reviewed: what the panel approves still reaches the agent tier', async () => {
+    const judge = judgeDouble();
+    const panel = judgeDouble('gated');
+    let answer!: () => void;
+    panel.gate = new Promise((resolve) => (answer = resolve));
+    const agent = await createAgent({
+      model: judge.provider,
+      emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses: 1 } },
+    });
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' });
+    while (panel.signals.length === 0) await sleep(5);
+    // A service ends the session once its request is answered.
+    await agent.endSession('s1');
+    answer();
+    await inTime(agent.emergent.settled());
+    assert.deepEqual(agent.tools.list({ sessionId: 's2' }).map((t) => [t.name, t.tier]), [['slugify', 'agent']]);
+    assert.deepEqual(seen.filter((e) => e.type === 'tool.promoted').map((e) => e.type === 'tool.promoted' && e.name), ['slugify']);
+    await agent.close();
+  });
+
   test("the host tools a background promotion's test re-run calls get the agent's signal, which close() aborts", async () => {
     const judge = judgeDouble();
     const textSchema = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] } as const;
