@@ -630,7 +630,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     assert.deepEqual(sent.tool_calls!.map((call) => 'extra_content' in call), [true, false, false]);
   });
 
-  it("the turn's reasoning is given once, with its first call, and every call's signature with that call", async () => {
+  it("the turn's reasoning is given once, with its last call, and every call's signature with that call", async () => {
     answer = () => ({
       sse: [
         { choices: [{ index: 0, delta: { role: 'assistant', reasoning_content: 'Both ' } }] },
@@ -641,7 +641,29 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
       ],
     });
     const out = await collect(openai({ baseURL: base, apiKey: 'k', model: 'm', retry: { maxRetries: 0 } }).stream({ messages: hello, tools: [weatherTool] }));
-    assert.deepEqual(out.calls.map((call) => call.providerData), [{ reasoning_content: 'Both cities.', extra_content: { s: 'a' } }, { extra_content: { s: 'b' } }]);
+    assert.deepEqual(out.calls.map((call) => call.providerData), [{ extra_content: { s: 'a' } }, { reasoning_content: 'Both cities.', extra_content: { s: 'b' } }]);
+  });
+
+  it('calls a server numbers alike (every one index 0) each keep their own signature, and no call is made up', async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    const call = (id: string, city: string) => ({ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) }, extra_content: { s: id } });
+    answer = (body) => {
+      if (body.messages.some((m) => m.role === 'tool')) return { sse: [{ choices: [{ index: 0, delta: { content: 'Both 21C.' }, finish_reason: 'stop' }] }] };
+      return {
+        sse: [
+          { choices: [{ index: 0, delta: { role: 'assistant', reasoning_content: 'Two cities.', tool_calls: [call('a', 'Oslo')] } }] },
+          { choices: [{ index: 0, delta: { tool_calls: [call('b', 'Lima')] }, finish_reason: 'tool_calls' }] },
+        ],
+      };
+    };
+    const cities: string[] = [];
+    const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+    const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'gemini-3-pro-preview', retry: { maxRetries: 0 } }), tools: [weather] });
+    assert.equal((await agent.run('Weather in Oslo and Lima?')).text, 'Both 21C.');
+    assert.deepEqual(cities, ['Oslo', 'Lima']);
+    const sent = bodies[1]!.messages.find((m) => m.role === 'assistant' && m.tool_calls)!;
+    assert.deepEqual(sent.tool_calls!.map((c) => [c.id, c.extra_content]), [['a', { s: 'a' }], ['b', { s: 'b' }]]);
+    assert.equal(sent.reasoning_content, 'Two cities.');
   });
 
   it('a run paused for approval after such a turn resumes in a new agent, with a new provider object, and sends them back', async () => {

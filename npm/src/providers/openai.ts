@@ -105,7 +105,7 @@ interface WireOptions {
 /** A tool call's `providerData` from this provider: what a server needs back with a past
  *  call, under the wire's own names. */
 interface Echo {
-  /** The turn's `reasoning_content` (DeepSeek thinking mode), on the turn's first call only. */
+  /** The turn's `reasoning_content` (DeepSeek thinking mode), on the turn's last call only. */
   reasoning_content?: string;
   /** The call's `extra_content` (Gemini: `{ google: { thought_signature } }`), sent back as it came. */
   extra_content?: unknown;
@@ -238,11 +238,16 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
 }
 
 /** What one answer carries that its tool calls need sent back (see {@link Echo}), gathered
- *  from its deltas or its message, and given as the calls' `providerData` once it is all known
- *  (DeepSeek may stream reasoning after a call's first piece). */
+ *  from its deltas or its message. A call's signature goes as the `providerData` of the very
+ *  piece that brought it, so it reaches the call the core puts that piece on even when a
+ *  server numbers every call alike; the turn's reasoning is all known only once the answer
+ *  ended (DeepSeek may stream it after a call's first piece), and goes then with the last
+ *  call, which is always the latest at its index and so the one a piece naming it reaches. */
 class TurnEchoes {
   private reasoning: string[] | undefined;
-  private readonly calls = new Map<number, { id?: string; extra?: unknown }>();
+  /** The calls so far, split as the core splits them by id: a piece bringing another id than
+   *  the latest call at its index starts a call of its own. */
+  private readonly calls: Array<{ index: number; id?: string; extra?: unknown }> = [];
 
   /** Read leniently: it is no part of the answer, which a server sending something else under
    *  that name must not fail. */
@@ -251,24 +256,23 @@ class TurnEchoes {
   }
 
   call(chunk: Extract<ModelChunk, { type: 'tool_call' }>, wire: WireObject): void {
-    const call = this.calls.get(chunk.index) ?? {};
+    let call = this.calls.filter((c) => c.index === chunk.index).at(-1);
+    if (!call || (chunk.id && call.id && chunk.id !== call.id)) this.calls.push((call = { index: chunk.index }));
     if (chunk.id) call.id = chunk.id;
-    if (wire.extra_content != null) call.extra = wire.extra_content;
-    this.calls.set(chunk.index, call);
+    if (wire.extra_content == null) return;
+    call.extra = wire.extra_content;
+    chunk.providerData = { extra_content: call.extra } satisfies Echo;
   }
 
-  /** A piece per call with something to send back, naming the call by its id where it has
-   *  one (calls may share an index). The turn's reasoning goes with its first call only: one
-   *  copy in stored state, and one is all the message sends back. */
+  /** The piece that gives the last call the turn's reasoning, with the signature it has (a
+   *  call's `providerData` is the last one given). One copy in stored state, and one is all
+   *  the message sends back. */
   *chunks(): Generator<ModelChunk> {
-    let reasoning = this.reasoning?.join('');
-    for (const [index, { id, extra }] of this.calls) {
-      const echo: Echo = {};
-      if (reasoning !== undefined) echo.reasoning_content = reasoning;
-      if (extra !== undefined) echo.extra_content = extra;
-      reasoning = undefined;
-      if (Object.keys(echo).length > 0) yield { type: 'tool_call', index, ...(id && { id }), argumentsDelta: '', providerData: echo };
-    }
+    const last = this.calls.at(-1);
+    if (this.reasoning === undefined || !last) return;
+    const echo: Echo = { reasoning_content: this.reasoning.join('') };
+    if (last.extra !== undefined) echo.extra_content = last.extra;
+    yield { type: 'tool_call', index: last.index, ...(last.id && { id: last.id }), argumentsDelta: '', providerData: echo };
   }
 }
 
