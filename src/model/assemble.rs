@@ -94,8 +94,16 @@ impl ResponseAssembler {
                         })
                 };
                 let pos = match self.calls.iter().rposition(|(i, _)| i == index) {
-                    Some(pos) if continues(&self.calls[pos].1) => pos,
-                    _ => {
+                    Some(pos) if continues(&self.calls[pos].1) => Some(pos),
+                    // A nameless piece naming an earlier call at its index belongs to it: a
+                    // provider gives a call's provider data once the answer ended, by id, and
+                    // when its server numbered every call alike that call is not the latest.
+                    _ if name.is_none() => id.and_then(|id| self.calls.iter().rposition(|(i, call)| i == index && call.id == id)),
+                    _ => None,
+                };
+                let pos = match pos {
+                    Some(pos) => pos,
+                    None => {
                         if self.calls.len() == MAX_TOOL_CALLS_PER_RESPONSE {
                             self.overflow = Some(format!("the model's response has more than {MAX_TOOL_CALLS_PER_RESPONSE} tool calls"));
                             return;
@@ -301,6 +309,22 @@ mod tests {
         let err = sized(MAX_PROVIDER_DATA_BYTES + 2).unwrap_err();
         assert_eq!(err.code, "provider_protocol");
         assert!(err.message.contains("524290 bytes of provider data") && err.message.contains("at most 524288"), "{}", err.message);
+    }
+
+    #[test]
+    fn provider_data_naming_an_earlier_call_at_a_shared_index_goes_to_that_call_and_starts_none() {
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some("a"), Some("get_weather"), "{}"));
+        a.push(&piece(0, Some("b"), Some("get_time"), "{}"));
+        a.push(&ModelChunk::ToolCall {
+            index: 0,
+            id: Some("a".into()),
+            name: None,
+            arguments_delta: String::new(),
+            provider_data: Some(serde_json::json!("sig-a")),
+        });
+        let calls: Vec<_> = a.finish("r").unwrap().tool_calls.into_iter().map(|c| (c.id, c.name, c.provider_data)).collect();
+        assert_eq!(calls, [("a".to_string(), "get_weather".to_string(), Some(serde_json::json!("sig-a"))), ("b".to_string(), "get_time".to_string(), None)]);
     }
 
     #[test]
