@@ -3,7 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
-import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, ProviderError, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
+import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
 import { functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -301,6 +301,33 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.match(error.error.message, /the most a host tool may return is 16777216/);
     assert.ok(events.some((e) => e.type === 'tool.execute.end' && e.name === 'get_weather'));
     assert.equal(events.at(-1)!.type, 'agent.end');
+  });
+
+  test("a provider of one's own giving a call's providerData last, by id, among calls sharing an index, gets it back on that call and no made-up call runs", async () => {
+    const requests: ChatMessage[][] = [];
+    const before = weatherCalls.length;
+    const sharing: ModelProvider = {
+      id: 'double:sharing-index',
+      async *stream(request) {
+        requests.push(request.messages);
+        if (request.messages.some((m) => m.role === 'tool')) {
+          yield { type: 'text', delta: 'Both 21C.' };
+          yield { type: 'finish', finishReason: 'stop' };
+          return;
+        }
+        yield { type: 'tool_call', index: 0, id: 'a', name: 'get_weather', argumentsDelta: '{"city":"Oslo"}' };
+        yield { type: 'tool_call', index: 0, id: 'b', name: 'get_weather', argumentsDelta: '{"city":"Lima"}' };
+        yield { type: 'tool_call', index: 0, id: 'a', argumentsDelta: '', providerData: { sig: 'a' } };
+        yield { type: 'finish', finishReason: 'tool_calls' };
+      },
+    };
+    const agent = await createAgent({ model: sharing, tools: [weather] });
+    const events = await collect(agent.stream('Weather in Oslo and Lima?'));
+    assert.equal(events.at(-1)!.type, 'agent.end', JSON.stringify(events.filter((e) => e.type.endsWith('error'))));
+    assert.deepEqual(weatherCalls.slice(before), ['Oslo', 'Lima']);
+    assert.deepEqual(events.filter((e) => e.type === 'tool.call').map((e) => e.type === 'tool.call' && e.callId), ['a', 'b']);
+    const past = requests[1]!.find((m) => m.role === 'assistant');
+    assert.deepEqual(past?.role === 'assistant' && past.toolCalls?.map((c) => [c.id, c.providerData]), [['a', { sig: 'a' }], ['b', undefined]]);
   });
 
   test('a response past its bounds (128 tool calls, 8 MiB) ends the run as provider_protocol, and the provider is told to stop', async () => {
