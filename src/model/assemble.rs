@@ -45,6 +45,8 @@ pub struct ResponseAssembler {
     calls: Vec<(u32, ToolCall)>,
     generated_ids: u32,
     bytes: usize,
+    /// JSON bytes of the calls' provider data as kept (see [`MAX_PROVIDER_DATA_BYTES`]).
+    provider_bytes: usize,
     /// Set once a bound was passed: chunks are then ignored.
     overflow: Option<String>,
 }
@@ -65,8 +67,8 @@ impl ResponseAssembler {
         }
         let size = match chunk {
             ModelChunk::Text { delta } => delta.len(),
-            ModelChunk::ToolCall { id, name, arguments_delta, provider_data, .. } => {
-                id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len) + arguments_delta.len() + provider_data.as_ref().map_or(0, json_len)
+            ModelChunk::ToolCall { id, name, arguments_delta, .. } => {
+                id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len) + arguments_delta.len()
             }
             ModelChunk::Finish { .. } => 0,
         };
@@ -122,8 +124,18 @@ impl ResponseAssembler {
                     call.name.push_str(name);
                 }
                 call.arguments.push_str(arguments_delta);
-                if provider_data.is_some() {
-                    call.provider_data.clone_from(provider_data);
+                if let Some(data) = provider_data {
+                    // Counted as kept, not as streamed: a provider may give a call's value again
+                    // with every piece as it grows, and only the last one given stays.
+                    self.provider_bytes = self.provider_bytes - call.provider_data.as_ref().map_or(0, json_len) + json_len(data);
+                    if self.provider_bytes > MAX_PROVIDER_DATA_BYTES {
+                        self.overflow = Some(format!(
+                            "the model's response gave its tool calls {} bytes of provider data to send back; at most {MAX_PROVIDER_DATA_BYTES} are kept",
+                            self.provider_bytes
+                        ));
+                        return;
+                    }
+                    call.provider_data = Some(data.clone());
                 }
             }
             ModelChunk::Finish { finish_reason, usage } => {
@@ -142,15 +154,6 @@ impl ResponseAssembler {
     pub fn finish(mut self, id_prefix: &str) -> Result<AssembledResponse, ModelError> {
         if let Some(reason) = self.overflow {
             return Err(ModelError::new("provider_protocol", reason));
-        }
-        let provider_bytes: usize = self.calls.iter().filter_map(|(_, call)| call.provider_data.as_ref()).map(json_len).sum();
-        if provider_bytes > MAX_PROVIDER_DATA_BYTES {
-            return Err(ModelError::new(
-                "provider_protocol",
-                format!(
-                    "the model's response gave its tool calls {provider_bytes} bytes of provider data to send back; at most {MAX_PROVIDER_DATA_BYTES} are kept"
-                ),
-            ));
         }
         for (_, mut call) in self.calls.drain(..) {
             // At most 128 calls: comparing with those already taken beats a set.
@@ -309,6 +312,25 @@ mod tests {
         let err = sized(MAX_PROVIDER_DATA_BYTES + 2).unwrap_err();
         assert_eq!(err.code, "provider_protocol");
         assert!(err.message.contains("524290 bytes of provider data") && err.message.contains("at most 524288"), "{}", err.message);
+    }
+
+    #[test]
+    fn provider_data_given_again_with_every_piece_counts_once_toward_the_bounds() {
+        // A provider giving a call's value again as it grows: 200 pieces of up to 100 KB stream
+        // some 10 MB of it, past the 8 MiB of a response, but only the last one given is kept.
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, Some("a"), Some("get_weather"), "{}"));
+        for n in 1..=200 {
+            a.push(&ModelChunk::ToolCall {
+                index: 0,
+                id: None,
+                name: None,
+                arguments_delta: String::new(),
+                provider_data: Some(serde_json::Value::String("x".repeat(n * 500))),
+            });
+        }
+        let calls = a.finish("r").unwrap().tool_calls;
+        assert_eq!(calls[0].provider_data, Some(serde_json::Value::String("x".repeat(100_000))));
     }
 
     #[test]
