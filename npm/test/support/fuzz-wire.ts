@@ -171,8 +171,9 @@ export function openaiWire(openai: Factory): WireFormat {
     plain: [chunk({ role: 'assistant', content: 'fine' }), chunk({}, 'stop'), '[DONE]'],
     toolCallAnswer: (text, name, args) => [
       chunk({ role: 'assistant', content: '' }),
-      chunk({ content: text }),
-      { choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name, arguments: '' } }] } }] },
+      // DeepSeek's reasoning and Gemini's signature come back as the call's providerData.
+      chunk({ content: text, reasoning_content: 'Thinking.' }),
+      { choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name, arguments: '' }, extra_content: { google: { thought_signature: 'c2ln' } } }] } }] },
       ...inThree(args).map((piece) => ({ choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: piece } }] } }] })),
       chunk({}, 'tool_calls'),
       { id: 'chatcmpl-fz', choices: [], usage: { prompt_tokens: 3, completion_tokens: 5 } },
@@ -182,7 +183,8 @@ export function openaiWire(openai: Factory): WireFormat {
       { error: { message: 'overloaded', type: 'server_error', code: 500 } }, { error: 'plain' }, { error: null }, { choices: null }, { choices: [null] }, { choices: [{}] },
       { choices: [{ index: 0, delta: { tool_calls: [{ index: 4294967296, function: { name: 'upper' } }] } }] }, { choices: [{ delta: { tool_calls: [{ index: -1 }] } }] },
       { choices: [{ delta: { tool_calls: [{ function: { arguments: { text: 'an object' } } }] } }] }, { choices: [{ delta: { content: ['a', 'list'] } }] },
-      { choices: [{ delta: { reasoning_content: 'thinking' } }] }, { usage: { prompt_tokens: -5, completion_tokens: 1e300 } }, { usage: { prompt_tokens: 2 ** 64 } }, '[DONE]', 'not json', '',
+      { choices: [{ delta: { reasoning_content: 'thinking' } }] }, { choices: [{ delta: { reasoning_content: 5, tool_calls: [{ index: 0, extra_content: 'x'.repeat(600_000) }] } }] },
+      { choices: [{ delta: { tool_calls: [{ index: 0, id: 'call_2', extra_content: [null, { deep: [[[]]] }] }] } }] }, { usage: { prompt_tokens: -5, completion_tokens: 1e300 } }, { usage: { prompt_tokens: 2 ** 64 } }, '[DONE]', 'not json', '',
     ],
     oddBytes: ['\n\n', 'data: ', 'data:', 'event: error\n', 'event: \n', ': keep-alive\n\n', 'id: 1\n', 'retry: 1\n', 'data: {"choices":[{"delta":{"content":"x"\n\n'],
   };
