@@ -175,6 +175,29 @@ fn unknown_tools_and_throwing_tools_become_error_results() {
 }
 
 #[test]
+fn calls_refused_as_unknown_or_with_invalid_arguments_still_send_their_providers_value_back() {
+    // DeepSeek refuses a turn whose past tool-call message lacks its reasoning, refused call or not.
+    let weather = FnTool::new(|_| Ok(json!({})));
+    let unknown = json!({ "reasoning_content": "Try the forecast tool." });
+    let invalid = json!({ "extra_content": { "google": { "thought_signature": "c2ln" } } });
+    let model = ScriptedModel::new(vec![
+        call_with_data("get_forecast", "{}", unknown.clone()),
+        call_with_data("get_weather", "{not json", invalid.clone()),
+        text("Sorry."),
+    ]);
+    let agent = agent_with(model.clone(), vec![weather_tool(weather)], AgentConfig::default());
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+    assert_eq!(tool_errors(&sink).iter().map(|e| e.code.as_str()).collect::<Vec<_>>(), ["unknown_tool", "invalid_arguments"]);
+    let sent: Vec<_> = model.requests.borrow()[2]
+        .messages
+        .iter()
+        .filter_map(|m| if let Message::Assistant { tool_calls, .. } = m { tool_calls.first().map(|c| c.provider_data.clone()) } else { None })
+        .collect();
+    assert_eq!(sent, [Some(unknown), Some(invalid)]);
+}
+
+#[test]
 fn oversized_results_are_refused_with_a_bounded_error() {
     let big = FnTool::new(|_| Ok(json!({ "blob": "x".repeat(5000) })));
     let model = ScriptedModel::new(vec![call("get_weather", r#"{"city":"Oslo"}"#), text("ok")]);
