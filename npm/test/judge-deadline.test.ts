@@ -44,6 +44,23 @@ const inTime = <T>(promise: Promise<T>, ms = 2000): Promise<T> =>
 
 const deadline = (ms: number, option = 'judge') => new RegExp(`the judge did not answer: no complete verdict within ${ms} ms \\(emergent\\.${option}\\.timeoutMs\\)`);
 
+/** An agent that forged slugify in session s1, promoting after `uses` uses, whose panel
+ *  answers only once `answer()` is called; `seen` collects its events. */
+async function gatedPanelAgent(uses: number) {
+  const judge = judgeDouble();
+  const panel = judgeDouble('gated');
+  let answer!: () => void;
+  panel.gate = new Promise((resolve) => (answer = resolve));
+  const agent = await createAgent({
+    model: judge.provider,
+    emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses } },
+  });
+  const seen: AgentEvent[] = [];
+  agent.on((e) => seen.push(e));
+  assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+  return { agent, panel, answer, seen };
+}
+
 describe("a judge's timeoutMs bounds every review", () => {
   test('a forge whose judge never answers, or stalls mid-verdict, is rejected at the deadline and the provider sees its signal aborted', async () => {
     const judge = judgeDouble();
@@ -209,17 +226,7 @@ describe("a judge's timeoutMs bounds every review", () => {
   });
 
   test('the call that reaches the promotion threshold returns while the panel reviews; settled() resolves once the promotion landed', async () => {
-    const judge = judgeDouble();
-    const panel = judgeDouble('gated');
-    let answer!: () => void;
-    panel.gate = new Promise((resolve) => (answer = resolve));
-    const agent = await createAgent({
-      model: judge.provider,
-      emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses: 2 } },
-    });
-    const seen: AgentEvent[] = [];
-    agent.on((e) => seen.push(e));
-    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    const { agent, panel, answer, seen } = await gatedPanelAgent(2);
     await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' });
     assert.deepEqual(await inTime(agent.tools.call('slugify', { text: 'C d' }, { sessionId: 's1' })), { slug: 'c-d' }, 'the result, without waiting for the panel');
     while (panel.signals.length === 0) await sleep(5);
@@ -243,17 +250,7 @@ describe("a judge's timeoutMs bounds every review", () => {
   });
 
   test('endSession while a background promotion is reviewed: what the panel approves still reaches the agent tier', async () => {
-    const judge = judgeDouble();
-    const panel = judgeDouble('gated');
-    let answer!: () => void;
-    panel.gate = new Promise((resolve) => (answer = resolve));
-    const agent = await createAgent({
-      model: judge.provider,
-      emergent: { enabled: true, judge: { model: judge.provider }, promotionJudge: { model: panel.provider }, promotionThreshold: { uses: 1 } },
-    });
-    const seen: AgentEvent[] = [];
-    agent.on((e) => seen.push(e));
-    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    const { agent, panel, answer, seen } = await gatedPanelAgent(1);
     await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' });
     while (panel.signals.length === 0) await sleep(5);
     // A service ends the session once its request is answered.
