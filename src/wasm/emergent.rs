@@ -95,6 +95,16 @@ fn aborted(what: &str) -> JsValue {
     error_object("aborted", &format!("{what} was aborted"))
 }
 
+/// Why a cancellable operation (`what`) recorded nothing: the agent closed under it, or its
+/// signal aborted it.
+fn stopped(registry: &Registry, what: &str) -> JsValue {
+    if registry.is_closed() {
+        registry_error(RegistryError::Closed)
+    } else {
+        aborted(what)
+    }
+}
+
 /// A promise of what a registry operation returns (as JSON), rejected with its error.
 fn registry_promise<T: serde::Serialize>(operation: impl std::future::Future<Output = Result<T, RegistryError>> + 'static) -> Promise {
     future_to_promise(async move { to_js(&operation.await.map_err(registry_error)?) })
@@ -141,13 +151,7 @@ impl CoreAgent {
             let result = match request {
                 Ok(request) => {
                     let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
-                    registry.forge_cancellable(&request, &session_id, scope, cancel, &calls_run_id).await.ok_or_else(|| {
-                        if registry.is_closed() {
-                            registry_error(RegistryError::Closed)
-                        } else {
-                            aborted("the forge")
-                        }
-                    })?
+                    registry.forge_cancellable(&request, &session_id, scope, cancel, &calls_run_id).await.ok_or_else(|| stopped(&registry, "the forge"))?
                 }
                 Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
             };
@@ -277,8 +281,7 @@ impl CoreAgent {
             let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
             match registry.import_cancellable(&package, &session_id, &options, cancel, &calls_run_id).await {
                 Ok(Some(result)) => to_js(&result),
-                Ok(None) if registry.is_closed() => Err(registry_error(RegistryError::Closed)),
-                Ok(None) => Err(aborted("the import")),
+                Ok(None) => Err(stopped(&registry, "the import")),
                 Err(error) => Err(registry_error(error)),
             }
         }))
