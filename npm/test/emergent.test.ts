@@ -81,6 +81,44 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+
+  test('test durations and latency stats have sub-millisecond resolution: a 0.3 ms tool is not measured as 0 or 1 ms', async () => {
+    const spin = tool({
+      name: 'spin',
+      description: 'Echoes its text after 0.3 ms of work',
+      inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      execute: ({ text }: { text: string }) => {
+        const until = performance.now() + 0.3;
+        while (performance.now() < until);
+        return { text };
+      },
+    });
+    const agent = await createAgent({
+      model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
+      tools: [spin],
+      emergent: { enabled: true, judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) } },
+    });
+    const res = await agent.forge(
+      {
+        name: 'slow_echo',
+        description: 'Echoes text through spin',
+        inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+        implementation: { mode: 'compose', steps: [{ name: 'echo', tool: 'spin', inputMapping: { text: '$input.text' } }] },
+        testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+      },
+      { sessionId: 's' },
+    );
+    assert.equal(res.success, true, JSON.stringify(res));
+    if (!res.success) return;
+    // Date.now() gave whole milliseconds: each of these was 0 or 1.
+    const sub = (ms: number) => ms >= 0.25 && ms < 50 && !Number.isInteger(ms);
+    assert.ok(res.tests.every((t) => sub(t.durationMs)), JSON.stringify(res.tests.map((t) => t.durationMs)));
+    for (let i = 0; i < 4; i++) await agent.tools.call('slow_echo', { text: 'x' }, { sessionId: 's' });
+    const [info] = agent.tools.list({ sessionId: 's' });
+    assert.equal(info!.stats.calls, 4);
+    assert.ok(sub(info!.stats.avgLatencyMs), String(info!.stats.avgLatencyMs));
+    await agent.close();
+  });
   test('failing tests, a shape problem and a missing judge reject with their category', async () => {
     const agent = await makeAgent(memoryStore());
     const wrong = await agent.forge({ ...slugify, name: 'bad_slug', testCases: [{ input: { text: 'A B' }, expectedOutput: { slug: 'nope' } }, slugify.testCases[0]!] });

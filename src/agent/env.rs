@@ -9,10 +9,18 @@ use std::task::{Poll, Waker};
 /// Work handed to [`Environment::spawn_local`]: local (not `Send`), as the whole core is.
 pub type LocalTask = Pin<Box<dyn Future<Output = ()>>>;
 
-/// Clock, id source and background executor.
+/// Clocks, id source and background executor.
 pub trait Environment {
-    /// Milliseconds on a monotonic clock (only differences are used).
+    /// Wall-clock milliseconds since the Unix epoch: the timestamps users read and stores keep
+    /// (`requestedAt`, audit entries), which must mean the same after a restart.
     fn now_ms(&self) -> f64;
+    /// Milliseconds on a monotonic clock with sub-millisecond resolution where the host has
+    /// one; only differences mean anything. Durations (test results, tool latency stats) are
+    /// measured on it: a wall clock moves with clock adjustments, and `Date.now()`'s whole
+    /// milliseconds measured a 50 µs tool call as 0 or 1 ms. Defaults to [`Self::now_ms`].
+    fn elapsed_ms(&self) -> f64 {
+        self.now_ms()
+    }
     /// A fresh id, unique within this process, starting with `prefix`.
     fn new_id(&self, prefix: &str) -> String;
     /// Runs `task` in the background, on the host's executor, so its caller can return first
@@ -80,7 +88,7 @@ impl CancelSignal for CancelFlag {
     }
 }
 
-/// Native environment: `std::time::Instant` and a counter.
+/// Native environment: the system clock, `std::time::Instant` for durations, and a counter.
 #[derive(Debug)]
 pub struct NativeEnvironment {
     start: std::time::Instant,
@@ -95,6 +103,10 @@ impl Default for NativeEnvironment {
 
 impl Environment for NativeEnvironment {
     fn now_ms(&self) -> f64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    }
+
+    fn elapsed_ms(&self) -> f64 {
         self.start.elapsed().as_secs_f64() * 1000.0
     }
 

@@ -567,14 +567,14 @@ impl RunContext<'_> {
         let mut finishing = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
             let ctx = CallContext::new(run_id.clone(), call.id.clone(), session_id.clone());
-            let started = env.now_ms();
+            let started = env.elapsed_ms();
             let outcome = match decisions.and_then(|d| d.get(i)) {
                 Some(CallDecision::Deny(reason)) => {
                     ToolOutcome { arguments: None, result: Err(ToolFailure::new("denied", format!("a human denied this call: {reason}"))) }
                 }
                 _ => execute_call(tools, &call.name, &call.arguments, &ctx, limits).await,
             };
-            (i, outcome, env.now_ms() - started)
+            (i, outcome, env.elapsed_ms() - started)
         }))
         .buffer_unordered(self.config.max_parallel_tools);
 

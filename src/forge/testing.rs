@@ -75,9 +75,9 @@ fn object_hint(tool: &Tool, actual: &Value) -> Option<String> {
 
 /// Runs one test case against `tool`.
 pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &CallContext, env: &dyn Environment) -> TestResult {
-    let started = env.now_ms();
+    let started = env.elapsed_ms();
     let outcome = invoke_keeping_output(tool, case.input.clone(), ctx).await;
-    let duration_ms = env.now_ms() - started;
+    let duration_ms = env.elapsed_ms() - started;
     let (passed, actual_output, error) = match outcome {
         Err((failure, Some(actual))) => {
             let error = match object_hint(tool, &actual) {

@@ -33,13 +33,13 @@ impl ToolHandler for TrackedHandler {
         if registry.as_ref().is_some_and(|r| r.state.borrow().holder(self.tier, &self.session, &self.inner.name, &self.hash).is_none()) {
             return Err(ToolFailure::new("denied", format!("`{}` was demoted, rolled back or replaced since this turn began: it is not run", self.inner.name)));
         }
-        let started = registry.as_ref().map(|r| r.now()).unwrap_or(0.0);
+        let started = registry.as_ref().map(|r| r.env().elapsed_ms()).unwrap_or(0.0);
         let result = match self.inner.handler().call(args, ctx).await {
             Ok(output) => check_output(&self.inner, output),
             Err(failure) => Err(failure),
         };
         if let Some(registry) = registry {
-            let latency = registry.now() - started;
+            let latency = registry.env().elapsed_ms() - started;
             if registry.record_call(self.tier, &self.session, &self.inner.name, &self.hash, result.is_ok(), latency) {
                 // Best effort: failed stats writes stay dirty and are retried at the next flush.
                 let _ = registry.flush_stats().await;

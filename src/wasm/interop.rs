@@ -36,6 +36,10 @@ extern "C" {
     fn json_parse(text: &str) -> JsValue;
     #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
     fn json_stringify(value: &JsValue) -> Result<Option<String>, JsValue>;
+    // Node, browsers and workers all have it; a host without one gets `Date.now()` instead
+    // (see `JsEnvironment::elapsed_ms`).
+    #[wasm_bindgen(js_namespace = performance, js_name = now, catch)]
+    fn performance_now() -> Result<f64, JsValue>;
 
     /// The host's `callTool(name, argsJson, runId, callId, sessionId)` (see [`JsTool`]).
     type HostCallTool;
@@ -508,7 +512,7 @@ impl Store for JsStore {
     }
 }
 
-/// Clock from `Date.now()`; ids from a counter plus a random salt per instance (ids must not
+/// Timestamps from `Date.now()`, durations from `performance.now()`; ids from a counter plus a random salt per instance (ids must not
 /// collide across page reloads and processes sharing one store: a pending approval's record
 /// is keyed by its id). 64 random bits: with 24, two of a few thousand restarts would likely
 /// share a salt.
@@ -527,6 +531,10 @@ impl JsEnvironment {
 impl Environment for JsEnvironment {
     fn now_ms(&self) -> f64 {
         js_sys::Date::now()
+    }
+
+    fn elapsed_ms(&self) -> f64 {
+        performance_now().unwrap_or_else(|_| js_sys::Date::now())
     }
 
     fn new_id(&self, prefix: &str) -> String {

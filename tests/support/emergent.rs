@@ -203,6 +203,10 @@ impl Environment for SpawningEnvironment {
         self.native.now_ms()
     }
 
+    fn elapsed_ms(&self) -> f64 {
+        self.native.elapsed_ms()
+    }
+
     fn new_id(&self, prefix: &str) -> String {
         self.native.new_id(prefix)
     }
