@@ -58,6 +58,7 @@ export interface ToolStats {
   failures: number;
   /** successes / calls, 0 when never called. */
   successRate: number;
+  /** Mean duration of the calls, on the host's monotonic clock (`performance.now()`). */
   avgLatencyMs: number;
 }
 
@@ -69,6 +70,7 @@ export interface TestResult {
   expectedOutput?: unknown;
   actualOutput?: unknown;
   error?: string;
+  /** How long the test's call took, on the host's monotonic clock (`performance.now()`). */
   durationMs: number;
 }
 
