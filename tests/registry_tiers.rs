@@ -2026,3 +2026,38 @@ fn a_host_tool_calling_back_a_pipeline_over_itself_meets_the_pipeline_nesting_li
     let _ = block_on(r.registry.call("loop_it", json!({ "text": "x" }), "s1"));
     assert!(handler.1.get() <= crucible::forge::MAX_PIPELINE_STEPS, "{} relay calls for one call", handler.1.get());
 }
+
+/// A demotion takes back the review that let the version into the tier it left: a rollback
+/// there cannot bring it back past the panel (agent) or the human (shared) it never saw again.
+#[test]
+fn a_version_demoted_from_a_tier_is_not_restored_there_by_a_rollback() {
+    // Agent tier: v1 promoted, demoted to the session, v2 forged and promoted over it.
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    block_on(r.registry.demote("slugify", "s1")).unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let info = r.registry.list("s1").into_iter().find(|t| t.tier == Tier::Agent).unwrap();
+    assert_eq!((info.versions, info.restorable_versions), (vec![1, 2], vec![2]));
+    assert_eq!(block_on(r.registry.rollback("slugify", 1, "s1")).unwrap_err().code(), "unreviewed_version");
+
+    // The same after a restart, where only the agent tier's tombstone remembers v1.
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    block_on(r.registry.demote("slugify", "s1")).unwrap();
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), store);
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(&r, "slugify", 3, "s2");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    assert_eq!(block_on(r.registry.rollback("slugify", 1, "s2")).unwrap_err().code(), "unreviewed_version", "after a restart");
+
+    // Shared tier: v1 approved, demoted by its owner, v2 approved over it.
+    let r = shared_rig(Rc::new(MemoryStore::new()));
+    assert_eq!(block_on(r.registry.demote("slugify", "s1")).unwrap().tier, Tier::Agent);
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let asked = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    assert_eq!(block_on(r.registry.approve(&asked.id)).unwrap().version, 2);
+    assert_eq!(block_on(r.registry.rollback("slugify", 1, "s1")).unwrap_err().code(), "unreviewed_version", "v1 left the shared tier");
+}

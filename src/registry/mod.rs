@@ -1539,6 +1539,7 @@ impl Registry {
             let undo = state.undo_point(&[(from, session, name), (to, session, name)], &[]);
             let old = state.entry_mut(from, session, name).expect("found above");
             old.record.status = ToolStatus::Demoted;
+            old.record.revoke_review(from);
             old.built = None;
             // A shared tombstone keeps its stats: the calls the tool got at the shared tier, to
             // which the flush still adds those this agent (or any other) has not written yet.
@@ -1737,7 +1738,8 @@ async fn load_tier(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, E
         let mut record: ToolRecord = unversioned(&key, "tool", value)?;
         // Stored before versions recorded their review: the version in service at an agent or
         // shared tier got there through that tier's review (what a rollback there may restore).
-        if record.tier != Tier::Session && record.current.reviewed_for.is_none() {
+        // A tombstone's was taken back by its demotion.
+        if record.tier != Tier::Session && record.status == ToolStatus::Active && record.current.reviewed_for.is_none() {
             record.mark_reviewed(record.tier);
         }
         let s = stats.remove(&record.name).unwrap_or_default();

@@ -94,8 +94,8 @@ pub struct ToolVersion {
     pub verdict: Option<Verdict>,
     pub created_at: f64,
     /// The highest tier whose review this version passed: the panel's (agent) or a human's
-    /// approval (shared); absent for a version that was only forged. A rollback at a tier
-    /// restores only versions reviewed for it.
+    /// approval (shared); absent for a version that was only forged. A demotion takes back the
+    /// review of the tier it left. A rollback at a tier restores only versions reviewed for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reviewed_for: Option<Tier>,
 }
@@ -151,9 +151,22 @@ impl ToolRecord {
     /// Records that the current version passed the review for `tier` (in its history too,
     /// where a rollback looks).
     pub(crate) fn mark_reviewed(&mut self, tier: Tier) {
+        self.set_review(|reviewed| reviewed.max(Some(tier)));
+    }
+
+    /// Takes back the review for `from` of the current version, which an operator demoted
+    /// out of that tier: a rollback there must not restore it past the panel or the human
+    /// who would have to let it in again. It keeps the review of the tier it went to.
+    pub(crate) fn revoke_review(&mut self, from: Tier) {
+        let kept = from.lower().filter(|t| *t > Tier::Session);
+        self.set_review(|reviewed| reviewed.min(kept));
+    }
+
+    /// Sets the review of the current version, in its history too (where a rollback looks).
+    fn set_review(&mut self, review: impl Fn(Option<Tier>) -> Option<Tier>) {
         let version = self.current.version;
         for v in std::iter::once(&mut self.current).chain(self.history.iter_mut().filter(|v| v.version == version)) {
-            v.reviewed_for = v.reviewed_for.max(Some(tier));
+            v.reviewed_for = review(v.reviewed_for);
         }
     }
 }
