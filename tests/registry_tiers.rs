@@ -2061,3 +2061,25 @@ fn a_version_demoted_from_a_tier_is_not_restored_there_by_a_rollback() {
     assert_eq!(block_on(r.registry.approve(&asked.id)).unwrap().version, 2);
     assert_eq!(block_on(r.registry.rollback("slugify", 1, "s1")).unwrap_err().code(), "unreviewed_version", "v1 left the shared tier");
 }
+
+/// A forge's audit entries and forge stats are written best effort (the forge stands when
+/// the store refuses them), but not dropped: the next write that goes through carries them,
+/// so a restart shows the trail and the stats this registry showed.
+#[test]
+fn audit_entries_and_forge_stats_a_failed_write_left_out_are_written_by_the_next_write() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), None, memory.clone(), store.clone());
+    store.refuse_writes.set(true);
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let rejected = block_on(r.registry.forge(&json!({ "name": "broken" }), "s1"));
+    assert!(!rejected.success);
+    store.refuse_writes.set(false);
+    forge_ok(&r, "other", SLUGIFY_JS, "s1");
+    let restarted = rig_over("agent1", promo_config(), Some(approving_judge()), None, memory, store);
+    let actions = |r: &Rig| r.registry.audit_trail().iter().map(|e| format!("{} {}", e.action, e.tool)).collect::<Vec<_>>();
+    assert_eq!(actions(&restarted), actions(&r));
+    assert!(actions(&r).contains(&"forge slugify".to_string()) && actions(&r).contains(&"reject broken".to_string()));
+    assert_eq!(restarted.registry.stats(), r.registry.stats());
+    assert_eq!((r.registry.stats().unique_names, r.registry.stats().unique_approved), (3, 2));
+}

@@ -76,9 +76,14 @@ impl ForgeStatsAggregator {
         }
     }
 
+    /// Whether `name` has been approved at least once.
+    pub fn name_approved(&self, name: &str) -> bool {
+        self.approved_names.contains(name)
+    }
+
     /// Every name attempted, with whether it has been approved at least once.
     pub fn names(&self) -> impl Iterator<Item = (&str, bool)> + '_ {
-        self.names.iter().map(|name| (name.as_str(), self.approved_names.contains(name)))
+        self.names.iter().map(|name| (name.as_str(), self.name_approved(name)))
     }
 
     /// The current numbers.

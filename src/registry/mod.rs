@@ -193,6 +193,23 @@ pub(crate) struct State {
     /// Session tools under promotion review, as (session, name): one review per tool at a
     /// time, however many calls cross the threshold together.
     pub(crate) promoting: BTreeSet<(String, String)>,
+    /// What writes the store refused left out of it and memory still holds (see
+    /// [`Unwritten`]).
+    unwritten: Unwritten,
+}
+
+/// Records a refused write left out of the store while the registry goes on showing them:
+/// the audit entries and forge stats of a forge, a rejection or an import are written best
+/// effort (the outcome stands without them). The next write carries them, built from what
+/// memory holds then, so a restart does not lose them (and never writes one back stale).
+#[derive(Debug, Default)]
+struct Unwritten {
+    /// Sequence numbers of audit entries (one since dropped from the ring, or undone, is not
+    /// written).
+    audit: BTreeSet<u64>,
+    /// Names whose forge-name record is missing.
+    names: BTreeSet<String>,
+    forge_stats: bool,
 }
 
 impl State {
@@ -803,14 +820,49 @@ impl Registry {
     /// Ops persisting a forge outcome for `name`: the counters, and the name's record when
     /// this outcome changed it (first attempt, first approval).
     fn forge_stats_ops(&self, state: &State, name_changed: Option<(&str, bool)>) -> Vec<BatchOp> {
-        let mut ops = vec![BatchOp::Put { key: format!("{}forge-stats", agent_prefix(&self.agent_id)), value: versioned("forge-stats", &state.forge_stats) }];
-        if let Some((name, approved)) = name_changed {
-            ops.push(BatchOp::Put {
-                key: format!("{}forge-name/{name}", agent_prefix(&self.agent_id)),
-                value: versioned("forge-name", &ForgeNameRecord { approved }),
-            });
+        let counters = BatchOp::Put { key: format!("{}forge-stats", agent_prefix(&self.agent_id)), value: versioned("forge-stats", &state.forge_stats) };
+        std::iter::once(counters).chain(name_changed.map(|(name, approved)| self.forge_name_op(name, approved))).collect()
+    }
+
+    /// The op writing whether the forged name `name` was ever approved.
+    fn forge_name_op(&self, name: &str, approved: bool) -> BatchOp {
+        BatchOp::Put { key: format!("{}forge-name/{name}", agent_prefix(&self.agent_id)), value: versioned("forge-name", &ForgeNameRecord { approved }) }
+    }
+
+    /// Ops writing what `unwritten` names, as memory holds it now.
+    fn unwritten_ops(&self, unwritten: &Unwritten) -> Vec<BatchOp> {
+        let state = self.state.borrow();
+        let mut ops: Vec<BatchOp> = unwritten
+            .audit
+            .iter()
+            .filter_map(|seq| state.audit_seqs.iter().position(|s| s == seq).map(|at| (seq, &state.audit[at])))
+            .map(|(seq, entry)| BatchOp::Put { key: audit_entry_key(&self.agent_id, *seq), value: versioned("audit-entry", entry) })
+            .collect();
+        if unwritten.forge_stats {
+            ops.extend(self.forge_stats_ops(&state, None));
         }
+        ops.extend(unwritten.names.iter().map(|name| self.forge_name_op(name, state.forge_stats.name_approved(name))));
         ops
+    }
+
+    /// Remembers what a refused write of `puts` (keys) left out of the store, with what it was
+    /// retrying (`retried`).
+    fn note_unwritten(&self, retried: Unwritten, puts: &[String]) {
+        let mut state = self.state.borrow_mut();
+        let unwritten = &mut state.unwritten;
+        unwritten.audit.extend(retried.audit);
+        unwritten.names.extend(retried.names);
+        unwritten.forge_stats |= retried.forge_stats;
+        let prefix = agent_prefix(&self.agent_id);
+        for rest in puts.iter().filter_map(|key| key.strip_prefix(&prefix)) {
+            if rest == "forge-stats" {
+                unwritten.forge_stats = true;
+            } else if let Some(seq) = rest.strip_prefix("audit/").and_then(|seq| seq.parse().ok()) {
+                unwritten.audit.insert(seq);
+            } else if let Some(name) = rest.strip_prefix("forge-name/") {
+                unwritten.names.insert(name.to_string());
+            }
+        }
     }
 
     /// [`Registry::persist`], undoing the change in memory when the write fails.
@@ -822,14 +874,16 @@ impl Registry {
         written
     }
 
-    /// Writes a batch, keeping only the last write per key.
+    /// Writes a batch, keeping only the last write per key, with what earlier refused writes
+    /// left out (see [`Unwritten`]).
     pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
         if self.is_closed() {
             return Err(RegistryError::Closed);
         }
+        let retried = std::mem::take(&mut self.state.borrow_mut().unwritten);
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
         let mut order: Vec<String> = vec![];
-        for op in ops {
+        for op in self.unwritten_ops(&retried).into_iter().chain(ops) {
             let key = match &op {
                 BatchOp::Put { key, .. } | BatchOp::Delete { key } => key.clone(),
             };
@@ -838,11 +892,15 @@ impl Registry {
             }
             last.insert(key, op);
         }
+        let puts: Vec<String> = order.iter().filter(|k| matches!(last.get(*k), Some(BatchOp::Put { .. }))).cloned().collect();
         let ops: Vec<BatchOp> = order.into_iter().filter_map(|k| last.remove(&k)).collect();
         if ops.is_empty() {
             return Ok(());
         }
-        self.store.batch(ops).await?;
+        if let Err(error) = self.store.batch(ops).await {
+            self.note_unwritten(retried, &puts);
+            return Err(error.into());
+        }
         Ok(())
     }
 
