@@ -1054,6 +1054,11 @@ fn the_audit_trail_is_a_bounded_ring() {
     assert_eq!(reloaded.registry.audit_trail(), trail);
     let actions: Vec<String> = rig_audit_actions();
     assert_eq!(actions, ["forge", "verdict", "register"]);
+    // Opened with a smaller ring (or over entries a refused delete left), it keeps its bound
+    // from the start: the newest entries, the others deleted from the store too.
+    let smaller = rig_with(EmergentConfig { audit_capacity: 2, ..Default::default() }, Some(approving_judge()), None, r.store.clone());
+    assert_eq!(smaller.registry.audit_trail(), trail[3..]);
+    assert_eq!(block_on(r.store.scan("agent/agent1/audit/")).unwrap().len(), 2);
 }
 
 #[test]

@@ -224,7 +224,8 @@ export interface EmergentOptions {
   /** Calls between writes of agent- and shared-tier tools' stats to the store (default 16;
    *  they are written at `endSession` and `close()` too). */
   statsFlushEvery?: number;
-  /** Most audit-trail entries kept (default 500; the oldest go first). */
+  /** Most audit-trail entries kept (default 500; the oldest go first, from the store too, and
+   *  an agent opened with a smaller capacity than the store's trail keeps its newest). */
   auditCapacity?: number;
 }
 

@@ -560,6 +560,15 @@ impl Registry {
             state.next_audit_seq = state.next_audit_seq.max(first + state.audit.len() as u64);
             deps.store.batch(ops).await?;
         }
+        // The ring is bounded from the start: a store may hold more entries than it keeps (it
+        // was opened with a larger `auditCapacity`, or a delete of dropped entries was refused).
+        let excess = state.audit.len().saturating_sub(config.audit_capacity.max(1));
+        if excess > 0 {
+            state.audit.drain(..excess);
+            let dropped = state.audit_seqs.drain(..excess).map(|seq| BatchOp::Delete { key: audit_entry_key(agent_id, seq) }).collect();
+            // Best effort: entries a refused delete leaves are dropped again at the next load.
+            let _ = deps.store.batch(dropped).await;
+        }
         let forge_stats_key = format!("{agent}forge-stats");
         let names_prefix = format!("{agent}forge-name/");
         if let Some(value) = deps.store.get(&forge_stats_key).await? {
