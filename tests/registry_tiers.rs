@@ -1463,7 +1463,8 @@ fn a_lifecycle_change_whose_write_fails_is_undone_in_memory_and_can_be_retried()
     let err = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap_err();
     assert_eq!(err.code(), "store_quota");
     assert_eq!(tier(&r), Some(Tier::Session), "still where the store has it");
-    assert_eq!(audit_len(&r), before, "no audit entry for what did not happen");
+    let added: Vec<_> = r.registry.audit_trail()[before..].iter().map(|e| e.action.clone()).collect();
+    assert_eq!(added, ["verdict", "verdict"], "no audit entry for what did not happen: the panel's verdicts did");
     store.refuse_writes.set(false);
     assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
     assert_eq!(tier(&r), Some(Tier::Agent));
@@ -2087,4 +2088,45 @@ fn audit_entries_and_forge_stats_a_failed_write_left_out_are_written_by_the_next
     assert!(actions(&r).contains(&"forge slugify".to_string()) && actions(&r).contains(&"reject broken".to_string()));
     assert_eq!(restarted.registry.stats(), r.registry.stats());
     assert_eq!((r.registry.stats().unique_names, r.registry.stats().unique_approved), (3, 2));
+}
+
+/// The panel's verdicts are verdicts too: the trail keeps both reviewers' scores and reasoning
+/// next to the promotion they decided, approved, refused, or let down by the tool changing
+/// under review (which the trail records as well).
+#[test]
+fn a_promotions_panel_verdicts_and_how_it_ended_are_in_the_audit_trail() {
+    let panel =
+        judge_replying(vec![text(&verdict(true, 0.9, 0.9)), text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(panel), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let since =
+        |r: &Rig, n: usize| r.registry.audit_trail()[n..].iter().map(|e| format!("{} v{}: {}", e.action, e.version.unwrap_or(0), e.detail)).collect::<Vec<_>>();
+    let n = r.registry.audit_trail().len();
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Rejected);
+    let trail = since(&r, n);
+    assert_eq!(trail.len(), 3, "{trail:?}");
+    assert!(trail[0].starts_with("verdict v1: safety review: approved=true"), "{trail:?}");
+    assert!(trail[1].starts_with("verdict v1: correctness review: approved=false"), "{trail:?}");
+    assert!(trail[2].starts_with("promote v1: promotion rejected: the correctness reviewer rejected"), "{trail:?}");
+    use_n(&r, "slugify", 2, "s1");
+    let n = r.registry.audit_trail().len();
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let trail = since(&r, n);
+    assert!(
+        trail.len() == 3 && trail[0].starts_with("verdict v1: safety review: approved=true") && trail[1].starts_with("verdict v1: correctness review"),
+        "{trail:?}"
+    );
+    assert!(trail[2].starts_with("promote v1: promoted session → agent"), "{trail:?}");
+
+    // The panel approved a version forged over meanwhile: its verdicts and the refusal are kept.
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    let newer = slugify_request("slugify", &format!("{SLUGIFY_JS} // v2"));
+    let (promoted, _) = block_on(futures::future::join(r.registry.request_promotion("slugify", Tier::Agent, "s1"), r.registry.forge(&newer, "s1")));
+    assert_eq!(promoted.unwrap().status, PromotionStatus::Rejected);
+    let trail = since(&r, 0);
+    assert_eq!(trail.iter().filter(|e| e.starts_with("verdict v1: ") && e.contains(" review: ")).count(), 2, "{trail:?}");
+    assert!(trail.last().is_some_and(|e| e.starts_with("promote v1: promotion rejected: the tool changed while the panel reviewed it")), "{trail:?}");
 }

@@ -1193,7 +1193,7 @@ impl Registry {
                     &rejection.name,
                     None,
                     None,
-                    format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning),
+                    verdict_detail(v),
                     AuditSubject::attempt(&origin.session_id, rejection.scope.as_deref()),
                 ));
             }
@@ -1293,15 +1293,7 @@ impl Registry {
                 None => format!("hash {hash}"),
             };
             ops.extend(self.audit(&mut state, action, &info.name, Some(version), Some(Tier::Session), detail, who()));
-            ops.extend(self.audit(
-                &mut state,
-                "verdict",
-                &info.name,
-                Some(version),
-                None,
-                format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning),
-                who(),
-            ));
+            ops.extend(self.audit(&mut state, "verdict", &info.name, Some(version), None, verdict_detail(v), who()));
             ops.extend(self.audit(&mut state, "register", &info.name, Some(version), Some(Tier::Session), format!("registered in session `{session}`"), who()));
             (info, ops)
         };
@@ -1851,6 +1843,11 @@ struct ForgeNameRecord {
 pub(crate) enum Reuse {
     Unchanged,
     Never,
+}
+
+/// A verdict as an audit entry's detail.
+pub(crate) fn verdict_detail(v: &crate::forge::Verdict) -> String {
+    format!("approved={} confidence={} {}", v.approved, v.confidence, v.reasoning)
 }
 
 /// Whether a rollback at `tier` may restore `version`: above the session tier, a version got

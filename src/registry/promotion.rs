@@ -123,12 +123,37 @@ impl Registry {
         confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
     }
 
-    async fn remember_rejection(&self, name: &str, session: &str, refusal: Refusal) -> Result<PromotionOutcome, RegistryError> {
+    /// Records, announces and answers a review of `version` for the agent tier that did not
+    /// approve; remembered so that it is not asked again too soon.
+    async fn remember_rejection(&self, name: &str, version: u32, session: &str, refusal: Refusal) -> Result<PromotionOutcome, RegistryError> {
         let Refusal { reason, verdicts, unanswered } = refusal;
+        self.hold_off_promotion(&mut self.state.borrow_mut(), name, session, unanswered);
+        self.refuse_promotion(name, version, session, reason, verdicts).await
+    }
+
+    /// Audits (with the panel's verdicts), announces and answers a promotion of `version` to the
+    /// agent tier that did not happen.
+    async fn refuse_promotion(
+        &self,
+        name: &str,
+        version: u32,
+        session: &str,
+        reason: String,
+        verdicts: Vec<Verdict>,
+    ) -> Result<PromotionOutcome, RegistryError> {
         let ops = {
             let mut state = self.state.borrow_mut();
-            self.hold_off_promotion(&mut state, name, session, unanswered);
-            self.audit(&mut state, "promote", name, None, Some(Tier::Agent), format!("promotion rejected: {reason}"), Some(session).into())
+            let mut ops = self.panel_audit(&mut state, name, version, &verdicts, session);
+            ops.extend(self.audit(
+                &mut state,
+                "promote",
+                name,
+                Some(version),
+                Some(Tier::Agent),
+                format!("promotion rejected: {reason}"),
+                Some(session).into(),
+            ));
+            ops
         };
         // Best effort: the memo lives in memory (session tools are not stored), and a failed
         // audit write must not drop it, or every later use would ask the panel again.
@@ -137,6 +162,18 @@ impl Registry {
         let mut out = PromotionOutcome::new(PromotionStatus::Rejected, reason);
         out.verdicts = verdicts;
         Ok(out)
+    }
+
+    /// Audit entries of the panel's verdicts on `version` (safety first, then correctness, as
+    /// far as it answered).
+    fn panel_audit(&self, state: &mut super::State, name: &str, version: u32, verdicts: &[Verdict], session: &str) -> Vec<crate::store::BatchOp> {
+        let reviewers = ["safety", "correctness"].into_iter().zip(verdicts);
+        reviewers
+            .flat_map(|(who, v)| {
+                let detail = format!("{who} review: {}", super::verdict_detail(v));
+                self.audit(state, "verdict", name, Some(version), None, detail, Some(session).into())
+            })
+            .collect()
     }
 
     /// Remembers that this version's promotion did not happen: it is not asked again until
@@ -219,9 +256,10 @@ impl Registry {
         let Some(review) = review.filter(|_| !cancel.is_some_and(|c| c.is_cancelled())) else {
             return Err(RegistryError::Aborted("the promotion"));
         };
+        let version = record.current.version;
         let verdicts = match review {
             Ok(verdicts) => verdicts,
-            Err(refusal) => return self.remember_rejection(name, session, refusal).await,
+            Err(refusal) => return self.remember_rejection(name, version, session, refusal).await,
         };
 
         // The tests and the panel reviewed `record`: a version forged meanwhile was not, and a
@@ -237,11 +275,13 @@ impl Registry {
             false => self.agent_room(&self.state.borrow(), name),
         };
         if let Err(reason) = refusal {
-            self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason: reason.clone() });
-            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
+            return self.refuse_promotion(name, version, session, reason, verdicts).await;
         }
-        let (info, ops, version, undo) = {
+        let (info, ops, undo) = {
             let mut state = self.state.borrow_mut();
+            // The verdicts were given whether or not the promotion can be recorded: they are
+            // not undone with it.
+            let mut ops = self.panel_audit(&mut state, name, version, &verdicts, session);
             let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
             // Gone only with its session (checked above): the version reviewed, with the stats it
             // had then.
@@ -255,7 +295,7 @@ impl Registry {
                 record.absorb_history(&replaced.record.history);
             }
             let entry = Entry::new(record, entry.stats);
-            let mut ops = self.entry_ops(&entry);
+            ops.extend(self.entry_ops(&entry));
             let info = tool_info(&entry);
             state.agent.insert(name.to_string(), entry);
             ops.extend(self.audit(
@@ -268,7 +308,7 @@ impl Registry {
                 Some(session).into(),
             ));
             let undo = undo.sealed(&state);
-            (info.clone(), ops, info.version, undo)
+            (info, ops, undo)
         };
         self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::ToolPromoted { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, version });

@@ -209,7 +209,8 @@ pub struct ToolInfo {
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
     pub at: f64,
-    /// `forge`, `verdict`, `register`, `reject`, `unchanged` (a forge identical to the tool it
+    /// `forge`, `verdict` (the creation judge's, or one promotion reviewer's: `safety review: …`,
+    /// `correctness review: …`, before the `promote` entry saying how it ended), `register`, `reject`, `unchanged` (a forge identical to the tool it
     /// names), `promote`, `demote`, `rollback`, `import`, `import.rejected` (its tests or judge
     /// refused it), `import.refused` (the package itself: unreadable, redacted, its hash not
     /// matching), `approval.requested`, `approval.approved`, `approval.denied`.

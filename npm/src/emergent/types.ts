@@ -128,7 +128,9 @@ export interface AuditEntry {
   at: number;
   /** `unchanged`: a forge identical to the tool the session is offered under that name, which stays as it is.
    *  `import.rejected`: an import its tests or judge refused; `import.refused`: a package refused
-   *  before them (unreadable, redacted, its hash not matching). */
+   *  before them (unreadable, redacted, its hash not matching). `verdict`: the judge's on a forge
+   *  or an import, or one promotion reviewer's (its detail starts `safety review:` or
+   *  `correctness review:`), recorded before the `promote` entry that says how it ended. */
   action:
     | 'forge'
     | 'verdict'
