@@ -765,6 +765,10 @@ describe('forge through the package', () => {
     await agent.close();
 
     const restarted = await makeAgent(store);
+    // The panel's two verdicts are in the stored trail, before the promotion they decided.
+    const trail = restarted.emergent.audit();
+    const promoted = trail.findIndex((a) => a.action === 'promote');
+    assert.deepEqual(trail.slice(promoted - 2, promoted + 1).map((a) => `${a.action} ${a.detail.split(':')[0]}`), ['verdict safety review', 'verdict correctness review', 'promote promoted session → agent; panel approved']);
     const tools = restarted.tools.list({ sessionId: 'fresh' });
     assert.deepEqual(tools.map((t) => [t.name, t.tier]), [['slugify', 'agent']]);
     assert.deepEqual(await restarted.tools.call('slugify', { text: 'Still Here' }, { sessionId: 'fresh' }), { slug: 'still-here' });
