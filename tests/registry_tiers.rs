@@ -2130,3 +2130,34 @@ fn a_promotions_panel_verdicts_and_how_it_ended_are_in_the_audit_trail() {
     assert_eq!(trail.iter().filter(|e| e.starts_with("verdict v1: ") && e.contains(" review: ")).count(), 2, "{trail:?}");
     assert!(trail.last().is_some_and(|e| e.starts_with("promote v1: promotion rejected: the tool changed while the panel reviewed it")), "{trail:?}");
 }
+
+/// An operator's demotion out of the agent tier is not undone by the model forging the same
+/// tool again in another session (or after a restart, where the tombstone is all that is left):
+/// its uses do not promote it back by themselves. A request still may.
+#[test]
+fn the_same_tool_forged_again_elsewhere_after_a_demotion_is_not_promoted_back_by_its_uses() {
+    let config = EmergentConfig { auto_promote: true, ..promo_config() };
+    let store = Rc::new(MemoryStore::new());
+    let panel = approving_judge();
+    let r = rig_with(config.clone(), Some(approving_judge()), Some(panel.clone()), store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(r.registry.list("s1")[0].tier, Tier::Agent, "promoted by its uses");
+    block_on(r.registry.demote("slugify", "s1")).unwrap();
+    let asked = panel.requests.borrow().len();
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s2");
+    use_n(&r, "slugify", 6, "s2");
+    assert_eq!(panel.requests.borrow().len(), asked, "the panel is not asked");
+    // After a restart too.
+    let panel = approving_judge();
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), store);
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s3");
+    use_n(&r, "slugify", 6, "s3");
+    assert_eq!(panel.requests.borrow().len(), 0, "the panel is not asked after a restart");
+    // Another version is promoted by its uses, and a request may promote the demoted one.
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s3")).unwrap().status, PromotionStatus::Promoted);
+    block_on(r.registry.demote("slugify", "s3")).unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s4");
+    use_n(&r, "slugify", 3, "s4");
+    assert_eq!(r.registry.list("s4").into_iter().find(|t| t.status == ToolStatus::Active).unwrap().tier, Tier::Agent, "a new version is");
+}

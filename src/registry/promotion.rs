@@ -118,7 +118,11 @@ impl Registry {
         let memo = &e.record.promotion;
         let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
             && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
-        let demoted = memo.demoted_hash.as_deref() == Some(e.record.current.hash.as_str());
+        // An operator demoted this very content out of the agent tier (its tombstone there holds
+        // the hash): forged again, in another session or after a restart, its uses do not
+        // undo that either.
+        let demoted = memo.demoted_hash.as_deref() == Some(e.record.current.hash.as_str())
+            || state.agent.get(name).is_some_and(|above| !above.active() && above.record.current.hash == e.record.current.hash);
         let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name) || self.background.is_promoting(session, name);
         confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
     }
