@@ -557,20 +557,27 @@ function announceSharedTierChange(channel: BroadcastChannel | undefined, name: s
 }
 
 /**
- * In a page, writes the agent's buffered tool stats when the page is hidden: stats go to the
- * store every 16 calls, at `endSession` and at `close()`, and a tab closed without `close()`
- * would lose the calls since. Returns the listener's removal; `undefined` outside pages.
+ * In a page, writes the agent's buffered tool stats when the page is left: stats go to the
+ * store every 16 calls, at `endSession` and at `close()`, and a page reloaded, navigated away
+ * from or closed without `close()` would lose the calls since. Both events are needed: a
+ * write begun at `pagehide` is lost when the page is reloaded or navigated (Chromium aborts
+ * the IndexedDB transactions of the document it unloads; `beforeunload` comes while the page
+ * still runs), and `beforeunload` does not fire everywhere a tab is closed (mobile). Returns
+ * the listeners' removal; `undefined` outside pages.
  */
-function flushOnPageHide(core: CoreAgentHandle): (() => void) | undefined {
+function flushOnPageExit(core: CoreAgentHandle): (() => void) | undefined {
   if (!core.emergentEnabled || typeof document === 'undefined' || typeof globalThis.addEventListener !== 'function') return undefined;
   const flush = () => void core.flushStats().catch(() => undefined);
-  globalThis.addEventListener('pagehide', flush);
-  return () => globalThis.removeEventListener('pagehide', flush);
+  const events = ['beforeunload', 'pagehide'];
+  for (const event of events) globalThis.addEventListener(event, flush);
+  return () => {
+    for (const event of events) globalThis.removeEventListener(event, flush);
+  };
 }
 
 /**
  * Ties an agent's core to the world outside it: the store's agents (`runtimes`), the shared
- * tier's channel, the page's `pagehide`. `release` lets go of all of it and of what the agent
+ * tier's channel, the page's `beforeunload` and `pagehide`. `release` lets go of all of it and of what the agent
  * owns, in this order: background work aborted (`background`, the signal its judge and host
  * tool calls get) and waited for, buffered stats written, the core freed (its registry writes
  * nothing more), the sandbox stopped, and only then the id released for a new agent. `close()`
@@ -586,7 +593,7 @@ function attach(
   background: AbortController | undefined,
 ) {
   const channel = sharedTierChannel(store, core);
-  const stopPageHideFlush = flushOnPageHide(core);
+  const stopPageExitFlush = flushOnPageExit(core);
   if (store && core.emergentEnabled) {
     const agents = runtimes.get(store) ?? new Set<CoreAgentHandle>();
     agents.add(core);
@@ -599,7 +606,7 @@ function attach(
     try {
       if (store) runtimes.get(store)?.delete(core);
       channel?.close();
-      stopPageHideFlush?.();
+      stopPageExitFlush?.();
       if (core.emergentEnabled) {
         // An automatic promotion under review records nothing (its judge's request aborted
         // too); one whose panel approved commits, before the stats are written after it.
@@ -810,8 +817,8 @@ export class Agent<Output = unknown> {
      *  bounded (the latest `emergent.auditCapacity`, 500 by default). */
     audit(): AuditEntry[];
     /** Writes buffered tool stats to the store now (they are also written every
-     *  `emergent.statsFlushEvery` calls, 16 by default, at `endSession`, at `close()` and on a
-     *  page's `pagehide`). */
+     *  `emergent.statsFlushEvery` calls, 16 by default, at `endSession`, at `close()` and when a
+     *  page is left: `beforeunload`, `pagehide`). */
     flushStats(): Promise<void>;
     /** Resolves once no automatic promotion is in flight. The call that brings a session tool
      *  to `promotionThreshold.uses` returns its result at once, and its promotion (tests re-run,

@@ -82,6 +82,24 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
     assert.equal(counts.after, counts.before + 1, JSON.stringify(counts));
   });
 
+  test('calls made just before a reload or a navigation are in the store afterwards, though the agent was never closed', async () => {
+    const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-unload-${Date.now()}`, agentId: 'unload-bot' };
+    const first = await callInPage<{ promoted?: { status: string } }>(tab.page, 'forgeAndPromote', config, slugify);
+    assert.equal(first.promoted?.status, 'promoted', JSON.stringify(first));
+    const leave = [
+      ['reload', () => tab.page.reload({ waitUntil: 'load' })],
+      ['navigation', () => tab.page.goto(`${site.url}/?navigated`, { waitUntil: 'load' })],
+    ] as const;
+    for (const [how, go] of leave) {
+      const before = await callInPage<number>(tab.page, 'storedAgentCalls', config, 'slugify');
+      await callInPage(tab.page, 'holdAgent', 'leaving', config);
+      // Three calls: fewer than the 16 a flush waits for, so they are only in the agent's memory.
+      for (const text of ['a', 'b', 'c']) await callInPage(tab.page, 'heldCall', 'leaving', 'slugify', text);
+      await go();
+      assert.equal(await callInPage(tab.page, 'storedAgentCalls', config, 'slugify'), before + 3, `the calls before the ${how} are counted`);
+    }
+  });
+
   test('a shared-tier approval in one tab reaches an agent open in another tab', async () => {
     const context = await browser.newContext();
     try {

@@ -136,10 +136,7 @@ window.forgeAndPromote = async (config, forgeRequest) => {
 // through another store object while the agent is still open (its close() would flush).
 window.callThenHidePage = async (config, name, text) => {
   const agent = await makeAgent(config);
-  const storedCalls = async () => {
-    const record = await indexedDbStore({ name: config.storeName }).get(`agent/${config.agentId}/stats/${name}`);
-    return record?.calls ?? record?.data?.calls ?? null;
-  };
+  const storedCalls = () => window.storedAgentCalls(config, name);
   try {
     const before = await storedCalls();
     await agent.tools.call(name, { text }, { sessionId: 'hide' });
@@ -154,6 +151,12 @@ window.callThenHidePage = async (config, name, text) => {
   } finally {
     await agent.close();
   }
+};
+
+/** The calls of the agent-tier tool `name` as the store holds them (read past the agent). */
+window.storedAgentCalls = async (config, name) => {
+  const record = await indexedDbStore({ name: config.storeName }).get(`agent/${config.agentId}/stats/${name}`);
+  return record?.calls ?? record?.data?.calls ?? null;
 };
 
 window.reopenAndCall = async (config, name, text) => {
