@@ -876,6 +876,49 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('a tool listed in two tiers offers Export and Roll back only on the version the session calls, Demote only on the highest', async () => {
+    const { page, errors } = await openEmergent({ promotionUses: '1', autoPromote: '0' });
+    const item = '#registry-list [data-tool="slugify"]';
+    const hint = () => page.textContent('#registry-detail [data-hint="elsewhere"]');
+    const offers = (action: string) => page.$$eval(`#registry-detail [data-action="${action}"]`, (els) => els.length === 1);
+    await send(page, 'Slugify “Hello World!” for me');
+    await lastAgentStatus(page, 'done', 60_000);
+    await page.click(item);
+    await page.selectOption('#promote-tier', 'agent');
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+    // v2 (underscores) in this session, over v1 in the agent tier: the package's export and
+    // rollback take a name and act on v2, the one the session calls.
+    await send(page, 'Slugify with underscores instead');
+    await lastAgentStatus(page, 'done', 60_000);
+    await page.waitForSelector(`${item}[data-tier="session"]`, { timeout: 30_000 });
+    await page.click(`${item}[data-tier="agent"]`);
+    await page.waitForSelector('#registry-detail [data-action="demote"]');
+    assert.equal(await offers('export'), false, 'no Export that would hand out v2 from v1\'s detail');
+    assert.match((await hint()) ?? '', /act on the slugify this session calls: v2 in the session tier/);
+    await page.click(`${item}[data-tier="session"]`);
+    await page.click('#registry-detail [data-action="export"]');
+    await page.waitForFunction(() => /crucible\.tool\.v1/.test(document.querySelector<HTMLTextAreaElement>('#export-text')?.value ?? ''), undefined, { timeout: 10_000 });
+    assert.match(await page.inputValue('#export-text'), /^version: 2$/m);
+    // v1 goes on to the shared tier, v2 to the agent tier: demote takes the shared one first.
+    await page.click(`${item}[data-tier="agent"]`);
+    await page.selectOption('#promote-tier', 'shared');
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.click('#approvals [data-tool="slugify"] [data-action="approve"]');
+    await page.waitForSelector(`${item}[data-tier="shared"]`, { timeout: 30_000 });
+    await page.click(`${item}[data-tier="session"]`);
+    await page.click('#registry-detail [data-action="promote"]');
+    await page.waitForSelector(`${item}[data-tier="agent"]`, { timeout: 30_000 });
+    await page.click(`${item}[data-tier="agent"]`);
+    await page.waitForSelector('#registry-detail [data-hint="elsewhere"]');
+    assert.equal(await offers('demote'), false, 'no Demote that would demote the shared v1 from v2\'s detail');
+    assert.match((await hint()) ?? '', /Demote acts on the shared tier's slugify first/);
+    await page.click(`${item}[data-tier="shared"]`);
+    await page.click('#registry-detail [data-action="demote"]');
+    await page.waitForFunction(() => document.querySelector('#registry-list [data-tool="slugify"][data-tier="shared"]')?.textContent?.includes('demoted'), undefined, { timeout: 10_000 });
+    assert.deepEqual(errors, []);
+  });
+
   test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
     const { page, errors } = await open({ autoPromote: '0' });
     await assertEmergent(page);

@@ -9,6 +9,10 @@ import { EmergentUnavailable, type AuditEntry, type Tier, type ToolInfo } from '
 
 // Shared is reached from the agent tier only (the package refuses session → shared).
 const NEXT_TIERS: Record<Tier, Tier[]> = { session: ['agent'], agent: ['shared'], shared: [] };
+// The package's export and rollback act on the tool of a name the session calls (the first
+// active one in this order), its demote on the highest active one: both take a name, not a tier.
+const CALLED_FIRST: Tier[] = ['session', 'agent', 'shared'];
+const HIGHEST_FIRST: Tier[] = ['shared', 'agent', 'session'];
 
 export function mountRegistry(app: App): void {
   const list = $<HTMLUListElement>('#registry-list');
@@ -23,7 +27,7 @@ export function mountRegistry(app: App): void {
   // One name may exist in several tiers (a session copy over an agent or shared one): select by both.
   const keyOf = (t: ToolInfo) => `${t.tier}:${t.name}`;
   let selected: string | undefined;
-  let exported: { name: string; yaml: string } | undefined;
+  let exported: { key: string; name: string; yaml: string } | undefined;
   let actionStatus = '';
   // An action in flight: the detail's action buttons are disabled (also in a detail rebuilt
   // meanwhile by a refresh), so a double click cannot demote two tiers or promote twice.
@@ -190,6 +194,12 @@ export function mountRegistry(app: App): void {
       return `${r.status}${typeof r.reason === 'string' && r.reason ? ` — ${brief(r.reason, 300)}` : ''}`;
     };
     const runtime = app.runtime!;
+    // One name may be listed in several tiers: an action is offered only on the entry it acts
+    // on, or Export on an agent-tier v1 under a session v2 would hand out v2.
+    const activeIn = (order: Tier[]) => order.map((tier) => tools.find((x) => x.name === t.name && x.tier === tier && x.status === 'active')).find(Boolean);
+    const called = activeIn(CALLED_FIRST);
+    const highest = activeIn(HIGHEST_FIRST);
+    const isCalled = called !== undefined && keyOf(called) === keyOf(t);
 
     // A demoted entry stays listed for its audit trail and versions; it cannot move any more.
     const targets = t.status === 'active' ? NEXT_TIERS[t.tier] : [];
@@ -207,30 +217,37 @@ export function mountRegistry(app: App): void {
     }
     const row = h('div', { class: 'row' });
     // Session is the lowest tier: demoting moves shared → agent and agent → this session.
-    if (t.tier !== 'session' && t.status === 'active') {
+    if (t.tier !== 'session' && t.status === 'active' && highest !== undefined && keyOf(highest) === keyOf(t)) {
       row.append(h('button', { type: 'button', 'data-action': 'demote', 'data-key': 'demote', onclick: () => void act(`Demote ${t.name}`, () => runtime.demote(t.name, app.sessionId)) }, 'Demote'));
     }
     // Only what the tier lets back: above the session, a version its review never passed is refused.
-    const older = t.restorableVersions.filter((v) => v !== t.version);
+    const older = isCalled ? t.restorableVersions.filter((v) => v !== t.version) : [];
     if (older.length > 0) {
       const select = h('select', { id: 'rollback-version', 'aria-label': 'Version to roll back to' }, ...older.map((v) => h('option', { value: String(v) }, `v${v}`)));
       row.append(h('label', { for: 'rollback-version' }, 'Roll back to'), select, h('button', { type: 'button', 'data-action': 'rollback', 'data-key': 'rollback', onclick: () => void act(`Roll back ${t.name} to v${select.value}`, () => runtime.rollback(t.name, Number(select.value), app.sessionId)) }, 'Roll back'));
     }
-    row.append(
-      h('button', {
-        type: 'button',
-        'data-action': 'export', 'data-key': 'export',
-        onclick: () =>
-          void act(`Export ${t.name}`, async () => {
-            exported = { name: t.name, yaml: await runtime.exportTool(t.name, app.sessionId) };
-            renderDetail(t);
-          }),
-      }, 'Export'),
-    );
+    if (isCalled) {
+      row.append(
+        h('button', {
+          type: 'button',
+          'data-action': 'export', 'data-key': 'export',
+          onclick: () =>
+            void act(`Export ${t.name}`, async () => {
+              exported = { key: keyOf(t), name: t.name, yaml: await runtime.exportTool(t.name, app.sessionId) };
+              renderDetail(t);
+            }),
+        }, 'Export'),
+      );
+    }
     box.append(row);
+    const elsewhere = [
+      !isCalled && called ? `Export and roll back act on the ${t.name} this session calls: v${called.version} in the ${called.tier} tier.` : '',
+      t.status === 'active' && t.tier !== 'session' && highest && keyOf(highest) !== keyOf(t) ? `Demote acts on the ${highest.tier} tier's ${t.name} first.` : '',
+    ].filter(Boolean);
+    if (elsewhere.length > 0) box.append(h('p', { class: 'hint', 'data-hint': 'elsewhere' }, elsewhere.join(' ')));
     if (actionStop) box.append(stopButton());
     box.append(status);
-    if (exported?.name === t.name) box.append(exportBlock(exported.name, exported.yaml));
+    if (exported?.key === keyOf(t)) box.append(exportBlock(exported.name, exported.yaml));
     if (acting) for (const b of box.querySelectorAll<HTMLButtonElement>(':scope > .row button')) setDisabled(b, true);
     return box;
   }
