@@ -878,7 +878,7 @@ export class Agent<Output = unknown> {
           const options = readOptions(o, 'tools.call', ['sessionId', 'signal']);
           const [tool, sessionId, signal] = [toolName(name, 'tools.call'), sessionOf(options.sessionId), abortSignal(options.signal, 'tools.call')];
           const json = argumentsJson(args);
-          if (signal) return wrapAsync(() => this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))));
+          if (signal) return this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))).catch((error: unknown) => Promise.reject(this.#callFailure(error)));
           call = core.callTool(tool, json, sessionId, undefined, undefined);
           // Finished at once (a pipeline of synchronous host tools): no reaction to wait for.
           if (typeof call === 'string') return Promise.resolve(JSON.parse(call));
@@ -887,10 +887,9 @@ export class Agent<Output = unknown> {
         }
         // Without a signal `#direct` has nothing to register: one reaction types the failure,
         // where two async wrappers' promises and queue turns were 3-5% of a compose call.
+        // It holds the agent, as `#direct` does: reachable while the call is in flight.
         return call.then(undefined, (error: unknown) => {
-          // Holds the agent, as `#direct` does: reachable while the call is in flight.
-          void this;
-          throw toCrucibleError(error, '');
+          throw this.#callFailure(error);
         });
       },
       list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o, 'tools.list')))),
@@ -969,6 +968,16 @@ export class Agent<Output = unknown> {
       const label = scope === undefined ? undefined : requireString(scope, 'forge: scope');
       return this.#direct(abortSignal(signal, 'forge'), (abort, runId) => this.#core.forge(request, sessionOf(sessionId), label, abort, runId));
     });
+  }
+
+  /** The typed failure of a direct `tools.call`. `close()` stops the sandbox under a forged
+   *  tool's call in flight: that call failed because the agent closed, as a forge cut off
+   *  then does (`closed`), not because the sandbox could not run it (`sandbox_unavailable`,
+   *  which invites a retry). */
+  #callFailure(error: unknown): CrucibleError {
+    const failure = toCrucibleError(error, '');
+    if (!this.#closed || failure.code !== 'sandbox_unavailable') return failure;
+    return new CrucibleError('closed', 'tools.call: the agent was closed while the call ran (its sandbox stops with it)', { cause: failure });
   }
 
   /** Throws the typed `closed` error once {@link Agent.close} has begun. */
@@ -1220,7 +1229,9 @@ export class Agent<Output = unknown> {
    * signal holds `close()` until it returns), stops the automatic promotions under review
    * (nothing is recorded; one whose panel approved commits) and waits for them, writes
    * buffered stats, stops the sandbox this agent created, releases the wasm agent. A forge or
-   * tool call made outside a run still finishes, but writes nothing more to the store.
+   * tool call made outside a run still finishes, but writes nothing more to the store; one
+   * whose forged code was running in the sandbox is cut off with it and rejects with the
+   * `closed` error.
    * Afterwards every method fails with the `closed` error; closing again does nothing.
    * Rejects with the store's `StoreError` when the buffered stats could not be written: the
    * agent is closed all the same, and those calls are not counted in the store (call

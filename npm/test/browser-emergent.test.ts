@@ -11,7 +11,7 @@ import type { Browser } from 'playwright-core';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 import { callInPage, describeInBrowser, launchChromium, openPage, packageRoot, type StaticServer, type WatchedPage } from './browser/harness.js';
 import { viteSandboxSite } from './browser/sandbox-sites.js';
-import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
+import { SLUGIFY_FORGE, SPINNER_FORGE, verdictReply } from './support/forge-fixtures.js';
 
 const slugify = SLUGIFY_FORGE;
 
@@ -98,6 +98,11 @@ describeInBrowser('emergent tools persist in IndexedDB across a page reload (Chr
       await go();
       assert.equal(await callInPage(tab.page, 'storedAgentCalls', config, 'slugify'), before + 3, `the calls before the ${how} are counted`);
     }
+  });
+
+  test('a forged tool\'s call cut off by close() rejects with the closed error, not as a sandbox to retry', async () => {
+    const config = { chatURL: chat.openaiBaseURL, judgeURL: judge.openaiBaseURL, storeName: `crucible-cut-${Date.now()}`, agentId: 'cut-bot' };
+    assert.deepEqual(await callInPage(tab.page, 'callCutByClose', config, SPINNER_FORGE, 'spin'), { code: 'closed' });
   });
 
   test('a shared-tier approval in one tab reaches an agent open in another tab', async () => {

@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
 import { AbortError, createAgent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
-import { SLUGIFY_FORGE, verdictReply } from './support/forge-fixtures.js';
+import { SLUGIFY_FORGE, SPINNER_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { RUNS_UNTIL_THE_DEADLINE } from './support/sandbox-cases.js';
 import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
 import { iterations, seeded } from './support/seeded.js';
@@ -1432,6 +1432,18 @@ describe('emergent options and edge cases through createAgent', () => {
     assert.deepEqual(next.emergent.audit(), [], 'the tests the sandbox ended on close are no rejection of the closed agent');
     assert.equal(next.emergent.stats().attempts, 0);
     await next.close();
+  });
+
+  test('a forged tool\'s call cut off by close() rejects with the closed error, with or without a signal', async () => {
+    for (const signal of [undefined, new AbortController().signal]) {
+      const agent = await makeAgent(memoryStore(), { sandboxTimeoutMs: 10_000 });
+      assert.equal((await agent.forge(SPINNER_FORGE, { sessionId: 's1' })).success, true);
+      const calling = agent.tools.call('spinner', { text: 'spin' }, { sessionId: 's1', signal });
+      const refused = assert.rejects(calling, (e: unknown) => e instanceof CrucibleError && e.code === 'closed', 'the closed agent, not an unavailable sandbox to retry');
+      await new Promise((resolve) => setTimeout(resolve, 200)); // the code is running
+      await agent.close();
+      await refused;
+    }
   });
 
   test('a scope label tags the attempt: its events and audit entries', async () => {

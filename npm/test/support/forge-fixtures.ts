@@ -19,6 +19,18 @@ export const SLUGIFY_FORGE: ForgeRequest = {
   ],
 };
 
+/** slugify that spins in a native regex (no loop limit counts it) on the input "spin", until
+ *  the sandbox's deadline; its tests pass. */
+export const SPINNER_FORGE: ForgeRequest = {
+  ...SLUGIFY_FORGE,
+  name: 'spinner',
+  implementation: { mode: 'sandbox', code: "function execute(input){ if (input.text === 'spin') /(a+)+$/.test('a'.repeat(40) + 'b'); return { slug: input.text }; }" },
+  testCases: [
+    { input: { text: 'a' }, expectedOutput: { slug: 'a' } },
+    { input: { text: 'b' }, expectedOutput: { slug: 'b' } },
+  ],
+};
+
 /** The judge's answer: a verdict JSON that approves (or not, with the given correctness). */
 export function verdictReply(approved: boolean, correctness = 0.95): MockReply {
   return {

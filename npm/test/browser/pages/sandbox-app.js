@@ -226,6 +226,21 @@ window.storedSharedCalls = async (config, name) => {
     await probe.close();
   }
 };
+/** Forges `forgeRequest`, calls it with `text`, closes the agent while the call runs: how the
+ *  call ended (its value, or the error's code). */
+window.callCutByClose = async (config, forgeRequest, text) => {
+  const agent = await makeAgent(config);
+  try {
+    if (!(await agent.forge(forgeRequest, { sessionId: 'z' })).success) return 'not forged';
+    const calling = agent.tools.call(forgeRequest.name, { text }, { sessionId: 'z' }).then((value) => ({ value }), (error) => ({ code: error.code }));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await agent.close();
+    return await calling;
+  } finally {
+    await agent.close();
+  }
+};
+
 window.releaseAgent = async (key) => {
   await held.get(key)?.close();
   held.delete(key);
