@@ -876,6 +876,23 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('a forge_tool call whose arguments are broken JSON is told as the forge of an unnamed tool, in the chat and the timeline', async () => {
+    const { page, errors } = await openEmergent();
+    // A small model's call cut off mid-way: the package reads no name from it.
+    mock.setResponder((request) =>
+      request.toolNames.length > 0 && request.messages.at(-1)?.role === 'user' ? { toolCalls: [{ name: 'forge_tool', arguments: '{"name": "slugify", "description": ' }] } : scriptedModel(request),
+    );
+    try {
+      await send(page, 'Forge something');
+      await lastAgentStatus(page, 'done', 30_000);
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    assert.match((await page.textContent('.msg-agent:last-of-type .tool-error')) ?? '', /^⚒ forge of an unnamed tool rejected \(parse_error\): could not parse the forge request/);
+    assert.equal((await page.textContent('#timeline .tl-card[data-status="rejected"] .tl-title'))?.trim(), 'Forge of an unnamed tool');
+    assert.deepEqual(errors, []);
+  });
+
   test('a tool listed in two tiers offers Export and Roll back only on the version the session calls, Demote only on the highest', async () => {
     const { page, errors } = await openEmergent({ promotionUses: '1', autoPromote: '0' });
     const item = '#registry-list [data-tool="slugify"]';

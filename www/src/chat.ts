@@ -177,7 +177,8 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           addEvent('tool-forged', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), event.unchanged ? ' already had ' : ' forged ', h('code', {}, event.name), ` (${event.tier} tier, v${event.version})`);
           return false;
         case 'forge.rejected':
-          addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forge of ', h('code', {}, event.name), ` rejected (${event.category}): ${brief(event.reason, 300)}`);
+          // A request the package could not read a name from (broken JSON, no `name`) has none.
+          addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '⚒'), ' forge of ', event.name ? h('code', {}, event.name) : 'an unnamed tool', ` rejected (${event.category}): ${brief(event.reason, 300)}`);
           return false;
         case 'output.retry':
           addEvent('tool-call', `retrying the answer: ${brief(event.reason, 160)}`);

@@ -77,7 +77,7 @@ export function mountTimeline(app: App): void {
     const el = h(
       'li',
       { class: 'tl-card', 'data-kind': 'forge', 'data-name': name, 'data-status': 'running' },
-      h('div', { class: 'tl-head' }, h('span', { class: 'tl-title' }, 'Forge ', h('code', {}, name)), mode ? h('span', { class: 'badge badge-muted' }, mode) : null, status, h('time', { class: 'muted tl-time' }, time(Date.now()))),
+      h('div', { class: 'tl-head' }, h('span', { class: 'tl-title' }, 'Forge ', name ? h('code', {}, name) : 'of an unnamed tool'), mode ? h('span', { class: 'badge badge-muted' }, mode) : null, status, h('time', { class: 'muted tl-time' }, time(Date.now()))),
       body,
     );
     // The request of this run's forge_tool call with this name (as the package normalizes it).
