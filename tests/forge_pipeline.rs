@@ -477,6 +477,46 @@ fn test_input_fields_a_pattern_declares_are_not_extra() {
     assert_shape_rejected_without_judge(req, RejectionCategory::SchemaExtraField, "`x_Lang`");
 }
 
+#[test]
+fn a_test_output_with_a_field_the_output_schema_does_not_declare_is_schema_extra_field() {
+    let r = rig();
+    // `upper_case` answers `{ "text": … }`; each request declares its output otherwise.
+    let forge = |name: &str, output_schema: Value, expected: [Option<Value>; 2]| {
+        let cases: Vec<Value> = ["hi", "a b"]
+            .iter()
+            .zip(expected)
+            .map(|(text, expected)| match expected {
+                Some(e) => json!({ "input": { "text": text }, "expectedOutput": e }),
+                None => json!({ "input": { "text": text } }),
+            })
+            .collect();
+        let req = json!({ "name": name, "description": "upper-cases", "outputSchema": output_schema,
+            "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+            "implementation": { "mode": "compose", "steps": [{ "tool": "upper_case", "inputMapping": { "text": "$input.text" } }] },
+            "testCases": cases });
+        block_on(r.registry.forge(&req, "s1"))
+    };
+    let result = json!({ "type": "object", "properties": { "result": { "type": "string" } } });
+    let mut closed = result.clone();
+    closed["additionalProperties"] = json!(false);
+    let res = forge("closed", closed, [None, None]);
+    assert_eq!(res.category, Some(RejectionCategory::SchemaExtraField), "the output schema forbids `text`: {:?}", res.reason);
+    assert!(res.reason.as_deref().unwrap().contains("'text' was unexpected"), "{:?}", res.reason);
+    // An open schema does not forbid it, but the expected output has no such key: the test
+    // failed on a field the tool returns and its schema does not declare.
+    let res = forge("open", result.clone(), [Some(json!({ "result": "HI" })), Some(json!({ "result": "A B" }))]);
+    assert_eq!(res.category, Some(RejectionCategory::SchemaExtraField), "{:?}", res.reason);
+    assert!(res.reason.as_deref().unwrap().contains("outputSchema does not declare `text`"), "{:?}", res.reason);
+    // A declared field with a wrong value, or an undeclared one the expected output also has,
+    // is not an extra field.
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } } });
+    let res = forge("wrong_value", text, [Some(json!({ "text": "no" })), Some(json!({ "text": "A B" }))]);
+    assert_eq!(res.category, Some(RejectionCategory::Other), "{:?}", res.reason);
+    assert!(!res.reason.as_deref().unwrap().contains("does not declare"), "{:?}", res.reason);
+    let res = forge("expected_too", result, [Some(json!({ "text": "no" })), Some(json!({ "text": "A B" }))]);
+    assert_eq!(res.category, Some(RejectionCategory::Other), "{:?}", res.reason);
+}
+
 // ---- 4. build: compose -------------------------------------------------------------------
 
 fn compose_request(name: &str, steps: Value, cases: Value) -> Value {

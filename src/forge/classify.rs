@@ -1,8 +1,14 @@
 //! Rejection categories (spec scope item 8) and the rule that picks one: the evidence a
 //! rejected forge gathered is classified most specific first — `schema_extra_field`,
 //! `shape_check`, `syntax_error`, `parse_error`, `judge_correctness`, then `other`.
+//! `schema_extra_field` is a field the schemas do not declare where it broke something: a test
+//! input's against a closed input schema (before anything runs), or a failed test's output
+//! field that the output schema forbids or the expected output does not have.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::testing::{extra_output_fields, TestResult};
 
 /// Why a forge was rejected (the TS `RejectionCategory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -38,7 +44,8 @@ impl RejectionCategory {
 /// What a rejected attempt showed. Several facts can hold at once; [`classify`] picks one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Evidence {
-    /// A test input has a field the declared input schema forbids (`additionalProperties: false`).
+    /// A test input has a field the declared input schema forbids (`additionalProperties: false`),
+    /// or a test failed on an output field the output schema does not declare.
     pub extra_field: bool,
     /// The request's shape is unusable (empty schemas, too few tests, empty test inputs).
     pub shape: bool,
@@ -65,6 +72,13 @@ pub fn classify(e: &Evidence) -> RejectionCategory {
     } else {
         RejectionCategory::Other
     }
+}
+
+/// Whether a forge test failed on a field its output has and its output schema does not
+/// declare (see [`extra_output_fields`]): `schema_extra_field`, as an undeclared test input
+/// field against a closed input schema is.
+pub(crate) fn shows_extra_output_field(output_schema: &Value, test: &TestResult) -> bool {
+    !test.passed && test.actual_output.as_ref().is_some_and(|actual| !extra_output_fields(output_schema, actual, test.expected_output.as_ref()).is_empty())
 }
 
 /// Whether a forge-test failure shows that the code does not parse as a sandbox script: the

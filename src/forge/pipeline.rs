@@ -15,7 +15,7 @@ use crate::registry::ToolInfo;
 use crate::sandbox::SandboxRunner;
 use crate::tools::{CallContext, Tool, ToolHandler, ToolLookup};
 
-use super::classify::{classify, is_syntax_error, Evidence, RejectionCategory};
+use super::classify::{classify, is_syntax_error, shows_extra_output_field, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
 use super::infer::infer_schemas;
 use super::judge::{ask, review_prompt, ReviewKind, Verdict};
@@ -261,7 +261,8 @@ impl Forge {
         }
         if let Some(reason) = failure_reason(&tests) {
             let syntax = tests.iter().any(|t| t.error.as_deref().is_some_and(is_syntax_error));
-            let mut r = Rejection::new(&request.name, reason, Evidence { syntax, ..Default::default() });
+            let extra_field = tests.iter().any(|t| shows_extra_output_field(&request.output_schema, t));
+            let mut r = Rejection::new(&request.name, reason, Evidence { syntax, extra_field, ..Default::default() });
             r.tests = tests;
             return Err(r);
         }

@@ -80,19 +80,12 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
             reasons.push(format!("test case {i} has an empty input"));
         }
     }
-    let closed = request.input_schema.get("additionalProperties") == Some(&Value::Bool(false));
-    if closed {
-        let declared = request.input_schema.get("properties").and_then(Value::as_object);
-        let patterns = key_patterns(&request.input_schema);
+    if is_closed(&request.input_schema) {
         for (i, case) in request.test_cases.iter().enumerate() {
-            let Some(input) = case.input.as_object() else { continue };
-            for key in input.keys() {
-                let matches_pattern = || patterns.iter().any(|p| p.check(&Value::String(key.clone())).is_ok());
-                if !declared.is_some_and(|d| d.contains_key(key)) && !matches_pattern() {
-                    evidence.extra_field = true;
-                    let key = super::shorten(key, 64);
-                    reasons.push(format!("test case {i} input has field `{key}`, which inputSchema does not declare (additionalProperties is false)"));
-                }
+            for key in undeclared_fields(&request.input_schema, &case.input) {
+                evidence.extra_field = true;
+                let key = super::shorten(key, 64);
+                reasons.push(format!("test case {i} input has field `{key}`, which inputSchema does not declare (additionalProperties is false)"));
             }
         }
     }
@@ -106,6 +99,26 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
         }
         Err(ShapeIssues { reasons, evidence })
     }
+}
+
+/// Whether `schema` forbids fields it does not declare (`additionalProperties: false`).
+pub(crate) fn is_closed(schema: &Value) -> bool {
+    schema.get("additionalProperties") == Some(&Value::Bool(false))
+}
+
+/// The top-level fields of `value` (an object; nothing otherwise) that object `schema` does not
+/// declare: not under `properties`, matching no `patternProperties` pattern, and no
+/// `additionalProperties` schema taking them (a map declares every key). Test inputs against
+/// the input schema and test outputs against the output schema are read by this one rule.
+pub(crate) fn undeclared_fields<'v>(schema: &Value, value: &'v Value) -> Vec<&'v String> {
+    let Some(object) = value.as_object() else { return vec![] };
+    if schema.get("additionalProperties").is_some_and(Value::is_object) {
+        return vec![];
+    }
+    let declared = schema.get("properties").and_then(Value::as_object);
+    let patterns = key_patterns(schema);
+    let matches_pattern = |key: &String| patterns.iter().any(|p| p.check(&Value::String(key.clone())).is_ok());
+    object.keys().filter(|key| !declared.is_some_and(|d| d.contains_key(*key)) && !matches_pattern(key)).collect()
 }
 
 /// The schema's `patternProperties` patterns, compiled as JSON Schema compiles them (ECMA-262

@@ -12,6 +12,8 @@
 //! - strings, booleans and null compare exactly (no trimming, no case folding, no coercion
 //!   between `"1"` and `1`).
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -19,6 +21,7 @@ use crate::agent::Environment;
 use crate::tools::{invoke_keeping_output, CallContext, Tool};
 
 use super::request::ForgeTestCase;
+use super::shape::{is_closed, undeclared_fields};
 
 /// Relative tolerance for number comparison.
 pub const NUMBER_TOLERANCE: f64 = 1e-9;
@@ -73,6 +76,17 @@ fn object_hint(tool: &Tool, actual: &Value) -> Option<String> {
     Some(format!("execute returned {} but must return an object {{{shape}}}", compact(actual)))
 }
 
+/// The fields of a failed test's `actual` output that the test failed on by being there: the
+/// output schema does not declare them, and it forbids them (`additionalProperties: false`) or
+/// the `expected` output has no such key (`schema_extra_field`, the most common mistake of
+/// forged code: a field more than the schema promises).
+pub(crate) fn extra_output_fields<'v>(schema: &Value, actual: &'v Value, expected: Option<&Value>) -> Vec<&'v String> {
+    let closed = is_closed(schema);
+    let mut fields = undeclared_fields(schema, actual);
+    fields.retain(|k| closed || expected.and_then(Value::as_object).is_some_and(|e| !e.contains_key(*k)));
+    fields
+}
+
 /// Runs one test case against `tool`.
 pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &CallContext, env: &dyn Environment) -> TestResult {
     let started = env.elapsed_ms();
@@ -89,7 +103,13 @@ pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &Cal
         Err((failure, None)) => (false, None, Some(failure.to_string())),
         Ok(actual) => match &case.expected_output {
             Some(expected) if !outputs_equal(expected, &actual) => {
-                let error = format!("expected {} but got {}", compact(expected), compact(&actual));
+                let mut error = format!("expected {} but got {}", compact(expected), compact(&actual));
+                let schema = tool.output_schema().map_or(&Value::Null, |s| s.source());
+                let extra = extra_output_fields(schema, &actual, Some(expected));
+                if !extra.is_empty() {
+                    let fields = extra.iter().map(|k| format!("`{}`", super::shorten(k, 64))).collect::<Vec<_>>().join(", ");
+                    let _ = write!(error, " (outputSchema does not declare {fields})");
+                }
                 (false, Some(actual), Some(error))
             }
             _ => (true, Some(actual), None),
