@@ -168,6 +168,28 @@ fn normalize_accepts_test_cases_as_object_or_tests_with_expected_synonyms() {
 }
 
 #[test]
+fn a_test_case_without_an_input_key_has_the_fields_beside_its_expected_output_as_input() {
+    let cases = |cases: Value| normalize(&json!({ "name": "t", "code": "c", "testCases": cases })).unwrap().test_cases;
+    let flat = cases(json!([{ "text": "Hi", "expected": { "slug": "hi" } }, { "text": "A b", "lang": "en", "expectedValue": { "slug": "a-b" } }]));
+    assert_eq!((&flat[0].input, &flat[0].expected_output), (&json!({ "text": "Hi" }), &Some(json!({ "slug": "hi" }))));
+    assert_eq!((&flat[1].input, &flat[1].expected_output), (&json!({ "text": "A b", "lang": "en" }), &Some(json!({ "slug": "a-b" }))));
+    let named = cases(json!({ "first": { "text": "Hi" }, "second": { "text": "A b" } }));
+    assert_eq!(named.iter().map(|c| &c.input).collect::<Vec<_>>(), [&json!({ "text": "Hi" }), &json!({ "text": "A b" })]);
+    // Nothing beside the expected output: an empty input, which the shape check refuses.
+    assert_eq!(cases(json!([{ "expectedOutput": 1 }]))[0].input, json!({}));
+    // Before, such cases were read with `{}` as input and refused as empty: the model had given them.
+    let r = rig();
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["testCases"] = json!([
+        { "text": "Hello World!", "expectedOutput": { "slug": "hello-world" } },
+        { "text": "Rust & Wasm", "expected_output": { "slug": "rust-wasm" } }
+    ]);
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "{res:?}");
+    assert_eq!(res.tests.unwrap()[1].input, json!({ "text": "Rust & Wasm" }));
+}
+
+#[test]
 fn normalize_reads_an_expected_output_given_as_json_text_or_under_a_key_saying_expect() {
     let cases = |output_schema: Value, expected: Value, key: &str| {
         let case = json!({ "input": { "x": 1 }, key: expected });

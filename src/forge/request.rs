@@ -7,8 +7,9 @@
 //! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
 //! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given
 //! as `tests`/`test_cases`/`examples`, as an object (one case, or a map of cases) or a JSON
-//! string; a schema's property given as its type's name (`"text": "string"`); `expected`,
-//! `output`, `expected_output`, `expectedResult`, `expected_result`, `result` or any key saying
+//! string, a case without an input key being the fields beside its expected output
+//! (`{ "text": "Hi", "expected": … }`); a schema's property given as its type's name
+//! (`"text": "string"`); `expected`, `output`, `expected_output`, `expectedResult`, `expected_result`, `result` or any key saying
 //! `expect` for `expectedOutput`, and an expected object or array given as JSON text where the
 //! output schema declares one; missing optional fields; a name with spaces or punctuation
 //! (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the sandbox code inside a
@@ -324,10 +325,15 @@ fn test_case(v: &Value, i: usize, structured_output: bool) -> Result<ForgeTestCa
     let Value::Object(c) = &*c else { return err(format!("test case {i} must be an object with `input`")) };
     let input = match pick(c, &TEST_INPUT_KEYS) {
         Some(v) => unstringify(v)?.into_owned(),
-        None => Value::Object(Map::new()),
+        // Given, as `null`: no input (refused as empty).
+        None if TEST_INPUT_KEYS.iter().any(|k| c.contains_key(*k)) => Value::Object(Map::new()),
+        // No input key: the input is the fields written beside the expected output (`{ "text":
+        // "Hi", "expected": … }`, or a map of cases `{ "a": { "text": "Hi" } }`), as small models
+        // write cases; read as `{}`, they were refused as empty though the model had given them.
+        None => Value::Object(c.iter().filter(|(k, _)| !names_expected_output(k)).map(|(k, v)| (k.clone(), v.clone())).collect()),
     };
     // `get`, not `pick`: a null under one of these is an expected null output.
-    let expected = pick_present(c, &EXPECTED_OUTPUT_KEYS).or_else(|| c.iter().find(|(k, _)| k.to_ascii_lowercase().contains("expect")).map(|(_, v)| v));
+    let expected = pick_present(c, &EXPECTED_OUTPUT_KEYS).or_else(|| c.iter().find(|(k, _)| names_expected_output(k)).map(|(_, v)| v));
     let expected_output = match expected {
         // `"{\"slug\":\"a\"}"` where the output is an object: small models stringify nested
         // JSON, and such a string could never equal an object or array output. A tool whose
@@ -356,6 +362,12 @@ pub const TEST_CASE_KEYS: [&str; 4] = ["testCases", "test_cases", "tests", "exam
 /// says `expect` (`expectation`, `expectedValue`) is read; one named otherwise is not seen, and
 /// the test then checks the output schema only.
 const EXPECTED_OUTPUT_KEYS: [&str; 7] = ["expectedOutput", "expected_output", "expected", "output", "expectedResult", "expected_result", "result"];
+
+/// Whether a test case's key gives its expected output: one of [`EXPECTED_OUTPUT_KEYS`] or a
+/// key saying `expect`.
+fn names_expected_output(key: &str) -> bool {
+    EXPECTED_OUTPUT_KEYS.contains(&key) || key.to_ascii_lowercase().contains("expect")
+}
 
 /// Where a test case keeps its input (a single case given as an object is told from a map of
 /// named cases by one of these keys).
