@@ -7,8 +7,8 @@ use std::rc::Rc;
 
 use crucible::agent::EventBody;
 use crucible::forge::{
-    classify, forge_tool_definition, infer_schemas, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE, MAX_COMPOSE_STEPS,
-    MAX_DESCRIPTION_CHARS, MAX_PIPELINE_STEPS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_SCOPE_CHARS, MAX_TEST_CASES,
+    classify, forge_tool_definition, infer_schemas, lacks_properties, normalize, Evidence, Implementation, RejectionCategory, FORGE_TOOL_EXAMPLE,
+    MAX_COMPOSE_STEPS, MAX_DESCRIPTION_CHARS, MAX_PIPELINE_STEPS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_SCOPE_CHARS, MAX_TEST_CASES,
 };
 use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::MAX_AUDIT_DETAIL_CHARS;
@@ -311,6 +311,28 @@ fn missing_properties_are_inferred_from_the_union_of_test_cases() {
     assert_eq!(req.input_schema["required"], json!(["n", "text"]), "fields present in every case are required");
     assert_eq!(req.output_schema["properties"]["ok"]["type"], "boolean");
     assert_eq!(req.output_schema["properties"]["note"]["type"], "string");
+}
+
+#[test]
+fn an_object_type_written_as_a_list_without_properties_is_a_gap_too() {
+    for object_type in [json!(["object"]), json!(["object", "null"])] {
+        let mut req = normalize(&json!({ "name": "t", "code": "c", "inputSchema": { "type": object_type },
+            "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }] }))
+        .unwrap();
+        assert_eq!(infer_schemas(&mut req), vec!["input"], "{object_type}");
+        assert_eq!(req.input_schema["type"], object_type, "the declared type stays");
+        assert_eq!(req.input_schema["properties"]["text"]["type"], "string");
+    }
+    // With nothing to infer from, the shape check refuses it as it refuses `"type": "object"`:
+    // before, it passed, and a tool promising no output fields went to the judge.
+    let mut req = slugify_request("slugify", SLUGIFY_JS);
+    req["outputSchema"] = json!({ "type": ["object", "null"] });
+    for case in req["testCases"].as_array_mut().unwrap() {
+        case.as_object_mut().unwrap().remove("expectedOutput");
+    }
+    assert_shape_rejected_without_judge(req, RejectionCategory::ShapeCheck, "outputSchema has no properties");
+    // A list with a type other than object declares that type: no gap.
+    assert!(!lacks_properties(&json!({ "type": ["object", "string"] })));
 }
 
 #[test]
