@@ -238,6 +238,19 @@ fn attempts_are_tagged_with_agent_session_and_scope() {
     let start = serde_json::to_value(&r.events.0.borrow()[0].body).unwrap();
     assert_eq!((start["agentId"].clone(), start["sessionId"].clone(), start["scope"].clone()), (json!("agent1"), json!("s1"), json!("task-7")));
     assert!(r.registry.audit_trail().iter().all(|a| a.scope.as_deref() == Some("task-7")), "forge, verdict and register entries");
+    // The outcome is tagged as a rejection's is: forges of one name in two sessions, or under
+    // two scopes, are told apart by their `forge.registered` alone (an unchanged one included).
+    let tags = |event: &Value| (event["type"].clone(), event["agentId"].clone(), event["sessionId"].clone(), event["scope"].clone());
+    let registered = serde_json::to_value(&r.events.0.borrow().last().unwrap().body).unwrap();
+    assert_eq!(tags(&registered), (json!("forge.registered"), json!("agent1"), json!("s1"), json!("task-7")));
+    req["scope"] = json!("task-8");
+    assert!(block_on(r.registry.forge(&req, "s1")).unchanged);
+    let unchanged = serde_json::to_value(&r.events.0.borrow().last().unwrap().body).unwrap();
+    assert_eq!(tags(&unchanged), (json!("forge.registered"), json!("agent1"), json!("s1"), json!("task-8")));
+    req.as_object_mut().unwrap().remove("scope");
+    assert!(block_on(r.registry.forge(&req, "s2")).success);
+    let other_session = serde_json::to_value(&r.events.0.borrow().last().unwrap().body).unwrap();
+    assert_eq!(tags(&other_session), (json!("forge.registered"), json!("agent1"), json!("s2"), Value::Null));
 }
 
 #[test]

@@ -113,6 +113,8 @@ pub enum EventBody {
     ForgeJudge { name: String, verdict: Verdict },
     /// A verified tool was registered; or, `unchanged`, the forge was identical to the tool
     /// the session reaches under that name, which stays as it is (this is its tier and version).
+    /// Tagged with the attempt's agent, session and scope, as `forge.rejected` is: forges of one
+    /// name in two sessions, or under two scopes, are told apart by their outcome alone.
     #[serde(rename = "forge.registered", rename_all = "camelCase")]
     ForgeRegistered {
         name: String,
@@ -121,6 +123,10 @@ pub enum EventBody {
         hash: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         unchanged: bool,
+        agent_id: String,
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
     },
     /// A forge was rejected, with its category and the attempt's tags (a request that did not
     /// parse has no `forge.start`, so these are its only ones).

@@ -1113,7 +1113,16 @@ impl Registry {
         };
         self.emit(
             &origin.run_id,
-            EventBody::ForgeRegistered { name: tool.name.clone(), tier: tool.tier, version: tool.version, hash: tool.hash.clone(), unchanged: true },
+            EventBody::ForgeRegistered {
+                name: tool.name.clone(),
+                tier: tool.tier,
+                version: tool.version,
+                hash: tool.hash.clone(),
+                unchanged: true,
+                agent_id: origin.agent_id.clone(),
+                session_id: origin.session_id.clone(),
+                scope: scope.clone(),
+            },
         );
         let _ = self.persist(ops).await;
         ForgeResult { success: true, tool: Some(tool), verdict: Some(verdict), tests: Some(vec![]), reason: None, category: None, unchanged: true }
@@ -1299,7 +1308,16 @@ impl Registry {
         };
         self.emit(
             &origin.run_id,
-            EventBody::ForgeRegistered { name: info.name.clone(), tier: Tier::Session, version: info.version, hash: info.hash.clone(), unchanged: false },
+            EventBody::ForgeRegistered {
+                name: info.name.clone(),
+                tier: Tier::Session,
+                version: info.version,
+                hash: info.hash.clone(),
+                unchanged: false,
+                agent_id: origin.agent_id.clone(),
+                session_id: session.to_string(),
+                scope: scope.clone(),
+            },
         );
         let _ = self.persist(ops).await;
         ForgeResult {

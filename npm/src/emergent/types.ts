@@ -180,7 +180,7 @@ export interface PromotionOutcome {
  * - `forge.start` { name, mode, agentId, sessionId, scope? }
  * - `forge.test` { name, test: TestResult }
  * - `forge.judge` { name, verdict }
- * - `forge.registered` { name, tier, version, hash, unchanged? } (`unchanged`: the forge was identical to the tool the session reaches, which stays as it is)
+ * - `forge.registered` { name, tier, version, hash, unchanged?, agentId, sessionId, scope? } (`unchanged`: the forge was identical to the tool the session reaches, which stays as it is)
  * - `forge.rejected` { name, category, reason, agentId, sessionId, scope? }
  * - `tool.promoted` { name, fromTier, toTier, version }
  * - `tool.demoted` { name, fromTier, toTier }
