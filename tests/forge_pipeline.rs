@@ -1011,6 +1011,31 @@ fn broken_json_a_model_error_or_a_partial_verdict_reject() {
 }
 
 #[test]
+fn a_judge_answer_that_holds_no_readable_verdict_is_a_parse_error() {
+    // The judge answered, but no verdict could be read from its answer: a parse error, as the
+    // taxonomy counts a judge response that is not valid JSON, apart from the `other` of a
+    // judge that failed, never answered or is missing.
+    for reply in [
+        text("{\"approved\": true, \"safety\": 1, \"correctness\": 1"),
+        text("Looks good to me!"),
+        text("{\"approved\": true, \"confidence\": 0.9}"),
+        text("{\"approved\": \"yes\", \"safety\": 1, \"correctness\": 1, \"determinism\": 1, \"boundedness\": 1, \"confidence\": 1}"),
+        text_ending("{\"approved\": true, \"safety\": 1, \"correctness\"", "length"),
+    ] {
+        let res = forge_with_judge(Some(judge_replying(vec![reply.clone()])));
+        assert_eq!(res.category, Some(RejectionCategory::ParseError), "{reply:?}: {:?}", res.reason);
+    }
+    // A verdict that reads but contradicts itself (approves, scoring correctness 0) is no parse
+    // error; nor is a judge that failed or is not configured.
+    for judge in
+        [Some(judge_replying(vec![text(&verdict(true, 0.0, 0.0))])), Some(judge_replying(vec![Reply::Fail(ModelError::new("provider_http", "500"))])), None]
+    {
+        let res = forge_with_judge(judge);
+        assert_eq!(res.category, Some(RejectionCategory::Other), "{:?}", res.reason);
+    }
+}
+
+#[test]
 fn a_verdict_cut_off_at_the_token_limit_says_so_and_names_the_budget() {
     // A reasoning judge spends its budget thinking and stops mid-verdict (finish `length`):
     // the reason must point at the budget, where a retry would fail the same way.

@@ -51,7 +51,8 @@ pub struct Evidence {
     pub shape: bool,
     /// The sandbox refused the code (status `rejected`) or reported a syntax error.
     pub syntax: bool,
-    /// The request could not be parsed or normalized.
+    /// The request could not be parsed or normalized, or the judge's answer held no verdict
+    /// that could be read.
     pub parse: bool,
     /// The judge rejected the tool for correctness.
     pub judge_correctness: bool,

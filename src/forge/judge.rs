@@ -66,6 +66,9 @@ pub enum JudgeError {
     NoJson,
     #[error("the judge's verdict is invalid: {0}")]
     Invalid(String),
+    /// A verdict that reads but contradicts itself (see [`check_coherent`]).
+    #[error("the judge's verdict contradicts itself: {0}")]
+    Incoherent(String),
     /// The answer hit its token limit before a verdict was complete: reasoning models spend
     /// that budget on hidden reasoning first, so the fix is a larger one, not a retry.
     #[error("the judge's answer stopped at its token limit before a complete verdict; reasoning models spend tokens on reasoning first (raise the judge's maxTokens)")]
@@ -81,6 +84,15 @@ impl JudgeError {
     /// Whether this is no answer at all rather than an answer that was no verdict.
     pub fn is_unanswered(&self) -> bool {
         matches!(self, Self::Unanswered(_))
+    }
+
+    /// Whether the judge answered but no verdict could be read from its answer (no JSON,
+    /// broken or partial JSON, no verdict of its own, cut off at its token limit): the
+    /// rejection is a `parse_error`, as a judge response that is not valid JSON is in the
+    /// rejection taxonomy. No judge, a failed or missing answer and a verdict that contradicts
+    /// itself are not.
+    pub fn is_unreadable_answer(&self) -> bool {
+        matches!(self, Self::NoJson | Self::Invalid(_) | Self::TokenLimit)
     }
 }
 
@@ -345,7 +357,7 @@ pub fn check_coherent(kind: ReviewKind, verdict: &Verdict) -> Result<(), JudgeEr
     };
     match judged.iter().find(|(_, score)| *score < APPROVAL_MIN_SCORE) {
         Some((key, score)) => {
-            Err(JudgeError::Invalid(format!("the verdict approves but scores {key} {score} (an approval needs at least {APPROVAL_MIN_SCORE})")))
+            Err(JudgeError::Incoherent(format!("the verdict approves but scores {key} {score} (an approval needs at least {APPROVAL_MIN_SCORE})")))
         }
         None => Ok(()),
     }

@@ -271,7 +271,8 @@ impl Forge {
         let verdict = match ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.calls_run_id).await {
             Ok(v) => v,
             Err(e) => {
-                let mut r = Rejection::new(&request.name, format!("no verdict, so the tool is rejected: {e}"), Evidence::default());
+                let evidence = Evidence { parse: e.is_unreadable_answer(), ..Default::default() };
+                let mut r = Rejection::new(&request.name, format!("no verdict, so the tool is rejected: {e}"), evidence);
                 r.tests = tests;
                 return Err(r);
             }
