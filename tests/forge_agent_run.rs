@@ -147,3 +147,47 @@ fn garbled_forge_tool_arguments_are_a_counted_parse_error_rejection() {
     let audit = r.registry.audit_trail();
     assert_eq!(audit.iter().filter(|e| e.action == "reject").count(), 2, "both attempts are in the audit trail");
 }
+
+#[test]
+fn a_runs_scope_tags_its_forge_attempts_and_a_resumed_run_keeps_it() {
+    use crucible::agent::ApprovalDecision;
+    use crucible::tools::Tool;
+    use support::{FnTool, NeedsApproval};
+    let r = rig();
+    let mut own_scope = slugify_request("slug_b", SLUGIFY_JS);
+    own_scope["scope"] = json!("own-label");
+    let model = ScriptedModel::new(vec![
+        call("forge_tool", &slugify_request("slug_a", SLUGIFY_JS).to_string()),
+        call("forge_tool", &own_scope.to_string()),
+        call("forge_tool", "{cut off"),
+        call("guarded", "{}"),
+        call("forge_tool", &slugify_request("slug_c", SLUGIFY_JS).to_string()),
+        text("done"),
+    ]);
+    let mut tools = host_tools();
+    let guarded = NeedsApproval { inner: FnTool::new(|_| Ok(json!({ "ok": true }))), predicate: Box::new(|_| true) };
+    tools.insert(Tool::new("guarded", "Needs a human", &json!({ "type": "object" }), None, Rc::new(guarded)).unwrap());
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap();
+    agent.set_tool_provider(Some(r.registry.clone() as Rc<dyn ToolProvider>));
+    let options = RunOptions { session_id: Some("s1".into()), scope: Some("task-3".into()), ..Default::default() };
+    let paused = block_on(agent.run("Make slugs", options, &mut CollectingSink::default())).unwrap();
+    let approval = paused.pending_approvals[0].id.clone();
+    let decision = ApprovalDecision { id: approval, approved: true, reason: None };
+    // The state as a host keeps it, plain JSON, and resumed from it.
+    let state = serde_json::from_value(serde_json::to_value(paused.state.unwrap()).unwrap()).unwrap();
+    let done = block_on(agent.resume_state(state, &[decision], None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(done.text, "done");
+    // Each attempt's outcome, with its scope: the run's, unless the request gives its own.
+    let outcomes: Vec<(String, Value)> = r
+        .events
+        .bodies()
+        .iter()
+        .map(|b| serde_json::to_value(b).unwrap())
+        .filter(|e| e["type"] == "forge.registered" || e["type"] == "forge.rejected")
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e["scope"].clone()))
+        .collect();
+    let expected = [("slug_a", "task-3"), ("slug_b", "own-label"), ("", "task-3"), ("slug_c", "task-3")];
+    assert_eq!(outcomes, expected.map(|(n, s)| (n.to_string(), json!(s))));
+    let starts = r.events.bodies().iter().filter(|b| matches!(b, EventBody::ForgeStart { scope: Some(s), .. } if s == "task-3")).count();
+    assert_eq!(starts, 2, "slug_a and, after the resume, slug_c");
+}

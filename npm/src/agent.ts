@@ -349,7 +349,7 @@ function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: 
 
 // Run and resume options are checked like createAgent's: a misspelt `sesionId` would otherwise
 // run in the `"default"` session, without a word.
-const RUN_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ signal: true, sessionId: true } satisfies Record<keyof RunOptions, true>));
+const RUN_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ signal: true, sessionId: true, scope: true } satisfies Record<keyof RunOptions, true>));
 const RESUME_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ approvals: true, signal: true } satisfies Record<keyof ResumeOptions, true>));
 
 /** Per-run options. */
@@ -360,6 +360,11 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Conversation to continue (default `"default"`). Each session remembers its messages. */
   sessionId?: string;
+  /** Scope label (a task id, say) the run's `forge_tool` attempts are tagged with in
+   *  `forge.start`, `forge.registered`, `forge.rejected` and the audit trail, unless a request
+   *  gives its own `scope`, as `agent.forge(request, { scope })` tags a direct forge. Kept in
+   *  the run's state: a resumed run keeps it. */
+  scope?: string;
 }
 
 /** A human decision on a pending tool call. */
@@ -461,7 +466,7 @@ interface CoreAgentHandle {
   /** Aborts the background work in flight (recording nothing) and starts none after. */
   stopBackground(): void;
   reloadShared(): Promise<void>;
-  run(input: string, runId: string, sessionId: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
+  run(input: string, runId: string, sessionId: string | undefined, scope: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   history(sessionId: string): unknown;
   endSession(sessionId: string): Promise<void>;
@@ -1015,19 +1020,20 @@ export class Agent<Output = unknown> {
     // Read once: a getter could answer differently the second time.
     let signal: AbortSignal | undefined;
     let sessionId: string | undefined;
+    let scope: string | undefined;
     try {
       const unknownRunOption = unknownOptionsError(options, RUN_OPTION_NAMES, 'agent.run/stream');
       if (unknownRunOption) return failing(unknownRunOption);
-      ({ signal, sessionId } = options);
+      ({ signal, sessionId, scope } = options);
     } catch (error) {
       return failing(unreadableOptions(error, 'agent.run/stream'));
     }
-    if (sessionId !== undefined && typeof sessionId !== 'string') {
-      return failing(notString(sessionId, 'agent.run/stream: sessionId', 'invalid_config'));
+    for (const [value, what] of [[sessionId, 'sessionId'], [scope, 'scope']] as const) {
+      if (value !== undefined && typeof value !== 'string') return failing(notString(value, `agent.run/stream: ${what}`, 'invalid_config'));
     }
     const wrongSignal = readSignal(signal, 'agent.run/stream');
     if (wrongSignal) return failing(wrongSignal);
-    return this.#drive(newRunId(), signal, (runId, onEvent, runSignal) => this.#core.run(input, runId, sessionId, onEvent, runSignal));
+    return this.#drive(newRunId(), signal, (runId, onEvent, runSignal) => this.#core.run(input, runId, sessionId, scope, onEvent, runSignal));
   }
 
   /**

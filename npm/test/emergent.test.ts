@@ -161,6 +161,27 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test("a run's scope tags its forge_tool attempts, registered and rejected alike", async () => {
+    chat.reset();
+    chat.enqueue(
+      { toolCalls: [{ name: 'forge_tool', arguments: slugify }] },
+      { toolCalls: [{ name: 'forge_tool', arguments: { ...slugify, name: 'one_test', testCases: [slugify.testCases[0]!] } }] },
+      { text: 'Done.' },
+    );
+    const agent = await makeAgent(memoryStore());
+    const events: AgentEvent[] = [];
+    for await (const e of agent.stream('Make a slug tool', { sessionId: 's1', scope: 'task-1' })) events.push(e);
+    const outcomes = events.flatMap((e) => (e.type === 'forge.registered' || e.type === 'forge.rejected' ? [[e.type, e.name, e.sessionId, e.scope]] : []));
+    assert.deepEqual(outcomes, [
+      ['forge.registered', 'slugify', 's1', 'task-1'],
+      ['forge.rejected', 'one_test', 's1', 'task-1'],
+    ]);
+    const audit = agent.emergent.audit();
+    assert.ok(audit.length > 0 && audit.every((a) => a.scope === 'task-1'), JSON.stringify(audit));
+    await assert.rejects(agent.run('Hi', { scope: 5 as never }), (e: CrucibleError) => e.code === 'invalid_config' && /scope/.test(e.message));
+    await agent.close();
+  });
+
   test('forging the same tool twice in a run answers the second call with the tool as it is: one judge call, one version', async () => {
     chat.reset();
     judge.reset();

@@ -67,6 +67,9 @@ pub struct RunOptions {
     /// Run id chosen by the host (it keys per-run state such as the abort signal); generated
     /// when absent.
     pub run_id: Option<String>,
+    /// Scope label (a task id, say) the run's `forge_tool` attempts are tagged with, unless a
+    /// request gives its own `scope`; kept in the run's state, so a resumed run keeps it.
+    pub scope: Option<String>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -424,6 +427,7 @@ impl Agent {
             history_len,
             history_offset: Some(history_offset),
             history_epoch: Some(self.history_epoch.clone()),
+            scope: options.scope.as_deref().map(crate::forge::scope_label),
         };
         self.drive(state, options.cancel.as_deref(), &[], sink).await
     }

@@ -59,6 +59,9 @@ pub struct RunState {
     /// `None` in states saved before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_epoch: Option<String>,
+    /// The scope label the run's forge attempts are tagged with ([`super::RunOptions::scope`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// A run whose state is stored (see [`crate::agent::Agent::stored_runs`]).
@@ -566,7 +569,7 @@ impl RunContext<'_> {
         let StepCalls { step, calls, .. } = step_calls;
         let mut finishing = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
-            let ctx = CallContext::new(run_id.clone(), call.id.clone(), session_id.clone());
+            let ctx = CallContext { scope: state.scope.clone(), ..CallContext::new(run_id.clone(), call.id.clone(), session_id.clone()) };
             let started = env.elapsed_ms();
             let outcome = match decisions.and_then(|d| d.get(i)) {
                 Some(CallDecision::Deny(reason)) => {

@@ -1025,12 +1025,13 @@ impl Registry {
         self.forge_from(request, self.origin(session, scope, "", "")).await
     }
 
-    /// Forges for the `forge_tool` call `ctx`: within its run (events carry the run's id), or,
+    /// Forges for the `forge_tool` call `ctx`, tagged with its run's scope label: within its
+    /// run (events carry the run's id), or,
     /// for a call made through the registry API, in none (its id still reaches the forge's own
     /// calls, for their abort signal).
     pub async fn forge_for_call(&self, request: &Value, ctx: &CallContext) -> ForgeResult {
         let run_id = if ctx.direct { "" } else { ctx.run_id.as_str() };
-        self.forge_from(request, self.origin(&ctx.session_id, None, run_id, &ctx.run_id)).await
+        self.forge_from(request, self.origin(&ctx.session_id, ctx.scope.clone(), run_id, &ctx.run_id)).await
     }
 
     /// Rejects, and counts, a forge request the host could not even turn into JSON (a

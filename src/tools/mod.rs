@@ -97,6 +97,8 @@ pub struct CallContext {
     /// What this call may still spend in pipelines, nested ones included: set by the outermost
     /// compose pipeline and shared with the pipelines it reaches. `None` outside any pipeline.
     pub pipeline_budget: Option<Rc<crate::forge::PipelineBudget>>,
+    /// The run's scope label, which a `forge_tool` call tags its attempt with.
+    pub scope: Option<String>,
 }
 
 impl CallContext {

@@ -156,9 +156,17 @@ impl CoreAgent {
         Ok(CoreAgent { agent: Rc::new(agent), registry })
     }
 
-    /// Runs `input`; calls `on_event(event)` for every event; resolves with the run output or
-    /// rejects with `{ code, message }`.
-    pub fn run(&self, input: String, run_id: String, session_id: Option<String>, on_event: Function, signal: Option<web_sys::AbortSignal>) -> Promise {
+    /// Runs `input`, its forge attempts tagged with `scope`; calls `on_event(event)` for every
+    /// event; resolves with the run output or rejects with `{ code, message }`.
+    pub fn run(
+        &self,
+        input: String,
+        run_id: String,
+        session_id: Option<String>,
+        scope: Option<String>,
+        on_event: Function,
+        signal: Option<web_sys::AbortSignal>,
+    ) -> Promise {
         let agent = self.agent.clone();
         future_to_promise(async move {
             let mut emit = |event: AgentEvent| {
@@ -167,7 +175,7 @@ impl CoreAgent {
                     let _ = on_event.call1(&JsValue::NULL, &js);
                 }
             };
-            let options = RunOptions { session_id, cancel: signal.map(|s| Rc::new(JsAbortSignal(s)) as _), parent_path: vec![], run_id: Some(run_id) };
+            let options = RunOptions { session_id, cancel: signal.map(|s| Rc::new(JsAbortSignal(s)) as _), parent_path: vec![], run_id: Some(run_id), scope };
             match agent.run(&input, options, &mut emit).await {
                 Ok(out) => to_js(&out),
                 Err(e) => Err(agent_error(e)),
