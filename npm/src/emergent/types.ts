@@ -48,6 +48,20 @@ export interface Verdict {
   reasoning: string;
 }
 
+/**
+ * Why a forge was rejected, the most specific that applies:
+ * - `schema_extra_field`: a field the schemas do not declare where it broke something — a test
+ *   input's against an input schema with `additionalProperties: false`, or a failed test's
+ *   output field that the output schema forbids or the `expectedOutput` does not have;
+ * - `shape_check`: the request is unusable as given (no schema properties, fewer than 2 test
+ *   cases, an empty test input, over a size limit); no judge is asked;
+ * - `syntax_error`: the sandbox code does not parse;
+ * - `parse_error`: the request is not JSON or cannot be read as a forge request, or the
+ *   judge's answer holds no verdict that reads (broken JSON, a missing score, cut off);
+ * - `judge_correctness`: the judge rejected the tool, scoring correctness below 0.5 or lowest;
+ * - `other`: anything else (failing tests, no judge, a judge that failed or never answered,
+ *   registry limits).
+ */
 export type RejectionCategory = 'schema_extra_field' | 'shape_check' | 'syntax_error' | 'parse_error' | 'judge_correctness' | 'other';
 
 export type Tier = 'session' | 'agent' | 'shared';
