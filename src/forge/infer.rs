@@ -12,8 +12,9 @@ use super::request::{type_name, ForgeRequest};
 
 /// Whether `schema` declares nothing usable: an object schema (or one with no type) without
 /// properties; an object type written as a list (`["object"]`, `["object", "null"]`) is one
-/// too, and a list naming any other type declares that type. A map (`additionalProperties` or `patternProperties` given as a schema, as a
-/// word count's output is) declares its values, not fixed keys: it is usable as it is.
+/// too, and a list naming any other type declares that type. A map (`additionalProperties` or
+/// `patternProperties` given as a schema, as a word count's output is) declares its values,
+/// not fixed keys: it is usable as it is.
 pub fn lacks_properties(schema: &Value) -> bool {
     let Value::Object(m) = schema else { return true };
     let object_typed = match m.get("type") {

@@ -9,11 +9,12 @@
 //! as `tests`/`test_cases`/`examples`, as an object (one case, or a map of cases) or a JSON
 //! string, a case without an input key being the fields beside its expected output
 //! (`{ "text": "Hi", "expected": … }`); a schema's property given as its type's name
-//! (`"text": "string"`); `expected`, `output`, `expected_output`, `expectedResult`, `expected_result`, `result` or any key saying
-//! `expect` for `expectedOutput`, and an expected object or array given as JSON text where the
-//! output schema declares one; missing optional fields; a name with spaces or punctuation
-//! (`"Count Vowels"` → `Count_Vowels`); the request, a JSON field or the sandbox code inside a
-//! Markdown code fence (```` ```json ````, ```` ```js ````).
+//! (`"text": "string"`); `expected`, `output`, `expected_output`, `expectedResult`,
+//! `expected_result`, `result` or any key saying `expect` for `expectedOutput`, and an expected
+//! object or array given as JSON text where the output schema declares one; missing optional
+//! fields; a name with spaces or punctuation (`"Count Vowels"` → `Count_Vowels`); the request,
+//! a JSON field or the sandbox code inside a Markdown code fence (```` ```json ````,
+//! ```` ```js ````).
 
 use std::borrow::Cow;
 
@@ -325,7 +326,7 @@ fn test_case(v: &Value, i: usize, structured_output: bool) -> Result<ForgeTestCa
     let Value::Object(c) = &*c else { return err(format!("test case {i} must be an object with `input`")) };
     let input = match pick(c, &TEST_INPUT_KEYS) {
         Some(v) => unstringify(v)?.into_owned(),
-        // Given, as `null`: no input (refused as empty).
+        // An input key given as `null`: no input (refused as empty).
         None if TEST_INPUT_KEYS.iter().any(|k| c.contains_key(*k)) => Value::Object(Map::new()),
         // No input key: the input is the fields written beside the expected output (`{ "text":
         // "Hi", "expected": … }`, or a map of cases `{ "a": { "text": "Hi" } }`), as small models

@@ -1026,9 +1026,8 @@ impl Registry {
     }
 
     /// Forges for the `forge_tool` call `ctx`, tagged with its run's scope label: within its
-    /// run (events carry the run's id), or,
-    /// for a call made through the registry API, in none (its id still reaches the forge's own
-    /// calls, for their abort signal).
+    /// run (events carry the run's id), or, for a call made through the registry API, in none
+    /// (its id still reaches the forge's own calls, for their abort signal).
     pub async fn forge_for_call(&self, request: &Value, ctx: &CallContext) -> ForgeResult {
         let run_id = if ctx.direct { "" } else { ctx.run_id.as_str() };
         self.forge_from(request, self.origin(&ctx.session_id, ctx.scope.clone(), run_id, &ctx.run_id)).await
