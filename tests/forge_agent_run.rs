@@ -191,3 +191,43 @@ fn a_runs_scope_tags_its_forge_attempts_and_a_resumed_run_keeps_it() {
     let starts = r.events.bodies().iter().filter(|b| matches!(b, EventBody::ForgeStart { scope: Some(s), .. } if s == "task-3")).count();
     assert_eq!(starts, 2, "slug_a and, after the resume, slug_c");
 }
+
+#[test]
+fn a_forge_result_past_max_result_bytes_is_shortened_so_the_model_still_reads_the_outcome() {
+    // 32 failing cases (the most a request may carry) list a reason longer than a small
+    // `maxResultBytes`; a success's input schema with long descriptions does too. Refused as
+    // `result_too_large`, the rejection would lose its reason and category, and the success
+    // would read as a failure for a tool that is registered.
+    let r = rig();
+    let mut failing = slugify_request("slugify", WRONG_JS);
+    failing["testCases"] =
+        (0..32).map(|i| json!({ "input": { "text": format!("case {i} {}", "words ".repeat(25)) }, "expectedOutput": { "slug": format!("c{i}") } })).collect();
+    let mut described = slugify_request("described", SLUGIFY_JS);
+    described["inputSchema"]["properties"]["text"]["description"] = json!("The text to turn into a slug. ".repeat(80));
+    let model = ScriptedModel::new(vec![
+        call("forge_tool", &failing.to_string()),
+        call("forge_tool", &described.to_string()),
+        call("described", r#"{"text":"A B"}"#),
+        text("done"),
+    ]);
+    let limit = 2048;
+    let agent =
+        Agent::new(AgentConfig { max_result_bytes: limit, ..AgentConfig::default() }, model.clone(), host_tools(), Rc::new(NativeEnvironment::default()))
+            .unwrap();
+    agent.set_tool_provider(Some(r.registry.clone() as Rc<dyn ToolProvider>));
+    let mut sink = CollectingSink::default();
+    block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut sink)).unwrap();
+    assert!(!sink.events.iter().any(|e| matches!(e.body, EventBody::ToolExecuteError { .. })), "neither result is refused as too large");
+
+    let rejected = tool_result(&model, 1);
+    assert!(tool_result_text(&model, 1).len() <= limit);
+    assert_eq!((rejected["success"].clone(), rejected["category"].clone()), (json!(false), json!("other")), "{rejected}");
+    assert!(rejected["reason"].as_str().unwrap().starts_with("32 of 32 tests failed: test 0"), "{rejected}");
+    assert!(rejected["hint"].is_string());
+
+    let forged = tool_result(&model, 2);
+    assert!(tool_result_text(&model, 2).len() <= limit);
+    assert_eq!((forged["success"].clone(), forged["name"].clone()), (json!(true), json!("described")), "{forged}");
+    assert_template_markers(&tool_result_text(&model, 2), true);
+    assert_eq!(tool_result(&model, 3), json!({ "slug": "a-b" }), "the tool was registered and the model called it");
+}

@@ -89,7 +89,8 @@ export interface AgentOptions {
   maxSteps?: number;
   /** Most tool calls of one step running at once (default 8). */
   maxParallelTools?: number;
-  /** Largest serialized tool result passed to the model, in bytes (default 65536). */
+  /** Largest serialized tool result passed to the model, in bytes (default 65536). A larger one
+   *  is an error result (`result_too_large`), except `forge_tool`'s, which is shortened to fit. */
   maxResultBytes?: number;
   /**
    * JSON Schema (or Standard Schema) the final answer must match; the run's `output` is the

@@ -569,7 +569,11 @@ impl RunContext<'_> {
         let StepCalls { step, calls, .. } = step_calls;
         let mut finishing = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
-            let ctx = CallContext { scope: state.scope.clone(), ..CallContext::new(run_id.clone(), call.id.clone(), session_id.clone()) };
+            let ctx = CallContext {
+                scope: state.scope.clone(),
+                result_limit: Some(limits.max_result_bytes),
+                ..CallContext::new(run_id.clone(), call.id.clone(), session_id.clone())
+            };
             let started = env.elapsed_ms();
             let outcome = match decisions.and_then(|d| d.get(i)) {
                 Some(CallDecision::Deny(reason)) => {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::registry::Registry;
-use crate::tools::{CallContext, ToolFailure, ToolHandler};
+use crate::tools::{json_len, shorten, CallContext, ToolFailure, ToolHandler};
 
 /// Forges through a registry (held weakly: the registry owns the tool sets that hold this).
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ impl ToolHandler for ForgeToolHandler {
             return Err(ToolFailure::new("execution_failed", "the tool registry is gone"));
         };
         let result = registry.forge_for_call(&args, ctx).await;
-        Ok(match (&result.tool, result.success) {
+        let mut answer = match (&result.tool, result.success) {
             (Some(tool), true) => json!({
                 "success": true,
                 "name": tool.name,
@@ -57,6 +57,31 @@ impl ToolHandler for ForgeToolHandler {
                 "category": result.category,
                 "hint": "Fix the request according to the reason and call forge_tool again.",
             }),
-        })
+        };
+        if let Some(limit) = ctx.result_limit {
+            fit_result(&mut answer, limit);
+        }
+        Ok(answer)
+    }
+}
+
+/// Shortens a `forge_tool` result past the run's `maxResultBytes` so the model still reads
+/// what happened: refused as `result_too_large`, a forged tool would look like a failure (and
+/// be forged again), a rejection would lose its reason and category. A success drops its
+/// `inputSchema` (the next turn's tool definition carries it); a rejection cuts its reason,
+/// whose start says how many tests failed. A limit too small even for that is left to refuse it.
+fn fit_result(answer: &mut Value, limit: usize) {
+    let over = |answer: &Value| json_len(answer).saturating_sub(limit);
+    if over(answer) == 0 {
+        return;
+    }
+    let Some(fields) = answer.as_object_mut() else { return };
+    fields.remove("inputSchema");
+    let Some(reason) = fields.get("reason").and_then(Value::as_str).map(str::to_owned) else { return };
+    let mut chars = reason.chars().count();
+    // Escapes make a character count for several bytes: cut again until the result fits.
+    while over(answer) > 0 && chars > 0 {
+        chars = chars.saturating_sub(over(answer).max(1));
+        answer["reason"] = Value::String(shorten(&reason, chars));
     }
 }

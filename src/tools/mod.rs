@@ -99,6 +99,10 @@ pub struct CallContext {
     pub pipeline_budget: Option<Rc<crate::forge::PipelineBudget>>,
     /// The run's scope label, which a `forge_tool` call tags its attempt with.
     pub scope: Option<String>,
+    /// The most bytes of JSON a run takes as this call's result (its `maxResultBytes`): a
+    /// handler whose result can be told in fewer words (`forge_tool`) fits it, rather than
+    /// have it refused as `result_too_large`. `None` outside a run.
+    pub result_limit: Option<usize>,
 }
 
 impl CallContext {
