@@ -10,7 +10,7 @@ use crucible::model::Message;
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
-use support::{call, text, ScriptedModel};
+use support::{call, calls, text, ScriptedModel};
 
 fn agent_with_registry(model: Rc<ScriptedModel>, rig: &Rig) -> Agent {
     let agent = Agent::new(AgentConfig::default(), model, host_tools(), Rc::new(NativeEnvironment::default())).unwrap();
@@ -230,4 +230,36 @@ fn a_forge_result_past_max_result_bytes_is_shortened_so_the_model_still_reads_th
     assert_eq!((forged["success"].clone(), forged["name"].clone()), (json!(true), json!("described")), "{forged}");
     assert_template_markers(&tool_result_text(&model, 2), true);
     assert_eq!(tool_result(&model, 3), json!({ "slug": "a-b" }), "the tool was registered and the model called it");
+}
+
+#[test]
+fn the_same_forge_twice_in_one_step_makes_one_version_as_it_does_in_two_steps() {
+    // A model that sends one request twice in a step (small ones repeat calls) has both checked
+    // at once; the one registered second is identical to the first and must get it unchanged,
+    // not a second version of the same content that starts the tool's uses over.
+    let r = rig();
+    let request = slugify_request("slugify", SLUGIFY_JS).to_string();
+    let model = ScriptedModel::new(vec![calls(&[("forge_tool", &request), ("forge_tool", &request)]), call("slugify", r#"{"text":"A B"}"#), text("done")]);
+    let agent = agent_with_registry(model.clone(), &r);
+    block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
+
+    let requests = model.requests.borrow();
+    let results: Vec<Value> = requests[1]
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(serde_json::from_str(content).unwrap()),
+            _ => None,
+        })
+        .collect();
+    drop(requests);
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|res| res["success"] == true && res["version"] == 1), "{results:?}");
+    assert!(results[1]["message"].as_str().unwrap().contains("already exists exactly as requested"), "{}", results[1]);
+    let tools = r.registry.list("s1");
+    assert_eq!((tools.len(), tools[0].version, tools[0].stats.calls), (1, 1, 1), "one version, and the call after counts for it");
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.approved), (1, 1), "one tool forged, as when the request comes again in the next step");
+    let audit = r.registry.audit_trail();
+    assert_eq!(audit.iter().filter(|e| e.action == "unchanged").count(), 1);
 }

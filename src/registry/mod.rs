@@ -1251,6 +1251,16 @@ impl Registry {
             rejection.verdict = Some(verified.verdict);
             return self.reject(&rejection, origin, action).await;
         }
+        // Forges run at once (the calls of one step, say) are all checked before any is
+        // registered: one identical to a tool registered meanwhile gets that tool, as it would
+        // had it come after, and not a second version of the same content whose fresh stats
+        // set the tool's promotion back to zero uses. (Imports check everything again.)
+        if action == "forge" {
+            if let Some(mut kept) = self.unchanged(&verified.request, session) {
+                kept.scope = verified.request.scope.clone();
+                return self.keep_unchanged(*kept, origin).await;
+            }
+        }
         let hash = content_hash(&verified.request);
         let now = self.now();
         let name = verified.request.name.clone();
