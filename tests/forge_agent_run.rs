@@ -5,8 +5,10 @@ mod support;
 
 use std::rc::Rc;
 
-use crucible::agent::{Agent, AgentConfig, CollectingSink, EventBody, NativeEnvironment, RunOptions, ToolProvider};
+use crucible::agent::{Agent, AgentConfig, AgentError, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, ToolProvider};
 use crucible::model::Message;
+use crucible::registry::EmergentConfig;
+use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
@@ -262,4 +264,62 @@ fn the_same_forge_twice_in_one_step_makes_one_version_as_it_does_in_two_steps() 
     assert_eq!((stats.attempts, stats.approved), (1, 1), "one tool forged, as when the request comes again in the next step");
     let audit = r.registry.audit_trail();
     assert_eq!(audit.iter().filter(|e| e.action == "unchanged").count(), 1);
+}
+
+/// A store over a [`MemoryStore`] whose next batch, once `abort` is set, aborts that run (as
+/// its host would) and then never answers: an IndexedDB write still pending when the user stops
+/// the run.
+#[derive(Default)]
+struct AbortingStore {
+    memory: Rc<MemoryStore>,
+    abort: std::cell::RefCell<Option<Rc<CancelFlag>>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Store for AbortingStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        self.memory.get(key).await
+    }
+    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.memory.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.memory.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        self.memory.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
+        let abort = self.abort.borrow_mut().take();
+        if let Some(run) = abort {
+            run.cancel();
+            futures::future::pending::<()>().await;
+        }
+        self.memory.batch(ops).await
+    }
+}
+
+#[test]
+fn a_run_aborted_while_its_forge_is_written_leaves_the_forge_for_the_next_write() {
+    // The abort drops the forge_tool call where it waits: on the store write of a forge already
+    // registered in memory. Its audit entries and its name in the stats must still reach the
+    // store with the next write, or a restart shows an agent with a tool nobody forged.
+    let store = Rc::new(AbortingStore::default());
+    let r = rig_over("agent1", EmergentConfig::default(), Some(approving_judge()), None, store.memory.clone(), store.clone());
+    let model = ScriptedModel::new(vec![call("forge_tool", &slugify_request("slugify", SLUGIFY_JS).to_string()), text("never asked")]);
+    let agent = agent_with_registry(model, &r);
+    let cancel = Rc::new(CancelFlag::default());
+    *store.abort.borrow_mut() = Some(cancel.clone());
+    let options = RunOptions { session_id: Some("s1".into()), cancel: Some(cancel), ..Default::default() };
+    let aborted = block_on(agent.run("Make a slug tool", options, &mut CollectingSink::default()));
+    assert!(matches!(aborted, Err(AgentError::Aborted)), "{aborted:?}");
+    assert_eq!(r.registry.list("s1").len(), 1, "the verdict was in: the tool is registered");
+
+    assert!(block_on(r.registry.forge(&slugify_request("slug_two", SLUGIFY_JS), "s1")).success);
+    r.registry.close();
+    let restarted = rig_over("agent1", EmergentConfig::default(), Some(approving_judge()), None, store.memory.clone(), store.memory.clone());
+    let forged: Vec<(String, String)> = restarted.registry.audit_trail().into_iter().filter(|e| e.action == "forge").map(|e| (e.action, e.tool)).collect();
+    assert_eq!(forged, [("forge".to_string(), "slugify".to_string()), ("forge".to_string(), "slug_two".to_string())]);
+    let stats = restarted.registry.stats();
+    assert_eq!((stats.attempts, stats.approved, stats.unique_names), (2, 2, 2));
 }

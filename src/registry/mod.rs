@@ -193,12 +193,12 @@ pub(crate) struct State {
     /// Session tools under promotion review, as (session, name): one review per tool at a
     /// time, however many calls cross the threshold together.
     pub(crate) promoting: BTreeSet<(String, String)>,
-    /// What writes the store refused left out of it and memory still holds (see
+    /// What writes the store refused, or that were abandoned, left out of it and memory still holds (see
     /// [`Unwritten`]).
     unwritten: Unwritten,
 }
 
-/// Records a refused write left out of the store while the registry goes on showing them:
+/// Records what a refused or abandoned write left out of the store while the registry goes on showing them:
 /// the audit entries and forge stats of a forge, a rejection or an import are written best
 /// effort (the outcome stands without them). The next write carries them, built from what
 /// memory holds then, so a restart does not lose them (and never writes one back stale).
@@ -210,6 +210,24 @@ struct Unwritten {
     /// Names whose forge-name record is missing.
     names: BTreeSet<String>,
     forge_stats: bool,
+}
+
+/// A store write going: unless it is marked done, what it was writing is noted as
+/// [`Unwritten`] when it ends, refused by the store or dropped before the store answered (its
+/// caller was abandoned: a run aborted while its forge was written). Memory holds it all the
+/// same, so the next write carries it.
+struct WriteGoing<'r> {
+    registry: &'r Registry,
+    /// What it retried, and the keys it puts.
+    left: Option<(Unwritten, Vec<String>)>,
+}
+
+impl Drop for WriteGoing<'_> {
+    fn drop(&mut self) {
+        if let Some((retried, puts)) = self.left.take() {
+            self.registry.note_unwritten(retried, &puts);
+        }
+    }
 }
 
 impl State {
@@ -906,11 +924,12 @@ impl Registry {
         if ops.is_empty() {
             return Ok(());
         }
-        if let Err(error) = self.store.batch(ops).await {
-            self.note_unwritten(retried, &puts);
-            return Err(error.into());
+        let mut going = WriteGoing { registry: self, left: Some((retried, puts)) };
+        let written = self.store.batch(ops).await;
+        if written.is_ok() {
+            going.left = None;
         }
-        Ok(())
+        written.map_err(Into::into)
     }
 
     /// Writes the stats of agent/shared tools called since the last flush, in one batch.
