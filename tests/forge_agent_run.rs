@@ -3,16 +3,18 @@
 
 mod support;
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
-use crucible::agent::{Agent, AgentConfig, AgentError, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, ToolProvider};
-use crucible::model::Message;
+use crucible::agent::{Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, ToolProvider};
+use crucible::model::{CallInfo, ChunkSink, Message, Model, ModelError, ModelRequest};
 use crucible::registry::EmergentConfig;
 use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
+use crucible::tools::Tool;
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
-use support::{call, calls, text, ScriptedModel};
+use support::{call, calls, text, FnTool, NeedsApproval, ScriptedModel};
 
 fn agent_with_registry(model: Rc<ScriptedModel>, rig: &Rig) -> Agent {
     let agent = Agent::new(AgentConfig::default(), model, host_tools(), Rc::new(NativeEnvironment::default())).unwrap();
@@ -322,4 +324,71 @@ fn a_run_aborted_while_its_forge_is_written_leaves_the_forge_for_the_next_write(
     assert_eq!(forged, [("forge".to_string(), "slugify".to_string()), ("forge".to_string(), "slug_two".to_string())]);
     let stats = restarted.registry.stats();
     assert_eq!((stats.attempts, stats.approved, stats.unique_names), (2, 2, 2));
+}
+
+/// A judge whose review is aborted with its run: it aborts `run` (as the host's signal would,
+/// shared by the run and the judge's request) and fails as an aborted request does.
+struct AbortedJudge {
+    run: RefCell<Option<Rc<CancelFlag>>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Model for AbortedJudge {
+    fn id(&self) -> String {
+        "aborted:judge".into()
+    }
+
+    async fn stream(&self, _: &ModelRequest, _: &CallInfo, _: &mut dyn ChunkSink) -> Result<(), ModelError> {
+        if let Some(run) = self.run.borrow_mut().take() {
+            run.cancel();
+        }
+        Err(ModelError::new("aborted", "This operation was aborted"))
+    }
+}
+
+#[test]
+fn a_forge_cut_short_by_the_runs_abort_is_not_a_rejection_of_the_request() {
+    // An approved step runs to its end even when the resumed run is aborted (its results must
+    // be saved): its forge_tool call's judge is aborted with the run. That is no verdict on the
+    // request: it must not count or audit a rejection, nor tell the model to fix the request.
+    let store = Rc::new(MemoryStore::new());
+    let judge = Rc::new(AbortedJudge { run: RefCell::new(None) });
+    let r = rig_of_models("agent1", EmergentConfig::default(), Some(judge.clone()), None, store.clone(), store.clone());
+    let mut tools = host_tools();
+    let refund = Rc::new(NeedsApproval { inner: FnTool::new(|_| Ok(json!({ "refunded": true }))), predicate: Box::new(|_| true) });
+    tools.insert(Tool::new("refund", "Refunds an order", &json!({ "type": "object" }), None, refund).unwrap());
+    let forge = slugify_request("slugify", SLUGIFY_JS).to_string();
+    let model = ScriptedModel::new(vec![calls(&[("forge_tool", &forge), ("refund", r#"{"order":42}"#)]), text("never asked")]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "agent1");
+    agent.set_tool_provider(Some(r.registry.clone() as Rc<dyn ToolProvider>));
+    let options = RunOptions { session_id: Some("s1".into()), ..Default::default() };
+    let paused = block_on(agent.run("Refund order 42 and make a slug tool", options, &mut CollectingSink::default())).unwrap();
+    let approve = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let cancel = Rc::new(CancelFlag::default());
+    *judge.run.borrow_mut() = Some(cancel.clone());
+    let mut sink = CollectingSink::default();
+    let resumed = block_on(agent.resume(&paused.run_id, &approve, Some(cancel), &mut sink));
+    assert!(matches!(resumed, Err(AgentError::Aborted)), "{resumed:?}");
+
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.rejected, stats.unique_terminal_rejections), (0, 0, 0), "{stats:?}");
+    assert!(!r.registry.audit_trail().iter().any(|e| e.action == "reject"));
+    assert!(!r.events.types().contains(&"forge.rejected".to_string()), "{:?}", r.events.types());
+    let failed = sink.events.iter().find_map(|e| match &e.body {
+        EventBody::ToolExecuteError { name, error, .. } if name == "forge_tool" => Some(error.clone()),
+        _ => None,
+    });
+    assert_eq!(failed.map(|f| f.code), Some("aborted".to_string()));
+    // What the model reads when the run is resumed: the forge was cut short, the refund done.
+    let saved = block_on(agent.load_run(&paused.run_id)).unwrap();
+    let results: Vec<(String, String)> = saved
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { name, content, .. } => Some((name.clone(), content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(results[0].1.contains("\"code\":\"aborted\"") && results[0].1.contains("call forge_tool again"), "{results:?}");
+    assert_eq!(results[1], ("refund".to_string(), r#"{"refunded":true}"#.to_string()));
 }

@@ -248,7 +248,7 @@ impl Agent {
             return Err(AgentError::Aborted);
         }
         claim.consume(&state)?;
-        self.drive(state, cancel.as_deref(), decisions, sink).await
+        self.drive(state, cancel.as_ref(), decisions, sink).await
     }
 
     /// The store lock a resume of `run_id` holds (see `claim`).
@@ -261,7 +261,7 @@ impl Agent {
     async fn drive(
         &self,
         state: RunState,
-        cancel: Option<&dyn CancelSignal>,
+        cancel: Option<&Rc<dyn CancelSignal>>,
         decisions: &[ApprovalDecision],
         sink: &mut dyn EventSink,
     ) -> Result<RunOutput, AgentError> {
@@ -429,6 +429,6 @@ impl Agent {
             history_epoch: Some(self.history_epoch.clone()),
             scope: options.scope.as_deref().map(crate::forge::scope_label),
         };
-        self.drive(state, options.cancel.as_deref(), &[], sink).await
+        self.drive(state, options.cancel.as_ref(), &[], sink).await
     }
 }

@@ -14,7 +14,7 @@ use crate::model::{
     ToolDefinition,
 };
 use crate::store::{Store, Versioned};
-use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, ToolFailure, ToolOutcome, ToolSet};
+use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, RunSignal, ToolFailure, ToolOutcome, ToolSet};
 
 use super::approval::{ApprovalDecision, CallDecision, PendingApproval, PendingStep, TOOL_CALL_APPROVAL};
 
@@ -170,7 +170,7 @@ pub(crate) struct RunContext<'a> {
     /// When set, asked for the tool set before every turn.
     pub provider: Option<&'a dyn super::ToolProvider>,
     pub env: &'a dyn Environment,
-    pub cancel: Option<&'a dyn CancelSignal>,
+    pub cancel: Option<&'a Rc<dyn CancelSignal>>,
     /// Where run states are persisted at step boundaries (`None`: not persisted).
     pub runs: Option<RunRecorder<'a>>,
     /// Decisions for the pending step of a resumed run.
@@ -314,7 +314,7 @@ impl RunContext<'_> {
     /// `work`, unless the run is cancelled first: then it is abandoned (dropped) and the run
     /// ends `aborted` at once.
     async fn unless_cancelled<T>(&self, work: impl Future<Output = T>) -> Result<T, AgentError> {
-        unless_cancelled(self.cancel, work).await.ok_or(AgentError::Aborted)
+        unless_cancelled(self.cancel.map(|c| &**c), work).await.ok_or(AgentError::Aborted)
     }
 
     /// Runs from `state` to the end. Emits `agent.end` or `agent.error` last.
@@ -566,12 +566,14 @@ impl RunContext<'_> {
         let env = self.env;
         let run_id = &state.run_id;
         let session_id = &state.session_id;
+        let cancel = self.cancel;
         let StepCalls { step, calls, .. } = step_calls;
         let mut finishing = stream::iter(calls.iter().enumerate().map(|(i, call)| async move {
             emitter.emit(EventBody::ToolExecuteStart { step, call_id: call.id.clone(), name: call.name.clone() });
             let ctx = CallContext {
                 scope: state.scope.clone(),
                 result_limit: Some(limits.max_result_bytes),
+                cancel: cancel.cloned().map(RunSignal),
                 ..CallContext::new(run_id.clone(), call.id.clone(), session_id.clone())
             };
             let started = env.elapsed_ms();

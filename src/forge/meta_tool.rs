@@ -37,7 +37,14 @@ impl ToolHandler for ForgeToolHandler {
         let Some(registry) = self.registry.upgrade() else {
             return Err(ToolFailure::new("execution_failed", "the tool registry is gone"));
         };
-        let result = registry.forge_for_call(&args, ctx).await;
+        // An abort that cut the forge short (the judge's request aborted with the run, say) is
+        // no verdict on the request: nothing is recorded, and the model is not told to fix it.
+        let Some(result) = registry.forge_for_call(&args, ctx).await else {
+            return Err(ToolFailure::new(
+                "aborted",
+                "the run was aborted while this forge was checked: nothing was registered or counted; call forge_tool again with the same request",
+            ));
+        };
         let mut answer = match (&result.tool, result.success) {
             (Some(tool), true) => json!({
                 "success": true,

@@ -1046,10 +1046,12 @@ impl Registry {
 
     /// Forges for the `forge_tool` call `ctx`, tagged with its run's scope label: within its
     /// run (events carry the run's id), or, for a call made through the registry API, in none
-    /// (its id still reaches the forge's own calls, for their abort signal).
-    pub async fn forge_for_call(&self, request: &Value, ctx: &CallContext) -> ForgeResult {
+    /// (its id still reaches the forge's own calls, for their abort signal). The run's abort
+    /// stops it as [`Registry::forge_cancellable`] does (`None`: nothing was recorded).
+    pub async fn forge_for_call(&self, request: &Value, ctx: &CallContext) -> Option<ForgeResult> {
         let run_id = if ctx.direct { "" } else { ctx.run_id.as_str() };
-        self.forge_from(request, self.origin(&ctx.session_id, ctx.scope.clone(), run_id, &ctx.run_id)).await
+        let cancel = ctx.cancel.as_ref().map(|signal| &*signal.0);
+        self.forge_until(request, self.origin(&ctx.session_id, ctx.scope.clone(), run_id, &ctx.run_id), cancel).await
     }
 
     /// Rejects, and counts, a forge request the host could not even turn into JSON (a
@@ -1085,8 +1087,11 @@ impl Registry {
         cancel: Option<&dyn CancelSignal>,
         calls_run_id: &str,
     ) -> Option<ForgeResult> {
-        let origin = self.origin(session, scope, "", calls_run_id);
-        let ticket = self.ticket(session);
+        self.forge_until(request, self.origin(session, scope, "", calls_run_id), cancel).await
+    }
+
+    async fn forge_until(&self, request: &Value, origin: ForgeOrigin, cancel: Option<&dyn CancelSignal>) -> Option<ForgeResult> {
+        let ticket = self.ticket(&origin.session_id);
         let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup(), Reuse::Unchanged)).await?;
         // The judge and the host tools see the same signal: their failure may end the work in
         // the very poll that cancels it, and is then the abort's doing, not the tool's. Closing

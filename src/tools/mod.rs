@@ -103,6 +103,19 @@ pub struct CallContext {
     /// handler whose result can be told in fewer words (`forge_tool`) fits it, rather than
     /// have it refused as `result_too_large`. `None` outside a run.
     pub result_limit: Option<usize>,
+    /// The abort signal of the run the call belongs to (`None` outside a run): a handler that
+    /// must not record what an abort cut short (`forge_tool`) watches it.
+    pub cancel: Option<RunSignal>,
+}
+
+/// A run's abort signal as a call sees it.
+#[derive(Clone)]
+pub struct RunSignal(pub Rc<dyn crate::agent::CancelSignal>);
+
+impl std::fmt::Debug for RunSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RunSignal").field(&self.0.is_cancelled()).finish()
+    }
 }
 
 impl CallContext {
