@@ -237,6 +237,51 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test("aborting a resumed run while the judge reviews its approved step's forge_tool call records no rejection: the model is told to forge again", async () => {
+    chat.reset();
+    judge.reset();
+    const refund = tool({
+      name: 'refund',
+      description: 'Refund an order',
+      inputSchema: { type: 'object', properties: { order: { type: 'integer' } }, required: ['order'] },
+      needsApproval: true,
+      execute: ({ order }: { order: number }) => ({ refunded: order }),
+    });
+    const agent = await createAgent({
+      model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
+      tools: [refund],
+      store: memoryStore(),
+      emergent: { enabled: true, judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) } },
+    });
+    chat.enqueue({ toolCalls: [{ name: 'forge_tool', arguments: slugify }, { name: 'refund', arguments: { order: 7 } }] });
+    const paused = await agent.run('Refund order 7 and make a slug tool', { sessionId: 's1' });
+    assert.equal(paused.status, 'paused');
+    // The approved step runs to its end (its results are saved); the abort reaches the judge.
+    judge.enqueue({ ...verdict(true), delayMs: 5000 });
+    const controller = new AbortController();
+    const events: AgentEvent[] = [];
+    const approvals = [{ id: paused.pendingApprovals[0]!.id, approved: true }];
+    for await (const e of agent.resumeStream(paused.runId, { approvals, signal: controller.signal })) {
+      events.push(e);
+      if (e.type === 'forge.test') setTimeout(() => controller.abort(), 100);
+    }
+    const last = events.at(-1)!;
+    assert.ok(last.type === 'agent.error' && last.error.code === 'aborted', JSON.stringify(last));
+    const cut = events.find((e) => e.type === 'tool.execute.error' && e.name === 'forge_tool');
+    assert.ok(cut?.type === 'tool.execute.error' && cut.error.code === 'aborted', JSON.stringify(cut));
+    assert.ok(!events.some((e) => e.type === 'forge.rejected'), events.map((e) => e.type).join(','));
+    const stats = agent.emergent.stats();
+    assert.deepEqual([stats.attempts, stats.rejected, stats.uniqueTerminalRejections], [0, 0, 0]);
+    assert.ok(!agent.emergent.audit().some((a) => a.action === 'reject'));
+    // Resumed again, the model reads that the forge was cut short, and the refund done.
+    chat.enqueue({ text: 'Refunded; I will forge the tool again.' });
+    assert.equal((await agent.resume(paused.runId)).status, 'completed');
+    const seen = JSON.stringify(chat.requests.at(-1)!.messages);
+    assert.match(seen, /call forge_tool again with the same request/);
+    assert.match(seen, /refunded/);
+    await agent.close();
+  });
+
   test('an automatic promotion the panel refuses is a promotion.rejected event; the tool stays in its session', async () => {
     const panel = await startMockLlmServer({ respond: () => verdict(false) });
     try {
