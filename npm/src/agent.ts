@@ -586,7 +586,8 @@ function flushOnPageExit(core: CoreAgentHandle): (() => void) | undefined {
  * tier's channel, the page's `beforeunload` and `pagehide`. `release` lets go of all of it and of what the agent
  * owns, in this order: background work aborted (`background`, the signal its judge and host
  * tool calls get) and waited for, buffered stats written, the core freed (its registry writes
- * nothing more), the sandbox stopped, and only then the id released for a new agent. `close()`
+ * nothing more), direct operations still going aborted (`direct`), the sandbox stopped, and
+ * only then the id released for a new agent. `close()`
  * calls it, and the finalizer of an agent dropped without `close()`. Made here rather than in
  * the constructor: a closure made there shares its scope with closures that use `this`, so it
  * would keep the agent alive and the finalizer holding it would never run.
@@ -597,6 +598,7 @@ function attach(
   sandbox: SandboxHost | undefined,
   releaseRegistry: (() => void) | undefined,
   background: AbortController | undefined,
+  direct: AbortController,
 ) {
   const channel = sharedTierChannel(store, core);
   const stopPageExitFlush = flushOnPageExit(core);
@@ -627,6 +629,10 @@ function attach(
       // freed its registry writes nothing, and stopping the sandbox ends the executions of a
       // forge still in flight, which would then record its rejection.
       core.free();
+      // Then the direct operations (forge, import, requestPromotion, a call with a signal)
+      // still going: their judge's request or host tool stops, and, the core being freed,
+      // they end as `closed` rather than waiting for an answer nobody will record.
+      direct.abort(new AbortError('the agent was closed'));
       try {
         await sandbox?.close?.();
       } finally {
@@ -762,6 +768,8 @@ class EventHub {
 export class Agent<Output = unknown> {
   readonly #core: CoreAgentHandle;
   readonly #signals: Map<string, AbortSignal>;
+  /** Aborted by `close()` once the core is freed: every direct operation's signal follows it. */
+  readonly #directStop = new AbortController();
   readonly #hub: EventHub;
   /** Lets go of the core and of what ties it to the world outside the agent (see {@link attach}). */
   readonly #release: (flushTimeoutMs?: number) => Promise<void>;
@@ -849,7 +857,7 @@ export class Agent<Output = unknown> {
     this.#core = core;
     this.#parsedOutputs = runSupport.parsedOutputs;
     this.#providerFailures = runSupport.providerFailures;
-    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry, background);
+    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry, background, this.#directStop);
     this.#release = release;
     unclosedAgents.register(this, letGo, this);
     this.#signals = signals;
@@ -992,19 +1000,36 @@ export class Agent<Output = unknown> {
   }
 
   /**
-   * Starts an operation outside any run (a forge, a tool call) that `signal` aborts. Its model
-   * and host tool calls find their signal by run id, so with a signal it gets an id of its own
-   * (`direct_…`) for the time it runs; its events still carry none (it is in no run).
+   * Starts an operation outside any run (a forge, a tool call) that `signal` aborts, and so does
+   * `close()`. Its model and host tool calls find their signal by run id, so it gets an id of
+   * its own (`direct_…`) for the time it runs; its events still carry none (it is in no run).
    */
   async #direct<T>(signal: AbortSignal | undefined, start: (signal: AbortSignal | undefined, runId: string) => Promise<T>): Promise<T> {
-    const runId = signal ? `direct_${newRunId().slice('run_'.length)}` : '';
-    if (signal) this.#signals.set(runId, signal);
+    const runId = `direct_${newRunId().slice('run_'.length)}`;
+    const closing = this.#directStop.signal;
+    let own = closing;
+    let unlink = () => {};
+    if (signal) {
+      // One signal for both: the caller's abort keeps its reason.
+      const linked = new AbortController();
+      const abort = (event: Event) => linked.abort((event.target as AbortSignal).reason);
+      if (signal.aborted) linked.abort(signal.reason);
+      signal.addEventListener('abort', abort, { once: true });
+      closing.addEventListener('abort', abort, { once: true });
+      unlink = () => {
+        signal.removeEventListener('abort', abort);
+        closing.removeEventListener('abort', abort);
+      };
+      own = linked.signal;
+    }
+    this.#signals.set(runId, own);
     // Awaited here, and `this` used after it: while a forge or call is in flight its agent
     // stays reachable, so the finalizer of an agent dropped without close() cannot let go of
     // its sandbox and registry under it.
     try {
-      return await start(signal, runId);
+      return await start(own, runId);
     } finally {
+      unlink();
       this.#signals.delete(runId);
     }
   }
@@ -1235,10 +1260,11 @@ export class Agent<Output = unknown> {
    * step's human-approved calls are not abandoned: a host tool among them that ignores its
    * signal holds `close()` until it returns), stops the automatic promotions under review
    * (nothing is recorded; one whose panel approved commits) and waits for them, writes
-   * buffered stats, stops the sandbox this agent created, releases the wasm agent. A forge or
-   * tool call made outside a run still finishes, but writes nothing more to the store; one
-   * whose forged code was running in the sandbox is cut off with it and rejects with the
-   * `closed` error.
+   * buffered stats, releases the wasm agent, stops the sandbox this agent created. A forge,
+   * import or `requestPromotion` made outside a run, and a tool call given a signal, are then
+   * stopped (their judge's request and host tool calls see their signal abort) and reject with
+   * the `closed` error, as does a call whose forged code was running in the sandbox; a tool
+   * call made without a signal finishes, but writes nothing more to the store.
    * Afterwards every method fails with the `closed` error; closing again does nothing.
    * Rejects with the store's `StoreError` when the buffered stats could not be written: the
    * agent is closed all the same, and those calls are not counted in the store (call

@@ -1469,7 +1469,8 @@ describe('emergent options and edge cases through createAgent', () => {
       },
     };
     const first = await makeAgent(store, { judge: { model: slowJudge } });
-    const forging = first.forge(slugify);
+    // close() ends it (the closed error) without waiting for the judge, who answers later.
+    const forging = assert.rejects(first.forge(slugify), (e: unknown) => e instanceof CrucibleError && e.code === 'closed');
     await judgeAsked; // its tests ran; it waits for the judge
     await first.close();
     const next = await makeAgent(store);
@@ -1477,7 +1478,7 @@ describe('emergent options and edge cases through createAgent', () => {
     const snapshot = async () => JSON.stringify(await store.scan(''));
     const before = await snapshot();
     answer();
-    await forging.catch(() => undefined);
+    await forging;
     assert.equal(await snapshot(), before, 'the closed agent wrote nothing after close');
     assert.deepEqual(next.emergent.audit().map((a) => `${a.action}:${a.tool}`), ['forge:next_tool', 'verdict:next_tool', 'register:next_tool']);
     await next.close();

@@ -159,6 +159,31 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
+
+  test("close() ends a direct forge or import whose judge is answering with the closed error, and aborts the judge's request: it does not wait for the judge's deadline", async () => {
+    const judge = judgeDouble();
+    const agent = await createAgent({ model: judge.provider, store: memoryStore(), emergent: { enabled: true, judge: { model: judge.provider }, persistSandboxSource: true } });
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's1' });
+    judge.mode = 'silent';
+    const asked = judge.signals.length;
+    const caller = new AbortController();
+    const pending = [
+      agent.forge({ ...slugify, name: 'slugify_two' }, { sessionId: 's1' }),
+      agent.forge({ ...slugify, name: 'slugify_three' }, { sessionId: 's1', signal: caller.signal }),
+      agent.emergent.import(pkg, { sessionId: 's2' }),
+    ];
+    const settled = Promise.allSettled(pending);
+    while (judge.signals.length < asked + pending.length) await sleep(5);
+    await inTime(agent.close());
+    // Before, each waited for its judge, up to its timeoutMs (120 s by default).
+    const outcomes = await inTime(settled);
+    for (const outcome of outcomes) {
+      assert.ok(outcome.status === 'rejected' && (outcome.reason as { code?: string }).code === 'closed', JSON.stringify(outcome, (_k, v) => (v instanceof Error ? `${v.name}: ${v.message}` : v)));
+    }
+    assert.ok(judge.signals.slice(asked).every((s) => s.aborted), "every judge request's signal aborted");
+    assert.equal(caller.signal.aborted, false, "the caller's own signal is left alone");
+  });
   test('an automatic promotion whose panel stalls does not break the call that started it, and the uses after it are not held for the deadline', async () => {
     const judge = judgeDouble();
     const panel = judgeDouble('silent');
