@@ -1005,8 +1005,12 @@ export class Agent<Output = unknown> {
    * its own (`direct_…`) for the time it runs; its events still carry none (it is in no run).
    */
   async #direct<T>(signal: AbortSignal | undefined, start: (signal: AbortSignal | undefined, runId: string) => Promise<T>): Promise<T> {
-    const runId = `direct_${newRunId().slice('run_'.length)}`;
     const closing = this.#directStop.signal;
+    // Without a signal of the caller's the operation gets no id: its judge's request and host
+    // tool calls get no signal, as before (a host tool given one takes a slower path, ~30 µs a
+    // forge), and close() ends it through the core, which drops the judge's stream and so
+    // aborts its request.
+    const runId = signal ? `direct_${newRunId().slice('run_'.length)}` : '';
     let own = closing;
     let unlink = () => {};
     if (signal) {
@@ -1021,8 +1025,8 @@ export class Agent<Output = unknown> {
         closing.removeEventListener('abort', abort);
       };
       own = linked.signal;
+      this.#signals.set(runId, own);
     }
-    this.#signals.set(runId, own);
     // Awaited here, and `this` used after it: while a forge or call is in flight its agent
     // stays reachable, so the finalizer of an agent dropped without close() cannot let go of
     // its sandbox and registry under it.
