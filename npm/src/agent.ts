@@ -5,6 +5,7 @@
  */
 import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
+import { linkSignals } from './signals.js';
 import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, messageOf, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
@@ -1001,39 +1002,24 @@ export class Agent<Output = unknown> {
 
   /**
    * Starts an operation outside any run (a forge, a tool call) that `signal` aborts, and so does
-   * `close()`. Its model and host tool calls find their signal by run id, so it gets an id of
-   * its own (`direct_…`) for the time it runs; its events still carry none (it is in no run).
+   * `close()`. Its model and host tool calls find their signal by run id, so with a signal it
+   * gets an id of its own (`direct_…`) for the time it runs; its events still carry none (it is
+   * in no run). Without one it gets no id: its judge's request and host tool calls get no
+   * signal, as before (a host tool given one takes a slower path, ~30 µs a forge), and `close()`
+   * ends it through the core, which drops the judge's stream and so aborts its request.
    */
   async #direct<T>(signal: AbortSignal | undefined, start: (signal: AbortSignal | undefined, runId: string) => Promise<T>): Promise<T> {
     const closing = this.#directStop.signal;
-    // Without a signal of the caller's the operation gets no id: its judge's request and host
-    // tool calls get no signal, as before (a host tool given one takes a slower path, ~30 µs a
-    // forge), and close() ends it through the core, which drops the judge's stream and so
-    // aborts its request.
     const runId = signal ? `direct_${newRunId().slice('run_'.length)}` : '';
-    let own = closing;
-    let unlink = () => {};
-    if (signal) {
-      // One signal for both: the caller's abort keeps its reason.
-      const linked = new AbortController();
-      const abort = (event: Event) => linked.abort((event.target as AbortSignal).reason);
-      if (signal.aborted) linked.abort(signal.reason);
-      signal.addEventListener('abort', abort, { once: true });
-      closing.addEventListener('abort', abort, { once: true });
-      unlink = () => {
-        signal.removeEventListener('abort', abort);
-        closing.removeEventListener('abort', abort);
-      };
-      own = linked.signal;
-      this.#signals.set(runId, own);
-    }
+    const linked = signal ? linkSignals(signal, closing) : undefined;
+    if (linked) this.#signals.set(runId, linked.signal);
     // Awaited here, and `this` used after it: while a forge or call is in flight its agent
     // stays reachable, so the finalizer of an agent dropped without close() cannot let go of
     // its sandbox and registry under it.
     try {
-      return await start(own, runId);
+      return await start(linked?.signal ?? closing, runId);
     } finally {
-      unlink();
+      linked?.unlink();
       this.#signals.delete(runId);
     }
   }

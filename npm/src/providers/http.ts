@@ -14,6 +14,7 @@
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { AbortError, CrucibleError, describeValue, isRecord, MAX_TIMER_MS, ProviderError } from '../errors.js';
+import { linkSignals } from '../signals.js';
 import type { ModelChunk, ModelProvider, ModelRequest, ProviderOptions, RetryOptions, ToolDefinition } from './types.js';
 
 /** Bytes of an error body kept on `ProviderError.body`; enough to read a server's message. */
@@ -249,7 +250,8 @@ export async function* withRetry<T>(
   for (let attemptNo = 0; ; attemptNo++) {
     if (callerSignal?.aborted) throw abortError(callerSignal);
     const stall = stallTimer(ctx.timeoutMs);
-    const signal = callerSignal ? anySignal(callerSignal, stall.signal) : stall.signal;
+    const linked = callerSignal ? linkSignals(callerSignal, stall.signal) : undefined;
+    const signal = linked?.signal ?? stall.signal;
     let yielded = false;
     try {
       for await (const item of attempt(signal, stall.restart)) {
@@ -273,6 +275,7 @@ export async function* withRetry<T>(
       if (!canRetry || attemptNo >= ctx.retry.maxRetries) throw error;
       await sleep(backoffMs(ctx.retry, attemptNo, error.retryAfterMs), callerSignal);
     } finally {
+      linked?.unlink();
       stall.end();
     }
   }
@@ -669,20 +672,6 @@ function stallTimer(ms: number): { signal: AbortSignal; restart(): void; stop():
       clearTimeout(timer);
     },
   };
-}
-
-/** `AbortSignal.any` is missing from browsers before 2024 (Safari < 17.4); link by hand there. */
-function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
-  if (typeof AbortSignal.any === 'function') return AbortSignal.any([a, b]);
-  const controller = new AbortController();
-  for (const signal of [a, b]) {
-    if (signal.aborted) {
-      controller.abort(signal.reason);
-      break;
-    }
-    signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true, signal: controller.signal });
-  }
-  return controller.signal;
 }
 
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
