@@ -218,14 +218,35 @@ struct Unwritten {
 /// same, so the next write carries it.
 struct WriteGoing<'r> {
     registry: &'r Registry,
-    /// What it retried, and the keys it puts.
-    left: Option<(Unwritten, Vec<String>)>,
+    /// What it writes that a refused write would leave out: what it retried and what it adds.
+    left: Option<Unwritten>,
 }
 
 impl Drop for WriteGoing<'_> {
     fn drop(&mut self) {
-        if let Some((retried, puts)) = self.left.take() {
-            self.registry.note_unwritten(retried, &puts);
+        if let Some(left) = self.left.take() {
+            self.registry.state.borrow_mut().unwritten.absorb(left);
+        }
+    }
+}
+
+impl Unwritten {
+    /// Adds what `other` names.
+    fn absorb(&mut self, other: Unwritten) {
+        self.audit.extend(other.audit);
+        self.names.extend(other.names);
+        self.forge_stats |= other.forge_stats;
+    }
+
+    /// Notes the record at `rest` (a key of the agent's, its prefix taken off) when it is one
+    /// of the best-effort ones: an audit entry, the forge stats, a forge name.
+    fn note_key(&mut self, rest: &str) {
+        if rest == "forge-stats" {
+            self.forge_stats = true;
+        } else if let Some(seq) = rest.strip_prefix("audit/").and_then(|seq| seq.parse().ok()) {
+            self.audit.insert(seq);
+        } else if let Some(name) = rest.strip_prefix("forge-name/") {
+            self.names.insert(name.to_string());
         }
     }
 }
@@ -872,26 +893,6 @@ impl Registry {
         ops
     }
 
-    /// Remembers what a refused write of `puts` (keys) left out of the store, with what it was
-    /// retrying (`retried`).
-    fn note_unwritten(&self, retried: Unwritten, puts: &[String]) {
-        let mut state = self.state.borrow_mut();
-        let unwritten = &mut state.unwritten;
-        unwritten.audit.extend(retried.audit);
-        unwritten.names.extend(retried.names);
-        unwritten.forge_stats |= retried.forge_stats;
-        let prefix = agent_prefix(&self.agent_id);
-        for rest in puts.iter().filter_map(|key| key.strip_prefix(&prefix)) {
-            if rest == "forge-stats" {
-                unwritten.forge_stats = true;
-            } else if let Some(seq) = rest.strip_prefix("audit/").and_then(|seq| seq.parse().ok()) {
-                unwritten.audit.insert(seq);
-            } else if let Some(name) = rest.strip_prefix("forge-name/") {
-                unwritten.names.insert(name.to_string());
-            }
-        }
-    }
-
     /// [`Registry::persist`], undoing the change in memory when the write fails.
     pub(crate) async fn persist_or_undo(&self, ops: Vec<BatchOp>, undo: Undo) -> Result<(), RegistryError> {
         let written = self.persist(ops).await;
@@ -919,12 +920,20 @@ impl Registry {
             }
             last.insert(key, op);
         }
-        let puts: Vec<String> = order.iter().filter(|k| matches!(last.get(*k), Some(BatchOp::Put { .. }))).cloned().collect();
+        // What a refused write would leave out: what it retries, and the best-effort records
+        // among its puts (the only ones a later write carries).
+        let mut left = retried;
+        let prefix = agent_prefix(&self.agent_id);
+        for key in order.iter().filter(|k| matches!(last.get(*k), Some(BatchOp::Put { .. }))) {
+            if let Some(rest) = key.strip_prefix(&prefix) {
+                left.note_key(rest);
+            }
+        }
         let ops: Vec<BatchOp> = order.into_iter().filter_map(|k| last.remove(&k)).collect();
         if ops.is_empty() {
             return Ok(());
         }
-        let mut going = WriteGoing { registry: self, left: Some((retried, puts)) };
+        let mut going = WriteGoing { registry: self, left: Some(left) };
         let written = self.store.batch(ops).await;
         if written.is_ok() {
             going.left = None;
