@@ -817,10 +817,71 @@ fn approving_after_the_tool_was_demoted_keeps_its_tombstone() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
     block_on(r.registry.demote("slugify", "s2")).unwrap();
-    assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NotFound(_))));
+    assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NoSuchApproval(_))), "the request was withdrawn");
     // Still a demoted tool at the agent tier: other sessions are refused, not told it is unknown.
     assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "x" }), "s3")).unwrap_err().code, "denied");
     assert!(r.registry.list("s3").iter().all(|t| t.tier != Tier::Shared));
+}
+
+/// The `promotion.rejected` events that told of a shared-tier request for `name` withdrawn.
+fn withdrawals(r: &Rig, name: &str) -> Vec<String> {
+    let bodies = r.events.bodies().into_iter();
+    bodies
+        .filter_map(|b| match b {
+            EventBody::PromotionRejected { name: n, from_tier: Tier::Agent, to_tier: Tier::Shared, reason } if n == name => Some(reason),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_pending_shared_request_is_withdrawn_when_its_tool_is_demoted_out_of_the_agent_tier() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.demote("slugify", "s2")).unwrap();
+    assert!(r.registry.pending_approvals().is_empty(), "no longer listed");
+    let told = withdrawals(&r, "slugify");
+    assert_eq!(told.len(), 1, "whoever waits for the answer is told: {:?}", r.events.types());
+    assert!(told[0].contains(&approval.id) && told[0].contains("withdrawn") && told[0].contains("demoted"), "{}", told[0]);
+    let withdrawn = r.registry.audit_trail().into_iter().find(|a| a.action == "approval.withdrawn").expect("an approval.withdrawn entry");
+    assert!(withdrawn.detail.starts_with(&approval.id), "{}", withdrawn.detail);
+    assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NoSuchApproval(_))));
+    let fresh = rig_with(promo_config(), Some(approving_judge()), None, store);
+    assert!(fresh.registry.pending_approvals().is_empty(), "withdrawn in the store too");
+    assert!(fresh.registry.audit_trail().iter().any(|a| a.action == "approval.withdrawn"));
+}
+
+#[test]
+fn a_pending_shared_request_is_withdrawn_when_the_agent_tier_rolls_back_to_another_version() {
+    let r = promoted_rig(Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(&r, "slugify", 3, "s2");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "x")).unwrap().approval.unwrap();
+    // A rollback to the version it already is changes nothing the request asks for.
+    assert_eq!(block_on(r.registry.rollback("slugify", 2, "x")).unwrap().version, 2);
+    assert_eq!(r.registry.pending_approvals(), vec![approval.clone()]);
+    assert_eq!(block_on(r.registry.rollback("slugify", 1, "x")).unwrap().version, 1);
+    assert!(r.registry.pending_approvals().is_empty());
+    let told = withdrawals(&r, "slugify");
+    assert!(told.len() == 1 && told[0].contains("rolled back"), "{told:?}");
+    assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NoSuchApproval(_))));
+}
+
+#[test]
+fn a_pending_shared_request_is_kept_when_a_demotion_or_rollback_cannot_be_written() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), Some(approving_judge()), memory, store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    store.refuse_writes.set(true);
+    assert!(block_on(r.registry.demote("slugify", "s2")).is_err());
+    assert_eq!(r.registry.pending_approvals(), vec![approval], "nothing changed, nothing withdrawn");
+    assert!(withdrawals(&r, "slugify").is_empty());
 }
 
 #[test]
@@ -1633,8 +1694,9 @@ fn above_the_session_tier_a_rollback_or_an_approval_never_brings_back_an_unrevie
     forge_ok(&r, "slugify", &format!("{SLUGIFY_JS} // v3"), "s1");
     use_n(&r, "slugify", 3, "s1");
     assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
-    let err = block_on(r.registry.approve(&asked.id)).unwrap_err();
-    assert!(err.code() == "invalid_promotion" && err.to_string().contains("changed since"), "{err}");
+    // The request for version 2 was withdrawn with it.
+    assert!(matches!(block_on(r.registry.approve(&asked.id)), Err(RegistryError::NoSuchApproval(_))));
+    assert!(withdrawals(&r, "slugify").iter().any(|w| w.contains(&asked.id) && w.contains("another version was promoted")));
     assert!(r.registry.list("s1").iter().all(|t| t.tier != Tier::Shared));
     // Promoting version 3 kept the versions before it.
     assert_eq!(r.registry.list("s1")[0].versions, vec![1, 2, 3]);

@@ -807,7 +807,9 @@ export class Agent<Output = unknown> {
      *  the reason says so). Rejects with `AbortError` when `options.signal` aborts it. */
     requestPromotion(name: string, tier: Tier, options?: PromotionOptions): Promise<PromotionOutcome>;
     /** A person grants a pending shared promotion: the version they were shown moves to the
-     *  shared tier (a tool changed since is refused, `invalid_promotion`). */
+     *  shared tier. A request whose version left the agent tier (demoted, rolled back, another
+     *  version promoted there) is withdrawn when that happens: it leaves `pendingApprovals()`, a
+     *  `promotion.rejected` event names it, and approving it fails `no_such_approval`. */
     approve(approvalId: string): Promise<ToolInfo>;
     /** A person refuses a pending shared promotion; `reason` (a string, default `"denied"`) goes
      *  into the audit trail. */

@@ -146,8 +146,10 @@ pub enum EventBody {
     /// A tool moved down a tier.
     #[serde(rename = "tool.demoted", rename_all = "camelCase")]
     ToolDemoted { name: String, from_tier: Tier, to_tier: Tier },
-    /// A promotion was refused after review: tests failing on re-run, the panel, or a human
-    /// denying a shared promotion. The tool stays where it was; `reason` says why.
+    /// A promotion was refused after review: tests failing on re-run, the panel, a human
+    /// denying a shared promotion, or a pending shared promotion withdrawn because the version
+    /// it asks for left the agent tier (its `reason` names the approval). The tool stays where
+    /// it was; `reason` says why.
     #[serde(rename = "promotion.rejected", rename_all = "camelCase")]
     PromotionRejected { name: String, from_tier: Tier, to_tier: Tier, reason: String },
     /// A human decision is needed: a tool call with `needsApproval` (kind `tool_call`; the

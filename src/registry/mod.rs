@@ -1649,14 +1649,15 @@ impl Registry {
             Some(owner) => self.store.get(&tool_key_under(&agent_prefix(owner), name)).await?.is_some(),
             None => false,
         };
-        let (info, ops, from, to, undo) = {
+        let (info, ops, from, to, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
             let from = [Tier::Shared, Tier::Agent, Tier::Session]
                 .into_iter()
                 .find(|t| state.entry(*t, session, name).is_some_and(Entry::active))
                 .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let to = from.lower().ok_or_else(|| RegistryError::LowestTier(name.to_string()))?;
-            let undo = state.undo_point(&[(from, session, name), (to, session, name)], &[]);
+            let requests = Self::shared_requests(&state, name);
+            let undo = state.undo_point(&[(from, session, name), (to, session, name)], &requests.iter().map(String::as_str).collect::<Vec<_>>());
             let old = state.entry_mut(from, session, name).expect("found above");
             old.record.status = ToolStatus::Demoted;
             old.record.revoke_review(from);
@@ -1724,11 +1725,18 @@ impl Registry {
                 }
             };
             ops.extend(self.audit(&mut state, "demote", name, Some(info.version), Some(to), detail, Some(session).into()));
+            let why = format!("the tool was demoted from the {} tier", from.as_str());
+            let (withdrawing, withdrawn) = match from {
+                Tier::Agent => self.withdraw_stale_requests(&mut state, name, &why),
+                _ => Default::default(),
+            };
+            ops.extend(withdrawing);
             let undo = undo.sealed(&state);
-            (info, ops, from, to, undo)
+            (info, ops, from, to, undo, (withdrawn, why))
         };
         self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::ToolDemoted { name: name.to_string(), from_tier: from, to_tier: to });
+        self.announce_withdrawn(withdrawn.0, &withdrawn.1);
         Ok(info)
     }
 
@@ -1750,10 +1758,11 @@ impl Registry {
                 return Err(RegistryError::PipelineCycle { name: name.to_string(), version, reason: e.to_string() });
             }
         }
-        let (info, ops, undo) = {
+        let (info, ops, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
-            let undo = state.undo_point(&[(tier, session, name)], &[]);
+            let requests = Self::shared_requests(&state, name);
+            let undo = state.undo_point(&[(tier, session, name)], &requests.iter().map(String::as_str).collect::<Vec<_>>());
             let entry = state.entry_mut(tier, session, name).expect("resolved above");
             let target =
                 entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;
@@ -1781,10 +1790,17 @@ impl Registry {
                 format!("rolled back from version {from} to {version}"),
                 Some(session).into(),
             ));
+            let why = format!("the agent tier rolled back from version {from} to {version}");
+            let (withdrawing, withdrawn) = match tier {
+                Tier::Agent => self.withdraw_stale_requests(&mut state, name, &why),
+                _ => Default::default(),
+            };
+            ops.extend(withdrawing);
             let undo = undo.sealed(&state);
-            (info, ops, undo)
+            (info, ops, undo, (withdrawn, why))
         };
         self.persist_or_undo(ops, undo).await?;
+        self.announce_withdrawn(withdrawn.0, &withdrawn.1);
         Ok(info)
     }
 }

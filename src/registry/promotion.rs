@@ -70,6 +70,10 @@ impl Refusal {
     }
 }
 
+/// Why a promotion to the agent tier withdraws a pending shared request for the version it
+/// replaces.
+const REPLACED: &str = "another version was promoted to the agent tier in its place";
+
 impl Registry {
     /// Asks to move `name` up to `to` (`agent` from the session tier of `session`, or
     /// `shared` from the agent tier).
@@ -281,12 +285,13 @@ impl Registry {
         if let Err(reason) = refusal {
             return self.refuse_promotion(name, version, session, reason, verdicts).await;
         }
-        let (info, ops, undo) = {
+        let (info, ops, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
             // The verdicts were given whether or not the promotion can be recorded: they are
             // not undone with it.
             let mut ops = self.panel_audit(&mut state, name, version, &verdicts, session);
-            let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &[]);
+            let requests = Self::shared_requests(&state, name);
+            let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &requests.iter().map(String::as_str).collect::<Vec<_>>());
             // Gone only with its session (checked above): the version reviewed, with the stats it
             // had then.
             let entry = state.remove_entry(Tier::Session, session, name).unwrap_or_else(|| Entry::new(record, stats));
@@ -311,11 +316,14 @@ impl Registry {
                 "promoted session → agent; panel approved".into(),
                 Some(session).into(),
             ));
+            let (withdrawing, withdrawn) = self.withdraw_stale_requests(&mut state, name, REPLACED);
+            ops.extend(withdrawing);
             let undo = undo.sealed(&state);
-            (info, ops, undo)
+            (info, ops, undo, withdrawn)
         };
         self.persist_or_undo(ops, undo).await?;
         self.emit("", EventBody::ToolPromoted { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, version });
+        self.announce_withdrawn(withdrawn, REPLACED);
         let mut out = PromotionOutcome::new(PromotionStatus::Promoted, "promoted to the agent tier");
         out.tool = Some(info);
         out.verdicts = verdicts;
@@ -396,6 +404,41 @@ impl Registry {
         let mut out = PromotionOutcome::new(PromotionStatus::Pending, "waiting for human approval");
         out.approval = Some(approval);
         Ok(out)
+    }
+
+    /// The ids of the pending requests to move `name` to the shared tier (for an undo point
+    /// of a change that may withdraw them).
+    pub(crate) fn shared_requests(state: &super::State, name: &str) -> Vec<String> {
+        state.approvals.values().filter(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).map(|a| a.id.clone()).collect()
+    }
+
+    /// Withdraws the pending shared-tier requests for `name` that no longer ask for what the
+    /// agent tier holds, as a change (`why`: demoted, rolled back, replaced) just left it:
+    /// approving one could only fail, and whoever waits for its answer would wait forever.
+    /// Returns the ops deleting them, with their `approval.withdrawn` audit entries, and the
+    /// requests withdrawn, for [`Registry::announce_withdrawn`] once the change is written.
+    pub(crate) fn withdraw_stale_requests(&self, state: &mut super::State, name: &str, why: &str) -> (Vec<crate::store::BatchOp>, Vec<PendingApproval>) {
+        let current = state.agent.get(name).filter(|e| e.active()).map(|e| e.record.current.hash.clone());
+        // A request from before requests named their version asks for whatever is current.
+        let stands = |a: &PendingApproval| current.as_ref().is_some_and(|now| a.hash.as_ref().is_none_or(|h| h == now));
+        let stale: Vec<PendingApproval> =
+            state.approvals.values().filter(|a| a.tool == name && a.to_tier == Some(Tier::Shared) && !stands(a)).cloned().collect();
+        let mut ops = vec![];
+        for approval in &stale {
+            state.approvals.remove(&approval.id);
+            ops.push(crate::store::BatchOp::Delete { key: self.approval_key(&approval.id) });
+            ops.extend(self.audit(state, "approval.withdrawn", name, None, Some(Tier::Shared), format!("{}: {why}", approval.id), None.into()));
+        }
+        (ops, stale)
+    }
+
+    /// Tells the listeners that the requests `withdrawn` will get no answer (the one typed end a
+    /// request waiting for a human has besides `approve` and `deny`).
+    pub(crate) fn announce_withdrawn(&self, withdrawn: Vec<PendingApproval>, why: &str) {
+        for approval in withdrawn {
+            let reason = format!("the approval request `{}` was withdrawn: {why}", approval.id);
+            self.emit("", EventBody::PromotionRejected { name: approval.tool, from_tier: Tier::Agent, to_tier: Tier::Shared, reason });
+        }
     }
 
     /// Grants a pending approval: the tool moves from the agent to the shared tier.

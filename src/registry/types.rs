@@ -213,7 +213,9 @@ pub struct AuditEntry {
     /// `correctness review: …`, before the `promote` entry saying how it ended), `register`, `reject`, `unchanged` (a forge identical to the tool it
     /// names), `promote`, `demote`, `rollback`, `import`, `import.rejected` (its tests or judge
     /// refused it), `import.refused` (the package itself: unreadable, redacted, its hash not
-    /// matching), `approval.requested`, `approval.approved`, `approval.denied`.
+    /// matching), `approval.requested`, `approval.approved`, `approval.denied`, `approval.withdrawn` (a
+    /// pending shared-tier request whose version left the agent tier: demoted, rolled back,
+    /// replaced).
     pub action: String,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -144,7 +144,9 @@ export interface AuditEntry {
    *  `import.rejected`: an import its tests or judge refused; `import.refused`: a package refused
    *  before them (unreadable, redacted, its hash not matching). `verdict`: the judge's on a forge
    *  or an import, or one promotion reviewer's (its detail starts `safety review:` or
-   *  `correctness review:`), recorded before the `promote` entry that says how it ended. */
+   *  `correctness review:`), recorded before the `promote` entry that says how it ended.
+   *  `approval.withdrawn`: a pending shared promotion whose version left the agent tier (demoted,
+   *  rolled back, replaced by another promoted version); its detail starts with the approval id. */
   action:
     | 'forge'
     | 'verdict'
@@ -159,7 +161,8 @@ export interface AuditEntry {
     | 'import.refused'
     | 'approval.requested'
     | 'approval.approved'
-    | 'approval.denied';
+    | 'approval.denied'
+    | 'approval.withdrawn';
   tool: string;
   version?: number;
   tier?: Tier;
@@ -199,7 +202,9 @@ export interface PromotionOutcome {
  * - `tool.promoted` { name, fromTier, toTier, version }
  * - `tool.demoted` { name, fromTier, toTier }
  * - `promotion.rejected` { name, fromTier, toTier, reason } — tests failed on re-run, the
- *   panel said no, or a human denied a shared promotion; the tool stays where it was
+ *   panel said no, a human denied a shared promotion, or a pending shared promotion was
+ *   withdrawn because its version left the agent tier (demoted, rolled back, replaced: the
+ *   reason names the approval id); the tool stays where it was
  * - `approval.requested` { approval: PendingApproval }
  * - `registry.reloaded` { tier, tools, at } — the tier was re-read because another agent of the
  *   runtime, or another tab, changed it
