@@ -733,14 +733,15 @@ fn a_background_promotion_approved_after_its_session_ended_still_promotes_the_to
     assert!(r.registry.audit_trail().iter().any(|a| a.action == "promote" && a.detail.contains("panel approved")));
 }
 
-#[test]
-fn a_background_promotion_the_store_refuses_to_record_is_told_to_the_agent_s_listeners() {
+/// A rig whose automatic promotion of `slugify` the panel approved and the store (refusing
+/// writes from then on) did not record, with the memory behind that store.
+fn background_promotion_the_store_refused() -> (Rig, Rc<MemoryStore>, Rc<SharedDataStore>) {
     let env = Rc::new(SpawningEnvironment::default());
     let panel = GatedJudge::new(approving_judge());
     let memory = Rc::new(MemoryStore::new());
     let store = Rc::new(SharedDataStore::new(memory.clone()));
     let config = EmergentConfig { auto_promote: true, ..promo_config() };
-    let r = rig_in(env.clone(), "agent1", config, Some(approving_judge()), Some(panel.clone()), memory, store.clone());
+    let r = rig_in(env.clone(), "agent1", config, Some(approving_judge()), Some(panel.clone()), memory.clone(), store.clone());
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     use_n(&r, "slugify", 2, "s1");
     call_now(&r, "run_7");
@@ -750,6 +751,25 @@ fn a_background_promotion_the_store_refuses_to_record_is_told_to_the_agent_s_lis
     env.run_background();
     assert!(is_settled(&r));
     assert_eq!(r.registry.list("s1")[0].tier, Tier::Session, "not promoted");
+    (r, memory, store)
+}
+
+#[test]
+fn a_background_promotion_the_store_refuses_to_record_is_in_the_audit_trail_and_written_with_the_next_write() {
+    let (r, memory, store) = background_promotion_the_store_refused();
+    let recorded = |trail: Vec<crucible::registry::AuditEntry>| {
+        trail.into_iter().any(|a| a.action == "promote" && a.version == Some(1) && a.detail.contains("could not be recorded") && a.detail.contains("the store is full"))
+    };
+    assert!(recorded(r.registry.audit_trail()), "{:?}", r.registry.audit_trail());
+    store.refuse_writes.set(false);
+    forge_ok(&r, "other", SLUGIFY_JS, "s1");
+    let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, memory);
+    assert!(recorded(reopened.registry.audit_trail()), "the provenance record survives a restart");
+}
+
+#[test]
+fn a_background_promotion_the_store_refuses_to_record_is_told_to_the_agent_s_listeners() {
+    let (r, _, _) = background_promotion_the_store_refused();
     // Nobody awaits a background promotion: its failure is an event, or it is told nowhere.
     let rejected: Vec<String> = r
         .events

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
-use crate::agent::{CancelFlag, CancelSignal, EventBody};
+use crate::agent::{CancelFlag, CancelSignal};
 
 use super::{Registry, RegistryError, Tier};
 
@@ -117,6 +117,8 @@ impl Registry {
 
     /// One automatic promotion; its outcome is in the events and the audit trail.
     async fn auto_promotion(&self, name: &str, session: &str, cancel: Option<&dyn CancelSignal>, calls_run_id: &str) {
+        // The version the review takes up (it reads the tool before its first await).
+        let version = self.state.borrow().entry(Tier::Session, session, name).map(|e| e.record.current.version);
         let promoted = self.request_promotion_cancellable(name, Tier::Agent, session, cancel, calls_run_id).await;
         // Not recorded because the store failed: held off like a rejection, so a failing store
         // does not bring the tests and the panel back on every use. An abort records nothing,
@@ -126,11 +128,13 @@ impl Registry {
             return;
         }
         self.hold_off_promotion(&mut self.state.borrow_mut(), name, session, false);
-        // Nobody awaits this promotion: a store's error returned would be told nowhere. (A tool
-        // gone before the review began, with its session, has nothing to tell.)
-        if let RegistryError::Store(error) = error {
+        // Nobody awaits this promotion: a store's error returned would be told nowhere, so it is
+        // announced, and audited (the trail is the promotions' provenance record; a store that
+        // takes writes again gets the entry with its next write). A tool gone before the review
+        // began, with its session, has nothing to tell.
+        if let (RegistryError::Store(error), Some(version)) = (error, version) {
             let reason = format!("it could not be recorded: {error}");
-            self.emit("", EventBody::PromotionRejected { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, reason });
+            let _ = self.refuse_promotion(name, version, session, reason, vec![]).await;
         }
     }
 }

@@ -141,7 +141,7 @@ impl Registry {
 
     /// Audits (with the panel's verdicts), announces and answers a promotion of `version` to the
     /// agent tier that did not happen.
-    async fn refuse_promotion(
+    pub(super) async fn refuse_promotion(
         &self,
         name: &str,
         version: u32,
