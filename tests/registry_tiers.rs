@@ -275,6 +275,34 @@ fn a_changed_tool_may_be_re_asked_immediately() {
 }
 
 #[test]
+fn a_rollback_to_a_version_the_panel_rejected_waits_for_its_remaining_uses_before_asking_again() {
+    let panel = judge_replying(vec![text(&verdict(false, 0.3, 0.9)); 12]);
+    let config = EmergentConfig { promotion_retry_uses: 5, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    let request = |r: &Rig| block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    for code in [SLUGIFY_JS, SLUGIFY_V2_JS] {
+        forge_ok(&r, "slugify", code, "s1");
+        use_n(&r, "slugify", 3, "s1");
+        assert_eq!(request(&r).status, PromotionStatus::Rejected);
+    }
+    assert_eq!(panel.requests.borrow().len(), 4, "versions 1 and 2 were each rejected");
+    // Back to version 1, with the threshold's 3 uses: 2 of its 5 more uses are still missing.
+    block_on(r.registry.rollback("slugify", 1, "s1")).unwrap();
+    use_n(&r, "slugify", 3, "s1");
+    let out = request(&r);
+    assert_eq!(out.status, PromotionStatus::Suppressed, "{out:?}");
+    assert!(out.reason.contains("2 more successful uses"), "{}", out.reason);
+    // Version 2, rolled back to in turn, is not asked about again either.
+    block_on(r.registry.rollback("slugify", 2, "s1")).unwrap();
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(request(&r).status, PromotionStatus::Suppressed);
+    assert_eq!(panel.requests.borrow().len(), 4, "the panel is not asked about a version it rejected");
+    use_n(&r, "slugify", 2, "s1");
+    assert_eq!(request(&r).status, PromotionStatus::Rejected, "asked again once its 5 more uses passed");
+    assert_eq!(panel.requests.borrow().len(), 6);
+}
+
+#[test]
 fn the_agent_tier_is_limited() {
     let config = EmergentConfig { max_agent_tools: 1, ..promo_config() };
     let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
@@ -758,7 +786,9 @@ fn background_promotion_the_store_refused() -> (Rig, Rc<MemoryStore>, Rc<SharedD
 fn a_background_promotion_the_store_refuses_to_record_is_in_the_audit_trail_and_written_with_the_next_write() {
     let (r, memory, store) = background_promotion_the_store_refused();
     let recorded = |trail: Vec<crucible::registry::AuditEntry>| {
-        trail.into_iter().any(|a| a.action == "promote" && a.version == Some(1) && a.detail.contains("could not be recorded") && a.detail.contains("the store is full"))
+        trail
+            .into_iter()
+            .any(|a| a.action == "promote" && a.version == Some(1) && a.detail.contains("could not be recorded") && a.detail.contains("the store is full"))
     };
     assert!(recorded(r.registry.audit_trail()), "{:?}", r.registry.audit_trail());
     store.refuse_writes.set(false);

@@ -211,7 +211,8 @@ export interface EmergentOptions {
    *  panel) goes on in the background: `agent.emergent.settled()` waits for it. */
   autoPromote?: boolean;
   /** Successful uses after a rejected promotion before it is asked again (default 5; a new
-   *  version is asked at once). */
+   *  version is asked at once). Each rejected version of a tool keeps its count: a rollback to
+   *  one (of its last 20) asks again only once the uses it still needed have passed. */
   promotionRetryUses?: number;
   /** Host APIs forged code may ask for (`fetch`, `crypto`; another name is `invalid_config`);
    *  a request's allowlist is intersected with it. Default: none. */

@@ -51,7 +51,7 @@ pub use hash::{canonical_json, content_hash};
 pub use package::{oversized_package, ImportOptions, ToolPackage, AGENTOS_FORMAT, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING, MAX_PACKAGE_BYTES, PACKAGE_FORMAT};
 pub use promotion::{PromotionOutcome, PromotionStatus};
 pub use types::{
-    AuditEntry, EmergentConfig, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus, ToolVersion,
+    AuditEntry, EmergentConfig, HeldOff, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus, ToolVersion,
     MAX_VERSIONS,
 };
 
@@ -1305,7 +1305,11 @@ impl Registry {
             // This session's entry (active or demoted) is replaced; its history carries over,
             // else that of the tool the session reaches above it (a new version of a promoted
             // tool keeps the versions before it).
-            let own = state.remove_entry(Tier::Session, session, &name).map(|e| (e.record.history, e.record.promotion));
+            let own = state.remove_entry(Tier::Session, session, &name).map(|e| {
+                let mut promotion = e.record.promotion;
+                promotion.version_left(&e.record.current.hash, e.stats.successes);
+                (e.record.history, promotion)
+            });
             // The memo is kept: it names the versions it holds off (by hash), and a rollback to
             // one of them must not make a rejected or demoted version eligible again.
             let (mut history, promotion) = own.unwrap_or_else(|| {
@@ -1770,13 +1774,14 @@ impl Registry {
                 return Err(RegistryError::Unreviewed { name: name.to_string(), version, tier });
             }
             let from = entry.record.current.version;
-            entry.record.current = target;
+            let left_hash = std::mem::replace(&mut entry.record.current, target).hash;
             entry.built = None;
             // A session's stats count the uses of the version they were earned by, which is
             // what promotes it: the restored one starts afresh, as a new version does. Above
             // the session, stats are written by flushes (at the shared tier, they hold other
             // agents' calls) and decide no promotion: they stay.
             if tier == Tier::Session {
+                entry.record.promotion.version_left(&left_hash, entry.stats.successes);
                 entry.stats = ToolStats::default();
             }
             let mut ops = self.entry_ops(entry);

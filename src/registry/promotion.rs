@@ -6,7 +6,8 @@
 //! then a two-reviewer panel (a safety reviewer and a correctness reviewer: two judge calls with
 //! different prompts) must both approve. A panel or test rejection is remembered: the same
 //! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
-//! tool changed (new hash). A panel that gave no answer at all (its deadline passed, its
+//! tool changed (new hash). Each rejected version keeps its count (see [`super::PromotionMemo`]),
+//! so a rollback to one does not re-ask the panel before its uses have passed. A panel that gave no answer at all (its deadline passed, its
 //! request was aborted) holds off only the automatic promotion: it said nothing of the tool.
 //! agent → shared: emits `approval.requested` and waits for
 //! [`Registry::approve`] / [`Registry::deny`]; pending approvals are persisted.
@@ -120,8 +121,7 @@ impl Registry {
         }
         let confidence = e.record.current.verdict.as_ref().map(|v| v.confidence).unwrap_or(0.0);
         let memo = &e.record.promotion;
-        let suppressed = memo.rejected_hash.as_deref() == Some(e.record.current.hash.as_str())
-            && e.stats.successes < memo.rejected_at_successes + config.promotion_retry_uses;
+        let suppressed = memo.held_off(&e.record.current.hash).is_some_and(|h| e.stats.successes < h.until_successes);
         // An operator demoted this very content out of the agent tier (its tombstone there holds
         // the hash): forged again, in another session or after a restart, its uses do not
         // undo that either.
@@ -188,10 +188,9 @@ impl Registry {
     /// `promotionRetryUses` more successful uses or a new version (`unanswered`: not by
     /// itself; an explicit request may ask at once).
     pub(crate) fn hold_off_promotion(&self, state: &mut super::State, name: &str, session: &str, unanswered: bool) {
+        let until = |successes: u64| successes + self.config().promotion_retry_uses;
         if let Some(e) = state.entry_mut(Tier::Session, session, name) {
-            e.record.promotion.rejected_hash = Some(e.record.current.hash.clone());
-            e.record.promotion.rejected_at_successes = e.stats.successes;
-            e.record.promotion.unanswered = unanswered;
+            e.record.promotion.hold_off(&e.record.current.hash, until(e.stats.successes), unanswered);
         }
     }
 
@@ -218,12 +217,8 @@ impl Registry {
             (e.record.clone(), e.stats.clone())
         };
         let successes = stats.successes;
-        let memo = &record.promotion;
-        if memo.rejected_hash.as_deref() == Some(record.current.hash.as_str())
-            && !memo.unanswered
-            && successes < memo.rejected_at_successes + self.config().promotion_retry_uses
-        {
-            let needed = memo.rejected_at_successes + self.config().promotion_retry_uses - successes;
+        if let Some(held) = record.promotion.held_off(&record.current.hash).filter(|h| !h.unanswered && successes < h.until_successes) {
+            let needed = held.until_successes - successes;
             return Ok(PromotionOutcome::new(
                 PromotionStatus::Suppressed,
                 format!("this version's promotion was rejected; {needed} more successful uses (or a new version) before asking again"),

@@ -100,22 +100,58 @@ pub struct ToolVersion {
     pub reviewed_for: Option<Tier>,
 }
 
-/// What a rejected promotion remembers so it is not re-asked too soon.
+/// What rejected promotions remember so they are not re-asked too soon.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionMemo {
-    /// Hash of the version whose promotion was rejected.
-    pub rejected_hash: Option<String>,
-    /// Successful uses when it was rejected.
-    pub rejected_at_successes: u64,
+    /// The versions whose promotion was rejected, oldest first, one per hash and at most
+    /// [`MAX_VERSIONS`] (what a rollback can restore): remembering only the last, a rollback
+    /// to an earlier rejected version would have the panel asked about it again at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<HeldOff>,
+    /// Hash of a version an operator demoted: its uses do not promote it again by themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demoted_hash: Option<String>,
+}
+
+/// One version whose promotion was rejected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldOff {
+    /// The version's content hash.
+    pub hash: String,
+    /// The successful uses (counted by the tool's current stats) before it is asked again.
+    pub until_successes: u64,
     /// The panel gave no answer (a deadline, an abort) rather than a no: that holds off only
     /// the automatic promotion (a stalled judge must not hold every later call for its
     /// deadline); an explicit request asks again at once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unanswered: bool,
-    /// Hash of a version an operator demoted: its uses do not promote it again by themselves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub demoted_hash: Option<String>,
+}
+
+impl PromotionMemo {
+    /// What holds off the promotion of the version `hash`, if anything does.
+    pub fn held_off(&self, hash: &str) -> Option<&HeldOff> {
+        self.rejected.iter().find(|h| h.hash == hash)
+    }
+
+    /// Holds off the version `hash` until `until_successes` successful uses; the oldest
+    /// version held off is forgotten beyond [`MAX_VERSIONS`].
+    pub(crate) fn hold_off(&mut self, hash: &str, until_successes: u64, unanswered: bool) {
+        self.rejected.retain(|h| h.hash != hash);
+        self.rejected.push(HeldOff { hash: hash.to_string(), until_successes, unanswered });
+        let excess = self.rejected.len().saturating_sub(MAX_VERSIONS);
+        self.rejected.drain(..excess);
+    }
+
+    /// The version `hash` stops being current after `successes` successful uses (a new
+    /// version, a rollback): the uses it still needs are kept, counted from zero, as the uses
+    /// of a version made current again are.
+    pub(crate) fn version_left(&mut self, hash: &str, successes: u64) {
+        if let Some(h) = self.rejected.iter_mut().find(|h| h.hash == hash) {
+            h.until_successes = h.until_successes.saturating_sub(successes);
+        }
+    }
 }
 
 /// A registered tool at one tier: current version, history, provenance.
