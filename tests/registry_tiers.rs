@@ -1001,6 +1001,28 @@ fn a_shared_tool_another_agent_demotes_is_back_in_its_owners_agent_tier_after_a_
 }
 
 #[test]
+fn a_shared_tool_another_agent_demotes_is_recorded_once_in_its_owners_audit_trail() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    block_on(other.registry.demote("slugify", "b")).unwrap();
+    let demotions = |r: &Rig| {
+        let trail = r.registry.audit_trail().into_iter();
+        trail.filter(|a| a.action == "demote" && a.tool == "slugify").map(|a| (a.version, a.tier, a.detail)).collect::<Vec<_>>()
+    };
+    assert!(demotions(&owner).is_empty(), "not seen yet");
+    // How the change reaches the owner: the runtime's other agents (or other tabs) reload.
+    block_on(owner.registry.reload_shared()).unwrap();
+    block_on(owner.registry.reload_shared()).unwrap();
+    let recorded = demotions(&owner);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!((recorded[0].0, recorded[0].1), (Some(1), Some(Tier::Agent)));
+    assert!(recorded[0].2.contains("another agent demoted it from the shared tier"), "{}", recorded[0].2);
+    let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
+    assert_eq!(demotions(&reopened), recorded, "persisted");
+}
+
+#[test]
 fn a_reload_after_another_agent_demoted_the_shared_tool_keeps_the_owners_newer_agent_tier_version_and_its_calls() {
     let store = Rc::new(MemoryStore::new());
     let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
@@ -1021,6 +1043,7 @@ fn a_reload_after_another_agent_demoted_the_shared_tool_keeps_the_owners_newer_a
     block_on(other.registry.demote("slugify", "z")).unwrap();
     block_on(owner.registry.reload_shared()).unwrap();
     assert_eq!(agent_tier(&owner), Some((2, 8)), "not replaced by the stored copy");
+    assert!(owner.registry.audit_trail().iter().any(|a| a.action == "demote" && a.version == Some(1) && a.detail.contains("keeps its own v2")));
     block_on(owner.registry.flush_stats()).unwrap();
     assert_eq!(block_on(store.get("agent/agent1/stats/slugify")).unwrap().unwrap()["data"]["calls"], 8);
 }

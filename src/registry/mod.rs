@@ -687,27 +687,36 @@ impl Registry {
 
     /// Reads the shared tier from the store (its number of tools). A tool of this agent that
     /// left it since (another agent demoted it into this agent's tier) is read back into the
-    /// agent tier too: otherwise only a restart would show it here.
+    /// agent tier too, otherwise only a restart would show it here, and the demotion goes into
+    /// this agent's audit trail: the other agent's trail has it, and the owner's is the record
+    /// of where its tool went.
     async fn read_shared(&self) -> Result<u32, RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
         let tools = loaded.len() as u32;
-        let came_home: Vec<String> = {
+        let came_home: Vec<(String, u32)> = {
             let state = self.state.borrow();
             let mine = |e: &Entry| e.active() && e.record.origin.agent_id == self.agent_id;
-            state.shared.iter().filter(|(name, e)| mine(e) && !loaded.get(*name).is_some_and(Entry::active)).map(|(name, _)| name.clone()).collect()
+            let left = state.shared.iter().filter(|(name, e)| mine(e) && !loaded.get(*name).is_some_and(Entry::active));
+            left.map(|(name, e)| (name.clone(), e.record.current.version)).collect()
         };
         let mut own = match came_home.is_empty() {
             true => BTreeMap::new(),
             false => load_tier(self.store.as_ref(), &self.prefix(Tier::Agent)).await?,
         };
-        {
+        let audit = {
             let mut state = self.state.borrow_mut();
-            for name in came_home {
+            let mut audit = vec![];
+            for (name, version) in came_home {
                 // An active entry in memory is newer than the store's (a version this agent
                 // promoted since, with calls not written yet): it stays.
+                let detail = match state.agent.get(&name).filter(|e| e.active()) {
+                    Some(kept) => format!("another agent took it out of the shared tier; this agent's tier keeps its own v{}", kept.record.current.version),
+                    None => "another agent demoted it from the shared tier to this agent's tier".to_string(),
+                };
                 if let Some(entry) = own.remove(&name).filter(|_| !state.agent.get(&name).is_some_and(Entry::active)) {
-                    state.agent.insert(name, entry);
+                    state.agent.insert(name.clone(), entry);
                 }
+                audit.extend(self.audit(&mut state, "demote", &name, Some(version), Some(Tier::Agent), detail, None.into()));
             }
             for (name, entry) in loaded.iter_mut() {
                 if let Some(old) = state.shared.get(name) {
@@ -720,7 +729,11 @@ impl Registry {
                 }
             }
             state.shared = loaded;
-        }
+            audit
+        };
+        // Best effort, as a forge's audit entries are: the next write carries what this one
+        // could not.
+        let _ = self.persist(audit).await;
         Ok(tools)
     }
 
