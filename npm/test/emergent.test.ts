@@ -863,6 +863,27 @@ describe('forge through the package', () => {
     await Promise.all([restarted.close(), sibling.close()]);
   });
 
+  test('a pending shared promotion is withdrawn when its tool is demoted: a promotion.rejected event names it, approve fails no_such_approval', async () => {
+    const agent = await makeAgent(memoryStore(), { promotionThreshold: { uses: 1, confidence: 0.8 } });
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
+    const seen: AgentEvent[] = [];
+    agent.on((e) => seen.push(e));
+    const asked = await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' });
+    assert.equal(asked.status, 'pending');
+    const id = asked.approval!.id;
+    await agent.emergent.demote('slugify', { sessionId: 's1' });
+    assert.deepEqual(agent.emergent.pendingApprovals(), []);
+    const withdrawn = seen.find((e) => e.type === 'promotion.rejected');
+    assert.ok(withdrawn?.type === 'promotion.rejected', seen.map((e) => e.type).join(','));
+    assert.deepEqual([withdrawn.name, withdrawn.fromTier, withdrawn.toTier], ['slugify', 'agent', 'shared']);
+    assert.ok(withdrawn.reason.includes(id) && /withdrawn/.test(withdrawn.reason), withdrawn.reason);
+    assert.ok(agent.emergent.audit().some((a) => a.action === 'approval.withdrawn' && a.detail.startsWith(id)));
+    await assert.rejects(agent.emergent.approve(id), (e: { code?: string }) => e.code === 'no_such_approval');
+    await agent.close();
+  });
+
   test('export and import round-trip re-verify; redacted packages are refused', async () => {
     const agent = await makeAgent(memoryStore());
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
