@@ -425,6 +425,14 @@ impl State {
         }
     }
 
+    /// [`State::undo_point`] of a change of `name` that may withdraw its pending shared-tier
+    /// requests (see [`Registry::withdraw_stale_requests`]): they come back if its write fails.
+    pub(crate) fn undo_point_withdrawing(&self, entries: &[(Tier, &str, &str)], name: &str) -> Undo {
+        let requests = self.approvals.values().filter(|a| a.tool == name && a.to_tier == Some(Tier::Shared));
+        let ids: Vec<&str> = requests.map(|a| a.id.as_str()).collect();
+        self.undo_point(entries, &ids)
+    }
+
     /// Puts back what `undo` remembered and drops the change's own audit entries. (Entries the
     /// change pushed out of a full audit ring stay out of memory until a restart reads them.)
     /// An entry changed again while the write was out (a forge registered a new version) is
@@ -1673,8 +1681,7 @@ impl Registry {
                 .find(|t| state.entry(*t, session, name).is_some_and(Entry::active))
                 .ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
             let to = from.lower().ok_or_else(|| RegistryError::LowestTier(name.to_string()))?;
-            let requests = Self::shared_requests(&state, name);
-            let undo = state.undo_point(&[(from, session, name), (to, session, name)], &requests.iter().map(String::as_str).collect::<Vec<_>>());
+            let undo = state.undo_point_withdrawing(&[(from, session, name), (to, session, name)], name);
             let old = state.entry_mut(from, session, name).expect("found above");
             old.record.status = ToolStatus::Demoted;
             old.record.revoke_review(from);
@@ -1778,8 +1785,7 @@ impl Registry {
         let (info, ops, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
             let tier = state.resolve(name, session).map(|(t, _)| t).ok_or_else(|| RegistryError::NotFound(name.to_string()))?;
-            let requests = Self::shared_requests(&state, name);
-            let undo = state.undo_point(&[(tier, session, name)], &requests.iter().map(String::as_str).collect::<Vec<_>>());
+            let undo = state.undo_point_withdrawing(&[(tier, session, name)], name);
             let entry = state.entry_mut(tier, session, name).expect("resolved above");
             let target =
                 entry.record.history.iter().find(|v| v.version == version).cloned().ok_or(RegistryError::NoSuchVersion { name: name.to_string(), version })?;

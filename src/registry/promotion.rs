@@ -285,8 +285,7 @@ impl Registry {
             // The verdicts were given whether or not the promotion can be recorded: they are
             // not undone with it.
             let mut ops = self.panel_audit(&mut state, name, version, &verdicts, session);
-            let requests = Self::shared_requests(&state, name);
-            let undo = state.undo_point(&[(Tier::Session, session, name), (Tier::Agent, "", name)], &requests.iter().map(String::as_str).collect::<Vec<_>>());
+            let undo = state.undo_point_withdrawing(&[(Tier::Session, session, name), (Tier::Agent, "", name)], name);
             // Gone only with its session (checked above): the version reviewed, with the stats it
             // had then.
             let entry = state.remove_entry(Tier::Session, session, name).unwrap_or_else(|| Entry::new(record, stats));
@@ -399,12 +398,6 @@ impl Registry {
         let mut out = PromotionOutcome::new(PromotionStatus::Pending, "waiting for human approval");
         out.approval = Some(approval);
         Ok(out)
-    }
-
-    /// The ids of the pending requests to move `name` to the shared tier (for an undo point
-    /// of a change that may withdraw them).
-    pub(crate) fn shared_requests(state: &super::State, name: &str) -> Vec<String> {
-        state.approvals.values().filter(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).map(|a| a.id.clone()).collect()
     }
 
     /// Withdraws the pending shared-tier requests for `name` that no longer ask for what the
