@@ -1023,6 +1023,20 @@ fn a_shared_tool_another_agent_demotes_is_recorded_once_in_its_owners_audit_trai
 }
 
 #[test]
+fn a_shared_tier_reload_with_no_demotion_to_record_writes_nothing() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), None, memory, store.clone());
+    store.refuse_writes.set(true);
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1"); // its audit entries are left for a later write
+    store.refuse_writes.set(false);
+    store.log.borrow_mut().clear();
+    // Every change a sibling makes reloads the others: not one write each.
+    block_on(r.registry.reload_shared()).unwrap();
+    assert!(!store.log.borrow().contains(&"batch".to_string()), "{:?}", store.log.borrow());
+}
+
+#[test]
 fn a_reload_after_another_agent_demoted_the_shared_tool_keeps_the_owners_newer_agent_tier_version_and_its_calls() {
     let store = Rc::new(MemoryStore::new());
     let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };

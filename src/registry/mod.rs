@@ -740,8 +740,10 @@ impl Registry {
             audit
         };
         // Best effort, as a forge's audit entries are: the next write carries what this one
-        // could not.
-        let _ = self.persist(audit).await;
+        // could not. (Nothing to write is no write: a reload is no occasion to retry others'.)
+        if !audit.is_empty() {
+            let _ = self.persist(audit).await;
+        }
         Ok(tools)
     }
 
