@@ -884,6 +884,22 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test("another agent of the runtime demoting a shared tool is in its owner's audit trail", async () => {
+    const store = memoryStore();
+    const owner = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 } }, 'owner');
+    assert.ok((await owner.forge(slugify, { sessionId: 's1' })).success);
+    await owner.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await owner.emergent.settled();
+    const asked = await owner.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' });
+    await owner.emergent.approve(asked.approval!.id);
+    const other = await makeAgent(store, {}, 'other');
+    await other.emergent.demote('slugify');
+    const demoted = owner.emergent.audit().filter((a) => a.action === 'demote');
+    assert.deepEqual(demoted.map((a) => [a.tool, a.tier, a.version]), [['slugify', 'agent', 1]]);
+    assert.match(demoted[0]!.detail, /another agent demoted it from the shared tier/);
+    await Promise.all([owner.close(), other.close()]);
+  });
+
   test('export and import round-trip re-verify; redacted packages are refused', async () => {
     const agent = await makeAgent(memoryStore());
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
