@@ -297,29 +297,26 @@ function refuseMistypedOptions(given: Record<string, unknown>, kinds: Readonly<R
   }
 }
 
-/** Checks the shapes of `createAgent`'s options the core would otherwise refuse without naming
- *  them, or ignore: unknown `emergent` options, an `emergent` that is no object (`emergent: true` would leave emergent
- *  capabilities off without a word), a misspelt `promotionThreshold` key, a `sandbox` that is
- *  none. */
+/** Checks the shapes of `createAgent`'s options (as {@link readAgentOptions} read them, unknown
+ *  ones refused) the core would otherwise refuse without naming them, or ignore: an `emergent`
+ *  that is no object (`emergent: true` would leave emergent capabilities off without a word), a
+ *  `sandbox` that is none. */
 function refuseMisshapenOptions(options: AgentOptions): void {
   refuseMistypedOptions(options as unknown as Record<string, unknown>, AGENT_OPTION_KINDS, 'createAgent: ');
   const history: unknown = options.sessionHistory;
   if (history !== undefined && history !== null) {
     if (!isRecord(history)) throw new CrucibleError('invalid_config', `createAgent: sessionHistory must be an object such as { maxBytes: 1048576 }, got ${describeType(history)}`);
-    refuseUnknownOptions(history, SESSION_HISTORY_NAMES, 'createAgent: sessionHistory');
     refuseMistypedOptions(history, SESSION_HISTORY_KINDS, 'createAgent: sessionHistory.');
   }
   const em: unknown = options.emergent;
   if (em === undefined || em === null) return;
   if (!isRecord(em)) throw new CrucibleError('invalid_config', `createAgent: emergent must be an object such as { enabled: true }, got ${describeType(em)}`);
-  refuseUnknownOptions(em, EMERGENT_OPTION_NAMES, 'createAgent: emergent');
   refuseMistypedOptions(em, EMERGENT_OPTION_KINDS, 'createAgent: emergent.');
   const threshold = em.promotionThreshold;
   if (threshold !== undefined && threshold !== null) {
     if (!isRecord(threshold)) {
       throw new CrucibleError('invalid_config', `createAgent: emergent.promotionThreshold must be an object { uses, confidence }, got ${describeType(threshold)}`);
     }
-    refuseUnknownOptions(threshold, THRESHOLD_OPTION_NAMES, 'createAgent: emergent.promotionThreshold');
     refuseMistypedOptions(threshold, THRESHOLD_OPTION_KINDS, 'createAgent: emergent.promotionThreshold.');
     // A confidence is at most 1: a threshold above it would never promote, without a word.
     const confidence = threshold.confidence;
@@ -348,6 +345,65 @@ function unknownOptionsError(given: object, known: ReadonlySet<string>, where: s
 function refuseUnknownOptions(given: object, known: ReadonlySet<string>, where: string): void {
   const error = unknownOptionsError(given, known, where);
   if (error) throw error;
+}
+
+/**
+ * A copy of an option bag of `createAgent` (`path`: where it is, `''` for the options
+ * themselves, else `emergent`, `emergent.judge`…) with each of its `known` options read once,
+ * its unknown ones refused; a value that is not an object is left as it is, for the checks
+ * that name what it should be. A getter or Proxy trap that throws is the caller's
+ * `invalid_config` naming the option, with what it threw as the `cause`, not a raw error out
+ * of `createAgent`; and a getter read once cannot answer differently later.
+ */
+function readOptionBag<T>(given: T, known: ReadonlySet<string>, path: string): T {
+  if (!isRecord(given)) return given;
+  const where = path ? `createAgent: ${path}` : 'createAgent';
+  try {
+    refuseUnknownOptions(given, known, where);
+  } catch (error) {
+    throw unreadableOptions(error, where);
+  }
+  const copy: Record<string, unknown> = {};
+  for (const name of known) {
+    try {
+      // Read as `given.name` reads it: an inherited getter counts, as before.
+      const value = (given as Record<string, unknown>)[name];
+      if (value !== undefined) copy[name] = value;
+    } catch (error) {
+      throw unreadableOption(error, path ? `${path}.${name}` : name);
+    }
+  }
+  return copy as T;
+}
+
+/** The `invalid_config` for the option `name` (as `emergent.judge`) that threw when read. */
+function unreadableOption(error: unknown, name: string): CrucibleError {
+  return new CrucibleError('invalid_config', `createAgent: ${name} could not be read: ${messageOf(error)}`, { cause: error });
+}
+
+/** Whether `value` is a model provider (its `stream` a function); reading it may throw, which
+ *  is {@link unreadableOption} of `name`. */
+function isProvider(value: unknown, name: string): boolean {
+  try {
+    return typeof (value as { stream?: unknown } | null | undefined)?.stream === 'function';
+  } catch (error) {
+    throw unreadableOption(error, name);
+  }
+}
+
+/** `createAgent`'s options read once, option bags within them too (see {@link readOptionBag}). */
+function readAgentOptions(options: AgentOptions): AgentOptions {
+  const read = readOptionBag(options, AGENT_OPTION_NAMES, '');
+  if (!isRecord(read)) return read;
+  read.sessionHistory = readOptionBag(read.sessionHistory, SESSION_HISTORY_NAMES, 'sessionHistory');
+  const em = readOptionBag(read.emergent, EMERGENT_OPTION_NAMES, 'emergent');
+  if (isRecord(em)) {
+    em.judge = readOptionBag(em.judge, JUDGE_OPTION_NAMES, 'emergent.judge');
+    em.promotionJudge = readOptionBag(em.promotionJudge, JUDGE_OPTION_NAMES, 'emergent.promotionJudge');
+    em.promotionThreshold = readOptionBag(em.promotionThreshold, THRESHOLD_OPTION_NAMES, 'emergent.promotionThreshold');
+  }
+  read.emergent = em;
+  return stripUndefined(read as unknown as Record<string, unknown>) as unknown as AgentOptions;
 }
 
 // Run and resume options are checked like createAgent's: a misspelt `sesionId` would otherwise
@@ -1446,33 +1502,60 @@ function toCrucibleError(error: unknown, runId: string): CrucibleError {
   return new AgentRunError((e?.code as CrucibleErrorCode) ?? 'internal', e?.message ?? String(error), runId);
 }
 
-/** Creates an agent. Rejects with a `CrucibleError` (`invalid_config`) on bad options. */
+/**
+ * The host tools of `createAgent`'s `tools` option, by name, and their specs as the core takes
+ * them. A tool whose fields throw when read (a getter, a Proxy) is the caller's
+ * `invalid_config`, with what it threw as the `cause`.
+ */
+function hostToolsOf(given: HostTool[] | undefined): { byName: Map<string, HostTool>; specs: unknown[] } {
+  try {
+    // Array.from: a hole of a sparse array is an element too (some() and map() skip holes).
+    const tools = Array.isArray(given) ? Array.from(given) : (given ?? []);
+    if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {
+      throw new CrucibleError('invalid_config', 'createAgent: `tools` must be an array of tools made with tool({...})');
+    }
+    for (const t of tools) {
+      // Tools not made with tool() are checked here too.
+      if (isRecord(t.inputSchema)) refuseNonObjectArguments(t.inputSchema, `tool ${JSON.stringify(t.name)}`);
+      if (!isApprovalRule(t.needsApproval)) {
+        throw new CrucibleError('invalid_config', `tool ${t.name}: needsApproval must be true, false or a function of the arguments, got ${describeType(t.needsApproval)}`);
+      }
+    }
+    const specs = tools.map((t) => ({
+      name: t.name,
+      description: t.description,
+      inputSchema: t.inputSchema,
+      outputSchema: t.outputSchema,
+      needsApproval: typeof t.needsApproval === 'function' ? 'predicate' : t.needsApproval === true,
+    }));
+    return { byName: new Map(tools.map((t) => [t.name, t])), specs };
+  } catch (error) {
+    throw unreadableOptions(error, 'createAgent');
+  }
+}
+
+/** Creates an agent. Rejects with a `CrucibleError` (`invalid_config`) on bad options, and on
+ *  options that throw when read (a getter, a Proxy trap): its message names the option, its
+ *  `cause` is what was thrown. */
 export async function createAgent<S extends StandardJsonSchemaLike>(options: AgentOptions & { returns: S }): Promise<Agent<InferSchemaOutput<S>>>;
 export async function createAgent(options: AgentOptions & { returns: JsonSchema }): Promise<Agent<unknown>>;
 export async function createAgent(options: AgentOptions & { returns?: undefined }): Promise<Agent<string>>;
 export async function createAgent(options: AgentOptions): Promise<Agent>;
-export async function createAgent(options: AgentOptions): Promise<Agent> {
-  if (!options?.model || typeof options.model.stream !== 'function') {
+export async function createAgent(given: AgentOptions): Promise<Agent> {
+  const options = readAgentOptions(given);
+  if (!isProvider(options?.model, 'model')) {
     throw new CrucibleError('invalid_config', 'createAgent: `model` must be a provider such as openai({...})');
   }
-  refuseUnknownOptions(options, AGENT_OPTION_NAMES, 'createAgent');
   refuseMisshapenOptions(options);
-  const core = await loadCore();
-  // Array.from: a hole of a sparse array is an element too (some() and map() skip holes).
-  const given = options.tools ?? [];
-  const tools = Array.isArray(given) ? Array.from(given) : given;
-  if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {
-    throw new CrucibleError('invalid_config', 'createAgent: `tools` must be an array of tools made with tool({...})');
-  }
+  const { byName, specs } = hostToolsOf(options.tools);
   if (options.store !== undefined && (options.store === null || typeof options.store !== 'object')) {
     throw new CrucibleError('invalid_config', 'createAgent: `store` must be a store such as indexedDbStore({...}), nodeStore({...}) or memoryStore()');
   }
   for (const [what, judge] of [['judge', options.emergent?.judge], ['promotionJudge', options.emergent?.promotionJudge]] as const) {
     if (judge === undefined) continue;
-    if (typeof (judge as { model?: { stream?: unknown } } | null)?.model?.stream !== 'function') {
+    if (!isProvider((judge as { model?: unknown } | null)?.model, `emergent.${what}.model`)) {
       throw new CrucibleError('invalid_config', `createAgent: emergent.${what} must be { model: <provider> }, e.g. { model: openai({...}) }`);
     }
-    refuseUnknownOptions(judge, JUDGE_OPTION_NAMES, `createAgent: emergent.${what}`);
     const { maxTokens, timeoutMs } = judge;
     if (maxTokens !== undefined && !(Number.isInteger(maxTokens) && maxTokens >= 1 && maxTokens <= MAX_U32)) {
       throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.maxTokens must be a whole number of tokens from 1 to ${MAX_U32}, got ${describeValue(maxTokens)}`);
@@ -1481,7 +1564,6 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       throw new CrucibleError('invalid_config', `createAgent: emergent.${what}.timeoutMs must be a whole number of milliseconds from 1 to ${MAX_JUDGE_TIMEOUT_MS}, got ${describeValue(timeoutMs)}`);
     }
   }
-  const byName = new Map(tools.map((t) => [t.name, t]));
   const signals = new Map<string, AbortSignal>();
   const providerFailures = new Map<string, unknown>();
   const parsedOutputs = new Map<string, unknown>();
@@ -1561,20 +1643,6 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
       throw new CrucibleError('invalid_config', `createAgent: ${key} must be a finite number, got ${value}`);
     }
   }
-  for (const t of tools) {
-    // Tools not made with tool() are checked here too.
-    if (isRecord(t.inputSchema)) refuseNonObjectArguments(t.inputSchema, `tool ${JSON.stringify(t.name)}`);
-    if (!isApprovalRule(t.needsApproval)) {
-      throw new CrucibleError('invalid_config', `tool ${t.name}: needsApproval must be true, false or a function of the arguments, got ${describeType(t.needsApproval)}`);
-    }
-  }
-  const specs = tools.map((t) => ({
-    name: t.name,
-    description: t.description,
-    inputSchema: t.inputSchema,
-    outputSchema: t.outputSchema,
-    needsApproval: typeof t.needsApproval === 'function' ? 'predicate' : t.needsApproval === true,
-  }));
   const checkApproval = async (name: string, args: unknown) => {
     const predicate = byName.get(name)?.needsApproval;
     // Anything but an explicit `false` waits for a human (fail closed).
@@ -1596,6 +1664,7 @@ export async function createAgent(options: AgentOptions): Promise<Agent> {
     );
   }
   refuseUnknownSandboxApis(em?.allowedSandboxAPIs);
+  const core = await loadCore();
   const releaseRegistry = em?.enabled && options.store ? await claimRegistry(options.store, options.agentId ?? 'default') : undefined;
   const background = new AbortController();
   let sandbox: SandboxHost | undefined;

@@ -978,6 +978,34 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('createAgent options that throw when read (a getter, a Proxy) are invalid_config naming the option, with what they threw as its cause', async () => {
+    const thrown = new Error('getter throws');
+    const throws = (): never => {
+      throw thrown;
+    };
+    const judge = { model: model() };
+    const cases: [unknown, RegExp][] = [
+      [{ model: model(), get maxTurns() { return throws(); } }, /^createAgent: maxTurns could not be read: getter throws$/],
+      [{ get model() { return throws(); } }, /^createAgent: model could not be read/],
+      [new Proxy({ model: model() }, { ownKeys: throws }), /^createAgent: the options could not be read: getter throws$/],
+      [{ model: model(), sessionHistory: { get maxBytes() { return throws(); } } }, /^createAgent: sessionHistory\.maxBytes could not be read/],
+      [{ model: model(), emergent: { enabled: true, get judge() { return throws(); } } }, /^createAgent: emergent\.judge could not be read/],
+      [{ model: model(), emergent: { enabled: true, judge: { ...judge, get timeoutMs() { return throws(); } } } }, /^createAgent: emergent\.judge\.timeoutMs could not be read/],
+      [{ model: model(), emergent: { enabled: true, promotionThreshold: new Proxy({}, { ownKeys: throws }) } }, /^createAgent: emergent\.promotionThreshold: the options could not be read/],
+      [{ model: new Proxy(model(), { get: throws }) }, /^createAgent: model could not be read/],
+      [{ model: model(), emergent: { enabled: true, judge: { model: new Proxy(model(), { get: throws }) } } }, /^createAgent: emergent\.judge\.model could not be read/],
+      [{ model: model(), tools: [{ ...weather, get inputSchema() { return throws(); } }] }, /^createAgent: the options could not be read: getter throws$/],
+    ];
+    for (const [options, message] of cases) {
+      await assert.rejects(createAgent(options as never), (e: unknown) => {
+        assert.ok(e instanceof CrucibleError && e.code === 'invalid_config', `${String(e)} for ${message}`);
+        assert.match(e.message, message);
+        assert.equal(e.cause, thrown);
+        return true;
+      });
+    }
+  });
+
   test('approvals of the wrong shape are invalid_config naming the decision and field, not a position in JSON the caller never wrote', async () => {
     const agent = await createAgent({ model: model() });
     const cases: [unknown, RegExp][] = [
