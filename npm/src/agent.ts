@@ -657,6 +657,7 @@ function attach(
   releaseRegistry: (() => void) | undefined,
   background: AbortController | undefined,
   direct: AbortController,
+  waitingCalls: Set<(error: CrucibleError) => void>,
 ) {
   const channel = sharedTierChannel(store, core);
   const stopPageExitFlush = flushOnPageExit(core);
@@ -691,6 +692,10 @@ function attach(
       // still going: their judge's request or host tool stops, and, the core being freed,
       // they end as `closed` rather than waiting for an answer nobody will record.
       direct.abort(new AbortError('the agent was closed'));
+      // And the tool calls made without a signal still waiting (for a host tool that may never
+      // answer): the core holds their promise, not a signal it could abort.
+      for (const reject of waitingCalls) reject(closedWhileCalling());
+      waitingCalls.clear();
       try {
         await sandbox?.close?.();
       } finally {
@@ -718,6 +723,11 @@ function refuseUnknownSandboxApis(apis: unknown): void {
     const named = unknown.map((api) => (typeof api === 'string' ? JSON.stringify(api) : describeType(api))).join(', ');
     throw new CrucibleError('invalid_config', `createAgent: emergent.allowedSandboxAPIs must list host APIs the sandbox has (${SANDBOX_APIS.join(', ')}); it names ${named}`);
   }
+}
+
+/** The `closed` error of a `tools.call` that `close()` cut off (`cause`: how it failed then). */
+function closedWhileCalling(cause?: unknown): CrucibleError {
+  return new CrucibleError('closed', 'tools.call: the agent was closed while the call ran (its sandbox and host tools are let go)', { cause });
 }
 
 /** How long `close()` waits for the store to take the buffered stats (`flushTimeoutMs`). */
@@ -917,7 +927,8 @@ export class Agent<Output = unknown> {
     this.#core = core;
     this.#parsedOutputs = runSupport.parsedOutputs;
     this.#providerFailures = runSupport.providerFailures;
-    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry, background, this.#directStop);
+    const waitingCalls = new Set<(error: CrucibleError) => void>();
+    const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry, background, this.#directStop, waitingCalls);
     this.#release = release;
     unclosedAgents.register(this, letGo, this);
     this.#signals = signals;
@@ -952,7 +963,7 @@ export class Agent<Output = unknown> {
           const options = readOptions(o, 'tools.call', ['sessionId', 'signal']);
           const [tool, sessionId, signal] = [toolName(name, 'tools.call'), sessionOf(options.sessionId), abortSignal(options.signal, 'tools.call')];
           const json = argumentsJson(args);
-          if (signal) return this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))).catch((error: unknown) => Promise.reject(this.#callFailure(error)));
+          if (signal) return this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))).catch((error: unknown) => Promise.reject(this.#callFailure(error, signal)));
           call = core.callTool(tool, json, sessionId, undefined, undefined);
           // Finished at once (a pipeline of synchronous host tools): no reaction to wait for.
           if (typeof call === 'string') return Promise.resolve(JSON.parse(call));
@@ -962,8 +973,21 @@ export class Agent<Output = unknown> {
         // Without a signal `#direct` has nothing to register: one reaction types the failure,
         // where two async wrappers' promises and queue turns were 3-5% of a compose call.
         // It holds the agent, as `#direct` does: reachable while the call is in flight.
-        return call.then(undefined, (error: unknown) => {
-          throw this.#callFailure(error);
+        // `close()` rejects it through `waitingCalls` (its host tool may never answer), in the
+        // same queue turn as before when it settles first.
+        const pending = call;
+        return new Promise((resolve, reject) => {
+          waitingCalls.add(reject);
+          pending.then(
+            (value) => {
+              waitingCalls.delete(reject);
+              resolve(value);
+            },
+            (error: unknown) => {
+              waitingCalls.delete(reject);
+              reject(this.#callFailure(error));
+            },
+          );
         });
       },
       list: (o) => wrap(() => whileOpen('tools.list', () => core.listTools(session(o, 'tools.list')))),
@@ -1044,14 +1068,15 @@ export class Agent<Output = unknown> {
     });
   }
 
-  /** The typed failure of a direct `tools.call`. `close()` stops the sandbox under a forged
-   *  tool's call in flight: that call failed because the agent closed, as a forge cut off
-   *  then does (`closed`), not because the sandbox could not run it (`sandbox_unavailable`,
-   *  which invites a retry). */
-  #callFailure(error: unknown): CrucibleError {
+  /** The typed failure of a direct `tools.call` (`signal`: the caller's). `close()` stops the
+   *  sandbox under a forged tool's call in flight, and aborts a call given a signal: that call
+   *  failed because the agent closed, as a forge cut off then does (`closed`), not because the
+   *  sandbox could not run it (`sandbox_unavailable`, which invites a retry) or its caller
+   *  stopped it (`aborted`). */
+  #callFailure(error: unknown, signal?: AbortSignal): CrucibleError {
     const failure = toCrucibleError(error, '');
-    if (!this.#closed || failure.code !== 'sandbox_unavailable') return failure;
-    return new CrucibleError('closed', 'tools.call: the agent was closed while the call ran (its sandbox stops with it)', { cause: failure });
+    const cutOff = failure.code === 'sandbox_unavailable' || (failure.code === 'aborted' && signal?.aborted === false);
+    return this.#closed && cutOff ? closedWhileCalling(failure) : failure;
   }
 
   /** Throws the typed `closed` error once {@link Agent.close} has begun. */
@@ -1312,8 +1337,9 @@ export class Agent<Output = unknown> {
    * buffered stats, releases the wasm agent, stops the sandbox this agent created. A forge,
    * import or `requestPromotion` made outside a run, and a tool call given a signal, are then
    * stopped (their judge's request and host tool calls see their signal abort) and reject with
-   * the `closed` error, as does a call whose forged code was running in the sandbox; a tool
-   * call made without a signal finishes, but writes nothing more to the store.
+   * the `closed` error, as does a call whose forged code was running in the sandbox, and a tool
+   * call made without a signal (a host tool it reached gets no signal: what it returns later
+   * is dropped).
    * Afterwards every method fails with the `closed` error; closing again does nothing.
    * Rejects with the store's `StoreError` when the buffered stats could not be written: the
    * agent is closed all the same, and those calls are not counted in the store (call

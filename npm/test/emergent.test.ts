@@ -1550,6 +1550,51 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test('a call whose host tool never settles rejects with the closed error at close(), with or without a signal', async () => {
+    const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
+    let reached = 0;
+    // On "hang" it never settles and ignores its signal: only close() can end the call.
+    const hanging = tool({
+      name: 'hang',
+      description: 'Echoes its text; on "hang" it never answers',
+      inputSchema: textIn,
+      execute: async ({ text }: { text: string }) => {
+        if (text !== 'hang') return { text };
+        reached++;
+        return new Promise<never>(() => {});
+      },
+    });
+    const reviewer: ModelProvider = {
+      id: 'test-double:judge',
+      async *stream() {
+        yield { type: 'text', delta: String(verdict(true).text) };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const relay = {
+      name: 'relay_hang',
+      description: 'Relays the text through hang',
+      inputSchema: textIn,
+      outputSchema: textIn,
+      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'hang', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    };
+    for (const signal of [undefined, new AbortController().signal]) {
+      const agent = await createAgent({ model: reviewer, tools: [hanging], emergent: { enabled: true, judge: { model: reviewer } } });
+      assert.ok((await agent.forge(relay, { sessionId: 's1' })).success);
+      const before = reached;
+      const calls = [agent.tools.call('relay_hang', { text: 'hang' }, { sessionId: 's1', signal }), agent.tools.call('relay_hang', { text: 'hang' }, { sessionId: 's1', signal })];
+      const settled = Promise.allSettled(calls);
+      while (reached < before + calls.length) await new Promise((resolve) => setTimeout(resolve, 5));
+      await agent.close();
+      const outcomes = await Promise.race([settled, new Promise<'pending'>((resolve) => setTimeout(() => resolve('pending'), 2000))]);
+      assert.notEqual(outcomes, 'pending', `signal: ${signal ? 'given' : 'none'}: the calls still wait for their host tool after close()`);
+      for (const outcome of outcomes as PromiseSettledResult<unknown>[]) {
+        assert.ok(outcome.status === 'rejected' && outcome.reason instanceof CrucibleError && outcome.reason.code === 'closed', `signal: ${signal ? 'given' : 'none'}: ${String(outcome.status === 'rejected' ? outcome.reason : outcome.value)}`);
+      }
+    }
+  });
+
   test('a scope label tags the attempt: its events and audit entries', async () => {
     const agent = await makeAgent(memoryStore());
     const events: AgentEvent[] = [];
