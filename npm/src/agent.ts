@@ -3,7 +3,7 @@
  * and `agent.run()` (a thin collector over the stream). The loop itself runs in the wasm core;
  * this file adapts providers and host tools to it and owns per-run abort signals.
  */
-import type { AgentEvent, RunUsage } from '../wasm/crucible_core.js';
+import type { RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
 import { linkSignals } from './signals.js';
 import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, messageOf, StoreError, type CrucibleErrorCode } from './errors.js';
@@ -16,8 +16,32 @@ import { ClosableStream } from './providers/closable.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
-export type { AgentEvent, EventBody, RunUsage, Usage, ErrorInfo, ToolFailure, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
-import type { EventBody, PendingApproval, StoredRun } from '../wasm/crucible_core.js';
+export type { RunUsage, Usage, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
+import type { ErrorInfo as CoreErrorInfo, EventBody as CoreEventBody, PendingApproval, StoredRun, ToolFailure as CoreToolFailure } from '../wasm/crucible_core.js';
+
+// The core's types say `code: string`: its codes are made in many places (some come from the
+// host: a provider's, a store's), and this package's list of them is `CrucibleErrorCode`. The
+// event types below are the core's with that list in place of `string`, so a `switch` on a
+// code is checked; the core's codes are kept within it (unknown ones become `provider_protocol`,
+// `store_error`, `execution_failed`).
+
+/** A typed error as carried by events (`agent.error`): stable `code`, readable `message`, and
+ *  for a provider's HTTP error its `status`. */
+export type ErrorInfo = Omit<CoreErrorInfo, 'code'> & { code: CrucibleErrorCode };
+/** Why a tool call produced an error result instead of output (`tool.execute.error`). The
+ *  model sees `code` and `message`; the loop goes on. */
+export type ToolFailure = Omit<CoreToolFailure, 'code'> & { code: CrucibleErrorCode };
+/** What happened: the core's event, its error's `code` typed (see {@link ErrorInfo}). */
+export type EventBody = CoreEventBody extends infer E
+  ? E extends { type: 'agent.error' }
+    ? Omit<E, 'error'> & { error: ErrorInfo }
+    : E extends { type: 'tool.execute.error' }
+      ? Omit<E, 'error'> & { error: ToolFailure }
+      : E
+  : never;
+/** An event of a run, tagged by `type`; `runPath` lists the run ids from the outermost run to
+ *  this one. */
+export type AgentEvent = EventBody & { runId: string; runPath: string[] };
 
 /** The signal of host tool calls made outside a run (nothing can abort them); one shared
  * instance, since creating an AbortController per call shows up in call latency. */
@@ -1498,7 +1522,7 @@ async function collect<Output>(events: AsyncIterable<AgentEvent>, signal?: Abort
         if (event.error.code === 'aborted') {
           throw new AbortError(event.error.message, { runId: event.runId, usage: event.usage, cause: signal?.aborted ? signal.reason : undefined });
         }
-        throw new AgentRunError(event.error.code as CrucibleErrorCode, event.error.message, event.runId, event.usage, event.error.status, besideEvents.get(event));
+        throw new AgentRunError(event.error.code, event.error.message, event.runId, event.usage, event.error.status, besideEvents.get(event));
       default:
         break;
     }

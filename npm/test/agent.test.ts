@@ -3,7 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
-import { AbortError, AgentRunError, CrucibleError, createAgent, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
+import { AbortError, AgentRunError, CrucibleError, createAgent, memoryStore, type CrucibleErrorCode, type Store, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
 import { functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -592,6 +592,39 @@ describe('agent over an OpenAI-compatible server', () => {
     }
     assert.equal(answered.output, 'plain');
     await Promise.all([agent.close(), plain.close()]);
+  });
+
+  test("the codes of agent.error and tool.execute.error events are CrucibleErrorCode, so a switch on them is checked", async () => {
+    server.reset();
+    server.setResponder(() => ({ toolCalls: [{ name: 'get_weather', arguments: { town: 'Oslo' } }] }));
+    const agent = await createAgent({ model: model(), tools: [weather], maxTurns: 2 });
+    const codes: CrucibleErrorCode[] = [];
+    for (const event of await collect(agent.stream('loop'))) {
+      if (event.type !== 'agent.error' && event.type !== 'tool.execute.error') continue;
+      const code = event.error.code;
+      switch (code) {
+        // @ts-expect-error a misspelt code is a type error (it was not while codes were `string`)
+        case 'max_turn_exceeded':
+          assert.fail('no such code');
+          break;
+        default:
+          codes.push(code);
+      }
+    }
+    assert.deepEqual(codes, ['invalid_arguments', 'max_turns_exceeded']);
+    server.setResponder(undefined as any);
+    await agent.close();
+    // A store of one's own failing with a code the runtime does not define: `store_error`, so
+    // the type holds (its message says what the store said).
+    const base = memoryStore();
+    const failing = new Error('the disk is on fire');
+    const store: Store = { ...base, get: (k) => base.get(k), scan: (p) => base.scan(p), delete: (k) => base.delete(k), put: () => Promise.reject(Object.assign(failing, { code: 'store_on_fire' })), batch: () => Promise.reject(Object.assign(failing, { code: 'store_on_fire' })) };
+    server.reset();
+    server.enqueue({ text: 'fine' });
+    const stored = await createAgent({ model: model(), store });
+    const last = (await collect(stored.stream('hi'))).at(-1)!;
+    assert.ok(last.type === 'agent.error' && last.error.code === 'store_error' && /the disk is on fire/.test(last.error.message), JSON.stringify(last));
+    await stored.close();
   });
 
   test('limits end the run with a typed error', async () => {

@@ -443,9 +443,13 @@ impl JsStore {
     }
 }
 
+/// The store failure codes the package defines (its `CrucibleErrorCode`, which types the codes
+/// events carry): a store of the host's own throwing another is `store_error`.
+const STORE_CODES: [&str; 4] = ["store_error", "store_quota", "store_blocked", "store_corrupt"];
+
 fn to_store_error(e: JsValue) -> StoreError {
     let (code, message, _) = describe_thrown(&e);
-    StoreError::new(code.filter(|c| c.starts_with("store_")).unwrap_or_else(|| "store_error".into()), message)
+    StoreError::new(code.filter(|c| STORE_CODES.contains(&c.as_str())).unwrap_or_else(|| "store_error".into()), message)
 }
 
 fn store_encoding_error(e: JsValue) -> StoreError {
