@@ -749,6 +749,25 @@ function refuseUnknownSandboxApis(apis: unknown): void {
   }
 }
 
+/**
+ * Most `agent.tools.call`s of one agent that may wait (on a host tool, or forged code) at once.
+ * A host tool that calls a forged tool back after an `await`, when that tool reaches the host
+ * tool again, recursed without end: every level waits on the next, and on microtasks alone the
+ * event loop never got a turn (no timer, no abort fired) while memory grew until the process
+ * died. No platform tells which call an `await`ed call is made inside, so the depth is bounded
+ * through what it makes: the calls waiting.
+ */
+const MAX_CALLS_WAITING = 1024;
+
+/** Throws `too_many_calls` when {@link MAX_CALLS_WAITING} calls wait already. */
+function refuseTooManyWaiting(waitingCalls: ReadonlySet<unknown>): void {
+  if (waitingCalls.size < MAX_CALLS_WAITING) return;
+  throw new CrucibleError(
+    'too_many_calls',
+    `tools.call: ${MAX_CALLS_WAITING} calls of this agent are waiting already (a host tool that calls back a forged tool reaching it again recurses without end; else make fewer calls at once)`,
+  );
+}
+
 /** The `closed` error of a `tools.call` that `close()` cut off (`cause`: how it failed then). */
 function closedWhileCalling(cause?: unknown): CrucibleError {
   return new CrucibleError('closed', 'tools.call: the agent was closed while the call ran (its sandbox and host tools are let go)', { cause });
@@ -880,7 +899,10 @@ export class Agent<Output = unknown> {
   readonly tools: {
     /** Calls a forged tool as `sessionId` sees it. Output is checked against its schema.
      *  Arguments the schema refuses, or that cannot be read as JSON (a `BigInt`, a cycle, a
-     *  value nested past `JSON.stringify`'s depth), reject with `invalid_arguments`. */
+     *  value nested past `JSON.stringify`'s depth), reject with `invalid_arguments`. A call
+     *  made while 1024 calls of this agent wait already (on host tools or forged code) rejects
+     *  with `too_many_calls`: most often a host tool calling back, after an `await`, a forged
+     *  tool that reaches it again. */
     call(name: string, args: unknown, options?: CallOptions): Promise<unknown>;
     /** The forged tools a session sees: name, tier, version, hash, stats. */
     list(options?: SessionOptions): ToolInfo[];
@@ -982,24 +1004,27 @@ export class Agent<Output = unknown> {
     this.tools = {
       call: (name, args, o) => {
         let call: string | Promise<unknown>;
+        let signal: AbortSignal | undefined;
         try {
           this.#assertOpen('tools.call');
           const options = readOptions(o, 'tools.call', ['sessionId', 'signal']);
-          const [tool, sessionId, signal] = [toolName(name, 'tools.call'), sessionOf(options.sessionId), abortSignal(options.signal, 'tools.call')];
+          const [tool, sessionId] = [toolName(name, 'tools.call'), sessionOf(options.sessionId)];
+          signal = abortSignal(options.signal, 'tools.call');
           const json = argumentsJson(args);
-          if (signal) return this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId))).catch((error: unknown) => Promise.reject(this.#callFailure(error, signal)));
-          call = core.callTool(tool, json, sessionId, undefined, undefined);
+          refuseTooManyWaiting(waitingCalls);
+          call = signal
+            ? this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId)))
+            : core.callTool(tool, json, sessionId, undefined, undefined);
           // Finished at once (a pipeline of synchronous host tools): no reaction to wait for.
           if (typeof call === 'string') return Promise.resolve(JSON.parse(call));
         } catch (error) {
           return Promise.reject(toCrucibleError(error, ''));
         }
-        // Without a signal `#direct` has nothing to register: one reaction types the failure,
-        // where two async wrappers' promises and queue turns were 3-5% of a compose call.
-        // It holds the agent, as `#direct` does: reachable while the call is in flight.
-        // `close()` rejects it through `waitingCalls` (its host tool may never answer), in the
-        // same queue turn as before when it settles first.
-        const pending = call;
+        // One reaction types the failure, where two async wrappers' promises and queue turns
+        // were 3-5% of a compose call. It holds the agent, as `#direct` does: reachable while
+        // the call is in flight. `close()` rejects it through `waitingCalls` (a host tool it
+        // reached may never answer), in the same queue turn as before when it settles first.
+        const [pending, given] = [call, signal];
         return new Promise((resolve, reject) => {
           waitingCalls.add(reject);
           pending.then(
@@ -1009,7 +1034,7 @@ export class Agent<Output = unknown> {
             },
             (error: unknown) => {
               waitingCalls.delete(reject);
-              reject(this.#callFailure(error));
+              reject(this.#callFailure(error, given));
             },
           );
         });

@@ -1595,6 +1595,63 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test('a host tool calling back, after an await, a forged tool that reaches it again ends with too_many_calls, not a recursion without end; the agent keeps serving', async () => {
+    const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
+    // The test's own fuse: without a bound the recursion runs on microtasks alone, where no
+    // timer fires, until the process runs out of memory (past 80000 levels, 670 MB, in 25 s).
+    const FUSE = 5000;
+    let depth = 0;
+    let deepest = 0;
+    let passSignal = false;
+    let agent!: Awaited<ReturnType<typeof createAgent>>;
+    const bounce = tool({
+      name: 'bounce',
+      description: 'Echoes its text; on "loop" it calls loop back, after an await',
+      inputSchema: textIn,
+      execute: async ({ text }: { text: string }, { signal }) => {
+        if (text !== 'loop') return { text };
+        await Promise.resolve();
+        deepest = Math.max(deepest, ++depth);
+        if (depth > FUSE) throw new Error('the fuse blew: the recursion was not bounded');
+        try {
+          return await agent.tools.call('loop', { text }, { sessionId: 's1', signal: passSignal ? signal : undefined });
+        } finally {
+          depth--;
+        }
+      },
+    });
+    const reviewer: ModelProvider = {
+      id: 'test-double:judge',
+      async *stream() {
+        yield { type: 'text', delta: String(verdict(true).text) };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    agent = await createAgent({ model: reviewer, tools: [bounce], emergent: { enabled: true, judge: { model: reviewer } } });
+    const loop = {
+      name: 'loop',
+      description: 'Bounces its text',
+      inputSchema: textIn,
+      outputSchema: textIn,
+      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'bounce', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    };
+    assert.ok((await agent.forge(loop, { sessionId: 's1' })).success);
+    // Without a signal, and with one passed on from level to level.
+    for (const signal of [undefined, new AbortController().signal]) {
+      [deepest, passSignal] = [0, signal !== undefined];
+      await assert.rejects(agent.tools.call('loop', { text: 'loop' }, { sessionId: 's1', signal }), (e: unknown) => {
+        assert.ok(e instanceof CrucibleError && e.code === 'too_many_calls', String(e));
+        assert.match(e.message, /1024 calls of this agent are waiting already/);
+        return true;
+      });
+      assert.ok(deepest <= 1024, `${deepest} levels deep`);
+      assert.equal(depth, 0, 'every level ended');
+    }
+    assert.deepEqual(await agent.tools.call('loop', { text: 'still here' }, { sessionId: 's1' }), { text: 'still here' });
+    await agent.close();
+  });
+
   test('a scope label tags the attempt: its events and audit entries', async () => {
     const agent = await makeAgent(memoryStore());
     const events: AgentEvent[] = [];

@@ -619,7 +619,15 @@ impl ToolHandler for ComposeHandler {
                 let prev = outputs.last().unwrap_or(&args);
                 step.mapping.resolve(&Scope { input: &args, prev, steps: &self.steps, outputs: &outputs }, &budget)?
             };
-            let fail = |f: ToolFailure| ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message));
+            // `too_many_calls` (a host tool calling back into its agent past the host's bound on
+            // calls waiting) fails every call it is nested in, a thousand levels deep: a step
+            // prefix per level would bury its own words (messages are bounded) under them.
+            let fail = |f: ToolFailure| {
+                if f.code == "too_many_calls" {
+                    return f;
+                }
+                ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message))
+            };
             let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
                 return Err(fail(ToolFailure::new("unknown_tool", "the tool is no longer available to this session")));
             };

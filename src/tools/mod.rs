@@ -25,7 +25,8 @@ pub use schema::{CompiledSchema, SchemaError};
 pub struct ToolFailure {
     /// `unknown_tool`, `invalid_arguments`, `execution_failed`, `result_too_large`,
     /// `invalid_output`, `aborted`, `denied`, and for forged code `sandbox_timeout`,
-    /// `sandbox_memory`, `sandbox_rejected`, `sandbox_unavailable`.
+    /// `sandbox_memory`, `sandbox_rejected`, `sandbox_unavailable`; `too_many_calls` for a host
+    /// tool calling back into its agent past the bound on calls waiting.
     pub code: String,
     pub message: String,
 }

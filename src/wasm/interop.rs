@@ -355,11 +355,13 @@ pub(crate) fn host_tool_nesting() -> Nesting {
 impl ToolHandler for JsTool {
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         // The host's own codes that mean what they say here: its abort, a Standard Schema
-        // refusing the arguments or the result (see `tool()`), and a result past the bound the
-        // host enforces (see `MAX_UNITS_INTO_CORE` in agent.ts); anything else failed executing.
+        // refusing the arguments or the result (see `tool()`), a result past the bound the
+        // host enforces (see `MAX_UNITS_INTO_CORE` in agent.ts), and a call back into the
+        // agent past its bound on calls waiting (`too_many_calls`, which then fails every
+        // call it is nested in alike); anything else failed executing.
         let failure = |e: JsValue| {
             let (code, message, _) = describe_thrown(&e);
-            let code = code.filter(|c| matches!(c.as_str(), "aborted" | "invalid_arguments" | "invalid_output" | "result_too_large"));
+            let code = code.filter(|c| matches!(c.as_str(), "aborted" | "invalid_arguments" | "invalid_output" | "result_too_large" | "too_many_calls"));
             ToolFailure::new(code.unwrap_or_else(|| "execution_failed".into()), message)
         };
         let args_json = serde_json::to_string(&args).map_err(|e| ToolFailure::new("execution_failed", format!("the arguments could not be written: {e}")))?;

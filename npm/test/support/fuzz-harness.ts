@@ -20,7 +20,7 @@ const KNOWN_CODES: ReadonlySet<CrucibleErrorCode> = new Set<CrucibleErrorCode>([
   'invalid_config', 'invalid_argument', 'invalid_resume', 'invalid_state', 'store_error', 'store_quota', 'store_blocked', 'store_corrupt', 'sandbox_error', 'tool_error',
   'unknown_tool', 'invalid_arguments', 'invalid_output', 'denied', 'execution_failed', 'result_too_large', 'sandbox_timeout', 'sandbox_memory', 'sandbox_rejected',
   'sandbox_unavailable', 'emergent_disabled', 'tool_not_found', 'lowest_tier', 'no_such_version', 'unreviewed_version', 'pipeline_cycle', 'no_such_approval',
-  'invalid_promotion', 'invalid_package', 'output_check_failed', 'closed',
+  'invalid_promotion', 'invalid_package', 'output_check_failed', 'closed', 'too_many_calls',
 ]);
 const REJECTION_CATEGORIES = new Set(['schema_extra_field', 'shape_check', 'syntax_error', 'parse_error', 'judge_correctness', 'other']);
 
