@@ -405,14 +405,19 @@ function unreadableOption(error: unknown, name: string): CrucibleError {
   return new CrucibleError('invalid_config', `createAgent: ${name} could not be read: ${messageOf(error)}`, { cause: error });
 }
 
-/** Whether `value` is a model provider (its `stream` a function); reading it may throw, which
- *  is {@link unreadableOption} of `name`. */
-function isProvider(value: unknown, name: string): boolean {
+/** `read()`, which reads into the option `name` (a provider's fields, a schema's): what it
+ *  throws besides a `CrucibleError` is {@link unreadableOption} of `name`. */
+function readingOption<T>(name: string, read: () => T): T {
   try {
-    return typeof (value as { stream?: unknown } | null | undefined)?.stream === 'function';
+    return read();
   } catch (error) {
-    throw unreadableOption(error, name);
+    throw error instanceof CrucibleError ? error : unreadableOption(error, name);
   }
+}
+
+/** Whether `value` is a model provider (its `stream` a function). */
+function isProvider(value: unknown, name: string): boolean {
+  return readingOption(name, () => typeof (value as { stream?: unknown } | null | undefined)?.stream === 'function');
 }
 
 /** `createAgent`'s options read once, option bags within them too (see {@link readOptionBag}). */
@@ -1703,7 +1708,7 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
     maxSteps: options.maxSteps,
     maxParallelTools: options.maxParallelTools,
     maxResultBytes: options.maxResultBytes,
-    returns: options.returns ? toJsonSchema(options.returns, 'returns') : undefined,
+    returns: options.returns ? readingOption('returns', () => toJsonSchema(options.returns!, 'returns')) : undefined,
     maxOutputRetries: options.maxOutputRetries,
     temperature: options.temperature,
     maxTokens: options.maxTokens,
@@ -1764,7 +1769,7 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
         backgroundRunId,
       };
     }
-    const parseOutput = options.returns ? standardParser(options.returns, 'invalid_output', 'the final answer does not match returns') : undefined;
+    const parseOutput = options.returns ? readingOption('returns', () => standardParser(options.returns!, 'invalid_output', 'the final answer does not match returns')) : undefined;
     // The schema's own refinements judge each answer its JSON Schema accepted, in the core's
     // loop: a refused answer is asked again with the issues (counting against
     // maxOutputRetries), like a schema violation, and never becomes the run's output. The
