@@ -1588,7 +1588,7 @@ function toCrucibleError(error: unknown, runId: string): CrucibleError {
  * `invalid_config`, with what it threw as the `cause`.
  */
 function hostToolsOf(given: HostTool[] | undefined): { byName: Map<string, HostTool>; specs: unknown[] } {
-  try {
+  return readingOption('tools', () => {
     // Array.from: a hole of a sparse array is an element too (some() and map() skip holes).
     const tools = Array.isArray(given) ? Array.from(given) : (given ?? []);
     if (!Array.isArray(tools) || tools.some((t) => t === null || typeof t !== 'object')) {
@@ -1609,9 +1609,7 @@ function hostToolsOf(given: HostTool[] | undefined): { byName: Map<string, HostT
       needsApproval: typeof t.needsApproval === 'function' ? 'predicate' : t.needsApproval === true,
     }));
     return { byName: new Map(tools.map((t) => [t.name, t])), specs };
-  } catch (error) {
-    throw unreadableOptions(error, 'createAgent');
-  }
+  });
 }
 
 /** Creates an agent. Rejects with a `CrucibleError` (`invalid_config`) on bad options, and on

@@ -1027,7 +1027,7 @@ describe('agent over an OpenAI-compatible server', () => {
       [{ model: model(), emergent: { enabled: true, promotionThreshold: new Proxy({}, { ownKeys: throws }) } }, /^createAgent: emergent\.promotionThreshold: the options could not be read/],
       [{ model: new Proxy(model(), { get: throws }) }, /^createAgent: model could not be read/],
       [{ model: model(), emergent: { enabled: true, judge: { model: new Proxy(model(), { get: throws }) } } }, /^createAgent: emergent\.judge\.model could not be read/],
-      [{ model: model(), tools: [{ ...weather, get inputSchema() { return throws(); } }] }, /^createAgent: the options could not be read: getter throws$/],
+      [{ model: model(), tools: [{ ...weather, get inputSchema() { return throws(); } }] }, /^createAgent: tools could not be read: getter throws$/],
       [{ model: model(), returns: { get '~standard'() { return throws(); } } }, /^createAgent: returns could not be read: getter throws$/],
       [{ model: model(), returns: new Proxy({}, { get: throws }) }, /^createAgent: returns could not be read/],
     ];
