@@ -820,6 +820,22 @@ fn a_forged_tool_cannot_take_the_name_of_one_of_the_agents_own_tools() {
 }
 
 #[test]
+fn a_forged_tool_under_an_own_tools_name_is_not_exported() {
+    let r = rig_with(EmergentConfig { persist_sandbox_source: true, ..Default::default() }, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    r.registry.set_host_tools(crucible::tools::ToolSet::new());
+    assert!(block_on(r.registry.forge(&slugify_request("upper_case", SLUGIFY_JS), "s1")).success);
+    r.registry.set_host_tools(host_tools());
+    // The agent serves its own `upper_case` under that name: a package of the forged code
+    // would hand out, as `upper_case`, a tool nobody calling `upper_case` here gets.
+    let err = r.registry.export("upper_case", "s1").unwrap_err();
+    assert_eq!(err.code(), "tool_not_found", "{err}");
+    assert!(err.to_string().contains("one of the agent's own tools"), "{err}");
+    // Once the name is no longer the agent's, the forged tool is reached again, and exported.
+    r.registry.set_host_tools(crucible::tools::ToolSet::new());
+    assert!(r.registry.export("upper_case", "s1").unwrap().contains("name: upper_case"));
+}
+
+#[test]
 fn a_pipeline_that_would_reach_itself_through_others_is_rejected_at_build_time() {
     let r = rig();
     assert!(block_on(r.registry.forge(&relay_request("c", "upper_case", "A"), "s1")).success);

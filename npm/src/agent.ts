@@ -940,7 +940,8 @@ export class Agent<Output = unknown> {
      *  that would call itself through the tools it calls now is refused: `pipeline_cycle`). */
     rollback(name: string, version: number, options?: SessionOptions): Promise<ToolInfo>;
     /** The tool as a portable `crucible.tool.v1` YAML package (sandbox source redacted unless
-     *  `persistSandboxSource`). */
+     *  `persistSandboxSource`). A forged tool stored under one of the agent's own tools' names,
+     *  which nothing reaches, is refused with `tool_not_found`. */
     export(name: string, options?: SessionOptions): Promise<string>;
     /** Imports a `crucible.tool.v1` or `agentos.emergent-tool.v1` package into the session tier,
      *  re-running its tests and the judge. agentos packages carry no test cases: pass them as

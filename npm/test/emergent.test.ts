@@ -920,6 +920,32 @@ describe('forge through the package', () => {
     await Promise.all([agent.close(), other.close(), redacting.close()]);
   });
 
+  test("export refuses a forged tool stored under one of the agent's own tools' names: the agent serves its own tool there", async () => {
+    const store = memoryStore();
+    // Forged and promoted to the agent tier before the agent had a tool of that name.
+    const before = await createAgent({
+      model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
+      store,
+      emergent: {
+        enabled: true,
+        judge: { model: openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } }) },
+        promotionThreshold: { uses: 1, confidence: 0.8 },
+        autoPromote: false,
+        persistSandboxSource: true,
+      },
+    });
+    assert.ok((await before.forge({ ...slugify, name: 'upper' }, { sessionId: 's1' })).success);
+    await before.tools.call('upper', { text: 'A b' }, { sessionId: 's1' });
+    const promoted = await before.emergent.requestPromotion('upper', 'agent', { sessionId: 's1' });
+    assert.equal(promoted.status, 'promoted', promoted.reason);
+    assert.match(await before.emergent.export('upper'), /name: upper/);
+    await before.close();
+    const agent = await makeAgent(store);
+    assert.deepEqual(await agent.tools.call('upper', { text: 'a b' }), { text: 'A B' }, 'its own tool answers');
+    await assert.rejects(agent.emergent.export('upper'), (e: unknown) => e instanceof CrucibleError && e.code === 'tool_not_found' && /one of the agent's own tools/.test(e.message));
+    await agent.close();
+  });
+
   test('a package written by @framers/agentos imports with the test cases the importer supplies', async () => {
     // The peer's own exporter writes the package (its format, not a guess of it).
     const ao = await import('@framers/agentos/emergent');

@@ -61,6 +61,11 @@ pub use types::{
 pub enum RegistryError {
     #[error("no tool named `{0}` at a tier that allows this")]
     NotFound(String),
+    /// The name is one of the agent's own tools: a forged tool stored under it is reached
+    /// nowhere (the own tool answers), so it is not handed out under that name either. Code
+    /// `tool_not_found`, as for any name the registry serves no forged tool under.
+    #[error("`{0}` is one of the agent's own tools; the forged tool stored under that name is reached nowhere (the agent's own tool answers)")]
+    OwnTool(String),
     #[error("`{0}` is already at the lowest tier")]
     LowestTier(String),
     #[error("`{name}` has no version {version}")]
@@ -95,7 +100,7 @@ impl RegistryError {
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::NotFound(_) => "tool_not_found",
+            Self::NotFound(_) | Self::OwnTool(_) => "tool_not_found",
             Self::LowestTier(_) => "lowest_tier",
             Self::NoSuchVersion { .. } => "no_such_version",
             Self::NoSuchApproval(_) => "no_such_approval",

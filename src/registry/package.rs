@@ -298,8 +298,13 @@ fn provenance(r: &ToolRecord, tier: Tier) -> Value {
 const REDACTED_REASONING: &str = "(redacted with the sandbox source)";
 
 impl Registry {
-    /// Exports the tool `session` reaches as `name` as a YAML package.
+    /// Exports the tool `session` reaches as `name` as a YAML package. A forged tool stored
+    /// under one of the agent's own tools' names is not exported ([`RegistryError::OwnTool`]):
+    /// a package is what the agent serves under that name, and it serves its own tool.
     pub fn export(&self, name: &str, session: &str) -> Result<String, RegistryError> {
+        if self.is_own(name) {
+            return Err(RegistryError::OwnTool(name.into()));
+        }
         let package = {
             let state = self.state.borrow();
             let (tier, entry) = state.resolve(name, session).ok_or_else(|| RegistryError::NotFound(name.into()))?;
