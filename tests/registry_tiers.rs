@@ -2048,19 +2048,46 @@ fn forging_the_same_request_again_answers_with_the_tool_as_it_is_without_asking_
     let stats = r.registry.stats();
     assert_eq!((stats.attempts, stats.approved, stats.approved_confidence_sum), (1, 1, 0.9), "nothing was forged: not counted");
 
-    // Anything different is a new version, judged; and an import always re-runs the checks.
+    // Anything different is a new version, judged.
     let changed = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_V2_JS), "s1"));
     assert!(changed.success && !changed.unchanged && changed.tool.unwrap().version == 2, "{:?}", changed.reason);
     assert_eq!(judge.requests.borrow().len(), judged + 1);
     let back = block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1"));
     assert!(!back.unchanged && back.tool.unwrap().version == 3, "v1's content again is new: v2 is the current one");
-    let package = r.registry.export("slugify", "s1").unwrap();
-    let imported = block_on(r.registry.import(&package, "s1")).unwrap();
-    assert!(imported.success && !imported.unchanged && imported.tests.is_some(), "{imported:?}");
-    assert_eq!(judge.requests.borrow().len(), judged + 3);
     // Another session does not reach s1's tool: its forge is checked in full.
     forge_ok(&r, "slugify", SLUGIFY_JS, "s2");
-    assert_eq!(judge.requests.borrow().len(), judged + 4);
+    assert_eq!(judge.requests.borrow().len(), judged + 3);
+}
+
+#[test]
+fn importing_the_tool_the_session_already_has_answers_with_it_as_it_is_without_asking_the_judge() {
+    let judge = approving_judge();
+    let config = EmergentConfig { persist_sandbox_source: true, ..promo_config() };
+    let r = rig_with(config, Some(judge.clone()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    let package = r.registry.export("slugify", "s1").unwrap();
+    let (judged, tested, stats) = (judge.requests.borrow().len(), r.sandbox.requests.borrow().len(), r.registry.stats());
+
+    // The same content as the session's current version: checked already, by this judge.
+    let again = block_on(r.registry.import(&package, "s1")).unwrap();
+    assert!(again.success && again.unchanged, "{again:?}");
+    let tool = again.tool.unwrap();
+    assert_eq!((tool.version, tool.tier, tool.stats.calls), (1, Tier::Session, 2), "the same version, its uses kept");
+    assert_eq!(judge.requests.borrow().len(), judged, "the judge is not asked again");
+    assert_eq!(r.sandbox.requests.borrow().len(), tested, "nor are the tests re-run");
+    assert_eq!(r.registry.stats(), stats, "nothing was imported: not counted");
+    assert!(matches!(r.events.bodies().last(), Some(EventBody::ForgeRegistered { version: 1, unchanged: true, .. })), "{:?}", r.events.types());
+    let last = r.registry.audit_trail().pop().unwrap();
+    assert_eq!((last.action.as_str(), last.version), ("import.unchanged", Some(1)));
+
+    // Where it would land as something new (another session; a changed tool), it is checked in full.
+    assert!(!block_on(r.registry.import(&package, "s2")).unwrap().unchanged);
+    assert_eq!(judge.requests.borrow().len(), judged + 1);
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    let imported = block_on(r.registry.import(&package, "s1")).unwrap();
+    assert!(imported.success && !imported.unchanged && imported.tool.as_ref().is_some_and(|t| t.version == 4), "{imported:?}");
+    assert_eq!(judge.requests.borrow().len(), judged + 3);
 }
 
 #[test]

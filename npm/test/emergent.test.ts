@@ -920,6 +920,26 @@ describe('forge through the package', () => {
     await Promise.all([agent.close(), other.close(), redacting.close()]);
   });
 
+  test('importing the package of the tool the session already has answers with that tool unchanged: no new version, no judge call', async () => {
+    judge.reset();
+    const agent = await makeAgent(memoryStore());
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' });
+    const pkg = await agent.emergent.export('slugify', { sessionId: 's1' });
+    const judged = judge.requests.length;
+    const again = await agent.emergent.import(pkg, { sessionId: 's1' });
+    assert.ok(again.success && again.unchanged && again.tests.length === 0, JSON.stringify(again));
+    assert.deepEqual([again.tool.version, again.tool.stats.calls], [1, 1], 'the same version, its uses kept');
+    assert.equal(judge.requests.length, judged, 'the judge is not asked again');
+    assert.equal(agent.emergent.audit().at(-1)!.action, 'import.unchanged');
+    assert.equal(agent.emergent.stats().attempts, 1);
+    // Into a session without it, the package is checked in full.
+    const fresh = await agent.emergent.import(pkg, { sessionId: 's2' });
+    assert.ok(fresh.success && !fresh.unchanged && fresh.tests.length === 2, JSON.stringify(fresh));
+    assert.equal(judge.requests.length, judged + 1);
+    await agent.close();
+  });
+
   test("export refuses a forged tool stored under one of the agent's own tools' names: the agent serves its own tool there", async () => {
     const store = memoryStore();
     // Forged and promoted to the agent tier before the agent had a tool of that name.

@@ -1129,7 +1129,7 @@ impl Registry {
 
     async fn forge_until(&self, request: &Value, origin: ForgeOrigin, cancel: Option<&dyn CancelSignal>) -> Option<ForgeResult> {
         let ticket = self.ticket(&origin.session_id);
-        let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup(), Reuse::Unchanged)).await?;
+        let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
         // The judge and the host tools see the same signal: their failure may end the work in
         // the very poll that cancels it, and is then the abort's doing, not the tool's. Closing
         // the agent stops its sandbox: tests ended that way are no verdict on the code either.
@@ -1146,7 +1146,7 @@ impl Registry {
 
     async fn forge_from(&self, request: &Value, origin: ForgeOrigin) -> ForgeResult {
         let ticket = self.ticket(&origin.session_id);
-        let checked = self.verify(request, &origin, &self.lookup(), Reuse::Unchanged).await;
+        let checked = self.verify(request, &origin, &self.lookup()).await;
         self.settle(checked, &origin, &ticket, "forge").await
     }
 
@@ -1155,22 +1155,28 @@ impl Registry {
     pub(crate) async fn settle(&self, checked: Result<Checked, Rejection>, origin: &ForgeOrigin, ticket: &SessionTicket, action: &str) -> ForgeResult {
         match checked {
             Ok(Checked::Verified(verified)) => self.register_session(*verified, origin, action, ticket).await,
-            Ok(Checked::Unchanged(kept)) => self.keep_unchanged(*kept, origin).await,
+            Ok(Checked::Unchanged(kept)) => self.keep_unchanged(*kept, origin, action).await,
             Err(rejection) => self.reject(&rejection, origin, action).await,
         }
     }
 
-    /// Answers a forge identical to the tool the session is offered under its name with that
-    /// tool as it is: audited as `unchanged`, announced with `forge.registered` for its current
-    /// version, and not counted in the forge stats (nothing was forged or judged). A model that
-    /// forges the same request again (small ones do, after success too) would otherwise pay a
-    /// judge call for a new version whose fresh stats set its promotion back to zero uses.
-    async fn keep_unchanged(&self, kept: Kept, origin: &ForgeOrigin) -> ForgeResult {
+    /// Answers a forge or import identical to the tool the session is offered under its name
+    /// with that tool as it is: audited as `unchanged` (`import.unchanged`), announced with
+    /// `forge.registered` for its current version, and not counted in the forge stats (nothing
+    /// was forged or judged). A model that forges the same request again (small ones do, after
+    /// success too), or a package imported twice, would otherwise pay a judge call for a new
+    /// version whose fresh stats set its promotion back to zero uses. An import has nothing to
+    /// re-check either: its content, tests included, is what this agent's own checks passed.
+    async fn keep_unchanged(&self, kept: Kept, origin: &ForgeOrigin, action: &str) -> ForgeResult {
         let Kept { tool, verdict, scope } = kept;
         let ops = {
-            let detail = format!("hash {}: identical to the registered version, not tested or judged again", tool.hash);
+            let mut detail = format!("hash {}: identical to the registered version, not tested or judged again", tool.hash);
+            if let Some(from) = &origin.imported_from {
+                detail.push_str(&format!("; the package says it came from {from}"));
+            }
             let who = AuditSubject::attempt(&origin.session_id, scope.as_deref());
-            self.audit(&mut self.state.borrow_mut(), "unchanged", &tool.name, Some(tool.version), Some(tool.tier), detail, who)
+            let entry = if action == "import" { "import.unchanged" } else { "unchanged" };
+            self.audit(&mut self.state.borrow_mut(), entry, &tool.name, Some(tool.version), Some(tool.tier), detail, who)
         };
         self.emit(
             &origin.run_id,
@@ -1205,13 +1211,7 @@ impl Registry {
             .map_err(|count| format!("this session already has {count} forged tools (maxSessionTools is {max}); reuse or improve an existing tool"))
     }
 
-    pub(crate) async fn verify(
-        &self,
-        request: &Value,
-        origin: &ForgeOrigin,
-        tools: &Rc<dyn crate::tools::ToolLookup>,
-        reuse: Reuse,
-    ) -> Result<Checked, Rejection> {
+    pub(crate) async fn verify(&self, request: &Value, origin: &ForgeOrigin, tools: &Rc<dyn crate::tools::ToolLookup>) -> Result<Checked, Rejection> {
         let session = origin.session_id.clone();
         let admit = |req: &ForgeRequest| {
             if req.name == FORGE_TOOL_NAME {
@@ -1220,10 +1220,8 @@ impl Registry {
             // Taking an own tool's name would put forged code behind every pipeline and every
             // turn that calls it, with tests that only show it behaving on their own inputs.
             self.refuse_own_name(&req.name)?;
-            if reuse == Reuse::Unchanged {
-                if let Some(kept) = self.unchanged(req, &session) {
-                    return Ok(Admission::Unchanged(kept));
-                }
+            if let Some(kept) = self.unchanged(req, &session) {
+                return Ok(Admission::Unchanged(kept));
             }
             self.session_room(&self.state.borrow(), &session, &req.name).map(|()| Admission::New)
         };
@@ -1312,15 +1310,13 @@ impl Registry {
             rejection.verdict = Some(verified.verdict);
             return self.reject(&rejection, origin, action).await;
         }
-        // Forges run at once (the calls of one step, say) are all checked before any is
-        // registered: one identical to a tool registered meanwhile gets that tool, as it would
-        // had it come after, and not a second version of the same content whose fresh stats
-        // set the tool's promotion back to zero uses. (Imports check everything again.)
-        if action == "forge" {
-            if let Some(mut kept) = self.unchanged(&verified.request, session) {
-                kept.scope = verified.request.scope.clone();
-                return self.keep_unchanged(*kept, origin).await;
-            }
+        // Forges and imports run at once (the calls of one step, say) are all checked before
+        // any is registered: one identical to a tool registered meanwhile gets that tool, as it
+        // would had it come after, and not a second version of the same content whose fresh
+        // stats set the tool's promotion back to zero uses.
+        if let Some(mut kept) = self.unchanged(&verified.request, session) {
+            kept.scope = verified.request.scope.clone();
+            return self.keep_unchanged(*kept, origin, action).await;
         }
         let hash = content_hash(&verified.request);
         let now = self.now();
@@ -1943,14 +1939,6 @@ fn audit_entry_key(agent_id: &str, seq: u64) -> String {
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct ForgeNameRecord {
     approved: bool,
-}
-
-/// Whether [`Registry::verify`] answers a request identical to the tool the session reaches
-/// with that tool (forges) or checks it all again (imports, which re-run tests and judge).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reuse {
-    Unchanged,
-    Never,
 }
 
 /// A verdict as an audit entry's detail.

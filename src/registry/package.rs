@@ -4,7 +4,9 @@
 //! cases), its content hash, version, verdict and provenance. Sandbox source is redacted
 //! (`redacted: true`, no `code`) unless `persistSandboxSource` is set; a redacted package
 //! cannot be imported. Import verifies the content hash, re-runs the whole forge pipeline
-//! (tests and judge) and lands the tool in the session tier.
+//! (tests and judge) and lands the tool in the session tier; a package identical (content
+//! hash) to the tool the session is already offered under its name answers with that tool
+//! unchanged, as the same forge again does.
 //!
 //! Packages of the `agentos.emergent-tool.v1` shape (as `@framers/agentos` writes them:
 //! `schemaVersion`, content fields under `tool`, sandbox redaction marked by
@@ -33,7 +35,7 @@ use serde_json::{json, Map, Value};
 use crate::agent::{unless_cancelled, CancelSignal};
 use crate::forge::{normalize, type_name, ForgeOrigin, ForgeRequest, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
 
-use super::{content_hash, Registry, RegistryError, Reuse, Tier, ToolRecord};
+use super::{content_hash, Registry, RegistryError, Tier, ToolRecord};
 
 /// This crate's package format id.
 pub const PACKAGE_FORMAT: &str = "crucible.tool.v1";
@@ -344,8 +346,10 @@ impl Registry {
     }
 
     /// Imports a package into the session tier of `session`: rejects redacted packages and
-    /// content hash mismatches, then re-runs normalization, tests and the judge. Package
-    /// problems are errors; a failed verification is a rejected [`ForgeResult`].
+    /// content hash mismatches, then re-runs normalization, tests and the judge (unless the
+    /// package is the tool the session already reaches under its name: that tool is the
+    /// result, `unchanged`). Package problems are errors; a failed verification is a rejected
+    /// [`ForgeResult`].
     pub async fn import(&self, package: &str, session: &str) -> Result<ForgeResult, RegistryError> {
         self.import_with(package, session, &ImportOptions::default()).await
     }
@@ -384,7 +388,7 @@ impl Registry {
         };
         let request_value = serde_json::to_value(&request).map_err(|e| invalid(e.to_string()))?;
         let ticket = self.ticket(session);
-        let Some(checked) = unless_cancelled(cancel, self.verify(&request_value, &origin, &self.lookup(), Reuse::Never)).await else { return Ok(None) };
+        let Some(checked) = unless_cancelled(cancel, self.verify(&request_value, &origin, &self.lookup())).await else { return Ok(None) };
         // As for a forge: a failure in the poll that cancels is the abort's doing, and tests
         // cut short by closing the agent are no verdict on the tool.
         if cancel.is_some_and(|c| c.is_cancelled()) || self.is_closed() {

@@ -247,11 +247,11 @@ pub struct AuditEntry {
     pub at: f64,
     /// `forge`, `verdict` (the creation judge's, or one promotion reviewer's: `safety review: …`,
     /// `correctness review: …`, before the `promote` entry saying how it ended), `register`, `reject`, `unchanged` (a forge identical to the tool it
-    /// names), `promote`, `demote`, `rollback`, `import`, `import.rejected` (its tests or judge
-    /// refused it), `import.refused` (the package itself: unreadable, redacted, its hash not
-    /// matching), `approval.requested`, `approval.approved`, `approval.denied`, `approval.withdrawn` (a
-    /// pending shared-tier request whose version left the agent tier: demoted, rolled back,
-    /// replaced).
+    /// names), `promote`, `demote`, `rollback`, `import`, `import.unchanged` (a package identical
+    /// to the tool it names), `import.rejected` (its tests or judge refused it), `import.refused`
+    /// (the package itself: unreadable, redacted, its hash not matching), `approval.requested`,
+    /// `approval.approved`, `approval.denied`, `approval.withdrawn` (a pending shared-tier request
+    /// whose version left the agent tier: demoted, rolled back, replaced).
     pub action: String,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

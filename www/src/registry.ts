@@ -330,10 +330,16 @@ export function mountRegistry(app: App): void {
     importStatus.textContent = 'Importing (hash check, tests, judge)…';
     try {
       const runtime = app.runtime;
-      const result = (await app.during('the import', () => runtime.importTool(pkg, app.sessionId, stopping.signal))) as { success?: boolean; reason?: string; category?: string; tool?: { name?: string } } | undefined;
+      const result = (await app.during('the import', () => runtime.importTool(pkg, app.sessionId, stopping.signal))) as
+        | { success?: boolean; reason?: string; category?: string; unchanged?: boolean; tool?: { name?: string; version?: number; tier?: string } }
+        | undefined;
       if (result && result.success === false) importStatus.textContent = `Rejected (${result.category ?? 'other'}): ${result.reason ?? ''}`;
       else {
-        importStatus.textContent = `Imported${result?.tool?.name ? ` ${result.tool.name}` : ''} into the session tier.`;
+        const name = result?.tool?.name ? ` ${result.tool.name}` : '';
+        // A package identical to the tool the session has is that tool: nothing was added.
+        importStatus.textContent = result?.unchanged
+          ? `Imported${name}: the same as v${result.tool?.version} here (${result.tool?.tier} tier), so nothing was tested or judged again.`
+          : `Imported${name} into the session tier.`;
         importText.value = '';
       }
     } catch (error) {

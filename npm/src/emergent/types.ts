@@ -140,7 +140,8 @@ export interface ForgeStats {
 
 export interface AuditEntry {
   at: number;
-  /** `unchanged`: a forge identical to the tool the session is offered under that name, which stays as it is.
+  /** `unchanged` (`import.unchanged`): a forge (an imported package) identical to the tool the session is
+   *  offered under that name, which stays as it is, not tested or judged again.
    *  `import.rejected`: an import its tests or judge refused; `import.refused`: a package refused
    *  before them (unreadable, redacted, its hash not matching). `verdict`: the judge's on a forge
    *  or an import, or one promotion reviewer's (its detail starts `safety review:` or
@@ -157,6 +158,7 @@ export interface AuditEntry {
     | 'demote'
     | 'rollback'
     | 'import'
+    | 'import.unchanged'
     | 'import.rejected'
     | 'import.refused'
     | 'approval.requested'
