@@ -392,3 +392,38 @@ fn a_forge_cut_short_by_the_runs_abort_is_not_a_rejection_of_the_request() {
     assert!(results[0].1.contains("\"code\":\"aborted\"") && results[0].1.contains("call forge_tool again"), "{results:?}");
     assert_eq!(results[1], ("refund".to_string(), r#"{"refunded":true}"#.to_string()));
 }
+
+#[test]
+fn two_different_forges_of_one_name_in_one_step_register_the_first_and_refuse_the_second() {
+    // Both are checked at once; the one registered second was checked against the session as
+    // it was before the first, and replacing it would leave the model told of two tools where
+    // it has one, not knowing which its next call reaches.
+    let r = rig();
+    let (first, second) = (slugify_request("slugify", SLUGIFY_JS).to_string(), slugify_request("slugify", SLUGIFY_V2_JS).to_string());
+    let model = ScriptedModel::new(vec![calls(&[("forge_tool", &first), ("forge_tool", &second)]), call("slugify", r#"{"text":"A B"}"#), text("done")]);
+    let agent = agent_with_registry(model.clone(), &r);
+    block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
+
+    let requests = model.requests.borrow();
+    let results: Vec<Value> = requests[1]
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(serde_json::from_str(content).unwrap()),
+            _ => None,
+        })
+        .collect();
+    drop(requests);
+    assert_eq!((results[0]["success"].clone(), results[0]["version"].clone()), (json!(true), json!(1)), "{results:?}");
+    assert_eq!((results[1]["success"].clone(), results[1]["category"].clone()), (json!(false), json!("other")), "{results:?}");
+    let reason = results[1]["reason"].as_str().unwrap();
+    assert!(reason.contains("another forge or import registered `slugify` v1 in this session while this one was checked"), "{reason}");
+    assert_eq!(tool_result(&model, 2), json!({ "slug": "a-b" }), "the model's next call reaches the tool it was told of");
+    let tools = r.registry.list("s1");
+    assert_eq!((tools.len(), tools[0].version), (1, 1), "nothing replaced it");
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.approved, stats.rejected), (2, 1, 1));
+    assert!(r.registry.audit_trail().iter().any(|e| e.action == "reject" && e.detail.contains("registered `slugify` v1")));
+    // In a later step the model forges knowing what is there: a different request replaces it.
+    assert_eq!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_V2_JS), "s1")).tool.map(|t| t.version), Some(2));
+}

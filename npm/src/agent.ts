@@ -1113,6 +1113,8 @@ export class Agent<Output = unknown> {
    * throws for a bad request (one with no JSON form, such as a circular object, included).
    * A request identical to the active tool the session reaches under that name resolves with
    * that tool as it is (`unchanged: true`, `tests` empty): no new version, no tests, no judge call.
+   * Of two different forges or imports of one name in a session at once, the one registered
+   * first stands and the other is rejected (`other`, its reason naming the version there).
    * Rejects with `AbortError` when `options.signal` aborts it, and with the `closed` error
    * when the agent is closed before its tests and judge are done.
    */

@@ -936,7 +936,7 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
-  test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s)', async () => {
+  test('two forges of one name at once keep to their own cards (a chat run\'s and the example button\'s), the later one rejected', async () => {
     const { page, errors } = await open({ autoPromote: '0' });
     await assertEmergent(page);
     mock.reset();
@@ -954,7 +954,8 @@ describeInBrowser('demo page in Chromium', () => {
       await send(page, 'Forge a slug tool');
       await page.waitForFunction(() => document.querySelectorAll('.tl-card[data-name="slugify"] .test').length === 2, undefined, { timeout: 30_000 });
       await page.click('#forge-example');
-      await page.waitForFunction(() => /Registered slugify/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+      // The example forge, different and registered second, does not replace the chat's tool.
+      await page.waitForFunction(() => /^Rejected \(other\): another forge or import registered `slugify` v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
       await lastAgentStatus(page, 'done', 30_000);
       const cards = await page.$$eval('.tl-card[data-name="slugify"]', (els) =>
         els.map((e) => ({
@@ -969,10 +970,7 @@ describeInBrowser('demo page in Chromium', () => {
       assert.match(chat!.request, /Overlapping slugify from the chat/);
       assert.match(chat!.verdict, /Verdict on the chat forge/, JSON.stringify(cards));
       assert.match(example!.verdict, /Verdict on the example forge/, JSON.stringify(cards));
-      for (const card of cards) {
-        assert.equal(card.status, 'registered', JSON.stringify(cards));
-        assert.equal(card.tests, 2, JSON.stringify(cards));
-      }
+      assert.deepEqual(cards.map((card) => [card.status, card.tests]), [['registered', 2], ['rejected', 2]], JSON.stringify(cards));
       assert.deepEqual(errors, []);
     } finally {
       mock.setResponder(scriptedModel);

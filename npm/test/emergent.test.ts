@@ -210,6 +210,23 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('two different forges of one name in one step: the first registered stands, the other is rejected with a reason the model can act on', async () => {
+    chat.reset();
+    judge.reset();
+    const impl = slugify.implementation as { mode: 'sandbox'; code: string };
+    const other = { ...slugify, implementation: { ...impl, code: `${impl.code}\n// another take` } };
+    chat.enqueue({ toolCalls: [{ name: 'forge_tool', arguments: slugify }, { name: 'forge_tool', arguments: other }] }, { text: 'Done.' });
+    const agent = await makeAgent(memoryStore());
+    const events: AgentEvent[] = [];
+    for await (const e of agent.stream('Make a slug tool', { sessionId: 's1' })) events.push(e);
+    const results = events.flatMap((e) => (e.type === 'tool.execute.end' && e.name === 'forge_tool' ? [e.result as { success: boolean; version?: number; category?: string; reason?: string }] : []));
+    assert.deepEqual(results.map((r) => [r.success, r.version ?? r.category]), [[true, 1], [false, 'other']], JSON.stringify(results));
+    assert.match(results[1]!.reason!, /another forge or import registered `slugify` v1 in this session while this one was checked/);
+    assert.deepEqual(agent.tools.list({ sessionId: 's1' }).map((t) => [t.name, t.version, t.versions]), [['slugify', 1, [1]]], 'nothing replaced the tool the model was told of');
+    assert.ok(events.some((e) => e.type === 'forge.rejected' && e.category === 'other'));
+    await agent.close();
+  });
+
   test('stopping a run while forge_tool tests forged code that loops ends the run promptly, not when the sandbox gives up on the loop', async () => {
     chat.reset();
     const loops = { ...slugify, name: 'spin', implementation: { mode: 'sandbox', code: 'function execute(input) { while (true) {} }' } };

@@ -67,8 +67,9 @@ impl ForgeResult {
 /// What the registry says of a named request before it is tested (see [`Forge::verify`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
-    /// Test, judge and register it.
-    New,
+    /// Test, judge and register it. `next_version` is the number a new version of the name
+    /// would get now: a version numbered from it on was registered while this one was checked.
+    New { next_version: u32 },
     /// Identical (content hash) to the active, judged tool the session reaches under its name.
     Unchanged(Box<Kept>),
 }
@@ -98,6 +99,8 @@ pub struct Verified {
     pub tool: Tool,
     pub verdict: Verdict,
     pub tests: Vec<TestResult>,
+    /// What [`Admission::New`] said when the request was admitted.
+    pub next_version: u32,
 }
 
 /// A rejected forge, classified.
@@ -234,14 +237,14 @@ impl Forge {
         if let Err(issues) = shape_check(&request) {
             return Err(Rejection::new(&request.name, issues.reasons.join("; "), issues.evidence));
         }
-        match admit(&request) {
+        let next_version = match admit(&request) {
             Err(reason) => return Err(Rejection::new(&request.name, reason, Evidence::default())),
             Ok(Admission::Unchanged(mut kept)) => {
                 kept.scope = request.scope;
                 return Ok(Checked::Unchanged(kept));
             }
-            Ok(Admission::New) => {}
-        }
+            Ok(Admission::New { next_version }) => next_version,
+        };
         let tool = self.build(&request, tools, &origin.session_id).map_err(|(reason, evidence)| Rejection::new(&request.name, reason, evidence))?;
 
         let ctx = CallContext::for_trial(origin.calls_run_id.clone(), format!("forge-test-{}", request.name), origin.session_id.clone());
@@ -285,6 +288,6 @@ impl Forge {
             r.verdict = Some(verdict);
             return Err(r);
         }
-        Ok(Checked::Verified(Box::new(Verified { request, tool, verdict, tests })))
+        Ok(Checked::Verified(Box::new(Verified { request, tool, verdict, tests, next_version })))
     }
 }

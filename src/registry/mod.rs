@@ -1223,7 +1223,8 @@ impl Registry {
             if let Some(kept) = self.unchanged(req, &session) {
                 return Ok(Admission::Unchanged(kept));
             }
-            self.session_room(&self.state.borrow(), &session, &req.name).map(|()| Admission::New)
+            let state = self.state.borrow();
+            self.session_room(&state, &session, &req.name).map(|()| Admission::New { next_version: state.next_version(&req.name) })
         };
         let run_id = origin.run_id.clone();
         let emit = |body: EventBody| self.emit(&run_id, body);
@@ -1294,13 +1295,26 @@ impl Registry {
     /// Registers a verified tool in the session tier (a new version when the name exists).
     pub(crate) async fn register_session(&self, verified: Verified, origin: &ForgeOrigin, action: &str, ticket: &SessionTicket) -> ForgeResult {
         let session = origin.session_id.as_str();
+        let ended = ticket.session_ended();
+        // Forges and imports run at once (the calls of one step, say) are all checked before
+        // any is registered: one identical to a tool registered meanwhile gets that tool, as it
+        // would had it come after, and not a second version of the same content whose fresh
+        // stats set the tool's promotion back to zero uses.
+        if !ended {
+            if let Some(mut kept) = self.unchanged(&verified.request, session) {
+                kept.scope = verified.request.scope.clone();
+                return self.keep_unchanged(*kept, origin, action).await;
+            }
+        }
         let refusal = {
             let state = self.state.borrow();
-            if ticket.session_ended() {
+            if ended {
                 Err(format!("session `{session}` ended while the tool was being forged; it was not registered"))
             } else {
                 // Own tools may have changed while it was tested (a host adding tools).
-                self.refuse_own_name(&verified.request.name).and_then(|()| self.session_room(&state, session, &verified.request.name))
+                self.refuse_own_name(&verified.request.name)
+                    .and_then(|()| self.session_room(&state, session, &verified.request.name))
+                    .and_then(|()| registered_since(&state, session, &verified.request.name, verified.next_version))
             }
         };
         if let Err(reason) = refusal {
@@ -1309,14 +1323,6 @@ impl Registry {
             rejection.tests = verified.tests;
             rejection.verdict = Some(verified.verdict);
             return self.reject(&rejection, origin, action).await;
-        }
-        // Forges and imports run at once (the calls of one step, say) are all checked before
-        // any is registered: one identical to a tool registered meanwhile gets that tool, as it
-        // would had it come after, and not a second version of the same content whose fresh
-        // stats set the tool's promotion back to zero uses.
-        if let Some(mut kept) = self.unchanged(&verified.request, session) {
-            kept.scope = verified.request.scope.clone();
-            return self.keep_unchanged(*kept, origin, action).await;
         }
         let hash = content_hash(&verified.request);
         let now = self.now();
@@ -1939,6 +1945,21 @@ fn audit_entry_key(agent_id: &str, seq: u64) -> String {
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct ForgeNameRecord {
     approved: bool,
+}
+
+/// Refuses a different tool `name` for `session` when a version of it numbered `next_version`
+/// or later (one registered while this forge or import was checked: the calls of one step run
+/// at once) is the session's current one. The first registered stands: replacing it, the later
+/// one would leave whoever was told of the first holding a tool that is gone, and its caller
+/// checked its request against a session that no longer is. Asked again later, with the
+/// session's tool in view, a different request is a new version as usual.
+fn registered_since(state: &State, session: &str, name: &str, next_version: u32) -> Result<(), String> {
+    match state.entry(Tier::Session, session, name).map(|e| e.record.current.version) {
+        Some(version) if version >= next_version => Err(format!(
+            "another forge or import registered `{name}` v{version} in this session while this one was checked, so this different `{name}` was not registered; call `{name}` v{version} as it is, or forge this request again in a later step to replace it"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A verdict as an audit entry's detail.
