@@ -335,7 +335,8 @@ describe('forge through the package', () => {
       agent.on((e) => e.type === 'forge.test' && e.test.index === 1 && setTimeout(() => judging.abort(), 50));
       let started = Date.now();
       await assert.rejects(agent.forge(slugify, { sessionId: 's1', signal: judging.signal }), (e: unknown) => e instanceof AbortError && e.code === 'aborted');
-      assert.ok(Date.now() - started < 2000, `the forge ended after ${Date.now() - started} ms`);
+      // Well under the judge's 10 s, with room for a loaded machine's Worker start-up (2.2 s seen).
+      assert.ok(Date.now() - started < 5000, `the forge ended after ${Date.now() - started} ms`);
       assert.deepEqual(agent.tools.list({ sessionId: 's1' }), [], 'nothing registered');
       // An already aborted signal: nothing starts. A signal that is not one: a typed error.
       const aborted = new AbortController();
@@ -358,7 +359,7 @@ describe('forge through the package', () => {
       assert.ok((await quick.forge(spinOnDemand, { sessionId: 's1' })).success);
       started = Date.now();
       await assert.rejects(quick.tools.call('spin_on_demand', { text: 'spin' }, { sessionId: 's1', signal: AbortSignal.timeout(200) }), AbortError);
-      assert.ok(Date.now() - started < 1500, `the call ended after ${Date.now() - started} ms`);
+      assert.ok(Date.now() - started < 4000, `the call ended after ${Date.now() - started} ms: the 8 s execution was not cut at its 200 ms deadline`);
       // The sandbox keeps serving at once (the looping Worker was replaced).
       started = Date.now();
       assert.deepEqual(await quick.tools.call('spin_on_demand', { text: 'Still Here' }, { sessionId: 's1' }), { slug: 'still-here' });
