@@ -96,6 +96,12 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     assert.equal(c.output, 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
   });
 
+  test('text cut inside an emoji (a lone UTF-16 surrogate) in the input arrives as U+FFFD, and the tool runs', async () => {
+    const r = await sandbox.execute({ code: 'function execute(input) { return { text: input.text + "!", key: Object.keys(input.tags)[0] }; }', input: { text: 'Hi ' + '🌍'.slice(0, 1), tags: { ['🌍'.slice(1)]: 1 } } });
+    assert.equal(r.status, 'ok', JSON.stringify(r));
+    assert.deepEqual(r.output, { text: 'Hi \ufffd!', key: '\ufffd' });
+  });
+
   for (const c of SANDBOX_CASES) {
     test(`[${c.category}] ${c.name}`, async () => {
       const heapBefore = process.memoryUsage().heapUsed;

@@ -155,7 +155,9 @@ pub async fn execute(request_json: String) -> String {
     // An allocation that failed in an earlier execution and was handled (Boa reserves some
     // buffers fallibly) says nothing about a trap in this one.
     ALLOCATION_FAILED.store(false, Ordering::Relaxed);
-    let result = match serde_json::from_str::<SandboxRequest>(&request_json) {
+    // `JSON.stringify` escapes a lone surrogate in the input (text cut inside an emoji) as
+    // `\udXXX`: read as U+FFFD, as the core reads every other string from JS.
+    let result = match serde_json::from_str::<SandboxRequest>(&crate::js_json::well_formed(&request_json)) {
         Err(e) => failure("bad_request", format!("request is not valid JSON: {e}")),
         Ok(request) => match RUNNER.with(|r| r.borrow().clone()) {
             None => failure("not_initialized", "init() was not called".into()),
