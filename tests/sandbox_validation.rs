@@ -82,6 +82,82 @@ fn deep_nesting_body() {
 }
 
 #[test]
+fn a_quote_in_a_regex_literal_hides_no_brackets_from_the_nesting_count() {
+    std::thread::Builder::new().stack_size(8 << 20).spawn(regex_literal_body).unwrap().join().unwrap();
+}
+
+fn regex_literal_body() {
+    let deep = format!("{}1{}", "(".repeat(3000), ")".repeat(3000));
+    for code in [
+        format!("function execute(){{ return 1; }}\nvar r = /'/; var x = {deep};"),
+        format!("function execute(){{ return 1; }}\nvar r = /\"[/]\\//g; var x = {deep};"),
+        format!("function execute(){{ return 1; }}\nif (1) /`/.test(''); var x = {deep};"),
+        // A line ends a comment at a carriage return too, for the parser as for the scan.
+        format!("function execute(){{ return 1; }} // note\rvar x = {deep};"),
+        // A `\` before CR LF continues a string past them, for the parser as for the scan.
+        format!("function execute(){{ return 1; }}\nvar s = 'a\\\r\nb'; var x = {deep};"),
+    ] {
+        let (code_, reason) = rejected(&code);
+        assert_eq!(code_, "too_deep", "{reason}");
+    }
+    // Regex literals and divisions side by side still run, quotes and slashes in them included.
+    let code = r#"function execute(i) { const q = /'[)(/]"/g; const h = i.n / 2 / 1; if (h) /x/.test("'"); return { q: "a'/\"b".replace(q, '-'), h: [h] / 1, c: `${i.n / 2}` }; }"#;
+    assert_ok(&run(&runner(), code, json!({ "n": 4 })), json!({ "q": "a-b", "h": 2, "c": "2" }));
+}
+
+#[test]
+fn operator_and_keyword_chains_are_rejected_before_parsing() {
+    std::thread::Builder::new().stack_size(8 << 20).spawn(chains_body).unwrap().join().unwrap();
+}
+
+fn chains_body() {
+    let n = 5000;
+    for chain in [
+        format!("return {}1;", "a+".repeat(n)),
+        format!("return {}1;", "void ".repeat(n)),
+        format!("return {}1;", "typeof ".repeat(n)),
+        format!("return {}1;", "b=".repeat(n)),
+        format!("return {}1;", "a**".repeat(n)),
+        format!("return {}a;", "new ".repeat(n)),
+        format!("return a{};", "()".repeat(n)),
+        format!("return a{};", ".b".repeat(n)),
+        format!("return ({}1);", "a,".repeat(n)),
+        format!("{}return 1;", "l:".repeat(n)),
+        format!("{}return 1;", "if(a)".repeat(n)),
+        format!("if(a)a;{}", "else if(a)a;".repeat(n)),
+        // A statement ended by a line break, not a `;`, does not end a chain that goes on.
+        format!("return {}1;", "a+\n".repeat(n)),
+        // An object or a function in the chain neither.
+        format!("return {}1;", "a+{}+".repeat(n)),
+        format!("return {}1;", "a+function(){}+".repeat(n)),
+        format!("return {}1;", "a`t`+".repeat(n)),
+    ] {
+        let code = format!("function execute(){{ let a = 1, b; {chain} }}");
+        let (code_, reason) = rejected(&code);
+        assert_eq!(code_, "too_deep", "{}…: {reason}", &chain[..40]);
+    }
+}
+
+#[test]
+fn long_flat_code_is_not_taken_for_nesting() {
+    std::thread::Builder::new().stack_size(8 << 20).spawn(long_flat_code_body).unwrap().join().unwrap();
+}
+
+fn long_flat_code_body() {
+    // Statements with or without semicolons, big literals, else-if ladders and switches: long,
+    // but flat.
+    let lines = (0..600).map(|k| format!("  s = s + {k} * 2 - 1\n  if (s > 1e9) {{ s = 0 }}\n")).collect::<String>();
+    let table = (0..600).map(|k| format!("k{k}: [{k}, -{k}, 'v{k}'],")).collect::<String>();
+    let ladder = (0..200).map(|k| format!("else if (i.n === {k}) r = {k};\n")).collect::<String>();
+    let cases = (0..600).map(|k| format!("case {k}: case -{k}:\n")).collect::<String>();
+    let chained = ".map((x) => x + 1)".repeat(100);
+    let code = format!(
+        "function execute(i) {{\n let s = 0, r = -1\n{lines} const t = {{ {table} }}\n if (i.n < 0) r = 0;\n{ladder} switch (i.n) {{ {cases} r += 1 }}\n return [s, r, t.k599[2], [1]{chained}[0]];\n}}"
+    );
+    assert_ok(&run(&runner(), &code, json!({ "n": 7 })), json!([358800, 8, "v599", 101]));
+}
+
+#[test]
 fn oversized_source_is_rejected() {
     let code = format!("function execute(){{ return 1; }} //{}", "x".repeat(300_000));
     assert_eq!(rejected(&code).0, "too_large");

@@ -254,23 +254,32 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
-  test('source nested past the validator\'s count ends as stack_overflow whichever stack runs out, and the pool keeps serving', async () => {
-    // The validator's bracket count skips strings but does not know regex literals: `/'/` opens
-    // a "string" to the end of the line, and the brackets after it go uncounted. The parser then
-    // runs out of V8's stack or of the instance's own (Rust) stack, which traps as an
-    // out-of-bounds access: the same failure, which was reported as `trap` for the second.
+  test('source nested past the validator\'s count is rejected as too_deep before parsing, and chains just under it run in the instance\'s stack', async () => {
+    // A quote in a regex literal once hid the brackets after it from the count, and chains of
+    // operators, keywords or labels were not counted: the parser ran out of stack and the
+    // Worker was replaced (`stack_overflow`).
     const one = await createSandbox({ poolSize: 1 });
     try {
-      for (const depth of [500, 3000]) {
-        const r = await one.execute({ code: `function execute(){ return 1; }\nvar r = /'/; var x = ${'('.repeat(depth)}1${')'.repeat(depth)};` });
-        assert.deepEqual([r.status, r.error?.code], ['error', 'stack_overflow'], JSON.stringify(r));
-        assert.equal((await one.execute({ code: 'function execute(i){ return i + 1; }', input: 1 })).output, 2);
+      for (const body of [`var r = /'/; var x = ${'('.repeat(3000)}1${')'.repeat(3000)};`, `var x = ${'void '.repeat(3000)}1;`, `var b; b = ${'b='.repeat(3000)}1;`, `${'l:'.repeat(3000)}1;`]) {
+        const r = await one.execute({ code: `function execute(){ return 1; }\n${body}` });
+        assert.deepEqual([r.status, r.error?.code], ['rejected', 'too_deep'], JSON.stringify(r).slice(0, 300));
       }
+      // The limits (64 brackets; 256 operators, keywords and brackets in one expression) leave
+      // the parser room on V8's stack and the instance's, each kind just under them.
+      const deep = `${'('.repeat(60)}a${')'.repeat(60)}`;
+      for (const chain of [`${'b='.repeat(190)}${deep}`, `${'a**'.repeat(95)}${deep}`, `${'new '.repeat(125)}F`, `${'typeof '.repeat(190)}${deep}`]) {
+        const r = await one.execute({ code: `function execute(){ var a = 1, b; function F(){} return ${chain}; }` });
+        assert.ok(r.status === 'ok' || r.error?.code === 'runtime_error', JSON.stringify(r).slice(0, 300));
+      }
+      const labels = await one.execute({ code: `function execute(){ ${'if(1)'.repeat(30)} ${Array.from({ length: 100 }, (_, k) => `l${k}:`).join('')} return 1; }` });
+      assert.equal(labels.status, 'ok', JSON.stringify(labels).slice(0, 300));
+      assert.equal(one.stats().workersKilled, 0, 'no Worker was replaced');
+      assert.equal((await one.execute({ code: 'function execute(i){ return i + 1; }', input: 1 })).output, 2);
     } finally {
       await one.close();
     }
-    // Which stack runs out first depends on how far V8 has tiered the engine's code up, so the
-    // out-of-bounds trap is also played by a test double Worker that reports exactly it.
+    // A stack that runs out anyway (V8's or the instance's own, which traps as an out-of-bounds
+    // access) still ends as stack_overflow: played by a test double Worker that reports exactly it.
     const trapping = `import { parentPort } from 'node:worker_threads';
       parentPort.on('message', (m) => {
         if (m.type === 'init') parentPort.postMessage({ type: 'ready' });

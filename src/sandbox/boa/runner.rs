@@ -45,6 +45,9 @@ pub struct SandboxLimits {
     pub max_source_bytes: usize,
     pub max_nesting: usize,
     pub max_operator_chain: usize,
+    /// Weighted operators, keywords and brackets one expression or statement may nest (see
+    /// `validate::SourceLimits`).
+    pub max_expression_nesting: usize,
     pub max_fetches: u32,
     pub max_fetch_body_bytes: usize,
     /// Reuse one frozen realm across executions (default) or build a fresh one per call.
@@ -69,6 +72,10 @@ impl Default for SandboxLimits {
             max_source_bytes: 256 * 1024,
             max_nesting: 64,
             max_operator_chain: 512,
+            // In the Worker the engine's frames live on V8's stack, whose room varies with how far
+            // V8 has tiered the code up: 300 nested `new` or 380 `b=` around 60 brackets could
+            // overflow it (measured), 256 with the weights below kept a margin.
+            max_expression_nesting: 256,
             max_fetches: 16,
             max_fetch_body_bytes: 4 << 20,
             reuse_realm: true,
@@ -168,7 +175,12 @@ impl BoaRunner {
     #[allow(clippy::await_holding_refcell_ref)]
     async fn run(&self, request: &SandboxRequest, logs: &mut Vec<String>) -> Outcome {
         let l = &self.limits;
-        let source_limits = SourceLimits { max_source_bytes: l.max_source_bytes, max_nesting: l.max_nesting, max_operator_chain: l.max_operator_chain };
+        let source_limits = SourceLimits {
+            max_source_bytes: l.max_source_bytes,
+            max_nesting: l.max_nesting,
+            max_operator_chain: l.max_operator_chain,
+            max_expression_nesting: l.max_expression_nesting,
+        };
         let Ok(mut slot) = self.realm.try_borrow_mut() else {
             return Outcome::fail(SandboxStatus::Error, "busy", "the runner executes one request at a time");
         };

@@ -1,5 +1,6 @@
 //! Static validation: the early, friendly layer. Source is checked for size and nesting depth
-//! *before* parsing (Boa's parser recurses ~10 KiB of Rust stack per nesting level), then parsed
+//! *before* parsing (Boa's parser recurses ~10 KiB of Rust stack per bracket level, and less
+//! for each operator, keyword or label it nests; see `check_nesting`), then parsed
 //! with Boa's own parser as a Script and walked with a `boa_ast` visitor that rejects blocked
 //! names with a readable reason. Runtime hardening (`realm.rs`) is what actually holds; this
 //! layer only turns the obvious cases into a `rejected` result instead of a runtime error.
@@ -40,9 +41,11 @@ pub(crate) struct SourceLimits {
     pub max_source_bytes: usize,
     /// Maximum bracket nesting (`(`, `[`, `{`, template `${`).
     pub max_nesting: usize,
-    /// Maximum number of nesting-capable operators that do not use brackets
-    /// (`?:` chains, `=>` chains, runs of prefix unary operators).
+    /// Maximum number of `?:`, `=>` and `else` in the whole source.
     pub max_operator_chain: usize,
+    /// Maximum of operators, keywords and brackets one expression or statement nests, summed
+    /// over the levels around it; `new` counts 2, `if`, `for`, `while` and `with` count 4.
+    pub max_expression_nesting: usize,
 }
 
 /// Identifiers that never resolve to anything useful here, with the reason we give.
@@ -102,99 +105,278 @@ pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) 
     }
 }
 
-/// Conservative pre-parse scan bounding the parser's recursion depth. Strings, template text
-/// and comments are skipped; regex literals are not recognised, which can only over-count.
-/// Scans template-literal text from `i` to the closing backtick (returning its index) or to the
-/// next `${`, which opens a nesting level (returning the index of its `{`).
-fn scan_template_text(bytes: &[u8], mut i: usize, depth: &mut usize, max_depth: &mut usize, template_stack: &mut Vec<usize>) -> usize {
-    loop {
-        if i >= bytes.len() || bytes[i] == b'`' {
-            return i;
-        }
+/// What an open bracket (or template `${`) opened, as far as the scan needs to know.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// `(` of an `if`/`for`/`while`/`with` head: a `/` after its `)` starts a regex.
+    Head,
+    /// Any other `(`, an index `[`, a `${`: commas and colons there can nest (comma
+    /// expressions, ternaries).
+    Expression,
+    /// An array or object literal: its commas and colons separate flat elements.
+    Literal,
+    /// A block, a function or class body: a statement list.
+    Block,
+    Template,
+}
+
+/// One open level: what opened it and the operator count of the level around it.
+struct Level {
+    opened: Opened,
+    outer_run: usize,
+}
+
+/// Words before which an expression starts (a `/` after one starts a regex), counted as
+/// nesting: the parser recurses on each (`void void …`, `new new …`, `if(a) if(a) …`).
+const EXPRESSION_KEYWORDS: &[&[u8]] = &[
+    b"await",
+    b"case",
+    b"delete",
+    b"do",
+    b"else",
+    b"extends",
+    b"for",
+    b"if",
+    b"in",
+    b"instanceof",
+    b"new",
+    b"of",
+    b"return",
+    b"throw",
+    b"typeof",
+    b"void",
+    b"while",
+    b"with",
+    b"yield",
+];
+
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'#' | b'\\') || c >= 0x80
+}
+
+/// Whether a line ends at `i` as JS sees it (LF, CR, U+2028, U+2029): line comments and regex
+/// literals end there for the parser, so the scan stops skipping there too.
+fn line_ends_at(bytes: &[u8], i: usize) -> bool {
+    matches!(bytes[i], b'\n' | b'\r') || (bytes[i] == 0xE2 && bytes.get(i + 1) == Some(&0x80) && matches!(bytes.get(i + 2), Some(0xA8 | 0xA9)))
+}
+
+/// The length of the white space or line end at `i`, 0 if none. JS's include Unicode ones
+/// (U+00A0, U+FEFF, U+2028…): read as part of a word, they would hide the keywords around them.
+fn space_at(code: &str, i: usize) -> usize {
+    let c = code.as_bytes()[i];
+    if c < 0x80 {
+        return usize::from(matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0B | 0x0C));
+    }
+    code.get(i..).and_then(|rest| rest.chars().next()).filter(|&ch| ch.is_whitespace() || ch == '\u{feff}').map_or(0, char::len_utf8)
+}
+
+/// Scans template-literal text from `i` to the closing backtick or to the next `${`, and
+/// returns the index of that backtick or of the `{`.
+fn scan_template_text(bytes: &[u8], mut i: usize) -> usize {
+    while i < bytes.len() && bytes[i] != b'`' {
         if bytes[i] == b'\\' {
-            i += 2;
-            continue;
-        }
-        if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'{') {
-            template_stack.push(*depth);
-            *depth += 1;
-            *max_depth = (*max_depth).max(*depth);
+            i += 1;
+        } else if bytes[i] == b'$' && bytes.get(i + 1) == Some(&b'{') {
             return i + 1;
         }
         i += 1;
     }
+    i
 }
 
+/// Skips a regex literal's body and flags from its opening `/` at `i`: returns the index of
+/// its last byte. A `/` inside a class (`[/]`) or escaped does not end it; a line end does.
+fn skip_regex(bytes: &[u8], mut i: usize) -> usize {
+    let mut in_class = false;
+    i += 1;
+    while i < bytes.len() && !line_ends_at(bytes, i) {
+        match bytes[i] {
+            b'\\' => i += 1,
+            b'[' => in_class = true,
+            b']' => in_class = false,
+            b'/' if !in_class => {
+                while bytes.get(i + 1).is_some_and(|&c| is_word_byte(c)) {
+                    i += 1;
+                }
+                return i;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    i - 1
+}
+
+/// Conservative pre-parse scan bounding the parser's recursion depth, one pass over the bytes
+/// with a tokenizer's view of them: strings, template text, comments and regex literals are
+/// skipped (a `/` starts a regex where an operand is expected, as the previous significant
+/// token tells). It bounds
+/// - bracket nesting (`(`, `[`, `{`, template `${`), the parser's costliest recursion;
+/// - the operators, keywords and brackets of one expression or statement, summed over the
+///   enclosing levels: the parser or the walks of its tree recurse once for each
+///   (`a+a+…`, `b=b=…`, `a**a**…`, `void void …`, `l:l:…`, `if(a) if(a) …`, `f()()…`);
+///   a `;`, a comma between literal elements, or two operands in a row (a statement that
+///   ended without a `;`) start the count again;
+/// - `?:`, `=>` and `else` in the whole source (their chains nest through brackets);
+/// - runs of prefix unary operators.
 fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
     let bytes = code.as_bytes();
-    let mut depth = 0usize;
+    let mut levels: Vec<Level> = Vec::new();
     let mut max_depth = 0usize;
-    let mut chain = 0usize; // `?` ternaries and `=>` arrows in the whole source
+    let mut chain = 0usize; // `?` ternaries, `=>` arrows and `else` in the whole source
     let mut unary_run = 0usize;
     let mut max_unary_run = 0usize;
-    // Template literal nesting: each entry is the bracket depth at which `${` opened.
-    let mut template_stack: Vec<usize> = Vec::new();
+    // Operators etc. of the current expression or statement, and the sum over enclosing levels.
+    let (mut run, mut outer) = (0usize, 0usize);
+    // The previous significant token ended an operand (a `/` after it divides), or closed a block.
+    let (mut after_operand, mut after_block) = (false, false);
+    let mut prev_byte = 0u8;
+    let mut prev_word: &[u8] = b"";
     let mut i = 0;
     let too_deep = |what: &str, n: usize, max: usize| Rejection::new("too_deep", format!("{what} is {n}; the limit is {max}"));
     while i < bytes.len() {
         let c = bytes[i];
-        match c {
-            b'/' if bytes.get(i + 1) == Some(&b'/') => {
-                while i < bytes.len() && bytes[i] != b'\n' {
+        let space = space_at(code, i);
+        if space > 0 {
+            i += space;
+            continue;
+        }
+        if c == b'/' && matches!(bytes.get(i + 1), Some(b'/' | b'*')) {
+            if bytes[i + 1] == b'/' {
+                while i < bytes.len() && !line_ends_at(bytes, i) {
                     i += 1;
                 }
-                continue;
-            }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+            } else {
                 i += 2;
                 while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
                     i += 1;
                 }
                 i += 2;
-                continue;
             }
+            continue;
+        }
+        // (Not a template: after an operand, it is a tag's.)
+        let starts_operand = is_word_byte(c) || matches!(c, b'\'' | b'"') || (c == b'/' && !after_operand);
+        let word_end = if is_word_byte(c) { (i..bytes.len()).find(|&j| !is_word_byte(bytes[j]) || space_at(code, j) > 0).unwrap_or(bytes.len()) } else { i };
+        let word = &bytes[i..word_end];
+        // A word after a `.` names a property, never a keyword.
+        let keyword = !word.is_empty() && prev_byte != b'.' && EXPRESSION_KEYWORDS.contains(&word);
+        // Two operands in a row: the statement before ended without a `;` (or this is a syntax
+        // error, where parsing stops). `in`/`instanceof`/`of` continue an expression instead.
+        // A `case` starts a clause of the switch's flat list.
+        let continues = matches!(word, b"in" | b"instanceof" | b"of");
+        if starts_operand && (after_operand || after_block) && !continues || keyword && word == b"case" {
+            run = 0;
+        }
+        let (was_after_operand, was_after_block) = (after_operand, after_block);
+        after_operand = true;
+        after_block = false;
+        match c {
             b'\'' | b'"' => {
                 i += 1;
-                while i < bytes.len() && bytes[i] != c && bytes[i] != b'\n' {
+                // (A string may hold U+2028 and U+2029, not LF or CR but after a `\`: CR LF too.)
+                while i < bytes.len() && !matches!(bytes[i], b'\n' | b'\r') && bytes[i] != c {
                     if bytes[i] == b'\\' {
-                        i += 1;
+                        i += if bytes.get(i + 1..i + 3) == Some(b"\r\n") { 2 } else { 1 };
                     }
                     i += 1;
                 }
             }
-            b'`' => {
-                i = scan_template_text(bytes, i + 1, &mut depth, &mut max_depth, &mut template_stack);
+            b'`' => i = scan_template_text(bytes, i + 1),
+            b'/' if !was_after_operand => i = skip_regex(bytes, i),
+            _ if !word.is_empty() => {
+                if keyword {
+                    // A nested statement or `new` costs the parser several times what an
+                    // operator does (measured in the Worker).
+                    run += match word {
+                        b"if" | b"for" | b"while" | b"with" => 4,
+                        b"new" => 2,
+                        _ => 1,
+                    };
+                    after_operand = false;
+                    chain += usize::from(word == b"else");
+                }
+                i = word_end - 1;
             }
             b'(' | b'[' | b'{' => {
-                depth += 1;
-                max_depth = max_depth.max(depth);
+                let opened = match c {
+                    b'(' if matches!(prev_word, b"if" | b"for" | b"while" | b"with") => Opened::Head,
+                    // (After a `}`, a function expression's maybe: `function(){}[a, b]` indexes.)
+                    b'[' if !was_after_operand && !was_after_block => Opened::Literal,
+                    // After an operator, `(`, `[` or `,`: an object. After a `)`, `;`, `=>`, a
+                    // keyword (`return` may end at a line break), at the start: a block.
+                    b'{' if !was_after_operand
+                        && !matches!(prev_byte, b')' | b']' | b'{' | b'}' | b';' | b'>' | 0)
+                        && prev_word.is_empty()
+                        && (prev_byte != b':' || levels.last().is_some_and(|l| l.opened == Opened::Literal)) =>
+                    {
+                        Opened::Literal
+                    }
+                    b'{' => Opened::Block,
+                    _ => Opened::Expression,
+                };
+                levels.push(Level { opened, outer_run: run + 1 });
+                outer += run + 1;
+                run = 0;
+                after_operand = false;
             }
-            b')' | b']' => depth = depth.saturating_sub(1),
-            b'}' => {
-                depth = depth.saturating_sub(1);
-                if template_stack.last() == Some(&depth) {
-                    // Back in template text: resume scanning it.
-                    template_stack.pop();
-                    i = scan_template_text(bytes, i + 1, &mut depth, &mut max_depth, &mut template_stack);
+            b')' | b']' | b'}' => {
+                if let Some(level) = levels.pop() {
+                    outer -= level.outer_run;
+                    run = level.outer_run;
+                    match level.opened {
+                        Opened::Head => after_operand = false,
+                        Opened::Block => (after_operand, after_block) = (false, true),
+                        // Back in template text: scan on to its end or its next `${`.
+                        Opened::Template => {
+                            i = scan_template_text(bytes, i + 1);
+                            if bytes.get(i) == Some(&b'{') {
+                                levels.push(Level { opened: Opened::Template, outer_run: run });
+                                (outer, run) = (outer + run, 0);
+                                after_operand = false;
+                            }
+                        }
+                        Opened::Expression | Opened::Literal => {}
+                    }
                 }
             }
-            b'?' if !matches!(bytes.get(i + 1), Some(b'?' | b'.')) => chain += 1,
-            b'=' if bytes.get(i + 1) == Some(&b'>') => chain += 1,
-            _ => {}
+            b';' => (run, after_operand) = (0, false),
+            b',' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => (run, after_operand) = (0, false),
+            b':' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => after_operand = false,
+            _ => {
+                // An operator (or a stray byte, which the parser refuses).
+                run += 1;
+                after_operand = false;
+                if c == b'?' && !matches!(bytes.get(i + 1), Some(b'?' | b'.')) || c == b'=' && bytes.get(i + 1) == Some(&b'>') {
+                    chain += 1;
+                }
+            }
         }
+        // A template literal that opened a `${` (its text scan stopped at the `{`).
+        if c == b'`' && bytes.get(i) == Some(&b'{') {
+            levels.push(Level { opened: Opened::Template, outer_run: run });
+            (outer, run) = (outer + run, 0);
+            after_operand = false;
+        }
+        prev_word = if keyword { word } else { b"" };
+        prev_byte = bytes.get(i).copied().unwrap_or(0);
         if matches!(c, b'!' | b'~' | b'-' | b'+') {
             unary_run += 1;
             max_unary_run = max_unary_run.max(unary_run);
-        } else if !c.is_ascii_whitespace() {
+        } else {
             unary_run = 0;
         }
+        max_depth = max_depth.max(levels.len());
         if max_depth > limits.max_nesting {
             return Err(too_deep("bracket nesting depth", max_depth, limits.max_nesting));
+        }
+        if outer + run > limits.max_expression_nesting {
+            return Err(too_deep("the count of operators, keywords and brackets one expression nests", outer + run, limits.max_expression_nesting));
         }
         i += 1;
     }
     if chain > limits.max_operator_chain {
-        return Err(too_deep("the number of '?:' and '=>' operators", chain, limits.max_operator_chain));
+        return Err(too_deep("the number of '?:', '=>' and 'else'", chain, limits.max_operator_chain));
     }
     if max_unary_run > limits.max_nesting {
         return Err(too_deep("a run of unary operators", max_unary_run, limits.max_nesting));
