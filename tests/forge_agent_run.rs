@@ -32,6 +32,18 @@ fn tool_result(model: &ScriptedModel, request: usize) -> Value {
     serde_json::from_str(&tool_result_text(model, request)).unwrap()
 }
 
+/// Every tool result the model was sent in request `request` (one step's parallel calls).
+fn tool_results(model: &ScriptedModel, request: usize) -> Vec<Value> {
+    model.requests.borrow()[request]
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(serde_json::from_str(content).unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The local model's chat template (`scripts/model/qwen-tools.jinja`) recognizes a created
 /// tool by these substrings of the compact `forge_tool` result, and then keeps the tools in
 /// the prompt (call the new tool) instead of asking for the final answer; a rejection must not
@@ -247,16 +259,7 @@ fn the_same_forge_twice_in_one_step_makes_one_version_as_it_does_in_two_steps() 
     let agent = agent_with_registry(model.clone(), &r);
     block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
 
-    let requests = model.requests.borrow();
-    let results: Vec<Value> = requests[1]
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { content, .. } => Some(serde_json::from_str(content).unwrap()),
-            _ => None,
-        })
-        .collect();
-    drop(requests);
+    let results = tool_results(&model, 1);
     assert_eq!(results.len(), 2);
     assert!(results.iter().all(|res| res["success"] == true && res["version"] == 1), "{results:?}");
     assert!(results[1]["message"].as_str().unwrap().contains("already exists exactly as requested"), "{}", results[1]);
@@ -404,16 +407,7 @@ fn two_different_forges_of_one_name_in_one_step_register_the_first_and_refuse_th
     let agent = agent_with_registry(model.clone(), &r);
     block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
 
-    let requests = model.requests.borrow();
-    let results: Vec<Value> = requests[1]
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { content, .. } => Some(serde_json::from_str(content).unwrap()),
-            _ => None,
-        })
-        .collect();
-    drop(requests);
+    let results = tool_results(&model, 1);
     assert_eq!((results[0]["success"].clone(), results[0]["version"].clone()), (json!(true), json!(1)), "{results:?}");
     assert_eq!((results[1]["success"].clone(), results[1]["category"].clone()), (json!(false), json!("other")), "{results:?}");
     let reason = results[1]["reason"].as_str().unwrap();
