@@ -569,6 +569,50 @@ fn a_run_that_fails_in_its_first_turn_is_stored_and_resumes() {
     assert!(block_on(agent.stored_runs()).unwrap().is_empty(), "completed: nothing left to resume");
 }
 
+/// A store whose locks other contexts (tabs) hold: `held` names the ones held now. A test
+/// double over a `MemoryStore`.
+#[derive(Default)]
+struct SharedLockStore {
+    inner: MemoryStore,
+    held: std::cell::RefCell<std::collections::HashSet<String>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Store for SharedLockStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, crucible::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
+        self.inner.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, crucible::store::StoreError> {
+        self.inner.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        self.inner.batch(ops).await
+    }
+    async fn lock_held(&self, name: &str) -> Result<bool, crucible::store::StoreError> {
+        Ok(self.held.borrow().contains(name))
+    }
+}
+
+#[test]
+fn a_run_another_context_is_driving_is_listed_running_and_its_saved_status_once_it_lets_go() {
+    let store = Rc::new(SharedLockStore::default());
+    let agent = refund_agent_without_store(AgentConfig::default(), ScriptedModel::new(vec![]), refund_tool()).with_store(store.clone(), "support-bot");
+    let err = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err.code(), "provider_protocol");
+    let run_id = block_on(agent.stored_runs()).unwrap()[0].run_id.clone();
+    // Another tab resumes it: it holds the run's lock while it drives the run.
+    store.held.borrow_mut().insert(format!("run:support-bot/{run_id}"));
+    assert_eq!(block_on(agent.stored_runs()).unwrap()[0].status, StoredRunStatus::Running);
+    store.held.borrow_mut().clear();
+    assert_eq!(block_on(agent.stored_runs()).unwrap()[0].status, StoredRunStatus::Interrupted);
+}
+
 #[test]
 fn an_aborted_run_is_aborted_whatever_error_the_model_fails_with() {
     let flag = Rc::new(CancelFlag::default());

@@ -1357,10 +1357,12 @@ export class Agent<Output = unknown> {
   /**
    * The runs whose state this agent's store holds: paused ones (with their `pendingApprovals`)
    * and ones interrupted between steps (a model error, an abort, a process that ended), and
-   * as `running` those a run or resume is driving in this page, worker or process (one driven
-   * in another tab shows its saved status; resuming it waits for that tab). Each can be resumed
-   * with {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing else removes
-   * them. Empty without a store.
+   * as `running` those a run or resume is driving in this page, worker or process, or in
+   * another tab or worker when the store has `tryLock` (a run holds its lock while it goes;
+   * `indexedDbStore` with Web Locks). Without `tryLock`, one driven elsewhere shows its saved
+   * status, and resuming it waits for that run. Each can be resumed with
+   * {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing else removes them.
+   * Empty without a store.
    */
   storedRuns(): Promise<StoredRun[]> {
     return wrapAsync(async () => {

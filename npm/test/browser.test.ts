@@ -65,6 +65,23 @@ describeInBrowser('crucible-agents in Chromium (built dist/ behind an import map
     await tab.screenshot('browser-smoke');
   });
 
+  test('a run going in one tab is listed as running in another tab, and gone once it completes (Web Locks)', async () => {
+    llm.reset();
+    const context = await browser.newContext();
+    try {
+      const [runner, viewer] = [await openPage(context, `${site.url}/`), await openPage(context, `${site.url}/`)];
+      const config = { baseURL: llm.openaiBaseURL, storeName: `crucible-runs-${Date.now()}` };
+      const runId = await callInPage<string>(runner.page, 'holdRun', config);
+      assert.deepEqual(await callInPage(viewer.page, 'storedRunStatuses', config), [[runId, 'running']], 'not offered for resuming');
+      assert.equal(await callInPage(runner.page, 'releaseRun'), 'It is 21 degrees in Oslo.');
+      assert.deepEqual(await callInPage(viewer.page, 'storedRunStatuses', config), []);
+      const problems = [...runner.pageErrors, ...runner.consoleErrors, ...viewer.pageErrors, ...viewer.consoleErrors];
+      assert.deepEqual(problems, [], [...runner.log, ...viewer.log].join('\n'));
+    } finally {
+      await context.close();
+    }
+  });
+
   test('aborting mid-stream ends the stream with agent.error aborted, promptly', async () => {
     llm.reset();
     llm.enqueue({ text: ['first ', 'second'], hangMs: 10_000 }, { text: 'slow', delayMs: 10_000 });

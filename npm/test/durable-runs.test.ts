@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { getEventListeners } from 'node:events';
-import { AbortError, createAgent, memoryStore, openai, tool } from '../src/node.js';
+import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
+import { AbortError, AgentRunError, createAgent, indexedDbStore, memoryStore, openai, tool } from '../src/node.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 const run = promisify(execFile);
@@ -219,6 +220,22 @@ test('storedRuns shows a run that is going in this process as running, and its s
   assert.equal(done.text, 'Found.');
   assert.deepEqual(seen, ['running'], 'the run saved its step before the call and holds its claim');
   assert.deepEqual(await agent.storedRuns(), [], 'a completed run leaves nothing behind');
+  await agent.close();
+});
+
+test('storedRuns shows a run another tab is driving as running while it holds the run, and its saved status once it lets go', async () => {
+  const store = indexedDbStore({ name: 'runs', indexedDB: new IDBFactory(), IDBKeyRange });
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } }), store });
+  server.reset();
+  server.enqueue({ status: 500 });
+  const failed = await agent.run('Check it').catch((e: unknown) => e as AgentRunError);
+  assert.ok(failed instanceof AgentRunError && failed.code === 'provider_http', String(failed));
+  assert.deepEqual((await agent.storedRuns()).map((r) => r.status), ['interrupted']);
+  // Another tab resumes the run: it holds the run's store lock for as long as it drives it.
+  const release = await store.lock!(`run:default/${failed.runId}`);
+  assert.deepEqual((await agent.storedRuns()).map((r) => r.status), ['running'], 'not offered for resuming while another tab runs it');
+  release();
+  assert.deepEqual((await agent.storedRuns()).map((r) => r.status), ['interrupted']);
   await agent.close();
 });
 

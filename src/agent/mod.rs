@@ -300,13 +300,20 @@ impl Agent {
         self.paused.borrow_mut().take(run_id).or_else(|| self.interrupted.borrow_mut().take(run_id))
     }
 
-    /// The runs whose state this agent's store holds: paused ones (waiting for approvals) and
-    /// ones interrupted between steps (a model error, an abort, a process that ended), in run
-    /// id order. Records that are not run states this build reads are left out.
+    /// The runs whose state this agent's store holds: paused ones (waiting for approvals), ones
+    /// interrupted between steps (a model error, an abort, a process that ended), and running
+    /// ones, in run id order. A run is running while a run or resume of it holds its claim here
+    /// or its store lock anywhere (another tab, when the store can tell: see
+    /// [`Store::lock_held`]). Records that are not run states this build reads are left out.
     pub async fn stored_runs(&self) -> Result<Vec<StoredRun>, AgentError> {
         let Some(store) = self.store.as_deref() else { return Ok(vec![]) };
         let records = store.scan(&self.run_prefix()).await.map_err(AgentError::Store)?;
-        Ok(records.into_iter().filter_map(|(_, value)| read_run_state(value).ok()).map(StoredRun::of).collect())
+        let mut runs = Vec::with_capacity(records.len());
+        for state in records.into_iter().filter_map(|(_, value)| read_run_state(value).ok()) {
+            let running = claim::claimed_here(&state.run_id) || store.lock_held(&self.run_lock_name(&state.run_id)).await.map_err(AgentError::Store)?;
+            runs.push(StoredRun::of(state, running));
+        }
+        Ok(runs)
     }
 
     /// Deletes the stored state of `run_id`, a run that will not be resumed; `true` when there

@@ -87,16 +87,19 @@ pub enum StoredRunStatus {
     Paused,
     /// It stopped between steps.
     Interrupted,
-    /// A run or resume of it is going in this context (this page, worker or process): its state
-    /// is the last step saved. One going in another context shows as `interrupted` or `paused`
-    /// (a resume of it waits for that one to end).
+    /// A run or resume of it is going: its state is the last step saved. Known for one going in
+    /// this context (this page, worker or process) and, when the store can tell whether a lock
+    /// is held ([`crate::store::Store::lock_held`]; IndexedDB with Web Locks), for one going in
+    /// another tab or worker; elsewhere such a run shows its saved status (`interrupted` or
+    /// `paused`), and a resume of it waits for that run to end.
     Running,
 }
 
 impl StoredRun {
-    pub(crate) fn of(state: RunState) -> Self {
+    /// `running`: whether a run or resume of it is going now.
+    pub(crate) fn of(state: RunState, running: bool) -> Self {
         let pending_approvals = state.pending.map(|p| p.approvals).unwrap_or_default();
-        let status = if super::claim::claimed_here(&state.run_id) {
+        let status = if running {
             StoredRunStatus::Running
         } else if pending_approvals.is_empty() {
             StoredRunStatus::Interrupted

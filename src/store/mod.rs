@@ -57,6 +57,14 @@ pub trait Store {
         Ok(None)
     }
 
+    /// Whether a holder (in any context) has the lock `name` right now, as far as this store
+    /// can tell, without waiting for it or keeping it: how an agent tells a run another tab is
+    /// driving from one that stopped (a run holds `run:<agentId>/<runId>` while it goes).
+    /// `false` when the store has no such locks.
+    async fn lock_held(&self, _name: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     /// Names the data behind this handle within this context: handles on the same data (the
     /// agents given one store) answer the same, so the turns the core keeps per store are
     /// shared by them and by no one else. The default, 0, is one key for every store that

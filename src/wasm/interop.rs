@@ -513,6 +513,21 @@ impl Store for JsStore {
         })))
     }
 
+    /// The TS store's optional `tryLock(name) => Promise<release | undefined>`: the lock is
+    /// held when it is not given; when it is, it is given back at once.
+    async fn lock_held(&self, name: &str) -> Result<bool, StoreError> {
+        let Some(try_lock) = self.method("tryLock") else { return Ok(false) };
+        let returned = try_lock.call1(&self.target, &name.into()).map_err(to_store_error)?;
+        let release = await_promise(returned).await.map_err(to_store_error)?;
+        match release.dyn_ref::<Function>() {
+            Some(release) => {
+                release.call0(&JsValue::NULL).map_err(to_store_error)?;
+                Ok(false)
+            }
+            None => Ok(true),
+        }
+    }
+
     fn data_key(&self) -> usize {
         self.data_key
     }

@@ -42,6 +42,8 @@ export interface Store {
    * Optional, with `lock`: the lock `name` if no context holds it now (its release function),
    * else `undefined`, without waiting. An agent with emergent capabilities holds
    * `agent:<agentId>` while it is open: its registry (tools, stats, audit) has one writer.
+   * `storedRuns()` takes and at once releases each run's lock (`run:<agentId>/<runId>`, held
+   * while a run or resume of it goes) to list the runs other contexts drive as `running`.
    */
   tryLock?(name: string): Promise<(() => void) | undefined>;
 }

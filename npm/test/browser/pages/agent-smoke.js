@@ -1,6 +1,6 @@
 // Browser smoke test of the package: called by name from test/browser.test.ts through
 // `callInPage`. Loaded behind an import map that points `crucible-agents` at dist/browser.js.
-import { AbortError, createAgent, openai, tool } from 'crucible-agents';
+import { AbortError, createAgent, indexedDbStore, openai, tool } from 'crucible-agents';
 
 const model = (baseURL) => openai({ baseURL, apiKey: 'none', model: 'qwen', retry: { maxRetries: 0 } });
 
@@ -60,4 +60,48 @@ window.runAbortMidStream = async ({ baseURL }) => {
     runError = { isAbortError: error instanceof AbortError, code: error.code, name: error.name };
   }
   return { types, last: { type: last?.type, error: last?.error }, streamMs, runError };
+};
+
+/** The run `holdRun` keeps going in this tab until `releaseRun`. */
+let held;
+
+/** Starts a run on an IndexedDB store whose host tool waits for `releaseRun`; resolves with
+ *  the run's id once the tool is waiting (the run is going, its start saved). */
+window.holdRun = async ({ baseURL, storeName }) => {
+  let release;
+  const waiting = new Promise((resolve) => (release = resolve));
+  let toolStarted;
+  const started = new Promise((resolve) => (toolStarted = resolve));
+  const weather = tool({
+    name: 'get_weather',
+    description: 'Current temperature for a city',
+    inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    execute: async ({ city }) => {
+      toolStarted();
+      await waiting;
+      return { city, celsius: 21 };
+    },
+  });
+  const agent = await createAgent({ model: model(baseURL), tools: [weather], store: indexedDbStore({ name: storeName }) });
+  let runId;
+  agent.on((e) => (runId ??= e.runId));
+  const done = agent.run('What is the weather in Oslo?');
+  await started;
+  held = { agent, release, done };
+  return runId;
+};
+
+window.releaseRun = async () => {
+  held.release();
+  const { text } = await held.done;
+  await held.agent.close();
+  return text;
+};
+
+/** What another agent on the same store lists: [runId, status] pairs. */
+window.storedRunStatuses = async ({ baseURL, storeName }) => {
+  const agent = await createAgent({ model: model(baseURL), store: indexedDbStore({ name: storeName }) });
+  const runs = await agent.storedRuns();
+  await agent.close();
+  return runs.map((r) => [r.runId, r.status]);
 };
