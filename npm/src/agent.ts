@@ -1360,7 +1360,9 @@ export class Agent<Output = unknown> {
    * as `running` those a run or resume is driving in this page, worker or process, or in
    * another tab or worker when the store has `tryLock` (a run holds its lock while it goes;
    * `indexedDbStore` with Web Locks). Without `tryLock`, one driven elsewhere shows its saved
-   * status, and resuming it waits for that run. Each can be resumed with
+   * status, and resuming it waits for that run. An aborted run is `interrupted`: the store does
+   * not record why a run stopped, so pass the `AbortError`'s `runId` to
+   * {@link Agent.discardRun} when the abort means "stop for good". Each can be resumed with
    * {@link Agent.resume} or dropped with {@link Agent.discardRun}; nothing else removes them.
    * Empty without a store.
    */

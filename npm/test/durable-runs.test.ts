@@ -239,6 +239,38 @@ test('storedRuns shows a run another tab is driving as running while it holds th
   await agent.close();
 });
 
+test('an aborted run is listed as interrupted under its AbortError runId and resumes from its last saved step', async () => {
+  const controller = new AbortController();
+  const looked: number[] = [];
+  const lookup = tool({
+    name: 'lookup',
+    description: 'Look an order up',
+    inputSchema: { type: 'object', properties: {} },
+    // Ignores its signal: the abort ends the run at once and the call's result is discarded.
+    execute: async () => {
+      looked.push(looked.length + 1);
+      controller.abort();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      return { found: true };
+    },
+  });
+  const agent = await createAgent({ model: openai({ baseURL: server.openaiBaseURL, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } }), tools: [lookup], store: memoryStore() });
+  server.reset();
+  server.enqueue({ toolCalls: [{ name: 'lookup', arguments: {} }] });
+  const aborted = await agent.run('Find it', { signal: controller.signal }).catch((e: unknown) => e as AbortError);
+  assert.ok(aborted instanceof AbortError, String(aborted));
+  assert.deepEqual((await agent.storedRuns()).map((r) => [r.runId, r.status, r.turns]), [[aborted.runId, 'interrupted', 0]]);
+  // The abort cut the step short, so it was not saved: the model is asked again from the
+  // last saved step (here the run's start), and could call the tool again (at-least-once).
+  server.enqueue({ text: ['Found.'] });
+  const done = await agent.resume(aborted.runId!);
+  assert.equal(done.text, 'Found.');
+  assert.deepEqual(server.requests.at(-1)!.messages.map((m) => m.role), ['user']);
+  assert.deepEqual(looked, [1]);
+  assert.deepEqual(await agent.storedRuns(), []);
+  await agent.close();
+});
+
 test('a resume whose signal was aborted before it began runs nothing, names its run, and the run resumes afterwards', async () => {
   server.reset();
   const executed: number[] = [];

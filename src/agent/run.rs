@@ -85,7 +85,8 @@ pub struct StoredRun {
 pub enum StoredRunStatus {
     /// Its calls wait for approval.
     Paused,
-    /// It stopped between steps.
+    /// It stopped between steps: a model failure, a failed save, an abort (not told apart: the
+    /// store does not record why a run stopped), a process that ended.
     Interrupted,
     /// A run or resume of it is going: its state is the last step saved. Known for one going in
     /// this context (this page, worker or process) and, when the store can tell whether a lock
