@@ -1076,6 +1076,24 @@ fn a_demoted_version_rolled_back_to_after_a_new_forge_is_still_not_promoted_by_i
 }
 
 #[test]
+fn every_demoted_version_stays_held_off_not_only_the_last_one_demoted() {
+    let (r, panel) = auto_promoting_rig_with_slugify();
+    use_n(&r, "slugify", 3, "s1");
+    let v1 = block_on(r.registry.demote("slugify", "s1")).unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(r.registry.list("s1").into_iter().find(|t| t.status == ToolStatus::Active).unwrap().tier, Tier::Agent, "v2 promoted by its uses");
+    let v2 = block_on(r.registry.demote("slugify", "s1")).unwrap();
+    assert_ne!(v1.hash, v2.hash);
+    assert_eq!(block_on(r.registry.rollback("slugify", v1.version, "s1")).unwrap().hash, v1.hash);
+    let asked = panel.requests.borrow().len();
+    use_n(&r, "slugify", 6, "s1");
+    assert_eq!(panel.requests.borrow().len(), asked, "the panel is not asked about v1, demoted before v2 was");
+    let active = r.registry.list("s1").into_iter().find(|t| t.status == ToolStatus::Active).unwrap();
+    assert_eq!((active.tier, active.version), (Tier::Session, v1.version));
+}
+
+#[test]
 fn demotions_and_rejected_forges_are_in_the_audit_trail() {
     let r = promoted_rig(Rc::new(MemoryStore::new()));
     block_on(r.registry.demote("slugify", "s2")).unwrap();

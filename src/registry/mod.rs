@@ -1707,7 +1707,7 @@ impl Registry {
             record.status = ToolStatus::Active;
             // The uses that follow do not undo an operator's demotion: this version is not
             // promoted automatically again (a new version may be, and a request may ask).
-            record.promotion.demoted_hash = Some(record.current.hash.clone());
+            record.promotion.demote(&record.current.hash);
             if to == Tier::Session {
                 record.session_id = Some(session.to_string());
             }
@@ -1739,11 +1739,10 @@ impl Registry {
                 None if below_in_use => {
                     let below = state.entry_mut(to, session, name).expect("checked above");
                     below.record.absorb_history(&record.history);
-                    // One hash is held off: the version this tier runs keeps an earlier
-                    // demotion's; otherwise the one demoted now is, should it be rolled back to.
-                    let memo = &mut below.record.promotion;
-                    if memo.demoted_hash.as_ref() != Some(&below.record.current.hash) {
-                        memo.demoted_hash = record.promotion.demoted_hash;
+                    // The versions demoted before stay held off with those demoted now, should a
+                    // rollback restore one.
+                    for hash in &record.promotion.demoted {
+                        below.record.promotion.demote(hash);
                     }
                     ops.extend(self.entry_ops(below));
                     let kept = below.record.current.version;

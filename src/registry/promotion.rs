@@ -126,7 +126,7 @@ impl Registry {
         // An operator demoted this very content out of the agent tier (its tombstone there holds
         // the hash): forged again, in another session or after a restart, its uses do not
         // undo that either.
-        let demoted = memo.demoted_hash.as_deref() == Some(e.record.current.hash.as_str())
+        let demoted = memo.is_demoted(&e.record.current.hash)
             || state.agent.get(name).is_some_and(|above| !above.active() && above.record.current.hash == e.record.current.hash);
         let reviewing = state.promoting.iter().any(|(s, n)| s == session && n == name) || self.background.is_promoting(session, name);
         confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
@@ -293,7 +293,7 @@ impl Registry {
             let mut record = entry.record;
             record.tier = Tier::Agent;
             record.status = ToolStatus::Active;
-            record.promotion = Default::default();
+            record.promotion.promoted(&record.current.hash);
             record.mark_reviewed(Tier::Agent);
             if let Some(replaced) = state.agent.get(name) {
                 record.absorb_history(&replaced.record.history);

@@ -109,9 +109,35 @@ pub struct PromotionMemo {
     /// to an earlier rejected version would have the panel asked about it again at once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<HeldOff>,
-    /// Hash of a version an operator demoted: its uses do not promote it again by themselves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub demoted_hash: Option<String>,
+    /// Hashes of the versions an operator demoted, oldest first, at most [`MAX_VERSIONS`]: their
+    /// uses do not promote them again by themselves. Remembering only the last, a rollback to
+    /// a version demoted before it would be promoted back by its uses. (Records written before
+    /// this list held one, as `demotedHash`.)
+    #[serde(default, alias = "demotedHash", deserialize_with = "one_or_many", skip_serializing_if = "Vec::is_empty")]
+    pub demoted: Vec<String>,
+}
+
+/// A list, or the one value an older record held in its place.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(hash) => vec![hash],
+        OneOrMany::Many(hashes) => hashes,
+    })
+}
+
+/// Puts `item` last in `list`, in place of the one `same` finds, and forgets the oldest beyond
+/// [`MAX_VERSIONS`] (the versions a rollback can restore): what the memo's lists hold.
+fn remember<T>(list: &mut Vec<T>, item: T, same: impl Fn(&T) -> bool) {
+    list.retain(|t| !same(t));
+    list.push(item);
+    let excess = list.len().saturating_sub(MAX_VERSIONS);
+    list.drain(..excess);
 }
 
 /// One version whose promotion was rejected.
@@ -138,10 +164,26 @@ impl PromotionMemo {
     /// Holds off the version `hash` until `until_successes` successful uses; the oldest
     /// version held off is forgotten beyond [`MAX_VERSIONS`].
     pub(crate) fn hold_off(&mut self, hash: &str, until_successes: u64, unanswered: bool) {
-        self.rejected.retain(|h| h.hash != hash);
-        self.rejected.push(HeldOff { hash: hash.to_string(), until_successes, unanswered });
-        let excess = self.rejected.len().saturating_sub(MAX_VERSIONS);
-        self.rejected.drain(..excess);
+        remember(&mut self.rejected, HeldOff { hash: hash.to_string(), until_successes, unanswered }, |h| h.hash == hash);
+    }
+
+    /// Whether an operator demoted the version `hash`.
+    pub fn is_demoted(&self, hash: &str) -> bool {
+        self.demoted.iter().any(|h| h == hash)
+    }
+
+    /// Remembers that an operator demoted the version `hash`; the oldest version demoted is
+    /// forgotten beyond [`MAX_VERSIONS`].
+    pub(crate) fn demote(&mut self, hash: &str) {
+        remember(&mut self.demoted, hash.to_string(), |h| h == hash);
+    }
+
+    /// The version `hash` was promoted (an explicit request may promote a demoted one): the
+    /// rejections are moot at the tier it reached, and its own demotion is undone, while the
+    /// other versions' demotions still hold should a rollback restore one of them.
+    pub(crate) fn promoted(&mut self, hash: &str) {
+        self.rejected.clear();
+        self.demoted.retain(|h| h != hash);
     }
 
     /// The version `hash` stops being current after `successes` successful uses (a new
@@ -356,5 +398,30 @@ impl Default for EmergentConfig {
             audit_capacity: 500,
             stats_flush_every: 16,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PromotionMemo;
+
+    #[test]
+    fn a_memo_stored_with_one_demoted_hash_reads_as_a_list_of_it() {
+        let memo: PromotionMemo = serde_json::from_value(serde_json::json!({ "demotedHash": "h1" })).unwrap();
+        assert!(memo.is_demoted("h1"));
+        let written = serde_json::to_value(&memo).unwrap();
+        assert_eq!(written, serde_json::json!({ "demoted": ["h1"] }));
+        assert_eq!(serde_json::from_value::<PromotionMemo>(written).unwrap(), memo);
+    }
+
+    #[test]
+    fn the_demoted_versions_are_bounded_and_the_oldest_is_forgotten_first() {
+        let mut memo = PromotionMemo::default();
+        for i in 0..=super::MAX_VERSIONS {
+            memo.demote(&format!("h{i}"));
+        }
+        memo.demote("h5");
+        assert_eq!(memo.demoted.len(), super::MAX_VERSIONS);
+        assert!(!memo.is_demoted("h0") && memo.is_demoted("h1") && memo.demoted.last().map(String::as_str) == Some("h5"));
     }
 }
