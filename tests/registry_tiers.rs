@@ -919,6 +919,63 @@ fn a_pending_shared_request_is_withdrawn_when_the_agent_tier_rolls_back_to_anoth
     assert!(matches!(block_on(r.registry.approve(&approval.id)), Err(RegistryError::NoSuchApproval(_))));
 }
 
+/// A store as a build before pending shared requests were withdrawn left it: `slugify`'s request
+/// (its id and key returned) kept beside the demotion of the version it asks for.
+fn store_with_a_stale_shared_request() -> (Rc<MemoryStore>, String, String) {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    let key = format!("agent/agent1/approval/{}", approval.id);
+    let stored = block_on(store.get(&key)).unwrap().expect("the request is stored");
+    block_on(r.registry.demote("slugify", "s2")).unwrap();
+    block_on(store.put(&key, stored)).unwrap();
+    (store, approval.id, key)
+}
+
+/// How many `approval.withdrawn` entries of `r`'s audit trail name the request `id`.
+fn withdrawn_entries(r: &Rig, id: &str) -> usize {
+    r.registry.audit_trail().into_iter().filter(|a| a.action == "approval.withdrawn" && a.detail.starts_with(id)).count()
+}
+
+#[test]
+fn a_stored_shared_request_whose_version_already_left_the_agent_tier_is_withdrawn_at_load() {
+    let (store, id, key) = store_with_a_stale_shared_request();
+    let fresh = rig_with(promo_config(), Some(approving_judge()), None, store.clone());
+    assert!(fresh.registry.pending_approvals().is_empty(), "a request that cannot be approved is not listed");
+    assert!(matches!(block_on(fresh.registry.approve(&id)), Err(RegistryError::NoSuchApproval(_))));
+    let audited = fresh.registry.audit_trail().into_iter().last().unwrap();
+    assert_eq!((audited.action.as_str(), audited.tool.as_str()), ("approval.withdrawn", "slugify"));
+    assert!(audited.detail.starts_with(&id) && audited.detail.contains("before this agent loaded"), "{}", audited.detail);
+    assert_eq!(withdrawn_entries(&fresh, &id), 2, "the demotion's withdrawal (of the copy in memory then) and the load's");
+    assert!(block_on(store.get(&key)).unwrap().is_none(), "withdrawn in the store too");
+    let again = rig_with(promo_config(), Some(approving_judge()), None, store);
+    assert_eq!(withdrawn_entries(&again, &id), 2, "withdrawn once at load, not at every load");
+}
+
+#[test]
+fn a_stale_shared_request_the_store_refuses_to_withdraw_at_load_is_not_listed_and_withdrawn_at_the_next_load() {
+    let (memory, id, key) = store_with_a_stale_shared_request();
+    let refusing = Rc::new(SharedDataStore::new(memory.clone()));
+    refusing.refuse_writes.set(true);
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), None, memory.clone(), refusing);
+    assert!(r.registry.pending_approvals().is_empty(), "the agent loads, without the request");
+    assert!(block_on(memory.get(&key)).unwrap().is_some(), "the refused write left it stored");
+    let again = rig_with(promo_config(), Some(approving_judge()), None, memory.clone());
+    assert!(again.registry.pending_approvals().is_empty());
+    assert!(block_on(memory.get(&key)).unwrap().is_none());
+    assert_eq!(withdrawn_entries(&again, &id), 2);
+}
+
+#[test]
+fn a_stored_shared_request_for_the_version_in_service_is_kept_at_load() {
+    let store = Rc::new(MemoryStore::new());
+    let r = promoted_rig(store.clone());
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    let fresh = rig_with(promo_config(), Some(approving_judge()), None, store);
+    assert_eq!(fresh.registry.pending_approvals(), vec![approval.clone()]);
+    assert_eq!(block_on(fresh.registry.approve(&approval.id)).unwrap().tier, Tier::Shared);
+}
+
 #[test]
 fn a_pending_shared_request_is_kept_when_a_demotion_or_rollback_cannot_be_written() {
     let memory = Rc::new(MemoryStore::new());

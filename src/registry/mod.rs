@@ -566,7 +566,8 @@ fn unversioned<T: DeserializeOwned>(key: &str, kind: &str, value: Value) -> Resu
 
 impl Registry {
     /// Loads the agent and shared tiers, stats, pending approvals and the audit trail of
-    /// `agent_id` from `deps.store`.
+    /// `agent_id` from `deps.store`; a pending shared-tier request whose version is no longer
+    /// the agent tier's is withdrawn (audited `approval.withdrawn`), as a change would have.
     pub async fn load(config: EmergentConfig, deps: RegistryDeps, agent_id: &str) -> Result<Rc<Registry>, RegistryError> {
         let mut state = State::default();
         let agent = agent_prefix(agent_id);
@@ -646,7 +647,7 @@ impl Registry {
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
         let stats_turn_key = deps.store.data_key();
-        Ok(Rc::new_cyclic(|me| Registry {
+        let registry = Rc::new_cyclic(|me| Registry {
             agent_id: agent_id.to_string(),
             config,
             store: deps.store,
@@ -664,7 +665,9 @@ impl Registry {
             shared_stats_turn: store_turn(TurnKind::SharedStats, stats_turn_key),
             forges: SessionWork::default(),
             background: Rc::default(),
-        }))
+        });
+        registry.withdraw_requests_left_stale().await;
+        Ok(registry)
     }
 
     /// Stops all writes to the store: forges, promotions and calls still in flight when their

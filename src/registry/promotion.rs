@@ -76,6 +76,10 @@ impl Refusal {
 /// replaces.
 const REPLACED: &str = "another version was promoted to the agent tier in its place";
 
+/// Why a pending shared request the store kept is withdrawn at load (see
+/// [`Registry::withdraw_requests_left_stale`]).
+const LEFT_BEFORE_LOAD: &str = "the version it asks for had left the agent tier before this agent loaded";
+
 impl Registry {
     /// Asks to move `name` up to `to` (`agent` from the session tier of `session`, or
     /// `shared` from the agent tier).
@@ -419,6 +423,32 @@ impl Registry {
             ops.extend(self.audit(state, "approval.withdrawn", name, None, Some(Tier::Shared), format!("{}: {why}", approval.id), None.into()));
         }
         (ops, stale)
+    }
+
+    /// Withdraws, by [`Registry::withdraw_stale_requests`]'s rule, the pending shared-tier
+    /// requests the store kept for versions no longer at the agent tier: a build before such
+    /// requests were withdrawn when their version left it listed them until an `approve` was
+    /// refused. Best effort, as loading is not a change anyone asked for: a request a refused
+    /// write leaves in the store is out of memory all the same, and withdrawn again at the next
+    /// load.
+    pub(crate) async fn withdraw_requests_left_stale(&self) {
+        let (ops, withdrawn) = {
+            let mut state = self.state.borrow_mut();
+            let shared = state.approvals.values().filter(|a| a.to_tier == Some(Tier::Shared));
+            let names: std::collections::BTreeSet<String> = shared.map(|a| a.tool.clone()).collect();
+            let mut all = (vec![], vec![]);
+            for name in names {
+                let (ops, withdrawn) = self.withdraw_stale_requests(&mut state, &name, LEFT_BEFORE_LOAD);
+                all.0.extend(ops);
+                all.1.extend(withdrawn);
+            }
+            all
+        };
+        if withdrawn.is_empty() {
+            return;
+        }
+        let _ = self.persist(ops).await;
+        self.announce_withdrawn(withdrawn, LEFT_BEFORE_LOAD);
     }
 
     /// Tells the listeners that the requests `withdrawn` will get no answer (the one typed end a

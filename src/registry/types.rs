@@ -293,7 +293,8 @@ pub struct AuditEntry {
     /// to the tool it names), `import.rejected` (its tests or judge refused it), `import.refused`
     /// (the package itself: unreadable, redacted, its hash not matching), `approval.requested`,
     /// `approval.approved`, `approval.denied`, `approval.withdrawn` (a pending shared-tier request
-    /// whose version left the agent tier: demoted, rolled back, replaced).
+    /// whose version left the agent tier: demoted, rolled back, replaced, or before the agent
+    /// loaded, a request an earlier build kept).
     pub action: String,
     pub tool: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

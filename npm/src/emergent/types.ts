@@ -147,7 +147,8 @@ export interface AuditEntry {
    *  or an import, or one promotion reviewer's (its detail starts `safety review:` or
    *  `correctness review:`), recorded before the `promote` entry that says how it ended.
    *  `approval.withdrawn`: a pending shared promotion whose version left the agent tier (demoted,
-   *  rolled back, replaced by another promoted version); its detail starts with the approval id. */
+   *  rolled back, replaced by another promoted version), or had left it when the agent loaded (a
+   *  request an earlier build kept); its detail starts with the approval id. */
   action:
     | 'forge'
     | 'verdict'
