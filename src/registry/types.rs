@@ -119,16 +119,12 @@ pub struct PromotionMemo {
 
 /// A list, or the one value an older record held in its place.
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
+    // Through `Value`, which the registry reads records with anyway: an untagged enum costs
+    // the wasm more.
+    match Value::deserialize(d)? {
+        Value::String(hash) => Ok(vec![hash]),
+        list => serde_json::from_value(list).map_err(serde::de::Error::custom),
     }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(hash) => vec![hash],
-        OneOrMany::Many(hashes) => hashes,
-    })
 }
 
 /// Puts `item` last in `list`, in place of the one `same` finds, and forgets the oldest beyond
