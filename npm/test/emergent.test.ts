@@ -918,6 +918,52 @@ describe('forge through the package', () => {
     await Promise.all([owner.close(), other.close()]);
   });
 
+  test('a pending shared promotion a store kept after its version left the agent tier is withdrawn when the agent loads', async () => {
+    const store = memoryStore();
+    const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 } });
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
+    const id = (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })).approval!.id;
+    const key = `agent/bot/approval/${id}`;
+    const kept = await store.get(key);
+    assert.ok(kept !== undefined, 'the request is stored');
+    await agent.emergent.demote('slugify', { sessionId: 's1' });
+    await store.put(key, kept); // as a build that did not withdraw requests left the store
+    await agent.close();
+    const restarted = await makeAgent(store);
+    assert.deepEqual(restarted.emergent.pendingApprovals(), []);
+    const last = restarted.emergent.audit().at(-1)!;
+    assert.deepEqual([last.action, last.tool], ['approval.withdrawn', 'slugify']);
+    assert.ok(last.detail.startsWith(id) && /before this agent loaded/.test(last.detail), last.detail);
+    await assert.rejects(restarted.emergent.approve(id), (e: { code?: string }) => e.code === 'no_such_approval');
+    assert.equal(await store.get(key), undefined);
+    await restarted.close();
+  });
+
+  test('a version demoted before another is not promoted back by its uses once rolled back to', async () => {
+    const agent = await makeAgent(memoryStore(), { promotionThreshold: { uses: 1, confidence: 0.8 } });
+    const impl = slugify.implementation as { mode: 'sandbox'; code: string };
+    const v2 = { ...slugify, implementation: { ...impl, code: `${impl.code}\n// another take` } };
+    const use = async () => {
+      await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' });
+      await agent.emergent.settled();
+    };
+    const active = () => agent.tools.list({ sessionId: 's1' }).filter((t) => t.status === 'active').map((t) => [t.tier, t.version]);
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await use();
+    assert.deepEqual(active(), [['agent', 1]]);
+    await agent.emergent.demote('slugify', { sessionId: 's1' });
+    assert.ok((await agent.forge(v2, { sessionId: 's1' })).success);
+    await use();
+    assert.deepEqual(active(), [['agent', 2]], 'v2 is promoted by its use');
+    await agent.emergent.demote('slugify', { sessionId: 's1' });
+    await agent.emergent.rollback('slugify', 1, { sessionId: 's1' });
+    for (let i = 0; i < 3; i++) await use();
+    assert.deepEqual(active(), [['session', 1]], 'v1, demoted first, stays in the session');
+    await agent.close();
+  });
+
   test('export and import round-trip re-verify; redacted packages are refused', async () => {
     const agent = await makeAgent(memoryStore());
     assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
