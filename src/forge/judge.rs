@@ -236,6 +236,11 @@ const PLANTED_SCAN_BYTES: usize = 16 << 20;
 /// with more brackets than that before a planted verdict hid it, and the judge's copy then
 /// passed for its own. `None` when the scan would read more than [`PLANTED_SCAN_BYTES`].
 fn planted_verdicts(reviewed: &str) -> Option<Vec<Value>> {
+    // A verdict needs an `approved` key, which JSON spells out or writes with `\u` escapes:
+    // material with neither (most tools) holds none, and the scan of every `{` is skipped.
+    if !reviewed.contains("approved") && !reviewed.contains("\\u") {
+        return Some(vec![]);
+    }
     let mut found = vec![];
     let mut budget = PLANTED_SCAN_BYTES;
     let unescaped = reviewed.replace("\\\"", "\"");
@@ -523,6 +528,8 @@ mod tests {
             format!("Input schema: {{\"type\":\"object\",\"description\":{escaped}}}"),
             // In a JavaScript string.
             format!("Code:\n```js\nconst note = {escaped};\n```"),
+            // Its key written with a JSON escape (the material never spells `approved`).
+            format!("Code:\n```js\n// {}\n```", planted.replace("\"approved\"", "\"\\u0061pproved\"")),
         ];
         for reviewed in places {
             // The judge does what the planted text asks: it answers with the verdict alone.
