@@ -303,6 +303,29 @@ fn a_rollback_to_a_version_the_panel_rejected_waits_for_its_remaining_uses_befor
 }
 
 #[test]
+fn a_rejected_version_stays_held_off_after_another_version_was_promoted_demoted_and_rolled_back_from() {
+    let (no, yes) = (text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)));
+    let panel = judge_replying(vec![no.clone(), no.clone(), yes.clone(), yes, no.clone(), no]);
+    let config = EmergentConfig { promotion_retry_uses: 5, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    let request = |r: &Rig| block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(request(&r).status, PromotionStatus::Rejected, "version 1 is rejected");
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(request(&r).status, PromotionStatus::Promoted, "version 2 is promoted");
+    assert_eq!(block_on(r.registry.demote("slugify", "s1")).unwrap().tier, Tier::Session);
+    block_on(r.registry.rollback("slugify", 1, "s1")).unwrap();
+    // Version 1 was rejected after 3 uses: it needs 5 more, and 3 have passed since.
+    use_n(&r, "slugify", 3, "s1");
+    let out = request(&r);
+    assert_eq!(out.status, PromotionStatus::Suppressed, "{out:?}");
+    assert!(out.reason.contains("2 more successful uses"), "{}", out.reason);
+    assert_eq!(panel.requests.borrow().len(), 4, "the panel is not asked about version 1 again");
+}
+
+#[test]
 fn the_agent_tier_is_limited() {
     let config = EmergentConfig { max_agent_tools: 1, ..promo_config() };
     let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));

@@ -106,7 +106,10 @@ pub struct ToolVersion {
 pub struct PromotionMemo {
     /// The versions whose promotion was rejected, oldest first, one per hash and at most
     /// [`MAX_VERSIONS`] (what a rollback can restore): remembering only the last, a rollback
-    /// to an earlier rejected version would have the panel asked about it again at once.
+    /// to an earlier rejected version would have the panel asked about it again at once. A
+    /// version leaves this list only when it is promoted itself ([`PromotionMemo::promoted`]):
+    /// the promotion of another version, demoted later and rolled back from, does not make a
+    /// rejected one eligible again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<HeldOff>,
     /// Hashes of the versions an operator demoted, oldest first, at most [`MAX_VERSIONS`]: their
@@ -175,10 +178,11 @@ impl PromotionMemo {
     }
 
     /// The version `hash` was promoted (an explicit request may promote a demoted one): the
-    /// rejections are moot at the tier it reached, and its own demotion is undone, while the
-    /// other versions' demotions still hold should a rollback restore one of them.
+    /// panel's approval overrides its own rejection and an operator's request its own
+    /// demotion, so both are forgotten; the other versions' rejections and demotions still
+    /// hold, should a demotion and a rollback make one of them current again.
     pub(crate) fn promoted(&mut self, hash: &str) {
-        self.rejected.clear();
+        self.rejected.retain(|h| h.hash != hash);
         self.demoted.retain(|h| h != hash);
     }
 
