@@ -12,7 +12,7 @@ use crucible::forge::{
 };
 use crucible::model::{ModelError, ResponseFormat};
 use crucible::registry::MAX_AUDIT_DETAIL_CHARS;
-use crucible::registry::{EmergentConfig, PromotionStatus, Tier};
+use crucible::registry::{EmergentConfig, PromotionStatus, RegistryError, Tier, ToolStatus};
 use crucible::store::MemoryStore;
 use crucible::tools::{Tool, ToolSet, MAX_VALUE_DEPTH};
 use futures::executor::block_on;
@@ -833,6 +833,34 @@ fn a_forged_tool_under_an_own_tools_name_is_not_exported() {
     // Once the name is no longer the agent's, the forged tool is reached again, and exported.
     r.registry.set_host_tools(crucible::tools::ToolSet::new());
     assert!(r.registry.export("upper_case", "s1").unwrap().contains("name: upper_case"));
+}
+
+#[test]
+fn a_forged_tool_under_an_own_tools_name_is_neither_demoted_nor_rolled_back() {
+    let r = rig();
+    r.registry.set_host_tools(crucible::tools::ToolSet::new());
+    assert!(block_on(r.registry.forge(&slugify_request("upper_case", SLUGIFY_JS), "s1")).success);
+    for _ in 0..5 {
+        block_on(r.registry.call("upper_case", json!({ "text": "A b" }), "s1")).unwrap();
+    }
+    assert!(block_on(r.registry.forge(&slugify_request("upper_case", SLUGIFY_V2_JS), "s1")).success);
+    let forged = || r.registry.list("s1").into_iter().filter(|t| t.name == "upper_case").map(|t| (t.tier, t.version, t.status)).collect::<Vec<_>>();
+    let before = vec![(Tier::Session, 2, ToolStatus::Active), (Tier::Agent, 1, ToolStatus::Active)];
+    assert_eq!(forged(), before, "v1 promoted by its uses while the name was free, v2 forged after it");
+    r.registry.set_host_tools(host_tools());
+    // The agent serves its own `upper_case`: a demotion or rollback under that name would change
+    // a tool that nobody calling `upper_case` here gets, as an export would hand one out.
+    let demoted = block_on(r.registry.demote("upper_case", "s1")).unwrap_err();
+    let rolled_back = block_on(r.registry.rollback("upper_case", 1, "s1")).unwrap_err();
+    for err in [demoted, rolled_back] {
+        assert!(matches!(err, RegistryError::OwnTool(_)), "{err:?}");
+        assert_eq!(err.code(), "tool_not_found", "{err}");
+        assert!(err.to_string().contains("one of the agent's own tools"), "{err}");
+    }
+    assert!(r.registry.audit_trail().iter().all(|a| a.action != "demote" && a.action != "rollback"), "nothing was changed");
+    r.registry.set_host_tools(crucible::tools::ToolSet::new());
+    assert_eq!(forged(), before, "the forged tools are as they were");
+    assert_eq!(block_on(r.registry.rollback("upper_case", 1, "s1")).unwrap().version, 1, "once the name is free again, they are its to change");
 }
 
 #[test]

@@ -933,11 +933,14 @@ export class Agent<Output = unknown> {
      *  into the audit trail. */
     deny(approvalId: string, reason?: string): Promise<void>;
     /** Moves the highest active tool of that name down one tier; the old tier keeps a
-     *  tombstone that cannot be called (`lowest_tier` for a session tool). */
+     *  tombstone that cannot be called (`lowest_tier` for a session tool). A forged tool stored
+     *  under one of the agent's own tools' names, which nothing reaches, is refused with
+     *  `tool_not_found`. */
     demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
     /** Makes `version` the tool's current version again (above the session tier, only a
      *  version that passed that tier's review: else `unreviewed_version`; a compose version
-     *  that would call itself through the tools it calls now is refused: `pipeline_cycle`). */
+     *  that would call itself through the tools it calls now is refused: `pipeline_cycle`; one
+     *  stored under one of the agent's own tools' names, `tool_not_found`). */
     rollback(name: string, version: number, options?: SessionOptions): Promise<ToolInfo>;
     /** The tool as a portable `crucible.tool.v1` YAML package (sandbox source redacted unless
      *  `persistSandboxSource`). A forged tool stored under one of the agent's own tools' names,

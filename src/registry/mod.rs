@@ -62,8 +62,9 @@ pub enum RegistryError {
     #[error("no tool named `{0}` at a tier that allows this")]
     NotFound(String),
     /// The name is one of the agent's own tools: a forged tool stored under it is reached
-    /// nowhere (the own tool answers), so it is not handed out under that name either. Code
-    /// `tool_not_found`, as for any name the registry serves no forged tool under.
+    /// nowhere (the own tool answers), so it is neither handed out (`export`) nor demoted or
+    /// rolled back under that name. Code `tool_not_found`, as for any name the registry serves
+    /// no forged tool under.
     #[error("`{0}` is one of the agent's own tools; the forged tool stored under that name is reached nowhere (the agent's own tool answers)")]
     OwnTool(String),
     #[error("`{0}` is already at the lowest tier")]
@@ -1647,6 +1648,16 @@ impl Registry {
             .collect()
     }
 
+    /// Refuses to act on the forged tool stored under one of the agent's own tools' names
+    /// ([`RegistryError::OwnTool`]): `export`, `demote` and `rollback` act on what the agent
+    /// serves under a name, and it serves its own tool (see [`Registry::is_own`]).
+    pub(crate) fn refuse_own_tool(&self, name: &str) -> Result<(), RegistryError> {
+        match self.is_own(name) {
+            true => Err(RegistryError::OwnTool(name.into())),
+            false => Ok(()),
+        }
+    }
+
     /// Refuses a forged tool under one of the agent's own tools' names (see [`Registry::is_own`]).
     pub(crate) fn refuse_own_name(&self, name: &str) -> Result<(), String> {
         if self.is_own(name) {
@@ -1676,8 +1687,10 @@ impl Registry {
 
     /// Moves `name` down one tier (shared → agent, agent → session of `session`). The old
     /// tier keeps a demoted tombstone that cannot be called. The highest active tier holding
-    /// the name is demoted.
+    /// the name is demoted. Under one of the agent's own tools' names it is refused
+    /// ([`RegistryError::OwnTool`]).
     pub async fn demote(&self, name: &str, session: &str) -> Result<ToolInfo, RegistryError> {
+        self.refuse_own_tool(name)?;
         let _turn = self.shared_tier_turn().await?;
         // Another agent's shared tool goes back to its owner's agent tier, unless the owner has
         // one of that name there already (a newer version it promoted since): that one stays.
@@ -1776,8 +1789,10 @@ impl Registry {
     }
 
     /// Restores version `version` of `name` (the entry `session` reaches) as its current
-    /// version.
+    /// version. Under one of the agent's own tools' names it is refused
+    /// ([`RegistryError::OwnTool`]).
     pub async fn rollback(&self, name: &str, version: u32, session: &str) -> Result<ToolInfo, RegistryError> {
+        self.refuse_own_tool(name)?;
         let _turn = self.shared_tier_turn().await?;
         // A forge refuses a pipeline that would call itself; an old version restored could be
         // one, as the tools it calls changed since. Restored, it would not build: it and every

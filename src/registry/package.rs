@@ -304,9 +304,7 @@ impl Registry {
     /// under one of the agent's own tools' names is not exported ([`RegistryError::OwnTool`]):
     /// a package is what the agent serves under that name, and it serves its own tool.
     pub fn export(&self, name: &str, session: &str) -> Result<String, RegistryError> {
-        if self.is_own(name) {
-            return Err(RegistryError::OwnTool(name.into()));
-        }
+        self.refuse_own_tool(name)?;
         let package = {
             let state = self.state.borrow();
             let (tier, entry) = state.resolve(name, session).ok_or_else(|| RegistryError::NotFound(name.into()))?;
