@@ -952,6 +952,12 @@ fn store_with_a_stale_shared_request() -> (Rc<MemoryStore>, String, String) {
     let stored = block_on(store.get(&key)).unwrap().expect("the request is stored");
     block_on(r.registry.demote("slugify", "s2")).unwrap();
     block_on(store.put(&key, stored)).unwrap();
+    // That build did not withdraw it: its trail has no `approval.withdrawn`.
+    for (audit_key, entry) in block_on(store.scan("agent/agent1/audit/")).unwrap() {
+        if entry["data"]["action"] == "approval.withdrawn" {
+            block_on(store.delete(&audit_key)).unwrap();
+        }
+    }
     (store, approval.id, key)
 }
 
@@ -969,10 +975,10 @@ fn a_stored_shared_request_whose_version_already_left_the_agent_tier_is_withdraw
     let audited = fresh.registry.audit_trail().into_iter().last().unwrap();
     assert_eq!((audited.action.as_str(), audited.tool.as_str()), ("approval.withdrawn", "slugify"));
     assert!(audited.detail.starts_with(&id) && audited.detail.contains("before this agent loaded"), "{}", audited.detail);
-    assert_eq!(withdrawn_entries(&fresh, &id), 2, "the demotion's withdrawal (of the copy in memory then) and the load's");
+    assert_eq!(withdrawn_entries(&fresh, &id), 1);
     assert!(block_on(store.get(&key)).unwrap().is_none(), "withdrawn in the store too");
     let again = rig_with(promo_config(), Some(approving_judge()), None, store);
-    assert_eq!(withdrawn_entries(&again, &id), 2, "withdrawn once at load, not at every load");
+    assert_eq!(withdrawn_entries(&again, &id), 1, "withdrawn once at load, not at every load");
 }
 
 #[test]
@@ -986,7 +992,28 @@ fn a_stale_shared_request_the_store_refuses_to_withdraw_at_load_is_not_listed_an
     let again = rig_with(promo_config(), Some(approving_judge()), None, memory.clone());
     assert!(again.registry.pending_approvals().is_empty());
     assert!(block_on(memory.get(&key)).unwrap().is_none());
-    assert_eq!(withdrawn_entries(&again, &id), 2);
+    assert_eq!(withdrawn_entries(&again, &id), 1);
+}
+
+#[test]
+fn a_withdrawal_at_load_the_store_refused_is_audited_once_though_a_later_write_carried_its_audit_entry() {
+    let (memory, id, key) = store_with_a_stale_shared_request();
+    let refusing = Rc::new(SharedDataStore::new(memory.clone()));
+    refusing.refuse_writes.set(true);
+    let r = rig_over("agent1", promo_config(), Some(approving_judge()), None, memory.clone(), refusing.clone());
+    refusing.refuse_writes.set(false);
+    // The next write carries the audit entry the refused one left out, but not the request's
+    // delete: the next load finds the request stored and withdraws it again.
+    forge_ok(&r, "slug", SLUGIFY_JS, "s1");
+    assert!(block_on(memory.get(&key)).unwrap().is_some(), "the refused delete is not retried");
+    let stored = block_on(memory.scan("agent/agent1/audit/")).unwrap();
+    assert_eq!(stored.iter().filter(|(_, e)| e["data"]["action"] == "approval.withdrawn").count(), 1, "the carried audit entry");
+    let again = rig_with(promo_config(), Some(approving_judge()), None, memory.clone());
+    assert!(again.registry.pending_approvals().is_empty());
+    assert!(block_on(memory.get(&key)).unwrap().is_none(), "withdrawn in the store this time");
+    assert_eq!(withdrawn_entries(&again, &id), 1, "one request, audited withdrawn once");
+    let third = rig_with(promo_config(), Some(approving_judge()), None, memory);
+    assert_eq!(withdrawn_entries(&third, &id), 1);
 }
 
 #[test]

@@ -929,13 +929,19 @@ describe('forge through the package', () => {
     const kept = await store.get(key);
     assert.ok(kept !== undefined, 'the request is stored');
     await agent.emergent.demote('slugify', { sessionId: 's1' });
-    await store.put(key, kept); // as a build that did not withdraw requests left the store
     await agent.close();
+    // As a build that did not withdraw requests left the store: the request kept, no withdrawal
+    // in the trail.
+    await store.put(key, kept);
+    for (const [auditKey, entry] of await store.scan('agent/bot/audit/')) {
+      if ((entry as { data: { action: string } }).data.action === 'approval.withdrawn') await store.delete(auditKey);
+    }
     const restarted = await makeAgent(store);
     assert.deepEqual(restarted.emergent.pendingApprovals(), []);
     const last = restarted.emergent.audit().at(-1)!;
     assert.deepEqual([last.action, last.tool], ['approval.withdrawn', 'slugify']);
     assert.ok(last.detail.startsWith(id) && /before this agent loaded/.test(last.detail), last.detail);
+    assert.equal(restarted.emergent.audit().filter((a) => a.action === 'approval.withdrawn').length, 1);
     await assert.rejects(restarted.emergent.approve(id), (e: { code?: string }) => e.code === 'no_such_approval');
     assert.equal(await store.get(key), undefined);
     await restarted.close();

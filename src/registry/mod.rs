@@ -568,7 +568,8 @@ fn unversioned<T: DeserializeOwned>(key: &str, kind: &str, value: Value) -> Resu
 impl Registry {
     /// Loads the agent and shared tiers, stats, pending approvals and the audit trail of
     /// `agent_id` from `deps.store`; a pending shared-tier request whose version is no longer
-    /// the agent tier's is withdrawn (audited `approval.withdrawn`), as a change would have.
+    /// the agent tier's is withdrawn (audited `approval.withdrawn`, once however many loads it
+    /// takes to delete it), as a change would have.
     pub async fn load(config: EmergentConfig, deps: RegistryDeps, agent_id: &str) -> Result<Rc<Registry>, RegistryError> {
         let mut state = State::default();
         let agent = agent_prefix(agent_id);

@@ -76,6 +76,15 @@ impl Refusal {
 /// replaces.
 const REPLACED: &str = "another version was promoted to the agent tier in its place";
 
+/// Whether the audit trail already records the request `id` as withdrawn. A withdrawal at
+/// load is best effort: when the store refuses it, a later write carries its audit entry (see
+/// `Unwritten`) but not the request's delete, so the next load finds the request again and
+/// withdraws it again; one request is audited withdrawn once.
+fn withdrawal_audited(state: &super::State, id: &str) -> bool {
+    let names = |a: &super::AuditEntry| a.detail.strip_prefix(id).is_some_and(|rest| rest.starts_with(':'));
+    state.audit.iter().any(|a| a.action == "approval.withdrawn" && names(a))
+}
+
 /// Why a pending shared request the store kept is withdrawn at load (see
 /// [`Registry::withdraw_requests_left_stale`]).
 const LEFT_BEFORE_LOAD: &str = "the version it asks for had left the agent tier before this agent loaded";
@@ -420,7 +429,9 @@ impl Registry {
         for approval in &stale {
             state.approvals.remove(&approval.id);
             ops.push(crate::store::BatchOp::Delete { key: self.approval_key(&approval.id) });
-            ops.extend(self.audit(state, "approval.withdrawn", name, None, Some(Tier::Shared), format!("{}: {why}", approval.id), None.into()));
+            if !withdrawal_audited(state, &approval.id) {
+                ops.extend(self.audit(state, "approval.withdrawn", name, None, Some(Tier::Shared), format!("{}: {why}", approval.id), None.into()));
+            }
         }
         (ops, stale)
     }
@@ -430,7 +441,7 @@ impl Registry {
     /// requests were withdrawn when their version left it listed them until an `approve` was
     /// refused. Best effort, as loading is not a change anyone asked for: a request a refused
     /// write leaves in the store is out of memory all the same, and withdrawn again at the next
-    /// load.
+    /// load, audited only if its withdrawal is not in the trail yet.
     pub(crate) async fn withdraw_requests_left_stale(&self) {
         let (ops, withdrawn) = {
             let mut state = self.state.borrow_mut();
