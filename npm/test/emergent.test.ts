@@ -1010,7 +1010,7 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
-  test("export refuses a forged tool stored under one of the agent's own tools' names: the agent serves its own tool there", async () => {
+  test("export, demote and rollback refuse a forged tool stored under one of the agent's own tools' names: the agent serves its own tool there", async () => {
     const store = memoryStore();
     // Forged and promoted to the agent tier before the agent had a tool of that name.
     const before = await createAgent({
@@ -1032,7 +1032,11 @@ describe('forge through the package', () => {
     await before.close();
     const agent = await makeAgent(store);
     assert.deepEqual(await agent.tools.call('upper', { text: 'a b' }), { text: 'A B' }, 'its own tool answers');
-    await assert.rejects(agent.emergent.export('upper'), (e: unknown) => e instanceof CrucibleError && e.code === 'tool_not_found' && /one of the agent's own tools/.test(e.message));
+    const ownTool = (e: unknown) => e instanceof CrucibleError && e.code === 'tool_not_found' && /one of the agent's own tools/.test(e.message);
+    await assert.rejects(agent.emergent.export('upper'), ownTool);
+    await assert.rejects(agent.emergent.demote('upper'), ownTool);
+    await assert.rejects(agent.emergent.rollback('upper', 1), ownTool);
+    assert.ok(agent.emergent.audit().every((a) => a.action !== 'demote' && a.action !== 'rollback'), 'nothing was changed');
     await agent.close();
   });
 
