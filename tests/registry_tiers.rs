@@ -326,6 +326,29 @@ fn a_rejected_version_stays_held_off_after_another_version_was_promoted_demoted_
 }
 
 #[test]
+fn a_rejected_version_stays_held_off_in_a_session_that_forges_over_the_promoted_tool_and_rolls_back_to_it() {
+    let (no, yes) = (text(&verdict(false, 0.3, 0.9)), text(&verdict(true, 0.9, 0.9)));
+    let panel = judge_replying(vec![no.clone(), no.clone(), yes.clone(), yes, no.clone(), no]);
+    let config = EmergentConfig { promotion_retry_uses: 5, ..promo_config() };
+    let r = rig_with(config, Some(approving_judge()), Some(panel.clone()), Rc::new(MemoryStore::new()));
+    let request = |r: &Rig, session: &str| block_on(r.registry.request_promotion("slugify", Tier::Agent, session)).unwrap();
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(request(&r, "s1").status, PromotionStatus::Rejected, "version 1 is rejected");
+    forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(request(&r, "s1").status, PromotionStatus::Promoted, "version 2 is promoted");
+    // Another session forges version 3 over the agent tier's version 2, then rolls back to 1.
+    forge_ok(&r, "slugify", &format!("{SLUGIFY_JS}\n// another take"), "s2");
+    block_on(r.registry.rollback("slugify", 1, "s2")).unwrap();
+    use_n(&r, "slugify", 3, "s2");
+    let out = request(&r, "s2");
+    assert_eq!(out.status, PromotionStatus::Suppressed, "{out:?}");
+    assert!(out.reason.contains("2 more successful uses"), "{}", out.reason);
+    assert_eq!(panel.requests.borrow().len(), 4, "the panel is not asked about version 1 again");
+}
+
+#[test]
 fn the_agent_tier_is_limited() {
     let config = EmergentConfig { max_agent_tools: 1, ..promo_config() };
     let r = rig_with(config, Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));

@@ -1347,9 +1347,13 @@ impl Registry {
             });
             // The memo is kept: it names the versions it holds off (by hash), and a rollback to
             // one of them must not make a rejected or demoted version eligible again.
+            // A new version of a tool above the session takes its memo too when this agent's
+            // panel and operators kept it (another agent's shared tool carries its owner's).
             let (mut history, promotion) = own.unwrap_or_else(|| {
-                let history = state.resolve(&name, session).map(|(_, e)| e.record.history.clone()).unwrap_or_default();
-                (history, PromotionMemo::default())
+                let above = state.resolve(&name, session).map(|(_, e)| &e.record);
+                let history = above.map(|r| r.history.clone()).unwrap_or_default();
+                let promotion = above.filter(|r| r.origin.agent_id == self.agent_id).map(|r| r.promotion.clone()).unwrap_or_default();
+                (history, promotion)
             });
             let current = ToolVersion {
                 version,

@@ -109,7 +109,8 @@ pub struct PromotionMemo {
     /// to an earlier rejected version would have the panel asked about it again at once. A
     /// version leaves this list only when it is promoted itself ([`PromotionMemo::promoted`]):
     /// the promotion of another version, demoted later and rolled back from, does not make a
-    /// rejected one eligible again.
+    /// rejected one eligible again, and a session forging a new version over this agent's
+    /// promoted tool takes the memo with its history.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<HeldOff>,
     /// Hashes of the versions an operator demoted, oldest first, at most [`MAX_VERSIONS`]: their
