@@ -8,8 +8,9 @@
 //! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
 //! tool changed (new hash). Each rejected version keeps its count (see
 //! [`super::PromotionMemo`]), so a rollback to one does not re-ask the panel before its uses
-//! have passed, not even after another version was promoted and demoted in between. A panel that gave no answer at all (its deadline passed, its request was
-//! aborted) holds off only the automatic promotion: it said nothing of the tool.
+//! have passed, not even after another version was promoted and demoted in between. A panel
+//! that gave no answer at all (its deadline passed, its request was aborted) holds off only
+//! the automatic promotion: it said nothing of the tool.
 //! agent → shared: emits `approval.requested` and waits for
 //! [`Registry::approve`] / [`Registry::deny`]; pending approvals are persisted.
 
