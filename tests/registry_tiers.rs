@@ -1136,10 +1136,6 @@ fn a_shared_tool_another_agent_demotes_is_recorded_once_in_its_owners_audit_trai
     let owner = shared_rig(store.clone());
     let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
     block_on(other.registry.demote("slugify", "b")).unwrap();
-    let demotions = |r: &Rig| {
-        let trail = r.registry.audit_trail().into_iter();
-        trail.filter(|a| a.action == "demote" && a.tool == "slugify").map(|a| (a.version, a.tier, a.detail)).collect::<Vec<_>>()
-    };
     assert!(demotions(&owner).is_empty(), "not seen yet");
     // How the change reaches the owner: the runtime's other agents (or other tabs) reload.
     block_on(owner.registry.reload_shared()).unwrap();
@@ -1147,9 +1143,80 @@ fn a_shared_tool_another_agent_demotes_is_recorded_once_in_its_owners_audit_trai
     let recorded = demotions(&owner);
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert_eq!((recorded[0].0, recorded[0].1), (Some(1), Some(Tier::Agent)));
-    assert!(recorded[0].2.contains("another agent demoted it from the shared tier"), "{}", recorded[0].2);
+    assert!(recorded[0].2.contains("another agent (`agent2`) demoted it from the shared tier"), "{}", recorded[0].2);
+    // Audited live, its notice is cleared with it: the next load does not audit it again.
     let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
     assert_eq!(demotions(&reopened), recorded, "persisted");
+}
+
+/// The `demote` entries of `slugify` in `r`'s audit trail: (version, tier, detail).
+fn demotions(r: &Rig) -> Vec<(Option<u32>, Option<Tier>, String)> {
+    let trail = r.registry.audit_trail().into_iter();
+    trail.filter(|a| a.action == "demote" && a.tool == "slugify").map(|a| (a.version, a.tier, a.detail)).collect()
+}
+
+#[test]
+fn a_shared_tool_another_agent_demotes_while_its_owner_is_closed_is_recorded_once_in_its_owners_trail_when_it_loads() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    owner.registry.close();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    block_on(other.registry.demote("slugify", "b")).unwrap();
+    let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store.clone());
+    let recorded = demotions(&reopened);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!((recorded[0].0, recorded[0].1), (Some(1), Some(Tier::Agent)));
+    assert!(recorded[0].2.contains("another agent (`agent2`) demoted it from the shared tier to this agent's tier"), "{}", recorded[0].2);
+    block_on(reopened.registry.reload_shared()).unwrap();
+    assert_eq!(demotions(&reopened), recorded, "a reload does not record it again");
+    reopened.registry.close();
+    let again = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
+    assert_eq!(demotions(&again), recorded, "persisted, and not recorded again");
+}
+
+#[test]
+fn a_closed_owners_trail_says_its_agent_tier_kept_its_own_newer_version_when_another_agent_demoted_the_shared_one() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    forge_ok(&owner, "slugify", SLUGIFY_V2_JS, "s2");
+    use_n(&owner, "slugify", 3, "s2");
+    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    owner.registry.close();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    block_on(other.registry.demote("slugify", "b")).unwrap();
+    let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
+    let recorded = demotions(&reopened);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].0, Some(1));
+    assert!(recorded[0].2.contains("another agent (`agent2`) took it out of the shared tier; this agent's tier keeps its own v2"), "{}", recorded[0].2);
+}
+
+#[test]
+fn a_demotion_notice_whose_audit_write_was_refused_at_load_is_audited_once_whichever_write_lands() {
+    let memory = Rc::new(MemoryStore::new());
+    let owner = shared_rig(memory.clone());
+    owner.registry.close();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, memory.clone());
+    block_on(other.registry.demote("slugify", "b")).unwrap();
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let load = || rig_over("agent1", promo_config(), Some(approving_judge()), None, memory.clone(), store.clone());
+    // Refused and closed before another write: neither the entry nor the clearing landed.
+    store.refuse_writes.set(true);
+    let refused = load();
+    assert_eq!(demotions(&refused).len(), 1, "memory shows it all the same");
+    refused.registry.close();
+    store.refuse_writes.set(false);
+    // Refused again, then carried by the next write that goes through (a forge's).
+    store.refuse_writes.set(true);
+    let carried = load();
+    store.refuse_writes.set(false);
+    forge_ok(&carried, "other_tool", SLUGIFY_JS, "s3");
+    assert_eq!(demotions(&carried).len(), 1);
+    carried.registry.close();
+    let recorded = demotions(&load());
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(recorded[0].2.contains("`agent2`"), "{}", recorded[0].2);
+    assert!(block_on(memory.get("agent/agent1/demotion-notice/slugify")).unwrap().is_none(), "cleared");
 }
 
 #[test]

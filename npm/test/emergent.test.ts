@@ -4,7 +4,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
-import { AbortError, createAgent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
+import { AbortError, createAgent, type Agent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, SPINNER_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { RUNS_UNTIL_THE_DEADLINE } from './support/sandbox-cases.js';
 import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
@@ -906,20 +906,47 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
-  test("another agent of the runtime demoting a shared tool is in its owner's audit trail", async () => {
-    const store = memoryStore();
+  /** The agent `owner` on `store`, its `slugify` promoted to the shared tier with approval. */
+  async function ownerOfSharedSlugify(store: Store) {
     const owner = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 } }, 'owner');
     assert.ok((await owner.forge(slugify, { sessionId: 's1' })).success);
     await owner.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
     await owner.emergent.settled();
     const asked = await owner.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' });
     await owner.emergent.approve(asked.approval!.id);
+    return owner;
+  }
+
+  /** Asserts `agent`'s trail holds one demotion of `slugify`, naming the agent `other`. */
+  function assertDemotedOnceByOther(agent: Agent) {
+    const demoted = agent.emergent.audit().filter((a) => a.action === 'demote');
+    assert.deepEqual(demoted.map((a) => [a.tool, a.tier, a.version]), [['slugify', 'agent', 1]]);
+    assert.match(demoted[0]!.detail, /another agent \(`other`\) demoted it from the shared tier/);
+  }
+
+  test("another agent of the runtime demoting a shared tool is in its owner's audit trail", async () => {
+    const store = memoryStore();
+    const owner = await ownerOfSharedSlugify(store);
     const other = await makeAgent(store, {}, 'other');
     await other.emergent.demote('slugify');
-    const demoted = owner.emergent.audit().filter((a) => a.action === 'demote');
-    assert.deepEqual(demoted.map((a) => [a.tool, a.tier, a.version]), [['slugify', 'agent', 1]]);
-    assert.match(demoted[0]!.detail, /another agent demoted it from the shared tier/);
-    await Promise.all([owner.close(), other.close()]);
+    assertDemotedOnceByOther(owner);
+    await owner.close();
+    const reopened = await makeAgent(store, {}, 'owner');
+    assertDemotedOnceByOther(reopened); // persisted, not recorded again at load
+    await Promise.all([reopened.close(), other.close()]);
+  });
+
+  test("another agent demoting a shared tool while its owner is closed is in the owner's audit trail when it opens, once", async () => {
+    const store = memoryStore();
+    await (await ownerOfSharedSlugify(store)).close();
+    const other = await makeAgent(store, {}, 'other');
+    await other.emergent.demote('slugify');
+    const reopened = await makeAgent(store, {}, 'owner');
+    assertDemotedOnceByOther(reopened);
+    await reopened.close();
+    const again = await makeAgent(store, {}, 'owner');
+    assertDemotedOnceByOther(again);
+    await Promise.all([again.close(), other.close()]);
   });
 
   test('a pending shared promotion a store kept after its version left the agent tier is withdrawn when the agent loads', async () => {

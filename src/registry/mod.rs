@@ -19,6 +19,9 @@
 //! - `agent/<agentId>/forge-stats` — forge counters and histogram (kind `forge-stats`), and
 //!   `agent/<agentId>/forge-name/<name>` — whether a name attempted was ever approved (written
 //!   only when that changes)
+//! - `agent/<agentId>/demotion-notice/<name>` — [`DemotionNotice`] (kind `demotion-notice`):
+//!   written by another agent that demoted this agent's shared tool, cleared when this agent
+//!   audits it
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -216,6 +219,9 @@ struct Unwritten {
     /// Names whose forge-name record is missing.
     names: BTreeSet<String>,
     forge_stats: bool,
+    /// Names whose demotion notice was audited but not cleared: cleared with the audit entry,
+    /// or the next load would audit it again.
+    notices: BTreeSet<String>,
 }
 
 /// A store write going: unless it is marked done, what it was writing is noted as
@@ -242,12 +248,18 @@ impl Unwritten {
         self.audit.extend(other.audit);
         self.names.extend(other.names);
         self.forge_stats |= other.forge_stats;
+        self.notices.extend(other.notices);
     }
 
     /// Notes the record at `rest` (a key of the agent's, its prefix taken off) when it is one
-    /// of the best-effort ones: an audit entry, the forge stats, a forge name.
-    fn note_key(&mut self, rest: &str) {
-        if rest == "forge-stats" {
+    /// of the best-effort ones: an audit entry, the forge stats, a forge name put, a demotion
+    /// notice deleted.
+    fn note_key(&mut self, rest: &str, put: bool) {
+        if !put {
+            if let Some(name) = rest.strip_prefix(NOTICE_KEYS) {
+                self.notices.insert(name.to_string());
+            }
+        } else if rest == "forge-stats" {
             self.forge_stats = true;
         } else if let Some(seq) = rest.strip_prefix("audit/").and_then(|seq| seq.parse().ok()) {
             self.audit.insert(seq);
@@ -573,6 +585,10 @@ impl Registry {
     pub async fn load(config: EmergentConfig, deps: RegistryDeps, agent_id: &str) -> Result<Rc<Registry>, RegistryError> {
         let mut state = State::default();
         let agent = agent_prefix(agent_id);
+        // Before the tiers: a demotion landing after this read is audited at the next load,
+        // not here and again by a reload that finds the tool gone from the shared tier read
+        // before it landed.
+        let notices = load_notices(deps.store.as_ref(), &agent).await?;
         let prefixes = [(Tier::Agent, agent.clone()), (Tier::Shared, "shared/".to_string())];
         for (tier, prefix) in &prefixes {
             *state.tier_mut(*tier, "") = load_tier(deps.store.as_ref(), prefix).await?;
@@ -669,6 +685,7 @@ impl Registry {
             background: Rc::default(),
         });
         registry.withdraw_requests_left_stale().await;
+        registry.audit_notices_left(notices).await;
         Ok(registry)
     }
 
@@ -706,8 +723,8 @@ impl Registry {
     /// Reads the shared tier from the store (its number of tools). A tool of this agent that
     /// left it since (another agent demoted it into this agent's tier) is read back into the
     /// agent tier too, otherwise only a restart would show it here, and the demotion goes into
-    /// this agent's audit trail: the other agent's trail has it, and the owner's is the record
-    /// of where its tool went.
+    /// this agent's audit trail, its notice cleared (see [`DemotionNotice`]): the other agent's
+    /// trail has it, and the owner's is the record of where its tool went.
     async fn read_shared(&self) -> Result<u32, RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
         let tools = loaded.len() as u32;
@@ -717,9 +734,14 @@ impl Registry {
             let left = state.shared.iter().filter(|(name, e)| mine(e) && !loaded.get(*name).is_some_and(Entry::active));
             left.map(|(name, e)| (name.clone(), e.record.current.version)).collect()
         };
-        let mut own = match came_home.is_empty() {
-            true => BTreeMap::new(),
-            false => load_tier(self.store.as_ref(), &self.prefix(Tier::Agent)).await?,
+        // Read after the shared tier: the demoter writes its notice in the batch that demotes,
+        // so a demotion seen there has its notice here (unless an earlier build demoted it).
+        let (mut own, mut notices) = match came_home.is_empty() {
+            true => Default::default(),
+            false => {
+                let prefix = self.prefix(Tier::Agent);
+                (load_tier(self.store.as_ref(), &prefix).await?, load_notices(self.store.as_ref(), &prefix).await?)
+            }
         };
         let audit = {
             let mut state = self.state.borrow_mut();
@@ -727,14 +749,11 @@ impl Registry {
             for (name, version) in came_home {
                 // An active entry in memory is newer than the store's (a version this agent
                 // promoted since, with calls not written yet): it stays.
-                let detail = match state.agent.get(&name).filter(|e| e.active()) {
-                    Some(kept) => format!("another agent took it out of the shared tier; this agent's tier keeps its own v{}", kept.record.current.version),
-                    None => "another agent demoted it from the shared tier to this agent's tier".to_string(),
-                };
-                if let Some(entry) = own.remove(&name).filter(|_| !state.agent.get(&name).is_some_and(Entry::active)) {
+                let kept = state.agent.get(&name).filter(|e| e.active()).map(|e| e.record.current.version);
+                if let Some(entry) = own.remove(&name).filter(|_| kept.is_none()) {
                     state.agent.insert(name.clone(), entry);
                 }
-                audit.extend(self.audit(&mut state, "demote", &name, Some(version), Some(Tier::Agent), detail, None.into()));
+                audit.extend(self.audit_came_home(&mut state, &name, version, notices.remove(&name), kept));
             }
             for (name, entry) in loaded.iter_mut() {
                 if let Some(old) = state.shared.get(name) {
@@ -755,6 +774,44 @@ impl Registry {
             let _ = self.persist(audit).await;
         }
         Ok(tools)
+    }
+
+    /// Audits that another agent took this agent's shared tool `name` (its `version`) out of
+    /// the shared tier, naming it when its `notice` does, and clears the notice in the same
+    /// write: a notice already audited would be audited again at the next load. `kept` is the
+    /// version of this agent's own that its agent tier keeps instead, if any.
+    fn audit_came_home(&self, state: &mut State, name: &str, version: u32, notice: Option<DemotionNotice>, kept: Option<u32>) -> Vec<BatchOp> {
+        let who = notice.as_ref().map_or_else(|| "another agent".to_string(), |n| format!("another agent (`{}`)", n.by));
+        let detail = match kept {
+            Some(kept) => format!("{who} took it out of the shared tier; this agent's tier keeps its own v{kept}"),
+            None => format!("{who} demoted it from the shared tier to this agent's tier"),
+        };
+        let mut ops = self.audit(state, "demote", name, Some(version), Some(Tier::Agent), detail, None.into());
+        if notice.is_some() {
+            ops.push(BatchOp::Delete { key: notice_key(&self.agent_id, name) });
+        }
+        ops
+    }
+
+    /// Audits the demotions of this agent's shared tools that other agents left `notices` of
+    /// (read before the tiers were, see [`Registry::load`]) and clears them. Best effort, as
+    /// loading is not a change anyone asked for: what a refused write leaves out is written with
+    /// the next write that goes through, or, the agent closed before one, audited at the next
+    /// load (the entry and the clearing are one write: neither or both are stored).
+    async fn audit_notices_left(&self, notices: BTreeMap<String, DemotionNotice>) {
+        if notices.is_empty() {
+            return;
+        }
+        let ops = {
+            let mut state = self.state.borrow_mut();
+            let mut ops = vec![];
+            for (name, notice) in notices {
+                let kept = state.agent.get(&name).filter(|e| e.active() && e.record.current.version != notice.version).map(|e| e.record.current.version);
+                ops.extend(self.audit_came_home(&mut state, &name, notice.version, Some(notice), kept));
+            }
+            ops
+        };
+        let _ = self.persist(ops).await;
     }
 
     pub fn agent_id(&self) -> &str {
@@ -923,6 +980,7 @@ impl Registry {
             ops.extend(self.forge_stats_ops(&state, None));
         }
         ops.extend(unwritten.names.iter().map(|name| self.forge_name_op(name, state.forge_stats.name_approved(name))));
+        ops.extend(unwritten.notices.iter().map(|name| BatchOp::Delete { key: notice_key(&self.agent_id, name) }));
         ops
     }
 
@@ -954,12 +1012,12 @@ impl Registry {
             last.insert(key, op);
         }
         // What a refused write would leave out: what it retries, and the best-effort records
-        // among its puts (the only ones a later write carries).
+        // among its ops (the only ones a later write carries).
         let mut left = retried;
         let prefix = agent_prefix(&self.agent_id);
-        for key in order.iter().filter(|k| matches!(last.get(*k), Some(BatchOp::Put { .. }))) {
+        for key in &order {
             if let Some(rest) = key.strip_prefix(&prefix) {
-                left.note_key(rest);
+                left.note_key(rest, matches!(last.get(key), Some(BatchOp::Put { .. })));
             }
         }
         let ops: Vec<BatchOp> = order.into_iter().filter_map(|k| last.remove(&k)).collect();
@@ -1734,8 +1792,13 @@ impl Registry {
             }
             // A shared tool goes back to the agent that forged it: another agent demoting it
             // takes it out of the shared tier, but does not gain it (it never passed this agent's
-            // panel); the owner finds it in its agent tier when it next loads.
+            // panel); the owner finds it in its agent tier when it next loads, and a notice
+            // naming this agent for its audit trail, whether it is open now or not.
             let owner = other_owner.filter(|_| from == Tier::Shared);
+            if let Some(owner) = &owner {
+                let notice = DemotionNotice { by: self.agent_id.clone(), version: record.current.version };
+                ops.push(BatchOp::Put { key: notice_key(owner, name), value: versioned("demotion-notice", &notice) });
+            }
             // The tier below may hold a tool of the name that is in use there (a session's own
             // newer forge, a version the agent promoted since): it stays current, as the tool
             // that tier's callers run, and the demoted versions join its history for rollback.
@@ -1967,6 +2030,37 @@ fn audit_entry_key(agent_id: &str, seq: u64) -> String {
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct ForgeNameRecord {
     approved: bool,
+}
+
+/// What an agent that demotes another agent's shared tool leaves under the owner's keys, in
+/// the write that demotes it: the owner audits it when it next reads it (at load, or reloading
+/// the shared tier if it is open) and clears it in the same write, so the demotion reaches the
+/// owner's audit trail once, open at the time or not.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct DemotionNotice {
+    /// The agent that demoted it.
+    by: String,
+    /// The version it demoted.
+    version: u32,
+}
+
+/// The store key of the notice of `name`'s demotion left for agent `agent_id`.
+fn notice_key(agent_id: &str, name: &str) -> String {
+    format!("{}{NOTICE_KEYS}{name}", agent_prefix(agent_id))
+}
+
+/// Where an agent's demotion notices live under its prefix.
+const NOTICE_KEYS: &str = "demotion-notice/";
+
+/// The demotion notices left for the agent whose records are under `prefix`, by tool name.
+async fn load_notices(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, DemotionNotice>, RegistryError> {
+    let keys = format!("{prefix}{NOTICE_KEYS}");
+    let mut notices = BTreeMap::new();
+    for (key, value) in store.scan(&keys).await? {
+        let Some(name) = key.strip_prefix(&keys) else { continue };
+        notices.insert(name.to_string(), unversioned(&key, "demotion-notice", value)?);
+    }
+    Ok(notices)
 }
 
 /// Refuses a different tool `name` for `session` when a version of it numbered `next_version`
