@@ -1162,11 +1162,15 @@ fn a_shared_tool_another_agent_demotes_while_its_owner_is_closed_is_recorded_onc
     owner.registry.close();
     let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
     block_on(other.registry.demote("slugify", "b")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
     let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store.clone());
     let recorded = demotions(&reopened);
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert_eq!((recorded[0].0, recorded[0].1), (Some(1), Some(Tier::Agent)));
     assert!(recorded[0].2.contains("another agent (`agent2`) demoted it from the shared tier to this agent's tier"), "{}", recorded[0].2);
+    // Made in the demotion, just before the demoter's own entry: not when its owner loaded.
+    let dated = |r: &Rig| r.registry.audit_trail().into_iter().rfind(|a| a.action == "demote").map(|a| a.at).unwrap();
+    assert!(dated(&reopened) <= dated(&other), "{} > {}", dated(&reopened), dated(&other));
     block_on(reopened.registry.reload_shared()).unwrap();
     assert_eq!(demotions(&reopened), recorded, "a reload does not record it again");
     reopened.registry.close();

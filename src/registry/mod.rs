@@ -19,9 +19,9 @@
 //! - `agent/<agentId>/forge-stats` — forge counters and histogram (kind `forge-stats`), and
 //!   `agent/<agentId>/forge-name/<name>` — whether a name attempted was ever approved (written
 //!   only when that changes)
-//! - `agent/<agentId>/demotion-notice/<name>` — [`DemotionNotice`] (kind `demotion-notice`):
-//!   written by another agent that demoted this agent's shared tool, cleared when this agent
-//!   audits it
+//! - `agent/<agentId>/demotion-notice/<name>` — the audit entry (kind `demotion-notice`)
+//!   another agent that demoted this agent's shared tool leaves it: this agent appends it to
+//!   its ring and deletes it in one write (see [`Registry::audit_came_home`])
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -723,7 +723,7 @@ impl Registry {
     /// Reads the shared tier from the store (its number of tools). A tool of this agent that
     /// left it since (another agent demoted it into this agent's tier) is read back into the
     /// agent tier too, otherwise only a restart would show it here, and the demotion goes into
-    /// this agent's audit trail, its notice cleared (see [`DemotionNotice`]): the other agent's
+    /// this agent's audit trail, its notice cleared (see [`Registry::audit_came_home`]): the other agent's
     /// trail has it, and the owner's is the record of where its tool went.
     async fn read_shared(&self) -> Result<u32, RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
@@ -736,8 +736,8 @@ impl Registry {
         };
         // Read after the shared tier: the demoter writes its notice in the batch that demotes,
         // so a demotion seen there has its notice here (unless an earlier build demoted it).
-        let (mut own, mut notices) = match came_home.is_empty() {
-            true => Default::default(),
+        let (mut own, mut notices): (_, Vec<(String, AuditEntry)>) = match came_home.is_empty() {
+            true => (BTreeMap::new(), vec![]),
             false => {
                 let prefix = self.prefix(Tier::Agent);
                 (load_tier(self.store.as_ref(), &prefix).await?, load_notices(self.store.as_ref(), &prefix).await?)
@@ -749,11 +749,15 @@ impl Registry {
             for (name, version) in came_home {
                 // An active entry in memory is newer than the store's (a version this agent
                 // promoted since, with calls not written yet): it stays.
-                let kept = state.agent.get(&name).filter(|e| e.active()).map(|e| e.record.current.version);
+                let kept = state.agent.get(&name).filter(|e| e.active()).map(|e| u64::from(e.record.current.version));
                 if let Some(entry) = own.remove(&name).filter(|_| kept.is_none()) {
                     state.agent.insert(name.clone(), entry);
                 }
-                audit.extend(self.audit_came_home(&mut state, &name, version, notices.remove(&name), kept));
+                let notice = notices.iter().position(|(n, _)| *n == name).map(|at| notices.swap_remove(at));
+                audit.extend(match notice {
+                    Some((name, entry)) => self.audit_came_home(&mut state, &name, entry),
+                    None => self.audit(&mut state, "demote", &name, Some(version), Some(Tier::Agent), came_home_detail(None, kept), None.into()),
+                });
             }
             for (name, entry) in loaded.iter_mut() {
                 if let Some(old) = state.shared.get(name) {
@@ -776,38 +780,31 @@ impl Registry {
         Ok(tools)
     }
 
-    /// Audits that another agent took this agent's shared tool `name` (its `version`) out of
-    /// the shared tier, naming it when its `notice` does, and clears the notice in the same
-    /// write: a notice already audited would be audited again at the next load. `kept` is the
-    /// version of this agent's own that its agent tier keeps instead, if any.
-    fn audit_came_home(&self, state: &mut State, name: &str, version: u32, notice: Option<DemotionNotice>, kept: Option<u32>) -> Vec<BatchOp> {
-        let who = notice.as_ref().map_or_else(|| "another agent".to_string(), |n| format!("another agent (`{}`)", n.by));
-        let detail = match kept {
-            Some(kept) => format!("{who} took it out of the shared tier; this agent's tier keeps its own v{kept}"),
-            None => format!("{who} demoted it from the shared tier to this agent's tier"),
-        };
-        let mut ops = self.audit(state, "demote", name, Some(version), Some(Tier::Agent), detail, None.into());
-        if notice.is_some() {
-            ops.push(BatchOp::Delete { key: notice_key(&self.agent_id, name) });
-        }
+    /// Appends to the audit trail the `entry` another agent left this one when it took its
+    /// shared tool `name` out of the shared tier (dated then, naming that agent), and deletes
+    /// the notice in the same write: a notice already audited would be audited again at the
+    /// next load. The agent reads its notices at load, or, open at the time, when a reload of
+    /// the shared tier finds its tool gone: either way it appends each once.
+    fn audit_came_home(&self, state: &mut State, name: &str, entry: AuditEntry) -> Vec<BatchOp> {
+        let mut ops = self.append_audit(state, entry);
+        ops.push(BatchOp::Delete { key: notice_key(&self.agent_id, name) });
         ops
     }
 
     /// Audits the demotions of this agent's shared tools that other agents left `notices` of
-    /// (read before the tiers were, see [`Registry::load`]) and clears them. Best effort, as
-    /// loading is not a change anyone asked for: what a refused write leaves out is written with
-    /// the next write that goes through, or, the agent closed before one, audited at the next
-    /// load (the entry and the clearing are one write: neither or both are stored).
-    async fn audit_notices_left(&self, notices: BTreeMap<String, DemotionNotice>) {
+    /// (read before the tiers were, see [`Registry::load`]). Best effort, as loading is not a
+    /// change anyone asked for: what a refused write leaves out is written with the next write
+    /// that goes through, or, the agent closed before one, audited at the next load (the entry
+    /// and the clearing are one write: neither or both are stored).
+    async fn audit_notices_left(&self, notices: Vec<(String, AuditEntry)>) {
         if notices.is_empty() {
             return;
         }
         let ops = {
             let mut state = self.state.borrow_mut();
             let mut ops = vec![];
-            for (name, notice) in notices {
-                let kept = state.agent.get(&name).filter(|e| e.active() && e.record.current.version != notice.version).map(|e| e.record.current.version);
-                ops.extend(self.audit_came_home(&mut state, &name, notice.version, Some(notice), kept));
+            for (name, entry) in notices {
+                ops.extend(self.audit_came_home(&mut state, &name, entry));
             }
             ops
         };
@@ -931,7 +928,13 @@ impl Registry {
         detail: String,
         who: AuditSubject<'a>,
     ) -> Vec<BatchOp> {
-        let entry = AuditEntry {
+        let entry = self.audit_entry(action, tool, version, tier, detail, who);
+        self.append_audit(state, entry)
+    }
+
+    /// An audit entry made now, its detail cut to [`MAX_AUDIT_DETAIL_CHARS`].
+    fn audit_entry(&self, action: &str, tool: &str, version: Option<u32>, tier: Option<Tier>, detail: String, who: AuditSubject<'_>) -> AuditEntry {
+        AuditEntry {
             at: self.now(),
             action: action.to_string(),
             tool: tool.to_string(),
@@ -940,7 +943,11 @@ impl Registry {
             detail: crate::tools::shorten(&detail, MAX_AUDIT_DETAIL_CHARS),
             session_id: who.session.filter(|s| !s.is_empty()).map(str::to_string),
             scope: who.scope.map(str::to_string),
-        };
+        }
+    }
+
+    /// Appends `entry` to the audit ring (see [`Registry::audit`]).
+    fn append_audit(&self, state: &mut State, entry: AuditEntry) -> Vec<BatchOp> {
         let seq = state.next_audit_seq;
         state.next_audit_seq += 1;
         let mut ops = vec![BatchOp::Put { key: audit_entry_key(&self.agent_id, seq), value: versioned("audit-entry", &entry) }];
@@ -1758,9 +1765,14 @@ impl Registry {
         // Another agent's shared tool goes back to its owner's agent tier, unless the owner has
         // one of that name there already (a newer version it promoted since): that one stays.
         let other_owner = self.state.borrow().shared.get(name).filter(|e| e.active()).map(|e| e.record.origin.agent_id.clone()).filter(|o| *o != self.agent_id);
-        let owner_keeps_own = match &other_owner {
-            Some(owner) => self.store.get(&tool_key_under(&agent_prefix(owner), name)).await?.is_some(),
-            None => false,
+        let (owner_keeps_own, kept) = match &other_owner {
+            Some(owner) => {
+                let own = self.store.get(&tool_key_under(&agent_prefix(owner), name)).await?;
+                // Read as stored, for the owner's trail only: its active version, if any.
+                let active = own.as_ref().filter(|own| own["data"]["status"] == "active");
+                (own.is_some(), active.and_then(|own| own["data"]["current"]["version"].as_u64()))
+            }
+            None => (false, None),
         };
         let (info, ops, from, to, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
@@ -1796,7 +1808,8 @@ impl Registry {
             // naming this agent for its audit trail, whether it is open now or not.
             let owner = other_owner.filter(|_| from == Tier::Shared);
             if let Some(owner) = &owner {
-                let notice = DemotionNotice { by: self.agent_id.clone(), version: record.current.version };
+                let detail = came_home_detail(Some(&self.agent_id), kept);
+                let notice = self.audit_entry("demote", name, Some(record.current.version), Some(Tier::Agent), detail, None.into());
                 ops.push(BatchOp::Put { key: notice_key(owner, name), value: versioned("demotion-notice", &notice) });
             }
             // The tier below may hold a tool of the name that is in use there (a session's own
@@ -2032,16 +2045,15 @@ struct ForgeNameRecord {
     approved: bool,
 }
 
-/// What an agent that demotes another agent's shared tool leaves under the owner's keys, in
-/// the write that demotes it: the owner audits it when it next reads it (at load, or reloading
-/// the shared tier if it is open) and clears it in the same write, so the demotion reaches the
-/// owner's audit trail once, open at the time or not.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct DemotionNotice {
-    /// The agent that demoted it.
-    by: String,
-    /// The version it demoted.
-    version: u32,
+/// The detail of the `demote` entry an agent's trail gets when another agent (`by`, when
+/// known) took its tool out of the shared tier; `kept` is the version of its own that its
+/// agent tier keeps instead, if any.
+fn came_home_detail(by: Option<&str>, kept: Option<u64>) -> String {
+    let who = by.map_or_else(|| "another agent".to_string(), |by| format!("another agent (`{by}`)"));
+    match kept {
+        Some(kept) => format!("{who} took it out of the shared tier; this agent's tier keeps its own v{kept}"),
+        None => format!("{who} demoted it from the shared tier to this agent's tier"),
+    }
 }
 
 /// The store key of the notice of `name`'s demotion left for agent `agent_id`.
@@ -2052,13 +2064,14 @@ fn notice_key(agent_id: &str, name: &str) -> String {
 /// Where an agent's demotion notices live under its prefix.
 const NOTICE_KEYS: &str = "demotion-notice/";
 
-/// The demotion notices left for the agent whose records are under `prefix`, by tool name.
-async fn load_notices(store: &dyn Store, prefix: &str) -> Result<BTreeMap<String, DemotionNotice>, RegistryError> {
+/// The demotion notices left for the agent whose records are under `prefix`: (tool name,
+/// audit entry).
+async fn load_notices(store: &dyn Store, prefix: &str) -> Result<Vec<(String, AuditEntry)>, RegistryError> {
     let keys = format!("{prefix}{NOTICE_KEYS}");
-    let mut notices = BTreeMap::new();
+    let mut notices = vec![];
     for (key, value) in store.scan(&keys).await? {
         let Some(name) = key.strip_prefix(&keys) else { continue };
-        notices.insert(name.to_string(), unversioned(&key, "demotion-notice", value)?);
+        notices.push((name.to_string(), unversioned(&key, "demotion-notice", value)?));
     }
     Ok(notices)
 }
