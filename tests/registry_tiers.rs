@@ -12,7 +12,7 @@ use crucible::registry::{
     EmergentConfig, ImportOptions, PromotionStatus, PromotionThreshold, RegistryError, Tier, ToolStatus, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING,
     MAX_PACKAGE_BYTES,
 };
-use crucible::store::{MemoryStore, Store};
+use crucible::store::{BatchOp, MemoryStore, Store};
 use futures::executor::block_on;
 use serde_json::json;
 use support::emergent::*;
@@ -2555,4 +2555,32 @@ fn the_same_tool_forged_again_elsewhere_after_a_demotion_is_not_promoted_back_by
     forge_ok(&r, "slugify", SLUGIFY_V2_JS, "s4");
     use_n(&r, "slugify", 3, "s4");
     assert_eq!(r.registry.list("s4").into_iter().find(|t| t.status == ToolStatus::Active).unwrap().tier, Tier::Agent, "a new version is");
+}
+
+#[test]
+fn a_shared_tool_another_agent_demotes_replaces_a_tombstone_in_its_owners_agent_tier() {
+    let store = Rc::new(MemoryStore::new());
+    let owner = shared_rig(store.clone());
+    owner.registry.close();
+    // The owner's agent tier holds a tombstone of the name (a version it demoted there, say
+    // from another tab): the tool it gets back must land there, not vanish from every tier.
+    let shared = block_on(store.get("shared/tool/slugify")).unwrap().unwrap();
+    let mut tombstone = shared.clone();
+    tombstone["data"]["tier"] = json!("agent");
+    tombstone["data"]["status"] = json!("demoted");
+    let older = &mut tombstone["data"]["history"].as_array_mut().unwrap()[0];
+    older["version"] = json!(7);
+    older["hash"] = json!("0".repeat(64));
+    block_on(store.batch(vec![BatchOp::Put { key: "agent/agent1/tool/slugify".into(), value: tombstone }])).unwrap();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    block_on(other.registry.demote("slugify", "b")).unwrap();
+    let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
+    let listed = reopened.registry.list("s9");
+    let tool = listed.iter().find(|t| t.name == "slugify").expect("the owner has its tool back");
+    assert_eq!((tool.tier, tool.version), (Tier::Agent, 1));
+    assert!(tool.versions.contains(&7), "the tombstone's versions stay in the history: {:?}", tool.versions);
+    assert!(block_on(reopened.registry.call("slugify", json!({ "text": "Back Home" }), "s9")).is_ok(), "callable at the agent tier");
+    let recorded = demotions(&reopened);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(recorded[0].2.contains("demoted it from the shared tier to this agent's tier"), "{}", recorded[0].2);
 }

@@ -1763,17 +1763,22 @@ impl Registry {
         self.refuse_own_tool(name)?;
         let _turn = self.shared_tier_turn().await?;
         // Another agent's shared tool goes back to its owner's agent tier, unless the owner has
-        // one of that name there already (a newer version it promoted since): that one stays.
+        // one of that name in use there already (a newer version it promoted since): that one
+        // stays. A tombstone there is replaced, and its versions join the tool's history.
         let other_owner = self.state.borrow().shared.get(name).filter(|e| e.active()).map(|e| e.record.origin.agent_id.clone()).filter(|o| *o != self.agent_id);
-        let (owner_keeps_own, kept) = match &other_owner {
+        let (kept, owners_tombstone) = match &other_owner {
             Some(owner) => {
-                let own = self.store.get(&tool_key_under(&agent_prefix(owner), name)).await?;
-                // Read as stored, for the owner's trail only: its active version, if any.
-                let active = own.as_ref().filter(|own| own["data"]["status"] == "active");
-                (own.is_some(), active.and_then(|own| own["data"]["current"]["version"].as_u64()))
+                let key = tool_key_under(&agent_prefix(owner), name);
+                match self.store.get(&key).await? {
+                    Some(own) if own["data"]["status"] == "active" => (Some(own["data"]["current"]["version"].as_u64().unwrap_or_default()), None),
+                    // One it cannot read is replaced all the same (the owner could not load it).
+                    Some(own) => (None, unversioned::<ToolRecord>(&key, "tool", own).ok()),
+                    None => (None, None),
+                }
             }
-            None => (false, None),
+            None => (None, None),
         };
+        let owner_keeps_own = kept.is_some();
         let (info, ops, from, to, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
             let from = [Tier::Shared, Tier::Agent, Tier::Session]
@@ -1829,6 +1834,9 @@ impl Registry {
                     format!("taken out of the shared tier; its owner `{owner}` keeps the `{name}` of its own agent tier"),
                 ),
                 Some(owner) => {
+                    if let Some(tombstone) = &owners_tombstone {
+                        record.absorb_history(&tombstone.history);
+                    }
                     let entry = Entry::new(record, stats);
                     ops.extend(entry_ops_under(&agent_prefix(owner), &entry));
                     (tool_info(&entry), format!("demoted from shared to the agent tier of its owner `{owner}`"))
