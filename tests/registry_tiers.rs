@@ -1155,13 +1155,21 @@ fn demotions(r: &Rig) -> Vec<(Option<u32>, Option<Tier>, String)> {
     trail.filter(|a| a.action == "demote" && a.tool == "slugify").map(|a| (a.version, a.tier, a.detail)).collect()
 }
 
-#[test]
-fn a_shared_tool_another_agent_demotes_while_its_owner_is_closed_is_recorded_once_in_its_owners_trail_when_it_loads() {
-    let store = Rc::new(MemoryStore::new());
+/// agent1 shares `slugify` (running `prepare` on it), closes, and agent2 demotes the shared
+/// tool: the demoting agent's rig.
+fn demoted_by_another_while_its_owner_is_closed(store: &Rc<MemoryStore>, prepare: impl FnOnce(&Rig)) -> Rig {
     let owner = shared_rig(store.clone());
+    prepare(&owner);
     owner.registry.close();
     let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
     block_on(other.registry.demote("slugify", "b")).unwrap();
+    other
+}
+
+#[test]
+fn a_shared_tool_another_agent_demotes_while_its_owner_is_closed_is_recorded_once_in_its_owners_trail_when_it_loads() {
+    let store = Rc::new(MemoryStore::new());
+    let other = demoted_by_another_while_its_owner_is_closed(&store, |_| {});
     std::thread::sleep(std::time::Duration::from_millis(5));
     let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store.clone());
     let recorded = demotions(&reopened);
@@ -1181,13 +1189,11 @@ fn a_shared_tool_another_agent_demotes_while_its_owner_is_closed_is_recorded_onc
 #[test]
 fn a_closed_owners_trail_says_its_agent_tier_kept_its_own_newer_version_when_another_agent_demoted_the_shared_one() {
     let store = Rc::new(MemoryStore::new());
-    let owner = shared_rig(store.clone());
-    forge_ok(&owner, "slugify", SLUGIFY_V2_JS, "s2");
-    use_n(&owner, "slugify", 3, "s2");
-    assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
-    owner.registry.close();
-    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
-    block_on(other.registry.demote("slugify", "b")).unwrap();
+    demoted_by_another_while_its_owner_is_closed(&store, |owner| {
+        forge_ok(owner, "slugify", SLUGIFY_V2_JS, "s2");
+        use_n(owner, "slugify", 3, "s2");
+        assert_eq!(block_on(owner.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap().status, PromotionStatus::Promoted);
+    });
     let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
     let recorded = demotions(&reopened);
     assert_eq!(recorded.len(), 1, "{recorded:?}");
@@ -1198,10 +1204,7 @@ fn a_closed_owners_trail_says_its_agent_tier_kept_its_own_newer_version_when_ano
 #[test]
 fn a_demotion_notice_whose_audit_write_was_refused_at_load_is_audited_once_whichever_write_lands() {
     let memory = Rc::new(MemoryStore::new());
-    let owner = shared_rig(memory.clone());
-    owner.registry.close();
-    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, memory.clone());
-    block_on(other.registry.demote("slugify", "b")).unwrap();
+    demoted_by_another_while_its_owner_is_closed(&memory, |_| {});
     let store = Rc::new(SharedDataStore::new(memory.clone()));
     let load = || rig_over("agent1", promo_config(), Some(approving_judge()), None, memory.clone(), store.clone());
     // Refused and closed before another write: neither the entry nor the clearing landed.
@@ -2560,20 +2563,17 @@ fn the_same_tool_forged_again_elsewhere_after_a_demotion_is_not_promoted_back_by
 #[test]
 fn a_shared_tool_another_agent_demotes_replaces_a_tombstone_in_its_owners_agent_tier() {
     let store = Rc::new(MemoryStore::new());
-    let owner = shared_rig(store.clone());
-    owner.registry.close();
     // The owner's agent tier holds a tombstone of the name (a version it demoted there, say
     // from another tab): the tool it gets back must land there, not vanish from every tier.
-    let shared = block_on(store.get("shared/tool/slugify")).unwrap().unwrap();
-    let mut tombstone = shared.clone();
-    tombstone["data"]["tier"] = json!("agent");
-    tombstone["data"]["status"] = json!("demoted");
-    let older = &mut tombstone["data"]["history"].as_array_mut().unwrap()[0];
-    older["version"] = json!(7);
-    older["hash"] = json!("0".repeat(64));
-    block_on(store.batch(vec![BatchOp::Put { key: "agent/agent1/tool/slugify".into(), value: tombstone }])).unwrap();
-    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
-    block_on(other.registry.demote("slugify", "b")).unwrap();
+    demoted_by_another_while_its_owner_is_closed(&store, |_| {
+        let mut tombstone = block_on(store.get("shared/tool/slugify")).unwrap().unwrap();
+        tombstone["data"]["tier"] = json!("agent");
+        tombstone["data"]["status"] = json!("demoted");
+        let older = &mut tombstone["data"]["history"].as_array_mut().unwrap()[0];
+        older["version"] = json!(7);
+        older["hash"] = json!("0".repeat(64));
+        block_on(store.batch(vec![BatchOp::Put { key: "agent/agent1/tool/slugify".into(), value: tombstone }])).unwrap();
+    });
     let reopened = rig_for("agent1", promo_config(), Some(approving_judge()), None, store);
     let listed = reopened.registry.list("s9");
     let tool = listed.iter().find(|t| t.name == "slugify").expect("the owner has its tool back");
