@@ -723,8 +723,8 @@ impl Registry {
     /// Reads the shared tier from the store (its number of tools). A tool of this agent that
     /// left it since (another agent demoted it into this agent's tier) is read back into the
     /// agent tier too, otherwise only a restart would show it here, and the demotion goes into
-    /// this agent's audit trail, its notice cleared (see [`Registry::audit_came_home`]): the other agent's
-    /// trail has it, and the owner's is the record of where its tool went.
+    /// this agent's audit trail, its notice cleared (see [`Registry::audit_came_home`]): the
+    /// other agent's trail has it, and the owner's is the record of where its tool went.
     async fn read_shared(&self) -> Result<u32, RegistryError> {
         let mut loaded = load_tier(self.store.as_ref(), "shared/").await?;
         let tools = loaded.len() as u32;
