@@ -106,6 +106,55 @@ fn regex_literal_body() {
 }
 
 #[test]
+fn a_division_the_scan_could_read_as_a_regex_hides_no_brackets_from_the_nesting_count() {
+    std::thread::Builder::new().stack_size(8 << 20).spawn(ambiguous_slash_body).unwrap().join().unwrap();
+}
+
+fn ambiguous_slash_body() {
+    // Each `/` here divides, but its previous token alone would start a regex: read as one, the
+    // brackets up to the next `/` were skipped and the parser ran out of stack.
+    let deep = format!("{}1{}", "(".repeat(3000), ")".repeat(3000));
+    for code in [
+        format!("function execute(){{ return 1; }}\nvar f = function(){{}} / 2 + {deep} / 3;"),
+        format!("function execute(){{ return 1; }}\nvar f = async function*(){{}} / 2 + {deep} / 3;"),
+        format!("function execute(){{ return 1; }}\nvar f = class {{}} / 2 + {deep} / 3;"),
+        format!("function execute(){{ return {{}} / 2 + {deep} / 3; }}"),
+        format!("function execute(){{ return 1 ? 1 : {{}} / 2 + {deep} / 3; }}"),
+        format!("function execute(){{ return 1 > {{}} / 2 + {deep} / 3; }}"),
+        format!("function execute(){{ return 1; }}\nvar of = 1; var x = of / 2 + {deep} / 3;"),
+        format!("function execute(){{ return 1; }}\nvar yield = 1; var x = yield / 2 + {deep} / 3;"),
+        format!("function execute(){{ return 1; }}\nvar await = 1; var x = await / 2 + {deep} / 3;"),
+        // A quote in the text a regex would have been: a string to the division reading.
+        format!("function execute(){{ return 1; }}\nvar of = 1; var x = of / 2 + '/' + {deep};"),
+        // Other contextual keywords are names before a `/`: a regex never follows them.
+        format!("function execute(){{ return 1; }}\nvar let = 1, async = 1; var x = let / 2 + async / 2 + {deep} / 3;"),
+    ] {
+        let (code_, reason) = rejected(&code);
+        assert_eq!(code_, "too_deep", "{}…: {reason}", &code[..70]);
+    }
+    // Each such `/` costs a second reading of what follows, so their number is bounded.
+    let code = format!("function execute(){{ return 1; }}\n{}", "if (1) {}\n/a/.test('');\n".repeat(5000));
+    let (code_, reason) = rejected(&code);
+    assert!(code_ == "too_deep" && reason.contains("read both ways"), "{reason}");
+    // Where a `/` after those tokens starts a regex, the regex's text is still not code.
+    let code = format!("function execute(){{ return 1; }}\nfunction f(){{}}\n/'/.test('a'); var x = {deep};");
+    assert_eq!(rejected(&code).0, "too_deep");
+    // Ordinary code with either reading of each runs.
+    let code = r#"
+function execute(i) {
+  var of = i.n, r = [];
+  for (const m of /a(b)/g.exec('xab')) r.push(m);
+  function* g() { yield /'[)(]/.source; }
+  if (of) { r.push(of / 2) }
+  /x/.test('x') && r.push(g().next().value);
+  const f = function () { return 4; } / 2, c = class {} / 2;
+  const o = { half: of / 2, re: /\//.test('a/') };
+  return [r, of / 4, isNaN(f) && isNaN(c), o.half, o.re, (() => { return /y/; })().source];
+}"#;
+    assert_ok(&run(&runner(), code, json!({ "n": 8 })), json!([["ab", "b", 4, "'[)(]"], 2, true, 4, true, "y"]));
+}
+
+#[test]
 fn operator_and_keyword_chains_are_rejected_before_parsing() {
     std::thread::Builder::new().stack_size(8 << 20).spawn(chains_body).unwrap().join().unwrap();
 }

@@ -5,7 +5,7 @@
 //! names with a readable reason. Runtime hardening (`realm.rs`) is what actually holds; this
 //! layer only turns the obvious cases into a `rejected` result instead of a runtime error.
 
-use std::ops::ControlFlow;
+use std::{collections::HashSet, ops::ControlFlow};
 
 use boa_engine::ast::{
     expression::{
@@ -106,7 +106,7 @@ pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) 
 }
 
 /// What an open bracket (or template `${`) opened, as far as the scan needs to know.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Opened {
     /// `(` of an `if`/`for`/`while`/`with` head: a `/` after its `)` starts a regex.
     Head,
@@ -121,6 +121,7 @@ enum Opened {
 }
 
 /// One open level: what opened it and the operator count of the level around it.
+#[derive(Clone, PartialEq, Eq, Hash)]
 struct Level {
     opened: Opened,
     outer_run: usize,
@@ -185,8 +186,9 @@ fn scan_template_text(bytes: &[u8], mut i: usize) -> usize {
 }
 
 /// Skips a regex literal's body and flags from its opening `/` at `i`: returns the index of
-/// its last byte. A `/` inside a class (`[/]`) or escaped does not end it; a line end does.
-fn skip_regex(bytes: &[u8], mut i: usize) -> usize {
+/// its last byte, and whether it was closed. A `/` inside a class (`[/]`) or escaped does not
+/// end it; a line end does (without closing it: a syntax error).
+fn skip_regex(bytes: &[u8], mut i: usize) -> (usize, bool) {
     let mut in_class = false;
     i += 1;
     while i < bytes.len() && !line_ends_at(bytes, i) {
@@ -198,13 +200,13 @@ fn skip_regex(bytes: &[u8], mut i: usize) -> usize {
                 while bytes.get(i + 1).is_some_and(|&c| is_word_byte(c)) {
                     i += 1;
                 }
-                return i;
+                return (i, true);
             }
             _ => {}
         }
         i += 1;
     }
-    i - 1
+    (i - 1, false)
 }
 
 /// Conservative pre-parse scan bounding the parser's recursion depth, one pass over the bytes
@@ -219,169 +221,246 @@ fn skip_regex(bytes: &[u8], mut i: usize) -> usize {
 ///   ended without a `;`) start the count again;
 /// - `?:`, `=>` and `else` in the whole source (their chains nest through brackets);
 /// - runs of prefix unary operators.
+///
+/// Where the previous token cannot tell a regex from a division without a parser (after a
+/// `}`, which may close a block or a function or class expression, or an object after a
+/// keyword; after `of`, `yield` and `await`, which may be variable names), the rest of the
+/// source is scanned both ways and refused if either reading exceeds a limit: reading a
+/// division as a regex would skip the code up to the next `/`.
 fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
-    let bytes = code.as_bytes();
-    let mut levels: Vec<Level> = Vec::new();
-    let mut max_depth = 0usize;
-    let mut chain = 0usize; // `?` ternaries, `=>` arrows and `else` in the whole source
-    let mut unary_run = 0usize;
-    let mut max_unary_run = 0usize;
-    // Operators etc. of the current expression or statement, and the sum over enclosing levels.
-    let (mut run, mut outer) = (0usize, 0usize);
-    // The previous significant token ended an operand (a `/` after it divides), or closed a block.
-    let (mut after_operand, mut after_block) = (false, false);
-    let mut prev_byte = 0u8;
-    let mut prev_word: &[u8] = b"";
-    let mut i = 0;
-    let too_deep = |what: &str, n: usize, max: usize| Rejection::new("too_deep", format!("{what} is {n}; the limit is {max}"));
-    while i < bytes.len() {
-        let c = bytes[i];
-        let space = space_at(code, i);
-        if space > 0 {
-            i += space;
-            continue;
-        }
-        if c == b'/' && matches!(bytes.get(i + 1), Some(b'/' | b'*')) {
-            if bytes[i + 1] == b'/' {
-                while i < bytes.len() && !line_ends_at(bytes, i) {
-                    i += 1;
-                }
-            } else {
-                i += 2;
-                while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 2;
-            }
-            continue;
-        }
-        // (Not a template: after an operand, it is a tag's.)
-        let starts_operand = is_word_byte(c) || matches!(c, b'\'' | b'"') || (c == b'/' && !after_operand);
-        let word_end = if is_word_byte(c) { (i..bytes.len()).find(|&j| !is_word_byte(bytes[j]) || space_at(code, j) > 0).unwrap_or(bytes.len()) } else { i };
-        let word = &bytes[i..word_end];
-        // A word after a `.` names a property, never a keyword.
-        let keyword = !word.is_empty() && prev_byte != b'.' && EXPRESSION_KEYWORDS.contains(&word);
-        // Two operands in a row: the statement before ended without a `;` (or this is a syntax
-        // error, where parsing stops). `in`/`instanceof`/`of` continue an expression instead.
-        // A `case` starts a clause of the switch's flat list.
-        let continues = matches!(word, b"in" | b"instanceof" | b"of");
-        if starts_operand && (after_operand || after_block) && !continues || keyword && word == b"case" {
-            run = 0;
-        }
-        let (was_after_operand, was_after_block) = (after_operand, after_block);
-        after_operand = true;
-        after_block = false;
-        match c {
-            b'\'' | b'"' => {
-                i += 1;
-                // (A string may hold U+2028 and U+2029, not LF or CR but after a `\`: CR LF too.)
-                while i < bytes.len() && !matches!(bytes[i], b'\n' | b'\r') && bytes[i] != c {
-                    if bytes[i] == b'\\' {
-                        i += if bytes.get(i + 1..i + 3) == Some(b"\r\n") { 2 } else { 1 };
-                    }
-                    i += 1;
-                }
-            }
-            b'`' => i = scan_template_text(bytes, i + 1),
-            b'/' if !was_after_operand => i = skip_regex(bytes, i),
-            _ if !word.is_empty() => {
-                if keyword {
-                    // A nested statement or `new` costs the parser several times what an
-                    // operator does (measured in the Worker).
-                    run += match word {
-                        b"if" | b"for" | b"while" | b"with" => 4,
-                        b"new" => 2,
-                        _ => 1,
-                    };
-                    after_operand = false;
-                    chain += usize::from(word == b"else");
-                }
-                i = word_end - 1;
-            }
-            b'(' | b'[' | b'{' => {
-                let opened = match c {
-                    b'(' if matches!(prev_word, b"if" | b"for" | b"while" | b"with") => Opened::Head,
-                    // (After a `}`, a function expression's maybe: `function(){}[a, b]` indexes.)
-                    b'[' if !was_after_operand && !was_after_block => Opened::Literal,
-                    // After an operator, `(`, `[` or `,`: an object. After a `)`, `;`, `=>`, a
-                    // keyword (`return` may end at a line break), at the start: a block.
-                    b'{' if !was_after_operand
-                        && !matches!(prev_byte, b')' | b']' | b'{' | b'}' | b';' | b'>' | 0)
-                        && prev_word.is_empty()
-                        && (prev_byte != b':' || levels.last().is_some_and(|l| l.opened == Opened::Literal)) =>
-                    {
-                        Opened::Literal
-                    }
-                    b'{' => Opened::Block,
-                    _ => Opened::Expression,
-                };
-                levels.push(Level { opened, outer_run: run + 1 });
-                outer += run + 1;
-                run = 0;
-                after_operand = false;
-            }
-            b')' | b']' | b'}' => {
-                if let Some(level) = levels.pop() {
-                    outer -= level.outer_run;
-                    run = level.outer_run;
-                    match level.opened {
-                        Opened::Head => after_operand = false,
-                        Opened::Block => (after_operand, after_block) = (false, true),
-                        // Back in template text: scan on to its end or its next `${`.
-                        Opened::Template => {
-                            i = scan_template_text(bytes, i + 1);
-                            if bytes.get(i) == Some(&b'{') {
-                                levels.push(Level { opened: Opened::Template, outer_run: run });
-                                (outer, run) = (outer + run, 0);
-                                after_operand = false;
-                            }
-                        }
-                        Opened::Expression | Opened::Literal => {}
-                    }
-                }
-            }
-            b';' => (run, after_operand) = (0, false),
-            b',' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => (run, after_operand) = (0, false),
-            b':' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => after_operand = false,
-            _ => {
-                // An operator (or a stray byte, which the parser refuses).
-                run += 1;
-                after_operand = false;
-                if c == b'?' && !matches!(bytes.get(i + 1), Some(b'?' | b'.')) || c == b'=' && bytes.get(i + 1) == Some(&b'>') {
-                    chain += 1;
-                }
-            }
-        }
-        // A template literal that opened a `${` (its text scan stopped at the `{`).
-        if c == b'`' && bytes.get(i) == Some(&b'{') {
-            levels.push(Level { opened: Opened::Template, outer_run: run });
-            (outer, run) = (outer + run, 0);
-            after_operand = false;
-        }
-        prev_word = if keyword { word } else { b"" };
-        prev_byte = bytes.get(i).copied().unwrap_or(0);
-        if matches!(c, b'!' | b'~' | b'-' | b'+') {
-            unary_run += 1;
-            max_unary_run = max_unary_run.max(unary_run);
-        } else {
-            unary_run = 0;
-        }
-        max_depth = max_depth.max(levels.len());
-        if max_depth > limits.max_nesting {
-            return Err(too_deep("bracket nesting depth", max_depth, limits.max_nesting));
-        }
-        if outer + run > limits.max_expression_nesting {
-            return Err(too_deep("the count of operators, keywords and brackets one expression nests", outer + run, limits.max_expression_nesting));
-        }
-        i += 1;
-    }
-    if chain > limits.max_operator_chain {
-        return Err(too_deep("the number of '?:', '=>' and 'else'", chain, limits.max_operator_chain));
-    }
-    if max_unary_run > limits.max_nesting {
-        return Err(too_deep("a run of unary operators", max_unary_run, limits.max_nesting));
+    let mut readings = Readings { pending: vec![Scan::default()], seen: HashSet::new(), bytes_left: 4 * code.len() + (1 << 20) };
+    while let Some(scan) = readings.pending.pop() {
+        scan.run(code, limits, &mut readings)?;
     }
     Ok(())
+}
+
+/// The readings of a source that `check_nesting` has still to scan, and what bounds them.
+struct Readings<'a> {
+    pending: Vec<Scan<'a>>,
+    /// The states the scan was in at an ambiguous `/`: a reading that reaches one again (the
+    /// two readings met again, as they mostly do at the next statement) goes on as it did.
+    seen: HashSet<Scan<'a>>,
+    /// How many more bytes the readings may scan: readings that do not meet again double at
+    /// each ambiguous `/`.
+    bytes_left: usize,
+}
+
+impl<'a> Readings<'a> {
+    /// Called at an ambiguous `/` at `here.i`, `from` the byte the current reading started or
+    /// last forked at: queues the division reading, or says the current one need not go on.
+    fn fork(&mut self, here: Scan<'a>, from: usize) -> Result<ControlFlow<()>, Rejection> {
+        if self.seen.contains(&here) {
+            return Ok(ControlFlow::Break(()));
+        }
+        if self.seen.len() == MAX_AMBIGUOUS_SLASHES {
+            return Err(too_many_readings());
+        }
+        self.bytes_left -= here.i - from;
+        self.pending.push(Scan { after_operand: true, after_block: false, ..here.clone() });
+        self.seen.insert(here);
+        Ok(ControlFlow::Continue(()))
+    }
+}
+
+/// How many ambiguous `/` (with distinct scan states) one source may hold.
+const MAX_AMBIGUOUS_SLASHES: usize = 4096;
+
+fn too_many_readings() -> Rejection {
+    Rejection::new(
+        "too_deep",
+        "the '/' after '}', 'of', 'yield' or 'await' that could each be a regex or a division are too many to read both ways; put the operand before such a division in parentheses",
+    )
+}
+
+/// The state of `check_nesting`'s scan at a byte: what a second reading starts from.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+struct Scan<'a> {
+    i: usize,
+    levels: Vec<Level>,
+    /// `?` ternaries, `=>` arrows and `else` in the whole source.
+    chain: usize,
+    unary_run: usize,
+    /// Operators etc. of the current expression or statement, and the sum over enclosing levels.
+    run: usize,
+    outer: usize,
+    /// The previous significant token ended an operand (a `/` after it divides), or closed a block.
+    after_operand: bool,
+    after_block: bool,
+    prev_byte: u8,
+    prev_word: &'a [u8],
+}
+
+impl<'a> Scan<'a> {
+    /// Scans from `self.i` to the end; the other reading of an ambiguous `/` goes to `readings`.
+    fn run(self, code: &'a str, limits: &SourceLimits, readings: &mut Readings<'a>) -> Result<(), Rejection> {
+        let bytes = code.as_bytes();
+        let Scan { mut i, mut levels, mut chain, mut unary_run, mut run, mut outer, mut after_operand, mut after_block, mut prev_byte, mut prev_word } = self;
+        let mut from = i;
+        let too_deep = |what: &str, n: usize, max: usize| Rejection::new("too_deep", format!("{what} is {n}; the limit is {max}"));
+        while i < bytes.len() {
+            if i - from > readings.bytes_left {
+                return Err(too_many_readings());
+            }
+            let c = bytes[i];
+            let space = space_at(code, i);
+            if space > 0 {
+                i += space;
+                continue;
+            }
+            if c == b'/' && matches!(bytes.get(i + 1), Some(b'/' | b'*')) {
+                if bytes[i + 1] == b'/' {
+                    while i < bytes.len() && !line_ends_at(bytes, i) {
+                        i += 1;
+                    }
+                } else {
+                    i += 2;
+                    while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                        i += 1;
+                    }
+                    i += 2;
+                }
+                continue;
+            }
+            let ambiguous = c == b'/' && !after_operand && (after_block || matches!(prev_word, b"of" | b"yield" | b"await"));
+            if ambiguous {
+                let here = Scan { i, levels: levels.clone(), chain, unary_run, run, outer, after_operand, after_block, prev_byte, prev_word };
+                if readings.fork(here, from)?.is_break() {
+                    return Ok(());
+                }
+                from = i;
+            }
+            // (Not a template: after an operand, it is a tag's.)
+            let starts_operand = is_word_byte(c) || matches!(c, b'\'' | b'"') || (c == b'/' && !after_operand);
+            let word_end =
+                if is_word_byte(c) { (i..bytes.len()).find(|&j| !is_word_byte(bytes[j]) || space_at(code, j) > 0).unwrap_or(bytes.len()) } else { i };
+            let word = &bytes[i..word_end];
+            // A word after a `.` names a property, never a keyword.
+            let keyword = !word.is_empty() && prev_byte != b'.' && EXPRESSION_KEYWORDS.contains(&word);
+            // Two operands in a row: the statement before ended without a `;` (or this is a syntax
+            // error, where parsing stops). `in`/`instanceof`/`of` continue an expression instead.
+            // A `case` starts a clause of the switch's flat list.
+            let continues = matches!(word, b"in" | b"instanceof" | b"of");
+            if starts_operand && (after_operand || after_block) && !continues || keyword && word == b"case" {
+                run = 0;
+            }
+            let (was_after_operand, was_after_block) = (after_operand, after_block);
+            after_operand = true;
+            after_block = false;
+            match c {
+                b'\'' | b'"' => {
+                    i += 1;
+                    // (A string may hold U+2028 and U+2029, not LF or CR but after a `\`: CR LF too.)
+                    while i < bytes.len() && !matches!(bytes[i], b'\n' | b'\r') && bytes[i] != c {
+                        if bytes[i] == b'\\' {
+                            i += if bytes.get(i + 1..i + 3) == Some(b"\r\n") { 2 } else { 1 };
+                        }
+                        i += 1;
+                    }
+                }
+                b'`' => i = scan_template_text(bytes, i + 1),
+                b'/' if !was_after_operand => match skip_regex(bytes, i) {
+                    // The parser stops at a regex left open; the division reading goes on.
+                    (_, false) if ambiguous => return Ok(()),
+                    (end, _) => i = end,
+                },
+                _ if !word.is_empty() => {
+                    if keyword {
+                        // A nested statement or `new` costs the parser several times what an
+                        // operator does (measured in the Worker).
+                        run += match word {
+                            b"if" | b"for" | b"while" | b"with" => 4,
+                            b"new" => 2,
+                            _ => 1,
+                        };
+                        after_operand = false;
+                        chain += usize::from(word == b"else");
+                    }
+                    i = word_end - 1;
+                }
+                b'(' | b'[' | b'{' => {
+                    let opened = match c {
+                        b'(' if matches!(prev_word, b"if" | b"for" | b"while" | b"with") => Opened::Head,
+                        // (After a `}`, a function expression's maybe: `function(){}[a, b]` indexes.)
+                        b'[' if !was_after_operand && !was_after_block => Opened::Literal,
+                        // After an operator, `(`, `[` or `,`: an object. After a `)`, `;`, `=>`, a
+                        // keyword (`return` may end at a line break), at the start: a block.
+                        b'{' if !was_after_operand
+                            && !matches!(prev_byte, b')' | b']' | b'{' | b'}' | b';' | b'>' | 0)
+                            && prev_word.is_empty()
+                            && (prev_byte != b':' || levels.last().is_some_and(|l| l.opened == Opened::Literal)) =>
+                        {
+                            Opened::Literal
+                        }
+                        b'{' => Opened::Block,
+                        _ => Opened::Expression,
+                    };
+                    levels.push(Level { opened, outer_run: run + 1 });
+                    outer += run + 1;
+                    run = 0;
+                    after_operand = false;
+                }
+                b')' | b']' | b'}' => {
+                    if let Some(level) = levels.pop() {
+                        outer -= level.outer_run;
+                        run = level.outer_run;
+                        match level.opened {
+                            Opened::Head => after_operand = false,
+                            Opened::Block => (after_operand, after_block) = (false, true),
+                            // Back in template text: scan on to its end or its next `${`.
+                            Opened::Template => {
+                                i = scan_template_text(bytes, i + 1);
+                                if bytes.get(i) == Some(&b'{') {
+                                    levels.push(Level { opened: Opened::Template, outer_run: run });
+                                    (outer, run) = (outer + run, 0);
+                                    after_operand = false;
+                                }
+                            }
+                            Opened::Expression | Opened::Literal => {}
+                        }
+                    }
+                }
+                b';' => (run, after_operand) = (0, false),
+                b',' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => (run, after_operand) = (0, false),
+                b':' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => after_operand = false,
+                _ => {
+                    // An operator (or a stray byte, which the parser refuses).
+                    run += 1;
+                    after_operand = false;
+                    if c == b'?' && !matches!(bytes.get(i + 1), Some(b'?' | b'.')) || c == b'=' && bytes.get(i + 1) == Some(&b'>') {
+                        chain += 1;
+                    }
+                }
+            }
+            // A template literal that opened a `${` (its text scan stopped at the `{`).
+            if c == b'`' && bytes.get(i) == Some(&b'{') {
+                levels.push(Level { opened: Opened::Template, outer_run: run });
+                (outer, run) = (outer + run, 0);
+                after_operand = false;
+            }
+            prev_word = if keyword { word } else { b"" };
+            prev_byte = bytes.get(i).copied().unwrap_or(0);
+            if matches!(c, b'!' | b'~' | b'-' | b'+') {
+                unary_run += 1;
+            } else {
+                unary_run = 0;
+            }
+            if levels.len() > limits.max_nesting {
+                return Err(too_deep("bracket nesting depth", levels.len(), limits.max_nesting));
+            }
+            if unary_run > limits.max_nesting {
+                return Err(too_deep("a run of unary operators", unary_run, limits.max_nesting));
+            }
+            if chain > limits.max_operator_chain {
+                return Err(too_deep("the number of '?:', '=>' and 'else'", chain, limits.max_operator_chain));
+            }
+            if outer + run > limits.max_expression_nesting {
+                return Err(too_deep("the count of operators, keywords and brackets one expression nests", outer + run, limits.max_expression_nesting));
+            }
+            i += 1;
+        }
+        Ok(())
+    }
 }
 
 struct Checker<'a> {
