@@ -294,6 +294,42 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     }
   });
 
+  test('a division the validator could take for a regex (after `}`, `of`, `yield`, `await`) hides no brackets from it, and such code runs', async () => {
+    // Read as a regex, each `/` here skipped the brackets up to the next `/`: the parser ran out
+    // of stack and the Worker was replaced (`stack_overflow`).
+    const one = await createSandbox({ poolSize: 1 });
+    try {
+      const deep = `${'('.repeat(3000)}1${')'.repeat(3000)}`;
+      for (const body of [
+        `var f = function(){} / 2 + ${deep} / 3;`,
+        `var f = class {} / 2 + ${deep} / 3;`,
+        `var f = 1 ? 1 : {} / 2 + ${deep} / 3;`,
+        `var of = 1; var x = of / 2 + ${deep} / 3;`,
+        `var yield = 1; var x = yield / 2 + '/' + ${deep};`,
+        `var await = 1; var x = await / 2 + ${deep} / 3;`,
+      ]) {
+        const r = await one.execute({ code: `function execute(){ return 1; }\n${body}` });
+        assert.deepEqual([r.status, r.error?.code], ['rejected', 'too_deep'], `${body.slice(0, 40)}: ${JSON.stringify(r).slice(0, 300)}`);
+      }
+      const r = await one.execute({
+        code: `function execute(i) {
+          var of = i.n, r = [];
+          for (const m of /a(b)/g.exec('xab')) r.push(m);
+          function* g() { yield /'[)(]/.source; }
+          if (of) { r.push(of / 2) }
+          /x/.test('x') && r.push(g().next().value);
+          const f = function () { return 4; } / 2;
+          return [r, of / 4, isNaN(f)];
+        }`,
+        input: { n: 8 },
+      });
+      assert.deepEqual(r.output, [['ab', 'b', 4, "'[)(]"], 2, true], JSON.stringify(r).slice(0, 300));
+      assert.equal(one.stats().workersKilled, 0, 'no Worker was replaced');
+    } finally {
+      await one.close();
+    }
+  });
+
   test('a worker that never becomes ready fails createSandbox promptly instead of hanging', async () => {
     for (const workerUrl of [new URL('data:text/javascript,'), new URL('data:text/javascript,setInterval(()=>{},1000)')]) {
       const started = performance.now();
