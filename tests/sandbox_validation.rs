@@ -207,6 +207,28 @@ fn long_flat_code_body() {
 }
 
 #[test]
+fn a_lookup_written_as_a_conditional_chain_of_comparisons_runs() {
+    std::thread::Builder::new().stack_size(8 << 20).spawn(conditional_lookup_body).unwrap().join().unwrap();
+}
+
+fn conditional_lookup_body() {
+    // `n === 1 ? 'v1' : n === 2 ? …`: each `===` counted 3, as three operators, and 60 branches
+    // were refused. A `===` nests no deeper than a `+`.
+    let branches = (1..=80).map(|k| format!("n === {k} ? 'v{k}' : ")).collect::<String>();
+    let code = format!("function execute(i) {{ const n = i.n; return {branches}'none'; }}");
+    assert_ok(&run(&runner(), &code, json!({ "n": 79 })), json!("v79"));
+    // Past the limit, such chains are still refused before parsing.
+    for code in [
+        format!("function execute(n) {{ return {}0; }}", "n === 1 ? 1 : ".repeat(100)),
+        format!("function execute(n) {{ return {}n; }}", "n !== ".repeat(300)),
+        format!("function execute(n) {{ return {}n; }}", "n && ".repeat(300)),
+    ] {
+        let (code_, reason) = rejected(&code);
+        assert_eq!(code_, "too_deep", "{}…: {reason}", &code[..50]);
+    }
+}
+
+#[test]
 fn oversized_source_is_rejected() {
     let code = format!("function execute(){{ return 1; }} //{}", "x".repeat(300_000));
     assert_eq!(rejected(&code).0, "too_large");

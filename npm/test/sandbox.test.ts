@@ -271,6 +271,15 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
         const r = await one.execute({ code: `function execute(){ var a = 1, b; function F(){} return ${chain}; }` });
         assert.ok(r.status === 'ok' || r.error?.code === 'runtime_error', JSON.stringify(r).slice(0, 300));
       }
+      // A lookup written as a `?:` chain of comparisons: each `===` counted 3 once, and 60
+      // branches were refused; it counts as one operator, like the `+` it nests no deeper than.
+      const lookup = Array.from({ length: 80 }, (_, k) => `n === ${k} ? 'v${k}' : `).join('');
+      const looked = await one.execute({ code: `function execute(n){ return ${lookup}'none'; }`, input: 79 });
+      assert.equal(looked.output, 'v79', JSON.stringify(looked).slice(0, 300));
+      for (const chain of [`${'a==='.repeat(190)}${deep}`, `${'a&&'.repeat(190)}${deep}`]) {
+        const r = await one.execute({ code: `function execute(){ var a = 1; return ${chain}; }` });
+        assert.equal(r.status, 'ok', JSON.stringify(r).slice(0, 300));
+      }
       const labels = await one.execute({ code: `function execute(){ ${'if(1)'.repeat(30)} ${Array.from({ length: 100 }, (_, k) => `l${k}:`).join('')} return 1; }` });
       assert.equal(labels.status, 'ok', JSON.stringify(labels).slice(0, 300));
       assert.equal(one.stats().workersKilled, 0, 'no Worker was replaced');

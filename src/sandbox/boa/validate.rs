@@ -424,10 +424,14 @@ impl<'a> Scan<'a> {
                 b',' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => (run, after_operand) = (0, false),
                 b':' if levels.last().is_some_and(|l| l.opened == Opened::Literal) => after_operand = false,
                 _ => {
-                    // An operator (or a stray byte, which the parser refuses).
-                    run += 1;
+                    // An operator (or a stray byte, which the parser refuses). The later bytes of
+                    // `==`, `===`, `!=`, `!==`, `<=`, `>=`, `&&`, `||` and `??` count nothing: such
+                    // an operator is left-associative, its chain no deeper than one of `+`.
+                    let prev = if i > 0 { bytes[i - 1] } else { 0 };
+                    let same_operator = c == b'=' && matches!(prev, b'=' | b'!' | b'<' | b'>') || matches!(c, b'&' | b'|' | b'?') && prev == c;
+                    run += usize::from(!same_operator);
                     after_operand = false;
-                    if c == b'?' && !matches!(bytes.get(i + 1), Some(b'?' | b'.')) || c == b'=' && bytes.get(i + 1) == Some(&b'>') {
+                    if c == b'?' && !same_operator && !matches!(bytes.get(i + 1), Some(b'?' | b'.')) || c == b'=' && bytes.get(i + 1) == Some(&b'>') {
                         chain += 1;
                     }
                 }
