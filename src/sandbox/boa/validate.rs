@@ -5,7 +5,7 @@
 //! names with a readable reason. Runtime hardening (`realm.rs`) is what actually holds; this
 //! layer only turns the obvious cases into a `rejected` result instead of a runtime error.
 
-use std::{collections::HashSet, ops::ControlFlow};
+use std::ops::ControlFlow;
 
 use boa_engine::ast::{
     expression::{
@@ -106,7 +106,7 @@ pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) 
 }
 
 /// What an open bracket (or template `${`) opened, as far as the scan needs to know.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Opened {
     /// `(` of an `if`/`for`/`while`/`with` head: a `/` after its `)` starts a regex.
     Head,
@@ -121,7 +121,7 @@ enum Opened {
 }
 
 /// One open level: what opened it and the operator count of the level around it.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 struct Level {
     opened: Opened,
     outer_run: usize,
@@ -228,7 +228,7 @@ fn skip_regex(bytes: &[u8], mut i: usize) -> (usize, bool) {
 /// source is scanned both ways and refused if either reading exceeds a limit: reading a
 /// division as a regex would skip the code up to the next `/`.
 fn check_nesting(code: &str, limits: &SourceLimits) -> Result<(), Rejection> {
-    let mut readings = Readings { pending: vec![Scan::default()], seen: HashSet::new(), bytes_left: 4 * code.len() + (1 << 20) };
+    let mut readings = Readings { pending: vec![Scan::default()], seen: Vec::new(), bytes_left: 4 * code.len() + (1 << 20) };
     while let Some(scan) = readings.pending.pop() {
         scan.run(code, limits, &mut readings)?;
     }
@@ -240,7 +240,7 @@ struct Readings<'a> {
     pending: Vec<Scan<'a>>,
     /// The states the scan was in at an ambiguous `/`: a reading that reaches one again (the
     /// two readings met again, as they mostly do at the next statement) goes on as it did.
-    seen: HashSet<Scan<'a>>,
+    seen: Vec<Scan<'a>>,
     /// How many more bytes the readings may scan: readings that do not meet again double at
     /// each ambiguous `/`.
     bytes_left: usize,
@@ -258,13 +258,14 @@ impl<'a> Readings<'a> {
         }
         self.bytes_left -= here.i - from;
         self.pending.push(Scan { after_operand: true, after_block: false, ..here.clone() });
-        self.seen.insert(here);
+        self.seen.push(here);
         Ok(ControlFlow::Continue(()))
     }
 }
 
-/// How many ambiguous `/` (with distinct scan states) one source may hold.
-const MAX_AMBIGUOUS_SLASHES: usize = 4096;
+/// How many ambiguous `/` (with distinct scan states) one source may hold (few realistic
+/// sources hold any: a regex after a `}` or a division after `of` is rare).
+const MAX_AMBIGUOUS_SLASHES: usize = 1024;
 
 fn too_many_readings() -> Rejection {
     Rejection::new(
@@ -274,7 +275,7 @@ fn too_many_readings() -> Rejection {
 }
 
 /// The state of `check_nesting`'s scan at a byte: what a second reading starts from.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, PartialEq, Eq)]
 struct Scan<'a> {
     i: usize,
     levels: Vec<Level>,
