@@ -92,6 +92,8 @@ fn regex_literal_body() {
         format!("function execute(){{ return 1; }}\nvar r = /'/; var x = {deep};"),
         format!("function execute(){{ return 1; }}\nvar r = /\"[/]\\//g; var x = {deep};"),
         format!("function execute(){{ return 1; }}\nif (1) /`/.test(''); var x = {deep};"),
+        // `for await (…)` is a loop's head too.
+        format!("async function execute(){{ for await (const x of []) /'/; var x = {deep}; return 1; }}"),
         // A line ends a comment at a carriage return too, for the parser as for the scan.
         format!("function execute(){{ return 1; }} // note\rvar x = {deep};"),
         // A `\` before CR LF continues a string past them, for the parser as for the scan.
@@ -103,6 +105,8 @@ fn regex_literal_body() {
     // Regex literals and divisions side by side still run, quotes and slashes in them included.
     let code = r#"function execute(i) { const q = /'[)(/]"/g; const h = i.n / 2 / 1; if (h) /x/.test("'"); return { q: "a'/\"b".replace(q, '-'), h: [h] / 1, c: `${i.n / 2}` }; }"#;
     assert_ok(&run(&runner(), code, json!({ "n": 4 })), json!({ "q": "a-b", "h": 2, "c": "2" }));
+    let code = "async function execute(){ const r = []; for await (const x of [1, 2]) /a/.test('a') && r.push(x); return r; }";
+    assert_ok(&run(&runner(), code, json!({})), json!([1, 2]));
 }
 
 #[test]

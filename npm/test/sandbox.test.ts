@@ -260,7 +260,7 @@ describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbo
     // Worker was replaced (`stack_overflow`).
     const one = await createSandbox({ poolSize: 1 });
     try {
-      for (const body of [`var r = /'/; var x = ${'('.repeat(3000)}1${')'.repeat(3000)};`, `var x = ${'void '.repeat(3000)}1;`, `var b; b = ${'b='.repeat(3000)}1;`, `${'l:'.repeat(3000)}1;`]) {
+      for (const body of [`var r = /'/; var x = ${'('.repeat(3000)}1${')'.repeat(3000)};`, `async function f(){ for await (const x of []) /'/; var x = ${'('.repeat(3000)}1${')'.repeat(3000)}; }`, `var x = ${'void '.repeat(3000)}1;`, `var b; b = ${'b='.repeat(3000)}1;`, `${'l:'.repeat(3000)}1;`]) {
         const r = await one.execute({ code: `function execute(){ return 1; }\n${body}` });
         assert.deepEqual([r.status, r.error?.code], ['rejected', 'too_deep'], JSON.stringify(r).slice(0, 300));
       }

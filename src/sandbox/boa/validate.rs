@@ -443,7 +443,12 @@ impl<'a> Scan<'a> {
                 (outer, run) = (outer + run, 0);
                 after_operand = false;
             }
-            prev_word = if keyword { word } else { b"" };
+            prev_word = match (keyword, word) {
+                // `for await (`: a head all the same, after which a `/` starts a regex.
+                (true, b"await") if prev_word == b"for" => prev_word,
+                (true, _) => word,
+                _ => b"",
+            };
             prev_byte = bytes.get(i).copied().unwrap_or(0);
             if matches!(c, b'!' | b'~' | b'-' | b'+') {
                 unary_run += 1;
