@@ -254,6 +254,13 @@ export interface EmergentOptions {
   /** Most audit-trail entries kept (default 500; the oldest go first, from the store too, and
    *  an agent opened with a smaller capacity than the store's trail keeps its newest). */
   auditCapacity?: number;
+  /** Most `agent.tools.call`s of the agent that may wait at once, on host tools or forged code
+   *  (default 1024; a whole number from 1); one more rejects with `too_many_calls`. The bound
+   *  stops a host tool that, after an `await`, calls back a forged tool reaching it again: that
+   *  recursion runs on microtasks alone and grows memory until the process dies. Raise it for
+   *  a larger burst of calls at once (`Promise.all` over thousands of calls that wait on async
+   *  host tools). */
+  maxCallsWaiting?: number;
 }
 
 /** The option names of {@link AgentOptions} and {@link EmergentOptions}, for refusing the
@@ -273,7 +280,7 @@ const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
   Object.keys({
     enabled: true, judge: true, promotionJudge: true, maxSessionTools: true, maxAgentTools: true, sandboxTimeoutMs: true, sandboxMemoryMB: true, sandboxIdleTimeoutMs: true,
     promotionThreshold: true, autoPromote: true, promotionRetryUses: true, allowedSandboxAPIs: true, fetchDomainAllowlist: true,
-    persistSandboxSource: true, sandbox: true, statsFlushEvery: true, auditCapacity: true,
+    persistSandboxSource: true, sandbox: true, statsFlushEvery: true, auditCapacity: true, maxCallsWaiting: true,
   } satisfies Record<keyof EmergentOptions, true>),
 );
 /** The largest `maxTokens` the core takes (a u32), and so the largest a judge's may be. */
@@ -347,6 +354,11 @@ function refuseMisshapenOptions(options: AgentOptions): void {
     if (typeof confidence === 'number' && (confidence < 0 || confidence > 1)) {
       throw new CrucibleError('invalid_config', `createAgent: emergent.promotionThreshold.confidence must be from 0 to 1, got ${describeValue(confidence)}`);
     }
+  }
+  // The host's bound (`tools.call`'s), never the core's: checked here. A 0 would refuse every call.
+  const waiting = em.maxCallsWaiting;
+  if (waiting !== undefined && waiting !== null && !(Number.isInteger(waiting) && (waiting as number) >= 1 && (waiting as number) <= MAX_U32)) {
+    throw new CrucibleError('invalid_config', `createAgent: emergent.maxCallsWaiting must be a whole number from 1 to ${MAX_U32}, got ${describeValue(waiting)}`);
   }
   const sandbox = em.sandbox as { execute?: unknown } | null | undefined;
   if (sandbox !== undefined && typeof sandbox?.execute !== 'function') {
@@ -755,21 +767,21 @@ function refuseUnknownSandboxApis(apis: unknown): void {
 }
 
 /**
- * Most `agent.tools.call`s of one agent that may wait (on a host tool, or forged code) at once.
- * A host tool that calls a forged tool back after an `await`, when that tool reaches the host
+ * Most `agent.tools.call`s of one agent that may wait (on a host tool, or forged code) at once,
+ * unless `emergent.maxCallsWaiting` says otherwise. A host tool that calls a forged tool back after an `await`, when that tool reaches the host
  * tool again, recursed without end: every level waits on the next, and on microtasks alone the
  * event loop never got a turn (no timer, no abort fired) while memory grew until the process
  * died. No platform tells which call an `await`ed call is made inside, so the depth is bounded
  * through what it makes: the calls waiting.
  */
-const MAX_CALLS_WAITING = 1024;
+const DEFAULT_MAX_CALLS_WAITING = 1024;
 
-/** Throws `too_many_calls` when {@link MAX_CALLS_WAITING} calls wait already. */
-function refuseTooManyWaiting(waitingCalls: ReadonlySet<unknown>): void {
-  if (waitingCalls.size < MAX_CALLS_WAITING) return;
+/** Throws `too_many_calls` when `max` calls wait already. */
+function refuseTooManyWaiting(waitingCalls: ReadonlySet<unknown>, max: number): void {
+  if (waitingCalls.size < max) return;
   throw new CrucibleError(
     'too_many_calls',
-    `tools.call: ${MAX_CALLS_WAITING} calls of this agent are waiting already (a host tool that calls back a forged tool reaching it again recurses without end; else make fewer calls at once)`,
+    `tools.call: ${max} calls of this agent are waiting already (emergent.maxCallsWaiting; a host tool that calls back a forged tool reaching it again recurses without end; else make fewer calls at once, or raise it)`,
   );
 }
 
@@ -905,8 +917,8 @@ export class Agent<Output = unknown> {
     /** Calls a forged tool as `sessionId` sees it. Output is checked against its schema.
      *  Arguments the schema refuses, or that cannot be read as JSON (a `BigInt`, a cycle, a
      *  value nested past `JSON.stringify`'s depth), reject with `invalid_arguments`. A call
-     *  made while 1024 calls of this agent wait already (on host tools or forged code) rejects
-     *  with `too_many_calls`: most often a host tool calling back, after an `await`, a forged
+     *  made while `emergent.maxCallsWaiting` (1024 by default) calls of this agent wait already
+     *  (on host tools or forged code) rejects with `too_many_calls`: most often a host tool calling back, after an `await`, a forged
      *  tool that reaches it again. */
     call(name: string, args: unknown, options?: CallOptions): Promise<unknown>;
     /** The forged tools a session sees: name, tier, version, hash, stats. */
@@ -985,6 +997,7 @@ export class Agent<Output = unknown> {
     this.#parsedOutputs = runSupport.parsedOutputs;
     this.#providerFailures = runSupport.providerFailures;
     const waitingCalls = new Set<(error: CrucibleError) => void>();
+    const maxCallsWaiting = runSupport.maxCallsWaiting ?? DEFAULT_MAX_CALLS_WAITING;
     const { channel, release, letGo } = attach(core, store, sandbox, releaseRegistry, background, this.#directStop, waitingCalls);
     this.#release = release;
     unclosedAgents.register(this, letGo, this);
@@ -1022,7 +1035,7 @@ export class Agent<Output = unknown> {
           const [tool, sessionId] = [toolName(name, 'tools.call'), sessionOf(options.sessionId)];
           signal = abortSignal(options.signal, 'tools.call');
           const json = argumentsJson(args);
-          refuseTooManyWaiting(waitingCalls);
+          refuseTooManyWaiting(waitingCalls, maxCallsWaiting);
           call = signal
             ? this.#direct(signal, async (s, runId) => valueOf(core.callTool(tool, json, sessionId, s, runId)))
             : core.callTool(tool, json, sessionId, undefined, undefined);
@@ -1514,6 +1527,8 @@ interface RunSupport {
   parsedOutputs?: Map<string, unknown>;
   /** Filled by the model adapter: the last error a provider threw, by run id. */
   providerFailures: Map<string, unknown>;
+  /** `emergent.maxCallsWaiting`, as `createAgent` read it. */
+  maxCallsWaiting?: number;
 }
 
 /** What travels beside a run's last event, which is plain JSON data: for an `agent.error`, the
@@ -1762,8 +1777,9 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
     let emergent: Record<string, unknown> | undefined;
     if (em?.enabled) {
       sandbox = em.sandbox ?? (await defaultSandbox(em));
-      // The idle timeout is the host pool's alone: the core has no use for it.
-      const { judge, promotionJudge, sandbox: _s, sandboxIdleTimeoutMs: _i, ...rest } = em;
+      // The idle timeout is the host pool's alone, the bound on waiting calls `tools.call`'s: the
+      // core has no use for them.
+      const { judge, promotionJudge, sandbox: _s, sandboxIdleTimeoutMs: _i, maxCallsWaiting: _w, ...rest } = em;
       const judgeModel = judge ? adaptJudge(judge, 'judge') : undefined;
       // Background work's judge and host tool calls find their signal by this id: not a run's,
       // which may end before the work does, but the agent's, which `close()` aborts.
@@ -1813,7 +1829,7 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
       const e = error as { code?: string; message?: string };
       throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
     }
-    const runSupport = { parsedOutputs: parseOutput ? parsedOutputs : undefined, providerFailures };
+    const runSupport = { parsedOutputs: parseOutput ? parsedOutputs : undefined, providerFailures, maxCallsWaiting: em?.maxCallsWaiting ?? undefined };
     return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, runSupport, background);
   } catch (error) {
     await (em?.sandbox ? undefined : sandbox?.close?.());

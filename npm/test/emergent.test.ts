@@ -1803,6 +1803,67 @@ describe('emergent options and edge cases through createAgent', () => {
     await agent.close();
   });
 
+  test('emergent.maxCallsWaiting bounds the tools.calls waiting at once: raised, a burst past 1024 succeeds; the bound holds at its value; a bad value is invalid_config', async () => {
+    const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
+    // Every call of a burst waits on the gate, so a burst is that many calls waiting at once
+    // (the forge's tests find it open).
+    let open = () => {};
+    let gate = Promise.resolve();
+    const slow = tool({
+      name: 'slow',
+      description: 'Echoes its text once the gate opens',
+      inputSchema: textIn,
+      execute: async ({ text }: { text: string }) => {
+        await gate;
+        return { text };
+      },
+    });
+    const reviewer: ModelProvider = {
+      id: 'test-double:judge',
+      async *stream() {
+        yield { type: 'text', delta: String(verdict(true).text) };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const relay = {
+      name: 'relay_slow',
+      description: 'Relays the text through slow',
+      inputSchema: textIn,
+      outputSchema: textIn,
+      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'slow', inputMapping: { text: '$input.text' } }] },
+      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+    };
+    const burst = async (maxCallsWaiting: number | undefined, calls: number) => {
+      const agent = await createAgent({ model: reviewer, tools: [slow], emergent: { enabled: true, judge: { model: reviewer }, maxCallsWaiting } });
+      assert.ok((await agent.forge(relay, { sessionId: 's1' })).success);
+      gate = new Promise<void>((resolve) => (open = resolve));
+      const pending = Array.from({ length: calls }, (_, i) => agent.tools.call('relay_slow', { text: `t${i}` }, { sessionId: 's1' }));
+      open();
+      const outcomes = await Promise.allSettled(pending);
+      await agent.close();
+      const refused = outcomes.flatMap((o, i) => (o.status === 'rejected' ? [[i, o.reason] as const] : []));
+      for (const [, reason] of refused) assert.ok(reason instanceof CrucibleError && reason.code === 'too_many_calls', String(reason));
+      outcomes.forEach((o, i) => o.status === 'fulfilled' && assert.deepEqual(o.value, { text: `t${i}` }));
+      return refused;
+    };
+    // By default the 1025th call of a burst of 2000 is refused, and every one after it.
+    const byDefault = await burst(undefined, 2000);
+    assert.deepEqual([byDefault.length, byDefault[0]![0]], [2000 - 1024, 1024]);
+    assert.match((byDefault[0]![1] as Error).message, /1024 calls of this agent are waiting already/);
+    assert.deepEqual(await burst(2048, 2000), [], 'raised, the whole burst is served');
+    const lowered = await burst(5, 8);
+    assert.deepEqual(lowered.map(([i]) => i), [5, 6, 7]);
+    assert.match((lowered[0]![1] as Error).message, /^tools\.call: 5 calls of this agent are waiting already \(emergent\.maxCallsWaiting/);
+
+    for (const bad of [0, -1, 1.5, 2 ** 32, Number.NaN, Infinity, '64']) {
+      await assert.rejects(createAgent({ model: reviewer, emergent: { enabled: true, maxCallsWaiting: bad as number } }), (e: unknown) => {
+        assert.ok(e instanceof CrucibleError && e.code === 'invalid_config', String(e));
+        assert.match(e.message, /^createAgent: emergent\.maxCallsWaiting must be a whole number from 1 to 4294967295, got /);
+        return true;
+      });
+    }
+  });
+
   test('a scope label tags the attempt: its events and audit entries', async () => {
     const agent = await makeAgent(memoryStore());
     const events: AgentEvent[] = [];
