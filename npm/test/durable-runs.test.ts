@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { getEventListeners } from 'node:events';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
-import { AbortError, AgentRunError, createAgent, indexedDbStore, memoryStore, openai, tool } from '../src/node.js';
+import { AbortError, AgentRunError, createAgent, indexedDbStore, memoryStore, openai, StoreError, tool, type ModelProvider, type Store } from '../src/node.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 const run = promisify(execFile);
@@ -236,6 +236,55 @@ test('storedRuns shows a run another tab is driving as running while it holds th
   assert.deepEqual((await agent.storedRuns()).map((r) => r.status), ['running'], 'not offered for resuming while another tab runs it');
   release();
   assert.deepEqual((await agent.storedRuns()).map((r) => r.status), ['interrupted']);
+  await agent.close();
+});
+
+test('storedRuns asks the store for run locks 32 at a time, not one after another, and gives back each lock it gets, even when one tryLock fails', async () => {
+  const inner = memoryStore();
+  let [inFlight, mostInFlight, given, givenBack] = [0, 0, 0, 0];
+  let [heldElsewhere, failing] = [new Set<string>(), new Set<string>()];
+  // A store whose tryLock takes a timer's turn to answer, as a lock manager across tabs does.
+  const store: Store = {
+    get: (key) => inner.get(key),
+    put: (key, value) => inner.put(key, value),
+    delete: (key) => inner.delete(key),
+    scan: (prefix) => inner.scan(prefix),
+    batch: (ops) => inner.batch(ops),
+    close: () => inner.close(),
+    async tryLock(name) {
+      mostInFlight = Math.max(mostInFlight, ++inFlight);
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      inFlight--;
+      if (failing.has(name)) throw new Error('lock manager gone');
+      if (heldElsewhere.has(name)) return undefined;
+      given++;
+      return () => void givenBack++;
+    },
+  };
+  const down: ModelProvider = {
+    id: 'test-double:down',
+    async *stream() {
+      throw new Error('down');
+    },
+  };
+  const agent = await createAgent({ model: down, store });
+  for (let i = 0; i < 40; i++) await assert.rejects(agent.run(`try ${i}`));
+  const listed = await agent.storedRuns();
+  assert.equal(listed.length, 40);
+  assert.deepEqual(listed.map((r) => r.runId), listed.map((r) => r.runId).sort(), 'in run id order');
+  assert.deepEqual(new Set(listed.map((r) => r.status)), new Set(['interrupted']));
+  assert.equal(mostInFlight, 32, 'the first 32 were asked for at once, and no more');
+  assert.deepEqual([given, givenBack], [40, 40]);
+
+  // One held by another tab is running, in its place; one whose tryLock fails fails the listing,
+  // and the locks the others got are given back all the same.
+  const lockOf = (i: number) => `run:default/${listed[i]!.runId}`;
+  [heldElsewhere, given, givenBack] = [new Set([lockOf(3), lockOf(35)]), 0, 0];
+  assert.deepEqual((await agent.storedRuns()).flatMap((r, i) => (r.status === 'running' ? [i] : [])), [3, 35]);
+  [failing, given, givenBack] = [new Set([lockOf(5)]), 0, 0];
+  await assert.rejects(agent.storedRuns(), (e: unknown) => e instanceof StoreError && /lock manager gone/.test(e.message));
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(givenBack, given);
   await agent.close();
 });
 

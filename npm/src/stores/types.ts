@@ -43,7 +43,8 @@ export interface Store {
    * else `undefined`, without waiting. An agent with emergent capabilities holds
    * `agent:<agentId>` while it is open: its registry (tools, stats, audit) has one writer.
    * `storedRuns()` takes and at once releases each run's lock (`run:<agentId>/<runId>`, held
-   * while a run or resume of it goes) to list the runs other contexts drive as `running`.
+   * while a run or resume of it goes) to list the runs other contexts drive as `running`,
+   * asking for up to 32 of them at once.
    */
   tryLock?(name: string): Promise<(() => void) | undefined>;
 }
