@@ -768,8 +768,8 @@ function refuseUnknownSandboxApis(apis: unknown): void {
 
 /**
  * Most `agent.tools.call`s of one agent that may wait (on a host tool, or forged code) at once,
- * unless `emergent.maxCallsWaiting` says otherwise. A host tool that calls a forged tool back after an `await`, when that tool reaches the host
- * tool again, recursed without end: every level waits on the next, and on microtasks alone the
+ * unless `emergent.maxCallsWaiting` says otherwise. A host tool that calls a forged tool back
+ * after an `await`, when that tool reaches the host tool again, recursed without end: every level waits on the next, and on microtasks alone the
  * event loop never got a turn (no timer, no abort fired) while memory grew until the process
  * died. No platform tells which call an `await`ed call is made inside, so the depth is bounded
  * through what it makes: the calls waiting.
@@ -918,8 +918,8 @@ export class Agent<Output = unknown> {
      *  Arguments the schema refuses, or that cannot be read as JSON (a `BigInt`, a cycle, a
      *  value nested past `JSON.stringify`'s depth), reject with `invalid_arguments`. A call
      *  made while `emergent.maxCallsWaiting` (1024 by default) calls of this agent wait already
-     *  (on host tools or forged code) rejects with `too_many_calls`: most often a host tool calling back, after an `await`, a forged
-     *  tool that reaches it again. */
+     *  (on host tools or forged code) rejects with `too_many_calls`: most often a host tool
+     *  calling back, after an `await`, a forged tool that reaches it again. */
     call(name: string, args: unknown, options?: CallOptions): Promise<unknown>;
     /** The forged tools a session sees: name, tier, version, hash, stats. */
     list(options?: SessionOptions): ToolInfo[];
