@@ -771,8 +771,9 @@ function refuseUnknownSandboxApis(apis: unknown): void {
  * unless `emergent.maxCallsWaiting` says otherwise. A host tool that calls a forged tool back
  * after an `await`, when that tool reaches the host tool again, recursed without end: every
  * level waits on the next, and on microtasks alone the event loop never got a turn (no timer,
- * no abort fired) while memory grew until the process died. No platform tells which call an `await`ed call is made inside, so the depth is bounded
- * through what it makes: the calls waiting.
+ * no abort fired) while memory grew until the process died. No platform tells which call an
+ * `await`ed call is made inside, so the depth is bounded through what it makes: the calls
+ * waiting.
  */
 const DEFAULT_MAX_CALLS_WAITING = 1024;
 
