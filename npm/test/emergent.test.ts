@@ -54,6 +54,29 @@ async function makeAgent(store: Store, extra: Record<string, unknown> = {}, agen
   });
 }
 
+/** A test double for the judge: approves every review. */
+const approvingReviewer: ModelProvider = {
+  id: 'test-double:judge',
+  async *stream() {
+    yield { type: 'text', delta: String(verdict(true).text) };
+    yield { type: 'finish', finishReason: 'stop' };
+  },
+};
+
+/** A compose forge request `name` passing `{ text }` through the host tool `through`, with two
+ *  tests that find the text unchanged. */
+function relayThrough(name: string, description: string, through: string) {
+  const textIn = { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] };
+  return {
+    name,
+    description,
+    inputSchema: textIn,
+    outputSchema: textIn,
+    implementation: { mode: 'compose', steps: [{ name: 'one', tool: through, inputMapping: { text: '$input.text' } }] },
+    testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
+  };
+}
+
 describe('forge through the package', () => {
   test('a sandbox tool is tested in the sandbox, judged, registered and callable', async () => {
     const agent = await makeAgent(memoryStore());
@@ -396,7 +419,7 @@ describe('forge through the package', () => {
       execute: ({ text }: { text: string }, ctx) => (text === 'wait' ? untilAborted('tool', ctx.signal, ctx.runId) : { text }),
     });
     let judgeWaits = true;
-    const reviewer: ModelProvider = {
+    const waitingReviewer: ModelProvider = {
       id: 'test-double:judge',
       async *stream(_request, options) {
         if (judgeWaits) await untilAborted('judge', options?.signal);
@@ -404,7 +427,7 @@ describe('forge through the package', () => {
         yield { type: 'finish', finishReason: 'stop' };
       },
     };
-    const agent = await createAgent({ model: reviewer, tools: [relay], emergent: { enabled: true, judge: { model: reviewer } } });
+    const agent = await createAgent({ model: waitingReviewer, tools: [relay], emergent: { enabled: true, judge: { model: waitingReviewer } } });
     const events: AgentEvent[] = [];
     agent.on((e) => events.push(e));
 
@@ -1715,23 +1738,9 @@ describe('emergent options and edge cases through createAgent', () => {
         return new Promise<never>(() => {});
       },
     });
-    const reviewer: ModelProvider = {
-      id: 'test-double:judge',
-      async *stream() {
-        yield { type: 'text', delta: String(verdict(true).text) };
-        yield { type: 'finish', finishReason: 'stop' };
-      },
-    };
-    const relay = {
-      name: 'relay_hang',
-      description: 'Relays the text through hang',
-      inputSchema: textIn,
-      outputSchema: textIn,
-      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'hang', inputMapping: { text: '$input.text' } }] },
-      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
-    };
+    const relay = relayThrough('relay_hang', 'Relays the text through hang', 'hang');
     for (const signal of [undefined, new AbortController().signal]) {
-      const agent = await createAgent({ model: reviewer, tools: [hanging], emergent: { enabled: true, judge: { model: reviewer } } });
+      const agent = await createAgent({ model: approvingReviewer, tools: [hanging], emergent: { enabled: true, judge: { model: approvingReviewer } } });
       assert.ok((await agent.forge(relay, { sessionId: 's1' })).success);
       const before = reached;
       const calls = [agent.tools.call('relay_hang', { text: 'hang' }, { sessionId: 's1', signal }), agent.tools.call('relay_hang', { text: 'hang' }, { sessionId: 's1', signal })];
@@ -1771,22 +1780,8 @@ describe('emergent options and edge cases through createAgent', () => {
         }
       },
     });
-    const reviewer: ModelProvider = {
-      id: 'test-double:judge',
-      async *stream() {
-        yield { type: 'text', delta: String(verdict(true).text) };
-        yield { type: 'finish', finishReason: 'stop' };
-      },
-    };
-    agent = await createAgent({ model: reviewer, tools: [bounce], emergent: { enabled: true, judge: { model: reviewer } } });
-    const loop = {
-      name: 'loop',
-      description: 'Bounces its text',
-      inputSchema: textIn,
-      outputSchema: textIn,
-      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'bounce', inputMapping: { text: '$input.text' } }] },
-      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
-    };
+    agent = await createAgent({ model: approvingReviewer, tools: [bounce], emergent: { enabled: true, judge: { model: approvingReviewer } } });
+    const loop = relayThrough('loop', 'Bounces its text', 'bounce');
     assert.ok((await agent.forge(loop, { sessionId: 's1' })).success);
     // Without a signal, and with one passed on from level to level.
     for (const signal of [undefined, new AbortController().signal]) {
@@ -1818,23 +1813,9 @@ describe('emergent options and edge cases through createAgent', () => {
         return { text };
       },
     });
-    const reviewer: ModelProvider = {
-      id: 'test-double:judge',
-      async *stream() {
-        yield { type: 'text', delta: String(verdict(true).text) };
-        yield { type: 'finish', finishReason: 'stop' };
-      },
-    };
-    const relay = {
-      name: 'relay_slow',
-      description: 'Relays the text through slow',
-      inputSchema: textIn,
-      outputSchema: textIn,
-      implementation: { mode: 'compose', steps: [{ name: 'one', tool: 'slow', inputMapping: { text: '$input.text' } }] },
-      testCases: [{ input: { text: 'a' }, expectedOutput: { text: 'a' } }, { input: { text: 'b' }, expectedOutput: { text: 'b' } }],
-    };
+    const relay = relayThrough('relay_slow', 'Relays the text through slow', 'slow');
     const burst = async (maxCallsWaiting: number | undefined, calls: number) => {
-      const agent = await createAgent({ model: reviewer, tools: [slow], emergent: { enabled: true, judge: { model: reviewer }, maxCallsWaiting } });
+      const agent = await createAgent({ model: approvingReviewer, tools: [slow], emergent: { enabled: true, judge: { model: approvingReviewer }, maxCallsWaiting } });
       assert.ok((await agent.forge(relay, { sessionId: 's1' })).success);
       gate = new Promise<void>((resolve) => (open = resolve));
       const pending = Array.from({ length: calls }, (_, i) => agent.tools.call('relay_slow', { text: `t${i}` }, { sessionId: 's1' }));
@@ -1856,7 +1837,7 @@ describe('emergent options and edge cases through createAgent', () => {
     assert.match((lowered[0]![1] as Error).message, /^tools\.call: 5 calls of this agent are waiting already \(emergent\.maxCallsWaiting/);
 
     for (const bad of [0, -1, 1.5, 2 ** 32, Number.NaN, Infinity, '64']) {
-      await assert.rejects(createAgent({ model: reviewer, emergent: { enabled: true, maxCallsWaiting: bad as number } }), (e: unknown) => {
+      await assert.rejects(createAgent({ model: approvingReviewer, emergent: { enabled: true, maxCallsWaiting: bad as number } }), (e: unknown) => {
         assert.ok(e instanceof CrucibleError && e.code === 'invalid_config', String(e));
         assert.match(e.message, /^createAgent: emergent\.maxCallsWaiting must be a whole number from 1 to 4294967295, got /);
         return true;
