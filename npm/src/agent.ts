@@ -291,16 +291,18 @@ const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: tru
  * position in JSON text the caller never wrote ("expected u32 at line 1 column 35"), so the
  * kinds are checked here first and the error names the option; ranges past the kind (`maxTurns`
  * at least 1, …) stay the core's to check, and its messages name the option already.
- * `whole`: a u32 (the core's `usize` is one on wasm32); `wide`: a u64 (to 2^53 - 1 here).
+ * `whole`: a u32 (the core's `usize` is one on wasm32); `wide`: a u64 (to 2^53 - 1 here);
+ * `count`: a u32 from 1, for a bound the host keeps and the core never sees (`maxCallsWaiting`:
+ * 0 would refuse every call), whose range is checked here in full.
  */
-type OptionKind = 'whole' | 'wide' | 'number' | 'boolean' | 'string';
+type OptionKind = 'whole' | 'count' | 'wide' | 'number' | 'boolean' | 'string';
 const AGENT_OPTION_KINDS: Readonly<Partial<Record<keyof AgentOptions, OptionKind>>> = {
   instructions: 'string', maxTurns: 'whole', maxSteps: 'whole', maxParallelTools: 'whole', maxResultBytes: 'whole', maxOutputRetries: 'whole',
   temperature: 'number', maxTokens: 'whole', resetToolChoice: 'boolean', agentId: 'string',
 };
 const EMERGENT_OPTION_KINDS: Readonly<Partial<Record<keyof EmergentOptions, OptionKind>>> = {
   enabled: 'boolean', maxSessionTools: 'whole', maxAgentTools: 'whole', autoPromote: 'boolean', promotionRetryUses: 'wide',
-  persistSandboxSource: 'boolean', statsFlushEvery: 'whole', auditCapacity: 'whole',
+  persistSandboxSource: 'boolean', statsFlushEvery: 'whole', auditCapacity: 'whole', maxCallsWaiting: 'count',
 };
 type PromotionThreshold = NonNullable<EmergentOptions['promotionThreshold']>;
 const THRESHOLD_OPTION_KINDS: Readonly<Record<keyof PromotionThreshold, OptionKind>> = { uses: 'wide', confidence: 'number' };
@@ -313,9 +315,10 @@ function refuseMistypedOptions(given: Record<string, unknown>, kinds: Readonly<R
     const value = given[name];
     if (value === undefined || value === null || kind === undefined) continue;
     const max = kind === 'wide' ? Number.MAX_SAFE_INTEGER : MAX_U32;
+    const min = kind === 'count' ? 1 : 0;
     const wrong =
-      kind === 'whole' || kind === 'wide'
-        ? !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= max) && `a whole number from 0 to ${max}`
+      kind === 'whole' || kind === 'wide' || kind === 'count'
+        ? !(Number.isInteger(value) && (value as number) >= min && (value as number) <= max) && `a whole number from ${min} to ${max}`
         : kind === 'number'
           ? !(typeof value === 'number' && Number.isFinite(value)) && 'a finite number'
           : kind === 'boolean'
@@ -354,11 +357,6 @@ function refuseMisshapenOptions(options: AgentOptions): void {
     if (typeof confidence === 'number' && (confidence < 0 || confidence > 1)) {
       throw new CrucibleError('invalid_config', `createAgent: emergent.promotionThreshold.confidence must be from 0 to 1, got ${describeValue(confidence)}`);
     }
-  }
-  // The host's bound (`tools.call`'s), never the core's: checked here. A 0 would refuse every call.
-  const waiting = em.maxCallsWaiting;
-  if (waiting !== undefined && waiting !== null && !(Number.isInteger(waiting) && (waiting as number) >= 1 && (waiting as number) <= MAX_U32)) {
-    throw new CrucibleError('invalid_config', `createAgent: emergent.maxCallsWaiting must be a whole number from 1 to ${MAX_U32}, got ${describeValue(waiting)}`);
   }
   const sandbox = em.sandbox as { execute?: unknown } | null | undefined;
   if (sandbox !== undefined && typeof sandbox?.execute !== 'function') {
