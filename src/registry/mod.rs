@@ -749,7 +749,7 @@ impl Registry {
             for (name, version) in came_home {
                 // An active entry in memory is newer than the store's (a version this agent
                 // promoted since, with calls not written yet): it stays.
-                let kept = state.agent.get(&name).filter(|e| e.active()).map(|e| u64::from(e.record.current.version));
+                let kept = state.agent.get(&name).filter(|e| e.active()).map(|e| e.record.current.version);
                 if let Some(entry) = own.remove(&name).filter(|_| kept.is_none()) {
                     state.agent.insert(name.clone(), entry);
                 }
@@ -1766,18 +1766,16 @@ impl Registry {
         // one of that name in use there already (a newer version it promoted since): that one
         // stays. A tombstone there is replaced, and its versions join the tool's history.
         let other_owner = self.state.borrow().shared.get(name).filter(|e| e.active()).map(|e| e.record.origin.agent_id.clone()).filter(|o| *o != self.agent_id);
-        let (kept, owners_tombstone) = match &other_owner {
+        let owners_own: Option<ToolRecord> = match &other_owner {
             Some(owner) => {
                 let key = tool_key_under(&agent_prefix(owner), name);
-                match self.store.get(&key).await? {
-                    Some(own) if own["data"]["status"] == "active" => (Some(own["data"]["current"]["version"].as_u64().unwrap_or_default()), None),
-                    // One it cannot read is replaced all the same (the owner could not load it).
-                    Some(own) => (None, unversioned::<ToolRecord>(&key, "tool", own).ok()),
-                    None => (None, None),
-                }
+                // One it cannot read is replaced all the same (the owner could not load it).
+                self.store.get(&key).await?.and_then(|own| unversioned(&key, "tool", own).ok())
             }
-            None => (None, None),
+            None => None,
         };
+        let kept = owners_own.as_ref().filter(|own| own.status == ToolStatus::Active).map(|own| own.current.version);
+        let owners_tombstone = owners_own.filter(|_| kept.is_none());
         let owner_keeps_own = kept.is_some();
         let (info, ops, from, to, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
@@ -2056,7 +2054,7 @@ struct ForgeNameRecord {
 /// The detail of the `demote` entry an agent's trail gets when another agent (`by`, when
 /// known) took its tool out of the shared tier; `kept` is the version of its own that its
 /// agent tier keeps instead, if any.
-fn came_home_detail(by: Option<&str>, kept: Option<u64>) -> String {
+fn came_home_detail(by: Option<&str>, kept: Option<u32>) -> String {
     let who = by.map_or_else(|| "another agent".to_string(), |by| format!("another agent (`{by}`)"));
     match kept {
         Some(kept) => format!("{who} took it out of the shared tier; this agent's tier keeps its own v{kept}"),
