@@ -21,9 +21,11 @@ import {
   mergeHeaders,
   checkProviderOptions,
   repliesWithJson,
+  optionError,
   type HttpContext,
 } from './http.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, Usage } from './types.js';
+import { isRecord } from '../errors.js';
+import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint. */
@@ -34,6 +36,9 @@ export const ANTHROPIC_VERSION = '2023-06-01';
  *  4096 is the largest every Claude 3+ model allows: a lower cap cut `forge_tool` calls (whole
  *  programs in their arguments) off mid-argument. */
 export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
+
+/** The least `budget_tokens` the API takes. */
+const MIN_THINKING_BUDGET = 1024;
 
 /**
  * Creates a provider for the Anthropic Messages API.
@@ -47,8 +52,9 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
  * const model = anthropic({ model: 'claude-sonnet-4-5', apiKey: process.env.ANTHROPIC_API_KEY });
  * ```
  */
-export function anthropic(options: ProviderOptions): ModelProvider {
+export function anthropic(options: AnthropicOptions): ModelProvider {
   checkProviderOptions('anthropic', options);
+  const thinking = thinkingOption(options.thinking);
   // A version in `headers` (in any case) replaces the default; the key replaces one there.
   const headers = mergeHeaders({ 'anthropic-version': ANTHROPIC_VERSION }, options.headers, options.apiKey ? { 'x-api-key': options.apiKey } : undefined);
   return postProvider({
@@ -59,7 +65,7 @@ export function anthropic(options: ProviderOptions): ModelProvider {
     // host and `/v1`: both reach `/v1/messages`, not a 404 at `/v1/v1/messages`.
     path: /\/v1\/*$/.test(options.baseURL ?? '') ? 'messages' : 'v1/messages',
     headers,
-    toWire: toWireRequest,
+    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, thinking),
     parse: async function* (ctx, response, streaming) {
       // A server that ignores `stream` (or answers an error as plain JSON with status 200)
       // sends one JSON body: read as events it would be an empty stream, its message lost.
@@ -67,6 +73,17 @@ export function anthropic(options: ProviderOptions): ModelProvider {
       else yield* parseMessage(ctx, await readJson(ctx, response));
     },
   });
+}
+
+/** The `thinking` option, checked; its budget. */
+function thinkingOption(value: unknown): number | undefined {
+  if (value == null) return undefined;
+  const budget = isRecord(value) ? value.budgetTokens : undefined;
+  if (!(Number.isSafeInteger(budget) && (budget as number) >= MIN_THINKING_BUDGET)) {
+    const got = isRecord(value) ? budget : value;
+    throw optionError('anthropic', isRecord(value) ? 'thinking.budgetTokens' : 'thinking', `a whole number of tokens, at least ${MIN_THINKING_BUDGET} (as in { budgetTokens: 4096 })`, got);
+  }
+  return budget as number;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -82,7 +99,7 @@ interface WireMessage {
   content: string | WireBlock[];
 }
 
-function toWireRequest(model: string, request: ModelRequest, streaming: boolean): Record<string, unknown> {
+function toWireRequest(model: string, request: ModelRequest, streaming: boolean, thinkingBudget: number | undefined): Record<string, unknown> {
   const system: string[] = [];
   const messages: WireMessage[] = [];
   for (const message of request.messages) {
@@ -110,11 +127,15 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
     messages.push(toWireMessage(message));
   }
 
+  const maxTokens = request.maxTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS;
   const body: Record<string, unknown> = {
     model,
-    max_tokens: request.maxTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS,
+    // Thinking counts against `max_tokens`, which must exceed the budget: the request's limit
+    // is kept for the answer, as the Vercel AI SDK does.
+    max_tokens: thinkingBudget === undefined ? maxTokens : maxTokens + thinkingBudget,
     messages,
   };
+  if (thinkingBudget !== undefined) body.thinking = { type: 'enabled', budget_tokens: thinkingBudget };
   if (system.length > 0) body.system = system.join('\n\n');
   if (request.tools.length > 0) {
     body.tools = request.tools.map((tool) => ({
@@ -127,7 +148,9 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean)
       body.tool_choice = typeof choice === 'object' ? { type: 'tool', name: choice.tool } : { type: choice === 'required' ? 'any' : choice };
     }
   }
-  if (request.temperature !== undefined) body.temperature = request.temperature;
+  // "Thinking isn't compatible with temperature or top_k modifications" (extended thinking,
+  // feature compatibility): a temperature other than 1 is refused with 400.
+  if (request.temperature !== undefined && thinkingBudget === undefined) body.temperature = request.temperature;
   if (streaming) body.stream = true;
   return body;
 }

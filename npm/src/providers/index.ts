@@ -17,6 +17,7 @@ export type {
   ModelRequest,
   ProviderOptions,
   OpenAIOptions,
+  AnthropicOptions,
   OllamaOptions,
   RetryOptions,
   ToolCall,

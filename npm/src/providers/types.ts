@@ -151,9 +151,10 @@ export interface ProviderOptions {
   fetch?: typeof globalThis.fetch;
   /**
    * Fields added to every request body, for what this provider does not map: `top_p`, `seed`,
-   * Anthropic's `thinking`, vLLM's `chat_template_kwargs`, OpenRouter's `provider`. Added after
-   * the provider's own fields, so one named here replaces the provider's (`model`, `messages`…
-   * too: that is yours to decide).
+   * Anthropic's `thinking` (or {@link AnthropicOptions.thinking}, which also fits the token
+   * limit and temperature to it), vLLM's `chat_template_kwargs`, OpenRouter's `provider`. Added
+   * after the provider's own fields, so one named here replaces the provider's (`model`,
+   * `messages`… too: that is yours to decide).
    */
   extraBody?: Record<string, unknown>;
 }
@@ -181,6 +182,22 @@ export interface OpenAIOptions extends ProviderOptions {
    * it, a streamed answer has usage only when the server reports it unasked.
    */
   streamUsage?: boolean;
+}
+
+/** Options of {@link anthropic}: the transport's, and extended thinking. */
+export interface AnthropicOptions extends ProviderOptions {
+  /**
+   * Extended thinking: the model reasons, up to `budgetTokens` tokens (at least 1024, the API's
+   * minimum), before it answers or calls a tool. Requests then carry `thinking: { type:
+   * 'enabled', budget_tokens }`, a `max_tokens` of the request's own limit (or
+   * `ANTHROPIC_DEFAULT_MAX_TOKENS`, 4096) plus the budget, since the API counts thinking against
+   * `max_tokens` and wants it above the budget, and no `temperature`, which the API refuses with
+   * thinking on (the forge judge asks for 0). The API also refuses a `toolChoice` that forces a
+   * call (`required`, `{ tool }`) with thinking on. Thinking counts as progress for
+   * `timeoutMs`. `extraBody.thinking` replaces what this sends (`{ type: 'adaptive' }` for
+   * models that take it), but not the token limit or temperature.
+   */
+  thinking?: { budgetTokens: number };
 }
 
 /** Options of {@link ollama}: the transport's, and Ollama's model options. */
