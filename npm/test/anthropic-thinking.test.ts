@@ -17,8 +17,8 @@ import type { AddressInfo } from 'node:net';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CrucibleError } from '../src/errors.js';
-import { anthropic } from '../src/node.js';
-import type { AnthropicOptions, ModelChunk, ModelProvider } from '../src/providers/types.js';
+import { anthropic, createAgent, memoryStore, tool, type AgentEvent } from '../src/node.js';
+import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ToolDefinition } from '../src/providers/types.js';
 
 // ---------------------------------------------------------------------------------------------
 // The server
@@ -167,8 +167,57 @@ beforeEach(() => {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+const weatherTool: ToolDefinition = {
+  name: 'get_weather',
+  description: 'Current weather for a city',
+  inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+};
+
+/** How many tool results the conversation holds so far. */
+function resultsSoFar(body: WireBody): number {
+  return body.messages.flatMap((m) => (typeof m.content === 'string' ? [] : m.content)).filter((b) => b.type === 'tool_result').length;
+}
+
+/** Oslo first, then Lima, then the answer, with thinking at every turn; `turns` replaces the
+ *  scripted blocks of a turn. */
+function weatherScript(turns: Partial<Record<number, Scripted[]>> = {}): (body: WireBody) => Scripted[] {
+  const plain: Record<number, Scripted[]> = {
+    0: [{ thinking: 'The user wants Oslo first, then Lima.' }, { text: 'Looking up Oslo.' }, { call: 'get_weather', city: 'Oslo' }],
+    1: [{ thinking: 'Oslo is 21C. Now Lima.' }, { call: 'get_weather', city: 'Lima' }],
+    2: [{ thinking: 'Both are known.' }, { text: 'Both 21C.' }],
+  };
+  return (body) => turns[resultsSoFar(body)] ?? plain[resultsSoFar(body)] ?? [{ text: 'Done.' }];
+}
+
 function model(options: Partial<AnthropicOptions> = {}): ModelProvider {
   return anthropic({ baseURL, apiKey: 'k', model: 'claude-sonnet-4-5', thinking: { budgetTokens: 2048 }, retry: { maxRetries: 0 }, ...options });
+}
+
+/** An agent with a weather tool that answers 21C; the cities it was asked for, and the text
+ *  deltas a run streams. */
+async function weatherAgent(options: Partial<AnthropicOptions> = {}) {
+  const cities: string[] = [];
+  const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+  const agent = await createAgent({ model: model(options), tools: [weather] });
+  async function run(input: string): Promise<{ text: string; deltas: string }> {
+    let deltas = '';
+    let end: Extract<AgentEvent, { type: 'agent.end' }> | undefined;
+    for await (const event of agent.stream(input)) {
+      if (event.type === 'text.delta') deltas += event.delta;
+      if (event.type === 'agent.error') throw new Error(`${event.error.code}: ${event.error.message}`);
+      if (event.type === 'agent.end') end = event;
+    }
+    assert.ok(end, 'the run ended');
+    return { text: end.text, deltas };
+  }
+  return { cities, run };
+}
+
+/** The assistant messages with tool calls of a request, as the types of their blocks. */
+function toolTurns(body: WireBody): string[][] {
+  return body.messages
+    .filter((m) => m.role === 'assistant' && typeof m.content !== 'string' && m.content.some((b) => b.type === 'tool_use'))
+    .map((m) => (m.content as WireBlock[]).map((b) => b.type));
 }
 
 interface Call {
@@ -197,6 +246,137 @@ async function collect(stream: AsyncIterable<ModelChunk>): Promise<{ text: strin
 // ---------------------------------------------------------------------------------------------
 // Tests
 
+describe('anthropic(): extended thinking through a tool loop', () => {
+  it('an agent runs two tool turns with thinking on, streamed and whole: each tool turn goes back with its signed thinking first, and no thinking is text', async () => {
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      script = weatherScript();
+      const { cities, run } = await weatherAgent({ stream });
+      const { text, deltas } = await run('Weather in Oslo, then in Lima?');
+      assert.equal(text, 'Both 21C.', `stream: ${stream}`);
+      assert.deepEqual(cities, ['Oslo', 'Lima']);
+      assert.equal(deltas, 'Looking up Oslo.Both 21C.', 'text deltas carry the answers only, never thinking');
+      const last = bodies.at(-1)!;
+      assert.equal(bodies.length, 3);
+      // The first call's thinking comes before the turn's text, as the API wants it to start.
+      assert.deepEqual(toolTurns(last), [['thinking', 'text', 'tool_use'], ['thinking', 'tool_use']]);
+      const firstTurn = last.messages[1]!.content as WireBlock[];
+      assert.deepEqual(firstTurn[0], { type: 'thinking', thinking: 'The user wants Oslo first, then Lima.', signature: sign('The user wants Oslo first, then Lima.') });
+    }
+  });
+
+  it('redacted_thinking blocks go back with their data, in their place among the thinking blocks', async () => {
+    const data = 'EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj';
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      script = weatherScript({ 0: [{ redacted: data }, { thinking: 'Oslo first.' }, { redacted: `${data}2` }, { call: 'get_weather', city: 'Oslo' }] });
+      const { run } = await weatherAgent({ stream });
+      assert.equal((await run('Weather in Oslo, then in Lima?')).text, 'Both 21C.', `stream: ${stream}`);
+      const sent = bodies.at(-1)!.messages[1]!.content as WireBlock[];
+      assert.deepEqual(sent.slice(0, 3), [
+        { type: 'redacted_thinking', data },
+        { type: 'thinking', thinking: 'Oslo first.', signature: sign('Oslo first.') },
+        { type: 'redacted_thinking', data: `${data}2` },
+      ]);
+    }
+  });
+
+  it('interleaved thinking: blocks between two calls are the second call\'s, and go back between the calls', async () => {
+    const interleaved: Scripted[] = [{ thinking: 'Oslo first.' }, { call: 'get_weather', city: 'Oslo' }, { thinking: 'And Lima at once.' }, { redacted: 'opaque' }, { call: 'get_weather', city: 'Lima' }];
+    script = () => interleaved;
+    const out = await collect(model().stream({ messages: [{ role: 'user', content: 'Weather in Oslo and Lima?' }], tools: [weatherTool] }));
+    assert.deepEqual(
+      out.calls.map((call) => call.providerData),
+      [
+        { thinking: [{ type: 'thinking', thinking: 'Oslo first.', signature: sign('Oslo first.') }] },
+        { thinking: [{ type: 'thinking', thinking: 'And Lima at once.', signature: sign('And Lima at once.') }, { type: 'redacted_thinking', data: 'opaque' }] },
+      ],
+    );
+
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      script = weatherScript({ 0: interleaved, 1: [{ text: 'Both 21C.' }] });
+      const { cities, run } = await weatherAgent({ stream });
+      assert.equal((await run('Weather in Oslo and Lima?')).text, 'Both 21C.', `stream: ${stream}`);
+      assert.deepEqual(cities, ['Oslo', 'Lima']);
+      assert.deepEqual(toolTurns(bodies.at(-1)!), [['thinking', 'tool_use', 'thinking', 'redacted_thinking', 'tool_use']]);
+    }
+  });
+
+  it('a thinking phase longer than timeoutMs, with no text, is not cut off: thinking deltas are progress', async () => {
+    // 2 blocks of 4 deltas each (start, 2 thinking, signature) and a call: about 600 ms of
+    // events 50 ms apart, three times the stall timeout.
+    eventDelayMs = 50;
+    script = () => [{ thinking: 'A long first thought.' }, { thinking: 'And a second one.' }, { call: 'get_weather', city: 'Oslo' }];
+    const out = await collect(model({ timeoutMs: 200 }).stream({ messages: [{ role: 'user', content: 'Weather in Oslo?' }], tools: [weatherTool] }));
+    assert.equal(out.text, '');
+    assert.equal(out.calls.length, 1);
+    assert.deepEqual(out.calls[0]!.providerData, {
+      thinking: [
+        { type: 'thinking', thinking: 'A long first thought.', signature: sign('A long first thought.') },
+        { type: 'thinking', thinking: 'And a second one.', signature: sign('And a second one.') },
+      ],
+    });
+  });
+
+  it("a call's providerData that is not this provider's (another provider's, or edited) is left out; this provider's goes back", async () => {
+    script = () => [{ text: 'ok' }];
+    const signed = { type: 'thinking', thinking: 'Mine.', signature: sign('Mine.') };
+    const toolCalls = [
+      { id: 'a', name: 'get_weather', arguments: '{}', providerData: { thinking: [signed] } },
+      { id: 'b', name: 'get_weather', arguments: '{}', providerData: { reasoning_content: 'DeepSeek reasoning' } },
+      { id: 'c', name: 'get_weather', arguments: '{}', providerData: 'opaque' },
+      { id: 'd', name: 'get_weather', arguments: '{}', providerData: { thinking: [{ type: 'thinking', thinking: 7 }] } },
+      { id: 'e', name: 'get_weather', arguments: '{}', providerData: { thinking: [{ type: 'redacted_thinking', data: 'x' }, { type: 'image' }] } },
+      { id: 'f', name: 'get_weather', arguments: '{}', providerData: { extra_content: { google: { thought_signature: 'sig' } } } },
+    ];
+    const messages: ChatMessage[] = [
+      { role: 'user', content: 'Weather?' },
+      { role: 'assistant', content: '', toolCalls },
+      ...toolCalls.map((call): ChatMessage => ({ role: 'tool', toolCallId: call.id, name: call.name, content: '21C' })),
+    ];
+    // Not a thinking request: the server checks signatures but does not ask for thinking first.
+    await collect(model({ thinking: undefined, stream: false }).stream({ messages, tools: [weatherTool] }));
+    const sent = bodies.at(-1)!.messages[1]!.content as WireBlock[];
+    assert.deepEqual(sent.map((b) => b.type), ['thinking', 'tool_use', 'tool_use', 'tool_use', 'tool_use', 'tool_use', 'tool_use']);
+    assert.deepEqual(sent[0], signed);
+  });
+
+  it('blocks go back exactly as stored, never remade: a changed signature is refused by the server with 400', async () => {
+    const thought = 'Oslo first.';
+    const turn = (providerData: unknown): ChatMessage[] => [
+      { role: 'user', content: 'Weather in Oslo?' },
+      { role: 'assistant', content: '', toolCalls: [{ id: 'toolu_x', name: 'get_weather', arguments: '{"city":"Oslo"}', providerData }] },
+      { role: 'tool', toolCallId: 'toolu_x', name: 'get_weather', content: '21C' },
+    ];
+    script = () => [{ text: 'ok' }];
+    const good = { thinking: [{ type: 'thinking', thinking: thought, signature: sign(thought) }] };
+    assert.equal((await collect(model().stream({ messages: turn(good), tools: [weatherTool] }))).text, 'ok');
+    const tampered = { thinking: [{ type: 'thinking', thinking: thought, signature: sign('Lima first.') }] };
+    await assert.rejects(collect(model().stream({ messages: turn(tampered), tools: [weatherTool] })), (error: unknown) => {
+      assert.ok(error instanceof CrucibleError, String(error));
+      assert.equal((error as CrucibleError & { status?: number }).status, 400);
+      assert.match(error.message, /Invalid `signature` in `thinking` block/);
+      return true;
+    });
+  });
+
+  it('a run paused for approval after a thinking turn resumes in a new agent, with a new provider object, and sends the thinking back', async () => {
+    script = weatherScript();
+    const store = memoryStore();
+    const weather = tool({ ...weatherTool, needsApproval: ({ city }: { city: string }) => city === 'Oslo', execute: () => '21C' });
+    // Each "process" has its own agent and its own provider object; only the store is shared.
+    const agent = () => createAgent({ model: model(), tools: [weather], store });
+    const paused = await (await agent()).run('Weather in Oslo, then in Lima?');
+    assert.equal(paused.status, 'paused');
+    const resumed = await (await agent()).resume(paused.runId, { approvals: paused.pendingApprovals.map(({ id }) => ({ id, approved: true })) });
+    assert.equal(resumed.status, 'completed');
+    assert.equal(resumed.text, 'Both 21C.');
+    const first = bodies[1]!.messages[1]!.content as WireBlock[];
+    assert.deepEqual(first[0], { type: 'thinking', thinking: 'The user wants Oslo first, then Lima.', signature: sign('The user wants Oslo first, then Lima.') });
+  });
+});
+
 describe('anthropic({ thinking: { budgetTokens } })', () => {
   it('asks for thinking with that budget, keeps the answer\'s token limit above it, and sends no temperature', async () => {
     script = () => [{ thinking: 'Short.' }, { text: 'Hi.' }];
@@ -213,6 +393,16 @@ describe('anthropic({ thinking: { budgetTokens } })', () => {
     // Without the option, nothing changes.
     await collect(model({ thinking: undefined }).stream({ ...request, maxTokens: 512 }));
     assert.deepEqual([bodies.at(-1)!.thinking, bodies.at(-1)!.max_tokens, bodies.at(-1)!.temperature], [undefined, 512, 0]);
+  });
+
+  it('extraBody.thinking still works, and replaces what the option sends', async () => {
+    script = weatherScript();
+    const { run } = await weatherAgent({ thinking: undefined, extraBody: { thinking: { type: 'enabled', budget_tokens: 1024 } } });
+    assert.equal((await run('Weather in Oslo, then in Lima?')).text, 'Both 21C.');
+    assert.deepEqual(bodies.at(-1)!.thinking, { type: 'enabled', budget_tokens: 1024 });
+
+    await collect(model({ extraBody: { thinking: { type: 'enabled', budget_tokens: 3000 } } }).stream({ messages: [{ role: 'user', content: 'Hi' }], tools: [] }));
+    assert.deepEqual([bodies.at(-1)!.thinking, bodies.at(-1)!.max_tokens], [{ type: 'enabled', budget_tokens: 3000 }, 4096 + 2048]);
   });
 
   it('is checked when the provider is created: anything but a whole budget of at least 1024 tokens is invalid_config', () => {

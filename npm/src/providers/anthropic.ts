@@ -5,6 +5,11 @@
  * Wire format: https://docs.anthropic.com/en/api/messages and
  * https://docs.anthropic.com/en/api/messages-streaming
  *
+ * Extended thinking (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking):
+ * `thinking` and `redacted_thinking` blocks are no answer text. The API wants those of a turn
+ * with tool calls back with that turn, unchanged and before its `tool_use` blocks (else 400), so
+ * they travel with the calls as their `providerData` ({@link Echo}).
+ *
  * @module
  */
 
@@ -25,7 +30,7 @@ import {
   type HttpContext,
 } from './http.js';
 import { isRecord } from '../errors.js';
-import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, Usage } from './types.js';
+import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 
 /** Default endpoint. */
@@ -42,6 +47,12 @@ const MIN_THINKING_BUDGET = 1024;
 
 /**
  * Creates a provider for the Anthropic Messages API.
+ *
+ * With extended thinking on (the `thinking` option, or `extraBody.thinking`), the API wants the
+ * thinking blocks of a turn with tool calls sent back with it. The provider gives each call the
+ * blocks that came before it as its `providerData` ({@link Echo}), which the runtime keeps with
+ * the conversation and hands back: a run resumed in another process, or with another provider
+ * object, still sends them. Thinking is never answer text; it is progress for `timeoutMs`.
  *
  * From a browser page, Anthropic answers cross-origin requests only when they carry
  * `anthropic-dangerous-direct-browser-access: true` (pass it in `headers`); the API key is then
@@ -89,7 +100,18 @@ function thinkingOption(value: unknown): number | undefined {
 // ---------------------------------------------------------------------------------------------
 // Request mapping
 
+/** A thinking block as the API sent it, to go back unchanged: its text and its `signature`,
+ *  or a `redacted_thinking` block's encrypted `data`. */
+type ThinkingBlock = { type: 'thinking'; thinking: string; signature?: string } | { type: 'redacted_thinking'; data: string };
+
+/** A tool call's `providerData` from this provider: the thinking blocks the answer gave since
+ *  the call before it (the first call: since the answer's start), in the order they came. */
+interface Echo {
+  thinking: ThinkingBlock[];
+}
+
 type WireBlock =
+  | ThinkingBlock
   | { type: 'text'; text: string }
   | { type: 'tool_use'; id: string; name: string; input: unknown }
   | { type: 'tool_result'; tool_use_id: string; content: string; is_error?: true };
@@ -156,14 +178,47 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
 }
 
 function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant' }>): WireMessage {
+  // Thinking of a turn without tool calls is not kept. "Preserving thinking blocks" (extended
+  // thinking docs): during tool use the blocks must come back complete and unmodified, but "you
+  // can omit thinking and redacted_thinking blocks from prior assistant role turns" (which the
+  // API leaves out of the context anyway; models from Opus 4.5 on would keep what is sent).
   if (message.role === 'user' || !message.toolCalls?.length) return { role: message.role, content: message.content };
-  const blocks: WireBlock[] = [];
+  const [first, ...rest] = message.toolCalls;
+  // With thinking on, the API wants an assistant turn with tool calls to start with its
+  // thinking ("a final assistant message must start with a thinking block"), and each run of
+  // consecutive thinking blocks as the model gave it: the first call's blocks come before the
+  // text, every other call's right before its own tool_use.
+  const blocks: WireBlock[] = [...echoedThinking(first!)];
   // The API rejects empty (and whitespace-only) text blocks.
   if (message.content.trim()) blocks.push({ type: 'text', text: message.content });
-  for (const call of message.toolCalls) {
-    blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: argumentsObject(call.arguments) });
-  }
+  blocks.push(toolUse(first!));
+  for (const call of rest) blocks.push(...echoedThinking(call), toolUse(call));
   return { role: 'assistant', content: blocks };
+}
+
+function toolUse(call: ToolCall): WireBlock {
+  return { type: 'tool_use', id: call.id, name: call.name, input: argumentsObject(call.arguments) };
+}
+
+/** The thinking blocks a call's `providerData` holds ({@link Echo}), or none when it holds
+ *  something else: what another provider gave (after a switch of providers) or an edited state.
+ *  A block changed or made up would be refused by the API with the whole request; none at all
+ *  is what a turn without thinking sends. */
+function echoedThinking(call: ToolCall): ThinkingBlock[] {
+  const echo = loose(call.providerData);
+  if (!echo || !Array.isArray(echo.thinking)) return [];
+  const blocks: ThinkingBlock[] = [];
+  for (const entry of echo.thinking as unknown[]) {
+    const block = loose(entry);
+    if (block?.type === 'thinking' && typeof block.thinking === 'string' && (block.signature === undefined || typeof block.signature === 'string')) {
+      blocks.push({ type: 'thinking', thinking: block.thinking, ...(block.signature !== undefined && { signature: block.signature }) });
+    } else if (block?.type === 'redacted_thinking' && typeof block.data === 'string') {
+      blocks.push({ type: 'redacted_thinking', data: block.data });
+    } else {
+      return [];
+    }
+  }
+  return blocks;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -175,6 +230,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   let stopReason: string | undefined;
   // Content blocks are numbered across text and tool_use; tool calls are numbered on their own.
   const callByBlock = new Map<number, number>();
+  const thinking = new TurnThinking();
   // A tool_use block's `input` as it came at its start, until a delta says the input streams:
   // the API sends `{}` there and streams the input, but proxies send it whole and stream none.
   const inputAtStart = new Map<number, string>();
@@ -201,13 +257,14 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         const blockType = read.string(block?.type, 'content_block.type');
         const text = read.string(block?.text, 'content_block.text');
         if (blockType === 'text' && text) yield { type: 'text', delta: text };
+        if (block && isThinkingType(blockType)) thinking.start(read, read.index(event.index, 'index'), block, 'content_block');
         if (block && blockType === 'tool_use') {
           const index = callByBlock.size;
           const blockIndex = read.index(event.index, 'index') ?? index;
           callByBlock.set(blockIndex, index);
           const input = loose(block.input);
           if (input && Object.keys(input).length > 0) inputAtStart.set(blockIndex, JSON.stringify(input));
-          yield toolUseChunk(read, block, index, '');
+          yield thinking.withCall(toolUseChunk(read, block, index, ''));
         }
         break;
       }
@@ -222,6 +279,10 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         const text = read.string(delta?.text, 'delta.text');
         const json = read.string(delta?.partial_json, 'delta.partial_json');
         if (deltaType === 'text_delta' && text) yield { type: 'text', delta: text };
+        if ((deltaType === 'thinking_delta' || deltaType === 'signature_delta') && delta) {
+          const block = read.index(event.index, 'index');
+          if (!thinking.delta(read, block, delta)) throw protocolError(ctx, `${deltaType} for unknown block ${String(block)}`, undefined, message.data);
+        }
         if (deltaType === 'input_json_delta' && json) {
           const block = read.index(event.index, 'index');
           const index = block === undefined ? undefined : callByBlock.get(block);
@@ -262,15 +323,74 @@ async function* parseMessage(ctx: HttpContext, json: unknown): AsyncGenerator<Mo
   if (message.type === 'error') throw errorEvent(ctx, message, raw(), false);
   if (!Array.isArray(message.content)) throw protocolError(ctx, 'message has no `content` array', undefined, raw());
   let index = 0;
+  const thinking = new TurnThinking();
   for (const [position, entry] of message.content.entries()) {
     const block = read.object(entry, `content[${position}]`);
     const blockType = read.string(block?.type, 'content[].type');
     const text = read.string(block?.text, 'content[].text');
     if (blockType === 'text' && text) yield { type: 'text', delta: text };
-    if (block && blockType === 'tool_use') yield toolUseChunk(read, block, index++, JSON.stringify(block.input ?? {}));
+    if (block && isThinkingType(blockType)) thinking.start(read, undefined, block, 'content[]');
+    if (block && blockType === 'tool_use') yield thinking.withCall(toolUseChunk(read, block, index++, JSON.stringify(block.input ?? {})));
   }
   const usage = loose(message.usage);
   yield finishChunk(read.string(message.stop_reason, 'stop_reason'), promptTokens(read, usage), read.count(usage?.output_tokens));
+}
+
+function isThinkingType(blockType: string | undefined): blockType is ThinkingBlock['type'] {
+  return blockType === 'thinking' || blockType === 'redacted_thinking';
+}
+
+/**
+ * The thinking blocks of one answer, streamed or whole, gathered for the tool calls they come
+ * before. A block is whole before the next one starts (a `thinking` block's text comes in
+ * `thinking_delta`s, its signature in one `signature_delta` just before its stop; a
+ * `redacted_thinking` block's `data` comes whole at its start), so a call's blocks are all known
+ * at its own start and go as the `providerData` of its first piece. Interleaved thinking (a beta
+ * for Claude 4 models) puts blocks between calls: each call takes those since the call before.
+ * Blocks after the last call, or in an answer without calls, are not kept (see `toWireMessage`).
+ */
+class TurnThinking {
+  /** Blocks since the last call, in order. */
+  private pending: ThinkingBlock[] = [];
+  /** The `thinking` blocks being streamed, by content block index. */
+  private readonly streaming = new Map<number, Extract<ThinkingBlock, { type: 'thinking' }>>();
+
+  start(read: WireReader, blockIndex: number | undefined, wire: WireObject, where: string): void {
+    if (wire.type === 'redacted_thinking') {
+      this.pending.push({ type: 'redacted_thinking', data: read.string(wire.data, `${where}.data`) ?? '' });
+      return;
+    }
+    const block: ThinkingBlock = { type: 'thinking', thinking: read.string(wire.thinking, `${where}.thinking`) ?? '' };
+    const signature = read.string(wire.signature, `${where}.signature`);
+    if (signature !== undefined) block.signature = signature;
+    this.pending.push(block);
+    if (blockIndex !== undefined) this.streaming.set(blockIndex, block);
+  }
+
+  /** Adds a `thinking_delta` or `signature_delta` to its block; false when no thinking block
+   *  has that index. */
+  delta(read: WireReader, blockIndex: number | undefined, delta: WireObject): boolean {
+    const block = blockIndex === undefined ? undefined : this.streaming.get(blockIndex);
+    if (!block) return false;
+    if (delta.type === 'thinking_delta') block.thinking += read.string(delta.thinking, 'delta.thinking') ?? '';
+    // The signature comes whole: one that came with the block's start (as a proxy may send it)
+    // is replaced, not extended.
+    else {
+      const signature = read.string(delta.signature, 'delta.signature');
+      if (signature !== undefined) block.signature = signature;
+    }
+    return true;
+  }
+
+  /** `chunk`, the first piece of a call, with the blocks since the call before as its
+   *  `providerData`; copies, which no later delta can change. */
+  withCall(chunk: Extract<ModelChunk, { type: 'tool_call' }>): ModelChunk {
+    if (this.pending.length === 0) return chunk;
+    const echo: Echo = { thinking: this.pending.map((block) => ({ ...block })) };
+    this.pending = [];
+    this.streaming.clear();
+    return { ...chunk, providerData: echo };
+  }
 }
 
 /** The prompt's tokens: `input_tokens` counts only those after the last cache breakpoint, so
@@ -280,8 +400,8 @@ function promptTokens(read: WireReader, usage: WireObject | undefined): number |
   return counts.every((n) => n === undefined) ? undefined : counts.reduce<number>((sum, n) => sum + (n ?? 0), 0);
 }
 
-function toolUseChunk(read: WireReader, block: WireObject, index: number, argumentsDelta: string): ModelChunk {
-  const chunk: ModelChunk = { type: 'tool_call', index, argumentsDelta };
+function toolUseChunk(read: WireReader, block: WireObject, index: number, argumentsDelta: string): Extract<ModelChunk, { type: 'tool_call' }> {
+  const chunk: Extract<ModelChunk, { type: 'tool_call' }> = { type: 'tool_call', index, argumentsDelta };
   const id = read.string(block.id, 'content_block.id');
   const name = read.string(block.name, 'content_block.name');
   if (id) chunk.id = id;

@@ -193,9 +193,10 @@ export interface AnthropicOptions extends ProviderOptions {
    * `ANTHROPIC_DEFAULT_MAX_TOKENS`, 4096) plus the budget, since the API counts thinking against
    * `max_tokens` and wants it above the budget, and no `temperature`, which the API refuses with
    * thinking on (the forge judge asks for 0). The API also refuses a `toolChoice` that forces a
-   * call (`required`, `{ tool }`) with thinking on. Thinking counts as progress for
-   * `timeoutMs`. `extraBody.thinking` replaces what this sends (`{ type: 'adaptive' }` for
-   * models that take it), but not the token limit or temperature.
+   * call (`required`, `{ tool }`) with thinking on. Thinking is never answer text; its blocks go
+   * back with the tool calls they came with, as the API requires (see {@link anthropic}).
+   * Thinking counts as progress for `timeoutMs`. `extraBody.thinking` replaces what this sends
+   * (`{ type: 'adaptive' }` for models that take it), but not the token limit or temperature.
    */
   thinking?: { budgetTokens: number };
 }
