@@ -5,6 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
+import { isDeepStrictEqual } from 'node:util';
 import { AbortError, CrucibleError, ProviderError } from '../src/errors.js';
 import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
@@ -498,10 +499,11 @@ describe('openai(): servers that refuse stream_options (Mistral, Azure AI Foundr
   });
 });
 
-describe('openai(): what servers need back with past tool calls (DeepSeek reasoning_content, Gemini thought signatures)', () => {
+describe('openai(): what servers need back with past tool calls (DeepSeek reasoning_content, Gemini thought signatures, OpenRouter reasoning_details)', () => {
   interface WireMessage {
     role: string;
     reasoning_content?: unknown;
+    reasoning_details?: unknown;
     tool_calls?: Array<{ id: string; extra_content?: unknown }>;
   }
   interface WireBody {
@@ -644,6 +646,142 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     assert.deepEqual(out.calls.map((call) => call.providerData), [{ extra_content: { s: 'a' } }, { reasoning_content: 'Both cities.', extra_content: { s: 'b' } }]);
   });
 
+  /** What OpenRouter gives with tool turn `turn` of Gemini 3, whole: the thought summary and the
+   *  thought signature, an opaque blob that must come back as it went (bytes a JSON or base64
+   *  mangling would change among them). */
+  const openRouterDetails = (turn: number, city: string): Array<Record<string, unknown>> => [
+    { type: 'reasoning.text', text: `The user wants two cities; first ${city}.`, id: null, format: 'google-gemini-v1', index: 0 },
+    { type: 'reasoning.encrypted', data: `CiQBjz1rX+/${'Qm9yZWFs'.repeat(64)}\u00e9\u2028${turn}==`, id: `tool_get_weather_${turn}`, format: 'google-gemini-v1', index: 1 },
+  ];
+  /** OpenRouter with Gemini 3 behind it: like the upstream, it answers 400 when a tool-call turn
+   *  comes back without its `reasoning_details` or with them changed. Streamed, the text item
+   *  comes in two pieces at its index (with the plain `reasoning` beside them), the encrypted
+   *  one whole with the call, as OpenRouter streams them. */
+  function openRouter(body: WireBody): ReturnType<typeof answer> {
+    for (const [position, message] of body.messages.entries()) {
+      if (message.role !== 'assistant' || !message.tool_calls) continue;
+      const turn = Number(message.tool_calls[0]!.id.replace('call_', ''));
+      if (isDeepStrictEqual(message.reasoning_details, openRouterDetails(turn, ['Oslo', 'Lima'][turn]!))) continue;
+      const raw = `Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly. Position ${position}.`;
+      const message400 = 'Gemini models require OpenRouter reasoning details to be preserved in each request. Please refer to our docs: https://openrouter.ai/docs/guides/best-practices/reasoning-tokens#preserving-reasoning-blocks.';
+      return { status: 400, json: { error: { message: message400, code: 400, metadata: { raw, provider_name: 'Google AI Studio' } } } };
+    }
+    const done = body.messages.filter((m) => m.role === 'tool').length;
+    const city = ['Oslo', 'Lima'][done];
+    const details = city ? openRouterDetails(done, city) : [{ type: 'reasoning.text', text: 'Both are known.', id: null, format: 'google-gemini-v1', index: 0 }];
+    const call = city && { index: 0, id: `call_${done}`, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) } };
+    const plain = (detail: Record<string, unknown>) => (detail.type === 'reasoning.text' ? (detail.text as string) : null);
+    if (!body.stream) {
+      const message = { role: 'assistant', content: call ? '' : 'Both 21C.', reasoning: plain(details[0]!), reasoning_details: details, ...(call && { tool_calls: [call] }) };
+      return { status: 200, json: { id: 'gen-1', provider: 'Google AI Studio', choices: [{ index: 0, message, finish_reason: call ? 'tool_calls' : 'stop' }] } };
+    }
+    const delta = (d: Record<string, unknown>, finish: string | null = null) => ({ id: 'gen-1', provider: 'Google AI Studio', choices: [{ index: 0, delta: d, finish_reason: finish }] });
+    const [text, ...rest] = details as [Record<string, unknown>, ...Array<Record<string, unknown>>];
+    const words = (text.text as string).split(/(?<=;)/);
+    return {
+      sse: [
+        ...words.map((piece, i) => {
+          const { text: _whole, ...fields } = text;
+          const detail = i === 0 ? { ...fields, text: piece } : { type: text.type, text: piece, format: text.format, index: text.index };
+          return delta({ role: 'assistant', content: '', reasoning: piece, reasoning_details: [detail] });
+        }),
+        call ? delta({ content: null, reasoning_details: rest, tool_calls: [call] }) : delta({ content: 'Both 21C.' }),
+        delta({}, call ? 'tool_calls' : 'stop'),
+      ],
+    };
+  }
+
+  it("OpenRouter: each tool-call turn's reasoning_details, streamed or whole, go back on its assistant message unchanged", async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      answer = openRouter;
+      const cities: string[] = [];
+      const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+      const model = openai({ baseURL: base, apiKey: 'k', model: 'google/gemini-3-pro-preview', stream, retry: { maxRetries: 0 } });
+      const agent = await createAgent({ model, tools: [weather] });
+      // The reasoning streamed beside the answer is no part of its text.
+      assert.equal((await agent.run('Weather in Oslo, then in Lima?')).text, 'Both 21C.', `stream: ${stream}`);
+      assert.deepEqual(cities, ['Oslo', 'Lima']);
+      const last = bodies.at(-1)!.messages;
+      assert.deepEqual(
+        last.map((m) => m.reasoning_details),
+        [undefined, openRouterDetails(0, 'Oslo'), undefined, openRouterDetails(1, 'Lima'), undefined],
+        `stream: ${stream}`,
+      );
+      assert.deepEqual(last.map((m) => 'reasoning_details' in m), [false, true, false, true, false], 'no empty field on the other messages');
+      const encrypted = (last[3]!.reasoning_details as Array<Record<string, unknown>>)[1]!;
+      const sent = openRouterDetails(1, 'Lima')[1]!;
+      for (const field of ['data', 'id', 'format'] as const) assert.equal(encrypted[field], sent[field], `${field} (stream: ${stream})`);
+      assert.equal('reasoning_content' in last[1]!, false);
+    }
+  });
+
+  it('OpenRouter: reasoning_details pieces streamed at one index merge into one item, signature and all; other pieces stay as they came', async () => {
+    answer = () => ({
+      sse: [
+        // Anthropic through OpenRouter: a thinking block a few words a piece, then its signature alone.
+        { choices: [{ index: 0, delta: { role: 'assistant', content: '', reasoning: 'Two ', reasoning_details: [{ type: 'reasoning.text', text: 'Two ', format: 'anthropic-claude-v1', index: 0 }] } }] },
+        { choices: [{ index: 0, delta: { reasoning: 'cities.', reasoning_details: [{ type: 'reasoning.text', text: 'cities.', format: 'anthropic-claude-v1', index: 0 }] } }] },
+        { choices: [{ index: 0, delta: { reasoning_details: [{ type: 'reasoning.text', signature: 'ErUBCkYIBRgCIkB+/0==', format: 'anthropic-claude-v1', index: 0 }] } }] },
+        // A redacted block whole at the next index, and in the same delta a summary split in two.
+        {
+          choices: [
+            {
+              index: 0,
+              delta: {
+                reasoning_details: [
+                  { type: 'reasoning.encrypted', data: 'EmwKAhgBEgy3+/==', id: 'rs_1', format: 'anthropic-claude-v1', index: 1 },
+                  { type: 'reasoning.summary', summary: 'Look ', format: 'anthropic-claude-v1', index: 2 },
+                ],
+              },
+            },
+          ],
+        },
+        { choices: [{ index: 0, delta: { reasoning_details: [{ type: 'reasoning.summary', summary: 'both up.', index: 2 }] } }] },
+        // Pieces without an index have nothing to be merged by: each is an item of its own.
+        { choices: [{ index: 0, delta: { reasoning_details: [{ type: 'reasoning.text', text: 'a' }, { type: 'reasoning.text', text: 'b' }] } }] },
+        { choices: [{ index: 0, delta: { tool_calls: [{ index: 0, id: 'a', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] } }] },
+        { choices: [{ index: 0, delta: { tool_calls: [{ index: 1, id: 'b', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Lima"}' } }] }, finish_reason: 'tool_calls' }] },
+      ],
+    });
+    const out = await collect(openai({ baseURL: base, apiKey: 'k', model: 'anthropic/claude-sonnet-4.5', retry: { maxRetries: 0 } }).stream({ messages: hello, tools: [weatherTool] }));
+    assert.equal(out.text, '', 'reasoning is not answer text');
+    assert.deepEqual(out.calls.map((call) => call.providerData), [
+      undefined,
+      {
+        reasoning_details: [
+          { type: 'reasoning.text', text: 'Two cities.', signature: 'ErUBCkYIBRgCIkB+/0==', format: 'anthropic-claude-v1', index: 0 },
+          { type: 'reasoning.encrypted', data: 'EmwKAhgBEgy3+/==', id: 'rs_1', format: 'anthropic-claude-v1', index: 1 },
+          { type: 'reasoning.summary', summary: 'Look both up.', format: 'anthropic-claude-v1', index: 2 },
+          { type: 'reasoning.text', text: 'a' },
+          { type: 'reasoning.text', text: 'b' },
+        ],
+      },
+    ]);
+  });
+
+  it('OpenRouter: only stored reasoning_details of its own shape are sent back, and a message without them gets no such field', async () => {
+    answer = () => ({ status: 200, json: { choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] } });
+    const details = [{ type: 'reasoning.encrypted', data: 'Zm9v+/==', id: 'tool_get_weather_0', format: 'google-gemini-v1', index: 0 }];
+    const turn = (id: string, providerData?: unknown): ChatMessage => ({ role: 'assistant', content: '', toolCalls: [{ id, name: 'get_weather', arguments: '{}', ...(providerData !== undefined && { providerData }) }] });
+    const messages: ChatMessage[] = [
+      ...hello,
+      turn('kept', { reasoning_details: details }),
+      turn('none'),
+      turn('empty', { reasoning_details: [] }),
+      // What another provider (or an edited state) left under that name: not OpenRouter's items.
+      turn('foreign', { reasoning_details: [{ type: 'thinking', thinking: 'x', signature: 's' }] }),
+      turn('partly', { reasoning_details: [...details, 'opaque'] }),
+      turn('opaque', { reasoning_details: 'opaque' }),
+    ];
+    const fresh = openai({ baseURL: base, apiKey: 'k', model: 'google/gemini-3-pro-preview', stream: false, retry: { maxRetries: 0 } });
+    await collect(fresh.stream({ messages, tools: [weatherTool] }));
+    const sent = bodies.at(-1)!.messages;
+    assert.deepEqual(sent[1]!.reasoning_details, details);
+    assert.deepEqual(sent.map((m) => 'reasoning_details' in m), [false, true, false, false, false, false, false]);
+  });
+
   it('calls a server numbers alike (every one index 0) each keep their own signature, and no call is made up', async () => {
     const { createAgent, tool } = await import('../src/node.js');
     const call = (id: string, city: string) => ({ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) }, extra_content: { s: id } });
@@ -671,6 +809,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     const cases = [
       { server: deepSeek, model: 'deepseek-v4-pro', sentBack: (m: WireMessage) => m.reasoning_content, expected: 'I should look up the weather in Oslo.' },
       { server: gemini, model: 'gemini-3-pro-preview', sentBack: (m: WireMessage) => m.tool_calls![0]!.extra_content, expected: signature },
+      { server: openRouter, model: 'google/gemini-3-pro-preview', sentBack: (m: WireMessage) => m.reasoning_details, expected: openRouterDetails(0, 'Oslo') },
     ];
     for (const { server, model, sentBack, expected } of cases) {
       bodies.length = 0;
@@ -710,6 +849,28 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     });
     extra = { google: { thought_signature: 'x'.repeat(1000) } };
     assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
+  });
+
+  it("OpenRouter: a turn's reasoning_details count toward the same 512 KiB", async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    let size = 600_000;
+    answer = (body) => {
+      if (body.messages.some((m) => m.role === 'tool')) return { sse: [{ choices: [{ index: 0, delta: { content: 'ok' }, finish_reason: 'stop' }] }] };
+      const call = { index: 0, id: 'c', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } };
+      const details = [{ type: 'reasoning.encrypted', data: 'x'.repeat(size), format: 'google-gemini-v1', index: 0 }];
+      return { sse: [{ choices: [{ index: 0, delta: { reasoning_details: details, tool_calls: [call] }, finish_reason: 'tool_calls' }] }] };
+    };
+    const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'google/gemini-3-pro-preview', retry: { maxRetries: 0 } }), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
+      assert.ok(error instanceof CrucibleError, String(error));
+      assert.equal(error.code, 'provider_protocol');
+      assert.match(error.message, /\d+ bytes of provider data to send back; at most 524288 are kept/);
+      return true;
+    });
+    size = 1000;
+    assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
+    const sent = bodies.at(-1)!.messages.find((m) => m.tool_calls)!.reasoning_details as Array<{ data: string }>;
+    assert.equal(sent[0]!.data.length, 1000);
   });
 });
 

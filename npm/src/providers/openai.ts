@@ -27,7 +27,7 @@ import {
   argumentsText,
   type HttpContext,
 } from './http.js';
-import type { ProviderError } from '../errors.js';
+import { isRecord, type ProviderError } from '../errors.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, Usage } from './types.js';
 import { carriesNews, lazyText, loose, WireReader, type WireObject } from './wire.js';
 
@@ -39,7 +39,9 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
  *
  * Some servers need back, on a past tool-call turn, what they sent with it: DeepSeek in
  * thinking mode the turn's `reasoning_content` (else it answers 400), Gemini 3 each call's
- * `extra_content` (its thought signature). The provider gives them with the calls as their
+ * `extra_content` (its thought signature), OpenRouter the turn's `reasoning_details`, unchanged
+ * and in order (the reasoning of Gemini 3, whose thought signatures travel there, and of
+ * Anthropic's and OpenAI's reasoning models). The provider gives them with the calls as their
  * `providerData` ({@link Echo}), which the runtime keeps with the conversation, and sends them
  * back from there: a run resumed in another process, or with another provider object, still
  * has them.
@@ -109,6 +111,9 @@ interface Echo {
   reasoning_content?: string;
   /** The call's `extra_content` (Gemini: `{ google: { thought_signature } }`), sent back as it came. */
   extra_content?: unknown;
+  /** The turn's `reasoning_details` (OpenRouter), on the turn's last call only: its items
+   *  whole, streamed pieces merged (see {@link ReasoningDetails}). */
+  reasoning_details?: WireObject[];
 }
 
 /** OpenAI's reasoning families by model name (`o1`, `o3-mini`, `o4-mini`, `gpt-5`, `gpt-5-nano`, …). */
@@ -150,6 +155,7 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
     case 'assistant': {
       if (!message.toolCalls?.length) return { role: 'assistant', content: message.content };
       let reasoning: string | undefined;
+      let details: WireObject[] | undefined;
       const wire: Record<string, unknown> = {
         role: 'assistant',
         // OpenAI documents `null` content for a pure tool-call turn; "" is rejected by some servers.
@@ -158,6 +164,7 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
           // Read leniently: stored state may hold what another provider gave, or anything.
           const echo = loose(call.providerData) as Echo | undefined;
           if (typeof echo?.reasoning_content === 'string') reasoning ??= echo.reasoning_content;
+          details ??= reasoningDetailsToSend(echo?.reasoning_details);
           return {
             id: call.id,
             type: 'function',
@@ -170,11 +177,25 @@ function toWireMessage(message: ChatMessage): Record<string, unknown> {
       };
       // Only what the server sent is sent back: servers that never sent it get nothing new.
       if (reasoning !== undefined) wire.reasoning_content = reasoning;
+      if (details !== undefined) wire.reasoning_details = details;
       return wire;
     }
     case 'tool':
       return { role: 'tool', tool_call_id: message.toolCallId, content: message.content };
   }
+}
+
+/** Stored `reasoning_details` as OpenRouter takes them back: a non-empty array of its
+ *  `reasoning.*` items, else nothing. Anything else (another provider's data after a switch, an
+ *  edited state) is not sent, and not in part either: OpenRouter wants the turn's sequence
+ *  whole, so a partial one would be refused like a changed one. */
+function reasoningDetailsToSend(value: unknown): WireObject[] | undefined {
+  if (!Array.isArray(value) || value.length === 0) return undefined;
+  return value.every(isReasoningDetail) ? value : undefined;
+}
+
+function isReasoningDetail(value: unknown): value is WireObject {
+  return isRecord(value) && typeof value.type === 'string' && value.type.startsWith('reasoning.');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,19 +261,22 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
 /** What one answer carries that its tool calls need sent back (see {@link Echo}), gathered
  *  from its deltas or its message. A call's signature goes as the `providerData` of the very
  *  piece that brought it, so it reaches the call the core puts that piece on even when a
- *  server numbers every call alike; the turn's reasoning is all known only once the answer
- *  ended (DeepSeek may stream it after a call's first piece), and goes then with the last
- *  call, which is always the latest at its index and so the one a piece naming it reaches. */
+ *  server numbers every call alike; the turn's reasoning (`reasoning_content`,
+ *  `reasoning_details`) is all known only once the answer ended (DeepSeek may stream it after
+ *  a call's first piece), and goes then with the last call, which is always the latest at its
+ *  index and so the one a piece naming it reaches. */
 class TurnEchoes {
   private reasoning: string[] | undefined;
+  private readonly details = new ReasoningDetails();
   /** The calls so far, split as the core splits them by id: a piece bringing another id than
    *  the latest call at its index starts a call of its own. */
   private readonly calls: Array<{ index: number; id?: string; extra?: unknown }> = [];
 
   /** Read leniently: it is no part of the answer, which a server sending something else under
    *  that name must not fail. */
-  answer(answer: WireObject): void {
+  answer(answer: WireObject, streamed: boolean): void {
     if (typeof answer.reasoning_content === 'string') (this.reasoning ??= []).push(answer.reasoning_content);
+    if (Array.isArray(answer.reasoning_details)) this.details.add(answer.reasoning_details, streamed);
   }
 
   call(chunk: Extract<ModelChunk, { type: 'tool_call' }>, wire: WireObject): void {
@@ -269,17 +293,81 @@ class TurnEchoes {
    *  the message sends back. */
   *chunks(): Generator<ModelChunk> {
     const last = this.calls.at(-1);
-    if (this.reasoning === undefined || !last) return;
-    const echo: Echo = { reasoning_content: this.reasoning.join('') };
+    const details = this.details.items();
+    if ((this.reasoning === undefined && details === undefined) || !last) return;
+    const echo: Echo = {};
+    if (this.reasoning !== undefined) echo.reasoning_content = this.reasoning.join('');
+    if (details !== undefined) echo.reasoning_details = details;
     if (last.extra !== undefined) echo.extra_content = last.extra;
     yield { type: 'tool_call', index: last.index, ...(last.id && { id: last.id }), argumentsDelta: '', providerData: echo };
   }
 }
 
+/**
+ * A turn's OpenRouter `reasoning_details`: `{ type, id, format, index, … }` items of type
+ * `reasoning.text` (`text`, `signature`), `reasoning.summary` (`summary`) or
+ * `reasoning.encrypted` (`data`: Gemini's thought signatures among them), which OpenRouter
+ * wants back with the turn, "unmodified", "the entire sequence of consecutive reasoning
+ * blocks", not rearranged (https://openrouter.ai/docs/use-cases/reasoning-tokens, "Preserving
+ * Reasoning Blocks" and "Responses API Shape"). Whole under `message.reasoning_details`;
+ * streamed under `delta.reasoning_details`, built, the docs say, "by concatenating all chunks
+ * in order", and `index` is the item's place in the sequence. What servers stream is one item
+ * in many pieces at the same `index`: its text a few words at a time, then a text-less piece
+ * with the signature (Anthropic; a signature replayed on a fragment is refused, "Invalid
+ * `signature` in `thinking` block": agno-agi/agno#8794, OpenRouterTeam/ai-sdk-provider#423), or
+ * OpenAI's summary a few words a piece at index 0.
+ *
+ * The merge rule the docs leave open is taken at its narrowest: a piece continues the item
+ * with the same `index` and `type`, its `text`, `summary` and `data` appended and its other
+ * fields filling those the item lacks (never overwriting one); a piece without an `index` is
+ * kept as it came, as is every item of a whole message. Pieces that are not such objects
+ * carry nothing that could be sent back and are left out: the field is read leniently, being
+ * no part of the answer.
+ */
+class ReasoningDetails {
+  private readonly list: WireObject[] = [];
+  /** The streamed items by type and index, to find the one a piece continues. */
+  private readonly byPlace = new Map<string, WireObject>();
+
+  add(pieces: unknown[], streamed: boolean): void {
+    for (const piece of pieces) {
+      if (!isReasoningDetail(piece)) continue;
+      const place = streamed && typeof piece.index === 'number' ? JSON.stringify([piece.type, piece.index]) : undefined;
+      const item = place === undefined ? undefined : this.byPlace.get(place);
+      if (!item) {
+        const started = { ...piece };
+        this.list.push(started);
+        if (place !== undefined) this.byPlace.set(place, started);
+        continue;
+      }
+      for (const [key, value] of Object.entries(piece)) {
+        if (value === null || value === undefined) continue;
+        const had = Object.hasOwn(item, key) ? item[key] : undefined;
+        if (APPENDED_FIELDS.has(key) && typeof value === 'string') setField(item, key, (typeof had === 'string' ? had : '') + value);
+        else if (had === null || had === undefined) setField(item, key, value);
+      }
+    }
+  }
+
+  /** The items, or none at all when the turn had none (no `reasoning_details: []` sent). */
+  items(): WireObject[] | undefined {
+    return this.list.length > 0 ? this.list : undefined;
+  }
+}
+
+/** The fields of a reasoning item a server streams in pieces. */
+const APPENDED_FIELDS = new Set(['text', 'summary', 'data']);
+
+/** Sets a field the server named, as data: a field named `__proto__` is kept like any other
+ *  instead of replacing the object's prototype. */
+function setField(item: WireObject, key: string, value: unknown): void {
+  Object.defineProperty(item, key, { value, writable: true, enumerable: true, configurable: true });
+}
+
 /** The text and tool-call chunks of a choice's `delta` or `message`. */
 function* answerChunks(read: WireReader, answer: WireObject | undefined, where: string, turn: TurnEchoes): Generator<ModelChunk> {
   if (!answer) return;
-  turn.answer(answer);
+  turn.answer(answer, where === 'delta');
   const content = contentText(read, answer.content, `${where}.content`);
   if (content) yield { type: 'text', delta: content };
   // A refusal comes in its own field instead of the content: it is the answer the user gets.
