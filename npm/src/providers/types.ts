@@ -77,12 +77,12 @@ export type ToolChoice = 'auto' | 'required' | 'none' | { tool: string };
  *   first piece of a call carries `id` and `name`; `argumentsDelta` pieces concatenate to the
  *   raw JSON arguments. A provider that receives whole calls emits one piece per call.
  *   `providerData` is one JSON value the provider needs back with the call on later turns
- *   (`openai()`: DeepSeek's `reasoning_content`, Gemini's thought signature); the last piece
- *   of a call that has one sets the call's {@link ToolCall.providerData}, so a provider may
- *   give it in a piece of its own once the answer ended (one naming the call by `id` and no
- *   `name` reaches that call even among calls sharing an index). The runtime never reads it; it
- *   round-trips it through stored state, at most 512 KiB of JSON per response (more fails the
- *   response as `provider_protocol`).
+ *   (`openai()`: DeepSeek's `reasoning_content`, Gemini's thought signature, OpenRouter's
+ *   `reasoning_details`); the last piece of a call that has one sets the call's
+ *   {@link ToolCall.providerData}, so a provider may give it in a piece of its own once the
+ *   answer ended (one naming the call by `id` and no `name` reaches that call even among calls
+ *   sharing an index). The runtime never reads it; it round-trips it through stored state, at
+ *   most 512 KiB of JSON per response (more fails the response as `provider_protocol`).
  * - `finish`: the last chunk, with the finish reason and usage when the provider reports it.
  */
 export type ModelChunk =
