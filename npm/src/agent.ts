@@ -47,10 +47,10 @@ export type AgentEvent = EventBody & { runId: string; runPath: string[] };
  * instance, since creating an AbortController per call shows up in call latency. */
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 
-/** Longest JSON text (in UTF-16 units) a host tool's value may be, whatever `maxResultBytes`
- *  says: the ceiling on what enters the core's memory from one call (wasm memory never
- *  shrinks, so a tool returning 500 MB would keep the instance, every agent of this process
- *  or page, that large for good). */
+/** Longest text (in UTF-16 units) that enters the core's memory from one value: a host tool's
+ *  JSON result (whatever `maxResultBytes` says), a call's arguments, a forge request, a run's
+ *  input. Wasm memory never shrinks, so a tool returning 500 MB would keep the instance, every
+ *  agent of this process or page, that large for good. */
 const MAX_UNITS_INTO_CORE = 16 * 2 ** 20;
 
 /** A value as the JSON text the core reads (`undefined` stays `undefined`), measured here,
@@ -1186,10 +1186,18 @@ export class Agent<Output = unknown> {
    * Runs `input` and yields every event as it happens. The last event is `agent.end`,
    * `agent.paused` or `agent.error`. Breaking out of the loop aborts the run. `text.delta` events the consumer
    * has not read yet are merged into one (same text, fewer events), so a slow consumer holds
-   * about the text, not an event per chunk.
+   * about the text, not an event per chunk. An `input` longer than 16 Mi characters (some 4M
+   * tokens, past every model's context) is refused with `invalid_argument` before the core
+   * copies it.
    */
   stream(input: string, options: RunOptions = {}): AsyncGenerator<AgentEvent, void, undefined> {
     if (typeof input !== 'string') return failing(new CrucibleError('invalid_config', `agent.run/stream: input must be a string, got ${describeType(input)}`));
+    // Like a tool's arguments or result: the core's memory never shrinks, and far past this a
+    // JSON text the core builds from the input outgrows the longest string JS can make, which
+    // would throw from inside the core instead of failing the run.
+    if (input.length > MAX_UNITS_INTO_CORE) {
+      return failing(new CrucibleError('invalid_argument', `agent.run/stream: input is ${input.length} characters; at most ${MAX_UNITS_INTO_CORE} are read`));
+    }
     if (options === null || typeof options !== 'object') return failing(new CrucibleError('invalid_config', 'agent.run/stream: options must be an object'));
     // Read once: a getter could answer differently the second time.
     let signal: AbortSignal | undefined;

@@ -4,7 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
 import { AbortError, AgentRunError, CrucibleError, createAgent, memoryStore, type CrucibleErrorCode, type Store, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
-import { functionsHeldByCore } from './support/core-internals.js';
+import { coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let server: MockLlmServer;
@@ -287,6 +287,23 @@ describe('agent over an OpenAI-compatible server', () => {
     const answer = await (await createAgent({ model: splitting })).run('hi');
     assert.equal(answer.status, 'completed');
     assert.equal(answer.text, 'Hello \ufffd\ufffd!');
+  });
+
+  test('an input past the 16 Mi-character ceiling is refused before it enters the core, and the agent keeps serving', async () => {
+    server.reset();
+    server.enqueue({ text: 'Small one.' });
+    const agent = await createAgent({ model: model() });
+    const before = coreMemoryBytes();
+    // 400 M characters ran out of JS string length inside the core: an uncaught throw from a
+    // microtask ended the process. 17 Mi is enough to cross the ceiling.
+    const huge = 'é'.repeat(17 * 2 ** 20);
+    await assert.rejects(agent.run(huge), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_argument' && /input is 17825792 characters; at most 16777216 are read/.test(e.message));
+    await assert.rejects(collect(agent.stream(huge)), { code: 'invalid_argument' });
+    const grown = coreMemoryBytes() - before;
+    assert.ok(grown < 16 * 2 ** 20, `the core's memory grew by ${(grown / 2 ** 20).toFixed(0)} MiB for good`);
+    assert.equal(server.requests.length, 0, 'the model was not asked');
+    assert.equal((await agent.run('small')).text, 'Small one.');
+    await agent.close();
   });
 
   test('a host tool result past the 16 Mi-character ceiling is refused before it enters the core; the run goes on', async () => {
