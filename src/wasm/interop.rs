@@ -30,8 +30,11 @@ const MAX_ERROR_MESSAGE: usize = 2000;
 extern "C" {
     // The engine's JSON, declared here so text crosses in one call each way (js_sys's
     // bindings hand back a `JsString` that then needs a second call to copy out). `parse`
-    // only ever reads serde_json's output, which is valid JSON: it cannot throw, so it skips
-    // the exception wrapper (a measurable share of every tool call).
+    // only ever reads serde_json's output, which is valid JSON, so it skips the exception
+    // wrapper (a measurable share of every tool call). It could still throw on a text past the
+    // engine's longest string (2^29 - 24 units in V8), where the throw would escape the core:
+    // the ceilings on what enters it (`MAX_ARGUMENT_UNITS`, a run's input, the session
+    // history's bytes) keep every text it makes far below that.
     #[wasm_bindgen(js_namespace = JSON, js_name = parse)]
     fn json_parse(text: &str) -> JsValue;
     #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
