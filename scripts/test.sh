@@ -6,7 +6,8 @@
 #   3. End to end on the real local model (Qwen2.5-Coder-0.5B via llama-server from PyPI)
 # Set CRUCIBLE_SKIP_E2E=1 to skip tier 3.
 # The run closes on node's own test summary (tier 1's counts are printed when it ends). The
-# exit status is non-zero when a test failed or when a tier ran no test.
+# exit status is non-zero when a test failed, or when cargo or node ran no test (tiers 2 and 3
+# are one node run, counted together).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

@@ -4,7 +4,7 @@ mod support;
 
 use std::rc::Rc;
 
-use crucible::agent::{Agent, AgentConfig, AgentError, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions};
+use crucible::agent::{Agent, AgentConfig, AgentError, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, RunStatus};
 use crucible::model::{Message, ModelError, ResponseFormat};
 use crucible::tools::{Tool, ToolFailure, ToolSet};
 use futures::executor::block_on;
@@ -636,9 +636,24 @@ fn settings_every_provider_refuses_are_invalid_config() {
 }
 
 #[test]
+fn an_answer_that_says_it_ended_for_tool_calls_but_has_none_completes_as_other() {
+    // `tool_calls` is the paused run's reason; a completed one never says it.
+    for provider_said in ["tool_calls", "tool_use", "function_call"] {
+        let model = ScriptedModel::new(vec![text_ending("No call after all.", provider_said)]);
+        let agent = agent_with(model, vec![], AgentConfig::default());
+        let mut sink = CollectingSink::default();
+        let out = block_on(agent.run("?", RunOptions::default(), &mut sink)).unwrap();
+        assert_eq!((out.status, out.finish_reason.as_str(), out.text.as_str()), (RunStatus::Completed, "other", "No call after all."), "{provider_said}");
+        assert!(matches!(&sink.events.last().unwrap().body, EventBody::AgentEnd { finish_reason, .. } if finish_reason == "other"));
+        // The step keeps the provider's own word.
+        assert!(sink.events.iter().any(|e| matches!(&e.body, EventBody::StepEnd { finish_reason, .. } if finish_reason == provider_said)));
+    }
+}
+
+#[test]
 fn the_result_says_why_the_answer_ended_in_one_vocabulary() {
     for (provider_said, expected) in
-        [("stop", "stop"), ("end_turn", "stop"), ("length", "length"), ("max_tokens", "length"), ("content_filter", "content_filter")]
+        [("stop", "stop"), ("end_turn", "stop"), ("length", "length"), ("max_tokens", "length"), ("content_filter", "content_filter"), ("weird", "other")]
     {
         let model = ScriptedModel::new(vec![text_ending("an answer cut mid-sen", provider_said)]);
         let agent = agent_with(model, vec![], AgentConfig::default());

@@ -58,9 +58,9 @@ export type CrucibleErrorCode =
   | 'output_check_failed'
   /** The agent was closed (`agent.close()`); create a new one. */
   | 'closed'
-  /** `agent.tools.call` while 1024 calls of the agent wait already: most often a host tool
-   *  calling back, after an `await`, a forged tool that reaches it again (every call it is
-   *  nested in fails with it too). */
+  /** `agent.tools.call` while `emergent.maxCallsWaiting` (default 1024) calls of the agent
+   *  wait already: most often a host tool calling back, after an `await`, a forged tool that
+   *  reaches it again (every call it is nested in fails with it too). */
   | 'too_many_calls'
   | 'internal';
 

@@ -80,7 +80,7 @@ pub enum EventBody {
         usage: RunUsage,
         turns: u32,
         steps: u32,
-        #[cfg_attr(feature = "wasm-core", tsify(type = "'stop' | 'length' | 'content_filter' | 'tool_calls' | 'other'"))]
+        #[cfg_attr(feature = "wasm-core", tsify(type = "'stop' | 'length' | 'content_filter' | 'other'"))]
         finish_reason: String,
     },
     /// The run paused for approvals; continue it with `resume`.

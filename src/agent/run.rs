@@ -434,7 +434,13 @@ impl RunContext<'_> {
 
             if response.tool_calls.is_empty() {
                 state.messages.push(Message::Assistant { content: response.text.clone(), tool_calls: vec![] });
-                let answer_ended = finish_kind(&finish_reason);
+                // A provider that says it stopped for tool calls and sent none (a server bug, or
+                // calls it failed to write) ended no other way we know: `tool_calls` is the
+                // paused run's reason, and a completed run never gives it.
+                let answer_ended = match finish_kind(&finish_reason) {
+                    "tool_calls" => "other",
+                    kind => kind,
+                };
                 emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: 0 });
                 let output = match self.returns {
                     None => Value::String(response.text.clone()),
