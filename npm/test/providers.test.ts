@@ -11,6 +11,7 @@ import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
 import { echoToolResponder, startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
+import { writeEvents } from './support/endless-stream.js';
 import { iterations, seeded } from './support/seeded.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -513,8 +514,11 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
   let raw: import('node:http').Server;
   let base = '';
   const bodies: WireBody[] = [];
-  /** The answer to a request: a status and a JSON body, or SSE data lines. */
-  let answer: (body: WireBody) => { status: number; json: unknown } | { sse: unknown[] };
+  /** The answer to a request: a status and a JSON body, or SSE data lines, all at once or (`long`)
+   *  one at a time for as long as the client reads them. */
+  let answer: (body: WireBody) => { status: number; json: unknown } | { sse: unknown[] } | { long: Iterable<unknown> };
+  /** How many events the last `long` answer wrote before it ended or the client went away. */
+  let written = Promise.resolve(0);
   before(async () => {
     const { createServer } = await import('node:http');
     raw = createServer(async (req, res) => {
@@ -523,7 +527,14 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
       const body = JSON.parse(text) as WireBody;
       bodies.push(body);
       const reply = answer(body);
-      if ('sse' in reply) {
+      if ('long' in reply) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const events = function* () {
+          for (const data of reply.long) yield `data: ${JSON.stringify(data)}\n\n`;
+          yield 'data: [DONE]\n\n';
+        };
+        written = writeEvents(res, events());
+      } else if ('sse' in reply) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         res.end([...reply.sse.map((data) => `data: ${JSON.stringify(data)}\n\n`), 'data: [DONE]\n\n'].join(''));
       } else {
@@ -871,6 +882,109 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
     const sent = bodies.at(-1)!.messages.find((m) => m.tool_calls)!.reasoning_details as Array<{ data: string }>;
     assert.equal(sent[0]!.data.length, 1000);
+  });
+
+  it('the 512 KiB is the core\'s own bound: a response whose calls keep that many bytes of JSON is kept, one byte more fails it', async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    const { MAX_PROVIDER_DATA_BYTES } = await import('../src/providers/provider-data.js');
+    let data = '';
+    // TEST DOUBLE: a scripted model whose one call carries `data` as its providerData.
+    const scripted: ModelProvider = {
+      id: 'scripted:provider-data',
+      async *stream(request) {
+        if (request.messages.at(-1)?.role === 'tool') {
+          yield { type: 'text', delta: 'ok' };
+        } else {
+          yield { type: 'tool_call', index: 0, id: 'c', name: 'get_weather', argumentsDelta: '{"city":"Oslo"}', providerData: data };
+        }
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: scripted, tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+    // Three bytes of UTF-8 a character, and the two quotes: the bound exactly.
+    data = '€'.repeat((MAX_PROVIDER_DATA_BYTES - 2) / 3);
+    assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
+    data += 'x';
+    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
+      assert.ok(error instanceof CrucibleError, String(error));
+      assert.equal(error.code, 'provider_protocol');
+      assert.match(error.message, new RegExp(`gave its tool calls ${MAX_PROVIDER_DATA_BYTES + 1} bytes of provider data to send back; at most ${MAX_PROVIDER_DATA_BYTES} are kept`));
+      return true;
+    });
+  });
+
+  /** 64 MiB of reasoning (128 times the bound) a KiB an event, then a call: what a broken or
+   *  hostile server could stream for as long as it liked, every event progress. */
+  const LONG_EVENTS = 65_536;
+  function longReasoning(delta: (n: number) => Record<string, unknown>): { long: Iterable<unknown> } {
+    const call = { index: 0, id: 'c', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } };
+    return {
+      long: (function* () {
+        for (let n = 0; n < LONG_EVENTS; n++) yield { choices: [{ index: 0, delta: delta(n) }] };
+        yield { choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] };
+      })(),
+    };
+  }
+  const kib = (n: number) => `${n} `.padEnd(1024, 'x');
+
+  it('reasoning streamed past 512 KiB (DeepSeek reasoning_content, OpenRouter reasoning_details) fails the run as provider_protocol then, long before the server would stop, and the agent serves on', async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    const cases = [
+      { field: 'reasoning_content', delta: (n: number) => ({ ...(n === 0 && { role: 'assistant' }), reasoning_content: kib(n) }) },
+      // OpenRouter: one item streamed a piece at a time at its index, the plain text beside it.
+      { field: 'reasoning_details', delta: (n: number) => ({ reasoning: kib(n), reasoning_details: [{ type: 'reasoning.text', text: kib(n), format: 'anthropic-claude-v1', index: 0 }] }) },
+    ];
+    for (const { field, delta } of cases) {
+      let long = true;
+      answer = (body) => {
+        if (long && !body.messages.some((m) => m.role === 'tool')) return longReasoning(delta);
+        return { sse: [{ choices: [{ index: 0, delta: { content: 'ok' }, finish_reason: 'stop' }] }] };
+      };
+      const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'm', retry: { maxRetries: 0 } }), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+      const error = await rejection(agent.run('Weather in Oslo?'));
+      // The client stopped reading at the bound; what the socket buffers held is the rest.
+      const events = await written;
+      assert.ok(events < LONG_EVENTS / 4, `${field}: the server wrote ${events} of its ${LONG_EVENTS} events`);
+      assert.ok(error instanceof CrucibleError, String(error));
+      assert.equal(error.code, 'provider_protocol', field);
+      assert.match(error.message, new RegExp(`\`${field}\` took the model's response past 524288 bytes of provider data to send back; at most 524288 are kept`));
+      long = false;
+      assert.equal((await agent.run('Weather in Oslo?')).text, 'ok', field);
+    }
+  });
+
+  it('reasoning is counted as the core counts it, in bytes of UTF-8: what the core keeps goes through, a byte past the bound fails in the provider', async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    let reasoning = '';
+    answer = (body) => {
+      if (body.messages.at(-1)?.role === 'tool') return { sse: [{ choices: [{ index: 0, delta: { content: 'ok' }, finish_reason: 'stop' }] }] };
+      const pieces = reasoning.match(/[^]{1,4096}/g)!.map((piece) => ({ choices: [{ index: 0, delta: { reasoning_content: piece } }] }));
+      const call = { index: 0, id: 'c', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } };
+      return { sse: [...pieces, { choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] }] };
+    };
+    const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'deepseek-v4-pro', retry: { maxRetries: 0 } }), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+    // The core counts `{"reasoning_content":"…"}`: 24 bytes around the text's.
+    reasoning = `${'€'.repeat(174_754)}xx`;
+    assert.equal((await agent.run('Weather in Oslo?')).text, 'ok', 'the bound exactly, as the core counts it');
+    reasoning += 'x'.repeat(25);
+    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
+      assert.ok(error instanceof CrucibleError, String(error));
+      assert.equal(error.code, 'provider_protocol');
+      assert.match(error.message, /openai:deepseek-v4-pro: `reasoning_content` took the model's response past 524288 bytes/);
+      return true;
+    });
+  });
+
+  it('reasoning that is only progress (the plain `reasoning` text beside it) is not kept: any amount of it streams through', async () => {
+    answer = () => ({
+      long: (function* () {
+        for (let n = 0; n < 1024; n++) yield { choices: [{ index: 0, delta: { reasoning: kib(n) } }] };
+        yield { choices: [{ index: 0, delta: { content: 'ok' }, finish_reason: 'stop' }] };
+      })(),
+    });
+    const out = await collect(openai({ baseURL: base, apiKey: 'k', model: 'm', retry: { maxRetries: 0 } }).stream({ messages: hello, tools: [weatherTool] }));
+    assert.equal(out.text, 'ok');
+    assert.equal(await written, 1026, 'every event read, [DONE] too');
   });
 });
 

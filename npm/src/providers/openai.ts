@@ -30,6 +30,7 @@ import {
 import { isRecord, type ProviderError } from '../errors.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, Usage } from './types.js';
 import { carriesNews, lazyText, loose, WireReader, type WireObject } from './wire.js';
+import { appendedBytes, jsonBytes, ProviderDataBudget } from './provider-data.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -210,7 +211,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   let finishReason: string | undefined;
   let usage: Usage | undefined;
   let terminated = false;
-  const turn = new TurnEchoes();
+  const turn = new TurnEchoes(ctx);
 
   for await (const event of events) {
     if (event.data === '[DONE]') {
@@ -250,7 +251,7 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
   const choice = read.object(read.array(completion.choices, 'choices')[0], 'choices[0]');
   const message = read.object(choice?.message, 'choices[0].message');
   if (!choice || !message) throw protocolError(ctx, 'completion has no `choices[0].message`', undefined, raw());
-  const turn = new TurnEchoes();
+  const turn = new TurnEchoes(ctx);
   yield* answerChunks(read, message, 'message', turn);
   yield* turn.chunks();
   const usage = toUsage(read, completion.usage);
@@ -264,18 +265,30 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
  *  server numbers every call alike; the turn's reasoning (`reasoning_content`,
  *  `reasoning_details`) is all known only once the answer ended (DeepSeek may stream it after
  *  a call's first piece), and goes then with the last call, which is always the latest at its
- *  index and so the one a piece naming it reaches. */
+ *  index and so the one a piece naming it reaches. What is kept is counted as it comes
+ *  ({@link ProviderDataBudget}): reasoning streamed past the core's bound fails the answer
+ *  then, not once it ended. The plain `reasoning` text some servers stream beside it (vLLM,
+ *  OpenRouter) is progress only, and not kept. */
 class TurnEchoes {
   private reasoning: string[] | undefined;
-  private readonly details = new ReasoningDetails();
+  private readonly budget: ProviderDataBudget;
+  private readonly details: ReasoningDetails;
   /** The calls so far, split as the core splits them by id: a piece bringing another id than
    *  the latest call at its index starts a call of its own. */
-  private readonly calls: Array<{ index: number; id?: string; extra?: unknown }> = [];
+  private readonly calls: Array<{ index: number; id?: string; extra?: unknown; extraBytes?: number }> = [];
+
+  constructor(ctx: HttpContext) {
+    this.budget = new ProviderDataBudget(ctx);
+    this.details = new ReasoningDetails(this.budget);
+  }
 
   /** Read leniently: it is no part of the answer, which a server sending something else under
    *  that name must not fail. */
   answer(answer: WireObject, streamed: boolean): void {
-    if (typeof answer.reasoning_content === 'string') (this.reasoning ??= []).push(answer.reasoning_content);
+    if (typeof answer.reasoning_content === 'string') {
+      this.budget.add(appendedBytes(answer.reasoning_content), '`reasoning_content`');
+      (this.reasoning ??= []).push(answer.reasoning_content);
+    }
     if (Array.isArray(answer.reasoning_details)) this.details.add(answer.reasoning_details, streamed);
   }
 
@@ -284,7 +297,11 @@ class TurnEchoes {
     if (!call || (chunk.id && call.id && chunk.id !== call.id)) this.calls.push((call = { index: chunk.index }));
     if (chunk.id) call.id = chunk.id;
     if (wire.extra_content == null) return;
+    // A call's signature given again replaces the one it had, as in the core.
+    const bytes = jsonBytes(wire.extra_content);
+    this.budget.add(bytes - (call.extraBytes ?? 0), '`extra_content`');
     call.extra = wire.extra_content;
+    call.extraBytes = bytes;
     chunk.providerData = { extra_content: call.extra } satisfies Echo;
   }
 
@@ -329,12 +346,15 @@ class ReasoningDetails {
   /** The streamed items by type and index, to find the one a piece continues. */
   private readonly byPlace = new Map<string, WireObject>();
 
+  constructor(private readonly budget: ProviderDataBudget) {}
+
   add(pieces: unknown[], streamed: boolean): void {
     for (const piece of pieces) {
       if (!isReasoningDetail(piece)) continue;
       const place = streamed && typeof piece.index === 'number' ? JSON.stringify([piece.type, piece.index]) : undefined;
       const item = place === undefined ? undefined : this.byPlace.get(place);
       if (!item) {
+        this.budget.add(jsonBytes(piece), '`reasoning_details`');
         const started = { ...piece };
         this.list.push(started);
         if (place !== undefined) this.byPlace.set(place, started);
@@ -343,8 +363,12 @@ class ReasoningDetails {
       for (const [key, value] of Object.entries(piece)) {
         if (value === null || value === undefined) continue;
         const had = Object.hasOwn(item, key) ? item[key] : undefined;
-        if (APPENDED_FIELDS.has(key) && typeof value === 'string') setField(item, key, (typeof had === 'string' ? had : '') + value);
-        else if (had === null || had === undefined) setField(item, key, value);
+        const appended = APPENDED_FIELDS.has(key) && typeof value === 'string';
+        if (!appended && had !== null && had !== undefined) continue;
+        // A field the item lacked costs its name too: a server giving new names must not grow
+        // the item unseen.
+        this.budget.add(appended && typeof had === 'string' ? appendedBytes(value) : jsonBytes(key) + jsonBytes(value), '`reasoning_details`');
+        setField(item, key, appended ? (typeof had === 'string' ? had : '') + value : value);
       }
     }
   }
