@@ -19,6 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CrucibleError } from '../src/errors.js';
 import { anthropic, createAgent, memoryStore, tool, type AgentEvent } from '../src/node.js';
 import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ToolDefinition } from '../src/providers/types.js';
+import { writeEvents } from './support/endless-stream.js';
 
 // ---------------------------------------------------------------------------------------------
 // The server
@@ -52,6 +53,10 @@ const bodies: WireBody[] = [];
 let script: (body: WireBody) => Scripted[] = () => [{ text: 'Hello.' }];
 /** Wait before each streamed event. */
 let eventDelayMs = 0;
+/** When it gives events, the server streams them instead, one at a time for as long as the
+ *  client reads them; `written` then tells how many went out. */
+let longAnswer: ((body: WireBody) => Iterable<[string, unknown]> | undefined) | undefined;
+let written = Promise.resolve(0);
 /** The thinking, redacted-thinking and tool_use blocks of every answer given, by its first call's id. */
 const issued = new Map<string, WireBlock[]>();
 let ids = 0;
@@ -135,6 +140,15 @@ before(async () => {
     for await (const piece of req) text += piece;
     const body = JSON.parse(text) as WireBody;
     bodies.push(body);
+    const long = longAnswer?.(body);
+    if (long) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const events = function* () {
+        for (const [event, data] of long) yield `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+      };
+      written = writeEvents(res, events());
+      return;
+    }
     const refused = refusal(body);
     if (refused) {
       res.writeHead(400, { 'content-type': 'application/json' });
@@ -162,6 +176,7 @@ after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 beforeEach(() => {
   bodies.length = 0;
   eventDelayMs = 0;
+  longAnswer = undefined;
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -359,6 +374,37 @@ describe('anthropic(): extended thinking through a tool loop', () => {
       assert.match(error.message, /Invalid `signature` in `thinking` block/);
       return true;
     });
+  });
+
+  it('thinking streamed past 512 KiB fails the run as provider_protocol then, long before the server would stop, and the agent serves on', async () => {
+    // 64 MiB of thinking (128 times the bound) a KiB a delta, then the block's signature and a call.
+    const deltas = 65_536;
+    let long = true;
+    longAnswer = () => {
+      if (!long) return undefined;
+      const [messageStart, thinkingStart, ...rest] = answerEvents(answerBlocks([{ thinking: '' }, { call: 'get_weather', city: 'Oslo' }]), 'tool_use');
+      return (function* () {
+        yield messageStart!;
+        yield thinkingStart!;
+        for (let n = 0; n < deltas; n++) yield ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: `${n} `.padEnd(1024, 'x') } }];
+        yield* rest;
+      })();
+    };
+    script = weatherScript();
+    const { cities, run } = await weatherAgent();
+    const error = await run('Weather in Oslo, then in Lima?').then(
+      () => assert.fail('the run did not fail'),
+      (e: unknown) => e as Error,
+    );
+    // The client stopped reading at the bound; what the socket buffers held is the rest.
+    const events = await written;
+    assert.ok(events < deltas / 4, `the server wrote ${events} of its ${deltas + 12} events`);
+    assert.match(error.message, /^provider_protocol: .*thinking blocks took the model's response past 524288 bytes of provider data to send back; at most 524288 are kept/);
+    assert.deepEqual(cities, []);
+
+    long = false;
+    assert.equal((await run('Weather in Oslo, then in Lima?')).text, 'Both 21C.');
+    assert.deepEqual(cities, ['Oslo', 'Lima']);
   });
 
   it('a run paused for approval after a thinking turn resumes in a new agent, with a new provider object, and sends the thinking back', async () => {

@@ -32,6 +32,7 @@ import {
 import { isRecord } from '../errors.js';
 import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
+import { appendedBytes, jsonBytes, ProviderDataBudget } from './provider-data.js';
 
 /** Default endpoint. */
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
@@ -230,7 +231,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   let stopReason: string | undefined;
   // Content blocks are numbered across text and tool_use; tool calls are numbered on their own.
   const callByBlock = new Map<number, number>();
-  const thinking = new TurnThinking();
+  const thinking = new TurnThinking(ctx);
   // A tool_use block's `input` as it came at its start, until a delta says the input streams:
   // the API sends `{}` there and streams the input, but proxies send it whole and stream none.
   const inputAtStart = new Map<number, string>();
@@ -323,7 +324,7 @@ async function* parseMessage(ctx: HttpContext, json: unknown): AsyncGenerator<Mo
   if (message.type === 'error') throw errorEvent(ctx, message, raw(), false);
   if (!Array.isArray(message.content)) throw protocolError(ctx, 'message has no `content` array', undefined, raw());
   let index = 0;
-  const thinking = new TurnThinking();
+  const thinking = new TurnThinking(ctx);
   for (const [position, entry] of message.content.entries()) {
     const block = read.object(entry, `content[${position}]`);
     const blockType = read.string(block?.type, 'content[].type');
@@ -347,23 +348,30 @@ function isThinkingType(blockType: string | undefined): blockType is ThinkingBlo
  * `redacted_thinking` block's `data` comes whole at its start), so a call's blocks are all known
  * at its own start and go as the `providerData` of its first piece. Interleaved thinking (a beta
  * for Claude 4 models) puts blocks between calls: each call takes those since the call before.
- * Blocks after the last call, or in an answer without calls, are not kept (see `toWireMessage`).
+ * Blocks after the last call, or in an answer without calls, are not kept (see `toWireMessage`),
+ * but they are gathered, and counted with the rest ({@link ProviderDataBudget}), until it is
+ * known whether a call follows: thinking streamed past the core's bound fails the answer then.
  */
 class TurnThinking {
   /** Blocks since the last call, in order. */
   private pending: ThinkingBlock[] = [];
   /** The `thinking` blocks being streamed, by content block index. */
   private readonly streaming = new Map<number, Extract<ThinkingBlock, { type: 'thinking' }>>();
+  private readonly budget: ProviderDataBudget;
+
+  constructor(ctx: HttpContext) {
+    this.budget = new ProviderDataBudget(ctx);
+  }
 
   start(read: WireReader, blockIndex: number | undefined, wire: WireObject, where: string): void {
     if (wire.type === 'redacted_thinking') {
-      this.pending.push({ type: 'redacted_thinking', data: read.string(wire.data, `${where}.data`) ?? '' });
+      this.keep({ type: 'redacted_thinking', data: read.string(wire.data, `${where}.data`) ?? '' });
       return;
     }
     const block: ThinkingBlock = { type: 'thinking', thinking: read.string(wire.thinking, `${where}.thinking`) ?? '' };
     const signature = read.string(wire.signature, `${where}.signature`);
     if (signature !== undefined) block.signature = signature;
-    this.pending.push(block);
+    this.keep(block);
     if (blockIndex !== undefined) this.streaming.set(blockIndex, block);
   }
 
@@ -372,14 +380,26 @@ class TurnThinking {
   delta(read: WireReader, blockIndex: number | undefined, delta: WireObject): boolean {
     const block = blockIndex === undefined ? undefined : this.streaming.get(blockIndex);
     if (!block) return false;
-    if (delta.type === 'thinking_delta') block.thinking += read.string(delta.thinking, 'delta.thinking') ?? '';
+    if (delta.type === 'thinking_delta') {
+      const text = read.string(delta.thinking, 'delta.thinking') ?? '';
+      this.budget.add(appendedBytes(text), 'thinking blocks');
+      block.thinking += text;
+    }
     // The signature comes whole: one that came with the block's start (as a proxy may send it)
     // is replaced, not extended.
     else {
       const signature = read.string(delta.signature, 'delta.signature');
-      if (signature !== undefined) block.signature = signature;
+      if (signature !== undefined) {
+        this.budget.add(jsonBytes(signature) - (block.signature === undefined ? 0 : jsonBytes(block.signature)), 'thinking blocks');
+        block.signature = signature;
+      }
     }
     return true;
+  }
+
+  private keep(block: ThinkingBlock): void {
+    this.budget.add(jsonBytes(block), 'thinking blocks');
+    this.pending.push(block);
   }
 
   /** `chunk`, the first piece of a call, with the blocks since the call before as its

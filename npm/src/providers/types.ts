@@ -82,7 +82,10 @@ export type ToolChoice = 'auto' | 'required' | 'none' | { tool: string };
  *   {@link ToolCall.providerData}, so a provider may give it in a piece of its own once the
  *   answer ended (one naming the call by `id` and no `name` reaches that call even among calls
  *   sharing an index). The runtime never reads it; it round-trips it through stored state, at
- *   most 512 KiB of JSON per response (more fails the response as `provider_protocol`).
+ *   most 512 KiB of JSON per response (more fails the response as `provider_protocol`). The
+ *   providers here count what they gather for it as it streams, and fail the response as soon
+ *   as it passes that bound, whether or not a call follows: reasoning without end is progress
+ *   to the stall timeout, and would otherwise fill memory for as long as it lasted.
  * - `finish`: the last chunk, with the finish reason and usage when the provider reports it.
  */
 export type ModelChunk =
