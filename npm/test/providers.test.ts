@@ -1500,6 +1500,16 @@ describe('openai() reads SSE framing as servers write it', () => {
     assert.deepEqual(out.finish?.usage, { inputTokens: 1510, outputTokens: 20 });
   });
 
+  it('anthropic(): a tool input sent whole at its block start is given when the next block starts: a server that stops no block has no inputs held back', async () => {
+    const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+    const call = (index: number, city: string) => ev('content_block_start', { index, content_block: { type: 'tool_use', id: `t${index}`, name: 'get_weather', input: { city } } });
+    pieces = [ev('message_start', { message: { usage: { input_tokens: 1, output_tokens: 1 } } }), call(0, 'Oslo'), call(1, 'Lima'), call(2, 'Rome'), ev('message_stop', {})];
+    const model = anthropic({ baseURL: base, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } });
+    const out = await collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [weatherTool] }));
+    const pieceOrder = out.chunks.flatMap((chunk) => (chunk.type === 'tool_call' ? [`${chunk.index}:${chunk.name ?? chunk.argumentsDelta}`] : []));
+    assert.deepEqual(pieceOrder, ['0:get_weather', '0:{"city":"Oslo"}', '1:get_weather', '1:{"city":"Lima"}', '2:get_weather', '2:{"city":"Rome"}']);
+  });
+
   it('an `error:` line before [DONE] is a ProviderError, not a finished answer', async () => {
     pieces = [`data: ${delta('partial')}\n\n`, 'error: {"code":500,"message":"the request exceeds the available context size","type":"server_error"}\n\n', 'data: [DONE]\n\n'];
     const error = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));

@@ -234,6 +234,8 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   const thinking = new TurnThinking(ctx);
   // A tool_use block's `input` as it came at its start, until a delta says the input streams:
   // the API sends `{}` there and streams the input, but proxies send it whole and stream none.
+  // Given at the block's stop, or when another block starts (a block is whole by then): a
+  // server that stops no block holds one block's input here, not every one's.
   const inputAtStart = new Map<number, string>();
   const flushInputAtStart = function* (block: number): Generator<ModelChunk> {
     const input = inputAtStart.get(block);
@@ -254,6 +256,7 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         break;
       }
       case 'content_block_start': {
+        for (const held of [...inputAtStart.keys()]) yield* flushInputAtStart(held);
         const block = read.object(event.content_block, 'content_block');
         const blockType = read.string(block?.type, 'content_block.type');
         const text = read.string(block?.text, 'content_block.text');
