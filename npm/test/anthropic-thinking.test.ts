@@ -38,7 +38,8 @@ interface WireMessage {
 interface WireBody {
   max_tokens: number;
   messages: WireMessage[];
-  thinking?: { type: string; budget_tokens?: number };
+  thinking?: { type: string; budget_tokens?: number; [field: string]: unknown };
+  output_config?: { effort?: string };
   temperature?: number;
   stream?: boolean;
 }
@@ -63,12 +64,21 @@ let ids = 0;
 
 /** Why the real API would refuse `body`, in its words, or `undefined`. */
 function refusal(body: WireBody): string | undefined {
-  const thinking = body.thinking?.type === 'enabled';
-  if (thinking) {
-    const budget = body.thinking!.budget_tokens ?? 0;
+  const thinking = body.thinking?.type === 'enabled' || body.thinking?.type === 'adaptive';
+  if (body.thinking?.type === 'enabled') {
+    const budget = body.thinking.budget_tokens ?? 0;
     if (budget < 1024) return 'thinking.enabled.budget_tokens: Input should be greater than or equal to 1024';
     if (body.max_tokens <= budget) return '`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size';
-    if (body.temperature !== undefined && body.temperature !== 1) return '`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#feature-compatibility';
+  }
+  // Adaptive thinking takes its type and `display` only; the effort goes in `output_config`.
+  if (body.thinking?.type === 'adaptive') {
+    const extra = Object.keys(body.thinking).find((field) => field !== 'type' && field !== 'display');
+    if (extra) return `thinking.adaptive.${extra}: Extra inputs are not permitted`;
+  }
+  const effort = body.output_config?.effort;
+  if (effort !== undefined && !['low', 'medium', 'high', 'xhigh', 'max'].includes(effort)) return "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'";
+  if (thinking && body.temperature !== undefined && body.temperature !== 1) {
+    return '`temperature` may only be set to 1 when thinking is enabled. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#feature-compatibility';
   }
   for (const [m, message] of body.messages.entries()) {
     if (message.role !== 'assistant' || typeof message.content === 'string') continue;
@@ -451,15 +461,76 @@ describe('anthropic({ thinking: { budgetTokens } })', () => {
     assert.deepEqual([bodies.at(-1)!.thinking, bodies.at(-1)!.max_tokens], [{ type: 'enabled', budget_tokens: 3000 }, 4096 + 2048]);
   });
 
-  it('is checked when the provider is created: anything but a whole budget of at least 1024 tokens is invalid_config', () => {
-    for (const thinking of [true, 'high', 4096, {}, { budgetTokens: 1023 }, { budgetTokens: 2048.5 }, { budgetTokens: '2048' }, { budget_tokens: 2048 }, { budgetTokens: Number.POSITIVE_INFINITY }]) {
+  it('is checked when the provider is created: anything but a whole budget of at least 1024 tokens, or the adaptive form, is invalid_config', () => {
+    const cases: Array<[unknown, RegExp]> = [
+      [true, /`thinking` must be \{ budgetTokens \} \(a whole number of tokens, at least 1024\) or \{ type: 'adaptive' \} \(got true\)/],
+      ['adaptive', /`thinking` must be \{ budgetTokens \}/],
+      [4096, /`thinking` must be \{ budgetTokens \}/],
+      ...[{}, { budgetTokens: 1023 }, { budgetTokens: 2048.5 }, { budgetTokens: '2048' }, { budget_tokens: 2048 }, { budgetTokens: Number.POSITIVE_INFINITY }].map(
+        (thinking): [unknown, RegExp] => [thinking, /`thinking\.budgetTokens` must be a whole number of tokens, at least 1024/],
+      ),
+      [{ type: 'enabled', budgetTokens: 2048 }, /`thinking\.type` must be 'adaptive' \(or left out, with budgetTokens\) \(got "enabled"\)/],
+      [{ type: 'adaptive', budgetTokens: 2048 }, /`thinking\.budgetTokens` must be left out: adaptive thinking takes `effort` only \(got 2048\)/],
+      [{ type: 'adaptive', display: 'omitted' }, /`thinking\.display` must be left out/],
+      [{ type: 'adaptive', effort: 'extreme' }, /`thinking\.effort` must be one of 'low', 'medium', 'high', 'xhigh', 'max' \(got "extreme"\)/],
+      [{ type: 'adaptive', effort: 3 }, /`thinking\.effort` must be one of/],
+    ];
+    for (const [thinking, message] of cases) {
       assert.throws(
         () => anthropic({ model: 'claude-sonnet-4-5', thinking } as unknown as AnthropicOptions),
-        (error: unknown) => error instanceof CrucibleError && error.code === 'invalid_config' && /anthropic\(\): `thinking(\.budgetTokens)?` must be a whole number of tokens, at least 1024/.test(error.message),
+        (error: unknown) => error instanceof CrucibleError && error.code === 'invalid_config' && /^anthropic\(\): /.test(error.message) && message.test(error.message),
         JSON.stringify(thinking),
       );
     }
     assert.doesNotThrow(() => anthropic({ model: 'm', thinking: { budgetTokens: 1024 } }));
     assert.doesNotThrow(() => anthropic({ model: 'm', thinking: null } as unknown as AnthropicOptions));
+    assert.doesNotThrow(() => anthropic({ model: 'm', thinking: { type: 'adaptive' } }));
+    assert.doesNotThrow(() => anthropic({ model: 'm', thinking: { type: 'adaptive', effort: null } } as unknown as AnthropicOptions));
+    for (const effort of ['low', 'medium', 'high', 'xhigh', 'max'] as const) assert.doesNotThrow(() => anthropic({ model: 'm', thinking: { type: 'adaptive', effort } }));
+  });
+});
+
+describe("anthropic({ thinking: { type: 'adaptive', effort } })", () => {
+  it('asks for adaptive thinking and the effort, keeps the request\'s own token limit, and sends no temperature', async () => {
+    script = () => [{ thinking: 'Short.' }, { text: 'Hi.' }];
+    const request = { messages: [{ role: 'user' as const, content: 'Hi' }], tools: [], temperature: 0 };
+    const adaptive = (effort?: 'low' | 'max') => model({ model: 'claude-opus-4-6', thinking: { type: 'adaptive', ...(effort && { effort }) } });
+    assert.equal((await collect(adaptive('low').stream(request))).text, 'Hi.');
+    assert.equal((await collect(adaptive('max').stream({ ...request, maxTokens: 16_000 }))).text, 'Hi.');
+    assert.equal((await collect(adaptive().stream(request))).text, 'Hi.');
+    assert.deepEqual(
+      bodies.map(({ thinking, output_config, max_tokens, temperature }) => ({ thinking, output_config, max_tokens, temperature })),
+      [
+        { thinking: { type: 'adaptive' }, output_config: { effort: 'low' }, max_tokens: 4096, temperature: undefined },
+        { thinking: { type: 'adaptive' }, output_config: { effort: 'max' }, max_tokens: 16_000, temperature: undefined },
+        // Without an effort the API's default applies.
+        { thinking: { type: 'adaptive' }, output_config: undefined, max_tokens: 4096, temperature: undefined },
+      ],
+    );
+  });
+
+  it('an agent runs a tool loop with it, streamed and whole: thinking between the calls (adaptive thinking interleaves) goes back between them, signed and in order', async () => {
+    const interleaved: Scripted[] = [{ thinking: 'Oslo first.' }, { text: 'Looking up Oslo.' }, { call: 'get_weather', city: 'Oslo' }, { thinking: 'And Lima at once.' }, { redacted: 'opaque' }, { call: 'get_weather', city: 'Lima' }];
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      script = weatherScript({ 0: interleaved, 2: [{ thinking: 'Both are known.' }, { text: 'Both 21C.' }] });
+      const { cities, run } = await weatherAgent({ model: 'claude-opus-4-6', thinking: { type: 'adaptive', effort: 'medium' }, stream });
+      const { text, deltas } = await run('Weather in Oslo and Lima?');
+      assert.equal(text, 'Both 21C.', `stream: ${stream}`);
+      assert.equal(deltas, 'Looking up Oslo.Both 21C.', 'thinking is never text');
+      assert.deepEqual(cities, ['Oslo', 'Lima']);
+      assert.equal(bodies.length, 2);
+      for (const body of bodies) assert.deepEqual([body.thinking, body.output_config], [{ type: 'adaptive' }, { effort: 'medium' }]);
+      const turn = bodies[1]!.messages[1]!.content as WireBlock[];
+      assert.deepEqual(turn.map((b) => b.type), ['thinking', 'text', 'tool_use', 'thinking', 'redacted_thinking', 'tool_use']);
+      assert.deepEqual(turn[3], { type: 'thinking', thinking: 'And Lima at once.', signature: sign('And Lima at once.') });
+    }
+  });
+
+  it('extraBody.thinking and extraBody.output_config still replace what the option sends', async () => {
+    script = () => [{ text: 'Hi.' }];
+    const request = { messages: [{ role: 'user' as const, content: 'Hi' }], tools: [] };
+    await collect(model({ thinking: { type: 'adaptive', effort: 'low' }, extraBody: { thinking: { type: 'adaptive', display: 'omitted' }, output_config: { effort: 'high' } } }).stream(request));
+    assert.deepEqual([bodies.at(-1)!.thinking, bodies.at(-1)!.output_config], [{ type: 'adaptive', display: 'omitted' }, { effort: 'high' }]);
   });
 });

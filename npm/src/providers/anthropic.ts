@@ -8,7 +8,9 @@
  * Extended thinking (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking):
  * `thinking` and `redacted_thinking` blocks are no answer text. The API wants those of a turn
  * with tool calls back with that turn, unchanged and before its `tool_use` blocks (else 400), so
- * they travel with the calls as their `providerData` ({@link Echo}).
+ * they travel with the calls as their `providerData` ({@link Echo}). Adaptive thinking gives the
+ * same blocks, between calls too, and wants them back the same way ("The round-trip rules are
+ * identical": https://platform.claude.com/docs/en/build-with-claude/thinking-tool-workflows).
  *
  * @module
  */
@@ -30,7 +32,7 @@ import {
   type HttpContext,
 } from './http.js';
 import { isRecord } from '../errors.js';
-import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
+import type { AnthropicEffort, AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 import { appendedBytes, jsonBytes, ProviderDataBudget } from './provider-data.js';
 
@@ -45,6 +47,9 @@ export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
 
 /** The least `budget_tokens` the API takes. */
 const MIN_THINKING_BUDGET = 1024;
+
+/** The `output_config.effort` levels of the API (https://platform.claude.com/docs/en/build-with-claude/effort). */
+const EFFORTS: readonly AnthropicEffort[] = ['low', 'medium', 'high', 'xhigh', 'max'];
 
 /**
  * Creates a provider for the Anthropic Messages API.
@@ -87,15 +92,29 @@ export function anthropic(options: AnthropicOptions): ModelProvider {
   });
 }
 
-/** The `thinking` option, checked; its budget. */
-function thinkingOption(value: unknown): number | undefined {
+/** What the `thinking` option asks of every request. */
+type Thinking = { type: 'enabled'; budgetTokens: number } | { type: 'adaptive'; effort?: AnthropicEffort };
+
+/** The `thinking` option, checked (`null` is not given, as elsewhere). */
+function thinkingOption(value: unknown): Thinking | undefined {
   if (value == null) return undefined;
-  const budget = isRecord(value) ? value.budgetTokens : undefined;
-  if (!(Number.isSafeInteger(budget) && (budget as number) >= MIN_THINKING_BUDGET)) {
-    const got = isRecord(value) ? budget : value;
-    throw optionError('anthropic', isRecord(value) ? 'thinking.budgetTokens' : 'thinking', `a whole number of tokens, at least ${MIN_THINKING_BUDGET} (as in { budgetTokens: 4096 })`, got);
+  if (!isRecord(value)) {
+    throw optionError('anthropic', 'thinking', `{ budgetTokens } (a whole number of tokens, at least ${MIN_THINKING_BUDGET}) or { type: 'adaptive' }`, value);
   }
-  return budget as number;
+  if (value.type == null) {
+    const budget = value.budgetTokens;
+    if (Number.isSafeInteger(budget) && (budget as number) >= MIN_THINKING_BUDGET) return { type: 'enabled', budgetTokens: budget as number };
+    throw optionError('anthropic', 'thinking.budgetTokens', `a whole number of tokens, at least ${MIN_THINKING_BUDGET} (as in { budgetTokens: 4096 })`, budget);
+  }
+  if (value.type !== 'adaptive') throw optionError('anthropic', 'thinking.type', `'adaptive' (or left out, with budgetTokens)`, value.type);
+  // Anything beside the effort (a budget given out of habit) would not be sent: refused instead.
+  for (const key of Object.keys(value)) {
+    if (key !== 'type' && key !== 'effort') throw optionError('anthropic', `thinking.${key}`, `left out: adaptive thinking takes \`effort\` only`, value[key]);
+  }
+  const { effort } = value;
+  if (effort == null) return { type: 'adaptive' };
+  if (!EFFORTS.includes(effort as AnthropicEffort)) throw optionError('anthropic', 'thinking.effort', `one of ${EFFORTS.map((e) => `'${e}'`).join(', ')}`, effort);
+  return { type: 'adaptive', effort: effort as AnthropicEffort };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -122,7 +141,7 @@ interface WireMessage {
   content: string | WireBlock[];
 }
 
-function toWireRequest(model: string, request: ModelRequest, streaming: boolean, thinkingBudget: number | undefined): Record<string, unknown> {
+function toWireRequest(model: string, request: ModelRequest, streaming: boolean, thinking: Thinking | undefined): Record<string, unknown> {
   const system: string[] = [];
   const messages: WireMessage[] = [];
   for (const message of request.messages) {
@@ -153,12 +172,17 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
   const maxTokens = request.maxTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS;
   const body: Record<string, unknown> = {
     model,
-    // Thinking counts against `max_tokens`, which must exceed the budget: the request's limit
-    // is kept for the answer, as the Vercel AI SDK does.
-    max_tokens: thinkingBudget === undefined ? maxTokens : maxTokens + thinkingBudget,
+    // Thinking counts against `max_tokens`, which must exceed a budget: the request's limit is
+    // kept for the answer, as the Vercel AI SDK does. Adaptive thinking has no budget to add;
+    // `max_tokens` bounds thinking and answer together there.
+    max_tokens: thinking?.type === 'enabled' ? maxTokens + thinking.budgetTokens : maxTokens,
     messages,
   };
-  if (thinkingBudget !== undefined) body.thinking = { type: 'enabled', budget_tokens: thinkingBudget };
+  if (thinking?.type === 'enabled') body.thinking = { type: 'enabled', budget_tokens: thinking.budgetTokens };
+  if (thinking?.type === 'adaptive') {
+    body.thinking = { type: 'adaptive' };
+    if (thinking.effort !== undefined) body.output_config = { effort: thinking.effort };
+  }
   if (system.length > 0) body.system = system.join('\n\n');
   if (request.tools.length > 0) {
     body.tools = request.tools.map((tool) => ({
@@ -172,8 +196,8 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
     }
   }
   // "Thinking isn't compatible with temperature or top_k modifications" (extended thinking,
-  // feature compatibility): a temperature other than 1 is refused with 400.
-  if (request.temperature !== undefined && thinkingBudget === undefined) body.temperature = request.temperature;
+  // feature compatibility): a temperature other than 1 is refused with 400, adaptive or not.
+  if (request.temperature !== undefined && thinking === undefined) body.temperature = request.temperature;
   if (streaming) body.stream = true;
   return body;
 }

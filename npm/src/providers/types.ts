@@ -190,19 +190,41 @@ export interface OpenAIOptions extends ProviderOptions {
 /** Options of {@link anthropic}: the transport's, and extended thinking. */
 export interface AnthropicOptions extends ProviderOptions {
   /**
-   * Extended thinking: the model reasons, up to `budgetTokens` tokens (at least 1024, the API's
-   * minimum), before it answers or calls a tool. Requests then carry `thinking: { type:
-   * 'enabled', budget_tokens }`, a `max_tokens` of the request's own limit (or
-   * `ANTHROPIC_DEFAULT_MAX_TOKENS`, 4096) plus the budget, since the API counts thinking against
-   * `max_tokens` and wants it above the budget, and no `temperature`, which the API refuses with
-   * thinking on (the forge judge asks for 0). The API also refuses a `toolChoice` that forces a
-   * call (`required`, `{ tool }`) with thinking on. Thinking is never answer text; its blocks go
-   * back with the tool calls they came with, as the API requires (see {@link anthropic}).
-   * Thinking counts as progress for `timeoutMs`. `extraBody.thinking` replaces what this sends
-   * (`{ type: 'adaptive' }` for models that take it), but not the token limit or temperature.
+   * Extended thinking: the model reasons before it answers or calls a tool. Two forms, as the
+   * API has them (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking,
+   * https://platform.claude.com/docs/en/build-with-claude/adaptive-thinking):
+   *
+   * - `{ budgetTokens }`: up to that many tokens of thinking (at least 1024, the API's minimum).
+   *   Requests carry `thinking: { type: 'enabled', budget_tokens }` and a `max_tokens` of the
+   *   request's own limit (or `ANTHROPIC_DEFAULT_MAX_TOKENS`, 4096) plus the budget, since the
+   *   API counts thinking against `max_tokens` and wants it above the budget. Deprecated by
+   *   the API on Claude Opus 4.6 and Sonnet 4.6, refused from Opus 4.7 on.
+   * - `{ type: 'adaptive', effort? }`: the model decides whether and how much to think, the
+   *   recommended form from Claude Opus 4.6 and Sonnet 4.6 on (older models refuse it).
+   *   Requests carry `thinking: { type: 'adaptive' }` and, with `effort`, `output_config: {
+   *   effort }`, which guides how many tokens the whole answer spends, thinking included
+   *   (`high`, the API's default, thinks almost always; `max` and `xhigh` only some models
+   *   take). There is no budget to add: `max_tokens` stays the request's limit (or 4096) and
+   *   bounds thinking and answer together, so an answer that thinks long may stop at it
+   *   (finish reason `max_tokens`). Give the agent, and a forge judge on such a model (it asks
+   *   for 512 tokens), a larger `maxTokens`, or a lower effort.
+   *
+   * Either way no `temperature` is sent, which the API refuses with thinking on (the forge
+   * judge asks for 0), and the API refuses a `toolChoice` that forces a call (`required`,
+   * `{ tool }`). Thinking is never answer text; its blocks go back with the tool calls they
+   * came with, as the API requires (see {@link anthropic}), and count toward the 512 KiB a
+   * response's calls may keep (see {@link ModelChunk}). Thinking counts as progress for
+   * `timeoutMs`. `extraBody.thinking` and `extraBody.output_config` replace what this sends,
+   * but not the token limit or temperature. Anything else is `invalid_config`.
    */
-  thinking?: { budgetTokens: number };
+  thinking?: AnthropicThinking;
 }
+
+/** {@link AnthropicOptions.thinking}: a thinking budget, or adaptive thinking. */
+export type AnthropicThinking = { budgetTokens: number } | { type: 'adaptive'; effort?: AnthropicEffort };
+
+/** How much an answer with adaptive thinking may spend (the API's `output_config.effort`). */
+export type AnthropicEffort = 'low' | 'medium' | 'high' | 'xhigh' | 'max';
 
 /** Options of {@link ollama}: the transport's, and Ollama's model options. */
 export interface OllamaOptions extends ProviderOptions {
