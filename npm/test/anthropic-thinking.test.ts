@@ -386,7 +386,7 @@ describe('anthropic(): extended thinking through a tool loop', () => {
     });
   });
 
-  it('thinking streamed past 512 KiB fails the run as provider_protocol then, long before the server would stop, and the agent serves on', async () => {
+  it('thinking streamed past 8 MiB fails the run as provider_protocol then, long before the server would stop, and the agent serves on', async () => {
     // 64 MiB of thinking (128 times the bound) a KiB a delta, then the block's signature and a call.
     const deltas = 65_536;
     let long = true;
@@ -409,12 +409,24 @@ describe('anthropic(): extended thinking through a tool loop', () => {
     // The client stopped reading at the bound; what the socket buffers held is the rest.
     const events = await written;
     assert.ok(events < deltas / 4, `the server wrote ${events} of its ${deltas + 12} events`);
-    assert.match(error.message, /^provider_protocol: .*thinking blocks took the model's response past 524288 bytes of provider data to send back; at most 524288 are kept/);
+    assert.match(error.message, /^provider_protocol: .*the model's response streamed more than 8388608 bytes of reasoning/);
     assert.deepEqual(cities, []);
 
     long = false;
     assert.equal((await run('Weather in Oslo, then in Lima?')).text, 'Both 21C.');
     assert.deepEqual(cities, ['Oslo', 'Lima']);
+  });
+
+  it('thinking past 512 KiB fails the run when a call that needs it starts, and a final answer with as much thinking completes', async () => {
+    const long = 'x'.repeat(600 * 1024);
+    script = weatherScript({ 0: [{ thinking: long }, { call: 'get_weather', city: 'Oslo' }] });
+    const first = await weatherAgent();
+    await assert.rejects(first.run('Weather in Oslo, then in Lima?'), /provider_protocol: .*thinking blocks took the model's response past 524288 bytes of provider data to send back; at most 524288 are kept/);
+    assert.deepEqual(first.cities, []);
+    // Nothing sends a final answer's thinking back: it is dropped, not a failure.
+    script = () => [{ thinking: long }, { text: 'Thought long; no tool needed.' }];
+    const second = await weatherAgent();
+    assert.equal((await second.run('Anything?')).text, 'Thought long; no tool needed.');
   });
 
   it('a run paused for approval after a thinking turn resumes in a new agent, with a new provider object, and sends the thinking back', async () => {

@@ -377,7 +377,8 @@ function isThinkingType(blockType: string | undefined): blockType is ThinkingBlo
  * for Claude 4 models) puts blocks between calls: each call takes those since the call before.
  * Blocks after the last call, or in an answer without calls, are not kept (see `toWireMessage`),
  * but they are gathered, and counted with the rest ({@link ProviderDataBudget}), until it is
- * known whether a call follows: thinking streamed past the core's bound fails the answer then.
+ * known whether a call follows: thinking past the core's bound fails the answer when a call
+ * that needs it starts, and only then.
  */
 class TurnThinking {
   /** Blocks since the last call, in order. */
@@ -409,15 +410,13 @@ class TurnThinking {
     if (!block) return false;
     if (delta.type === 'thinking_delta') {
       const text = read.string(delta.thinking, 'delta.thinking') ?? '';
-      this.budget.add(appendedBytes(text), 'thinking blocks');
-      block.thinking += text;
+      if (this.budget.add(appendedBytes(text), 'thinking blocks')) block.thinking += text;
     }
     // The signature comes whole: one that came with the block's start (as a proxy may send it)
     // is replaced, not extended.
     else {
       const signature = read.string(delta.signature, 'delta.signature');
-      if (signature !== undefined) {
-        this.budget.add(jsonBytes(signature) - (block.signature === undefined ? 0 : jsonBytes(block.signature)), 'thinking blocks');
+      if (signature !== undefined && this.budget.add(jsonBytes(signature) - (block.signature === undefined ? 0 : jsonBytes(block.signature)), 'thinking blocks')) {
         block.signature = signature;
       }
     }
@@ -425,13 +424,14 @@ class TurnThinking {
   }
 
   private keep(block: ThinkingBlock): void {
-    this.budget.add(jsonBytes(block), 'thinking blocks');
-    this.pending.push(block);
+    if (this.budget.add(jsonBytes(block), 'thinking blocks')) this.pending.push(block);
   }
 
   /** `chunk`, the first piece of a call, with the blocks since the call before as its
    *  `providerData`; copies, which no later delta can change. */
   withCall(chunk: Extract<ModelChunk, { type: 'tool_call' }>): ModelChunk {
+    // Thinking past the bound was not all kept, and this call would go back without it.
+    this.budget.assertKept();
     if (this.pending.length === 0) return chunk;
     const echo: Echo = { thinking: this.pending.map((block) => ({ ...block })) };
     this.pending = [];

@@ -266,8 +266,8 @@ async function* parseCompletion(ctx: HttpContext, json: unknown): AsyncGenerator
  *  `reasoning_details`) is all known only once the answer ended (DeepSeek may stream it after
  *  a call's first piece), and goes then with the last call, which is always the latest at its
  *  index and so the one a piece naming it reaches. What is kept is counted as it comes
- *  ({@link ProviderDataBudget}): reasoning streamed past the core's bound fails the answer
- *  then, not once it ended. The plain `reasoning` text some servers stream beside it (vLLM,
+ *  ({@link ProviderDataBudget}): past the core's bound, the answer fails as soon as it has a
+ *  call to give it to, not once it ended. The plain `reasoning` text some servers stream beside it (vLLM,
  *  OpenRouter) is progress only, and not kept. */
 class TurnEchoes {
   private reasoning: string[] | undefined;
@@ -285,24 +285,27 @@ class TurnEchoes {
   /** Read leniently: it is no part of the answer, which a server sending something else under
    *  that name must not fail. */
   answer(answer: WireObject, streamed: boolean): void {
-    if (typeof answer.reasoning_content === 'string') {
-      this.budget.add(appendedBytes(answer.reasoning_content), '`reasoning_content`');
+    if (typeof answer.reasoning_content === 'string' && this.budget.add(appendedBytes(answer.reasoning_content), '`reasoning_content`')) {
       (this.reasoning ??= []).push(answer.reasoning_content);
     }
     if (Array.isArray(answer.reasoning_details)) this.details.add(answer.reasoning_details, streamed);
+    // The turn's reasoning goes with its last call, which may have come already.
+    if (this.calls.length > 0) this.budget.assertKept();
   }
 
   call(chunk: Extract<ModelChunk, { type: 'tool_call' }>, wire: WireObject): void {
     let call = this.calls.filter((c) => c.index === chunk.index).at(-1);
     if (!call || (chunk.id && call.id && chunk.id !== call.id)) this.calls.push((call = { index: chunk.index }));
     if (chunk.id) call.id = chunk.id;
-    if (wire.extra_content == null) return;
-    // A call's signature given again replaces the one it had, as in the core.
-    const bytes = jsonBytes(wire.extra_content);
-    this.budget.add(bytes - (call.extraBytes ?? 0), '`extra_content`');
-    call.extra = wire.extra_content;
-    call.extraBytes = bytes;
-    chunk.providerData = { extra_content: call.extra } satisfies Echo;
+    if (wire.extra_content != null) {
+      // A call's signature given again replaces the one it had, as in the core.
+      const bytes = jsonBytes(wire.extra_content);
+      this.budget.add(bytes - (call.extraBytes ?? 0), '`extra_content`');
+      call.extra = wire.extra_content;
+      call.extraBytes = bytes;
+      chunk.providerData = { extra_content: call.extra } satisfies Echo;
+    }
+    this.budget.assertKept();
   }
 
   /** The piece that gives the last call the turn's reasoning, with the signature it has (a
@@ -354,7 +357,7 @@ class ReasoningDetails {
       const place = streamed && typeof piece.index === 'number' ? JSON.stringify([piece.type, piece.index]) : undefined;
       const item = place === undefined ? undefined : this.byPlace.get(place);
       if (!item) {
-        this.budget.add(jsonBytes(piece), '`reasoning_details`');
+        if (!this.budget.add(jsonBytes(piece), '`reasoning_details`')) continue;
         const started = { ...piece };
         this.list.push(started);
         if (place !== undefined) this.byPlace.set(place, started);
@@ -367,7 +370,7 @@ class ReasoningDetails {
         if (!appended && had !== null && had !== undefined) continue;
         // A field the item lacked costs its name too: a server giving new names must not grow
         // the item unseen.
-        this.budget.add(appended && typeof had === 'string' ? appendedBytes(value) : jsonBytes(key) + jsonBytes(value), '`reasoning_details`');
+        if (!this.budget.add(appended && typeof had === 'string' ? appendedBytes(value) : jsonBytes(key) + jsonBytes(value), '`reasoning_details`')) continue;
         setField(item, key, appended ? (typeof had === 'string' ? had : '') + value : value);
       }
     }

@@ -19,23 +19,54 @@ import { protocolError, type HttpContext } from './http.js';
 export const MAX_PROVIDER_DATA_BYTES = 512 * 1024;
 
 /**
+ * The most bytes of reasoning one answer may stream, kept or not: the core's
+ * `MAX_RESPONSE_BYTES` (`src/model/assemble.rs`), its bound on an answer's text and arguments.
+ * Reasoning is progress for the stall timeout, so without this a server could stream it for
+ * ever.
+ */
+export const MAX_STREAMED_REASONING_BYTES = 8 * 1024 * 1024;
+
+/**
  * The bytes one answer's kept data would take as JSON, counted as the core counts them (UTF-8,
  * escaped as `JSON.stringify` and serde_json escape), less the keys and brackets a provider
  * wraps them in: never more than the core will count, so a response the core would keep is
- * never refused here. Past {@link MAX_PROVIDER_DATA_BYTES} the answer fails at once, as the
- * core would fail it once given the data, but before the rest of it streams in.
+ * never refused here. Past {@link MAX_PROVIDER_DATA_BYTES} nothing more is kept, and the answer
+ * fails as soon as a tool call needs what was not ({@link ProviderDataBudget.assertKept}), as the
+ * core would fail it once given the data, but before the rest of it streams in. An answer with
+ * no call to give it to (a final answer that thought at length) loses only what nobody sends
+ * back. Past {@link MAX_STREAMED_REASONING_BYTES}, kept or not, the answer fails at once.
  */
 export class ProviderDataBudget {
-  #bytes = 0;
+  #kept = 0;
+  #streamed = 0;
+  /** The field that took the kept data past the bound, once one did. */
+  #over: string | undefined;
 
   constructor(private readonly ctx: HttpContext) {}
 
-  /** Counts `bytes` more (fewer, when negative: a value replaced by a shorter one) kept for
-   *  `what`, the field that grew; a `provider_protocol` error once past the bound. */
-  add(bytes: number, what: string): void {
-    this.#bytes += bytes;
-    if (this.#bytes > MAX_PROVIDER_DATA_BYTES) {
-      throw protocolError(this.ctx, `${what} took the model's response past ${MAX_PROVIDER_DATA_BYTES} bytes of provider data to send back; at most ${MAX_PROVIDER_DATA_BYTES} are kept`);
+  /**
+   * Counts `bytes` more for `what`, the field that grew (fewer, when negative: a value replaced
+   * by a shorter one). True when the caller may keep them; false once the answer's kept data is
+   * past the bound, from then on. A `provider_protocol` error once the answer streamed more
+   * than {@link MAX_STREAMED_REASONING_BYTES} in all.
+   */
+  add(bytes: number, what: string): boolean {
+    this.#streamed += Math.max(bytes, 0);
+    if (this.#streamed > MAX_STREAMED_REASONING_BYTES) {
+      throw protocolError(this.ctx, `the model's response streamed more than ${MAX_STREAMED_REASONING_BYTES} bytes of reasoning`);
+    }
+    if (this.#over !== undefined) return false;
+    this.#kept += bytes;
+    if (this.#kept <= MAX_PROVIDER_DATA_BYTES) return true;
+    this.#over = what;
+    return false;
+  }
+
+  /** A `provider_protocol` error when a tool call needs the answer's data and not all of it
+   *  could be kept. */
+  assertKept(): void {
+    if (this.#over !== undefined) {
+      throw protocolError(this.ctx, `${this.#over} took the model's response past ${MAX_PROVIDER_DATA_BYTES} bytes of provider data to send back; at most ${MAX_PROVIDER_DATA_BYTES} are kept`);
     }
   }
 }

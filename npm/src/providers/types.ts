@@ -83,9 +83,12 @@ export type ToolChoice = 'auto' | 'required' | 'none' | { tool: string };
  *   answer ended (one naming the call by `id` and no `name` reaches that call even among calls
  *   sharing an index). The runtime never reads it; it round-trips it through stored state, at
  *   most 512 KiB of JSON per response (more fails the response as `provider_protocol`). The
- *   providers here count what they gather for it as it streams, and fail the response as soon
- *   as it passes that bound, whether or not a call follows: reasoning without end is progress
- *   to the stall timeout, and would otherwise fill memory for as long as it lasted.
+ *   providers here count what they gather for it as it streams: past that bound they keep no
+ *   more, and fail the response as soon as a call needs what was not kept (a final answer's
+ *   reasoning is dropped instead: nothing sends it back); past 8 MiB of reasoning streamed,
+ *   kept or not, they fail it at once. Reasoning is progress to the stall timeout, and
+ *   without end would otherwise fill memory, or hold the response open, for as long as it
+ *   lasted.
  * - `finish`: the last chunk, with the finish reason and usage when the provider reports it.
  */
 export type ModelChunk =
