@@ -48,6 +48,16 @@ async function collect(stream: AsyncIterable<ModelChunk>): Promise<Assembled> {
   };
 }
 
+/** An `assert.rejects` check: a `CrucibleError` `provider_protocol` whose message matches. */
+function failsAsProviderProtocol(message: RegExp): (error: unknown) => true {
+  return (error) => {
+    assert.ok(error instanceof CrucibleError, String(error));
+    assert.equal(error.code, 'provider_protocol');
+    assert.match(error.message, message);
+    return true;
+  };
+}
+
 async function rejection(promise: Promise<unknown>): Promise<unknown> {
   try {
     await promise;
@@ -852,12 +862,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
       return { sse: [{ choices: [{ index: 0, delta: { tool_calls: [call] }, finish_reason: 'tool_calls' }] }] };
     };
     const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'gemini-3-pro-preview', retry: { maxRetries: 0 } }), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
-    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
-      assert.ok(error instanceof CrucibleError, String(error));
-      assert.equal(error.code, 'provider_protocol');
-      assert.match(error.message, /\d+ bytes of provider data to send back; at most 524288 are kept/);
-      return true;
-    });
+    await assert.rejects(agent.run('Weather in Oslo?'), failsAsProviderProtocol(/\d+ bytes of provider data to send back; at most 524288 are kept/));
     extra = { google: { thought_signature: 'x'.repeat(1000) } };
     assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
   });
@@ -872,12 +877,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
       return { sse: [{ choices: [{ index: 0, delta: { reasoning_details: details, tool_calls: [call] }, finish_reason: 'tool_calls' }] }] };
     };
     const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'google/gemini-3-pro-preview', retry: { maxRetries: 0 } }), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
-    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
-      assert.ok(error instanceof CrucibleError, String(error));
-      assert.equal(error.code, 'provider_protocol');
-      assert.match(error.message, /\d+ bytes of provider data to send back; at most 524288 are kept/);
-      return true;
-    });
+    await assert.rejects(agent.run('Weather in Oslo?'), failsAsProviderProtocol(/\d+ bytes of provider data to send back; at most 524288 are kept/));
     size = 1000;
     assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
     const sent = bodies.at(-1)!.messages.find((m) => m.tool_calls)!.reasoning_details as Array<{ data: string }>;
@@ -905,12 +905,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     data = '€'.repeat((MAX_PROVIDER_DATA_BYTES - 2) / 3);
     assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
     data += 'x';
-    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
-      assert.ok(error instanceof CrucibleError, String(error));
-      assert.equal(error.code, 'provider_protocol');
-      assert.match(error.message, new RegExp(`gave its tool calls ${MAX_PROVIDER_DATA_BYTES + 1} bytes of provider data to send back; at most ${MAX_PROVIDER_DATA_BYTES} are kept`));
-      return true;
-    });
+    await assert.rejects(agent.run('Weather in Oslo?'), failsAsProviderProtocol(new RegExp(`gave its tool calls ${MAX_PROVIDER_DATA_BYTES + 1} bytes of provider data to send back; at most ${MAX_PROVIDER_DATA_BYTES} are kept`)));
   });
 
   /** 64 MiB of reasoning (128 times the bound) a KiB an event, then a call: what a broken or
@@ -967,12 +962,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     reasoning = `${'€'.repeat(174_754)}xx`;
     assert.equal((await agent.run('Weather in Oslo?')).text, 'ok', 'the bound exactly, as the core counts it');
     reasoning += 'x'.repeat(25);
-    await assert.rejects(agent.run('Weather in Oslo?'), (error: unknown) => {
-      assert.ok(error instanceof CrucibleError, String(error));
-      assert.equal(error.code, 'provider_protocol');
-      assert.match(error.message, /openai:deepseek-v4-pro: `reasoning_content` took the model's response past 524288 bytes/);
-      return true;
-    });
+    await assert.rejects(agent.run('Weather in Oslo?'), failsAsProviderProtocol(/openai:deepseek-v4-pro: `reasoning_content` took the model's response past 524288 bytes/));
   });
 
   it('a final answer that reasoned past 512 KiB, with no call to send it back with, completes: only what nobody sends back is dropped', async () => {
