@@ -12,6 +12,10 @@
  * same blocks, between calls too, and wants them back the same way ("The round-trip rules are
  * identical": https://platform.claude.com/docs/en/build-with-claude/thinking-tool-workflows).
  *
+ * Prompt caching (https://platform.claude.com/docs/en/build-with-claude/prompt-caching), with
+ * the `promptCaching` option: `cache_control` breakpoints on a tool definition, a system block
+ * and content blocks, placed for agent loops ({@link markBreakpoints}).
+ *
  * @module
  */
 
@@ -32,7 +36,7 @@ import {
   type HttpContext,
 } from './http.js';
 import { isRecord } from '../errors.js';
-import type { AnthropicEffort, AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
+import type { AnthropicEffort, AnthropicOptions, AnthropicPromptCaching, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 import { appendedBytes, jsonBytes, ProviderDataBudget } from './provider-data.js';
 
@@ -50,6 +54,12 @@ const MIN_THINKING_BUDGET = 1024;
 
 /** The `output_config.effort` levels of the API (https://platform.claude.com/docs/en/build-with-claude/effort). */
 const EFFORTS: readonly AnthropicEffort[] = ['low', 'medium', 'high', 'xhigh', 'max'];
+
+/** "You can define up to 4 cache breakpoints" (prompt caching docs); a fifth is refused with 400. */
+const MAX_BREAKPOINTS = 4;
+
+/** The cache lifetimes the API takes in `cache_control.ttl`. */
+const CACHE_TTLS: readonly NonNullable<AnthropicPromptCaching['ttl']>[] = ['5m', '1h'];
 
 /**
  * Creates a provider for the Anthropic Messages API.
@@ -72,6 +82,7 @@ const EFFORTS: readonly AnthropicEffort[] = ['low', 'medium', 'high', 'xhigh', '
 export function anthropic(options: AnthropicOptions): ModelProvider {
   checkProviderOptions('anthropic', options);
   const thinking = thinkingOption(options.thinking);
+  const caching = promptCachingOption(options.promptCaching, options.extraBody);
   // A version in `headers` (in any case) replaces the default; the key replaces one there.
   const headers = mergeHeaders({ 'anthropic-version': ANTHROPIC_VERSION }, options.headers, options.apiKey ? { 'x-api-key': options.apiKey } : undefined);
   return postProvider({
@@ -82,7 +93,7 @@ export function anthropic(options: AnthropicOptions): ModelProvider {
     // host and `/v1`: both reach `/v1/messages`, not a 404 at `/v1/v1/messages`.
     path: /\/v1\/*$/.test(options.baseURL ?? '') ? 'messages' : 'v1/messages',
     headers,
-    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, thinking),
+    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, thinking, caching),
     parse: async function* (ctx, response, streaming) {
       // A server that ignores `stream` (or answers an error as plain JSON with status 200)
       // sends one JSON body: read as events it would be an empty stream, its message lost.
@@ -117,6 +128,55 @@ function thinkingOption(value: unknown): Thinking | undefined {
   return { type: 'adaptive', effort: effort as AnthropicEffort };
 }
 
+/** A breakpoint's `cache_control`, as the API takes it. */
+interface CacheControl {
+  type: 'ephemeral';
+  ttl?: AnthropicPromptCaching['ttl'];
+}
+
+/** What the `promptCaching` option asks of every request. */
+interface Caching {
+  control: CacheControl;
+  /** Breakpoints this provider may mark: the API's four less those `extraBody` sends. */
+  budget: number;
+  /** Body fields `extraBody` replaces: a breakpoint marked in them would never be sent. */
+  replaced: ReadonlySet<string>;
+}
+
+/** The `promptCaching` option, checked (`null` is not given, as elsewhere), with what
+ *  `extraBody` leaves of the four breakpoints. */
+function promptCachingOption(value: unknown, extraBody: Record<string, unknown> | undefined): Caching | undefined {
+  if (value == null || value === false) return undefined;
+  const control: CacheControl = { type: 'ephemeral' };
+  if (isRecord(value)) {
+    // Anything beside the lifetime would not be sent: refused instead.
+    for (const key of Object.keys(value)) {
+      if (key !== 'ttl') throw optionError('anthropic', `promptCaching.${key}`, 'left out: promptCaching takes `ttl` only', value[key]);
+    }
+    if (value.ttl != null) {
+      if (!(CACHE_TTLS as readonly unknown[]).includes(value.ttl)) throw optionError('anthropic', 'promptCaching.ttl', `one of ${CACHE_TTLS.map((t) => `'${t}'`).join(', ')}`, value.ttl);
+      control.ttl = value.ttl as CacheControl['ttl'];
+    }
+  } else if (value !== true) {
+    throw optionError('anthropic', 'promptCaching', `true, false or { ttl: '5m' | '1h' }`, value);
+  }
+  const budget = Math.max(0, MAX_BREAKPOINTS - breakpointsIn(extraBody));
+  return { control, budget, replaced: new Set(Object.keys(extraBody ?? {})) };
+}
+
+/** How many `cache_control` fields `value` holds, at any depth, as its JSON would (an object
+ *  met twice counts twice; a cycle, which JSON cannot hold, ends the walk there): what
+ *  `extraBody` sends counts against the API's four as much as this provider's own. A top-level
+ *  one (automatic caching) counts too: the API places it on a block of its choosing. */
+function breakpointsIn(value: unknown, within = new Set<object>()): number {
+  if (typeof value !== 'object' || value === null || within.has(value)) return 0;
+  within.add(value);
+  let count = 0;
+  for (const [key, field] of Object.entries(value)) count += key === 'cache_control' ? (field == null ? 0 : 1) : breakpointsIn(field, within);
+  within.delete(value);
+  return count;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Request mapping
 
@@ -132,16 +192,23 @@ interface Echo {
 
 type WireBlock =
   | ThinkingBlock
-  | { type: 'text'; text: string }
-  | { type: 'tool_use'; id: string; name: string; input: unknown }
-  | { type: 'tool_result'; tool_use_id: string; content: string; is_error?: true };
+  | { type: 'text'; text: string; cache_control?: CacheControl }
+  | { type: 'tool_use'; id: string; name: string; input: unknown; cache_control?: CacheControl }
+  | { type: 'tool_result'; tool_use_id: string; content: string; is_error?: true; cache_control?: CacheControl };
+
+interface WireTool {
+  name: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  cache_control?: CacheControl;
+}
 
 interface WireMessage {
   role: 'user' | 'assistant';
   content: string | WireBlock[];
 }
 
-function toWireRequest(model: string, request: ModelRequest, streaming: boolean, thinking: Thinking | undefined): Record<string, unknown> {
+function toWireRequest(model: string, request: ModelRequest, streaming: boolean, thinking: Thinking | undefined, caching: Caching | undefined): Record<string, unknown> {
   const system: string[] = [];
   const messages: WireMessage[] = [];
   for (const message of request.messages) {
@@ -183,13 +250,18 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
     body.thinking = { type: 'adaptive' };
     if (thinking.effort !== undefined) body.output_config = { effort: thinking.effort };
   }
-  if (system.length > 0) body.system = system.join('\n\n');
+  const systemText = system.join('\n\n');
+  // Only a block can carry `cache_control`; an empty one would be refused.
+  const systemBlocks: Extract<WireBlock, { type: 'text' }>[] | undefined = caching && systemText.trim() ? [{ type: 'text', text: systemText }] : undefined;
+  if (system.length > 0) body.system = systemBlocks ?? systemText;
+  const tools: WireTool[] = request.tools.map((tool) => ({
+    name: tool.name,
+    description: tool.description,
+    input_schema: tool.inputSchema,
+  }));
+  if (caching) markBreakpoints(caching, request, tools, systemBlocks, messages);
   if (request.tools.length > 0) {
-    body.tools = request.tools.map((tool) => ({
-      name: tool.name,
-      description: tool.description,
-      input_schema: tool.inputSchema,
-    }));
+    body.tools = tools;
     const choice = request.toolChoice;
     if (choice !== undefined) {
       body.tool_choice = typeof choice === 'object' ? { type: 'tool', name: choice.tool } : { type: choice === 'required' ? 'any' : choice };
@@ -200,6 +272,79 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
   if (request.temperature !== undefined && thinking === undefined) body.temperature = request.temperature;
   if (streaming) body.stream = true;
   return body;
+}
+
+/**
+ * Marks the request's cache breakpoints, at most the four the API takes (fewer when `extraBody`
+ * sends some), in the order they matter to an agent loop, which sends the same tools and
+ * instructions with every turn and each turn's conversation again with a little more:
+ *
+ * 1. The end of the conversation (the last block of its last message): the next turn's request
+ *    starts with all of this one, and reads it from the cache up to here.
+ * 2. The system prompt, after the tools: a new run of the agent, or another agent with the same
+ *    tools and instructions, reads them from the cache before its conversation differs.
+ * 3. The last tool definition: what stays when only the instructions change.
+ * 4. The end of the message before the last assistant turn, where the previous turn's request
+ *    put its breakpoint 1: "The automatic prefix checking only looks back approximately 20
+ *    content blocks from each explicit breakpoint", and a turn with ten parallel calls adds
+ *    more (its `tool_use` and `tool_result` blocks), after which breakpoint 1 alone would find
+ *    nothing and write the whole conversation again.
+ *
+ * Breakpoints cost nothing in themselves; writing a prefix to the cache costs 1.25 times its
+ * input price (twice with a 1-hour `ttl`), reading it a tenth. So a request that no turn will
+ * continue, one with no tools and no assistant turn yet (the forge judge's and the promotion
+ * panel's are such), marks its system prompt only: a conversation breakpoint there would write
+ * the whole prompt at a premium for no read.
+ */
+function markBreakpoints(caching: Caching, request: ModelRequest, tools: WireTool[], systemBlocks: Extract<WireBlock, { type: 'text' }>[] | undefined, messages: WireMessage[]): void {
+  const { control, replaced } = caching;
+  const continued = request.tools.length > 0 || messages.some((m) => m.role === 'assistant');
+  let lastAssistant = messages.length - 1;
+  while (lastAssistant >= 0 && messages[lastAssistant]!.role !== 'assistant') lastAssistant--;
+  const marks: Array<() => boolean> = [];
+  if (continued && !replaced.has('messages')) marks.push(() => markConversationEnd(messages, messages.length - 1, control));
+  if (systemBlocks && !replaced.has('system')) marks.push(() => mark(systemBlocks.at(-1)!, control));
+  if (tools.length > 0 && !replaced.has('tools')) marks.push(() => mark(tools.at(-1)!, control));
+  if (continued && lastAssistant > 0 && !replaced.has('messages')) marks.push(() => markConversationEnd(messages, lastAssistant - 1, control));
+  let left = caching.budget;
+  for (const next of marks) {
+    if (left === 0) break;
+    if (next()) left--;
+  }
+}
+
+/** Puts `control` on `target`; false when it carries one already (two breakpoints that fall on
+ *  one block are one). */
+function mark(target: { cache_control?: CacheControl }, control: CacheControl): boolean {
+  if (target.cache_control) return false;
+  target.cache_control = { ...control };
+  return true;
+}
+
+/**
+ * Marks the last block, up to message `from`, that can carry `cache_control`. "Thinking blocks
+ * cannot be cached directly with `cache_control`" and "Empty text blocks cannot be cached" (the
+ * API refuses a whitespace-only one anyway): a breakpoint is then put on the block before, which
+ * caches a prefix a little shorter. A message's string content becomes one text block to carry
+ * it, which the API reads as the same content ("shorthand for an array of one content block of
+ * type "text"", Messages API), so the cached prefix matches the next request's, where it is a
+ * string again. False when nothing up to there can carry one, or the block found already does.
+ */
+function markConversationEnd(messages: WireMessage[], from: number, control: CacheControl): boolean {
+  for (let m = from; m >= 0; m--) {
+    const message = messages[m]!;
+    if (typeof message.content === 'string') {
+      if (!message.content.trim()) continue;
+      message.content = [{ type: 'text', text: message.content, cache_control: { ...control } }];
+      return true;
+    }
+    for (let b = message.content.length - 1; b >= 0; b--) {
+      const block = message.content[b]!;
+      if (isThinkingType(block.type) || (block.type === 'text' && !block.text.trim())) continue;
+      return mark(block as { cache_control?: CacheControl }, control);
+    }
+  }
+  return false;
 }
 
 function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant' }>): WireMessage {

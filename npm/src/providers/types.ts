@@ -221,6 +221,41 @@ export interface AnthropicOptions extends ProviderOptions {
    * but not the token limit or temperature. Anything else is `invalid_config`.
    */
   thinking?: AnthropicThinking;
+  /**
+   * Prompt caching (https://platform.claude.com/docs/en/build-with-claude/prompt-caching):
+   * `true`, or `{ ttl }` to choose how long an unused entry lives (`'5m'`, the API's default,
+   * or `'1h'`, whose writes cost twice the input price instead of 1.25 times). Reads of a cached
+   * prefix cost a tenth of the input price, and an agent sends the same tools and instructions
+   * with every turn, and each turn's conversation again with a little more. Off by default:
+   * without it requests carry no `cache_control`.
+   *
+   * With it, a request marks up to four breakpoints (`cache_control`, the API's limit): the
+   * last tool definition, the system prompt (sent as one text block), the last block of the
+   * conversation's last message, so the next turn reads this one's prefix, and that of the
+   * message before the last assistant turn, where the previous turn's request ended, so it is
+   * read even after a turn of more than 20 blocks (the API looks back no further from a
+   * breakpoint). A request with no tools and no assistant turn yet, as the forge judge's and
+   * the promotion panel's are, is not expected to be continued: only its system prompt is
+   * marked, since writing the rest to the cache would cost more and never be read. A prefix
+   * shorter than the model's minimum (1024 to 4096 tokens) is not cached, without error.
+   * `usage.inputTokens` counts cached tokens too, read or written.
+   *
+   * `extraBody` still wins: a `tools`, `system` or `messages` there replaces this provider's,
+   * breakpoints and all, and the `cache_control` blocks it holds (a top-level `cache_control`,
+   * the API's automatic caching, among them) are counted against the four, this provider
+   * leaving out its own as needed (the previous turn's first, then the tools', the system
+   * prompt's, the last message's). A 1-hour `ttl` needed the `anthropic-beta:
+   * extended-cache-ttl-2025-04-11` header while it was in beta: a gateway that still asks for
+   * it gets it through `headers`. Anything else is `invalid_config`.
+   */
+  promptCaching?: boolean | AnthropicPromptCaching;
+}
+
+/** {@link AnthropicOptions.promptCaching} with a lifetime for the entries it writes. */
+export interface AnthropicPromptCaching {
+  /** How long a cache entry lives unused (each read renews it). Left out, the API's default of
+   *  5 minutes applies. */
+  ttl?: '5m' | '1h';
 }
 
 /** {@link AnthropicOptions.thinking}: a thinking budget, or adaptive thinking. */
