@@ -9,7 +9,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { AbortError, CrucibleError, ProviderError } from '../src/errors.js';
 import { anthropic, ollama, openai } from '../src/providers/index.js';
 import { parseRetryAfter } from '../src/providers/http.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OllamaOptions, OpenAIOptions, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
 import { echoToolResponder, startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
 import { writeEvents } from './support/endless-stream.js';
 import { iterations, seeded } from './support/seeded.js';
@@ -1198,6 +1198,27 @@ describe('ollama request mapping', () => {
     assert.equal(first!.keep_alive, '10m');
     assert.deepEqual(second!.options, { num_ctx: 8192, temperature: 0.7, seed: 7 });
   });
+
+  it('sends `think` as given as the top-level think of every request; without it, none (the model default); extraBody.think wins', async () => {
+    const sent = async (options: Partial<OllamaOptions>): Promise<Record<string, unknown>> => {
+      server.reset();
+      server.enqueue({ text: 'ok' }, { text: 'ok' });
+      const model = ollama({ model: 'gpt-oss:20b', baseURL: server.ollamaBaseURL, ...options });
+      await collect(model.stream({ messages: hello, tools: [] }));
+      await collect(model.stream({ messages: toolConversation, tools: [weatherTool] }));
+      const [first, second] = server.requests.map((r) => r.body);
+      assert.deepEqual(second!.think, first!.think, 'every request alike');
+      return first!;
+    };
+    for (const think of [true, false, 'low', 'medium', 'high'] as const) {
+      assert.equal((await sent({ think })).think, think);
+    }
+    for (const absent of [{}, { think: undefined }, { think: null as never }]) {
+      assert.equal('think' in (await sent(absent)), false, JSON.stringify(absent));
+    }
+    assert.equal((await sent({ think: 'high', extraBody: { think: 'max' } })).think, 'max');
+    assert.equal((await sent({ extraBody: { think: false } })).think, false);
+  });
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -1769,6 +1790,14 @@ describe('provider options are checked when the provider is created', () => {
     throwsInvalid(() => openai({ ...base, streamUsage: 'no' } as never), /`streamUsage` must be true or false/);
     throwsInvalid(() => ollama({ ...base, options: 'num_ctx=8192' } as never), /^ollama\(\)/, /`options` must be an object/);
     throwsInvalid(() => ollama({ ...base, keepAlive: true } as never), /`keepAlive` must be a duration/);
+  });
+
+  it("ollama(): think is true, false, 'low', 'medium' or 'high' (null or undefined: not given)", () => {
+    const base = { model: 'm', baseURL: server.ollamaBaseURL };
+    for (const bad of ['true', 'yes', 'Medium', 'HIGH', 'max', 'minimal', '', 1, 0, {}, [], ['low']]) {
+      throwsInvalid(() => ollama({ ...base, think: bad } as never), /^ollama\(\)/, /`think` must be true, false or a level, 'low', 'medium', 'high'/);
+    }
+    for (const good of [true, false, 'low', 'medium', 'high', null, undefined]) assert.ok(ollama({ ...base, think: good as never }).id);
   });
 
   it('a fractional timeoutMs is rounded up to whole milliseconds, not a RangeError from AbortSignal.timeout', async () => {

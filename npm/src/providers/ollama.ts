@@ -29,6 +29,10 @@ import { carriesNews, lazyText, WireReader } from './wire.js';
 /** Default endpoint of a local Ollama. */
 export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
 
+/** The thinking levels `think` takes besides `true` and `false`: gpt-oss's, the ones ollama-js
+ *  types (https://docs.ollama.com/capabilities/thinking). */
+const THINK_LEVELS: readonly unknown[] = ['low', 'medium', 'high'] satisfies Array<OllamaOptions['think']>;
+
 /**
  * Creates a provider for a local or remote Ollama server.
  *
@@ -39,10 +43,13 @@ export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
  */
 export function ollama(options: OllamaOptions): ModelProvider {
   checkProviderOptions('ollama', options);
-  const { options: modelOptions, keepAlive } = options;
+  const { options: modelOptions, keepAlive, think } = options;
   if (modelOptions != null && !isRecord(modelOptions)) throw optionError('ollama', 'options', 'an object such as { num_ctx: 8192 }', modelOptions);
   if (keepAlive != null && typeof keepAlive !== 'string' && typeof keepAlive !== 'number') throw optionError('ollama', 'keepAlive', 'a duration such as "10m" or a number of seconds', keepAlive);
-  const wire: WireOptions = { modelOptions: modelOptions ?? {}, keepAlive: keepAlive ?? undefined };
+  if (think != null && typeof think !== 'boolean' && !THINK_LEVELS.includes(think)) {
+    throw optionError('ollama', 'think', `true, false or a level, ${THINK_LEVELS.map((level) => `'${level}'`).join(', ')}`, think);
+  }
+  const wire: WireOptions = { modelOptions: modelOptions ?? {}, keepAlive: keepAlive ?? undefined, think: think ?? undefined };
   // Ollama itself needs no key; hosted Ollama-compatible gateways take a Bearer token.
   const headers = mergeHeaders(options.headers, options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : undefined);
   return postProvider({
@@ -66,6 +73,7 @@ export function ollama(options: OllamaOptions): ModelProvider {
 interface WireOptions {
   modelOptions: Record<string, unknown>;
   keepAlive: string | number | undefined;
+  think: OllamaOptions['think'];
 }
 
 function toWireRequest(model: string, request: ModelRequest, streaming: boolean, wire: WireOptions): Record<string, unknown> {
@@ -81,6 +89,8 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
   const format = request.responseFormat;
   if (format !== undefined) body.format = format === 'json' ? 'json' : format.jsonSchema.schema;
   if (wire.keepAlive !== undefined) body.keep_alive = wire.keepAlive;
+  // Absent, the model's default: Ollama reads no `think` as it did before the field existed.
+  if (wire.think !== undefined) body.think = wire.think;
   const modelOptions: Record<string, unknown> = { ...wire.modelOptions };
   if (request.temperature !== undefined) modelOptions.temperature = request.temperature;
   if (request.maxTokens !== undefined) modelOptions.num_predict = request.maxTokens;

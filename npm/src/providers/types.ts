@@ -276,4 +276,16 @@ export interface OllamaOptions extends ProviderOptions {
   options?: Record<string, unknown>;
   /** How long Ollama keeps the model loaded after a request (`keep_alive`: `"10m"`, seconds, `-1` for ever). */
   keepAlive?: string | number;
+  /**
+   * Whether a thinking model (qwen3, deepseek-r1, gpt-oss…) thinks before it answers, sent as
+   * the request's `think` (https://docs.ollama.com/capabilities/thinking): `true` or `false`, or
+   * a level, `'low'`, `'medium'` or `'high'`, for models that take levels (gpt-oss, whose
+   * default is `'medium'`). Ollama refuses `true` for a model that cannot think. Left out, no
+   * `think` is sent and the model's default applies. `extraBody.think` replaces it (a level
+   * another model defines goes there). Anything else is `invalid_config`.
+   *
+   * The model's thinking (`message.thinking`) is never answer text, and counts as progress for
+   * `timeoutMs`.
+   */
+  think?: boolean | 'low' | 'medium' | 'high';
 }
