@@ -1221,6 +1221,202 @@ describe('ollama request mapping', () => {
   });
 });
 
+describe('ollama(): thinking models (think, message.thinking)', () => {
+  interface WireMessage {
+    role: string;
+    content?: string;
+    thinking?: unknown;
+    tool_calls?: unknown[];
+  }
+  interface WireBody {
+    stream: boolean;
+    think?: unknown;
+    messages: WireMessage[];
+  }
+  let raw: import('node:http').Server;
+  let base = '';
+  const bodies: WireBody[] = [];
+  /** The answer to a request: its message lines, the last one `done`, written as NDJSON when
+   *  streamed (at once, or with `long` one at a time for as long as the client reads them) and
+   *  folded into one body when not, as Ollama folds them. */
+  let answer: (body: WireBody) => { lines: Array<Record<string, unknown>> } | { long: Iterable<Record<string, unknown>> };
+  /** How many lines the last `long` answer wrote before it ended or the client went away. */
+  let written = Promise.resolve(0);
+  const line = (message: Record<string, unknown>, done = false) => ({
+    model: 'qwen3:4b',
+    created_at: '2026-11-24T00:00:00Z',
+    message: { role: 'assistant', content: '', ...message },
+    done,
+    ...(done && { done_reason: 'stop', prompt_eval_count: 12, eval_count: 34 }),
+  });
+  before(async () => {
+    const { createServer } = await import('node:http');
+    raw = createServer(async (req, res) => {
+      let text = '';
+      for await (const piece of req) text += piece;
+      const body = JSON.parse(text) as WireBody;
+      bodies.push(body);
+      const reply = answer(body);
+      if ('long' in reply) {
+        res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+        written = writeEvents(res, (function* () {
+          for (const value of reply.long) yield `${JSON.stringify(value)}\n`;
+        })());
+      } else if (body.stream !== false) {
+        res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+        res.end(reply.lines.map((value) => `${JSON.stringify(value)}\n`).join(''));
+      } else {
+        // Not streamed, Ollama answers the whole message in one object.
+        const messages = reply.lines.map((value) => value.message as Record<string, unknown>);
+        const joined = (field: string) => messages.map((m) => (typeof m[field] === 'string' ? m[field] : '')).join('');
+        const calls = messages.flatMap((m) => (Array.isArray(m.tool_calls) ? m.tool_calls : []));
+        const thinking = joined('thinking');
+        const message = { content: joined('content'), ...(thinking && { thinking }), ...(calls.length > 0 && { tool_calls: calls }) };
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(line(message, true)));
+      }
+    });
+    await new Promise<void>((resolve) => raw.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(raw.address() as import('node:net').AddressInfo).port}`;
+  });
+  after(() => raw.close());
+  beforeEach(() => {
+    bodies.length = 0;
+  });
+
+  const call = (city: string) => ({ function: { name: 'get_weather', arguments: { city } } });
+  const model = (options: Partial<OllamaOptions> = {}) => ollama({ baseURL: base, model: 'qwen3:4b', think: true, retry: { maxRetries: 0 }, ...options });
+
+  it('thinking, streamed a piece a line or whole, and in the same line as content, is never text', async () => {
+    answer = () => ({
+      lines: [
+        line({ thinking: 'The user ' }),
+        line({ thinking: 'says hello.' }),
+        // A server may send the last of the thinking and the first of the answer in one line.
+        line({ thinking: ' Greet back.', content: 'Hel' }),
+        line({ content: 'lo!' }),
+        line({}, true),
+      ],
+    });
+    for (const stream of [true, false]) {
+      const out = await collect(model({ stream }).stream({ messages: hello, tools: [] }));
+      assert.equal(out.text, 'Hello!', `stream: ${stream}`);
+      assert.deepEqual(out.chunks.filter((c) => c.type === 'text').map((c) => c.delta), stream ? ['Hel', 'lo!'] : ['Hello!']);
+      // A final answer's thinking has no call to go back with: nothing but its text and finish.
+      assert.deepEqual(out.chunks.map((c) => c.type), [...(stream ? ['text', 'text'] : ['text']), 'finish'], `stream: ${stream}`);
+      assert.deepEqual(out.finish?.usage, { inputTokens: 12, outputTokens: 34 });
+      assert.equal(bodies.at(-1)!.think, true);
+    }
+  });
+
+  /** A thinking model looking up two cities one after the other, thinking before each call. */
+  function lookups(body: WireBody): { lines: Array<Record<string, unknown>> } {
+    const done = body.messages.filter((m) => m.role === 'tool').length;
+    const city = ['Oslo', 'Lima'][done];
+    if (!city) return { lines: [line({ thinking: 'Both are known.' }), line({ content: 'Both 21C.' }), line({}, true)] };
+    return { lines: [line({ thinking: 'I should look up ' }), line({ thinking: `the weather in ${city}.` }), line({ tool_calls: [call(city)] }), line({}, true)] };
+  }
+
+  it("an agent through tool turns with thinking on: each tool-call turn's thinking, streamed or whole, goes back on its assistant message, and none is text", async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    for (const stream of [true, false]) {
+      bodies.length = 0;
+      answer = lookups;
+      const cities: string[] = [];
+      const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+      const agent = await createAgent({ model: model({ stream }), tools: [weather] });
+      const events: string[] = [];
+      for await (const event of agent.stream('Weather in Oslo, then in Lima?')) {
+        if (event.type === 'text.delta') events.push(event.delta);
+      }
+      assert.equal(events.join(''), 'Both 21C.', `stream: ${stream}: the thinking is no part of the text`);
+      assert.deepEqual(cities, ['Oslo', 'Lima']);
+      assert.deepEqual(bodies.map((b) => b.think), [true, true, true]);
+      const last = bodies.at(-1)!.messages;
+      assert.deepEqual(
+        last.map((m) => m.thinking),
+        [undefined, 'I should look up the weather in Oslo.', undefined, 'I should look up the weather in Lima.', undefined],
+        `stream: ${stream}`,
+      );
+      assert.deepEqual(last.map((m) => 'thinking' in m), [false, true, false, true, false], 'no empty field on the other messages');
+      assert.deepEqual(last[1]!.tool_calls, [call('Oslo')]);
+    }
+  });
+
+  it("the turn's thinking is given once, whole, with its last call, thinking after a call included; another provider object sends back what the messages hold, and nothing else", async () => {
+    answer = () => ({ lines: [line({ thinking: 'Two ' }), line({ tool_calls: [call('Oslo')] }), line({ thinking: 'cities.', tool_calls: [call('Lima')] }), line({}, true)] });
+    const out = await collect(model().stream({ messages: hello, tools: [weatherTool] }));
+    assert.equal(out.text, '');
+    assert.deepEqual(out.calls.map((c) => [c.name, c.providerData]), [['get_weather', undefined], ['get_weather', { thinking: 'Two cities.' }]]);
+
+    answer = () => ({ lines: [line({ content: 'ok' }), line({}, true)] });
+    const turn = (id: string, providerData?: unknown): ChatMessage => ({ role: 'assistant', content: '', toolCalls: [{ id, name: 'get_weather', arguments: '{}', ...(providerData !== undefined && { providerData }) }] });
+    const messages: ChatMessage[] = [
+      ...hello,
+      turn('kept', { thinking: 'Look it up.' }),
+      turn('none'),
+      // What another provider (or an edited state) left: not Ollama's to send.
+      turn('opaque', 'opaque'),
+      turn('number', { thinking: 5 }),
+      turn('other', { reasoning_content: 'DeepSeek\u2019s' }),
+    ];
+    await collect(ollama({ baseURL: base, model: 'qwen3:4b', retry: { maxRetries: 0 } }).stream({ messages, tools: [weatherTool] }));
+    const sent = bodies.at(-1)!.messages;
+    assert.deepEqual(sent.map((m) => m.thinking), [undefined, 'Look it up.', undefined, undefined, undefined, undefined]);
+    assert.deepEqual(sent.map((m) => 'thinking' in m), [false, true, false, false, false, false]);
+    assert.equal('think' in bodies.at(-1)!, false, 'sent back without the option too');
+  });
+
+  it("a tool-call turn's thinking past 512 KiB fails the run as provider_protocol, and the agent serves on; a final answer's is only dropped", async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    const kib = (n: number) => `${n} `.padEnd(1024, 'x');
+    let size = 600;
+    answer = (body) => {
+      const thinking = Array.from({ length: size }, (_, n) => line({ thinking: kib(n) }));
+      if (body.messages.at(-1)?.role === 'tool') return { lines: [line({ content: 'ok' }), line({}, true)] };
+      return { lines: [...thinking, line({ tool_calls: [call('Oslo')] }), line({}, true)] };
+    };
+    const agent = await createAgent({ model: model(), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+    await assert.rejects(agent.run('Weather in Oslo?'), failsAsProviderProtocol(/ollama:qwen3:4b: `message.thinking` took the model's response past 524288 bytes/));
+    size = 4;
+    assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
+    assert.equal((bodies.at(-1)!.messages.find((m) => m.tool_calls)!.thinking as string).length, 4 * 1024);
+
+    answer = () => ({ lines: [...Array.from({ length: 600 }, (_, n) => line({ thinking: kib(n) })), line({ content: 'ok' }), line({}, true)] });
+    const out = await collect(model().stream({ messages: hello, tools: [weatherTool] }));
+    assert.equal(out.text, 'ok');
+    assert.equal(out.calls.length, 0);
+  });
+
+  it('thinking streamed past 8 MiB fails the run as provider_protocol then, long before the server would stop, and the agent serves on', async () => {
+    const { createAgent, tool } = await import('../src/node.js');
+    // 64 MiB of thinking a KiB a line, then a call: what a broken or hostile server could
+    // stream for as long as it liked, every line progress.
+    const LONG_LINES = 65_536;
+    let long = true;
+    answer = (body) => {
+      if (!long || body.messages.at(-1)?.role === 'tool') return { lines: [line({ content: 'ok' }), line({}, true)] };
+      return {
+        long: (function* () {
+          for (let n = 0; n < LONG_LINES; n++) yield line({ thinking: `${n} `.padEnd(1024, 'x') });
+          yield line({ tool_calls: [call('Oslo')] });
+          yield line({}, true);
+        })(),
+      };
+    };
+    const agent = await createAgent({ model: model(), tools: [tool({ ...weatherTool, execute: () => '21C' })] });
+    const error = await rejection(agent.run('Weather in Oslo?'));
+    // The client stopped reading at the bound; what the socket buffers held is the rest.
+    const lines = await written;
+    assert.ok(lines < LONG_LINES / 4, `the server wrote ${lines} of its ${LONG_LINES} lines`);
+    assert.ok(error instanceof CrucibleError, String(error));
+    assert.equal(error.code, 'provider_protocol');
+    assert.match(error.message, /the model's response streamed more than 8388608 bytes of reasoning/);
+    long = false;
+    assert.equal((await agent.run('Weather in Oslo?')).text, 'ok');
+  });
+});
+
 // ---------------------------------------------------------------------------------------------
 // Retry-After
 
@@ -1467,7 +1663,7 @@ describe('openai() reads SSE framing as servers write it', () => {
     pieces = Array.from({ length: 8 }, () => line({ role: 'assistant', content: '' }));
     const stalled = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(stalled instanceof ProviderError && stalled.code === 'provider_timeout', `got ${String(stalled)}`);
-    // Ollama's thinking field, like OpenRouter's `reasoning`, is a name the provider does not read.
+    // Ollama's thinking, like OpenRouter's `reasoning`, yields no text: progress all the same.
     pieces = [...Array.from({ length: 6 }, () => line({ role: 'assistant', content: '', thinking: 'hmm' })), line({ role: 'assistant', content: 'done' }, true)];
     assert.equal((await collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'done');
     contentType = 'text/event-stream';

@@ -1,10 +1,11 @@
 /**
  * What a provider keeps of one answer to give the core as its tool calls' `providerData`
  * (DeepSeek's `reasoning_content`, OpenRouter's `reasoning_details`, Gemini's signatures,
- * Anthropic's thinking blocks), counted as it is gathered against the bound the core puts on
- * it. The core sees that data only when the provider gives it, with a call's first piece or once
- * the answer ended; until then only this count stands between a server that streams reasoning
- * without end and the page's memory (the stall timeout does not: reasoning is progress).
+ * Anthropic's thinking blocks, Ollama's `thinking`), counted as it is gathered against the
+ * bound the core puts on it. The core sees that data only when the provider gives it, with a
+ * call's first piece or once the answer ended; until then only this count stands between a
+ * server that streams reasoning without end and the page's memory (the stall timeout does not:
+ * reasoning is progress).
  *
  * @module
  */

@@ -78,7 +78,8 @@ export type ToolChoice = 'auto' | 'required' | 'none' | { tool: string };
  *   raw JSON arguments. A provider that receives whole calls emits one piece per call.
  *   `providerData` is one JSON value the provider needs back with the call on later turns
  *   (`openai()`: DeepSeek's `reasoning_content`, Gemini's thought signature, OpenRouter's
- *   `reasoning_details`); the last piece of a call that has one sets the call's
+ *   `reasoning_details`; `ollama()`: a tool-call turn's `thinking`); the last piece of a call
+ *   that has one sets the call's
  *   {@link ToolCall.providerData}, so a provider may give it in a piece of its own once the
  *   answer ended (one naming the call by `id` and no `name` reaches that call even among calls
  *   sharing an index). The runtime never reads it; it round-trips it through stored state, at
@@ -285,7 +286,9 @@ export interface OllamaOptions extends ProviderOptions {
    * another model defines goes there). Anything else is `invalid_config`.
    *
    * The model's thinking (`message.thinking`) is never answer text, and counts as progress for
-   * `timeoutMs`.
+   * `timeoutMs`. A tool-call turn's thinking goes back with that turn's assistant message, as
+   * Ollama's docs ask, whether it came through this option or not: it travels as the calls'
+   * `providerData`, within the 512 KiB a response's calls may keep (see {@link ModelChunk}).
    */
   think?: boolean | 'low' | 'medium' | 'high';
 }

@@ -248,6 +248,8 @@ export function ollamaWire(ollama: Factory): WireFormat {
     frame: (e) => `${textOf(e)}\n`,
     plain: [line({ content: 'fine' }), end],
     toolCallAnswer: (text, name, args) => [
+      // A thinking model's reasoning, which comes back as the call's providerData.
+      line({ thinking: 'Thinking.' }),
       line({ content: text }),
       // Ollama sends a call whole, with its arguments as an object (a string when they are not JSON).
       line({ tool_calls: [{ function: { name, arguments: (() => { try { return JSON.parse(args) as unknown; } catch { return args; } })() } }] }),
@@ -255,7 +257,7 @@ export function ollamaWire(ollama: Factory): WireFormat {
     ],
     oddEvents: [
       { error: 'model "fz" not found' }, { error: { message: 'an object' } }, { error: null, message: { content: 'x' } }, line({ tool_calls: [{ function: { name: 'upper', arguments: '{"text":' } }] }),
-      line({ tool_calls: null }), line({ tool_calls: [null] }), line({ tool_calls: [{ function: null }] }), line({ content: ['a', 'list'] }), line({ thinking: 'hm' }), { message: null, done: false },
+      line({ tool_calls: null }), line({ tool_calls: [null] }), line({ tool_calls: [{ function: null }] }), line({ content: ['a', 'list'] }), line({ thinking: 'hm' }), line({ thinking: 5 }), line({ thinking: 'x'.repeat(600_000) }), { message: null, done: false },
       line({}, true, { eval_count: 2 ** 64, prompt_eval_count: -1 }), line({}, true, { done_reason: 'length' }), { done: 'yes' }, '[DONE]', 'not json', '', '[1,2]',
     ],
     oddBytes: ['\n\n', '{"message":{"content":"x"}', '{', ' \n', '\r\n'],
