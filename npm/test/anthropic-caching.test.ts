@@ -15,13 +15,13 @@
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { CrucibleError } from '../src/errors.js';
 import { anthropic, createAgent, memoryStore, tool, type AgentEvent, type RunUsage } from '../src/node.js';
 import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolDefinition } from '../src/providers/types.js';
 import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
+import { startJsonServer } from './support/json-server.js';
 
 // ---------------------------------------------------------------------------------------------
 // The server
@@ -189,10 +189,7 @@ function answerEvents(blocks: WireBlock[], stopReason: string, usage: CacheUsage
 }
 
 before(async () => {
-  server = createServer(async (req, res) => {
-    let raw = '';
-    for await (const piece of req) raw += piece;
-    const body = JSON.parse(raw) as WireBody;
+  ({ server, origin: baseURL } = await startJsonServer<WireBody>((body, res, raw) => {
     const refused = refusal(body);
     if (refused) {
       received.push({ raw, body, breakpointTokens: [] });
@@ -212,9 +209,7 @@ before(async () => {
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     for (const [event, data] of answerEvents(blocks, stopReason, usage)) res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     res.end();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  baseURL = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }));
 });
 after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 beforeEach(() => {

@@ -12,14 +12,14 @@
 
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CrucibleError } from '../src/errors.js';
 import { anthropic, createAgent, memoryStore, tool, type AgentEvent } from '../src/node.js';
 import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ToolDefinition } from '../src/providers/types.js';
 import { writeEvents } from './support/endless-stream.js';
+import { startJsonServer } from './support/json-server.js';
 
 // ---------------------------------------------------------------------------------------------
 // The server
@@ -145,10 +145,7 @@ function answerEvents(blocks: WireBlock[], stopReason: string): Array<[string, u
 }
 
 before(async () => {
-  server = createServer(async (req, res) => {
-    let text = '';
-    for await (const piece of req) text += piece;
-    const body = JSON.parse(text) as WireBody;
+  ({ server, origin: baseURL } = await startJsonServer<WireBody>(async (body, res) => {
     bodies.push(body);
     const long = longAnswer?.(body);
     if (long) {
@@ -178,9 +175,7 @@ before(async () => {
       res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     }
     res.end();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  baseURL = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }));
 });
 after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 beforeEach(() => {

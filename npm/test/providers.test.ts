@@ -12,6 +12,7 @@ import { parseRetryAfter } from '../src/providers/http.js';
 import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OllamaOptions, OpenAIOptions, ProviderOptions, ToolDefinition } from '../src/providers/types.js';
 import { echoToolResponder, startMockLlmServer, type MockLlmServer, type MockReply, type MockRequest } from './support/mock-llm-server.js';
 import { writeEvents } from './support/endless-stream.js';
+import { startJsonServer } from './support/json-server.js';
 import { iterations, seeded } from './support/seeded.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -530,11 +531,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
   /** How many events the last `long` answer wrote before it ended or the client went away. */
   let written = Promise.resolve(0);
   before(async () => {
-    const { createServer } = await import('node:http');
-    raw = createServer(async (req, res) => {
-      let text = '';
-      for await (const piece of req) text += piece;
-      const body = JSON.parse(text) as WireBody;
+    const started = await startJsonServer<WireBody>((body, res) => {
       bodies.push(body);
       const reply = answer(body);
       if ('long' in reply) {
@@ -552,8 +549,8 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
         res.end(JSON.stringify(reply.json));
       }
     });
-    await new Promise<void>((resolve) => raw.listen(0, '127.0.0.1', resolve));
-    base = `http://127.0.0.1:${(raw.address() as import('node:net').AddressInfo).port}/v1`;
+    raw = started.server;
+    base = `${started.origin}/v1`;
   });
   after(() => raw.close());
   beforeEach(() => {
@@ -1250,11 +1247,7 @@ describe('ollama(): thinking models (think, message.thinking)', () => {
     ...(done && { done_reason: 'stop', prompt_eval_count: 12, eval_count: 34 }),
   });
   before(async () => {
-    const { createServer } = await import('node:http');
-    raw = createServer(async (req, res) => {
-      let text = '';
-      for await (const piece of req) text += piece;
-      const body = JSON.parse(text) as WireBody;
+    const started = await startJsonServer<WireBody>((body, res) => {
       bodies.push(body);
       const reply = answer(body);
       if ('long' in reply) {
@@ -1276,8 +1269,8 @@ describe('ollama(): thinking models (think, message.thinking)', () => {
         res.end(JSON.stringify(line(message, true)));
       }
     });
-    await new Promise<void>((resolve) => raw.listen(0, '127.0.0.1', resolve));
-    base = `http://127.0.0.1:${(raw.address() as import('node:net').AddressInfo).port}`;
+    raw = started.server;
+    base = `${started.origin}`;
   });
   after(() => raw.close());
   beforeEach(() => {
