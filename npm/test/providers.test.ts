@@ -905,6 +905,21 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
     await assert.rejects(agent.run('Weather in Oslo?'), failsAsProviderProtocol(new RegExp(`gave its tool calls ${MAX_PROVIDER_DATA_BYTES + 1} bytes of provider data to send back; at most ${MAX_PROVIDER_DATA_BYTES} are kept`)));
   });
 
+  it("the 8 MiB of reasoning streamed is the core's own bound on an answer's text", async () => {
+    const { createAgent } = await import('../src/node.js');
+    const { MAX_STREAMED_REASONING_BYTES } = await import('../src/providers/provider-data.js');
+    // TEST DOUBLE: a scripted model that streams one byte of text more than the bound.
+    const scripted: ModelProvider = {
+      id: 'scripted:long-text',
+      async *stream() {
+        for (let sent = 0; sent <= MAX_STREAMED_REASONING_BYTES; sent += 1 << 20) yield { type: 'text', delta: 'x'.repeat(Math.min(1 << 20, MAX_STREAMED_REASONING_BYTES + 1 - sent)) };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: scripted });
+    await assert.rejects(agent.run('Talk.'), failsAsProviderProtocol(new RegExp(`streamed more than ${MAX_STREAMED_REASONING_BYTES} bytes of text`)));
+  });
+
   /** 64 MiB of reasoning (128 times the bound) a KiB an event, then a call: what a broken or
    *  hostile server could stream for as long as it liked, every event progress. */
   const LONG_EVENTS = 65_536;
