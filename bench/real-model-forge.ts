@@ -25,7 +25,7 @@ const model = () => openai({ baseURL, apiKey: 'none', model: 'qwen', timeoutMs: 
 
 // Spelling the forge_tool call out in the instructions did better than a one-line "first call
 // forge_tool" (run B vs run A in the closing note of issue 4's real-model bench).
-export const INSTRUCTIONS = process.env.BENCH_INSTRUCTIONS ?? 'No existing tool can answer the question. Step 1: create the tool by calling forge_tool, i.e. reply {"name": "forge_tool", "arguments": {"name": "<new_tool_name>", "description": ..., "inputSchema": {"type": "object", "properties": {...}}, "implementation": {"mode": "sandbox", "code": "function execute(input) { ... return {...}; }"}, "testCases": [{"input": {...}, "expectedOutput": {...}}, {"input": {...}, "expectedOutput": {...}}]}}. Never call a tool before forge_tool has created it. Step 2: call the new tool. Step 3: answer with its result.';
+export const INSTRUCTIONS = process.env.BENCH_INSTRUCTIONS ?? 'No existing tool can answer the question. Step 1: create the tool by calling forge_tool, i.e. reply {"name": "forge_tool", "arguments": {"name": "<new_tool_name>", "description": ..., "inputSchema": {"type": "object", "properties": {...}}, "outputSchema": {"type": "object", "properties": {...}}, "implementation": {"mode": "sandbox", "code": "function execute(input) { ... return {...}; }"}, "testCases": [{"input": {...}}, {"input": {...}}]}}. Never call a tool before forge_tool has created it. Step 2: call the new tool. Step 3: answer with its result.';
 
 interface Task {
   id: string;

@@ -47,10 +47,15 @@ fn tool_results(model: &ScriptedModel, request: usize) -> Vec<Value> {
 /// The local model's chat template (`scripts/model/qwen-tools.jinja`) recognizes a created
 /// tool by these substrings of the compact `forge_tool` result, and then keeps the tools in
 /// the prompt (call the new tool) instead of asking for the final answer; a rejection must not
-/// match them.
+/// match them. It reads the new tool's name from the first `"name":"`, which must be the
+/// result's own `name`.
 fn assert_template_markers(text: &str, ready: bool) {
-    let matches = text.contains("\"success\":true") && text.contains("is ready");
+    let matches = text.contains("\"success\":true") && text.contains("Call it by name");
     assert_eq!(matches, ready, "the forge_tool result {text}");
+    if ready {
+        let name = serde_json::from_str::<Value>(text).unwrap()["name"].as_str().unwrap().to_owned();
+        assert!(text.starts_with(&format!(r#"{{"success":true,"name":"{name}""#)), "the forge_tool result {text}");
+    }
 }
 
 #[test]
@@ -263,6 +268,8 @@ fn the_same_forge_twice_in_one_step_makes_one_version_as_it_does_in_two_steps() 
     assert_eq!(results.len(), 2);
     assert!(results.iter().all(|res| res["success"] == true && res["version"] == 1), "{results:?}");
     assert!(results[1]["message"].as_str().unwrap().contains("already exists exactly as requested"), "{}", results[1]);
+    // The chat template asks for the tool's call after either (serde_json keeps the key order).
+    results.iter().for_each(|res| assert_template_markers(&res.to_string(), true));
     let tools = r.registry.list("s1");
     assert_eq!((tools.len(), tools[0].version, tools[0].stats.calls), (1, 1, 1), "one version, and the call after counts for it");
     let stats = r.registry.stats();

@@ -89,7 +89,9 @@ test('the real local model judges a correct forged tool with a coherent verdict,
 test("the local model's chat template asks for the new tool's call after a forge and for the answer otherwise", { skip }, async () => {
   // llama-server renders a request through the chat template without generating (fast and
   // deterministic). The forge_tool results carry the markers tests/forge_agent_run.rs pins.
-  const render = async (toolName: string, result: string): Promise<string> => {
+  const forgeTool = { type: 'function', function: { name: 'forge_tool', description: 'Create a tool', parameters: { type: 'object', properties: { name: { type: 'string' } } } } };
+  const countVowels = { type: 'function', function: { name: 'count_vowels', description: 'Count vowels', parameters: { type: 'object', properties: { text: { type: 'string' } } } } };
+  const render = async (toolName: string, result: string, tools: object[] = [forgeTool]): Promise<string> => {
     const res = await fetch(`${baseURL!.replace(/\/v1\/?$/, '')}/apply-template`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -99,7 +101,7 @@ test("the local model's chat template asks for the new tool's call after a forge
           { role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: toolName, arguments: '{}' } }] },
           { role: 'tool', tool_call_id: 'c1', content: result },
         ],
-        tools: [{ type: 'function', function: { name: 'forge_tool', description: 'Create a tool', parameters: { type: 'object', properties: { name: { type: 'string' } } } } }],
+        tools,
       }),
     });
     assert.equal(res.status, 200);
@@ -113,6 +115,15 @@ test("the local model's chat template asks for the new tool's call after a forge
   const ready = await render('forge_tool', JSON.stringify({ success: true, name: 'count_vowels', tier: 'session', version: 1, message: 'Tool `count_vowels` is ready. Call it by name in your next step.' }));
   assert.match(ready, /# Tools/);
   assert.match(ready, /Now call the new tool with the values from my previous question\.<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+  // Offered the new tool (as the runtime does in the next turn), the model is not shown the
+  // forge call it would repeat (this model copies its last turn), nor forge_tool: it is asked
+  // for the new tool's call. A forge answered "already exists" reads the same.
+  for (const message of ['Tool `count_vowels` is ready. Call it by name in your next step.', 'Tool `count_vowels` already exists exactly as requested, so nothing was forged again. Call it by name in your next step.']) {
+    const made = await render('forge_tool', JSON.stringify({ success: true, name: 'count_vowels', tier: 'session', version: 1, message }), [forgeTool, countVowels]);
+    assert.doesNotMatch(made, /forge_tool/);
+    assert.match(made, /"count_vowels"/);
+    assert.match(made, /<\|im_start\|>user\nCount the vowels in "banana"\.<\|im_end\|>\n<\|im_start\|>user\nThe tool count_vowels now exists\. Call it with the values from my question:\n\{"name": "count_vowels", "arguments": \{"text": <string>\}\}<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+  }
   const host = await render('get_weather', JSON.stringify({ city: 'Oslo', celsius: 7 }));
   assert.doesNotMatch(host, /# Tools/);
   assert.match(host, /answer my previous question in plain text/);
