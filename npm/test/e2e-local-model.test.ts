@@ -86,6 +86,46 @@ test('the real local model judges a correct forged tool with a coherent verdict,
   }
 });
 
+test('the real local model forges a tool by itself through forge_tool, then calls it and answers with its result', { skip, timeout: 300_000 }, async () => {
+  // As the demo's step 4 runs it: constrained calls, bounded answers, a task this model writes
+  // correct code for (bench/real-model-forge.ts: 3 of 10 tasks answered right through a tool).
+  const weather = tool({
+    name: 'get_weather',
+    description: 'Current temperature in Celsius for a city',
+    inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    execute: async ({ city }: { city: string }) => ({ city, celsius: 21 }),
+  });
+  const local = openai({ baseURL: baseURL!, apiKey: 'none', model: 'qwen', timeoutMs: 180_000 });
+  const agent = await createAgent({
+    model: local,
+    instructions: 'You are concise. Use a tool when one fits. If no tool fits, create one with forge_tool, then call it, then answer with its result.',
+    tools: [weather],
+    temperature: 0,
+    maxTurns: 6,
+    toolChoice: 'required',
+    maxTokens: 768,
+    emergent: { enabled: true, judge: { model: local } },
+  });
+  try {
+    const events: AgentEvent[] = [];
+    const question = 'No tool fits: create one with forge_tool, then call it. Sum the numbers 4, 8, 15, 16, 23 and 42.';
+    for await (const event of agent.stream(question, { sessionId: 'forging', signal: AbortSignal.timeout(280_000) })) events.push(event);
+    const registered = events.find((e) => e.type === 'forge.registered');
+    assert.ok(registered?.type === 'forge.registered', `no tool registered: ${events.filter((e) => e.type.startsWith('forge.')).map((e) => JSON.stringify(e).slice(0, 300)).join('\n')}`);
+    const tests = events.filter((e) => e.type === 'forge.test');
+    assert.ok(tests.length >= 2 && tests.every((e) => e.type === 'forge.test' && e.test.passed), 'its tests ran and passed');
+    const ran = events.find((e) => e.type === 'tool.execute.end' && e.name === registered.name);
+    assert.ok(ran?.type === 'tool.execute.end', `the model did not call ${registered.name} in the run`);
+    assert.match(JSON.stringify(ran.result), /\b108\b/);
+    const end = events.at(-1)!;
+    assert.ok(end.type === 'agent.end', JSON.stringify(end).slice(0, 500));
+    assert.match(end.text, /\b108\b/);
+    assert.equal(agent.emergent.stats().approved, 1);
+  } finally {
+    await agent.close();
+  }
+});
+
 test("the local model's chat template asks for the new tool's call after a forge and for the answer otherwise", { skip }, async () => {
   // llama-server renders a request through the chat template without generating (fast and
   // deterministic). The forge_tool results carry the markers tests/forge_agent_run.rs pins.
