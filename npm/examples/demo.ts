@@ -8,8 +8,8 @@
 // Pass a question as the first argument to change step 4's question.
 const QUESTION = 'Count the vowels in "programming language".';
 // The local 0.5B model calls a host tool that does not fit unless told none does, and writes
-// correct code for some tasks only (bench/real-model-forge.ts: 4 of 10 tools approved, 3
-// answers right through them); a sum is one it gets right, counting vowels is not.
+// correct code for some tasks only (bench/real-model-forge.ts: 4 of 10 tasks got an approved
+// tool, 3 were answered right through it); a sum is one it gets right, counting vowels is not.
 const LOCAL_QUESTION = 'No tool fits: create one with forge_tool, then call it. Sum the numbers 4, 8, 15, 16, 23 and 42.';
 
 import { anthropic, createAgent, openai, tool, type AgentEvent, type ModelProvider } from '../src/node.js';
