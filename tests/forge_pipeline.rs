@@ -18,7 +18,7 @@ use crucible::tools::{Tool, ToolSet, MAX_VALUE_DEPTH};
 use futures::executor::block_on;
 use serde_json::{json, Value};
 use support::emergent::*;
-use support::{text, text_ending, FnTool, Reply};
+use support::{call, text, text_ending, FnTool, Reply};
 
 // ---- 1. normalization --------------------------------------------------------------------
 
@@ -1077,6 +1077,14 @@ fn a_judge_answer_that_holds_no_readable_verdict_is_a_parse_error() {
         let res = forge_with_judge(judge);
         assert_eq!(res.category, Some(RejectionCategory::Other), "{:?}", res.reason);
     }
+}
+
+#[test]
+fn a_judge_that_calls_a_tool_gave_no_verdict_and_says_so() {
+    // Its request offers no tools; the answer is read no further than the call.
+    let res = forge_with_judge(Some(judge_replying(vec![call("approve", "{}")])));
+    assert_eq!(res.category, Some(RejectionCategory::ParseError), "{:?}", res.reason);
+    assert!(res.reason.unwrap().contains("the judge answered with a tool call, not a verdict"));
 }
 
 #[test]

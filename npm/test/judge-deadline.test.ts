@@ -349,6 +349,36 @@ describe("a judge's timeoutMs bounds every review", () => {
     await agent.close();
   });
 
+  test('a judge that answers with tool calls without end is read no further than the first: the forge is rejected at once (parse_error), not at the deadline', async () => {
+    // A judge's request offers no tools, so a call is no part of a verdict; read on, calls
+    // streamed without end would hold the review until its deadline while the provider keeps them.
+    let pieces = 0;
+    let closed = 0;
+    const calling: ModelProvider = {
+      id: 'test-double:calling-judge',
+      async *stream() {
+        try {
+          for (;;) {
+            pieces++;
+            yield { type: 'tool_call', index: pieces, id: `c${pieces}`, name: 'approve', argumentsDelta: '{}' };
+            await sleep(1);
+          }
+        } finally {
+          closed++;
+        }
+      },
+    };
+    const agent = await createAgent({ model: calling, emergent: { enabled: true, judge: { model: calling, timeoutMs: 3000 } } });
+    const started = Date.now();
+    const res = await agent.forge(slugify, { sessionId: 's1' });
+    assert.ok(!res.success && res.category === 'parse_error', JSON.stringify(res));
+    assert.match(res.reason, /the judge answered with a tool call, not a verdict/);
+    assert.ok(Date.now() - started < 1500, `the forge ended after ${Date.now() - started} ms`);
+    assert.ok(pieces <= 2, `${pieces} pieces were read`);
+    assert.equal(closed, 1, 'the stream was closed once the call came');
+    await agent.close();
+  });
+
   test("a judge that writes past what a verdict can be is told to stop through its signal, also when its iterator has no return()", async () => {
     let signal: AbortSignal | undefined;
     const endless: ModelProvider = {

@@ -64,6 +64,10 @@ pub enum JudgeError {
     Model(String),
     #[error("the judge's answer contains no valid JSON verdict")]
     NoJson,
+    /// Its request offered no tools: a call is no part of a verdict, and the answer is read
+    /// no further (see [`TextCollector`]).
+    #[error("the judge answered with a tool call, not a verdict (its request offers no tools)")]
+    ToolCall,
     #[error("the judge's verdict is invalid: {0}")]
     Invalid(String),
     /// A verdict that reads but contradicts itself (see [`check_coherent`]).
@@ -87,12 +91,12 @@ impl JudgeError {
     }
 
     /// Whether the judge answered but no verdict could be read from its answer (no JSON,
-    /// broken or partial JSON, no verdict of its own, cut off at its token limit): the
+    /// broken or partial JSON, no verdict of its own, cut off at its token limit, a tool call): the
     /// rejection is a `parse_error`, as a judge response that is not valid JSON is in the
     /// rejection taxonomy. No judge, a failed or missing answer and a verdict that contradicts
     /// itself are not.
     pub fn is_unreadable_answer(&self) -> bool {
-        matches!(self, Self::NoJson | Self::Invalid(_) | Self::TokenLimit)
+        matches!(self, Self::NoJson | Self::Invalid(_) | Self::TokenLimit | Self::ToolCall)
     }
 }
 
@@ -380,6 +384,8 @@ struct TextCollector {
     cut_at_limit: bool,
     /// Its `finish` came.
     finished: bool,
+    /// It called a tool.
+    called: bool,
 }
 
 impl ChunkSink for TextCollector {
@@ -390,15 +396,18 @@ impl ChunkSink for TextCollector {
                 self.cut_at_limit = finish_kind(finish_reason) == "length";
                 self.finished = true;
             }
+            ModelChunk::ToolCall { .. } => self.called = true,
             _ => {}
         }
     }
 
     /// Also once the answer finished: the verdict is complete, and a provider whose stream
     /// stays open after its finish must not hold the review until the judge's deadline
-    /// (which would reject an answered review as unanswered).
+    /// (which would reject an answered review as unanswered). And at a tool call, which no
+    /// verdict has: a server streaming calls without end would otherwise hold the review until
+    /// that deadline while the host gathers every call.
     fn stopped(&self) -> bool {
-        self.finished || self.text.len() > MAX_VERDICT_TEXT_BYTES
+        self.finished || self.called || self.text.len() > MAX_VERDICT_TEXT_BYTES
     }
 }
 
@@ -427,7 +436,11 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
     })?;
     // The tool's material, without the answer format asked for (which spells a verdict out).
     let reviewed = prompt.strip_suffix(VERDICT_FORMAT).unwrap_or(&prompt);
-    let verdict = parse_verdict(&sink.text, reviewed).map_err(|e| if sink.cut_at_limit { JudgeError::TokenLimit } else { e })?;
+    let verdict = parse_verdict(&sink.text, reviewed).map_err(|e| match () {
+        _ if sink.called => JudgeError::ToolCall,
+        _ if sink.cut_at_limit => JudgeError::TokenLimit,
+        _ => e,
+    })?;
     check_coherent(kind, &verdict)?;
     Ok(verdict)
 }
