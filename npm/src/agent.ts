@@ -137,8 +137,8 @@ export interface AgentOptions {
    * turns are `auto` again (see `resetToolChoice`). A named tool the turn does not offer, or
    * `required` on an agent with no tools, ends the run with `invalid_config`. With a small
    * local model (llama.cpp's server), `'required'` makes `forge_tool` calls complete and
-   * parseable; bound such runs with `maxTokens`, since constrained decoding can run on to the
-   * context limit.
+   * parseable (that server constrains a call the model begins; it does not force one); bound
+   * such runs with `maxTokens`, since constrained decoding can run on to the context limit.
    */
   toolChoice?: ToolChoice;
   /** Go back to `auto` after the run's first tool call (default `true`); `false` keeps
