@@ -21,6 +21,7 @@ import { CrucibleError } from '../src/errors.js';
 import { anthropic, createAgent, memoryStore, tool, type AgentEvent, type RunUsage } from '../src/node.js';
 import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolDefinition } from '../src/providers/types.js';
 import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
+import { toolResultsSoFar } from './support/anthropic-wire.js';
 import { startJsonServer } from './support/json-server.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -231,14 +232,9 @@ const lookupTool: ToolDefinition = {
   inputSchema: { type: 'object', properties: { record: { type: 'number' } }, required: ['record'] },
 };
 
-/** How many tool results the conversation holds so far. */
-function resultsSoFar(body: WireBody): number {
-  return body.messages.flatMap((m) => (typeof m.content === 'string' ? [] : m.content)).filter((b) => b.type === 'tool_result').length;
-}
-
 /** Three lookups, one a turn, then the answer. */
 const threeLookups = (body: WireBody): Scripted[] => {
-  const done = resultsSoFar(body);
+  const done = toolResultsSoFar(body);
   return done < 3 ? [{ call: 'lookup', input: { record: done + 1 } }] : [{ text: 'Records 1 to 3 are all fine.' }];
 };
 

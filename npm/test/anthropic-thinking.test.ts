@@ -19,6 +19,7 @@ import { CrucibleError } from '../src/errors.js';
 import { anthropic, createAgent, memoryStore, tool, type AgentEvent } from '../src/node.js';
 import type { AnthropicOptions, ChatMessage, ModelChunk, ModelProvider, ToolDefinition } from '../src/providers/types.js';
 import { writeEvents } from './support/endless-stream.js';
+import { toolResultsSoFar } from './support/anthropic-wire.js';
 import { startJsonServer } from './support/json-server.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -193,11 +194,6 @@ const weatherTool: ToolDefinition = {
   inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
 };
 
-/** How many tool results the conversation holds so far. */
-function resultsSoFar(body: WireBody): number {
-  return body.messages.flatMap((m) => (typeof m.content === 'string' ? [] : m.content)).filter((b) => b.type === 'tool_result').length;
-}
-
 /** Oslo first, then Lima, then the answer, with thinking at every turn; `turns` replaces the
  *  scripted blocks of a turn. */
 function weatherScript(turns: Partial<Record<number, Scripted[]>> = {}): (body: WireBody) => Scripted[] {
@@ -206,7 +202,10 @@ function weatherScript(turns: Partial<Record<number, Scripted[]>> = {}): (body: 
     1: [{ thinking: 'Oslo is 21C. Now Lima.' }, { call: 'get_weather', city: 'Lima' }],
     2: [{ thinking: 'Both are known.' }, { text: 'Both 21C.' }],
   };
-  return (body) => turns[resultsSoFar(body)] ?? plain[resultsSoFar(body)] ?? [{ text: 'Done.' }];
+  return (body) => {
+    const done = toolResultsSoFar(body);
+    return turns[done] ?? plain[done] ?? [{ text: 'Done.' }];
+  };
 }
 
 function model(options: Partial<AnthropicOptions> = {}): ModelProvider {

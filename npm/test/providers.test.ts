@@ -74,6 +74,14 @@ const weatherTool: ToolDefinition = {
   inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
 };
 
+/** `weatherTool` as a host tool that answers 21C, with the cities it was asked for. */
+async function recordingWeather() {
+  const { tool } = await import('../src/node.js');
+  const cities: string[] = [];
+  const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+  return { weather, cities };
+}
+
 const hello: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
 
 /** A conversation that exercises every message kind, including two parallel tool results. */
@@ -710,12 +718,11 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
   }
 
   it("OpenRouter: each tool-call turn's reasoning_details, streamed or whole, go back on its assistant message unchanged", async () => {
-    const { createAgent, tool } = await import('../src/node.js');
+    const { createAgent } = await import('../src/node.js');
     for (const stream of [true, false]) {
       bodies.length = 0;
       answer = openRouter;
-      const cities: string[] = [];
-      const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+      const { weather, cities } = await recordingWeather();
       const model = openai({ baseURL: base, apiKey: 'k', model: 'google/gemini-3-pro-preview', stream, retry: { maxRetries: 0 } });
       const agent = await createAgent({ model, tools: [weather] });
       // The reasoning streamed beside the answer is no part of its text.
@@ -801,7 +808,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
   });
 
   it('calls a server numbers alike (every one index 0) each keep their own signature, and no call is made up', async () => {
-    const { createAgent, tool } = await import('../src/node.js');
+    const { createAgent } = await import('../src/node.js');
     const call = (id: string, city: string) => ({ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city }) }, extra_content: { s: id } });
     answer = (body) => {
       if (body.messages.some((m) => m.role === 'tool')) return { sse: [{ choices: [{ index: 0, delta: { content: 'Both 21C.' }, finish_reason: 'stop' }] }] };
@@ -812,8 +819,7 @@ describe('openai(): what servers need back with past tool calls (DeepSeek reason
         ],
       };
     };
-    const cities: string[] = [];
-    const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+    const { weather, cities } = await recordingWeather();
     const agent = await createAgent({ model: openai({ baseURL: base, apiKey: 'k', model: 'gemini-3-pro-preview', retry: { maxRetries: 0 } }), tools: [weather] });
     assert.equal((await agent.run('Weather in Oslo and Lima?')).text, 'Both 21C.');
     assert.deepEqual(cities, ['Oslo', 'Lima']);
@@ -1326,12 +1332,11 @@ describe('ollama(): thinking models (think, message.thinking)', () => {
   }
 
   it("an agent through tool turns with thinking on: each tool-call turn's thinking, streamed or whole, goes back on its assistant message, and none is text", async () => {
-    const { createAgent, tool } = await import('../src/node.js');
+    const { createAgent } = await import('../src/node.js');
     for (const stream of [true, false]) {
       bodies.length = 0;
       answer = lookups;
-      const cities: string[] = [];
-      const weather = tool({ ...weatherTool, execute: ({ city }: { city: string }) => (cities.push(city), '21C') });
+      const { weather, cities } = await recordingWeather();
       const agent = await createAgent({ model: model({ stream }), tools: [weather] });
       const events: string[] = [];
       for await (const event of agent.stream('Weather in Oslo, then in Lima?')) {
