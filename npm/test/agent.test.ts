@@ -306,6 +306,32 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test("a value the engine cannot read back (JSON.parse throwing, as past JS's longest string) is a typed error, and the agent keeps serving", { timeout: 30_000 }, async () => {
+    // Reaching V8's longest string for real takes a run of many 16 Mi tool results and ~1 GB;
+    // the engine's throw is what matters, so JSON.parse throws here for a long text instead.
+    const answer = 'y'.repeat(2 ** 21);
+    const long: ModelProvider = {
+      id: 'double:long-answer',
+      async *stream() {
+        yield { type: 'text', delta: answer };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: long });
+    const parse = JSON.parse;
+    JSON.parse = (text: string, reviver?: Parameters<typeof parse>[1]) => {
+      if (typeof text === 'string' && text.length > 2 ** 21) throw new RangeError('Invalid string length');
+      return parse(text, reviver);
+    };
+    try {
+      await assert.rejects(agent.run('long'), (e: unknown) => e instanceof CrucibleError && e.code === 'internal' && /could not read a value of \d+ bytes of JSON: Invalid string length/.test(e.message));
+    } finally {
+      JSON.parse = parse;
+    }
+    assert.equal((await agent.run('again')).text, answer);
+    await agent.close();
+  });
+
   test('a host tool result past the 16 Mi-character ceiling is refused before it enters the core; the run goes on', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'dump', arguments: {} }, { name: 'get_weather', arguments: { city: 'Oslo' } }] }, { text: 'Done.' });

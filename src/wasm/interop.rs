@@ -30,13 +30,15 @@ const MAX_ERROR_MESSAGE: usize = 2000;
 extern "C" {
     // The engine's JSON, declared here so text crosses in one call each way (js_sys's
     // bindings hand back a `JsString` that then needs a second call to copy out). `parse`
-    // only ever reads serde_json's output, which is valid JSON, so it skips the exception
-    // wrapper (a measurable share of every tool call). It could still throw on a text past the
-    // engine's longest string (2^29 - 24 units in V8), where the throw would escape the core:
-    // the ceilings on what enters it (`MAX_ARGUMENT_UNITS`, a run's input, the session
-    // history's bytes) keep every text it makes far below that.
+    // only ever reads serde_json's output, which is valid JSON, so for the texts of everyday
+    // values it skips the exception wrapper (a measurable share of every tool call). A long
+    // text goes through `json_parse_caught` instead: past the engine's longest string
+    // (2^29 - 24 units in V8), or with the engine out of memory, `JSON.parse` throws, and a
+    // throw escaping the core would poison this instance.
     #[wasm_bindgen(js_namespace = JSON, js_name = parse)]
     fn json_parse(text: &str) -> JsValue;
+    #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
+    fn json_parse_caught(text: &str) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
     fn json_stringify(value: &JsValue) -> Result<Option<String>, JsValue>;
     // Node, browsers and workers all have it; a host without one gets `Date.now()` instead
@@ -72,8 +74,17 @@ pub(crate) const MAX_ARGUMENT_UNITS: usize = 16 << 20;
 /// Rust → JS with JSON semantics (maps become plain objects).
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
     let text = serde_json::to_string(value).map_err(|e| error_object("internal", &format!("serialization failed: {e}")))?;
-    Ok(json_parse(&text))
+    if text.len() < UNCAUGHT_PARSE_BYTES {
+        return Ok(json_parse(&text));
+    }
+    json_parse_caught(&text)
+        .map_err(|e| error_object("internal", &format!("the engine could not read a value of {} bytes of JSON: {}", text.len(), describe_thrown(&e).1)))
 }
+
+/// Longest JSON text [`to_js`] hands to `JSON.parse` without the exception wrapper: far below
+/// the engine's longest string, and above the values of everyday calls, so only the rare huge
+/// value (a session history of many large tool results) pays for the wrapper.
+const UNCAUGHT_PARSE_BYTES: usize = 1 << 20;
 
 /// JS → Rust with `JSON.stringify` semantics: `undefined` is `null`, `toJSON` is honoured,
 /// object fields that are `undefined` or functions are left out. A value with no JSON form
