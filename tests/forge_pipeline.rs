@@ -461,6 +461,17 @@ fn shape_check_rejects_before_the_judge() {
     }
     assert_shape_rejected_without_judge(no_props, RejectionCategory::ShapeCheck, "outputSchema has no properties");
 
+    // A tool's arguments are an object: an input schema ruling objects out fails every test.
+    for kind in [json!("string"), json!(["string", "null"])] {
+        let mut scalar_input = slugify_request("slugify", SLUGIFY_JS);
+        scalar_input["inputSchema"] = json!({ "type": kind });
+        assert_shape_rejected_without_judge(
+            scalar_input,
+            RejectionCategory::ShapeCheck,
+            &format!("inputSchema has type {kind}: a tool's arguments are a JSON object"),
+        );
+    }
+
     // Every test case runs in the sandbox and goes into the judge's prompt: their number is bounded.
     let mut many = slugify_request("slugify", SLUGIFY_JS);
     let case = many["testCases"][0].clone();
@@ -1330,6 +1341,15 @@ fn normalize_turns_spaced_or_punctuated_names_into_tool_names() {
     assert_eq!(normalize(&req("word-count.v2")).unwrap().name, "word-count_v2");
     assert_eq!(normalize(&req("slugify")).unwrap().name, "slugify");
     assert!(normalize(&req("!!!")).is_err(), "nothing usable is still an error");
+    let described = |description: Value| json!({ "name": "t", "description": description, "implementation": { "mode": "sandbox", "code": SLUGIFY_JS } });
+    assert_eq!(normalize(&described(json!(null))).unwrap().description, "", "left out, it is empty");
+    let error = normalize(&described(json!(42))).unwrap_err().to_string();
+    assert!(error.contains("`description` must be text saying what the tool does, got number"), "{error}");
+    // Letters outside ASCII are not dropped: `café` and `cafè` would both be `caf`.
+    for name in ["café", "tool_日本", "日本"] {
+        let error = normalize(&req(name)).unwrap_err().to_string();
+        assert!(error.contains(&format!("tool name `{name}` must be ASCII letters")), "{error}");
+    }
 }
 
 #[test]

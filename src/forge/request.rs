@@ -388,9 +388,11 @@ fn test_cases(obj: &Map<String, Value>, output_schema: &Value) -> Result<Vec<For
 }
 
 /// A name as small models write it ("Count Vowels", "word-count.v2", "programming language")
-/// made a tool name: runs of characters outside `[A-Za-z0-9_-]` become one `_`, trimmed at the
-/// ends. A name that is already valid is kept as is; one with nothing usable stays empty and is
-/// rejected by the caller.
+/// made a tool name: runs of spaces and punctuation become one `_`, trimmed at the ends. A name
+/// that is already valid is kept as is; one with nothing usable stays empty and is rejected by
+/// the caller. Letters and digits outside ASCII are kept, so the name stays invalid and is
+/// refused: dropped, they would make `tool_日本` and `tool_中国` (or `café` and `cafè`) one
+/// tool, each forge a new version over a tool it has nothing to do with.
 pub(crate) fn snake_name(raw: &str) -> String {
     let raw = raw.trim();
     if crate::tools::is_valid_tool_name(raw) {
@@ -398,7 +400,7 @@ pub(crate) fn snake_name(raw: &str) -> String {
     }
     let mut out = String::new();
     for c in raw.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+        if c.is_alphanumeric() || c == '_' || c == '-' {
             out.push(c);
         } else if !out.ends_with('_') {
             out.push('_');
@@ -423,11 +425,16 @@ pub fn normalize(raw: &Value) -> Result<ForgeRequest, NormalizeError> {
     let Value::Object(obj) = raw else { return err(format!("forge arguments must be a JSON object, got {}", type_name(raw))) };
     let Some(name) = name_of(obj) else { return err("missing `name`: give the new tool a snake_case name") };
     if !crate::tools::is_valid_tool_name(&name) {
-        return err(format!("tool name `{}` must be letters, digits, `_` or `-`, at most 64 characters", crate::tools::shorten(&name, 80)));
+        // The name as given: the rewritten one may be empty or differ from what the model wrote.
+        let given = pick(obj, &["name", "toolName", "tool_name"]).and_then(Value::as_str).unwrap_or(&name);
+        return err(format!("tool name `{}` must be ASCII letters, digits, `_` or `-`, at most 64 characters", crate::tools::shorten(given.trim(), 80)));
     }
+    // Left out, it is empty (small models forget it; the judge still reads the code). Given as
+    // something else, it is a mistake to be told of, as a name or code of the wrong type is.
     let description = match pick(obj, &["description", "desc"]) {
         Some(Value::String(d)) => d.clone(),
-        _ => String::new(),
+        None => String::new(),
+        Some(other) => return err(format!("`description` must be text saying what the tool does, got {}", type_name(other))),
     };
     let input_schema = schema_field(obj, &["inputSchema", "input_schema", "parameters", "input"], "inputSchema")?;
     let output_schema = schema_field(obj, &["outputSchema", "output_schema", "returns", "output"], "outputSchema")?;

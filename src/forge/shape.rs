@@ -50,7 +50,14 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     if let Some(reason) = oversized(request).or_else(|| unsound_pipeline(request)) {
         return Err(ShapeIssues { reasons: vec![reason], evidence: Evidence { shape: true, ..Default::default() } });
     }
-    if lacks_properties(&request.input_schema) {
+    if let Some(kind) = non_object_type(&request.input_schema) {
+        // Every test would fail on it, and no model could call the tool: its arguments are a
+        // JSON object (the rule host tools are held to when they are defined).
+        evidence.shape = true;
+        reasons.push(format!(
+            "inputSchema has type {kind}: a tool's arguments are a JSON object, so declare `\"type\": \"object\"` with each input field under `properties`"
+        ));
+    } else if lacks_properties(&request.input_schema) {
         evidence.shape = true;
         reasons.push("inputSchema has no properties: declare each input field under `properties`".to_string());
     }
@@ -99,6 +106,17 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
         }
         Err(ShapeIssues { reasons, evidence })
     }
+}
+
+/// The `type` of a schema that rules objects out, as JSON text (`None` when it allows them).
+fn non_object_type(schema: &Value) -> Option<String> {
+    let kind = schema.get("type")?;
+    let allows_object = match kind {
+        Value::String(t) => t == "object",
+        Value::Array(types) => types.iter().any(|t| t == "object"),
+        _ => false,
+    };
+    (!allows_object).then(|| super::shorten(&kind.to_string(), 64))
 }
 
 /// Whether `schema` forbids fields it does not declare (`additionalProperties: false`).

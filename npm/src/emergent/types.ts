@@ -10,10 +10,18 @@
  * literal `$`; anything else is a literal. `inputMapping` may also be one whole reference
  * (`"$prev"`): the step's arguments are then that value. A step a model writes without it takes
  * `"$prev"`, so bare steps chain. */
+/** One step of a compose pipeline. */
 export interface ComposeStep {
-  name: string;
+  /** What `$steps.<name>` calls this step's output; `step1`, `step2`, … when left out. */
+  name?: string;
+  /** The registered tool the step calls. */
   tool: string;
-  inputMapping: Record<string, unknown> | string;
+  /**
+   * The step's arguments: an object whose values may be references (`$input.text`,
+   * `$prev.slug`, `$steps.first.items[0]`, or interpolated in text), or one whole reference
+   * (`"$prev"`). Left out, it is `"$prev"`: bare steps chain, the first taking the input.
+   */
+  inputMapping?: Record<string, unknown> | string;
 }
 
 export type Implementation =
@@ -52,7 +60,8 @@ export interface Verdict {
  * Why a forge was rejected, the most specific that applies:
  * - `schema_extra_field`: a field the schemas do not declare where it broke something — a test
  *   input's against an input schema with `additionalProperties: false`, or a failed test's
- *   output field that the output schema forbids or the `expectedOutput` does not have;
+ *   output field that the output schema does not declare, and either forbids or the
+ *   `expectedOutput` does not have (a declared field is never extra);
  * - `shape_check`: the request is unusable as given (no schema properties, fewer than 2 test
  *   cases, an empty test input, over a size limit); no judge is asked;
  * - `syntax_error`: the sandbox code does not parse;
