@@ -303,6 +303,20 @@ fn a_forge_the_sandbox_could_not_test_is_reported_but_not_counted_against_the_co
     assert_eq!((r.registry.stats().attempts, r.registry.stats().approved), (1, 1));
 }
 
+#[test]
+fn a_call_the_sandbox_turned_away_fails_but_is_not_counted_against_the_tool() {
+    let r = rig();
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
+    r.sandbox.busy.set(true);
+    let err = block_on(r.registry.call("slugify", json!({ "text": "A b" }), "s1")).unwrap_err();
+    assert_eq!(err.code, "sandbox_unavailable", "{err:?}");
+    r.sandbox.busy.set(false);
+    assert_eq!(block_on(r.registry.call("slugify", json!({ "text": "A b" }), "s1")).unwrap(), json!({ "slug": "a-b" }));
+    // Before: 2 calls, 1 success: the host's load read as the tool's failure rate.
+    let stats = &r.registry.list("s1")[0].stats;
+    assert_eq!((stats.calls, stats.successes), (1, 1), "{stats:?}");
+}
+
 // ---- 2. schema inference -----------------------------------------------------------------
 
 #[test]

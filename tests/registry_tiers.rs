@@ -1623,6 +1623,14 @@ fn an_agentos_package_without_test_cases_imports_with_the_importers_and_not_with
     let res = block_on(r.registry.import_with(&pkg, "s1", &options)).unwrap();
     assert!(res.success, "{res:?}");
     assert_eq!(res.tests.map(|t| t.len()), Some(2), "the supplied cases ran");
+    // A package with cases of its own keeps them: the importer's are refused, not dropped unseen.
+    let with_cases = pkg.replace(
+        "  judgeVerdicts: []\n",
+        "  judgeVerdicts: []\n  tests:\n    - input: { text: x y }\n      expected: { slug: x-y }\n    - input: { text: z }\n      expected: { slug: z }\n",
+    );
+    let err = block_on(r.registry.import_with(&with_cases, "s4", &options)).unwrap_err();
+    assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("carries its own test cases")), "{err}");
+    assert!(block_on(r.registry.import(&with_cases, "s4")).unwrap().success);
     // An empty list in the package carries no cases either; the importer's are read as a
     // request's are (`expected` for `expectedOutput`), so a wrong one fails the import.
     let empty = pkg.replace("  judgeVerdicts: []\n", "  judgeVerdicts: []\n  testCases: []\n");

@@ -854,7 +854,8 @@ export interface PromotionOptions extends SessionOptions {
 
 /** Options of `agent.emergent.import`. */
 export interface ImportOptions extends SessionOptions {
-  /** Test cases for a package that carries none (agentos packages never do). */
+  /** Test cases for a package that carries none (agentos packages never do); a package with
+   *  cases of its own re-runs those and refuses these (`invalid_package`). */
   testCases?: ForgeTestCase[];
   /** Aborts the import while its tests run and its judge reviews it (a slow model may take
    *  minutes): the judge's request and the tests' host tools get the signal, nothing is
@@ -959,7 +960,7 @@ export class Agent<Output = unknown> {
     export(name: string, options?: SessionOptions): Promise<string>;
     /** Imports a `crucible.tool.v1` or `agentos.emergent-tool.v1` package into the session tier,
      *  re-running its tests and the judge. agentos packages carry no test cases: pass them as
-     *  `testCases` (a package without any is refused). A package identical (content hash) to the
+     *  `testCases` (a package without any is refused, and one with its own refuses them). A package identical (content hash) to the
      *  tool the session is offered under its name answers with that tool, `unchanged: true`: no
      *  new version, tests or judge call. */
     import(pkg: string, options?: ImportOptions): Promise<ForgeResult>;

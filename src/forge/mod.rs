@@ -33,7 +33,7 @@ pub use request::{
     normalize, scope_label, ComposeStep, ForgeOrigin, ForgeRequest, ForgeTestCase, Implementation, NormalizeError, MAX_SCOPE_CHARS, TEST_CASE_KEYS,
 };
 pub(crate) use request::{snake_name, type_name};
-pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler};
+pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler, UNAVAILABLE_CODE};
 pub use shape::{shape_check, ShapeIssues, MAX_DESCRIPTION_CHARS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_TEST_CASES, MIN_TEST_CASES};
 pub use stats::{ForgeStats, ForgeStatsAggregator};
 pub use testing::{failure_reason as test_failure_reason, outputs_equal, run_test, run_tests, TestResult, NUMBER_TOLERANCE};

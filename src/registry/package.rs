@@ -476,7 +476,13 @@ fn read_import(package: &str, options: &ImportOptions, name: &mut String) -> Res
     let redacted = top.get("redacted").and_then(Value::as_bool).unwrap_or(false) || redacted_at_rest;
     // An empty list carries none either (an exporter writing `testCases: []`).
     let carries = |v: &Value| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty());
-    if !TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(carries)) {
+    if TEST_CASE_KEYS.iter().any(|k| top.get(*k).is_some_and(carries)) {
+        // Its own cases are what its content hash and its judge's review covered; the
+        // importer's would be dropped without a word.
+        if !options.test_cases.is_empty() {
+            return Err(invalid("the package carries its own test cases, which are re-run; `testCases` is for a package that carries none (an agentos one)"));
+        }
+    } else {
         if options.test_cases.is_empty() {
             return Err(invalid("the package carries no test cases (agentos packages never do), so nothing could be re-run: pass `testCases` with the import"));
         }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::agent::ToolProvider;
+use crate::forge::UNAVAILABLE_CODE;
 use crate::tools::{check_output, CallContext, Tool, ToolFailure, ToolHandler, ToolSet};
 
 use super::{Registry, Tier};
@@ -38,6 +39,9 @@ impl ToolHandler for TrackedHandler {
             Ok(output) => check_output(&self.inner, output),
             Err(failure) => Err(failure),
         };
+        // A call the sandbox turned away (its queue full, its workers gone) ran none of the
+        // tool's code: counted, it would lower the tool's success rate for the host's load.
+        let registry = registry.filter(|_| !result.as_ref().is_err_and(|f| f.code == UNAVAILABLE_CODE));
         if let Some(registry) = registry {
             let latency = registry.env().elapsed_ms() - started;
             if registry.record_call(self.tier, &self.session, &self.inner.name, &self.hash, result.is_ok(), latency) {

@@ -40,6 +40,8 @@ pub const DRIFTS_JS: &str = "/*DRIFTS*/ let calls = 0; function execute(input) {
 #[derive(Default)]
 pub struct ScriptedSandbox {
     pub requests: RefCell<Vec<SandboxRequest>>,
+    /// While set, every execution is turned away (`queue_full`), as a pool with no room does.
+    pub busy: std::cell::Cell<bool>,
 }
 
 fn slug(s: &str) -> String {
@@ -68,7 +70,9 @@ impl SandboxRunner for ScriptedSandbox {
         self.requests.borrow_mut().push(request.clone());
         let code = request.code.as_str();
         let input = &request.input;
-        if code.contains("SLUGIFY") {
+        if self.busy.get() {
+            fail(SandboxStatus::Error, "queue_full", "8 executions are already waiting for a sandbox worker (maxQueued 8); try again later")
+        } else if code.contains("SLUGIFY") {
             ok(json!({ "slug": slug(input["text"].as_str().unwrap_or_default()) }))
         } else if code.contains("ADD") {
             ok(json!({ "sum": input["a"].as_f64().unwrap_or(0.0) + input["b"].as_f64().unwrap_or(0.0) }))
