@@ -5,7 +5,7 @@
  */
 import type { RunUsage } from '../wasm/crucible_core.js';
 import { loadCore } from './core.js';
-import { linkSignals } from './signals.js';
+import { linkSignals, sharedController } from './signals.js';
 import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, messageOf, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest, ToolChoice } from './providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from './sandbox/types.js';
@@ -897,7 +897,7 @@ export class Agent<Output = unknown> {
   readonly #core: CoreAgentHandle;
   readonly #signals: Map<string, AbortSignal>;
   /** Aborted by `close()` once the core is freed: every direct operation's signal follows it. */
-  readonly #directStop = new AbortController();
+  readonly #directStop = sharedController();
   readonly #hub: EventHub;
   /** Lets go of the core and of what ties it to the world outside the agent (see {@link attach}). */
   readonly #release: (flushTimeoutMs?: number) => Promise<void>;

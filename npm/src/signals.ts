@@ -21,3 +21,23 @@ export function linkSignals(a: AbortSignal, b: AbortSignal): { signal: AbortSign
   }
   return { signal: controller.signal, unlink: () => sources.forEach((source) => source.removeEventListener('abort', abort)) };
 }
+
+/**
+ * Lifts the platform's bound on listeners for a signal of the package's own that many
+ * operations wait on at once (an agent's close signal: every direct forge and call in flight
+ * listens to it). Node warns of a likely leak past 10 listeners on one signal; these are no
+ * leak, each is removed when its operation ends. The Node entry sets it; browsers warn of none.
+ */
+let allowManyListeners: (signal: AbortSignal) => void = () => {};
+
+/** Sets how {@link sharedController} lifts the bound (the Node entry: `events.setMaxListeners`). */
+export function registerListenerBound(lift: (signal: AbortSignal) => void): void {
+  allowManyListeners = lift;
+}
+
+/** An `AbortController` whose signal any number of operations may listen to at once. */
+export function sharedController(): AbortController {
+  const controller = new AbortController();
+  allowManyListeners(controller.signal);
+  return controller;
+}

@@ -398,6 +398,26 @@ describe('forge through the package', () => {
     }
   });
 
+  test('many direct forges and calls at once wait on the agent without a listener-leak warning', async () => {
+    const agent = await makeAgent(memoryStore(), { judge: { model: approvingReviewer }, maxSessionTools: 20 });
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    try {
+      // Each waits on the agent's close signal while it runs: 12 at once is past Node's 10.
+      const forged = await Promise.all(Array.from({ length: 12 }, (_, i) => agent.forge({ ...slugify, name: `slug_${i}` }, { sessionId: 's1' })));
+      assert.ok(forged.every((r) => r.success), JSON.stringify(forged.filter((r) => !r.success)));
+      const slugs = await Promise.all(Array.from({ length: 12 }, (_, i) => agent.tools.call(`slug_${i}`, { text: `Hi ${i}` }, { sessionId: 's1' })));
+      assert.deepEqual(slugs[11], { slug: 'hi-11' });
+      // Warnings are emitted on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.deepEqual(warnings.map((w) => `${w.name}: ${w.message}`), []);
+    } finally {
+      process.off('warning', onWarning);
+      await agent.close();
+    }
+  });
+
   test('the signal of a direct forge or tool call reaches its judge request and the host tools it calls', async () => {
     // What the judge and the host tool were given, and whether their signal fired.
     const reached: { who: string; runId?: string; aborted: boolean }[] = [];
