@@ -1477,6 +1477,64 @@ describe('HTTP errors say what the server said, and where', () => {
   });
 });
 
+describe("a baseURL with a query (Azure OpenAI's classic `…/deployments/<name>?api-version=…`)", () => {
+  // A recording proxy before the mock server, which routes by the path alone: the proxy sees
+  // the request line as sent, query and all, and passes the mock's answer back unchanged.
+  let proxy: import('node:http').Server;
+  let origin = '';
+  const asked: string[] = [];
+  before(async () => {
+    const { createServer } = await import('node:http');
+    proxy = createServer(async (req, res) => {
+      asked.push(req.url ?? '');
+      let body = '';
+      for await (const piece of req) body += piece;
+      const answer = await fetch(`${server.url}${req.url ?? '/'}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' });
+      res.end(Buffer.from(await answer.arrayBuffer()));
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    origin = `http://127.0.0.1:${(proxy.address() as import('node:net').AddressInfo).port}`;
+  });
+  after(() => proxy.close());
+  beforeEach(() => {
+    asked.length = 0;
+  });
+  const deployment = '/openai/deployments/gpt4o';
+  const query = '?api-version=2024-10-21';
+
+  for (const [name, factory, endpoint] of [
+    ['openai', openai, '/chat/completions'],
+    ['anthropic', anthropic, '/v1/messages'],
+    ['ollama', ollama, '/api/chat'],
+  ] as const) {
+    it(`${name}(): the endpoint's path goes after the base URL's path and the query after both, streamed or not`, async () => {
+      for (const stream of [true, false]) {
+        server.enqueue({ text: 'ok' });
+        // A slash before the query, and a fragment (never sent), change nothing.
+        const baseURL = `${origin}${deployment}${stream ? '' : '/'}${query}${stream ? '' : '#section'}`;
+        const answer = await collect(factory({ model: 'gpt4o', baseURL, apiKey: 'k', stream }).stream({ messages: hello, tools: [] }));
+        assert.equal(answer.text, 'ok');
+      }
+      assert.deepEqual(asked, [`${deployment}${endpoint}${query}`, `${deployment}${endpoint}${query}`]);
+    });
+  }
+
+  it('anthropic(): a baseURL ending in /v1 before its query still reaches /v1/messages', async () => {
+    server.enqueue({ text: 'ok' });
+    await collect(anthropic({ model: 'claude-test', baseURL: `${origin}/v1${query}`, apiKey: 'k' }).stream({ messages: hello, tools: [] }));
+    assert.deepEqual(asked, [`/v1/messages${query}`]);
+  });
+
+  it('a 404 names the path it asked, the endpoint included, and leaves the query out', async () => {
+    server.enqueue({ status: 404, body: JSON.stringify({ error: { message: 'Resource not found' } }) });
+    const model = openai({ model: 'gpt4o', baseURL: `${origin}${deployment}${query}`, apiKey: 'k' });
+    const error = await rejection(collect(model.stream({ messages: hello, tools: [] })));
+    assert.ok(error instanceof ProviderError && error.status === 404, `got ${String(error)}`);
+    assert.equal(error.message, `openai:gpt4o: HTTP 404 at ${origin}${deployment}/chat/completions: Resource not found`);
+  });
+});
+
 describe('Retry-After', () => {
   it('waits the number of seconds the server asks for', async () => {
     server.enqueue({ status: 429, retryAfter: 1 }, { text: 'ok' });

@@ -240,7 +240,9 @@ pub trait Model {
 pub fn finish_kind(finish_reason: &str) -> &'static str {
     match finish_reason {
         "stop" | "end_turn" | "stop_sequence" | "eos" | "" => "stop",
-        "length" | "max_tokens" | "model_length" => "length",
+        // Anthropic's `model_context_window_exceeded`: cut at the context window, not at
+        // `max_tokens`, but cut all the same (a call in it is incomplete, not malformed).
+        "length" | "max_tokens" | "model_length" | "model_context_window_exceeded" => "length",
         "content_filter" | "refusal" | "safety" => "content_filter",
         "tool_calls" | "tool_use" | "function_call" => "tool_calls",
         _ => "other",
@@ -260,8 +262,11 @@ mod tests {
 
     #[test]
     fn finish_reasons_of_every_provider_read_as_one_vocabulary() {
-        let kinds: Vec<_> = ["stop", "end_turn", "length", "max_tokens", "content_filter", "refusal", "tool_use", "pause_turn"].map(finish_kind).to_vec();
-        assert_eq!(kinds, ["stop", "stop", "length", "length", "content_filter", "content_filter", "tool_calls", "other"]);
+        let kinds: Vec<_> =
+            ["stop", "end_turn", "length", "max_tokens", "model_context_window_exceeded", "content_filter", "refusal", "tool_use", "pause_turn"]
+                .map(finish_kind)
+                .to_vec();
+        assert_eq!(kinds, ["stop", "stop", "length", "length", "length", "content_filter", "content_filter", "tool_calls", "other"]);
     }
 
     #[test]

@@ -12,6 +12,12 @@
  * same blocks, between calls too, and wants them back the same way ("The round-trip rules are
  * identical": https://platform.claude.com/docs/en/build-with-claude/thinking-tool-workflows).
  *
+ * Server tools (web search, code execution, the MCP connector; given in `extraBody.tools`) run
+ * within the answer: their `server_tool_use` / `mcp_tool_use` blocks and their result blocks are
+ * no calls of the agent's and no answer text, so both parsers read past them. They are not kept:
+ * a turn goes back as its text and the agent's calls (with their thinking), so on later turns the
+ * model no longer sees what its server tools found, only what it wrote of it.
+ *
  * Prompt caching (https://platform.claude.com/docs/en/build-with-claude/prompt-caching), with
  * the `promptCaching` option: `cache_control` breakpoints on a tool definition, a system block
  * and content blocks, placed for agent loops ({@link markBreakpoints}).
@@ -91,7 +97,7 @@ export function anthropic(options: AnthropicOptions): ModelProvider {
     defaultBaseURL: ANTHROPIC_DEFAULT_BASE_URL,
     // The official SDKs take the host (`https://api.anthropic.com`), the Vercel AI SDK the
     // host and `/v1`: both reach `/v1/messages`, not a 404 at `/v1/v1/messages`.
-    path: /\/v1\/*$/.test(options.baseURL ?? '') ? 'messages' : 'v1/messages',
+    path: /\/v1\/*(?:[?#]|$)/.test(options.baseURL ?? '') ? 'messages' : 'v1/messages',
     headers,
     toWire: (model, request, streaming) => toWireRequest(model, request, streaming, thinking, caching),
     parse: async function* (ctx, response, streaming) {
@@ -398,8 +404,12 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
   let inputTokens: number | undefined;
   let outputTokens: number | undefined;
   let stopReason: string | undefined;
-  // Content blocks are numbered across text and tool_use; tool calls are numbered on their own.
+  // Content blocks are numbered across every type; tool calls are numbered on their own.
   const callByBlock = new Map<number, number>();
+  // Every block started but text blocks. Server tools (`server_tool_use`, `mcp_tool_use`) stream
+  // their input as a client call does, but the API runs them itself, within this answer: their
+  // input is no call of ours, and a delta for one is read past rather than taken for garbage.
+  const startedBlocks = new Set<number>();
   const thinking = new TurnThinking(ctx);
   // A tool_use block's `input` as it came at its start, until a delta says the input streams:
   // the API sends `{}` there and streams the input, but proxies send it whole and stream none.
@@ -429,11 +439,15 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         const block = read.object(event.content_block, 'content_block');
         const blockType = read.string(block?.type, 'content_block.type');
         const text = read.string(block?.text, 'content_block.text');
+        // A text block's deltas are taken whatever their index: it is not read, so one a server
+        // gets wrong fails nothing.
+        const started = blockType === 'text' ? undefined : read.index(event.index, 'index');
+        if (started !== undefined) startedBlocks.add(started);
         if (blockType === 'text' && text) yield { type: 'text', delta: text };
-        if (block && isThinkingType(blockType)) thinking.start(read, read.index(event.index, 'index'), block, 'content_block');
+        if (block && isThinkingType(blockType)) thinking.start(read, started, block, 'content_block');
         if (block && blockType === 'tool_use') {
           const index = callByBlock.size;
-          const blockIndex = read.index(event.index, 'index') ?? index;
+          const blockIndex = started ?? index;
           callByBlock.set(blockIndex, index);
           const input = loose(block.input);
           if (input && Object.keys(input).length > 0) inputAtStart.set(blockIndex, JSON.stringify(input));
@@ -459,9 +473,12 @@ async function* parseStream(ctx: HttpContext, events: AsyncIterable<EventSourceM
         if (deltaType === 'input_json_delta' && json) {
           const block = read.index(event.index, 'index');
           const index = block === undefined ? undefined : callByBlock.get(block);
-          if (index === undefined) throw protocolError(ctx, `input_json_delta for unknown block ${String(block)}`, undefined, message.data);
-          inputAtStart.delete(block!);
-          yield { type: 'tool_call', index, argumentsDelta: json };
+          if (index !== undefined) {
+            inputAtStart.delete(block!);
+            yield { type: 'tool_call', index, argumentsDelta: json };
+          } else if (block === undefined || !startedBlocks.has(block)) {
+            throw protocolError(ctx, `input_json_delta for unknown block ${String(block)}`, undefined, message.data);
+          }
         }
         break;
       }

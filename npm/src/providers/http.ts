@@ -225,9 +225,15 @@ export function argumentsText(text: string): string {
   return jsonObject(text) === undefined ? '{}' : text;
 }
 
-/** Joins a base URL and a path without doubling or dropping the slash between them. */
+/**
+ * Joins a base URL and an endpoint path without doubling or dropping the slash between them.
+ * A query on the base URL stays the query, after the whole path: Azure OpenAI's classic
+ * endpoint is `…/openai/deployments/<name>?api-version=…`. A fragment, which is never sent, is
+ * left out.
+ */
 export function joinUrl(baseURL: string, path: string): string {
-  return `${baseURL.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
+  const [, base = '', query = ''] = /^([^?#]*)(\?[^#]*)?/.exec(baseURL) ?? [];
+  return `${base.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}${query}`;
 }
 
 /**
@@ -324,8 +330,8 @@ export async function postJson(
   // The server's own words when its body says them (a context-length message runs past 200
   // characters of JSON syntax), else the start of the body; `body` keeps the excerpt whole.
   const said = reportedMessage(excerpt) ?? excerpt.slice(0, 200);
-  // A 404 is most often a base URL with a path too many or too few: say which URL was asked
-  // (without its query, which may carry a key).
+  // A 404 is most often a base URL with a path too many or too few: say which URL was asked,
+  // its whole path (the query, which may carry a key, comes after it and is left out).
   const where = response.status === 404 ? ` at ${url.split('?')[0]}` : '';
   throw new ProviderError('provider_http', `${ctx.provider}: HTTP ${response.status}${where}${asked}${said ? `: ${said}` : ''}`, {
     provider: ctx.provider,
