@@ -13,7 +13,8 @@ import ipaddr from 'ipaddr.js';
 
 import { SandboxError } from '../src/errors.js';
 import { createSandbox, FetchRefused, sandboxLimits, type Sandbox } from '../src/sandbox/index.js';
-import { guardedLookup } from '../src/sandbox/guarded-fetch.js';
+import { bridgedFetch } from '../src/sandbox/fetch-bridge.js';
+import { guardedFetch, guardedLookup } from '../src/sandbox/guarded-fetch.js';
 import { codeOf, MAX_HOST_FETCHES_PER_EXECUTION } from '../src/sandbox/pool.js';
 import { listenOnLoopback, startFetchServer } from './support/fetch-target-server.js';
 import { CASE_OPTIONS, PROBE, PROBE_OUTPUT, RUNS_UNTIL_THE_DEADLINE, SANDBOX_CASES, type CaseContext } from './support/sandbox-cases.js';
@@ -776,6 +777,97 @@ describe('sandbox fetch: where allowlisted names lead (Node)', { skip: wasmBuilt
       [{ address: '2606:4700::1111', family: 6 }],
     ]);
     assert.ok(new FetchRefused('x') instanceof Error);
+  });
+
+  test('a private address reached through a name is allowed only on the port its entry names', () => {
+    // ['api.vendor.com', '10.0.0.5:8443']: whoever answers for api.vendor.com can point it at
+    // 10.0.0.5, and must reach 8443 there and nothing else (not :22, not :6379).
+    const resolveTo = (address: string): Parameters<typeof guardedLookup>[2] => (_host, _options, callback) => callback(null, [{ address, family: 4 }]);
+    const outcomes: unknown[] = [];
+    const record = (error: Error | null, address: unknown) => outcomes.push(error ? `${error.constructor.name}: ${error.message}` : address);
+    const allowlist = ['api.vendor.com', '10.0.0.5:8443', '10.0.0.6', 'api.vendor.com:80', '10.0.0.7:80'];
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.5'), '8443')('api.vendor.com', {}, record);
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.5'), '22')('api.vendor.com', {}, record);
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.5'), undefined)('api.vendor.com', {}, record);
+    // An entry without a port allows every port of its address, as it does for the host.
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.6'), '6379')('api.vendor.com', {}, record);
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.6'), undefined)('api.vendor.com', {}, record);
+    // `10.0.0.7:80` is written like a URL's default port; it pins port 80.
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.7'), '80')('api.vendor.com', {}, record);
+    guardedLookup(ipaddr, allowlist, resolveTo('10.0.0.7'), '443')('api.vendor.com', {}, record);
+    // Public addresses are reached on any port, as before.
+    guardedLookup(ipaddr, allowlist, resolveTo('93.184.216.34'), '22')('api.vendor.com', {}, record);
+    const wrongPort = "FetchRefused: 'api.vendor.com' resolves to a private address allowlisted for other ports only; allowlist that address with this port too to reach it";
+    assert.deepEqual(outcomes, ['10.0.0.5', wrongPort, wrongPort, '10.0.0.6', '10.0.0.6', '10.0.0.7', wrongPort, '93.184.216.34']);
+  });
+
+  describe('a name that leads to an address allowlisted with a port (two loopback servers)', () => {
+    const seenA: string[] = [];
+    const seenB: string[] = [];
+    let serverA: Server | undefined;
+    let serverB: Server | undefined;
+    let portA = 0;
+    let portB = 0;
+    let box: Sandbox;
+    before(async () => {
+      const a = await startFetchServer(seenA);
+      const b = await startFetchServer(seenB);
+      [serverA, serverB, portA, portB] = [a.server, b.server, a.ctx.port, b.ctx.port];
+      // 'localhost' without a port, its address with one: the name must not open every port.
+      box = await createSandbox({ poolSize: 1, allowHttp: true, fetchDomainAllowlist: ['localhost', `127.0.0.1:${portA}`] });
+    });
+    after(async () => {
+      await box?.close();
+      serverA?.close();
+      serverB?.close();
+    });
+    const fetchUrl = (url: string) =>
+      `async function execute(){ try { const r = await fetch(${JSON.stringify(url)}); return await r.json(); } catch (e) { return e.name + ': ' + e.message; } }`;
+    const refusal = /'localhost' resolves to a loopback address allowlisted for other ports only; allowlist that address with this port too to reach it/;
+
+    test('on the port its entry names, the name reaches the address', async () => {
+      const r = await box.execute({ code: fetchUrl(`http://localhost:${portA}/ok`), allowlist: ['fetch'] });
+      assert.deepEqual(r.output, { ok: true, path: '/ok' });
+      assert.deepEqual(seenA.splice(0), [`localhost:${portA}`]);
+    });
+
+    test('on another port of that address, the connection is refused before a byte is sent', async () => {
+      const before = seenB.length;
+      const r = await box.execute({ code: fetchUrl(`http://localhost:${portB}/ok`), allowlist: ['fetch'] });
+      assert.match(String(r.output), refusal);
+      assert.doesNotMatch(String(r.output), /127\.0\.0\.1|::1/, 'the guest is not told the address');
+      assert.equal(seenB.length, before, 'the refused request reached the other port');
+      // The address literal itself on that port was, and stays, refused by the URL check.
+      const literal = await box.execute({ code: fetchUrl(`http://127.0.0.1:${portB}/ok`), allowlist: ['fetch'] });
+      assert.match(String(literal.output), /IP address '127\.0\.0\.1' is not in the fetch allowlist/);
+      assert.equal(seenB.length, before);
+    });
+
+    test('the host side rejects with a FetchRefused, in both the first request and a redirect', async () => {
+      const guarded = await guardedFetch(['localhost', `127.0.0.1:${portA}`]);
+      const policy = { allowlist: ['localhost', `127.0.0.1:${portA}`], allowHttp: true, maxBodyBytes: 1024, maxRedirects: 5, fetch: guarded.fetch };
+      try {
+        for (const url of [`http://localhost:${portB}/ok`, `http://localhost:${portA}/redirect?to=${encodeURIComponent(`http://localhost:${portB}/ok`)}`]) {
+          await assert.rejects(bridgedFetch(JSON.stringify({ url, method: 'GET', headers: [] }), policy), (e: unknown) => {
+            assert.ok(e instanceof FetchRefused, `expected a FetchRefused, got ${String(e)}`);
+            assert.match(e.message, refusal);
+            return true;
+          });
+        }
+        assert.deepEqual(seenB, [], 'a refused request reached the other port');
+      } finally {
+        await guarded.close();
+      }
+      seenA.splice(0);
+    });
+
+    test('a redirect from the allowed port to another port of the address is refused', async () => {
+      const to = `http://localhost:${portB}/ok`;
+      const r = await box.execute({ code: fetchUrl(`http://127.0.0.1:${portA}/redirect?to=${encodeURIComponent(to)}`), allowlist: ['fetch'] });
+      assert.match(String(r.output), refusal);
+      assert.deepEqual(seenA.splice(0), [`127.0.0.1:${portA}`]);
+      assert.deepEqual(seenB, [], 'the redirect reached the other port');
+    });
   });
 });
 
