@@ -340,6 +340,50 @@ fn a_resume_stopped_while_its_approved_call_runs_saves_the_call_so_it_never_runs
     assert!(matches!(model.requests.borrow().last().unwrap().messages.last().unwrap(), Message::Tool { content, .. } if content.contains("refunded")));
 }
 
+/// A lookup that needs no approval and ignores the run's signal: it cancels the run, then
+/// takes a while before it ends.
+struct LookupIgnoringTheAbort {
+    flag: Rc<CancelFlag>,
+    finished: std::cell::Cell<bool>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl crucible::tools::ToolHandler for LookupIgnoringTheAbort {
+    async fn call(&self, _args: Value, _ctx: &crucible::tools::CallContext) -> Result<Value, crucible::tools::ToolFailure> {
+        self.flag.cancel();
+        for _ in 0..100 {
+            YieldOnce::default().await;
+        }
+        self.finished.set(true);
+        Ok(json!({ "found": true }))
+    }
+}
+
+#[test]
+fn a_resume_aborted_while_a_call_that_needed_no_approval_runs_ends_without_waiting_for_it() {
+    let store = Rc::new(MemoryStore::new());
+    let flag = Rc::new(CancelFlag::default());
+    let lookup = Rc::new(LookupIgnoringTheAbort { flag: flag.clone(), finished: Default::default() });
+    let model = ScriptedModel::new(vec![calls(&[("refund", r#"{"order":1,"amount":50}"#), ("lookup", "{}")]), text("Looked it up again.")]);
+    let refunds = Rc::new(NeedsApproval { inner: refund_tool(), predicate: Box::new(|_: &Value| true) });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, refunds).unwrap());
+    tools.insert(Tool::new("lookup", "Look an order up", &json!({ "type": "object" }), None, lookup.clone()).unwrap());
+    let agent = Agent::new(AgentConfig::default(), model.clone(), tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store, "support-bot");
+    let paused = block_on(agent.run("refund order 1", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: false, reason: Some("no".into()) }];
+    let err = block_on(agent.resume(&paused.run_id, &decisions, Some(flag.clone()), &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(err, AgentError::Aborted);
+    // Before: the resume waited for the lookup to end, and a lookup that never ends held it
+    // (and `close()`) for good. Only calls a human approved are run to their end.
+    assert!(!lookup.finished.get(), "the lookup was abandoned, as any call is on an abort");
+    // The step was saved with the lookup recorded as aborted: the model learns it did not finish.
+    let out = block_on(agent.resume(&paused.run_id, &[], None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.text, "Looked it up again.");
+    let last = model.requests.borrow().last().unwrap().messages.clone();
+    assert!(last.iter().any(|m| matches!(m, Message::Tool { content, .. } if content.contains("aborted") && content.contains("did not finish"))), "{last:?}");
+}
+
 /// A resume whose signal was aborted before it began: nothing runs, and the same state
 /// resumes afterwards. (One run per test: run ids repeat across agents of a test thread, and a
 /// context remembers the states it resumed.)

@@ -40,7 +40,11 @@ pub struct PendingStep {
 /// What to do with one call of a resumed step.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum CallDecision {
+    /// It needed no approval: it runs as any call does, abandoned when the run is aborted.
     Run,
+    /// A human approved it: it runs to its end even when the run is aborted meanwhile, so its
+    /// result is saved and resuming again does not run it twice.
+    Approved,
     Deny(String),
 }
 
@@ -61,7 +65,7 @@ impl PendingStep {
                 None => Ok(CallDecision::Run),
                 Some(approval) => match decisions.iter().find(|d| d.id == approval.id) {
                     None => Err(format!("approval `{}` for `{}` has no decision", approval.id, approval.tool)),
-                    Some(d) if d.approved => Ok(CallDecision::Run),
+                    Some(d) if d.approved => Ok(CallDecision::Approved),
                     Some(d) => Ok(CallDecision::Deny(d.reason.clone().unwrap_or_else(|| "no reason given".into()))),
                 },
             })

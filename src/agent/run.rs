@@ -369,9 +369,10 @@ impl RunContext<'_> {
             let decisions = pending.resolve(self.decisions).map_err(AgentError::InvalidResume)?;
             let provided = self.provider.map(|p| p.tools(&state.session_id, self.tools));
             let step_tools = provided.as_ref().unwrap_or(self.tools);
-            // Not abandoned on a cancel, unlike other calls: a human approved these, and their
-            // results must be saved, or resuming the paused state again would run them twice.
-            // The cancel takes effect right after.
+            // The approved calls are not abandoned on a cancel, unlike other calls: a human
+            // approved them, and their results must be saved, or resuming the paused state again
+            // would run them twice. The step's other calls are abandoned as any are (recorded as
+            // aborted); the cancel takes effect once the approved ones end.
             let results = self
                 .execute_calls(
                     StepCalls { step: pending.step, calls: &pending.calls, finish_reason: &pending.finish_reason },
@@ -591,7 +592,14 @@ impl RunContext<'_> {
                 Some(CallDecision::Deny(reason)) => {
                     ToolOutcome { arguments: None, result: Err(ToolFailure::new("denied", format!("a human denied this call: {reason}"))) }
                 }
-                _ => execute_call(tools, &call.name, &call.arguments, &ctx, limits).await,
+                // A resumed step's call that needed no approval: a tool ignoring its signal must
+                // not hold the abort (or `close()`) until it ends.
+                Some(CallDecision::Run) => {
+                    unless_cancelled(cancel.map(|c| &**c), execute_call(tools, &call.name, &call.arguments, &ctx, limits)).await.unwrap_or_else(|| {
+                        ToolOutcome { arguments: None, result: Err(ToolFailure::new("aborted", "the run was aborted while this call ran; it did not finish")) }
+                    })
+                }
+                Some(CallDecision::Approved) | None => execute_call(tools, &call.name, &call.arguments, &ctx, limits).await,
             };
             (i, outcome, env.elapsed_ms() - started)
         }))
