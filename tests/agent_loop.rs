@@ -246,7 +246,7 @@ fn a_last_turn_that_also_passes_max_steps_runs_nothing_either() {
     let agent =
         agent_with(ScriptedModel::repeating(two), vec![weather_tool(weather.clone())], AgentConfig { max_turns: 1, max_steps: 1, ..Default::default() });
     let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
-    assert_eq!(err, AgentError::MaxStepsExceeded { max: 1 });
+    assert_eq!(err, AgentError::MaxStepsExceeded { max: 1, ran: 0, calls_not_run: 2 });
     assert_eq!(weather.calls.get(), 0);
 }
 
@@ -257,7 +257,8 @@ fn max_steps_counts_tool_calls_across_turns() {
     let model = ScriptedModel::repeating(two);
     let agent = agent_with(model, vec![weather_tool(weather.clone())], AgentConfig { max_steps: 5, ..Default::default() });
     let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
-    assert_eq!(err, AgentError::MaxStepsExceeded { max: 5 });
+    assert_eq!(err, AgentError::MaxStepsExceeded { max: 5, ran: 4, calls_not_run: 2 });
+    assert_eq!(err.to_string(), "the run asked for more than 5 tool calls: 4 ran, and the 2 tool calls of its last answer were not run");
     assert_eq!(weather.calls.get(), 4, "the third pair would exceed the budget and is not executed");
 }
 

@@ -12,8 +12,10 @@ pub enum AgentError {
     /// because no turn was left to give the model their results.
     #[error("the run used all {max} model turns without a final answer{}", not_run(*calls_not_run))]
     MaxTurnsExceeded { max: u32, calls_not_run: u32 },
-    #[error("the run asked for more than {max} tool calls")]
-    MaxStepsExceeded { max: u32 },
+    /// `calls_not_run`: the calls of the answer that would have passed `max`, none of them run
+    /// (a step runs whole or not at all); `ran`: the calls run before it.
+    #[error("the run asked for more than {max} tool calls: {ran} ran, and {} of its last answer {} not run", calls(*calls_not_run), if *calls_not_run == 1 { "was" } else { "were" })]
+    MaxStepsExceeded { max: u32, ran: u32, calls_not_run: u32 },
     #[error("the final answer does not match the `returns` schema after {attempts} attempts: {reason}")]
     StructuredOutputInvalid { attempts: u32, reason: String },
     #[error("model call failed: {0}")]
@@ -60,6 +62,14 @@ impl AgentError {
 
 /// The part of the max-turns message about calls left unexecuted: a caller must know a
 /// side-effecting call (a refund) did not happen.
+fn calls(n: u32) -> String {
+    if n == 1 {
+        "the 1 tool call".into()
+    } else {
+        format!("the {n} tool calls")
+    }
+}
+
 fn not_run(calls: u32) -> String {
     match calls {
         0 => String::new(),

@@ -480,7 +480,7 @@ impl RunContext<'_> {
 
             let calls = response.tool_calls;
             if state.steps + calls.len() as u32 > self.config.max_steps {
-                return Err(AgentError::MaxStepsExceeded { max: self.config.max_steps });
+                return Err(AgentError::MaxStepsExceeded { max: self.config.max_steps, ran: state.steps, calls_not_run: calls.len() as u32 });
             }
             // No turn is left to give the model these calls' results: running them would only
             // do their side effects (a refund would refund) for a run that fails anyway, so
