@@ -14,7 +14,7 @@ import { hasLoneSurrogate } from './stores/values.js';
 import { DEFAULT_JUDGE_TIMEOUT_MS, judgeStream, MAX_JUDGE_TIMEOUT_MS } from './emergent/judge.js';
 import { ClosableStream } from './providers/closable.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, ForgeTestCase, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
-import { isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
+import { argumentParsers, isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 
 export type { RunUsage, Usage, PendingApproval, StoredRun, Value } from '../wasm/crucible_core.js';
 import type { ErrorInfo as CoreErrorInfo, EventBody as CoreEventBody, PendingApproval, StoredRun, ToolFailure as CoreToolFailure } from '../wasm/crucible_core.js';
@@ -1756,7 +1756,14 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
       throw new CrucibleError('invalid_config', `createAgent: ${key} must be a finite number, got ${value}`);
     }
   }
-  const checkApproval = async (name: string, args: unknown) => {
+  // With `shown`, the core asks for the arguments to show a human deciding on the call: the
+  // parsed ones, or `undefined` for the model's own (see `argumentParsers`).
+  const checkApproval = async (name: string, args: unknown, shown?: true) => {
+    if (shown) {
+      const tool = byName.get(name);
+      const parse = tool && argumentParsers.get(tool);
+      return parse ? await parse(args) : undefined;
+    }
     const predicate = byName.get(name)?.needsApproval;
     // Anything but an explicit `false` waits for a human (fail closed).
     return typeof predicate === 'function' ? (await predicate(args)) !== false : predicate === true;

@@ -200,7 +200,7 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
           return (parseResult ? then(executed, parseResult) : executed) as Result | Promise<Result>;
         }
       : run;
-  return Object.freeze({
+  const made = Object.freeze({
     kind: 'host' as const,
     name,
     description: options.description ?? '',
@@ -209,7 +209,16 @@ export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Re
     execute,
     needsApproval: approvalRule,
   });
+  if (parseArgs) argumentParsers.set(made, parseArgs);
+  return made;
 }
+
+/**
+ * The Standard Schema parse of each tool made with {@link tool} that has one: what a human
+ * deciding on a call is shown are the arguments `execute` gets, defaults and transforms
+ * applied, not only the model's (an amount the model left out is what the human approves).
+ */
+export const argumentParsers = new WeakMap<object, (args: unknown) => unknown>();
 
 /**
  * A tool's arguments are a JSON object (providers send and require one: OpenAI refuses a

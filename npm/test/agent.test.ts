@@ -507,6 +507,25 @@ describe('agent over an OpenAI-compatible server', () => {
     const result = await agent.run('pay bob');
     assert.equal(result.status, 'paused', 'the default amount, 5000, needed approval');
     assert.deepEqual(ran, []);
+    // The human is shown what the call will act on, the default amount included (before: the
+    // model's `{ to: 'bob' }`, and 5000 paid on an approval that never showed it).
+    assert.deepEqual(result.pendingApprovals.map((a) => a.arguments), [{ to: 'bob', amount: 5000 }]);
+    // A tool that always needs approval shows its parsed arguments too; a transform's output as JSON.
+    const wire = tool({
+      name: 'wire',
+      description: 'Wires money',
+      inputSchema: z.object({ to: z.string(), currency: z.string().default('usd').transform((c) => c.toUpperCase()) }),
+      needsApproval: true,
+      execute: (args) => ({ sent: args.currency }),
+    });
+    server.enqueue({ toolCalls: [{ name: 'wire', arguments: { to: 'ann' } }] }, { text: 'Sent.' });
+    const wiring = await createAgent({ model: model(), tools: [wire] });
+    const paused = await wiring.run('wire ann');
+    assert.deepEqual(paused.pendingApprovals.map((a) => a.arguments), [{ to: 'ann', currency: 'USD' }]);
+    const resumed = await wiring.resume(paused, { approvals: [{ id: paused.pendingApprovals[0]!.id, approved: true }] });
+    assert.equal(resumed.text, 'Sent.');
+    assert.match(server.requests.at(-1)!.messages.at(-1)!.content ?? '', /"sent":"USD"/);
+    await wiring.close();
     // Arguments the schema refuses ask no human: the call fails on them, and the model hears why.
     // (A refinement, not a type: the core's JSON Schema check would catch a wrong type first.)
     server.enqueue({ toolCalls: [{ name: 'pay', arguments: { to: '' } }] }, { text: 'sorry' });

@@ -543,6 +543,9 @@ impl RunContext<'_> {
             // never runs, so nobody is asked about it, and no predicate sees what it refuses.
             let Ok(arguments) = crate::tools::parse_arguments(&call.arguments) else { continue };
             if tool.input_schema().check(&arguments).is_ok() && tool.handler().needs_approval(&arguments).await {
+                // What the call will act on: a default the model left out (an amount, say) is
+                // what the human approves too.
+                let arguments = tool.handler().approval_arguments(&arguments).await.unwrap_or(arguments);
                 approvals.push(PendingApproval {
                     id: self.env.new_id("approval"),
                     kind: TOOL_CALL_APPROVAL.to_string(),

@@ -326,7 +326,8 @@ pub struct PendingApproval {
     pub to_tier: Option<Tier>,
     pub requested_at: f64,
     pub reason: String,
-    /// Tool-call approvals: the paused run, the call, and its arguments.
+    /// Tool-call approvals: the paused run, the call, and its arguments: those the tool will act
+    /// on (a host tool's Standard Schema defaults and transforms applied), not only the model's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -190,6 +190,13 @@ pub trait ToolHandler {
         false
     }
 
+    /// The arguments to show the human deciding on a call, when they differ from the model's:
+    /// those `call` will act on, after a parse of the handler's own fills in defaults or
+    /// transforms them (a host tool's Standard Schema). `None` shows the model's arguments.
+    async fn approval_arguments(&self, _args: &Value) -> Option<Value> {
+        None
+    }
+
     /// Whether argument text that is not JSON reaches `call` as a JSON string instead of failing
     /// the call: for a handler that repairs or rejects malformed requests itself. `forge_tool`
     /// does, since a garbled request is a classified forge rejection (`parse_error`) counted in

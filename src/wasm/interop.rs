@@ -405,6 +405,18 @@ impl ToolHandler for JsTool {
             .map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")))
     }
 
+    async fn approval_arguments(&self, args: &Value) -> Option<Value> {
+        let js_args = to_js(args).ok()?;
+        // `checkApproval(name, args, true)`: the arguments `execute` gets, or `undefined` when
+        // they are the model's (a tool without a Standard Schema) or cannot be shown as JSON.
+        let shown = self.check_approval.call3(&JsValue::NULL, &self.js_name, &js_args, &JsValue::TRUE).ok()?;
+        let shown = await_promise(shown).await.ok()?;
+        if shown.is_undefined() || shown.is_null() {
+            return None;
+        }
+        decode::<Value>(&shown).ok()
+    }
+
     async fn needs_approval(&self, args: &Value) -> bool {
         match self.approval {
             ApprovalMode::Never => false,
