@@ -274,7 +274,7 @@ const AGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
     sessionHistory: true,
   } satisfies Record<keyof AgentOptions, true>),
 );
-const SESSION_HISTORY_KINDS: Readonly<Record<keyof SessionHistoryOptions, OptionKind>> = { maxMessages: 'whole', maxBytes: 'wide' };
+const SESSION_HISTORY_KINDS: Readonly<Record<keyof SessionHistoryOptions, OptionKind>> = { maxMessages: 'count', maxBytes: 'wide' };
 const SESSION_HISTORY_NAMES: ReadonlySet<string> = new Set(Object.keys(SESSION_HISTORY_KINDS));
 const EMERGENT_OPTION_NAMES: ReadonlySet<string> = new Set(
   Object.keys({
@@ -292,13 +292,14 @@ const JUDGE_OPTION_NAMES: ReadonlySet<string> = new Set(Object.keys({ model: tru
  * kinds are checked here first and the error names the option; ranges past the kind (`maxTurns`
  * at least 1, …) stay the core's to check, and its messages name the option already.
  * `whole`: a u32 (the core's `usize` is one on wasm32); `wide`: a u64 (to 2^53 - 1 here);
- * `count`: a u32 from 1, for a bound the host keeps and the core never sees (`maxCallsWaiting`:
- * 0 would refuse every call), whose range is checked here in full.
+ * `count`: a u32 from 1, for a bound where 0 would refuse everything (`maxTurns`; and
+ * `maxCallsWaiting`, which the host keeps and the core never sees), so the message states the
+ * range the option really has.
  */
 type OptionKind = 'whole' | 'count' | 'wide' | 'number' | 'boolean' | 'string';
 const AGENT_OPTION_KINDS: Readonly<Partial<Record<keyof AgentOptions, OptionKind>>> = {
-  instructions: 'string', maxTurns: 'whole', maxSteps: 'whole', maxParallelTools: 'whole', maxResultBytes: 'whole', maxOutputRetries: 'whole',
-  temperature: 'number', maxTokens: 'whole', resetToolChoice: 'boolean', agentId: 'string',
+  instructions: 'string', maxTurns: 'count', maxSteps: 'whole', maxParallelTools: 'count', maxResultBytes: 'count', maxOutputRetries: 'whole',
+  temperature: 'number', maxTokens: 'count', resetToolChoice: 'boolean', agentId: 'string',
 };
 const EMERGENT_OPTION_KINDS: Readonly<Partial<Record<keyof EmergentOptions, OptionKind>>> = {
   enabled: 'boolean', maxSessionTools: 'whole', maxAgentTools: 'whole', autoPromote: 'boolean', promotionRetryUses: 'wide',
@@ -910,7 +911,7 @@ export class Agent<Output = unknown> {
   /** Read once: the core it comes from is freed by `close()`. */
   readonly #emergentEnabled: boolean;
   /** Runs this agent is driving: `close()` aborts them and waits for them to end. */
-  readonly #runs = new Map<string, { controller: AbortController; done: Promise<unknown> }>();
+  readonly #runs = new Map<string, { controller: AbortController; done: Promise<unknown>; lastEventOut?: boolean }>();
 
   /** Forged tools (the emergent registry). */
   readonly tools: {
@@ -1258,14 +1259,44 @@ export class Agent<Output = unknown> {
     return collect<O>(this.resumeStream(run, options), signalOf(options));
   }
 
-  async *#drive(
+  /**
+   * The run's events ({@link Agent.#events}), whose `return()` and `throw()` abort the run at
+   * once. An async generator queues them behind a `next()` still waiting, so a consumer giving
+   * up on a stalled stream (a per-event timeout racing `next()`, then `return()`) would wait
+   * for the model's next chunk, or its provider's timeout, before the run was aborted.
+   */
+  #drive(
     runId: string,
     outerSignal: AbortSignal | undefined,
     start: (runId: string, onEvent: EventListener, signal: AbortSignal) => Promise<unknown>,
   ): AsyncGenerator<AgentEvent, void, undefined> {
+    const stop: { early?: () => void } = {};
+    const events = this.#events(runId, outerSignal, start, stop);
+    const [giveUp, fail] = [events.return.bind(events), events.throw.bind(events)];
+    events.return = (value) => {
+      stop.early?.();
+      return giveUp(value);
+    };
+    events.throw = (error) => {
+      stop.early?.();
+      return fail(error);
+    };
+    return events;
+  }
+
+  async *#events(
+    runId: string,
+    outerSignal: AbortSignal | undefined,
+    start: (runId: string, onEvent: EventListener, signal: AbortSignal) => Promise<unknown>,
+    stop: { early?: () => void },
+  ): AsyncGenerator<AgentEvent, void, undefined> {
     // A generator's body runs at its first `next()`: a stream made before `close()` and read
     // after it must not reach the freed core.
     this.#assertOpen('agent.run/stream');
+    // A run whose last event is out is only letting go of it: a listener resuming it on
+    // hearing `agent.paused` waits for that, rather than being told it is still running.
+    const ending = this.#runs.get(runId);
+    if (ending?.lastEventOut) await ending.done;
     // One stream per run: a second resume of a run still going would take over its event
     // stream and abort signal (the core refuses it too, but only after this point).
     if (this.#hub.streams.has(runId)) {
@@ -1286,6 +1317,10 @@ export class Agent<Output = unknown> {
     this.#signals.set(runId, controller.signal);
     const push = (event: AgentEvent) => {
       if (event.type === 'agent.error') reportedError = true;
+      if (event.type === 'agent.error' || event.type === 'agent.paused' || event.type === 'agent.end') {
+        const running = this.#runs.get(runId);
+        if (running) running.lastEventOut = true;
+      }
       // What travels beside the run's last event is tied to it now, as the core emits it: the
       // run's entries in these maps go when the run settles, which can be before the consumer
       // reads this event.
@@ -1335,6 +1370,9 @@ export class Agent<Output = unknown> {
         wake?.();
       });
     this.#runs.set(runId, { controller, done });
+    stop.early = () => {
+      if (!finished) controller.abort(new AbortError('The stream consumer stopped early'));
+    };
     try {
       for (;;) {
         if (head < queue.length) {
@@ -1352,7 +1390,7 @@ export class Agent<Output = unknown> {
       }
       if (failure !== undefined) throw toCrucibleError(failure, runId);
     } finally {
-      if (!finished) controller.abort(new AbortError('The stream consumer stopped early'));
+      stop.early();
       await done;
     }
   }

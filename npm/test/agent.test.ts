@@ -116,7 +116,8 @@ describe('agent over an OpenAI-compatible server', () => {
 
   test('an option of the wrong type or range is invalid_config naming the option, not a position in JSON the caller never wrote', async () => {
     const cases: [Record<string, unknown>, RegExp][] = [
-      [{ maxTurns: 'ten' }, /createAgent: maxTurns must be a whole number from 0 to 4294967295, got "ten"/],
+      [{ maxTurns: 'ten' }, /createAgent: maxTurns must be a whole number from 1 to 4294967295, got "ten"/],
+      [{ maxParallelTools: 0 }, /createAgent: maxParallelTools must be a whole number from 1 to 4294967295, got 0/],
       [{ maxSteps: -3 }, /createAgent: maxSteps .* got -3/],
       [{ maxTokens: 1.5 }, /createAgent: maxTokens .* got 1\.5/],
       [{ maxParallelTools: 2 ** 32 }, /createAgent: maxParallelTools /],
@@ -152,7 +153,7 @@ describe('agent over an OpenAI-compatible server', () => {
       }, JSON.stringify(settings));
     }
     // Absent-by-null settings and the ranges the core checks are as before.
-    await assert.rejects(createAgent({ model: model(), maxTurns: 0 }), { code: 'invalid_config', message: /maxTurns must be at least 1/ });
+    await assert.rejects(createAgent({ model: model(), maxTurns: 0 }), { code: 'invalid_config', message: /maxTurns must be a whole number from 1 to 4294967295, got 0/ });
     const fine = await createAgent({ model: model(), maxSteps: 0, maxTokens: null as never, instructions: null as never, emergent: null as never });
     await fine.close();
   });
@@ -183,6 +184,36 @@ describe('agent over an OpenAI-compatible server', () => {
     } finally {
       process.off('unhandledRejection', record);
     }
+  });
+
+  test("return() on a stream whose next() still waits on a stalled model aborts the run at once, not at the model's next chunk", { timeout: 30_000 }, async () => {
+    let seenSignal: AbortSignal | undefined;
+    const stalling: ModelProvider = {
+      id: 'double:stalling',
+      async *stream(_request, options) {
+        seenSignal = options?.signal;
+        yield { type: 'text', delta: 'Thinking' };
+        // Ignores its signal: stalls for 5 s whatever happens.
+        await new Promise((resolve) => setTimeout(resolve, 5000));
+        yield { type: 'text', delta: '… done.' };
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await createAgent({ model: stalling });
+    const events = agent.stream('hi');
+    for (let e = await events.next(); !e.done && e.value.type !== 'text.delta'; e = await events.next());
+    // The usual per-event timeout: race next() against a timer, then give up on the stream.
+    const pending = events.next();
+    const timedOut = await Promise.race([pending.then(() => false), new Promise<boolean>((resolve) => setTimeout(() => resolve(true), 100))]);
+    assert.ok(timedOut, 'the model stalled');
+    const started = performance.now();
+    await events.return(undefined);
+    const took = performance.now() - started;
+    // Before: 4.9 s, until the stalled model's next chunk.
+    assert.ok(took < 1000, `return() took ${took.toFixed(0)} ms`);
+    assert.equal(seenSignal?.aborted, true, "the provider's signal is aborted");
+    await pending.catch(() => undefined);
+    await agent.close();
   });
 
   test('run() says an answer cut off at the token limit ended so', async () => {
@@ -537,6 +568,23 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('a listener may resume a run as it hears agent.paused: the resume waits for the pause to be let go of', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'pay', arguments: { to: 'bob' } }] }, { text: 'Paid.' });
+    const pay = tool({ name: 'pay', description: 'Pays', inputSchema: { type: 'object', properties: { to: { type: 'string' } } }, needsApproval: true, execute: () => ({ paid: true }) });
+    const agent = await createAgent({ model: model(), tools: [pay] });
+    let resumed: Promise<unknown> | undefined;
+    agent.on((event) => {
+      if (event.type !== 'agent.paused') return;
+      // Before: invalid_resume, "run … is already running in this agent".
+      resumed = agent.resume({ runId: event.runId, state: event.state }, { approvals: event.approvals.map((a) => ({ id: a.id, approved: true })) });
+    });
+    assert.equal((await agent.run('pay bob')).status, 'paused');
+    assert.ok(resumed, 'the listener heard the pause');
+    assert.equal(((await resumed) as { text: string }).text, 'Paid.');
+    await agent.close();
+  });
+
   test('a returns schema\'s own failure is the host\'s: output_check_failed at once, the model not asked again', async () => {
     server.reset();
     const base = z.object({ n: z.number() });
@@ -764,7 +812,7 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
     for (const [sessionHistory, message] of [
       [{ maxBytes: 0 }, /sessionHistory\.maxBytes must be at least 1/],
-      [{ maxMessages: 0 }, /sessionHistory\.maxMessages must be at least 1/],
+      [{ maxMessages: 0 }, /sessionHistory\.maxMessages must be a whole number from 1 to 4294967295, got 0/],
       [{ maxBytes: -1 }, /createAgent: sessionHistory\.maxBytes must be a whole number/],
       [{ maxMessage: 5 }, /createAgent: sessionHistory: unknown option maxMessage; the options are maxMessages, maxBytes/],
       ['8MB', /createAgent: sessionHistory must be an object/],
