@@ -216,6 +216,26 @@ fn a_version_forged_while_the_panel_reviews_the_previous_one_is_not_promoted_wit
     assert_eq!(tools.iter().map(|t| (t.tier, t.version)).collect::<Vec<_>>(), [(Tier::Session, 2)], "version 2 stays in the session, unreviewed by the panel");
 }
 
+#[test]
+fn a_demotion_made_while_the_panel_reviews_the_same_content_from_another_session_stands() {
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    // The same content forged in two sessions; the first copy goes up to the agent tier, and
+    // the second's review runs while the operator demotes it.
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s2");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    use_n(&r, "slugify", 3, "s2");
+    let (promoted, demoted) = block_on(futures::future::join(r.registry.request_promotion("slugify", Tier::Agent, "s2"), r.registry.demote("slugify", "s1")));
+    demoted.unwrap();
+    let promoted = promoted.unwrap();
+    // Before: promoted back to the agent tier as version 2, callable by every session.
+    assert_eq!(promoted.status, PromotionStatus::Rejected, "{promoted:?}");
+    assert!(promoted.reason.contains("the tool changed while the panel reviewed it"), "{}", promoted.reason);
+    let above: Vec<_> = r.registry.list("s3").into_iter().map(|t| (t.tier, t.version, t.status)).collect();
+    assert_eq!(above, [(Tier::Agent, 1, ToolStatus::Demoted)], "the agent tier keeps its tombstone");
+}
+
 struct ScriptedModelExt;
 impl ScriptedModelExt {
     fn judge(confidence: f64) -> Rc<support::ScriptedModel> {
@@ -481,6 +501,26 @@ fn a_shared_stats_flush_dropped_before_its_write_keeps_its_calls_for_the_next_fl
     assert!(!store.log.borrow().contains(&"batch".to_string()), "nothing was written");
     block_on(agent.registry.flush_stats()).unwrap();
     assert_eq!(stored_shared_calls(&memory), 3 + 2, "the dropped flush's calls are written by the next");
+}
+
+#[test]
+fn an_approval_writes_the_tools_calls_to_the_shared_totals_in_the_write_that_moves_it() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let config = EmergentConfig { stats_flush_every: 1000, ..promo_config() };
+    let r = rig_over("agent_a", config, Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    use_n(&r, "slugify", 4, "s1");
+    block_on(r.registry.flush_stats()).unwrap();
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    store.log.borrow_mut().clear();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+    // Before: the approval's write deleted the agent tier's stats, and a flush after it wrote
+    // the shared totals: a crash or close() between the two lost every call.
+    assert_eq!(store.log.borrow().iter().filter(|l| *l == "batch").count(), 1, "{:?}", store.log.borrow());
+    assert_eq!(stored_shared_calls(&memory), 7);
 }
 
 /// `owner`'s `slugify` (shared at version 1) goes on to the shared tier at version 2, with 3

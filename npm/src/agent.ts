@@ -564,6 +564,8 @@ interface CoreAgentHandle {
   settled(): Promise<void>;
   /** Aborts the background work in flight (recording nothing) and starts none after. */
   stopBackground(): void;
+  /** Stops the registry's store writes; resolves once those already out have ended. */
+  closeWrites(): Promise<void>;
   reloadShared(): Promise<void>;
   run(input: string, runId: string, sessionId: string | undefined, scope: string | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
   resume(runId: string, state: unknown, decisions: ApprovalDecision[] | undefined, onEvent: EventListener, signal?: AbortSignal): Promise<unknown>;
@@ -722,6 +724,11 @@ function attach(
         const late = () => new StoreError('store_error', `close(): the store did not take the buffered tool stats within ${flushTimeoutMs} ms; they are not written`);
         const written = core.settled().then(() => core.flushStats());
         await withinMs(written, flushTimeoutMs, late).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
+        // An approval, demotion or rollback whose write is out lands before the agent id is
+        // handed on: the next agent opened with it must read it, not have it land among its
+        // records (where the same approval could be granted twice). Bounded as the flush is.
+        const stuck = () => new StoreError('store_error', `close(): a registry write the store had not finished within ${flushTimeoutMs} ms may still land`);
+        await withinMs(core.closeWrites(), flushTimeoutMs, stuck).catch((error: unknown) => (unflushed ??= error));
       }
     } finally {
       // Whatever failed above, the core and the agent id are let go. The core first: once

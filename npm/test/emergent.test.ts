@@ -818,6 +818,56 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test('close() waits for an approval whose write is out: the next agent with the id reads it, and cannot grant it twice', async () => {
+    const base = memoryStore();
+    let hold: Promise<void> | undefined;
+    const store = storeOver(base, { batch: async (ops) => (await hold, base.batch(ops)) });
+    const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 } } as never, 'approver');
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+    await agent.emergent.settled();
+    const pending = (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })) as { approval: { id: string } };
+    let release!: () => void;
+    hold = new Promise((resolve) => (release = resolve));
+    const approving = agent.emergent.approve(pending.approval.id);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // its write is out, held
+    let closed = false;
+    const closing = agent.close().then(() => (closed = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Before: closed after 8 ms, the id handed on with the approval still to land.
+    assert.equal(closed, false, 'close() waits for the write');
+    release();
+    await closing;
+    assert.equal((await approving).tier, 'shared');
+    hold = undefined;
+    const next = await makeAgent(store, {}, 'approver');
+    assert.deepEqual(next.emergent.pendingApprovals(), []);
+    assert.deepEqual(next.tools.list({ sessionId: 's1' }).map((t) => `${t.tier}:${t.stats.calls}`), ['shared:1']);
+    await assert.rejects(next.emergent.approve(pending.approval.id), (e: unknown) => e instanceof CrucibleError && e.code === 'no_such_approval');
+    await next.close();
+  });
+
+  test('requestPromotion cut off by close() rejects with the closed error, as a forge does', async () => {
+    let asked!: () => void;
+    const panelAsked = new Promise<void>((resolve) => (asked = resolve));
+    const stalledPanel: ModelProvider = {
+      id: 'double:stalled-panel',
+      async *stream(_request, options) {
+        asked();
+        await new Promise((resolve) => options?.signal?.addEventListener('abort', resolve));
+        yield { type: 'finish', finishReason: 'stop' };
+      },
+    };
+    const agent = await makeAgent(memoryStore(), { promotionThreshold: { uses: 1, confidence: 0.8 }, autoPromote: false, promotionJudge: { model: stalledPanel } } as never);
+    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' });
+    const promoting = agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' });
+    const refused = assert.rejects(promoting, (e: unknown) => e instanceof CrucibleError && e.code === 'closed', 'closed, not an abort to retry');
+    await panelAsked;
+    await agent.close();
+    await refused;
+  });
+
   test('close() rejects with the StoreError when the buffered stats cannot be written, and closes all the same', async () => {
     const base = memoryStore();
     let broken = false;

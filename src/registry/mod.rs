@@ -234,12 +234,31 @@ struct WriteGoing<'r> {
     left: Option<Unwritten>,
 }
 
+impl<'r> WriteGoing<'r> {
+    fn new(registry: &'r Registry, left: Unwritten) -> Self {
+        registry.writes.borrow_mut().count += 1;
+        Self { registry, left: Some(left) }
+    }
+}
+
 impl Drop for WriteGoing<'_> {
     fn drop(&mut self) {
         if let Some(left) = self.left.take() {
             self.registry.state.borrow_mut().unwritten.absorb(left);
         }
+        let mut writes = self.registry.writes.borrow_mut();
+        writes.count -= 1;
+        if writes.count == 0 {
+            writes.waiting.drain(..).for_each(std::task::Waker::wake);
+        }
     }
+}
+
+/// The store writes of a registry that have not ended.
+#[derive(Default)]
+struct WritesGoing {
+    count: usize,
+    waiting: Vec<std::task::Waker>,
 }
 
 impl Unwritten {
@@ -534,6 +553,8 @@ pub struct Registry {
     me: Weak<Registry>,
     /// Set by [`Registry::close`]; work still in flight then writes nothing.
     closed: std::cell::Cell<bool>,
+    /// Store writes going, and who waits for there to be none ([`Registry::close_writes`]).
+    writes: RefCell<WritesGoing>,
     /// This store's turn for changes of the shared tier (see [`TurnKind::SharedTier`] and
     /// [`Registry::shared_tier_turn`]), held by a reload of it too: a reload that read the
     /// store before such a change landed would replace the tier with a snapshot that lacks it.
@@ -679,6 +700,7 @@ impl Registry {
             forge_tool: RefCell::new(None),
             me: me.clone(),
             closed: Default::default(),
+            writes: RefCell::default(),
             shared_turn: store_turn(TurnKind::SharedTier, stats_turn_key),
             shared_stats_turn: store_turn(TurnKind::SharedStats, stats_turn_key),
             forges: SessionWork::default(),
@@ -696,6 +718,24 @@ impl Registry {
     pub fn close(&self) {
         self.closed.set(true);
         self.stop_background();
+    }
+
+    /// [`Registry::close`], then completes once the store writes that began before it have
+    /// ended: an approval, demotion or rollback whose write was out when its agent closed lands
+    /// before the agent id is handed on, not among the records of the agent opened after it.
+    pub async fn close_writes(&self) {
+        self.close();
+        std::future::poll_fn(|cx| {
+            let mut writes = self.writes.borrow_mut();
+            if writes.count == 0 {
+                return std::task::Poll::Ready(());
+            }
+            if !writes.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                writes.waiting.push(cx.waker().clone());
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
 
     /// Re-reads the shared tier from the store. Agents of one runtime share a store; after one
@@ -1031,7 +1071,7 @@ impl Registry {
         if ops.is_empty() {
             return Ok(());
         }
-        let mut going = WriteGoing { registry: self, left: Some(left) };
+        let mut going = WriteGoing::new(self, left);
         let written = self.store.batch(ops).await;
         if written.is_ok() {
             going.left = None;

@@ -265,6 +265,11 @@ impl Registry {
             }
         });
 
+        // An operator's demotion of this very content out of the agent tier (its tombstone there
+        // holds the hash) made while the panel reviews it must stand.
+        let demoted_above =
+            |state: &super::State| state.agent.get(name).is_some_and(|above| !above.active() && above.record.current.hash == record.current.hash);
+        let demoted_before = demoted_above(&self.state.borrow());
         // An automatic promotion outlives its call, and the session may end meanwhile: what the
         // panel approved still moves up (it leaves the session), instead of vanishing unsaid.
         let session_work = self.ticket(session);
@@ -286,7 +291,7 @@ impl Registry {
         let changed = match self.state.borrow().entry(Tier::Session, session, name) {
             Some(now) => now.record.current.hash != record.current.hash || now.record.status != ToolStatus::Active,
             None => !session_work.session_ended(),
-        };
+        } || (!demoted_before && demoted_above(&self.state.borrow()));
         // Promotions that ran at the same time were all admitted against the same count.
         let refusal = match changed {
             true => Err("the tool changed while the panel reviewed it (a new version, or a demotion); it is not promoted".to_string()),
@@ -525,8 +530,10 @@ impl Registry {
                         record.tier = Tier::Shared;
                         record.mark_reviewed(Tier::Shared);
                         // The agent's calls join the shared totals (those of the version replaced,
-                        // as a rollback keeps them) as a delta flushed once the record is written:
-                        // writing them whole would drop the calls other agents counted.
+                        // as a rollback keeps them) as a delta added to what the store holds, in
+                        // the write that moves the tool: writing them whole would drop the calls
+                        // other agents counted, and a later flush would lose them to a crash or
+                        // `close()` in between, the agent tier's record of them deleted already.
                         let mut promoted = Entry::new(record, entry.stats.clone());
                         if let Some(replaced) = state.shared.get(&name) {
                             promoted.record.absorb_history(&replaced.record.history);
@@ -554,12 +561,16 @@ impl Registry {
             };
             (outcome, ops, undo.sealed(&state))
         };
-        self.persist_or_undo(ops, undo).await?;
+        let written = match &info {
+            Ok(approved) => self.write_shared_stats(ops, &[(approved.name.clone(), joining)], &std::cell::Cell::new(false)).await,
+            Err(_) => self.persist(ops).await,
+        };
+        if written.is_err() {
+            self.state.borrow_mut().undo(undo);
+        }
+        written?;
         let info = info?;
-        self.keep_unflushed(&[(info.name.clone(), joining)]);
         self.emit("", EventBody::ToolPromoted { name: info.name.clone(), from_tier: Tier::Agent, to_tier: Tier::Shared, version: info.version });
-        // Best effort: a delta the flush could not write stays dirty for the next one.
-        let _ = self.flush_stats().await;
         Ok(info)
     }
 

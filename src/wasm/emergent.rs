@@ -219,7 +219,12 @@ impl CoreAgent {
         Ok(registry_promise(async move {
             let signal = signal.map(JsAbortSignal);
             let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
-            registry.request_promotion_cancellable(&name, tier, &session_id, cancel, &calls_run_id).await
+            match registry.request_promotion_cancellable(&name, tier, &session_id, cancel, &calls_run_id).await {
+                // Stopped by `close()`: `closed`, as a forge or import is, not an abort a caller
+                // would retry.
+                Err(RegistryError::Aborted(_)) if registry.is_closed() => Err(RegistryError::Closed),
+                other => other,
+            }
         }))
     }
 
@@ -308,6 +313,16 @@ impl CoreAgent {
         let registry = self.registry()?;
         Ok(future_to_promise(async move {
             registry.settled().await;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
+    /// Stops all writes to the store, and resolves once those already out have ended.
+    #[wasm_bindgen(js_name = closeWrites)]
+    pub fn close_writes(&self) -> Result<Promise, JsValue> {
+        let registry = self.registry()?;
+        Ok(future_to_promise(async move {
+            registry.close_writes().await;
             Ok(JsValue::UNDEFINED)
         }))
     }
