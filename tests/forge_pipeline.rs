@@ -599,6 +599,27 @@ fn a_test_output_with_a_field_the_output_schema_does_not_declare_is_schema_extra
     assert_eq!(res.category, Some(RejectionCategory::Other), "{:?}", res.reason);
 }
 
+#[test]
+fn an_undeclared_field_inside_a_declared_object_output_is_schema_extra_field_too() {
+    let r = rig();
+    // The code answers `{ meta: { slug, lang } }`; `meta` declares `slug` only.
+    let forge = |name: &str, meta_schema: Value| {
+        let mut req = slugify_request(name, "/*NESTED*/ function execute(input) { return { meta: { slug: '', lang: 'en' } }; }");
+        req["outputSchema"] = json!({ "type": "object", "properties": { "meta": meta_schema } });
+        req["testCases"][0]["expectedOutput"] = json!({ "meta": { "slug": "hello-world" } });
+        req["testCases"][1]["expectedOutput"] = json!({ "meta": { "slug": "rust-wasm" } });
+        block_on(r.registry.forge(&req, "s1"))
+    };
+    // Before: `other`, as a wrong value would be.
+    let open = json!({ "type": "object", "properties": { "slug": { "type": "string" } } });
+    let res = forge("nested_open", open.clone());
+    assert_eq!(res.category, Some(RejectionCategory::SchemaExtraField), "{:?}", res.reason);
+    assert!(res.reason.as_deref().unwrap().contains("outputSchema does not declare `meta.lang`"), "{:?}", res.reason);
+    let mut closed = open;
+    closed["additionalProperties"] = json!(false);
+    assert_eq!(forge("nested_closed", closed).category, Some(RejectionCategory::SchemaExtraField));
+}
+
 // ---- 4. build: compose -------------------------------------------------------------------
 
 fn compose_request(name: &str, steps: Value, cases: Value) -> Value {

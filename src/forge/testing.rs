@@ -76,15 +76,31 @@ fn object_hint(tool: &Tool, actual: &Value) -> Option<String> {
     Some(format!("execute returned {} but must return an object {{{shape}}}", compact(actual)))
 }
 
-/// The fields of a failed test's `actual` output that the test failed on by being there: the
-/// output schema does not declare them, and it forbids them (`additionalProperties: false`) or
-/// the `expected` output has no such key (`schema_extra_field`, the most common mistake of
-/// forged code: a field more than the schema promises).
-pub(crate) fn extra_output_fields<'v>(schema: &Value, actual: &'v Value, expected: Option<&Value>) -> Vec<&'v String> {
+/// The fields of a failed test's `actual` output that the test failed on by being there, as
+/// paths (`slug`, `meta.extra`): the output schema does not declare them, and it forbids them
+/// (`additionalProperties: false`) or the `expected` output has no such key
+/// (`schema_extra_field`, the most common mistake of forged code: a field more than the schema
+/// promises). Read in nested objects too, where the schema declares the object field.
+pub(crate) fn extra_output_fields(schema: &Value, actual: &Value, expected: Option<&Value>) -> Vec<String> {
+    let mut found = vec![];
+    collect_extra_fields(schema, actual, expected, "", &mut found);
+    found
+}
+
+fn collect_extra_fields(schema: &Value, actual: &Value, expected: Option<&Value>, path: &str, found: &mut Vec<String>) {
     let closed = is_closed(schema);
-    let mut fields = undeclared_fields(schema, actual);
-    fields.retain(|k| closed || expected.and_then(Value::as_object).is_some_and(|e| !e.contains_key(*k)));
-    fields
+    for key in undeclared_fields(schema, actual) {
+        if closed || expected.and_then(Value::as_object).is_some_and(|e| !e.contains_key(key)) {
+            found.push(format!("{path}{key}"));
+        }
+    }
+    let (Some(declared), Some(object)) = (schema.get("properties").and_then(Value::as_object), actual.as_object()) else { return };
+    for (key, field_schema) in declared {
+        // Below a field the expected output leaves out, only a closed schema says what is extra.
+        if let Some(value) = object.get(key).filter(|v| v.is_object()) {
+            collect_extra_fields(field_schema, value, expected.and_then(|e| e.get(key)), &format!("{path}{key}."), found);
+        }
+    }
 }
 
 /// Runs one test case against `tool`.

@@ -92,6 +92,8 @@ impl SandboxRunner for ScriptedSandbox {
             ok(json!({ "slug": if runs > 5 { "drifted".to_string() } else { slug(input["text"].as_str().unwrap_or_default()) } }))
         } else if code.contains("BUSY") {
             fail(SandboxStatus::Error, "queue_full", "8 executions are already waiting for a sandbox worker (maxQueued 8); try again later")
+        } else if code.contains("NESTED") {
+            ok(json!({ "meta": { "slug": slug(input["text"].as_str().unwrap_or_default()), "lang": "en" } }))
         } else if code.contains("BADTYPE") {
             ok(json!({ "slug": 42 }))
         } else {
