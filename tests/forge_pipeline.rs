@@ -765,6 +765,180 @@ fn compose_build_rejects_unknown_tools_empty_pipelines_and_self_reference() {
     }
 }
 
+/// A rig whose host tools include `send_email`, which records the arguments of each call.
+fn rig_with_send_email() -> (Rig, Rc<std::cell::RefCell<Vec<Value>>>) {
+    let r = rig();
+    let sent = Rc::new(std::cell::RefCell::new(vec![]));
+    let record = sent.clone();
+    let send = FnTool::new(move |a| {
+        record.borrow_mut().push(a);
+        Ok(json!({ "sent": true }))
+    });
+    let mut tools = host_tools();
+    let email = json!({ "type": "object", "properties": { "to": { "type": "string" }, "body": { "type": "string" } } });
+    tools.insert(Tool::new("send_email", "Sends an email", &email, None, send).unwrap());
+    r.registry.set_host_tools(tools);
+    (r, sent)
+}
+
+/// A request for `name`: one `send_email` step written as `step`.
+fn notify_request(name: &str, step: Value) -> Value {
+    json!({
+        "name": name, "description": "email the admin a summary",
+        "inputSchema": { "type": "object", "properties": { "summary": { "type": "string" }, "to": { "type": "string" } } },
+        "outputSchema": { "type": "object", "properties": { "sent": { "type": "boolean" } } },
+        "implementation": { "mode": "compose", "steps": [step] },
+        "testCases": [{ "input": { "summary": "a", "to": "x@evil.test" } }, { "input": { "summary": "b", "to": "y@evil.test" } }]
+    })
+}
+
+#[test]
+fn a_steps_arguments_under_a_synonym_are_its_mapping_and_under_an_unknown_key_are_refused() {
+    let mapping = json!({ "to": "admin@example.com", "body": "Summary: $input.summary" });
+    for key in ["params", "parameters", "inputs", "inputMap", "input_map", "InputMapping", "with", "Args"] {
+        let (r, sent) = rig_with_send_email();
+        let req = notify_request("notify", json!({ "tool": "send_email", key: mapping }));
+        let Implementation::Compose { steps } = normalize(&req).unwrap().implementation else { panic!("compose") };
+        assert_eq!(steps[0].input_mapping, mapping, "{key}");
+        let res = block_on(r.registry.forge(&req, "s1"));
+        assert!(res.success, "{key}: {res:?}");
+        block_on(r.registry.call("notify", json!({ "summary": "all good", "to": "x@evil.test" }), "s1")).unwrap();
+        // Before, the step took `$prev`: send_email got the caller's input, its `to` included.
+        assert_eq!(sent.borrow().last(), Some(&json!({ "to": "admin@example.com", "body": "Summary: all good" })), "{key}");
+    }
+    // A null under the first key does not hide arguments under another.
+    let req = notify_request("notify", json!({ "tool": "send_email", "inputMapping": null, "params": mapping }));
+    let Implementation::Compose { steps } = normalize(&req).unwrap().implementation else { panic!("compose") };
+    assert_eq!(steps[0].input_mapping, mapping);
+
+    // Arguments under a key that is not read are refused, naming the key, not run on `$prev`.
+    for (step, key) in [
+        (json!({ "tool": "send_email", "payload": mapping }), "payload"),
+        (json!({ "tool": "send_email", "inputMapping": null, "options": {} }), "options"),
+        (json!({ "tool": "send_email", "to": "admin@example.com", "body": "Summary: $input.summary" }), "body"),
+        (json!({ "tool": "send_email", "values": ["$input.summary"] }), "values"),
+        (json!({ "tool": "send_email", "fields": "{\"to\": \"admin@example.com\"}" }), "fields"),
+        (json!({ "tool": "send_email", "text": "${input.summary}" }), "text"),
+    ] {
+        let (r, sent) = rig_with_send_email();
+        let err = normalize(&notify_request("notify", step.clone())).unwrap_err();
+        assert!(
+            err.0.contains(&format!("compose step 0 (`send_email`) gives `{key}`, which is not read as the step's arguments: put them under `inputMapping`")),
+            "{step}: {err}"
+        );
+        let res = block_on(r.registry.forge(&notify_request("notify", step), "s1"));
+        assert_eq!(res.category, Some(RejectionCategory::ParseError), "{res:?}");
+        assert!(sent.borrow().is_empty(), "no test ran");
+    }
+
+    // A step without a mapping still takes `$prev`: with none at all, an explicit null, or
+    // beside it only a note, text without a reference, or a value that is no object.
+    for step in [
+        json!({ "tool": "send_email" }),
+        json!({ "tool": "send_email", "inputMapping": null }),
+        json!({ "tool": "send_email", "description": "sends $input.summary", "comment": { "why": "relay" }, "retries": 2, "label": "costs $5" }),
+        json!({ "tool": "send_email", "name": "relay", "output": "sent", "tags": ["a", "$5"] }),
+    ] {
+        let Implementation::Compose { steps } = normalize(&notify_request("notify", step.clone())).unwrap().implementation else { panic!("compose") };
+        assert_eq!(steps[0].input_mapping, json!("$prev"), "{step}");
+    }
+}
+
+#[test]
+fn a_numeric_step_name_is_its_text_and_unnamed_steps_avoid_the_names_given() {
+    let r = rig();
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let request = |name: &str, steps: Value| {
+        json!({ "name": name, "description": "upper-cases", "inputSchema": text, "outputSchema": text,
+            "implementation": { "mode": "compose", "steps": steps },
+            "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }] })
+    };
+    let names = |req: &Value| match normalize(req).unwrap().implementation {
+        Implementation::Compose { steps } => steps.into_iter().map(|s| s.name).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+
+    // `id: 1` is step `1`, as `$steps.1` and `$steps["1"]` name it; before, it became `step1`
+    // and the model's own reference to it was refused.
+    for (key, reference) in [("id", "$steps.1.text!"), ("name", "$steps[\"1\"].text!")] {
+        let req = request(
+            "numbered",
+            json!([{ key: 1, "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
+                   { key: 2.5, "tool": "upper_case", "inputMapping": { "text": reference } }]),
+        );
+        assert_eq!(names(&req), ["1", "2.5"]);
+        let res = block_on(r.registry.forge(&req, "s1"));
+        assert!(res.success, "{key}: {res:?}");
+        assert_eq!(block_on(r.registry.call("numbered", json!({ "text": "hi" }), "s1")).unwrap(), json!({ "text": "HI!" }));
+    }
+
+    // An unnamed step is not given a name another step is given: before, this was refused as
+    // two steps named `step1`.
+    let req = request(
+        "collide",
+        json!([{ "tool": "upper_case" }, { "name": "step1", "tool": "upper_case", "inputMapping": { "text": "$prev.text!" } }, { "tool": "upper_case" }]),
+    );
+    assert_eq!(names(&req), ["step1_2", "step1", "step3"]);
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(res.success, "{res:?}");
+    assert_eq!(block_on(r.registry.call("collide", json!({ "text": "hi" }), "s1")).unwrap(), json!({ "text": "HI!" }));
+    let req = request("c", json!([{ "tool": "upper_case" }, { "id": "step1_2", "tool": "upper_case" }, { "name": "step1", "tool": "upper_case" }]));
+    assert_eq!(names(&req), ["step1_3", "step1_2", "step1"]);
+    // A chain of unnamed steps is named as before, and two steps given one name are refused.
+    assert_eq!(names(&request("c", json!([{ "tool": "upper_case" }, { "tool": "upper_case" }]))), ["step1", "step2"]);
+    let twice = request("twice", json!([{ "name": "a", "tool": "upper_case" }, { "id": "a", "tool": "upper_case" }]));
+    assert!(block_on(r.registry.forge(&twice, "s1")).reason.unwrap().contains("two steps are named `a`"));
+}
+
+#[test]
+fn a_hyphen_after_input_or_prev_ends_the_reference_as_it_ends_a_path_segment() {
+    let r = rig();
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let request = |name: &str, steps: Value| {
+        json!({ "name": name, "description": "upper-cases", "inputSchema": text, "outputSchema": text,
+            "implementation": { "mode": "compose", "steps": steps },
+            "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }] })
+    };
+    let steps = json!([
+        { "name": "first-step", "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
+        { "name": "b", "tool": "upper_case", "inputMapping": { "text": "$input.text-based, $input-based, id: $prev-1, $steps.first-step.text—$steps[\"first-step\"].text-x, $inputs $input_x" } }
+    ]);
+    let res = block_on(r.registry.forge(&request("hyphens", steps), "s1"));
+    assert!(res.success, "{res:?}");
+    // Before, `$input-based` and `$prev-1` stayed as text while `$input.text-based` was read.
+    let out = block_on(r.registry.call("hyphens", json!({ "text": "hi" }), "s1")).unwrap();
+    assert_eq!(out, json!({ "text": "HI-BASED, {\"TEXT\":\"HI\"}-BASED, ID: {\"TEXT\":\"HI\"}-1, HI—HI-X, $INPUTS $INPUT_X" }));
+
+    // A step name after `$steps.` takes `-` (step names may hold one): text after an earlier
+    // step's name, read into it, is refused with how to write it.
+    let steps = json!([
+        { "name": "first", "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
+        { "name": "b", "tool": "upper_case", "inputMapping": { "text": "$steps.first-based" } }
+    ]);
+    let reason = block_on(r.registry.forge(&request("stepped", steps), "s1")).reason.unwrap();
+    assert!(reason.contains("`$steps.first-based` names the step `first-based`, which is not an earlier step (a step name after `$steps.` takes `-`): the step `first` followed by `-based` is written `$steps[\"first\"]-based`"), "{reason}");
+}
+
+#[test]
+fn the_unknown_tool_error_lists_only_tools_a_step_may_call() {
+    let r = rig();
+    let cases = json!([{ "input": { "text": "a" } }, { "input": { "text": "b c" } }]);
+    let counting = json!([{ "name": "a", "tool": "word_count", "inputMapping": { "text": "$input.text" } }]);
+    assert!(block_on(r.registry.forge(&compose_request("counter", counting, cases.clone()), "s1")).success);
+    let unknown = json!([{ "name": "a", "tool": "no_such_tool", "inputMapping": {} }]);
+    let res = block_on(r.registry.forge(&compose_request("counter", unknown.clone(), cases.clone()), "s1"));
+    let reason = res.reason.unwrap();
+    let available = reason.split("available tools: ").nth(1).unwrap_or_else(|| panic!("{reason}"));
+    let mut listed: Vec<&str> = available.split(", ").collect();
+    listed.sort_unstable();
+    // `forge_tool` is refused as a step, and `counter` is the tool being forged (self-reference).
+    assert_eq!(listed, ["upper_case", "word_count"], "{reason}");
+    // With no tool a step may call, the list says so.
+    r.registry.set_host_tools(ToolSet::new());
+    let res = block_on(r.registry.forge(&compose_request("other", unknown, cases), "s1"));
+    assert!(res.reason.as_deref().unwrap().ends_with("unknown tool `no_such_tool`; available tools: none"), "{res:?}");
+}
+
 #[test]
 fn one_call_runs_at_most_max_pipeline_steps_nested_pipelines_included() {
     let r = rig_with(EmergentConfig::default(), Some(approving_judge()), None, Rc::new(MemoryStore::new()));

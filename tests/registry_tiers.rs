@@ -2397,7 +2397,7 @@ fn a_forge_identical_to_a_tool_the_session_can_no_longer_call_is_checked_in_full
     let again = block_on(r.registry.forge(&word_counter("Counts words"), "s1"));
     assert!(!again.success && !again.unchanged, "{again:?}");
     let reason = again.reason.unwrap();
-    assert!(reason.contains("unknown tool `word_count`; available tools: forge_tool"), "the tool it cannot call is not offered either: {reason}");
+    assert!(reason.contains("unknown tool `word_count`; available tools: none"), "the tool it cannot call is not offered either: {reason}");
     assert_eq!(judge.requests.borrow().len(), 1);
 }
 

@@ -11,8 +11,9 @@
 //!
 //! Paths walk object fields and array indices (`$prev.items.0.id`). A dotted segment is
 //! letters, digits and combining marks of any script and `_`, so a hyphen or a trailing dot ends it and prose
-//! reads as prose (`"$prev.name-based"` is `$prev.name` then `-based`); any other key, and a
-//! step whose name is no word, goes in brackets: `$input["first-name"]`, `$input['first-name']`,
+//! reads as prose (`"$prev.name-based"` is `$prev.name` then `-based`, `"$input-based"` is
+//! `$input` then `-based`; a step name after `$steps.` may hold `-`: `$steps.fetch-page`); any
+//! other key, and a step whose name is no word, goes in brackets: `$input["first-name"]`, `$input['first-name']`,
 //! `$prev.items[0]`, `$steps["a.b"].text` (no escapes: a key with `"` goes in `'…'`). `$$` is
 //! a literal `$` (`"$$input"` is the text `$input`); a `$` that starts no reference (`$5`) is
 //! text. Template-literal syntax around a reference (`${input.text}`; `${inputs}` is text) and
@@ -47,6 +48,7 @@ use serde_json::{Map, Value};
 
 use crate::tools::{invoke, json_len, CallContext, ToolFailure, ToolHandler, ToolLookup};
 
+use super::prompt::FORGE_TOOL_NAME;
 use super::request::ComposeStep;
 
 /// Most compose pipelines one call may be nested in.
@@ -132,8 +134,10 @@ fn is_mark(c: char) -> bool {
     MARK.get_or_init(|| regex::Regex::new(r"^\p{M}$").ok()).as_ref().is_some_and(|m| m.is_match(c.encode_utf8(&mut [0; 4])))
 }
 
-/// A character that may follow `$steps.` in a step name, or that makes `$input…`/`$prev…` a
-/// longer word rather than a reference (`$inputs`).
+/// A character of a step name after `$steps.`: a path segment's, or `-`, which step names, as
+/// tool names, may hold (`$steps.fetch-page`). After `$input` and `$prev` a hyphen ends the
+/// root as it ends a path segment (`$input-based` is `$input` then `-based`); a segment's
+/// character makes them a longer word instead (`$inputs`).
 fn is_name_char(c: char) -> bool {
     is_segment_char(c) || c == '-'
 }
@@ -164,12 +168,12 @@ fn bracket(s: &str) -> Option<Bracket<'_>> {
 /// bracket is not one.
 fn parse_root(rest: &str) -> Result<Option<(Root, usize)>, String> {
     Ok(Some(if let Some(r) = rest.strip_prefix("input") {
-        if r.starts_with(is_name_char) {
+        if r.starts_with(is_segment_char) {
             return Ok(None);
         }
         (Root::Input, 5)
     } else if let Some(r) = rest.strip_prefix("prev") {
-        if r.starts_with(is_name_char) {
+        if r.starts_with(is_segment_char) {
             return Ok(None);
         }
         (Root::Prev, 4)
@@ -229,6 +233,12 @@ enum Piece {
     Text(String),
     /// A reference, and what the call fails with when it does not resolve.
     Ref(Reference, String),
+}
+
+/// Whether `s` holds a reference (`"Summary: $input.summary"`), or template-literal syntax or a
+/// bracket a mapping refuses after one: text a mapping would read as arguments.
+pub(crate) fn has_reference(s: &str) -> bool {
+    s.contains('$') && split(s).map_or(true, |pieces| pieces.iter().any(|p| matches!(p, Piece::Ref(..))))
 }
 
 /// Whether `s` is exactly one reference.
@@ -550,6 +560,18 @@ fn path_back(target: &str, first: &str, tools: &dyn ToolLookup, session: &str) -
     None
 }
 
+/// Why `$steps.<target>` is refused when `target` is no earlier step but its start before a
+/// `-` is (`$steps.fetch-based`): a step name after `$steps.` takes `-`, so the text after it
+/// was read as part of the name. Says how to write that step followed by the text.
+fn hyphen_after_step(target: &str, built: &[Step]) -> Option<String> {
+    let (at, _) = target.rmatch_indices('-').find(|(at, _)| built.iter().any(|s| s.name == target[..*at]))?;
+    let (name, rest) = target.split_at(at);
+    let quote = if name.contains('"') { '\'' } else { '"' };
+    Some(format!(
+        "`$steps.{target}` names the step `{target}`, which is not an earlier step (a step name after `$steps.` takes `-`): the step `{name}` followed by `{rest}` is written `$steps[{quote}{name}{quote}]{rest}`"
+    ))
+}
+
 impl ComposeHandler {
     /// Builds the pipeline for the tool `tool_name` over the tools `session` reaches,
     /// rejecting unknown tools, empty pipelines, self-reference (directly or through other
@@ -567,11 +589,11 @@ impl ComposeHandler {
                 return Err(ComposeBuildError::Cycle { step: step.name.clone(), path: path.join(" → ") });
             }
             if !tools.contains(&step.tool, session) {
-                return Err(ComposeBuildError::UnknownTool {
-                    step: step.name.clone(),
-                    tool: step.tool.clone(),
-                    available: tools.available(session).join(", "),
-                });
+                // Not `forge_tool` (refused as a step by the shape check) nor this tool (refused
+                // above as self-reference): offered, they would be tried and refused in turn.
+                let available: Vec<String> = tools.available(session).into_iter().filter(|t| t != FORGE_TOOL_NAME && t != tool_name).collect();
+                let available = if available.is_empty() { "none".to_string() } else { available.join(", ") };
+                return Err(ComposeBuildError::UnknownTool { step: step.name.clone(), tool: step.tool.clone(), available });
             }
             let mapping = Mapping::step(&step.input_mapping).map_err(|reason| ComposeBuildError::BadMapping { step: step.name.clone(), reason })?;
             let mut refs = vec![];
@@ -579,6 +601,9 @@ impl ComposeHandler {
             for r in refs {
                 if let Root::Step(target) = &r.root {
                     if !built.iter().any(|s| &s.name == target) {
+                        if let Some(reason) = hyphen_after_step(target, &built) {
+                            return Err(ComposeBuildError::BadMapping { step: step.name.clone(), reason });
+                        }
                         return Err(ComposeBuildError::UnknownStepReference { step: step.name.clone(), target: target.clone() });
                     }
                 }

@@ -5,7 +5,10 @@
 //! Accepted messiness: the whole request as a JSON string; stringified JSON schemas; snake_case
 //! keys; `parameters` for `inputSchema`; mode synonyms (`js`, `javascript`, `code`, `script`
 //! → sandbox; `pipeline`, `chain`, `steps` → compose); the implementation given flat (`code` or
-//! `steps` at the top level), as a string, or as its mode's name beside them; `testCases` given
+//! `steps` at the top level), as a string, or as its mode's name beside them; a compose step's
+//! arguments under a synonym of `inputMapping` (`args`, `params`, `inputs`, `with`…, in any
+//! case; arguments under a key not read are refused, never replaced by `$prev`), its name
+//! given as a number (`"id": 1` is step `1`); `testCases` given
 //! as `tests`/`test_cases`/`examples`, as an object (one case, or a map of cases) or a JSON
 //! string, a case without an input key being the fields beside its expected output
 //! (`{ "text": "Hi", "expected": … }`); a schema's property given as its type's name
@@ -294,31 +297,104 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
         Some(other) => return err(format!("compose `steps` must be an array, got {}", type_name(other))),
         None => &[],
     };
+    // Names the request gives, so that a step it leaves unnamed is not given one of them: a bare
+    // step and one named `step1` after it were refused as two steps named `step1`.
+    let given: std::collections::HashSet<String> = steps.iter().filter_map(Value::as_object).filter_map(step_name).collect();
     let mut out = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
         let Value::Object(s) = step else { return err(format!("compose step {i} must be an object")) };
-        let tool = match pick(s, &["tool", "toolName", "tool_name", "use"]) {
+        let tool = match pick(s, &STEP_TOOL_KEYS) {
             Some(Value::String(t)) => t.clone(),
             _ => return err(format!("compose step {i} needs a `tool` name")),
         };
-        let name = match pick(s, &["name", "id"]) {
-            Some(Value::String(n)) if !n.is_empty() => n.clone(),
-            _ => format!("step{}", i + 1),
-        };
-        let input_mapping =
-            match pick(s, &["inputMapping", "input_mapping", "input", "args", "arguments", "mapping"]).map(unstringify).transpose()?.map(Cow::into_owned) {
-                // A string is one whole reference (`"$input"`); the build reads it.
-                Some(m @ (Value::Object(_) | Value::String(_))) => m,
-                // Steps listed without mappings (`[{ "tool": "a" }, { "tool": "b" }]`) are a
-                // chain: each step takes what the one before returned, the first the input.
-                None => Value::String("$prev".into()),
-                Some(other) => {
-                    return err(format!("compose step {i} `inputMapping` must be an object or one reference such as \"$input\", got {}", type_name(&other)))
+        let name = step_name(s).unwrap_or_else(|| {
+            let mut name = format!("step{}", i + 1);
+            // Only this step's default starts `step{i+1}_`: no other default can take it.
+            let mut n = 2;
+            while given.contains(&name) {
+                name = format!("step{}_{n}", i + 1);
+                n += 1;
+            }
+            name
+        });
+        let input_mapping = match step_mapping(s).map(unstringify).transpose()?.map(Cow::into_owned) {
+            // A string is one whole reference (`"$input"`); the build reads it.
+            Some(m @ (Value::Object(_) | Value::String(_))) => m,
+            // Steps listed without mappings (`[{ "tool": "a" }, { "tool": "b" }]`) are a
+            // chain: each step takes what the one before returned, the first the input. Unless
+            // the step holds arguments under a key not read as its mapping: taking `$prev`
+            // instead, it would run on whatever came before (the caller's own `to` for an
+            // email, in place of the fixed recipient the model wrote).
+            None => match s.iter().find(|(k, v)| !is_step_field(k) && holds_arguments(v)) {
+                Some((key, _)) => {
+                    return err(format!(
+                        "compose step {i} (`{}`) gives `{}`, which is not read as the step's arguments: put them under `inputMapping` (`\"inputMapping\": {{ … }}`); a step without `inputMapping` takes `$prev`",
+                        shorten(&tool, 64),
+                        shorten(key, 64)
+                    ))
                 }
-            };
+                None => Value::String("$prev".into()),
+            },
+            Some(other) => {
+                return err(format!("compose step {i} `inputMapping` must be an object or one reference such as \"$input\", got {}", type_name(&other)))
+            }
+        };
         out.push(ComposeStep { name, tool, input_mapping });
     }
     Ok(Implementation::Compose { steps: out })
+}
+
+/// Keys naming a compose step's tool.
+const STEP_TOOL_KEYS: [&str; 4] = ["tool", "toolName", "tool_name", "use"];
+
+/// Keys naming a compose step.
+const STEP_NAME_KEYS: [&str; 2] = ["name", "id"];
+
+/// Keys a compose step's arguments may sit under, as models name them (the first one holding
+/// a value is read; a key differing only in case, `InputMapping`, is read as well).
+const STEP_MAPPING_KEYS: [&str; 12] =
+    ["inputMapping", "input_mapping", "input", "args", "arguments", "mapping", "inputs", "inputMap", "input_map", "params", "parameters", "with"];
+
+/// Keys of a compose step that say something about it to a reader and hold no arguments.
+const STEP_NOTE_KEYS: [&str; 10] = ["description", "desc", "comment", "comments", "note", "notes", "title", "label", "purpose", "reason"];
+
+/// The name a compose step gives: text, or a number's text (`"id": 1` is step `1`, as
+/// `$steps.1` reads it).
+fn step_name(s: &Map<String, Value>) -> Option<String> {
+    match pick(s, &STEP_NAME_KEYS) {
+        Some(Value::String(n)) if !n.is_empty() => Some(n.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A compose step's mapping: the first of [`STEP_MAPPING_KEYS`] holding a value, written as
+/// listed, or failing that in another case.
+fn step_mapping(s: &Map<String, Value>) -> Option<&Value> {
+    let given = |v: &&Value| !v.is_null();
+    STEP_MAPPING_KEYS
+        .iter()
+        .filter_map(|k| s.get(*k))
+        .find(given)
+        .or_else(|| STEP_MAPPING_KEYS.iter().find_map(|k| s.iter().filter(|(key, _)| key.eq_ignore_ascii_case(k)).map(|(_, v)| v).find(given)))
+}
+
+/// Whether a compose step's key is one of its known fields (tool, name, mapping, a note), in
+/// any case.
+fn is_step_field(key: &str) -> bool {
+    STEP_TOOL_KEYS.iter().chain(&STEP_NAME_KEYS).chain(&STEP_MAPPING_KEYS).chain(&STEP_NOTE_KEYS).any(|k| key.eq_ignore_ascii_case(k))
+}
+
+/// Whether a value beside a step's known fields looks like the step's arguments: an object (as
+/// JSON text too, as a mapping may be given), or text with a reference (`"Summary:
+/// $input.summary"`), alone or in an array.
+fn holds_arguments(v: &Value) -> bool {
+    match v {
+        Value::Object(_) => true,
+        Value::String(s) => super::compose::has_reference(s) || matches!(json_text(v).as_deref(), Ok(Value::Object(_))),
+        Value::Array(items) => items.iter().any(holds_arguments),
+        _ => false,
+    }
 }
 
 fn test_case(v: &Value, i: usize, structured_output: bool) -> Result<ForgeTestCase, NormalizeError> {
