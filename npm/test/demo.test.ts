@@ -10,6 +10,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createServer, type ServerResponse } from 'node:http';
 import { existsSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
@@ -96,6 +97,24 @@ function scriptedModel(request: MockRequest): MockReply {
   if (/underscore/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_UNDERSCORE } ] };
   if (/slug/i.test(text) && request.toolNames.includes('forge_tool')) return { toolCalls: [{ name: 'forge_tool', arguments: SLUGIFY_REQUEST }] };
   return { text: `echo: ${text}`, chunkDelayMs: 10 };
+}
+
+/** A model server answering every chat request with `reply` (what the mock server cannot send:
+ *  a web page with status 200, a stream cut off mid-answer); CORS open, as a local server's. */
+async function startRawServer(reply: (res: ServerResponse) => void): Promise<{ baseURL: string; close: () => Promise<void> }> {
+  const server = createServer((req, res) => {
+    res.setHeader('access-control-allow-origin', '*');
+    res.setHeader('access-control-allow-headers', '*');
+    if (req.method === 'OPTIONS') return void res.writeHead(204).end();
+    req.resume();
+    req.once('end', () => reply(res));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    baseURL: `http://127.0.0.1:${port}/v1`,
+    close: () => new Promise((resolve) => (server.closeAllConnections(), server.close(() => resolve()))),
+  };
 }
 
 describeInBrowser('demo page in Chromium', () => {
@@ -469,6 +488,62 @@ describeInBrowser('demo page in Chromium', () => {
     assert.doesNotMatch(page.url(), /sk-typed-early/);
   });
 
+  test('the settings disclosure shows its marker; a base URL the browser refuses clears the older status line', async () => {
+    const { page, errors } = await open();
+    // A flex summary loses the disclosure triangle.
+    assert.equal(await page.evaluate(() => getComputedStyle(document.querySelector('#settings-details > summary')!).display), 'list-item');
+    await page.click('#settings-details > summary');
+    await page.fill('#base-url', 'localhost:8089');
+    await page.click('#settings-form button[type="submit"]');
+    assert.match((await page.textContent('#settings-status')) ?? '', /got "localhost:8089"/);
+    // Refused by the browser (no submit event at all): the line about localhost:8089 goes.
+    await page.fill('#base-url', 'not a url');
+    await page.click('#settings-form button[type="submit"]');
+    assert.equal(await page.evaluate(() => document.querySelector<HTMLInputElement>('#base-url')!.validity.valid), false);
+    assert.equal(await page.textContent('#settings-status'), '');
+    assert.deepEqual(errors, []);
+  });
+
+  test('without a usable IndexedDB the agent starts in memory, and the page says nothing is kept after a reload', async () => {
+    const cases: Array<[string, () => void]> = [
+      ['no IndexedDB', () => Object.defineProperty(window, 'indexedDB', { value: undefined, configurable: true })],
+      // As some private windows do: every open fails.
+      [
+        'IndexedDB refused',
+        () => {
+          IDBFactory.prototype.open = function () {
+            const request = {
+              error: new DOMException('A mutation operation was attempted on a database that did not allow mutations.', 'InvalidStateError'),
+              result: undefined,
+              onerror: null as ((event: unknown) => void) | null,
+              onsuccess: null,
+              onupgradeneeded: null,
+              onblocked: null,
+              addEventListener(type: string, listener: unknown) {
+                (this as unknown as Record<string, unknown>)[`on${type}`] = listener;
+              },
+            };
+            setTimeout(() => request.onerror?.({ target: request }), 10);
+            return request as unknown as IDBOpenDBRequest;
+          };
+        },
+      ],
+    ];
+    for (const [what, init] of cases) {
+      const context = await browser.newContext({ viewport: DESKTOP });
+      contexts.push(context);
+      await context.addInitScript(init);
+      // open() fails when the agent does not start.
+      const { page, errors } = await open({}, DESKTOP, context);
+      assert.equal(await page.isVisible('#storage-note'), true, what);
+      assert.match((await page.textContent('#storage-note')) ?? '', /^Nothing is kept after a reload: this browser .*IndexedDB.*promoted tools.*pending approvals last only until this page is reloaded/, what);
+      assert.match((await page.textContent('#registry-keep')) ?? '', /promoted ones until this page is reloaded/, what);
+      await send(page, 'hello');
+      await lastAgentStatus(page, 'done');
+      assert.deepEqual(errors, [], what);
+    }
+  });
+
   test('two quick applies leave the page ready with an agent', async () => {
     mock.reset();
     const { page, errors } = await open();
@@ -503,9 +578,13 @@ describeInBrowser('demo page in Chromium', () => {
     assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Saved your note.');
     assert.equal(await page.$$eval('#approvals [data-approval]', (els) => els.length), 0);
     assert.equal(await page.evaluate(() => localStorage.getItem('crucible-demo.notes.v1')), '["buy milk"]');
+    await page.waitForFunction(() => /^Approved: save_note/.test(document.querySelector('#approvals .hint')?.textContent ?? ''), undefined, { timeout: 5000 });
     // Denied calls reach the model as a refusal; nothing is saved.
     await send(page, 'Another note please');
     await lastAgentStatus(page, 'paused');
+    // The new request is not shown under the line about the one decided before.
+    await page.waitForSelector('#approvals [data-tool="save_note"] [data-action="deny"]', { timeout: 10_000 });
+    assert.deepEqual(await page.$$eval('#approvals .hint', (els) => els.map((el) => el.textContent)), []);
     await page.fill('#approvals [data-tool="save_note"] .deny-reason', 'not today');
     await page.click('#approvals [data-tool="save_note"] [data-action="deny"]');
     await lastAgentStatus(page, 'done');
@@ -703,6 +782,46 @@ describeInBrowser('demo page in Chromium', () => {
     assert.equal(await second.textContent('#settings-status'), '', 'the blocked notice goes once the agent started');
   });
 
+  test('a tab waiting for another shows the chat and the import unavailable and says why; its registry does not claim to be empty', async () => {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    contexts.push(context);
+    const first = await open({}, DESKTOP, context);
+    const second = await context.newPage();
+    const errors: string[] = [];
+    second.on('pageerror', (error) => errors.push(error.message));
+    await second.goto(`${pageURL}?${new URLSearchParams({ baseURL: mock.openaiBaseURL, model: 'mock' })}`);
+    await second.waitForFunction(() => /another tab/.test(window.__crucibleDemo?.error ?? ''), null, { timeout: 20_000 });
+    const chat = () => second.evaluate(() => ({ input: document.querySelector('#chat-input')!.getAttribute('aria-disabled'), status: document.querySelector('#chat-status')!.textContent }));
+    assert.deepEqual(await chat(), { input: 'true', status: 'Another tab of this page holds the agent: this tab takes over once that one closes.' });
+    // Shown disabled, not `disabled`: the focus stays, what is typed stays, and Enter says why.
+    await second.focus('#chat-input');
+    await second.keyboard.type('hello from the second tab');
+    await second.keyboard.press('Enter');
+    assert.match((await second.textContent('#chat-status')) ?? '', /^Not sent: Another tab/);
+    assert.equal(await second.inputValue('#chat-input'), 'hello from the second tab');
+    assert.equal(await second.evaluate(() => document.activeElement?.id), 'chat-input');
+    assert.equal(await second.$$eval('#transcript .msg-user', (els) => els.length), 0);
+    assert.equal(await second.getAttribute('#import-button', 'aria-disabled'), 'true');
+    assert.equal(await second.getAttribute('#import-text', 'aria-disabled'), 'true');
+    await second.focus('#import-text');
+    await second.keyboard.type('format: crucible.tool.v1');
+    await second.focus('#import-button');
+    await second.keyboard.press('Enter');
+    assert.match((await second.textContent('#import-status')) ?? '', /^Not imported: the registry opens once this tab holds the agent/);
+    assert.equal(await second.evaluate(() => document.activeElement?.id), 'import-button');
+    // The other tab's tools are not known here: no "No forged tools yet".
+    assert.equal(await second.textContent('#registry-empty'), 'The registry shows once this tab holds the agent.');
+    await first.page.close();
+    await second.waitForFunction(() => window.__crucibleDemo?.ready === true && window.__crucibleDemo.error === undefined, null, { timeout: 20_000 });
+    assert.deepEqual(await chat(), { input: null, status: '' });
+    assert.equal(await second.getAttribute('#import-button', 'aria-disabled'), null);
+    assert.equal(await second.getAttribute('#import-text', 'aria-disabled'), null);
+    await second.waitForFunction(() => document.querySelector('#registry-empty')?.textContent === 'No forged tools yet.', null, { timeout: 5000 });
+    await send(second, 'hello again');
+    await lastAgentStatus(second, 'done');
+    assert.deepEqual(errors, []);
+  });
+
   /** Waits up to 5 s for the page's IndexedDB to hold no run state, then asserts it holds none. */
   async function assertNoStoredRuns(page: Page): Promise<void> {
     const until = Date.now() + 5_000;
@@ -735,6 +854,42 @@ describeInBrowser('demo page in Chromium', () => {
     assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
     // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
     await assertNoStoredRuns(page);
+  });
+
+  test('a server error, a web page instead of the API and a stream cut off mid-answer are said in plain words, the raw text only under Details', async () => {
+    let mode: 'error' | 'page' | 'cut' = 'error';
+    const server = await startRawServer((res) => {
+      if (mode === 'error') return void res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'internal boom' } }));
+      if (mode === 'page') return void res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><html><body>Welcome to the router</body></html>');
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (const content of ['Once ', 'upon ', 'a time ']) res.write(`data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`);
+      setTimeout(() => res.socket?.destroy(), 100);
+    });
+    try {
+      const { page } = await open({ baseURL: server.baseURL });
+      const failure = async (text: string) => {
+        await send(page, text);
+        await lastAgentStatus(page, 'error');
+        return {
+          note: (await page.textContent('.msg-agent:last-of-type .run-note')) ?? '',
+          detail: (await page.textContent('.msg-agent:last-of-type .run-detail pre')) ?? '',
+        };
+      };
+      const error = await failure('hello?');
+      assert.match(error.note, /^The model server failed on this request \(HTTP 500\): try again, or check the server's logs\.$/, error.note);
+      assert.match(error.detail, /HTTP 500: internal boom/);
+      mode = 'page';
+      const page200 = await failure('hello again?');
+      assert.match(page200.note, /^The base URL answers, but not as an OpenAI-compatible API \(it sent a web page\): check the base URL\.$/, page200.note);
+      assert.match(page200.detail, /text\/html.*Welcome to the router/);
+      mode = 'cut';
+      const cut = await failure('tell me a story');
+      assert.equal(await page.textContent('.msg-agent:last-of-type .msg-text'), 'Once upon a time ');
+      assert.match(cut.note, /^The connection to the model server was lost mid-answer/, cut.note);
+      assert.match(cut.detail, /provider_network|network error/);
+    } finally {
+      await server.close();
+    }
   });
 
   test('"Forge an example tool" forges slugify without the model writing a forge_tool call', async () => {
@@ -1028,6 +1183,32 @@ describeInBrowser('demo page in Chromium', () => {
     assert.deepEqual(errors, []);
   });
 
+  test('the example forge taken with the keyboard keeps the focus: on its Stop while it runs, back on the button when it ends', async () => {
+    const { page, errors } = await openEmergent();
+    const focused = () => page.evaluate(() => document.activeElement?.id);
+    mock.setResponder((request) => (request.toolNames.length === 0 ? { text: JSON.stringify(VERDICT), delayMs: 60_000 } : { text: 'ok' }));
+    try {
+      await page.focus('#forge-example');
+      await page.keyboard.press('Enter');
+      await page.waitForSelector('#forge-example-stop', { state: 'visible', timeout: 5000 });
+      assert.equal(await focused(), 'forge-example-stop');
+      // Shown disabled while the forge goes, without `disabled` (which drops the focus).
+      assert.equal(await page.getAttribute('#forge-example', 'aria-disabled'), 'true');
+      assert.equal(await page.evaluate(() => document.querySelector<HTMLButtonElement>('#forge-example')!.disabled), false);
+      await page.keyboard.press('Enter');
+      await page.waitForFunction(() => /^Stopped: nothing was registered/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 5000 });
+      assert.equal(await focused(), 'forge-example');
+    } finally {
+      mock.setResponder(scriptedModel);
+    }
+    // A forge that ends by itself gives the focus back to the button too.
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => /Registered slugify v1/.test(document.querySelector('#forge-example-status')?.textContent ?? ''), undefined, { timeout: 60_000 });
+    assert.equal(await focused(), 'forge-example');
+    assert.equal(await page.getAttribute('#forge-example', 'aria-disabled'), null);
+    assert.deepEqual(errors, []);
+  });
+
   test('a forge stopped mid-way is marked stopped, and keeps the request of a renamed tool', async () => {
     const { page, errors } = await openEmergent();
     await send(page, 'Build a slug maker');
@@ -1244,8 +1425,13 @@ describeInBrowser('demo page in Chromium', () => {
       await page.waitForSelector('#registry-list [data-tool="slugify"]', { timeout: 10_000 });
       await page.click('#registry-list [data-tool="slugify"]');
       await page.waitForSelector('#registry-detail .code .tok-keyword');
+      // The registry's buttons are named by what they show (a speech user says what they see).
+      assert.equal(await page.getByRole('button', { name: 'slugify session v1', exact: true }).count(), 1);
+      // The forge_tool arguments scroll: the keyboard reaches them (axe: scrollable-region-focusable).
+      await page.click(`${card} details.tl-json > summary`);
+      assert.equal(await page.getAttribute(`${card} details.tl-json pre`, 'tabindex'), '0');
       await shot(page, 'forge-desktop');
-      assert.deepEqual(await accessibilityViolations(page), [], 'axe-core after a forge: timeline, chart, registry, code');
+      assert.deepEqual(await accessibilityViolations(page), [], 'axe-core after a forge: timeline (the request open), chart, registry, code');
       await shot(page, 'forge-phone', PHONE);
       await page.setViewportSize(DESKTOP);
       assert.deepEqual(errors, []);

@@ -7,6 +7,10 @@ export function mountApprovals(app: App): void {
   const list = $<HTMLUListElement>('#approvals');
   const note = $('#approvals-note');
   let status = '';
+  // The requests on view when `status` was written: a request that comes after it is not what
+  // the line speaks of, so the line goes ("Approved: slugify." above a new request for slugify).
+  let statusBefore = new Set<string>();
+  let shownIds = new Set<string>();
   // Decisions on tool calls of a paused run, sent together once every call of the run is decided.
   const decided = new Map<string, ApprovalDecision>();
   // Runs being resumed or discarded, and promotion approvals being decided: not shown meanwhile,
@@ -87,6 +91,7 @@ export function mountApprovals(app: App): void {
     } catch (error) {
       status = `${failed}: ${errorText(error)}`;
     }
+    statusBefore = new Set(shownIds);
     for (const b of buttons) setDisabled(b, false);
     app.announce(status);
     app.refreshSoon(0);
@@ -99,6 +104,8 @@ export function mountApprovals(app: App): void {
   function fill(pending: Array<PendingApproval | RunApproval>, toContinue: string[], versions: Map<string, number>): void {
     const shown = new Set(pending.map((p) => p.id));
     for (const id of reasons.keys()) if (!shown.has(id) && !inFlight.has(id)) reasons.delete(id);
+    if (pending.some((p) => !statusBefore.has(p.id))) status = '';
+    shownIds = shown;
     if (pending.length === 0 && toContinue.length === 0) list.append(h('li', { class: 'muted' }, 'Nothing waits for a human.'));
     for (const p of pending) {
       const reasonId = `deny-reason-${p.id}`;

@@ -1,11 +1,13 @@
 /** The chat: streamed answers, tool events inline, a stop button that aborts cleanly. */
 import { RunGone, type App } from './app.ts';
-import { $, brief, clear, errorText, h } from './dom.ts';
-import type { DemoEvent, RunApproval } from './runtime.ts';
+import { $, brief, clear, errorText, h, setDisabled } from './dom.ts';
+import type { DemoEvent, ProviderKind, RunApproval } from './runtime.ts';
 
 type RunEnd = 'done' | 'stopped' | 'error' | 'paused';
 
-export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'loading' | 'error') => void; notice: (text: string) => void } {
+type ChatState = 'idle' | 'running' | 'loading' | 'error';
+
+export function mountChat(app: App): { setState: (state: ChatState, why?: string) => void; notice: (text: string) => void } {
   const transcript = $('#transcript');
   const form = $<HTMLFormElement>('#chat-form');
   const input = $<HTMLTextAreaElement>('#chat-input');
@@ -13,7 +15,10 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
   const stop = $<HTMLButtonElement>('#stop-button');
   const hostList = $('#host-tools');
   const runState = $('#run-state');
+  const chatStatus = $('#chat-status');
   let controller: AbortController | undefined;
+  // Why nothing can be sent while this tab has no agent (starting, held by another tab, failed).
+  let notReady = 'Starting the agent…';
 
   app.onRuntime((runtime) => {
     clear(hostList);
@@ -27,7 +32,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     setState(app.running ? 'running' : 'idle');
   });
 
-  function setState(state: 'idle' | 'running' | 'loading' | 'error'): void {
+  function setState(state: ChatState, why?: string): void {
     document.body.dataset.state = state;
     app.running = state === 'running';
     const label = state === 'running' ? 'running…' : state === 'idle' ? 'idle' : state === 'loading' ? 'loading…' : 'not ready';
@@ -36,12 +41,27 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     runState.className = `badge badge-${state}`;
     send.disabled = state !== 'idle';
     stop.disabled = state !== 'running';
+    // Without an agent the prompt is shown disabled (keeping the focus, and what is typed, to
+    // send once the agent is there), the reason beside it.
+    const ready = state === 'idle' || state === 'running';
+    setDisabled(input, !ready);
+    if (!ready) notReady = why ?? (state === 'loading' ? 'Starting the agent…' : 'The agent did not start: see Provider above.');
+    say(ready ? '' : notReady);
+  }
+
+  /** The chat's status line; the same words are not written again (they would be read out again). */
+  function say(text: string): void {
+    if (chatStatus.textContent !== text) chatStatus.textContent = text;
   }
 
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     const text = input.value.trim();
-    if (!text || app.running || !app.runtime) return;
+    if (!text || app.running) return;
+    if (!app.runtime) {
+      say(`Not sent: ${notReady}`);
+      return;
+    }
     input.value = '';
     void run(text);
   });
@@ -94,6 +114,9 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
     transcript.append(bubble);
     let segment: HTMLParagraphElement | undefined;
     let sawText = false;
+    // Part of the model's current answer has arrived (text or a tool call, since the last tool
+    // result): a network failure now is a connection lost mid-answer, not a server out of reach.
+    let answering = false;
     const scroll = () => (transcript.scrollTop = transcript.scrollHeight);
     const addText = (delta: string) => {
       if (!segment) {
@@ -102,6 +125,7 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       }
       segment.append(delta);
       sawText = true;
+      answering = true;
       scroll();
     };
     const addEvent = (cls: string, ...content: (string | Node)[]) => {
@@ -118,7 +142,8 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
       if (raw) body.append(h('details', { class: 'run-detail' }, h('summary', {}, `Details (${code ?? 'error'})`), h('pre', {}, raw)));
       scroll();
     };
-    const failed = (code: string | undefined, status: number | undefined, message: string) => finish('error', explain(code, status, message), code, message);
+    const failed = (code: string | undefined, status: number | undefined, message: string) =>
+      finish('error', explain(code, status, message, { midAnswer: answering, kind: app.runtime?.settings.kind }), code, message);
 
     controller = new AbortController();
     setState('running');
@@ -165,12 +190,15 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
           addText(event.delta);
           return false;
         case 'tool.call':
+          answering = true;
           addEvent('tool-call', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '→'), ' calls ', h('code', {}, event.name), h('span', { class: 'ev-args' }, ` ${brief(event.arguments, 120)}`));
           return false;
         case 'tool.execute.end':
+          answering = false;
           addEvent('tool-result', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '✓'), ' ', h('code', {}, event.name), ` returned ${brief(event.result, 140)} `, h('span', { class: 'muted' }, `(${Math.round(event.durationMs)} ms)`));
           return false;
         case 'tool.execute.error':
+          answering = false;
           addEvent('tool-error', h('span', { class: 'ev-icon', 'aria-hidden': 'true' }, '✗'), ' ', h('code', {}, event.name), ` failed: ${event.error.code}: ${brief(event.error.message, 200)}`);
           return false;
         case 'forge.registered':
@@ -225,15 +253,26 @@ export function mountChat(app: App): { setState: (state: 'idle' | 'running' | 'l
   return { setState, notice };
 }
 
+/** What the page's provider kinds speak, for "this is not …". */
+const APIS: Record<ProviderKind, string> = { local: 'an OpenAI-compatible API', openai: 'an OpenAI-compatible API', anthropic: 'the Anthropic API', ollama: 'an Ollama server' };
+
 /** A plain sentence for the failures a person trying providers meets; the raw message is shown
- *  under it in a "Details" disclosure. */
-export function explain(code: string | undefined, status: number | undefined, message: string): string {
+ *  under it in a "Details" disclosure. `midAnswer`: part of the answer had arrived; `kind`: the
+ *  provider the run used. */
+export function explain(code: string | undefined, status: number | undefined, message: string, context: { midAnswer?: boolean; kind?: ProviderKind } = {}): string {
+  // A stream cut off: the browser's "network error" while reading a body (fetch itself fails
+  // with "Failed to fetch"), or a stream the server ended before the answer did.
+  const cutOff = (code === 'provider_network' && (context.midAnswer || /network error: (network error|error in body stream|the network connection was lost)/i.test(message))) || (code === 'provider_protocol' && context.midAnswer && /stream ended before/i.test(message));
+  if (cutOff) return 'The connection to the model server was lost mid-answer (what arrived is above): try again.';
   if (code === 'provider_network') return 'Could not reach the model server: is it running, and does it accept requests from this page (CORS)?';
   if (code === 'provider_timeout') return 'The model took too long to answer.';
   if (/exceed_context|context (size|length)|too long|maximum context/i.test(message)) return 'The conversation is too long for this model: start a new session or send less.';
   if (code === 'provider_http' && (status === 401 || status === 403)) return 'The provider refused the request: check the API key.';
   if (code === 'provider_http' && status === 404) return 'The provider does not know this address or model: check the base URL and the model name.';
   if (code === 'provider_http' && status === 429) return 'The provider is limiting requests: wait a moment and try again.';
+  if (code === 'provider_http' && status !== undefined && status >= 500) return `The model server failed on this request (HTTP ${status}): try again, or check the server's logs.`;
+  // A web page (a web UI, a proxy's login page) where the API should be.
+  if (code === 'provider_protocol' && /expected an event stream, got text\/html/i.test(message)) return `The base URL answers, but not as ${APIS[context.kind ?? 'openai']} (it sent a web page): check the base URL.`;
   if (/peg-native|does not match the expected/i.test(message)) return 'The model wrote a tool call its server could not read (small local models do this): try again or rephrase.';
   if (code === 'max_turns_exceeded' || code === 'max_steps_exceeded') return 'The agent used up its turns without a final answer.';
   if (code === 'invalid_resume') return `This run can no longer be resumed: ${message}`;

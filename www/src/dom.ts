@@ -69,11 +69,11 @@ export function rebuild(container: Element, build: () => void): void {
   if (lost && container instanceof HTMLElement && container.hasAttribute('tabindex')) container.focus({ preventScroll: true });
 }
 
-/** Shows `button` as disabled while it keeps the focus (a `disabled` button drops it to the top
- *  of the page); its handler must ignore clicks meanwhile. */
-export function setDisabled(button: HTMLButtonElement, disabled: boolean): void {
-  if (disabled) button.setAttribute('aria-disabled', 'true');
-  else button.removeAttribute('aria-disabled');
+/** Shows `control` (a button, a text field) as disabled while it keeps the focus (a `disabled`
+ *  one drops it to the top of the page); its handler must ignore clicks or submits meanwhile. */
+export function setDisabled(control: HTMLElement, disabled: boolean): void {
+  if (disabled) control.setAttribute('aria-disabled', 'true');
+  else control.removeAttribute('aria-disabled');
 }
 
 export function $<T extends Element = HTMLElement>(selector: string, root: ParentNode = document): T {

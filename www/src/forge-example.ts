@@ -5,7 +5,7 @@
  */
 import { SLUGIFY_EXAMPLE } from '../../npm/examples/slugify-forge.ts';
 import type { App } from './app.ts';
-import { $, errorText } from './dom.ts';
+import { $, errorText, setDisabled } from './dom.ts';
 
 export function mountForgeExample(app: App): void {
   const button = $<HTMLButtonElement>('#forge-example');
@@ -15,7 +15,9 @@ export function mountForgeExample(app: App): void {
   // Apply ("wait until the example forge is done") for as long as it takes.
   let controller: AbortController | undefined;
   const enable = () => {
-    button.disabled = !app.runtime?.emergentAvailable || controller !== undefined;
+    button.disabled = !app.runtime?.emergentAvailable;
+    // While a forge goes: shown disabled, keeping the focus (the click handler ignores it).
+    setDisabled(button, controller !== undefined);
   };
   app.onRuntime(() => {
     enable();
@@ -29,6 +31,8 @@ export function mountForgeExample(app: App): void {
     const forging = (controller = new AbortController());
     enable();
     stop.hidden = false;
+    // The button does nothing until the forge ends: the focus goes on to its Stop.
+    if (document.activeElement === button) stop.focus();
     status.textContent = 'Forging slugify: its tests run in the sandbox, then the judge reviews it…';
     try {
       const result = await app.during('the example forge', () => runtime.forge(SLUGIFY_EXAMPLE, app.sessionId, forging.signal));
@@ -45,6 +49,8 @@ export function mountForgeExample(app: App): void {
       } else status.textContent = `Could not forge: ${errorText(error)}`;
     } finally {
       controller = undefined;
+      // Hidden, Stop would drop the focus to the top of the page: back to the forge button.
+      if (document.activeElement === stop) button.focus();
       stop.hidden = true;
       enable();
       app.refreshSoon();

@@ -41,6 +41,7 @@ mountStats(app);
 
 const emergentBadge = $('#emergent-state');
 const settingsStatus = $('#settings-status');
+const storageNote = $('#storage-note');
 
 // One start at a time: an Apply while an agent is starting is queued (the latest one wins), so
 // two agents of the same id never open at once and a failure cannot close another start's agent.
@@ -95,6 +96,10 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     emergentBadge.textContent = emergent ? 'forge on' : 'forge unavailable in this build';
     emergentBadge.className = `badge ${emergent ? 'badge-ok' : 'badge-muted'}`;
     document.body.dataset.emergent = String(emergent);
+    // A browser that keeps nothing for the page (no usable IndexedDB): said plainly, since the
+    // page's hints promise that promoted tools are kept.
+    storageNote.hidden = runtime.memoryOnly === undefined;
+    storageNote.textContent = runtime.memoryOnly === undefined ? '' : `Nothing is kept after a reload: ${runtime.memoryOnly}. Forged and promoted tools, statistics and pending approvals last only until this page is reloaded or closed.`;
     window.__crucibleDemo = { ready: true, emergent, sessionId };
     chat.setState('idle');
     // The failure (a tab that held the agent, say) is over: its words go, an Apply's stay.
@@ -105,9 +110,9 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     // Only this start's agent is let go, never one the page runs otherwise.
     if (runtime && app.runtime === runtime) app.setRuntime(undefined);
     else void runtime?.close();
-    chat.setState('error');
-    emergentBadge.hidden = true;
     const blocked = (error as { code?: unknown } | null)?.code === 'store_blocked';
+    chat.setState('error', blocked ? 'Another tab of this page holds the agent: this tab takes over once that one closes.' : 'The agent did not start: see Provider above.');
+    emergentBadge.hidden = true;
     // Blocked: the package's advice (another agentId) is for programs; the page's id is fixed.
     const text = blocked
       ? 'Another tab of this page holds the agent (one tab at a time): close that tab and this one takes over; it tries again every few seconds.'

@@ -40,19 +40,40 @@ export function mountRegistry(app: App): void {
   // the judge again).
   let importing = false;
   const importButton = $<HTMLButtonElement>('#import-button');
+  const keepHint = $('#registry-keep');
+  const keepText = keepHint.textContent ?? '';
   const enableImport = () => {
-    const emergent = app.runtime?.emergentAvailable ?? false;
-    importButton.disabled = !emergent;
-    setDisabled(importButton, importing);
-    importText.disabled = !emergent;
+    const runtime = app.runtime;
+    // A build without the emergent API can never import: disabled for good.
+    const never = runtime !== undefined && !runtime.emergentAvailable;
+    importButton.disabled = never;
+    importText.disabled = never;
+    // No agent in this tab (starting, or another tab holds it) or an import going: shown
+    // disabled, keeping the focus; the submit handler says why or ignores it.
+    setDisabled(importButton, importing || !runtime);
+    setDisabled(importText, !runtime);
   };
+  enableImport();
 
   app.onRefresh(refresh);
+  app.onRuntime((runtime) => {
+    enableImport();
+    if (runtime) {
+      keepHint.textContent = runtime.memoryOnly ? 'Session-tier tools last until another provider is applied, promoted ones until this page is reloaded: this browser keeps nothing for the page.' : keepText;
+      return;
+    }
+    // No agent, no registry to read: what the list showed is not known to be so any more (and
+    // "no forged tools" would not be known either).
+    clear(list);
+    clear(detail);
+    delete detail.dataset.shown;
+    empty.textContent = 'The registry shows once this tab holds the agent.';
+    empty.hidden = false;
+  });
 
   async function refresh(): Promise<void> {
     const runtime = app.runtime;
     if (!runtime) return;
-    enableImport();
     try {
       [tools, audit] = await Promise.all([runtime.listTools(app.sessionId), runtime.audit().catch(() => [] as AuditEntry[])]);
       note.hidden = true;
@@ -71,6 +92,7 @@ export function mountRegistry(app: App): void {
   }
 
   function fillList(forged: ToolInfo[]): void {
+    empty.textContent = 'No forged tools yet.';
     empty.hidden = forged.length > 0;
     if (selected && !forged.some((t) => keyOf(t) === selected)) {
       // The selected tool moved tier (promotion, demotion): follow it by name.
@@ -82,10 +104,14 @@ export function mountRegistry(app: App): void {
     for (const t of forged) {
       const button = h(
         'button',
-        { type: 'button', class: 'tool-item', 'data-key': `tool-${keyOf(t)}`, 'aria-pressed': String(keyOf(t) === selected), 'data-tool': t.name, 'data-tier': t.tier, 'aria-label': `${t.name}, ${t.tier} tier, version ${t.version}${t.status === 'demoted' ? ', demoted' : ''}` },
+        // Named by what it shows ("slugify session v1"), spaced by text the flex row does not draw.
+        { type: 'button', class: 'tool-item', 'data-key': `tool-${keyOf(t)}`, 'aria-pressed': String(keyOf(t) === selected), 'data-tool': t.name, 'data-tier': t.tier },
         h('code', { class: 'tool-name' }, t.name),
+        ' ',
         h('span', { class: `badge tier tier-${t.tier}` }, t.tier),
+        ' ',
         h('span', { class: 'muted' }, `v${t.version}`),
+        t.status === 'demoted' ? ' ' : null,
         t.status === 'demoted' ? h('span', { class: 'badge badge-warn' }, 'demoted') : null,
       );
       button.addEventListener('click', () => {
@@ -133,7 +159,8 @@ export function mountRegistry(app: App): void {
         fact('Created', new Date(t.createdAt).toLocaleString()),
       ),
       implementationBlock(t),
-      h('details', { class: 'schemas', 'data-key': 'schemas' }, h('summary', {}, 'Schemas'), h('h4', {}, 'Input'), h('pre', {}, pretty(t.inputSchema)), h('h4', {}, 'Output'), h('pre', {}, pretty(t.outputSchema))),
+      // Scrollable, so reachable by keyboard.
+      h('details', { class: 'schemas', 'data-key': 'schemas' }, h('summary', {}, 'Schemas'), h('h4', {}, 'Input'), h('pre', { tabindex: '0', 'aria-label': `Input schema of ${t.name}` }, pretty(t.inputSchema)), h('h4', {}, 'Output'), h('pre', { tabindex: '0', 'aria-label': `Output schema of ${t.name}` }, pretty(t.outputSchema))),
       actions(t),
       auditBlock(t.name),
     );
@@ -322,11 +349,21 @@ export function mountRegistry(app: App): void {
   importForm.addEventListener('submit', async (event) => {
     event.preventDefault();
     const pkg = importText.value.trim();
-    if (!pkg || !app.runtime || importing) return;
+    if (importing) return;
+    if (!app.runtime) {
+      importStatus.textContent = 'Not imported: the registry opens once this tab holds the agent.';
+      return;
+    }
+    if (!pkg) {
+      importStatus.textContent = 'Paste a tool package (YAML) first.';
+      return;
+    }
     importing = true;
     enableImport();
     const stopping = (importStop = new AbortController());
     importStopButton.hidden = false;
+    // Import is unavailable until the import ends: the focus goes on to its Stop.
+    if (document.activeElement === importButton) importStopButton.focus();
     importStatus.textContent = 'Importing (hash check, tests, judge)…';
     try {
       const runtime = app.runtime;
@@ -347,6 +384,8 @@ export function mountRegistry(app: App): void {
     } finally {
       importing = false;
       importStop = undefined;
+      // Hidden, Stop would drop the focus to the top of the page: back to Import.
+      if (document.activeElement === importStopButton) importButton.focus();
       importStopButton.hidden = true;
       enableImport();
     }

@@ -1,7 +1,8 @@
 /**
  * The one module of the page that talks to `crucible-agents`. Everything else renders what
  * this returns: the real events of `agent.stream` / `agent.on` and the real registry of
- * `agent.tools` / `agent.emergent`, persisted in IndexedDB under one agent id.
+ * `agent.tools` / `agent.emergent`, persisted in IndexedDB under one agent id (in memory where
+ * the browser cannot open it).
  */
 import * as crucible from 'crucible-agents';
 import { anthropic, createAgent, ollama, openai, tool, type Agent, type AgentEvent, type ApprovalDecision, type HostTool } from 'crucible-agents';
@@ -213,31 +214,75 @@ export interface RunApproval {
   decision?: ApprovalDecision;
 }
 
-/** The IndexedDB store of the browser entry. (The package's `types` point at the shared
- * `index.d.ts`, which does not declare the browser stores, hence the cast.) */
-function openStore(): Store | undefined {
-  const factory = (crucible as unknown as { indexedDbStore?: (o: { name: string }) => Store }).indexedDbStore;
-  return typeof factory === 'function' && typeof indexedDB !== 'undefined' ? factory({ name: DATABASE_NAME }) : undefined;
+/** The stores of the browser entry. (The package's `types` point at the shared `index.d.ts`,
+ * which does not declare the browser stores, hence the cast.) */
+const stores = crucible as unknown as { indexedDbStore?: (o: { name: string }) => Store; memoryStore?: () => Store };
+
+/** Where an agent keeps its registry, stats and paused runs; `memoryOnly` says why it is not
+ *  IndexedDB (then nothing of it outlives the page). */
+interface PageStore {
+  store: Store | undefined;
+  memoryOnly?: string;
+}
+
+// The memory store of a page that cannot use IndexedDB: one for the page's lifetime, so an agent
+// started anew (another provider applied) still has the tools promoted in this tab.
+let memory: Store | undefined;
+
+function memoryStore(why: string): PageStore {
+  memory ??= stores.memoryStore?.();
+  return { store: memory, memoryOnly: why };
+}
+
+/** The IndexedDB store, or memory where this browser has no IndexedDB. */
+function openStore(): PageStore {
+  if (typeof indexedDB === 'undefined' || indexedDB === null) return memoryStore('this browser gives the page no IndexedDB storage (private browsing, or storage turned off)');
+  if (typeof stores.indexedDbStore !== 'function') return memoryStore('this build of the package has no IndexedDB store');
+  try {
+    return { store: stores.indexedDbStore({ name: DATABASE_NAME }) };
+  } catch (error) {
+    console.warn('IndexedDB store unavailable', error);
+    return memoryStore('this browser gives the page no IndexedDB storage (private browsing, or storage turned off)');
+  }
 }
 
 export class Runtime {
   readonly #agent: Agent;
   readonly settings: ProviderSettings;
+  /** Why the agent keeps its registry, stats and paused runs in memory only (this browser has
+   *  no usable IndexedDB), or `undefined` when they are in IndexedDB and survive a reload. */
+  readonly memoryOnly: string | undefined;
   #closing: Promise<void> | undefined;
 
-  private constructor(agent: Agent, settings: ProviderSettings) {
+  private constructor(agent: Agent, settings: ProviderSettings, memoryOnly: string | undefined) {
     this.#agent = agent;
     this.settings = settings;
+    this.memoryOnly = memoryOnly;
   }
 
   static async create(settings: ProviderSettings, options: RuntimeOptions = {}): Promise<Runtime> {
+    const opened = openStore();
+    try {
+      return await Runtime.#create(settings, options, opened);
+    } catch (error) {
+      // IndexedDB opens with the agent's first read: a browser that refuses it (some private
+      // windows, storage turned off) fails with store_error. The agent runs in memory then, and
+      // the page says what that costs; another tab holding the agent (store_blocked) is not that.
+      if (opened.memoryOnly !== undefined || (error as { code?: unknown } | null)?.code !== 'store_error') throw error;
+      console.warn('IndexedDB cannot be used: the agent keeps its data in memory', error);
+      void opened.store?.close().catch(() => undefined);
+      return await Runtime.#create(settings, options, memoryStore('this browser refused to open IndexedDB storage for the page (private browsing, or storage turned off)'));
+    }
+  }
+
+  static async #create(settings: ProviderSettings, options: RuntimeOptions, opened: PageStore): Promise<Runtime> {
     const model = provider(settings);
     const agent = await createAgent({
       model,
       instructions: INSTRUCTIONS,
       tools: hostTools,
       maxTurns: 12,
-      store: openStore(),
+      store: opened.store,
       agentId: AGENT_ID,
       emergent: {
         enabled: true,
@@ -260,7 +305,7 @@ export class Runtime {
         persistSandboxSource: true,
       },
     });
-    return new Runtime(agent, settings);
+    return new Runtime(agent, settings, opened.memoryOnly);
   }
 
   /** Whether the agent has `forge_tool` and the registry. */

@@ -177,6 +177,9 @@ export function mountSettings(onApply: (settings: ProviderSettings) => ApplyOutc
     writeStored({ kind, perKind, rememberKey: remember.checked });
   }
 
+  // A field the browser refuses (its own message shows at the field, and no submit event comes
+  // when Apply is clicked): an older line, about another URL say, would mislead.
+  form.addEventListener('invalid', () => (status.textContent = ''), true);
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     if (!form.reportValidity()) return;

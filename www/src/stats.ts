@@ -35,7 +35,7 @@ export function mountStats(app: App): void {
     const summary = `${stats.attempts} attempts: ${stats.approved} approved, ${stats.rejected} rejected. ` + CATEGORIES.filter((c) => (stats.rejectionsByCategory?.[c] ?? 0) > 0).map((c) => `${c} ${stats.rejectionsByCategory[c]}`).join(', ');
     box.append(chart(rows, summary));
     // The core persists the forge aggregate in the agent's store, like the per-tool stats.
-    box.append(h('p', { class: 'hint' }, 'Every forge of this agent, kept in the store: the numbers survive a reload. Per-tool calls and success rates are in the registry.'));
+    box.append(h('p', { class: 'hint' }, `Every forge of this agent, kept in the store: ${app.runtime?.memoryOnly ? 'in memory here, so the numbers go with a reload' : 'the numbers survive a reload'}. Per-tool calls and success rates are in the registry.`));
     box.append(
       h(
         'dl',

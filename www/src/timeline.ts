@@ -101,12 +101,13 @@ export function mountTimeline(app: App): void {
     card.status.className = `badge ${badge}`;
   }
 
-  /** The forge_tool arguments as the model sent them (absent for agent.forge() and imports). */
+  /** The forge_tool arguments as the model sent them (absent for agent.forge() and imports), in
+   *  a scrolling block the keyboard reaches. */
   function attachRequest(card: Card, request: unknown): void {
     card.request = true;
     const r = request as { description?: unknown };
     const step = h('div', { class: 'tl-step', 'data-step': 'request' }, h('span', { class: 'step-label' }, 'Request'), ' ', typeof r?.description === 'string' ? r.description : '');
-    card.requestStep.replaceWith(step, h('details', { class: 'tl-json' }, h('summary', {}, 'forge_tool arguments'), h('pre', {}, pretty(request))));
+    card.requestStep.replaceWith(step, h('details', { class: 'tl-json' }, h('summary', {}, 'forge_tool arguments'), h('pre', { tabindex: '0', 'aria-label': `forge_tool arguments of ${card.name}` }, pretty(request))));
     card.requestStep = step;
   }
 
