@@ -259,7 +259,9 @@ export interface EmergentOptions {
    *  stops a host tool that, after an `await`, calls back a forged tool reaching it again: that
    *  recursion runs on microtasks alone and grows memory until the process dies. Raise it for
    *  a larger burst of calls at once (`Promise.all` over thousands of calls that wait on async
-   *  host tools). */
+   *  host tools). The default sandbox queues as many executions of forged code (a sandbox of
+   *  your own, `emergent.sandbox`, its own `maxQueued`), so a burst this bound lets through is
+   *  not turned away there as `sandbox_unavailable`. */
   maxCallsWaiting?: number;
 }
 
@@ -1910,7 +1912,16 @@ const AGENT_NAMES_OF_SANDBOX_LIMITS: ReadonlyMap<string, string> = new Map([
  * start with the first forged code that runs: many agents never run any. */
 async function defaultSandbox(em: EmergentOptions): Promise<SandboxHost> {
   const { createSandbox, sandboxLimits } = await import('./sandbox/index.js');
-  const options = { timeoutMs: em.sandboxTimeoutMs, memoryMB: em.sandboxMemoryMB, idleTimeoutMs: em.sandboxIdleTimeoutMs, fetchDomainAllowlist: em.fetchDomainAllowlist, lazy: true };
+  const options = {
+    timeoutMs: em.sandboxTimeoutMs,
+    memoryMB: em.sandboxMemoryMB,
+    idleTimeoutMs: em.sandboxIdleTimeoutMs,
+    fetchDomainAllowlist: em.fetchDomainAllowlist,
+    // As many executions wait as `tools.call`s may: with the sandbox's own 256, a burst of 400
+    // calls of a forged tool saw 142 turned away.
+    maxQueued: em.maxCallsWaiting ?? DEFAULT_MAX_CALLS_WAITING,
+    lazy: true,
+  };
   // A limit the sandbox refuses is a bad option of createAgent's, named as the caller wrote it.
   try {
     sandboxLimits(options);

@@ -1499,6 +1499,20 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test('a burst of calls maxCallsWaiting lets through is not turned away by the default sandbox, whose queue is as long', async () => {
+    const agent = await makeAgent(memoryStore(), { maxSessionTools: 10 });
+    try {
+      assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+      // Before: the sandbox queued 256, and 142 of these were sandbox_unavailable.
+      const settled = await Promise.allSettled(Array.from({ length: 400 }, (_, i) => agent.tools.call('slugify', { text: `Hi ${i}` }, { sessionId: 's1' })));
+      const refused = settled.filter((s) => s.status === 'rejected');
+      assert.equal(refused.length, 0, String((refused[0] as PromiseRejectedResult | undefined)?.reason));
+      assert.equal(agent.tools.list({ sessionId: 's1' })[0]!.stats.calls, 400);
+    } finally {
+      await agent.close();
+    }
+  });
+
   test('a sandbox with no room is sandbox_unavailable: a call says so by its code, and a forge it could not test is not counted against the code', async () => {
     const { createSandbox } = await import('../src/sandbox/index.js');
     const full = await createSandbox({ poolSize: 1, maxQueued: 1, timeoutMs: 20_000 });
