@@ -955,7 +955,9 @@ export class Agent<Output = unknown> {
      *  into the audit trail. */
     deny(approvalId: string, reason?: string): Promise<void>;
     /** Moves the highest active tool of that name down one tier; the old tier keeps a
-     *  tombstone that cannot be called (`lowest_tier` for a session tool). A forged tool stored
+     *  tombstone that cannot be called (`lowest_tier` for a session tool). An agent-tier tool
+     *  lands in the session `options.sessionId` names (`default` without one), not the one that
+     *  forged it: other sessions, that one included, can no longer call it. A forged tool stored
      *  under one of the agent's own tools' names, which nothing reaches, is refused with
      *  `tool_not_found`. */
     demote(name: string, options?: SessionOptions): Promise<ToolInfo>;
