@@ -844,15 +844,18 @@ fn a_steps_arguments_under_a_synonym_are_its_mapping_and_under_an_unknown_key_ar
     }
 }
 
+/// A compose request `name` over `steps`, taking and giving `{ text }`, with two test inputs.
+fn text_pipeline(name: &str, steps: Value) -> Value {
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    json!({ "name": name, "description": "upper-cases", "inputSchema": text, "outputSchema": text,
+        "implementation": { "mode": "compose", "steps": steps },
+        "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }] })
+}
+
 #[test]
 fn a_numeric_step_name_is_its_text_and_unnamed_steps_avoid_the_names_given() {
     let r = rig();
-    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
-    let request = |name: &str, steps: Value| {
-        json!({ "name": name, "description": "upper-cases", "inputSchema": text, "outputSchema": text,
-            "implementation": { "mode": "compose", "steps": steps },
-            "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }] })
-    };
+    let request = text_pipeline;
     let names = |req: &Value| match normalize(req).unwrap().implementation {
         Implementation::Compose { steps } => steps.into_iter().map(|s| s.name).collect::<Vec<_>>(),
         other => panic!("{other:?}"),
@@ -893,12 +896,7 @@ fn a_numeric_step_name_is_its_text_and_unnamed_steps_avoid_the_names_given() {
 #[test]
 fn a_hyphen_after_input_or_prev_ends_the_reference_as_it_ends_a_path_segment() {
     let r = rig();
-    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
-    let request = |name: &str, steps: Value| {
-        json!({ "name": name, "description": "upper-cases", "inputSchema": text, "outputSchema": text,
-            "implementation": { "mode": "compose", "steps": steps },
-            "testCases": [{ "input": { "text": "a" } }, { "input": { "text": "b" } }] })
-    };
+    let request = text_pipeline;
     let steps = json!([
         { "name": "first-step", "tool": "upper_case", "inputMapping": { "text": "$input.text" } },
         { "name": "b", "tool": "upper_case", "inputMapping": { "text": "$input.text-based, $input-based, id: $prev-1, $steps.first-step.text—$steps[\"first-step\"].text-x, $inputs $input_x" } }
