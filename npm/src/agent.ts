@@ -972,9 +972,9 @@ export class Agent<Output = unknown> {
     export(name: string, options?: SessionOptions): Promise<string>;
     /** Imports a `crucible.tool.v1` or `agentos.emergent-tool.v1` package into the session tier,
      *  re-running its tests and the judge. agentos packages carry no test cases: pass them as
-     *  `testCases` (a package without any is refused, and one with its own refuses them). A package identical (content hash) to the
-     *  tool the session is offered under its name answers with that tool, `unchanged: true`: no
-     *  new version, tests or judge call. */
+     *  `testCases` (a package without any is refused, and one with its own refuses them). A
+     *  package identical (content hash) to the tool the session is offered under its name
+     *  answers with that tool, `unchanged: true`: no new version, tests or judge call. */
     import(pkg: string, options?: ImportOptions): Promise<ForgeResult>;
     /** Shared promotions waiting for a person's {@link approve} or {@link deny}. */
     pendingApprovals(): PendingApproval[];

@@ -60,8 +60,7 @@ impl AgentError {
     }
 }
 
-/// The part of the max-turns message about calls left unexecuted: a caller must know a
-/// side-effecting call (a refund) did not happen.
+/// `n` tool calls, in words, for the max-steps message.
 fn calls(n: u32) -> String {
     if n == 1 {
         "the 1 tool call".into()
@@ -70,6 +69,8 @@ fn calls(n: u32) -> String {
     }
 }
 
+/// The part of the max-turns message about calls left unexecuted: a caller must know a
+/// side-effecting call (a refund) did not happen.
 fn not_run(calls: u32) -> String {
     match calls {
         0 => String::new(),

@@ -93,7 +93,8 @@ impl CoreAgent {
     /// promise: other thenables are adopted on the TS side).
     /// Builds the agent. `check_approval`: `(name, args) => boolean | Promise<boolean>` for
     /// predicate tools, and `(name, args, true) => shownArgs | undefined | Promise<…>` for the
-    /// arguments a human deciding on a call is shown (those `execute` gets); `store`: a TS `Store` or `undefined`; `host`: `{ agentId }`;
+    /// arguments a human deciding on a call is shown (those `execute` gets); `store`: a TS
+    /// `Store` or `undefined`; `host`: `{ agentId }`;
     /// `emergent`: `undefined`, or `{ config, judge?, promotionJudge?, sandbox?, onEvent,
     /// backgroundRunId? }` where judges are model adapters, `sandbox` is `{ execute(request) }`,
     /// `onEvent` receives the registry's events (forge stages, promotions, approvals) and

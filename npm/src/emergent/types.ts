@@ -10,7 +10,6 @@
  * literal `$`; anything else is a literal. `inputMapping` may also be one whole reference
  * (`"$prev"`): the step's arguments are then that value. A step a model writes without it takes
  * `"$prev"`, so bare steps chain. */
-/** One step of a compose pipeline. */
 export interface ComposeStep {
   /** What `$steps.<name>` calls this step's output; `step1`, `step2`, … when left out. */
   name?: string;
