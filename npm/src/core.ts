@@ -19,6 +19,11 @@ export function registerCoreLoader(load: Loader): void {
   loader = load;
 }
 
+/** Whether the core wasm has begun loading (the loader registered last is then the one used). */
+export function coreLoadStarted(): boolean {
+  return loaded !== undefined;
+}
+
 /** Instantiates from bytes (Node) — synchronous compile is fine off the main thread of a page. */
 export function instantiateCoreFromBytes(bytes: BufferSource): void {
   initCoreSync({ module: bytes });

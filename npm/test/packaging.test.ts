@@ -9,7 +9,7 @@
 // Assumes the package is built (`npm run build`, or `npm run build:ts` once the wasm exists).
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -124,7 +124,11 @@ describe('the packed tarball', () => {
     const manifest = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as { main: string; types: string; exports: Record<string, unknown> };
     const targets = (node: unknown): string[] => (typeof node === 'string' ? [node] : Object.values(node as object).flatMap(targets));
     for (const target of [manifest.main, manifest.types, ...targets(manifest.exports)]) {
-      assert.ok(paths.includes(target.replace(/^\.\//, '')), `${target}, named in package.json, is packed`);
+      const path = target.replace(/^\.\//, '');
+      // A subpath pattern (`./wasm/*`) names the packed files it matches.
+      const [before, after] = path.split('*');
+      const named = after === undefined ? paths.includes(path) : paths.some((p) => p.startsWith(before!) && p.endsWith(after) && p.length > path.length - 1);
+      assert.ok(named, `${target}, named in package.json, is packed`);
     }
     const strays = paths.filter((p) => /^(src|test|scripts|node_modules)\//.test(p) || /\.(ts|tsx)$/.test(p.replace(/\.d\.ts$/, '')) || p.endsWith('.tgz'));
     assert.deepEqual(strays, [], 'no sources, tests, scripts or tarballs are packed');
@@ -169,6 +173,23 @@ describe('the packed tarball', () => {
       visit(source);
     }
     assert.deepEqual(unmarked, [], 'each needs /* webpackIgnore: true */ before its argument');
+  });
+
+  test('is not made from a stale build: a source changed after its build stops npm pack with the command that fixes it', async () => {
+    await packed(); // the pack of the current build went through
+    const source = join(packageRoot, 'src', 'signals.ts');
+    const { atime, mtime } = statSync(source);
+    utimesSync(source, atime, new Date(Date.now() + 60_000));
+    try {
+      const refused = await run(npm, ['pack', '--dry-run', '--json'], { cwd: packageRoot }).then(
+        () => undefined,
+        (error: { stderr?: string }) => error.stderr ?? '',
+      );
+      assert.ok(refused !== undefined, 'npm pack went through');
+      assert.match(refused, /not packed, the build is missing or stale \(run `npm run build` in npm\/\):\n- src\/signals\.ts changed after dist\/signals\.js was built/);
+    } finally {
+      utimesSync(source, atime, mtime);
+    }
   });
 
   test('its README generator keeps a "## " line inside a code fence in its section, and fails when its rewrite no longer applies', async () => {

@@ -67,6 +67,11 @@ describe('createSandbox options are checked with a SandboxError', () => {
     }
   });
 
+  test('a wasm location of the caller that does not load is named as theirs, without the build hint meant for the package', async () => {
+    const missing = new URL('./no-such-sandbox.wasm', import.meta.url);
+    await assert.rejects(createSandbox({ wasm: missing }), (e: unknown) => e instanceof SandboxError && e.message === 'cannot load the sandbox wasm from the `wasm` option' && /no-such-sandbox/.test(String((e.cause as Error)?.message)));
+  });
+
   test('a timeout that is not a usable number of milliseconds is refused', async () => {
     for (const timeoutMs of [Number.NaN, Infinity, 0, -1, '5000', 2 ** 31]) await refused({ timeoutMs }, /timeoutMs must be a positive number of milliseconds/);
     await refused({ memoryMB: '64' }, /memoryMB must be between 32 and 4096/);

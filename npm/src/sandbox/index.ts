@@ -101,7 +101,9 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   try {
     module = await loadSandboxModule(options.wasm);
   } catch (cause) {
-    throw new SandboxError('cannot load the sandbox wasm (run `npm run build:wasm` in a checkout)', { cause });
+    // The build hint is for the package's own file; a location the caller gave is theirs to fix.
+    const hint = options.wasm === undefined ? ' (run `npm run build:wasm` in a checkout)' : ' from the `wasm` option';
+    throw new SandboxError(`cannot load the sandbox wasm${hint}`, { cause });
   }
   // In Node the default fetch also checks where allowlisted names resolve (guarded-fetch.ts);
   // with nothing allowlisted no request can leave, so undici is not even loaded.

@@ -89,7 +89,10 @@ const modules = new Map<string, Promise<WebAssembly.Module>>();
 /** Compiles the sandbox wasm once per location; the Module is posted to every Worker. */
 export function loadSandboxModule(source: SandboxOptions['wasm']): Promise<WebAssembly.Module> {
   if (source instanceof WebAssembly.Module) return Promise.resolve(source);
-  const url = source ? new URL(/* webpackIgnore: true */ String(source), import.meta.url) : new URL('../../wasm/crucible_sandbox_bg.wasm', import.meta.url);
+  // A location given is read as `workerUrl` and `useCoreWasm`'s are, against the page where
+  // there is one (a relative path was read against the bundle's folder instead, and missed).
+  const base = (globalThis as { location?: { href: string } }).location?.href ?? import.meta.url;
+  const url = source ? new URL(/* webpackIgnore: true */ String(source), base) : new URL('../../wasm/crucible_sandbox_bg.wasm', import.meta.url);
   let cached = modules.get(url.href);
   if (!cached) {
     cached = (async () => {

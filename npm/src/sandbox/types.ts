@@ -70,9 +70,11 @@ export interface SandboxOptions {
    *  as the JSON text it crosses to the Worker in (control characters escape to six) is refused
    *  too. */
   maxFetchBodyBytes?: number;
-  /** Override where the Worker script is loaded from (unusual bundlers). */
+  /** Override where the Worker script is loaded from (bundlers that copy no assets: esbuild);
+   *  a relative path is read against the page. */
   workerUrl?: string | URL;
-  /** Override the sandbox wasm: a compiled module, or where to load its bytes from. */
+  /** Override the sandbox wasm: a compiled module, or where to load its bytes from (a relative
+   *  path read against the page in a browser, against this module in Node). */
   wasm?: WebAssembly.Module | string | URL;
   /** A Worker that has not started within this many ms is discarded as failed. Default 20000. */
   startTimeoutMs?: number;
