@@ -724,13 +724,15 @@ function attach(
         core.stopBackground();
         background?.abort(new AbortError('the agent was closed'));
         const late = () => new StoreError('store_error', `close(): the store did not take the buffered tool stats within ${flushTimeoutMs} ms; they are not written`);
+        const deadline = performance.now() + flushTimeoutMs;
         const written = core.settled().then(() => core.flushStats());
         await withinMs(written, flushTimeoutMs, late).catch((error: unknown) => (unflushed = error ?? new Error('the stats flush failed')));
         // An approval, demotion or rollback whose write is out lands before the agent id is
         // handed on: the next agent opened with it must read it, not have it land among its
-        // records (where the same approval could be granted twice). Bounded as the flush is.
+        // records (where the same approval could be granted twice). Within the flush's time: a
+        // store that never answers holds close() for `flushTimeoutMs` in all, not twice that.
         const stuck = () => new StoreError('store_error', `close(): a registry write the store had not finished within ${flushTimeoutMs} ms may still land`);
-        await withinMs(core.closeWrites(), flushTimeoutMs, stuck).catch((error: unknown) => (unflushed ??= error));
+        await withinMs(core.closeWrites(), Math.max(0, deadline - performance.now()), stuck).catch((error: unknown) => (unflushed ??= error));
       }
     } finally {
       // Whatever failed above, the core and the agent id are let go. The core first: once
