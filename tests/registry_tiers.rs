@@ -380,6 +380,9 @@ fn the_agent_tier_is_limited() {
     let out = block_on(r.registry.request_promotion("b", Tier::Agent, "s1")).unwrap();
     assert_eq!(out.status, PromotionStatus::Rejected);
     assert!(out.reason.contains("maxAgentTools"));
+    // A demoted tool's tombstone stays in the agent tier but takes no room there.
+    assert_eq!(block_on(r.registry.demote("a", "s1")).unwrap().tier, Tier::Session);
+    assert_eq!(block_on(r.registry.request_promotion("b", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
 }
 
 #[test]

@@ -357,6 +357,12 @@ impl State {
     /// Whether `tier` has room for `name` under `max` active tools (a tool replacing its own
     /// version always fits); the count when it has none.
     pub(crate) fn room(&self, tier: Tier, session: &str, name: &str, max: usize) -> Result<(), usize> {
+        // Counting the active entries walks the whole tier, twice a forge; while it holds fewer
+        // entries than `max` at all (inactive ones included), none of them can be over it.
+        let entries = self.tier(tier, session).map_or(0, |m| m.len() - usize::from(m.contains_key(name)));
+        if entries < max {
+            return Ok(());
+        }
         let count = self.active_count(tier, session, name);
         if count >= max {
             return Err(count);
