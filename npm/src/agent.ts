@@ -1893,7 +1893,12 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
       )) as unknown as CoreAgentHandle;
     } catch (error) {
       const e = error as { code?: string; message?: string };
-      throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', e?.message ?? String(error));
+      const message = e?.message ?? String(error);
+      // The store opens and loads here: its failures are StoreErrors, as they are later on.
+      if (typeof e?.code === 'string' && e.code.startsWith('store_')) {
+        throw new StoreError(e.code as Extract<CrucibleErrorCode, `store_${string}`>, message);
+      }
+      throw new CrucibleError((e?.code as CrucibleErrorCode) ?? 'invalid_config', message);
     }
     const runSupport = { parsedOutputs: parseOutput ? parsedOutputs : undefined, providerFailures, maxCallsWaiting: em?.maxCallsWaiting ?? undefined };
     return new Agent(handle, signals, hub, em?.sandbox ? undefined : sandbox, options.store, releaseRegistry, runSupport, background);

@@ -4,7 +4,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
-import { AbortError, createAgent, type Agent, CrucibleError, indexedDbStore, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
+import { AbortError, createAgent, type Agent, CrucibleError, indexedDbStore, StoreError, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, SPINNER_FORGE, verdictReply } from './support/forge-fixtures.js';
 import { RUNS_UNTIL_THE_DEADLINE } from './support/sandbox-cases.js';
 import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
@@ -866,6 +866,15 @@ describe('forge through the package', () => {
     await panelAsked;
     await agent.close();
     await refused;
+  });
+
+  test('a store that fails while createAgent loads the registry rejects with a StoreError, as it does later', async () => {
+    const base = memoryStore();
+    const store = storeOver(base, { scan: () => Promise.reject(new StoreError('store_error', 'disk gone')) });
+    await assert.rejects(makeAgent(store), (e: unknown) => e instanceof StoreError && e.code === 'store_error' && /disk gone/.test(e.message));
+    // The id was not kept by the failed load.
+    const fine = await makeAgent(base);
+    await fine.close();
   });
 
   test('close() rejects with the StoreError when the buffered stats cannot be written, and closes all the same', async () => {
