@@ -1106,3 +1106,67 @@ fn a_run_stored_before_calls_carried_a_providers_value_still_resumes() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].provider_data, None);
 }
+
+/// A memory store whose writes fail with `store_quota` while `full` is set (a test double).
+#[derive(Default)]
+struct FillingStore {
+    inner: MemoryStore,
+    full: std::cell::Cell<bool>,
+}
+
+impl FillingStore {
+    fn refuse_while_full(&self) -> Result<(), crucible::store::StoreError> {
+        if self.full.get() {
+            return Err(crucible::store::StoreError::new("store_quota", "the disk is full"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Store for FillingStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, crucible::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
+        self.refuse_while_full()?;
+        self.inner.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
+        self.refuse_while_full()?;
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, crucible::store::StoreError> {
+        self.inner.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        self.refuse_while_full()?;
+        self.inner.batch(ops).await
+    }
+}
+
+#[test]
+fn a_resume_whose_save_failed_after_the_approved_call_resumes_here_as_it_would_after_a_restart() {
+    let store = Rc::new(FillingStore::default());
+    let refunds = refund_tool();
+    let handler = Rc::new(NeedsApproval { inner: refunds.clone(), predicate: Box::new(|_: &Value| true) });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler).unwrap());
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42}"#), text("Refunded."), text("Refunded.")]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let paused = block_on(agent.run("Refund order 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    store.full.set(true);
+    let err = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap_err();
+    assert_eq!((err.code(), refunds.calls.get()), ("store_quota".to_string(), 1));
+    // The store still holds the paused step: its call runs again on resume (at least once, as
+    // after a crash there), in this process as in the next, not only in the next.
+    store.full.set(false);
+    let listed = block_on(agent.stored_runs()).unwrap();
+    assert_eq!(listed.len(), 1);
+    let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!((out.status, refunds.calls.get()), (RunStatus::Completed, 2));
+    // Resumed to its end: the kept state object is refused by the store.
+    let again = block_on(agent.resume_state(paused.state.clone().unwrap(), &decisions, None, &mut CollectingSink::default())).unwrap_err();
+    assert_eq!(again.code(), "invalid_resume");
+}

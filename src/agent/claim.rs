@@ -87,6 +87,21 @@ impl ResumeClaim {
     }
 }
 
+impl ResumeClaim {
+    /// Takes back [`ResumeClaim::consume`] of `state` when the resume failed (`error`) with a
+    /// store: the store may still hold `state` (the save after the approved calls failed, or was
+    /// abandoned by an abort), and resuming it from the store runs them again, at least once as
+    /// a crash there would. Refusing that resume here alone, while another process takes it, is
+    /// no guard; the store's own check stays one (a later state saved after all refuses it).
+    /// Without a store this context's memory is the only guard, and the state stays consumed.
+    pub(crate) fn unconsume_after_failure(&self, state_position: RunPosition, has_store: bool) {
+        if !has_store {
+            return;
+        }
+        RESUMED.with(|r| r.borrow_mut().retain(|(id, p)| !(*id == self.run_id && *p == state_position)));
+    }
+}
+
 /// Whether a run or resume in this context holds `run_id`'s claim: the run is going.
 pub(crate) fn claimed_here(run_id: &str) -> bool {
     RESUMING.with(|r| r.borrow().contains(run_id))

@@ -250,8 +250,13 @@ impl Agent {
         if cancel.as_deref().is_some_and(|c| c.is_cancelled()) {
             return Err(AgentError::Aborted);
         }
+        let position = RunPosition::of(&state);
         claim.consume(&state)?;
-        self.drive(state, cancel.as_ref(), decisions, sink).await
+        let result = self.drive(state, cancel.as_ref(), decisions, sink).await;
+        if result.is_err() {
+            claim.unconsume_after_failure(position, self.store.is_some());
+        }
+        result
     }
 
     /// The store lock a resume of `run_id` holds (see `claim`).
