@@ -282,6 +282,33 @@ fn the_panel_has_two_reviewers_who_must_both_approve_and_a_no_is_not_re_asked_so
 }
 
 #[test]
+fn a_panel_approval_not_above_the_confidence_threshold_counts_as_a_rejection() {
+    // promotionThreshold.confidence is 0.8: an approval at or below it is no approval, as a
+    // creation verdict at or below it does not let the tool be promoted.
+    for (safety, correctness, who) in [(0.05, 0.05, "safety"), (0.9, 0.8, "correctness"), (0.8, 0.95, "safety")] {
+        let panel = judge_replying(vec![text(&verdict(true, 0.9, safety)), text(&verdict(true, 0.9, correctness))]);
+        let r = rig_with(promo_config(), Some(approving_judge()), Some(panel), Rc::new(MemoryStore::new()));
+        forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+        use_n(&r, "slugify", 3, "s1");
+        let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+        assert_eq!(out.status, PromotionStatus::Rejected, "{safety}/{correctness}: {out:?}");
+        assert!(out.reason.contains(&format!("the {who} reviewer approved with confidence")), "{}", out.reason);
+        assert!(out.reason.contains("not above promotionThreshold.confidence 0.8"), "{}", out.reason);
+        assert_eq!(out.verdicts.len(), 2, "both verdicts are kept with the refusal");
+        assert_eq!(r.registry.list("s1")[0].tier, Tier::Session);
+        // Remembered as a rejection: not re-asked before more uses.
+        let again = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap();
+        assert_eq!(again.status, PromotionStatus::Suppressed);
+    }
+    // Just above it, both approve.
+    let panel = judge_replying(vec![text(&verdict(true, 0.9, 0.81)), text(&verdict(true, 0.9, 0.81))]);
+    let r = rig_with(promo_config(), Some(approving_judge()), Some(panel), Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+}
+
+#[test]
 fn a_changed_tool_may_be_re_asked_immediately() {
     let panel =
         judge_replying(vec![text(&verdict(false, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9)), text(&verdict(true, 0.9, 0.9))]);
@@ -1786,6 +1813,49 @@ fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_
     let huge = format!("format: crucible.tool.v1\ndescription: \"{}\"\n", "d".repeat(MAX_PACKAGE_BYTES));
     let err = block_on(r.registry.import(&huge, "s1")).unwrap_err();
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("at most 2097152")), "{err}");
+}
+
+#[test]
+fn a_package_giving_a_key_twice_at_any_level_is_refused_naming_the_key() {
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let r = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let yaml = r.registry.export("slugify", "s1").unwrap();
+    let code_line = yaml.lines().find(|l| l.starts_with("  code: ")).expect("the package holds the code").to_string();
+    let description_line = yaml.lines().find(|l| l.starts_with("description: ")).unwrap().to_string();
+    // A reader sees the first `code`, the parser would keep the second.
+    let twice_nested = yaml.replace(&code_line, &format!("{code_line}\n  code: \"function execute(input) {{ return {{ slug: 'x' }}; }}\""));
+    let twice_top = yaml.replace(&description_line, &format!("{description_line}\ndescription: other"));
+    let twice_deep = yaml.replacen("      type: string\n", "      type: string\n      type: number\n", 1);
+    assert_ne!(twice_deep, yaml, "the package declares a string property: {yaml}");
+    let json_text = serde_json::to_string(&serde_norway::from_str::<serde_json::Value>(&yaml).unwrap()).unwrap();
+    let json_twice = json_text.replacen("\"mode\":\"sandbox\"", "\"mode\":\"sandbox\",\"mode\":\"compose\"", 1);
+    assert_ne!(json_twice, json_text, "the JSON package has an implementation mode");
+    for (package, key) in [(&twice_nested, "code"), (&twice_top, "description"), (&twice_deep, "type"), (&json_twice, "mode")] {
+        let err = block_on(r.registry.import(package, "s2")).unwrap_err();
+        assert!(
+            matches!(&err, RegistryError::InvalidPackage(m) if m.contains(&format!("gives twice the key `{key}`")) && !m.contains("not YAML")),
+            "{key}: {err}"
+        );
+    }
+    // Unchanged, both forms import.
+    assert!(block_on(r.registry.import(&yaml, "s3")).unwrap().success);
+    assert!(block_on(r.registry.import(&json_text, "s4")).unwrap().success);
+}
+
+#[test]
+fn a_package_starting_with_a_byte_order_mark_imports() {
+    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
+    let r = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    let yaml = r.registry.export("slugify", "s1").unwrap();
+    let json_text = serde_json::to_string(&serde_norway::from_str::<serde_json::Value>(&yaml).unwrap()).unwrap();
+    for (package, session) in [(format!("\u{FEFF}{yaml}"), "s2"), (format!("\u{FEFF}{json_text}"), "s3")] {
+        let res = block_on(r.registry.import(&package, session)).unwrap();
+        assert!(res.success, "{res:?}");
+    }
+    // One mark only: a second is text where a key should be.
+    assert!(block_on(r.registry.import(&format!("\u{FEFF}\u{FEFF}{yaml}"), "s4")).is_err());
 }
 
 #[test]

@@ -270,7 +270,7 @@ impl Forge {
             return Err(r);
         }
 
-        let prompt = review_prompt(ReviewKind::Creation, &request, &tests);
+        let prompt = review_prompt(ReviewKind::Creation, &request, &tests, &self.allowed_sandbox_apis);
         let verdict = match ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.calls_run_id).await {
             Ok(v) => v,
             Err(e) => {

@@ -317,6 +317,12 @@ fn implementation(obj: &Map<String, Value>) -> Result<Implementation, NormalizeE
             }
             name
         });
+        if name.contains(is_line_or_control) {
+            return err(format!(
+                "compose step {i} is named {}, which holds a line break or another control character: name steps with text on one line",
+                shorten(&Value::from(name.as_str()).to_string(), 80)
+            ));
+        }
         let input_mapping = match step_mapping(s).map(unstringify).transpose()?.map(Cow::into_owned) {
             // A string is one whole reference (`"$input"`); the build reads it.
             Some(m @ (Value::Object(_) | Value::String(_))) => m,
@@ -366,6 +372,12 @@ fn step_name(s: &Map<String, Value>) -> Option<String> {
         Some(Value::Number(n)) => Some(n.to_string()),
         _ => None,
     }
+}
+
+/// Whether `c` breaks a line or controls the terminal: a step name holding one could write
+/// lines of its own wherever the name is shown (the judge's review prompt, reasons, logs).
+fn is_line_or_control(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
 /// A compose step's mapping: the first of [`STEP_MAPPING_KEYS`] holding a value, written as

@@ -153,9 +153,23 @@ fn flow_nesting_exceeds(text: &str, max: usize) -> bool {
     }
 }
 
-/// Reads a YAML value as a [`Value`], charging every node against a byte budget as it is built,
-/// aliases' repeats included.
-struct Budgeted<'b>(&'b Cell<usize>);
+/// Reads a YAML or JSON value as a [`Value`], charging every node against a byte budget as it
+/// is built (aliases' repeats included), and refusing a mapping that gives a key twice.
+struct Budgeted<'b>(&'b Reading);
+
+/// What a [`Budgeted`] read has left and has found.
+struct Reading {
+    /// Bytes it may still build.
+    left: Cell<usize>,
+    /// A mapping gave a key twice: its error is the package's, not the reader's (no "not YAML").
+    repeated_key: Cell<bool>,
+}
+
+impl Reading {
+    fn new(budget: usize) -> Self {
+        Self { left: Cell::new(budget), repeated_key: Cell::new(false) }
+    }
+}
 
 /// What one element, entry or collection is charged: about what it holds in memory (a
 /// `Value` and its slot), not its few bytes of JSON, so aliases of empty collections
@@ -164,8 +178,8 @@ const NODE_BYTES: usize = 32;
 
 impl Budgeted<'_> {
     fn charge<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
-        let left = self.0.get().checked_sub(bytes).ok_or_else(|| E::custom(format!("the package expands to more than {MAX_EXPANDED_BYTES} bytes")))?;
-        self.0.set(left);
+        let left = self.0.left.get().checked_sub(bytes).ok_or_else(|| E::custom(format!("the package expands to more than {MAX_EXPANDED_BYTES} bytes")))?;
+        self.0.left.set(left);
         Ok(())
     }
 }
@@ -239,6 +253,12 @@ impl<'de> Visitor<'de> for Budgeted<'_> {
         while let Some(key) = map.next_key::<String>()? {
             self.charge(key.len() + NODE_BYTES)?;
             let value = map.next_value_seed(Budgeted(self.0))?;
+            // Parsers keep the last, a reader sees the first: what was reviewed (by eye, or by
+            // the exporter's judge) would not be what is imported.
+            if out.contains_key(&key) {
+                self.0.repeated_key.set(true);
+                return Err(serde::de::Error::custom(format!("a mapping gives twice the key `{}`", crate::tools::shorten(&key, 64))));
+            }
             out.insert(key, value);
         }
         Ok(Value::Object(out))
@@ -257,16 +277,34 @@ fn read_package(text: &str) -> Result<(Value, bool), RegistryError> {
     if text.len() > MAX_PACKAGE_BYTES {
         return Err(invalid(format!("the package is {} bytes; at most {MAX_PACKAGE_BYTES}", text.len())));
     }
+    // Editors on Windows write a byte order mark first; the YAML reader took it for a second
+    // document ("more than one document").
+    let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     // JSON has no aliases: what it holds grows with its text, which is bounded above.
-    if let Ok(value) = serde_json::from_str(text) {
-        return Ok((value, false));
+    let json = Reading::new(usize::MAX);
+    match read_json(text, &json) {
+        Ok(value) => return Ok((value, false)),
+        // Read as YAML, it would be refused the same way, but called no YAML.
+        Err(e) if json.repeated_key.get() => return Err(invalid(e.to_string())),
+        Err(_) => {}
     }
     if flow_nesting_exceeds(text, MAX_FLOW_NESTING) {
         return Err(invalid(format!("the package nests flow collections ([…], {{…}}) more than {MAX_FLOW_NESTING} deep")));
     }
-    let budget = Cell::new(MAX_EXPANDED_BYTES);
-    let value = Budgeted(&budget).deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| invalid(format!("not YAML: {e}")))?;
+    let yaml = Reading::new(MAX_EXPANDED_BYTES);
+    let value = Budgeted(&yaml)
+        .deserialize(serde_norway::Deserializer::from_str(text))
+        .map_err(|e| invalid(if yaml.repeated_key.get() { e.to_string() } else { format!("not YAML: {e}") }))?;
     Ok((value, true))
+}
+
+/// `text` read as one JSON value by [`Budgeted`], as `reading` says: a key given twice is
+/// refused, as in YAML.
+fn read_json(text: &str, reading: &Reading) -> Result<Value, serde_json::Error> {
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = Budgeted(reading).deserialize(&mut reader)?;
+    reader.end()?;
+    Ok(value)
 }
 
 /// Refuses agentos YAML holding a character of [`YAML_1_1_BREAKS`] raw, as agentos writes them:

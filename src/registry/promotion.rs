@@ -4,7 +4,8 @@
 //! verdict with confidence above `promotionThreshold.confidence` (as the spec words it: equal is
 //! not enough); its tests are re-run;
 //! then a two-reviewer panel (a safety reviewer and a correctness reviewer: two judge calls with
-//! different prompts) must both approve. A panel or test rejection is remembered: the same
+//! different prompts) must both approve, each with confidence above that same threshold (an
+//! approval at or below it is a rejection). A panel or test rejection is remembered: the same
 //! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
 //! tool changed (new hash). Each rejected version keeps its count (see
 //! [`super::PromotionMemo`]), so a rollback to one does not re-ask the panel before its uses
@@ -76,6 +77,23 @@ impl Refusal {
 /// Why a promotion to the agent tier withdraws a pending shared request for the version it
 /// replaces.
 const REPLACED: &str = "another version was promoted to the agent tier in its place";
+
+/// Why the panel's verdicts (safety, then correctness) do not promote, if they do not: a
+/// reviewer rejected, or approved with a confidence not above `threshold`
+/// (`promotionThreshold.confidence`, held to the panel as to the creation verdict: an approval
+/// its reviewer is unsure of is no approval).
+fn panel_refusal(verdicts: &[Verdict], threshold: f64) -> Option<String> {
+    let reviewer = |i: usize| if i == 0 { "safety" } else { "correctness" };
+    if let Some(no) = verdicts.iter().position(|v| !v.approved) {
+        return Some(format!("the {} reviewer rejected: {}", reviewer(no), verdicts[no].reasoning));
+    }
+    let unsure = verdicts.iter().position(|v| v.confidence <= threshold)?;
+    Some(format!(
+        "the {} reviewer approved with confidence {}, not above promotionThreshold.confidence {threshold}: an approval that unsure counts as a rejection",
+        reviewer(unsure),
+        verdicts[unsure].confidence
+    ))
+}
 
 /// Whether the audit trail already records the request `id` as withdrawn. A withdrawal at
 /// load is best effort: when the store refuses it, a later write carries its audit entry (see
@@ -345,7 +363,7 @@ impl Registry {
     }
 
     /// The tool's tests re-run against it as it is built now, then the two-reviewer panel:
-    /// both verdicts when both approve, else why not.
+    /// both verdicts when both approve confidently enough ([`panel_refusal`]), else why not.
     async fn review_for_agent(&self, request: &ForgeRequest, name: &str, session: &str, calls_run_id: &str) -> Result<Vec<Verdict>, Refusal> {
         let tool =
             self.forge_engine().build(request, &self.lookup(), session).map_err(|(reason, _)| Refusal::new(format!("cannot rebuild: {reason}"), vec![]))?;
@@ -354,9 +372,11 @@ impl Registry {
         if let Some(reason) = crate::forge::test_failure_reason(&tests) {
             return Err(Refusal::new(format!("tests failed on re-run: {reason}"), vec![]));
         }
+        let config = self.config();
         let mut verdicts = vec![];
         for kind in [ReviewKind::Safety, ReviewKind::Correctness] {
-            match ask_judge(self.promotion_judge(), kind, review_prompt(kind, request, &tests), calls_run_id).await {
+            let prompt = review_prompt(kind, request, &tests, &config.allowed_sandbox_apis);
+            match ask_judge(self.promotion_judge(), kind, prompt, calls_run_id).await {
                 Ok(v) => verdicts.push(v),
                 Err(e) => {
                     let unanswered = e.is_unanswered();
@@ -364,11 +384,10 @@ impl Registry {
                 }
             }
         }
-        if let Some(no) = verdicts.iter().position(|v| !v.approved) {
-            let who = if no == 0 { "safety" } else { "correctness" };
-            return Err(Refusal::new(format!("the {who} reviewer rejected: {}", verdicts[no].reasoning), verdicts));
+        match panel_refusal(&verdicts, config.promotion_threshold.confidence) {
+            Some(reason) => Err(Refusal::new(reason, verdicts)),
+            None => Ok(verdicts),
         }
-        Ok(verdicts)
     }
 
     async fn request_shared(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {
