@@ -1740,7 +1740,10 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
       // (`direct_…`, or no id) have no run to fail.
       const inRun = runId !== '' && !runId.startsWith('direct_');
       const fail = (error: unknown): never => {
-        if (inRun) providerFailures.set(runId, error);
+        // Only while the run is going: an aborted run ends at once, and its provider's stream
+        // fails after that (its fetch sees the abort); kept then, the error (and the request its
+        // stack holds, the session's whole history) would stay for the agent's life.
+        if (inRun && signals.has(runId)) providerFailures.set(runId, error);
         throw error;
       };
       let stream: ClosableStream;

@@ -4,7 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
 import { AbortError, AgentRunError, CrucibleError, createAgent, memoryStore, type CrucibleErrorCode, type Store, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
-import { coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
+import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let server: MockLlmServer;
@@ -1275,4 +1275,34 @@ describe('agent over the Anthropic Messages API', () => {
     assert.equal(res.output, 'Lima: 21.');
     assert.equal(res.steps, 1);
   });
+});
+
+test('an aborted run keeps nothing of its provider failure once it has ended, however late the provider fails', async () => {
+  const failures: WeakRef<object>[] = [];
+  let failedLate!: () => void;
+  const lateFailure = new Promise<void>((resolve) => (failedLate = resolve));
+  const model: ModelProvider = {
+    id: 'test-double:fails-after-the-abort',
+    async *stream(_request, options) {
+      // Like a fetch that sees the abort only after the run has ended.
+      await new Promise<void>((resolve) => options?.signal?.addEventListener('abort', () => setTimeout(resolve, 20), { once: true }));
+      const error = new Error('the request was aborted');
+      failures.push(new WeakRef(error));
+      setTimeout(failedLate, 0);
+      throw error;
+    },
+  };
+  const agent = await createAgent({ model });
+  for (let i = 0; i < 3; i++) {
+    const controller = new AbortController();
+    const running = agent.run('hello', { signal: controller.signal });
+    setTimeout(() => controller.abort(), 10);
+    await assert.rejects(running, AbortError);
+  }
+  await lateFailure;
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  await collectGarbage();
+  assert.equal(failures.length, 3);
+  assert.deepEqual(failures.map((f) => f.deref() === undefined), [true, true, true], 'the agent keeps no failure of an ended run');
+  await agent.close();
 });
