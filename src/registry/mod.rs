@@ -222,7 +222,16 @@ struct Unwritten {
     /// Names whose demotion notice was audited but not cleared: cleared with the audit entry,
     /// or the next load would audit it again.
     notices: BTreeSet<String>,
+    /// Sequence numbers of stored audit entries the ring dropped whose delete was refused: a
+    /// long-lived agent under quota pressure would otherwise keep one more ring's worth in
+    /// the store per failure period until its next load trims them.
+    dropped_audit: BTreeSet<u64>,
 }
+
+/// Most refused audit deletes kept in [`Unwritten`]. Past it the newest are forgotten: the
+/// entries still stored are the oldest ones, and any forgotten one is older than the ring, so
+/// the next load trims it.
+const MAX_DROPPED_AUDIT: usize = 4096;
 
 /// A store write going: unless it is marked done, what it was writing is noted as
 /// [`Unwritten`] when it ends, refused by the store or dropped before the store answered (its
@@ -268,19 +277,41 @@ impl Unwritten {
         self.names.extend(other.names);
         self.forge_stats |= other.forge_stats;
         self.notices.extend(other.notices);
+        self.dropped_audit.extend(other.dropped_audit);
+        self.bound_dropped_audit();
+    }
+
+    /// Notes that the delete of dropped audit entry `seq` was refused.
+    fn note_audit_delete(&mut self, seq: u64) {
+        // An entry whose put was refused too never reached the store: nothing to delete. (One
+        // an abandoned write put after all stays until the next load trims it.)
+        if self.audit.remove(&seq) {
+            return;
+        }
+        self.dropped_audit.insert(seq);
+        self.bound_dropped_audit();
+    }
+
+    fn bound_dropped_audit(&mut self) {
+        while self.dropped_audit.len() > MAX_DROPPED_AUDIT {
+            self.dropped_audit.pop_last();
+        }
     }
 
     /// Notes the record at `rest` (a key of the agent's, its prefix taken off) when it is one
-    /// of the best-effort ones: an audit entry, the forge stats, a forge name put, a demotion
-    /// notice deleted.
+    /// of the best-effort ones: an audit entry put or deleted, the forge stats, a forge name
+    /// put, a demotion notice deleted.
     fn note_key(&mut self, rest: &str, put: bool) {
+        let audit_seq = rest.strip_prefix("audit/").and_then(|seq| seq.parse().ok());
         if !put {
             if let Some(name) = rest.strip_prefix(NOTICE_KEYS) {
                 self.notices.insert(name.to_string());
+            } else if let Some(seq) = audit_seq {
+                self.note_audit_delete(seq);
             }
         } else if rest == "forge-stats" {
             self.forge_stats = true;
-        } else if let Some(seq) = rest.strip_prefix("audit/").and_then(|seq| seq.parse().ok()) {
+        } else if let Some(seq) = audit_seq {
             self.audit.insert(seq);
         } else if let Some(name) = rest.strip_prefix("forge-name/") {
             self.names.insert(name.to_string());
@@ -591,17 +622,42 @@ fn versioned<T: Serialize>(kind: &str, data: &T) -> Value {
 
 /// The data of a registry record of `kind`. A record of another kind, or one written by a
 /// newer build (which this build would read with its older schema and write back without the
-/// fields it does not know), is refused as corrupt rather than read half-right.
+/// fields it does not know), is refused as corrupt rather than read half-right. The envelope
+/// is checked before the data is read: a newer build's data may have changed shape, and a
+/// serde error about it would hide that the runtime is what is out of date.
 fn unversioned<T: DeserializeOwned>(key: &str, kind: &str, value: Value) -> Result<T, RegistryError> {
-    let corrupt = |message: String| RegistryError::Corrupt { key: key.to_string(), message };
-    let record = serde_json::from_value::<Versioned<T>>(value).map_err(|e| corrupt(e.to_string()))?;
+    let record = serde_json::from_value::<Versioned<Value>>(value).map_err(|e| unreadable_record(key, e.to_string()))?;
     if record.kind != kind {
-        return Err(corrupt(format!("a `{}` record where a `{kind}` record belongs", record.kind)));
+        return Err(unreadable_record(key, format!("a `{}` record where a `{kind}` record belongs", record.kind)));
     }
     if record.v > RECORD_VERSION {
-        return Err(corrupt(format!("written by a newer version of the runtime (`{kind}` v{}; this build reads up to v{RECORD_VERSION})", record.v)));
+        return Err(newer_record(key, format!("written by a newer version of the runtime (`{kind}` v{}; this build reads up to v{RECORD_VERSION})", record.v)));
     }
-    Ok(record.data)
+    serde_json::from_value(record.data).map_err(|e| unreadable_record(key, e.to_string()))
+}
+
+/// Who a record at `key` that cannot be read stops: a `shared/` one is read by every agent.
+fn stopped_by(key: &str) -> &'static str {
+    if key.starts_with("shared/") {
+        "every agent on this store"
+    } else {
+        "this agent"
+    }
+}
+
+/// A record this build cannot read and no build could: loading stops at it rather than
+/// skipping it (a skipped record may be one a later write would overwrite), so the error says
+/// how to go on.
+fn unreadable_record(key: &str, problem: String) -> RegistryError {
+    let message = format!("{problem}. It stops {} from loading until it is gone: delete the key `{key}` from the store to go on without it", stopped_by(key));
+    RegistryError::Corrupt { key: key.to_string(), message }
+}
+
+/// A record a newer runtime wrote: deleting it would lose that runtime's data, so the way on
+/// is the newer runtime.
+fn newer_record(key: &str, problem: String) -> RegistryError {
+    let message = format!("{problem}. It stops {} from loading: upgrade the runtime to that newer version (the record is left as it is)", stopped_by(key));
+    RegistryError::Corrupt { key: key.to_string(), message }
 }
 
 impl Registry {
@@ -1034,6 +1090,7 @@ impl Registry {
         }
         ops.extend(unwritten.names.iter().map(|name| self.forge_name_op(name, state.forge_stats.name_approved(name))));
         ops.extend(unwritten.notices.iter().map(|name| BatchOp::Delete { key: notice_key(&self.agent_id, name) }));
+        ops.extend(unwritten.dropped_audit.iter().map(|seq| BatchOp::Delete { key: audit_entry_key(&self.agent_id, *seq) }));
         ops
     }
 
