@@ -2705,3 +2705,111 @@ fn a_shared_tool_another_agent_demotes_replaces_a_tombstone_in_its_owners_agent_
     assert_eq!(recorded.len(), 1, "{recorded:?}");
     assert!(recorded[0].2.contains("demoted it from the shared tier to this agent's tier"), "{}", recorded[0].2);
 }
+
+#[test]
+fn a_rejected_promotion_is_not_re_asked_for_the_same_content_forged_in_another_session_or_after_a_restart() {
+    let no = text(&verdict(false, 0.3, 0.9));
+    let panel = judge_replying(vec![no; 12]);
+    // N = 3 uses promote, M = 5 more uses after a rejection before asking again.
+    let config = EmergentConfig { auto_promote: true, promotion_retry_uses: 5, ..promo_config() };
+    let store = Rc::new(MemoryStore::new());
+    let r = rig_with(config.clone(), Some(approving_judge()), Some(panel.clone()), store.clone());
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 3, "s1");
+    assert_eq!(panel.requests.borrow().len(), 2, "the third use asks the panel, which says no");
+    // The same content in another session: its N uses are not M more uses.
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s2");
+    use_n(&r, "slugify", 4, "s2");
+    assert_eq!(panel.requests.borrow().len(), 2, "the panel is not asked again before M uses");
+    let out = block_on(r.registry.request_promotion("slugify", Tier::Agent, "s2")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Suppressed, "{out:?}");
+    assert!(out.reason.contains("1 more successful uses"), "{}", out.reason);
+    use_n(&r, "slugify", 1, "s2");
+    assert_eq!(panel.requests.borrow().len(), 4, "asked again once M uses passed (and it says no again)");
+    // After a restart over the same store, as well.
+    r.registry.close();
+    let restarted = rig_with(config, Some(approving_judge()), Some(panel.clone()), store);
+    forge_ok(&restarted, "slugify", SLUGIFY_JS, "s3");
+    use_n(&restarted, "slugify", 4, "s3");
+    assert_eq!(panel.requests.borrow().len(), 4, "a restart does not forget the rejection");
+    use_n(&restarted, "slugify", 1, "s3");
+    assert_eq!(panel.requests.borrow().len(), 6);
+    // A changed tool (another hash) is asked after N uses, as before.
+    forge_ok(&restarted, "slugify", SLUGIFY_V2_JS, "s4");
+    use_n(&restarted, "slugify", 3, "s4");
+    assert_eq!(panel.requests.borrow().len(), 8);
+}
+
+/// A compose `wrap` whose one step `s` calls `slugify`.
+fn wrap_request() -> serde_json::Value {
+    json!({
+        "name": "wrap", "description": "slugify through a pipeline",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] },
+        "implementation": { "mode": "compose", "steps": [{ "name": "s", "tool": "slugify", "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "A B" }, "expectedOutput": { "slug": "a-b" } }, { "input": { "text": "C" }, "expectedOutput": { "slug": "c" } }]
+    })
+}
+
+/// A rig whose session `s1` holds `slugify` and `wrap` over it, each with the uses to promote.
+fn wrap_rig(panel: Rc<support::ScriptedModel>, store: Rc<MemoryStore>) -> Rig {
+    let r = rig_with(EmergentConfig { max_agent_tools: 5, ..promo_config() }, Some(approving_judge()), Some(panel), store);
+    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
+    assert!(block_on(r.registry.forge(&wrap_request(), "s1")).success);
+    use_n(&r, "wrap", 3, "s1");
+    r
+}
+
+#[test]
+fn a_compose_tool_is_not_promoted_to_the_agent_tier_above_the_tools_its_steps_call() {
+    let panel = approving_judge();
+    let r = wrap_rig(panel.clone(), Rc::new(MemoryStore::new()));
+    let out = block_on(r.registry.request_promotion("wrap", Tier::Agent, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected, "{out:?}");
+    assert!(out.reason.contains("step `s` calls `slugify`, which is only in session `s1`: promote it first"), "{}", out.reason);
+    assert_eq!(panel.requests.borrow().len(), 0, "refused before the panel is asked");
+    assert!(r.registry.list("s2").is_empty(), "nothing another session would fail to call");
+    // Once its step tool is promoted, it may follow, and works from another session.
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    assert_eq!(block_on(r.registry.request_promotion("wrap", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    assert_eq!(block_on(r.registry.call("wrap", json!({ "text": "Hello There" }), "s2")).unwrap(), json!({ "slug": "hello-there" }));
+}
+
+#[test]
+fn a_compose_tool_is_not_promoted_to_the_shared_tier_above_the_forged_tools_its_steps_call() {
+    let store = Rc::new(MemoryStore::new());
+    let r = wrap_rig(approving_judge(), store.clone());
+    for name in ["slugify", "wrap"] {
+        assert_eq!(block_on(r.registry.request_promotion(name, Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    }
+    let out = block_on(r.registry.request_promotion("wrap", Tier::Shared, "s1")).unwrap();
+    assert_eq!(out.status, PromotionStatus::Rejected, "{out:?}");
+    assert!(out.reason.contains("step `s` calls `slugify`, which is only at this agent's tier: promote it to the shared tier first"), "{}", out.reason);
+    assert!(r.registry.pending_approvals().is_empty(), "no human is asked");
+    // With its step tool shared first, it may follow; another agent then calls it.
+    let approve = |name: &str| {
+        let asked = block_on(r.registry.request_promotion(name, Tier::Shared, "s1")).unwrap();
+        block_on(r.registry.approve(&asked.approval.unwrap().id))
+    };
+    approve("slugify").unwrap();
+    approve("wrap").unwrap();
+    let other = rig_for("agent2", promo_config(), Some(approving_judge()), None, store.clone());
+    assert_eq!(block_on(other.registry.call("wrap", json!({ "text": "Hello There" }), "x")).unwrap(), json!({ "slug": "hello-there" }));
+}
+
+#[test]
+fn approving_a_compose_tool_whose_step_tool_left_the_shared_tier_since_the_request_is_refused() {
+    let r = wrap_rig(approving_judge(), Rc::new(MemoryStore::new()));
+    for name in ["slugify", "wrap"] {
+        assert_eq!(block_on(r.registry.request_promotion(name, Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    }
+    let asked = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap();
+    block_on(r.registry.approve(&asked.approval.unwrap().id)).unwrap();
+    let asked = block_on(r.registry.request_promotion("wrap", Tier::Shared, "s1")).unwrap();
+    assert_eq!(asked.status, PromotionStatus::Pending, "{asked:?}");
+    assert_eq!(block_on(r.registry.demote("slugify", "s1")).unwrap().tier, Tier::Agent);
+    let err = block_on(r.registry.approve(&asked.approval.unwrap().id)).unwrap_err();
+    assert!(err.to_string().contains("step `s` calls `slugify`, which is only at this agent's tier"), "{err}");
+    let wrap = r.registry.list("s2").into_iter().find(|t| t.name == "wrap" && t.status == ToolStatus::Active).unwrap();
+    assert_eq!(wrap.tier, Tier::Agent, "it stays where its step tool is");
+}

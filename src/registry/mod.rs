@@ -22,6 +22,9 @@
 //! - `agent/<agentId>/demotion-notice/<name>` — the audit entry (kind `demotion-notice`)
 //!   another agent that demoted this agent's shared tool leaves it: this agent appends it to
 //!   its ring and deletes it in one write (see [`Registry::audit_came_home`])
+//! - `agent/<agentId>/promotion-rejection/<hash>` — a promotion to the agent tier the review
+//!   refused (kind `promotion-rejection`, [`RejectedPromotion`]), the newest
+//!   [`MAX_REJECTED_PROMOTIONS`] kept
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -54,8 +57,8 @@ pub use hash::{canonical_json, content_hash};
 pub use package::{oversized_package, ImportOptions, ToolPackage, AGENTOS_FORMAT, MAX_EXPANDED_BYTES, MAX_FLOW_NESTING, MAX_PACKAGE_BYTES, PACKAGE_FORMAT};
 pub use promotion::{PromotionOutcome, PromotionStatus};
 pub use types::{
-    AuditEntry, EmergentConfig, HeldOff, PendingApproval, PromotionMemo, PromotionThreshold, Tier, ToolInfo, ToolRecord, ToolStats, ToolStatus, ToolVersion,
-    MAX_VERSIONS,
+    AuditEntry, EmergentConfig, HeldOff, PendingApproval, PromotionMemo, PromotionThreshold, RejectedPromotion, Tier, ToolInfo, ToolRecord, ToolStats,
+    ToolStatus, ToolVersion, MAX_REJECTED_PROMOTIONS, MAX_VERSIONS,
 };
 
 /// A registry operation failed (bad requests to `forge` are not errors: they are rejected
@@ -202,6 +205,8 @@ pub(crate) struct State {
     /// Session tools under promotion review, as (session, name): one review per tool at a
     /// time, however many calls cross the threshold together.
     pub(crate) promoting: BTreeSet<(String, String)>,
+    /// The agent's rejected promotions, oldest first (see [`RejectedPromotion`]).
+    pub(crate) rejected_promotions: Vec<RejectedPromotion>,
     /// What writes the store refused, or that were abandoned, left out of it and memory still holds (see
     /// [`Unwritten`]).
     unwritten: Unwritten,
@@ -680,6 +685,7 @@ impl Registry {
             let approval: PendingApproval = unversioned(&key, "approval", value)?;
             state.approvals.insert(approval.id.clone(), approval);
         }
+        state.rejected_promotions = promotion::load_rejected_promotions(deps.store.as_ref(), &agent).await?;
         let audit_prefix = format!("{agent}audit/");
         for (key, value) in deps.store.scan(&audit_prefix).await? {
             // A store of the host's own may return keys outside the prefix: skipped, not sliced.

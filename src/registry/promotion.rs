@@ -9,20 +9,29 @@
 //! version is not re-asked until `promotionRetryUses` more successful calls have passed or the
 //! tool changed (new hash). Each rejected version keeps its count (see
 //! [`super::PromotionMemo`]), so a rollback to one does not re-ask the panel before its uses
-//! have passed, not even after another version was promoted and demoted in between. A panel
+//! have passed, not even after another version was promoted and demoted in between. The
+//! agent remembers a rejection by content hash too ([`super::RejectedPromotion`], stored), so
+//! the same content forged in another session or after a restart waits as long. A panel
 //! that gave no answer at all (its deadline passed, its request was aborted) holds off only
 //! the automatic promotion: it said nothing of the tool.
+//! A compose tool moves up only above the tools its steps call ([`Registry::steps_reached`]):
+//! its tests re-run in the promoting session, which reaches tools the new tier's callers do not.
 //! agent → shared: emits `approval.requested` and waits for
 //! [`Registry::approve`] / [`Registry::deny`]; pending approvals are persisted.
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{unless_cancelled, CancelSignal, EventBody};
-use crate::forge::{ask_judge, review_prompt, run_tests, ForgeRequest, ReviewKind, Verdict};
+use crate::forge::{ask_judge, review_prompt, run_tests, ForgeRequest, Implementation, ReviewKind, Verdict, FORGE_TOOL_NAME};
 use crate::guard::OnDrop;
+use crate::store::{BatchOp, Store};
 use crate::tools::CallContext;
 
-use super::{tool_info, Entry, PendingApproval, Registry, RegistryError, Tier, ToolInfo, ToolStats, ToolStatus};
+use super::{
+    tool_info, Entry, PendingApproval, Registry, RegistryError, RejectedPromotion, State, Tier, ToolInfo, ToolStats, ToolStatus, MAX_REJECTED_PROMOTIONS,
+};
 
 /// How a promotion request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +117,58 @@ fn withdrawal_audited(state: &super::State, id: &str) -> bool {
 /// [`Registry::withdraw_requests_left_stale`]).
 const LEFT_BEFORE_LOAD: &str = "the version it asks for had left the agent tier before this agent loaded";
 
+/// Where an agent's rejected promotions live under its prefix.
+const REJECTION_KEYS: &str = "promotion-rejection/";
+
+/// The store kind of a [`RejectedPromotion`].
+const REJECTION_KIND: &str = "promotion-rejection";
+
+/// The rejected promotions the store keeps for the agent whose records are under `prefix`,
+/// oldest first, the newest [`MAX_REJECTED_PROMOTIONS`]. A record it cannot read (a newer
+/// build's) is left out rather than failing the load: forgetting one costs a panel asked
+/// sooner, as before rejections were stored. The excess is deleted best effort (again at the
+/// next load if refused).
+pub(super) async fn load_rejected_promotions(store: &dyn Store, prefix: &str) -> Result<Vec<RejectedPromotion>, RegistryError> {
+    let keys = format!("{prefix}{REJECTION_KEYS}");
+    let records = store.scan(&keys).await?;
+    // A store of the host's own may return keys outside the prefix: skipped.
+    let readable = records.into_iter().filter(|(key, _)| key.starts_with(&keys));
+    let mut rejected: Vec<RejectedPromotion> = readable.filter_map(|(key, value)| super::unversioned(&key, REJECTION_KIND, value).ok()).collect();
+    rejected.sort_by(|a, b| a.rejected_at.total_cmp(&b.rejected_at));
+    let excess = rejected.len().saturating_sub(MAX_REJECTED_PROMOTIONS);
+    let dropped: Vec<BatchOp> = rejected.drain(..excess).map(|r| BatchOp::Delete { key: format!("{keys}{}", r.hash) }).collect();
+    if !dropped.is_empty() {
+        let _ = store.batch(dropped).await;
+    }
+    Ok(rejected)
+}
+
+/// The successful uses a session tool of content `hash` with `successes` still needs before
+/// its promotion is asked again, after the agent's review refused that content (in this
+/// session or another, before a restart or after).
+fn uses_before_reasking(state: &State, hash: &str, successes: u64) -> Option<u64> {
+    let rejected = state.rejected_promotions.iter().find(|r| r.hash == hash)?;
+    rejected.uses.checked_sub(successes).filter(|needed| *needed > 0)
+}
+
+/// The tools the steps of `request` call, as (the tool whose step it is, step, tool called).
+fn step_calls(request: &ForgeRequest) -> Vec<(String, String, String)> {
+    match &request.implementation {
+        Implementation::Compose { steps } => steps.iter().map(|s| (request.name.clone(), s.name.clone(), s.tool.clone())).collect(),
+        Implementation::Sandbox { .. } => vec![],
+    }
+}
+
+/// How the callers of a tier reach a tool a step calls.
+enum StepTool<'s> {
+    /// As one of their own (a host tool, `forge_tool`): nothing more to check.
+    Own,
+    /// A forged tool at that tier or above: its own steps must be reached too.
+    Forged(&'s ForgeRequest),
+    /// Not at all: where it is instead, and what to do about it.
+    Unreached(String),
+}
+
 impl Registry {
     /// Asks to move `name` up to `to` (`agent` from the session tier of `session`, or
     /// `shared` from the agent tier).
@@ -154,7 +215,8 @@ impl Registry {
         }
         let confidence = e.record.current.verdict.as_ref().map(|v| v.confidence).unwrap_or(0.0);
         let memo = &e.record.promotion;
-        let suppressed = memo.held_off(&e.record.current.hash).is_some_and(|h| e.stats.successes < h.until_successes);
+        let suppressed = memo.held_off(&e.record.current.hash).is_some_and(|h| e.stats.successes < h.until_successes)
+            || uses_before_reasking(&state, &e.record.current.hash, e.stats.successes).is_some();
         // An operator demoted this very content out of the agent tier (its tombstone there holds
         // the hash): forged again, in another session or after a restart, its uses do not
         // undo that either.
@@ -164,12 +226,96 @@ impl Registry {
         confidence > config.promotion_threshold.confidence && !suppressed && !demoted && !reviewing
     }
 
-    /// Records, announces and answers a review of `version` for the agent tier that did not
-    /// approve; remembered so that it is not asked again too soon.
-    async fn remember_rejection(&self, name: &str, version: u32, session: &str, refusal: Refusal) -> Result<PromotionOutcome, RegistryError> {
+    /// Records, announces and answers a review of `version` (content `hash`) for the agent tier
+    /// that did not approve; remembered so that it is not asked again too soon, in this session
+    /// and, unless the panel gave no answer (it said nothing of the content), in any other.
+    async fn remember_rejection(&self, name: &str, version: u32, hash: &str, session: &str, refusal: Refusal) -> Result<PromotionOutcome, RegistryError> {
         let Refusal { reason, verdicts, unanswered } = refusal;
-        self.hold_off_promotion(&mut self.state.borrow_mut(), name, session, unanswered);
+        let ops = {
+            let mut state = self.state.borrow_mut();
+            self.hold_off_promotion(&mut state, name, session, unanswered);
+            if unanswered {
+                vec![]
+            } else {
+                self.remember_rejected_content(&mut state, name, hash)
+            }
+        };
+        // Best effort, as the audit entry is: memory holds it for as long as the agent runs.
+        if !ops.is_empty() {
+            let _ = self.persist(ops).await;
+        }
         self.refuse_promotion(name, version, session, reason, verdicts).await
+    }
+
+    /// Remembers for the agent that its review refused the content `hash` of `name` (the
+    /// rejection before of that content replaced); returns the ops storing it and deleting
+    /// the oldest beyond [`MAX_REJECTED_PROMOTIONS`].
+    fn remember_rejected_content(&self, state: &mut State, name: &str, hash: &str) -> Vec<BatchOp> {
+        let rejected = RejectedPromotion { hash: hash.to_string(), name: name.to_string(), uses: self.config().promotion_retry_uses, rejected_at: self.now() };
+        let mut ops = vec![BatchOp::Put { key: self.rejection_key(hash), value: super::versioned(REJECTION_KIND, &rejected) }];
+        let list = &mut state.rejected_promotions;
+        list.retain(|r| r.hash != hash);
+        list.push(rejected);
+        let excess = list.len().saturating_sub(MAX_REJECTED_PROMOTIONS);
+        let forgotten: Vec<RejectedPromotion> = list.drain(..excess).collect();
+        ops.extend(forgotten.iter().map(|r| BatchOp::Delete { key: self.rejection_key(&r.hash) }));
+        ops
+    }
+
+    fn rejection_key(&self, hash: &str) -> String {
+        format!("{}{REJECTION_KEYS}{hash}", super::agent_prefix(&self.agent_id))
+    }
+
+    /// Why a compose tool (`request`) moved up to `target` would fail there, if it would: a step
+    /// of it, or of a compose tool it calls, calls a tool the callers of that tier do not reach.
+    fn steps_reached(&self, state: &State, request: &ForgeRequest, target: Tier, session: &str) -> Result<(), String> {
+        let mut pending = step_calls(request);
+        let mut seen = BTreeSet::new();
+        while let Some((owner, step, tool)) = pending.pop() {
+            // A loop of pipelines is refused when forged; a tool checked once is checked.
+            if !seen.insert(tool.clone()) {
+                continue;
+            }
+            match self.step_tool_at(state, &tool, target, session) {
+                StepTool::Own => {}
+                StepTool::Forged(called) => pending.extend(step_calls(called)),
+                StepTool::Unreached(why) => {
+                    let of = if owner == request.name { String::new() } else { format!(" of `{owner}`") };
+                    return Err(format!("step `{step}`{of} calls `{tool}`, which {why}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How the callers of `target` reach the tool `name` a step calls. Those of the agent tier
+    /// reach the host tools, the agent tier and the shared tier. Those of the shared tier are
+    /// every agent of the runtime: the shared tier, and host tools of their own that this
+    /// agent cannot know, so a name no tier here holds forged is taken for one (the README
+    /// tells hosts so), and one forged below the shared tier is not reached.
+    fn step_tool_at<'s>(&self, state: &'s State, name: &str, target: Tier, session: &str) -> StepTool<'s> {
+        if self.is_own(name) || (self.config().enabled && name == FORGE_TOOL_NAME) {
+            return StepTool::Own;
+        }
+        let reached: &[Tier] = match target {
+            Tier::Session => &[Tier::Session, Tier::Agent, Tier::Shared],
+            Tier::Agent => &[Tier::Agent, Tier::Shared],
+            Tier::Shared => &[Tier::Shared],
+        };
+        let active = |tier: Tier| state.entry(tier, session, name).filter(|e| e.active());
+        if let Some(entry) = reached.iter().find_map(|tier| active(*tier)) {
+            return StepTool::Forged(&entry.record.current.request);
+        }
+        let why = if active(Tier::Agent).is_some() {
+            "is only at this agent's tier: promote it to the shared tier first".to_string()
+        } else if active(Tier::Session).is_some() {
+            format!("is only in session `{session}`: promote it first")
+        } else if target == Tier::Shared {
+            return StepTool::Own;
+        } else {
+            format!("no tier from the {} tier up holds", target.as_str())
+        };
+        StepTool::Unreached(why)
     }
 
     /// Audits (with the panel's verdicts), announces and answers a promotion of `version` to the
@@ -227,6 +373,20 @@ impl Registry {
         }
     }
 
+    /// Why `request` does not fit the agent tier: no room, or steps calling tools out of reach.
+    fn fits_agent_tier(&self, state: &State, request: &ForgeRequest, session: &str) -> Result<(), String> {
+        self.agent_room(state, &request.name).and_then(|()| self.steps_reached(state, request, Tier::Agent, session))
+    }
+
+    /// Why the agent tier's `name` would fail at the shared tier, if it would (see
+    /// [`Registry::steps_reached`]); `session`, that of the request, names where a step tool is.
+    fn fits_shared_tier(&self, state: &State, name: &str, session: &str) -> Result<(), String> {
+        match state.agent.get(name) {
+            Some(entry) => self.steps_reached(state, &entry.record.current.request, Tier::Shared, session),
+            None => Ok(()),
+        }
+    }
+
     /// Why the agent tier has no room for `name` (a tool already there by that name fits).
     fn agent_room(&self, state: &super::State, name: &str) -> Result<(), String> {
         let max = self.config().max_agent_tools;
@@ -250,8 +410,9 @@ impl Registry {
             (e.record.clone(), e.stats.clone())
         };
         let successes = stats.successes;
-        if let Some(held) = record.promotion.held_off(&record.current.hash).filter(|h| !h.unanswered && successes < h.until_successes) {
-            let needed = held.until_successes - successes;
+        let held = record.promotion.held_off(&record.current.hash).filter(|h| !h.unanswered && successes < h.until_successes);
+        let remembered = uses_before_reasking(&self.state.borrow(), &record.current.hash, successes);
+        if let Some(needed) = held.map(|h| h.until_successes - successes).max(remembered) {
             return Ok(PromotionOutcome::new(
                 PromotionStatus::Suppressed,
                 format!("this version's promotion was rejected; {needed} more successful uses (or a new version) before asking again"),
@@ -267,8 +428,9 @@ impl Registry {
                 format!("verdict confidence {confidence} is not above the threshold {}", threshold.confidence),
             ));
         }
-        if let Err(full) = self.agent_room(&self.state.borrow(), name) {
-            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, full));
+        // Before the tests and the panel: a tool that would fail at the agent tier is not reviewed.
+        if let Err(reason) = self.fits_agent_tier(&self.state.borrow(), &record.current.request, session) {
+            return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
         }
         let reviewing = (session.to_string(), name.to_string());
         if !self.state.borrow_mut().promoting.insert(reviewing.clone()) {
@@ -300,7 +462,7 @@ impl Registry {
         let version = record.current.version;
         let verdicts = match review {
             Ok(verdicts) => verdicts,
-            Err(refusal) => return self.remember_rejection(name, version, session, refusal).await,
+            Err(refusal) => return self.remember_rejection(name, version, &record.current.hash, session, refusal).await,
         };
 
         // The tests and the panel reviewed `record`: a version forged meanwhile was not, and a
@@ -313,16 +475,23 @@ impl Registry {
         // Promotions that ran at the same time were all admitted against the same count.
         let refusal = match changed {
             true => Err("the tool changed while the panel reviewed it (a new version, or a demotion); it is not promoted".to_string()),
-            false => self.agent_room(&self.state.borrow(), name),
+            // The tools its steps call may have left the agent tier meanwhile.
+            false => self.fits_agent_tier(&self.state.borrow(), &record.current.request, session),
         };
         if let Err(reason) = refusal {
             return self.refuse_promotion(name, version, session, reason, verdicts).await;
         }
+        let hash = record.current.hash.clone();
         let (info, ops, undo, withdrawn) = {
             let mut state = self.state.borrow_mut();
             // The verdicts were given whether or not the promotion can be recorded: they are
             // not undone with it.
             let mut ops = self.panel_audit(&mut state, name, version, &verdicts, session);
+            // The panel's approval overrides its rejection of this content, as in the session's
+            // memo (forgotten in memory once written).
+            if state.rejected_promotions.iter().any(|r| r.hash == hash) {
+                ops.push(BatchOp::Delete { key: self.rejection_key(&hash) });
+            }
             let undo = state.undo_point_withdrawing(&[(Tier::Session, session, name), (Tier::Agent, "", name)], name);
             // Gone only with its session (checked above): the version reviewed, with the stats it
             // had then.
@@ -354,6 +523,7 @@ impl Registry {
             (info, ops, undo, withdrawn)
         };
         self.persist_or_undo(ops, undo).await?;
+        self.state.borrow_mut().rejected_promotions.retain(|r| r.hash != hash);
         self.emit("", EventBody::ToolPromoted { name: name.into(), from_tier: Tier::Session, to_tier: Tier::Agent, version });
         self.announce_withdrawn(withdrawn, REPLACED);
         let mut out = PromotionOutcome::new(PromotionStatus::Promoted, "promoted to the agent tier");
@@ -396,6 +566,10 @@ impl Registry {
             let Some(hash) = state.agent.get(name).filter(|e| e.active()).map(|e| e.record.current.hash.clone()) else {
                 return Err(RegistryError::InvalidPromotion { name: name.into(), from: "a tier other than agent".into(), to: "shared".into() });
             };
+            // Before a human is asked: another agent would list the tool and fail every call.
+            if let Err(reason) = self.fits_shared_tier(&state, name, session) {
+                return Ok(PromotionOutcome::new(PromotionStatus::Rejected, reason));
+            }
             let existing = state.approvals.values().find(|a| a.tool == name && a.to_tier == Some(Tier::Shared)).cloned();
             // A request still waiting for the version in service is that request; one made for a
             // version since replaced (a new one, a rollback) is replaced by a request for this one.
@@ -535,6 +709,12 @@ impl Registry {
                 )),
                 None => None,
             };
+            // The tools its steps call may have left the shared tier since the request.
+            let refusal = refusal.or_else(|| {
+                let reason = self.fits_shared_tier(&state, &name, "").err()?;
+                let to = format!("shared: {reason}");
+                Some((reason, RegistryError::InvalidPromotion { name: name.clone(), from: "agent".into(), to }))
+            });
             let outcome = match refusal {
                 Some((detail, error)) => {
                     ops.extend(self.audit(&mut state, "approval.approved", &name, None, Some(Tier::Shared), format!("{id}: {detail}"), None.into()));

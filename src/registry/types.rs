@@ -197,6 +197,28 @@ impl PromotionMemo {
     }
 }
 
+/// A promotion to the agent tier the review refused, as the agent remembers it across its
+/// sessions and restarts: a session's [`PromotionMemo`] goes with the session, and the same
+/// content forged in another one, or after a restart, would have the panel asked again after
+/// `promotionThreshold.uses` instead of `promotionRetryUses` more uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedPromotion {
+    /// The content hash refused (another content is asked as any other tool is).
+    pub hash: String,
+    /// For the reader of the store; the hash covers the name.
+    pub name: String,
+    /// Successful uses a session tool of this content needs, counted by its stats (from when
+    /// the version became current there), before it is asked again: the uses in the session
+    /// that was refused are not known elsewhere, so another session waits them all.
+    pub uses: u64,
+    pub rejected_at: f64,
+}
+
+/// Most rejected promotions an agent remembers across sessions (the oldest is forgotten
+/// first), so that its records in the store do not grow with all it ever forged.
+pub const MAX_REJECTED_PROMOTIONS: usize = 100;
+
 /// A registered tool at one tier: current version, history, provenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
