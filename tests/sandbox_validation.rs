@@ -251,3 +251,62 @@ fn braces_inside_template_text_are_not_nesting_but_template_substitutions_are() 
     let (code_, reason) = rejected(&code);
     assert_eq!(code_, "too_deep", "{reason}");
 }
+
+#[test]
+fn names_of_host_globals_the_code_declares_itself_are_its_own() {
+    let code = r#"
+        function process(item) { return item * 2; }
+        function execute(input) {
+            const parent = [0, 1, 2];
+            const { top, left } = { top: 3, left: 4 };
+            let module = 'm';
+            const self = [5].map((self) => self)[0];
+            try { throw 6; } catch (window) { return parent[2] + top + left + module.length + self + window + process(1); }
+        }"#;
+    assert_ok(&run(&runner(), code, json!({})), json!(2 + 3 + 4 + 1 + 5 + 6 + 2));
+    // Used without being declared, they are still refused with the reason.
+    for (code, needle) in [
+        ("function execute(){ return parent.x; }", "global object"),
+        ("function execute(){ module.exports = 1; return 1; }", "CommonJS"),
+        ("function execute(){ const p = 1; return process.env; }", "process"),
+    ] {
+        let (code_, message) = rejected(code);
+        assert!(code_ == "blocked_identifier" && message.contains(needle), "{code} → {code_}: {message}");
+    }
+}
+
+#[test]
+fn blocked_names_the_code_declares_are_absent_from_the_realm_unless_always_refused() {
+    // A declared blocked name is let through only because no realm binding of it exists: a use
+    // of it that the declaration does not cover fails at runtime (ReferenceError), never reaching
+    // a host global. `globalThis` and `Function` exist, so they are refused even when declared.
+    for name in [
+        "parent",
+        "top",
+        "self",
+        "window",
+        "global",
+        "frames",
+        "module",
+        "exports",
+        "process",
+        "document",
+        "location",
+        "navigator",
+        "setTimeout",
+        "queueMicrotask",
+        "postMessage",
+        "Worker",
+        "WebAssembly",
+        "Atomics",
+        "SharedArrayBuffer",
+        "WeakRef",
+        "require",
+    ] {
+        let code = format!("function shadow({name}) {{ return {name}; }}\nfunction execute() {{ return typeof {name}; }}");
+        assert_ok(&run(&runner(), &code, json!({})), json!("undefined"));
+    }
+    for code in ["function execute(){ const globalThis = 1; return globalThis; }", "function execute(){ let Function = 1; return Function; }"] {
+        assert_eq!(rejected(code).0, "blocked_identifier", "{code}");
+    }
+}

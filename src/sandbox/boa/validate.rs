@@ -5,14 +5,17 @@
 //! names with a readable reason. Runtime hardening (`realm.rs`) is what actually holds; this
 //! layer only turns the obvious cases into a `rejected` result instead of a runtime error.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use boa_engine::ast::{
+    declaration::{Binding, Declaration},
     expression::{
         access::PropertyAccessField,
         literal::{Literal, LiteralKind},
         Call, Identifier, ImportCall,
     },
+    operations::bound_names,
     property::PropertyName,
     scope::Scope,
     visitor::{VisitWith, Visitor},
@@ -69,6 +72,14 @@ fn blocked_identifier(name: &str) -> Option<&'static str> {
     })
 }
 
+/// Blocked names the sandbox's realm does define: blocked wherever they appear. Every other
+/// blocked name is absent from the realm, so the code may declare it for its own use (`parent`
+/// of a union-find, `top` of a stack, `function process(item)`): a name it only uses without
+/// declaring is still refused with the reason, and would fail at runtime anyway.
+fn defined_in_realm(name: &str) -> bool {
+    matches!(name, "globalThis" | "Function")
+}
+
 /// Opt-in host APIs: referencing them requires the request's allowlist to name them.
 const OPT_IN: &[&str] = &["fetch", "crypto"];
 
@@ -97,7 +108,8 @@ pub(crate) fn validate(code: &str, allowlist: &[String], limits: &SourceLimits) 
             return Err(Rejection::new("syntax", format!("syntax error: {err}")));
         }
     };
-    let mut visitor = Checker { interner: &interner, allowlist, found: None };
+    let declared = declared_names(&script, &interner);
+    let mut visitor = Checker { interner: &interner, allowlist, declared, found: None };
     let _ = script.visit_with(&mut visitor);
     match visitor.found {
         Some(rejection) => Err(rejection),
@@ -473,9 +485,42 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// Every name `script` binds anywhere (variables, parameters, catch parameters, functions,
+/// classes), whatever its scope: enough to tell a name of the code's own from a reach for a
+/// host global that is not there.
+fn declared_names(script: &boa_engine::ast::Script, interner: &Interner) -> HashSet<String> {
+    struct Declared<'a> {
+        interner: &'a Interner,
+        names: HashSet<String>,
+    }
+    impl Declared<'_> {
+        fn add(&mut self, names: Vec<boa_engine::interner::Sym>) {
+            self.names.extend(names.into_iter().map(|sym| self.interner.resolve_expect(sym).to_string()));
+        }
+    }
+    impl<'ast> Visitor<'ast> for Declared<'_> {
+        type BreakTy = std::convert::Infallible;
+
+        fn visit_binding(&mut self, node: &'ast Binding) -> ControlFlow<Self::BreakTy> {
+            self.add(bound_names(node));
+            node.visit_with(self)
+        }
+
+        fn visit_declaration(&mut self, node: &'ast Declaration) -> ControlFlow<Self::BreakTy> {
+            self.add(bound_names(node));
+            node.visit_with(self)
+        }
+    }
+    let mut declared = Declared { interner, names: HashSet::new() };
+    let _ = script.visit_with(&mut declared);
+    declared.names
+}
+
 struct Checker<'a> {
     interner: &'a Interner,
     allowlist: &'a [String],
+    /// Names the code binds itself (see [`declared_names`]).
+    declared: HashSet<String>,
     found: Option<Rejection>,
 }
 
@@ -495,7 +540,7 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
 
     fn visit_identifier(&mut self, node: &'ast Identifier) -> ControlFlow<()> {
         let name = self.name(node);
-        if let Some(reason) = blocked_identifier(&name) {
+        if let Some(reason) = blocked_identifier(&name).filter(|_| defined_in_realm(&name) || !self.declared.contains(&name)) {
             return self.reject(Rejection::new("blocked_identifier", format!("'{name}': {reason}")));
         }
         if OPT_IN.contains(&name.as_str()) && !self.allowlist.iter().any(|a| a == &name) {
