@@ -4,19 +4,21 @@
  * `loadCore()`.
  */
 import * as coreModule from '../wasm/crucible_core.js';
+import { CrucibleError, messageOf } from './errors.js';
 
 const { default: initCore, initSync: initCoreSync } = coreModule;
 
 export type CoreModule = typeof coreModule;
 
-type Loader = () => Promise<void>;
+/** Instantiates the core wasm; `from` says where it is read from, for the error of a failed load. */
+type Loader = { load: () => Promise<void>; from: string };
 
 let loader: Loader | undefined;
 let loaded: Promise<CoreModule> | undefined;
 
 /** Called by a platform entry point: how to instantiate the core wasm there. */
-export function registerCoreLoader(load: Loader): void {
-  loader = load;
+export function registerCoreLoader(load: () => Promise<void>, from: string | URL): void {
+  loader = { load, from: String(from) };
 }
 
 /** Whether the core wasm has begun loading (the loader registered last is then the one used). */
@@ -38,10 +40,22 @@ export async function instantiateCoreFromUrl(url: URL): Promise<void> {
 export function loadCore(): Promise<CoreModule> {
   if (!loaded) {
     if (!loader) throw new Error('crucible-agents: no platform entry point loaded (import "crucible-agents", not a deep path)');
-    const load = loader;
+    const { load, from } = loader;
     // The module is already imported (statically: a dynamic import of it too would only make
     // bundlers warn); what waits is the wasm instance behind its exports.
-    loaded = load().then(() => coreModule);
+    loaded = load().then(
+      () => coreModule,
+      (error: unknown) => {
+        // Forgotten, so a later createAgent loads again (a network blip, a redeploy, a URL
+        // fixed with useCoreWasm): wasm-bindgen keeps an instance only once one has loaded.
+        loaded = undefined;
+        throw new CrucibleError(
+          'core_unavailable',
+          `the core wasm could not be loaded from ${from}: ${messageOf(error)} (it must answer with the package's wasm/crucible_core_bg.wasm, and a Content-Security-Policy must allow 'wasm-unsafe-eval'); a later createAgent tries again`,
+          { cause: error },
+        );
+      },
+    );
   }
   return loaded;
 }

@@ -62,6 +62,10 @@ export type CrucibleErrorCode =
    *  wait already: most often a host tool calling back, after an `await`, a forged tool that
    *  reaches it again (every call it is nested in fails with it too). */
   | 'too_many_calls'
+  /** `createAgent`: the core's wasm could not be fetched or compiled (a network failure, a URL
+   *  answering something else, a Content-Security-Policy without 'wasm-unsafe-eval'). The
+   *  next `createAgent` tries again. */
+  | 'core_unavailable'
   | 'internal';
 
 /** Base class of every error Crucible throws. Branch on `code`, not on message text. */

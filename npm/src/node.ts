@@ -6,9 +6,10 @@ import { registerListenerBound } from './signals.js';
 
 registerListenerBound((signal) => setMaxListeners(0, signal));
 
+const coreWasm = new URL('../wasm/crucible_core_bg.wasm', import.meta.url);
 registerCoreLoader(async () => {
-  instantiateCoreFromBytes(await readFile(new URL('../wasm/crucible_core_bg.wasm', import.meta.url)));
-});
+  instantiateCoreFromBytes(await readFile(coreWasm));
+}, coreWasm);
 
 export * from './index.js';
 export * from './stores/node-entry.js';

@@ -20,6 +20,15 @@ import { importMapSandboxSite, viteSandboxSite } from './browser/sandbox-sites.j
 /** A Worker script the tests can make fail to load (by serving nothing at its path). */
 const FLAKY_WORKER = "import '/pkg/dist/sandbox/worker.js';\n";
 
+/** A SharedWorker (which has no Worker constructor in Chromium) that starts a sandbox and
+ *  reports how that went. */
+const SHARED_WORKER = `import { createSandbox } from '/pkg/dist/sandbox/index.js';
+onconnect = (event) => {
+  const port = event.ports[0];
+  createSandbox({ lazy: true }).then(() => port.postMessage('started'), (error) => port.postMessage(error.name + ': ' + error.message));
+};
+`;
+
 const HOST_SECRET = 'host-secret-7f3a';
 /** Chromium's timers, worker termination and message hops are slower than Node's. */
 const BROWSER_SLACK_MS = 250;
@@ -57,7 +66,7 @@ describeInBrowser('the sandbox in Chromium', () => {
       let site: StaticServer;
       let tab: WatchedPage;
       /** Import-map setup: a worker entry the test can make disappear (`delete`). */
-      const flaky: Record<string, string> = { '/flaky/worker.js': FLAKY_WORKER };
+      const flaky: Record<string, string> = { '/flaky/worker.js': FLAKY_WORKER, '/shared/worker.js': SHARED_WORKER };
 
       before(async () => {
         if (setup === 'vite') {
@@ -149,6 +158,18 @@ describeInBrowser('the sandbox in Chromium', () => {
       }
 
       if (setup === 'import map') {
+        test('in a SharedWorker, which cannot start Workers, createSandbox says so rather than failing every execution later', async () => {
+          const answer = await tab.page.evaluate(
+            () =>
+              new Promise<string>((resolve) => {
+                const shared = new SharedWorker('/shared/worker.js', { type: 'module' });
+                shared.port.onmessage = (event) => resolve(String(event.data));
+                shared.port.start();
+              }),
+          );
+          assert.match(answer, /^SandboxError: this context cannot start Workers/);
+        });
+
         test('a worker script that does not load fails createSandbox fast with a clear reason', async () => {
           const r = await callInPage<{ failed: boolean; name: string; cause: string; ms: number }>(tab.page, 'sandboxStartError', { workerUrl: '/missing/worker.js', poolSize: 1 });
           assert.equal(r.failed, true);

@@ -10,7 +10,7 @@
  * Runtime files: `dist/sandbox/worker.js` (loaded as a Worker next to this module) and
  * `wasm/crucible_sandbox_bg.wasm` (two directories up); both can be overridden in the options.
  */
-import { describeType, describeValue, isRecord, MAX_TIMER_MS, SandboxError } from '../errors.js';
+import { describeType, describeValue, isRecord, MAX_TIMER_MS, messageOf, SandboxError } from '../errors.js';
 import { guardedFetch } from './guarded-fetch.js';
 import { isNode, loadSandboxModule, WorkerPool } from './pool.js';
 import type { Sandbox, SandboxOptions } from './types.js';
@@ -80,6 +80,16 @@ function notAHostName(entry: string): string | undefined {
   return undefined;
 }
 
+/** Where a sandbox wasm that did not load was looked for, and what to do about it. */
+function sandboxWasmHint(given: SandboxOptions['wasm']): string {
+  // A location the caller gave is theirs to fix.
+  if (given !== undefined) return ' from the `wasm` option';
+  // The package's own file: missing from a checkout not yet built, or (in a browser) not
+  // copied beside the bundle by a bundler that copies no assets.
+  if (isNode) return ' (run `npm run build:wasm` in a checkout)';
+  return " beside the package's modules (a bundler that copies no assets: serve wasm/crucible_sandbox_bg.wasm and the Worker, and pass `emergent.sandbox: await createSandbox({ workerUrl, wasm })`)";
+}
+
 /** Starts a warm pool of sandbox Workers and resolves when every Worker is ready; with
  *  `lazy: true`, resolves at once and the first execution starts them. */
 export async function createSandbox(options: SandboxOptions = {}): Promise<Sandbox> {
@@ -97,13 +107,16 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   if (startTimeout !== undefined && !(typeof startTimeout === 'number' && startTimeout > 0 && startTimeout <= MAX_TIMER_MS)) {
     throw new SandboxError(`startTimeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS}), got ${describeType(startTimeout)}`);
   }
+  // A SharedWorker or a service worker has no Worker to start: said now, not as a forge that
+  // fails (seemingly for a while) at every test.
+  if (!isNode && typeof (globalThis as { Worker?: unknown }).Worker !== 'function') {
+    throw new SandboxError('this context cannot start Workers (a SharedWorker or a service worker?): run the agent in a page or a dedicated Worker');
+  }
   let module: WebAssembly.Module;
   try {
     module = await loadSandboxModule(options.wasm);
   } catch (cause) {
-    // The build hint is for the package's own file; a location the caller gave is theirs to fix.
-    const hint = options.wasm === undefined ? ' (run `npm run build:wasm` in a checkout)' : ' from the `wasm` option';
-    throw new SandboxError(`cannot load the sandbox wasm${hint}`, { cause });
+    throw new SandboxError(`cannot load the sandbox wasm${sandboxWasmHint(options.wasm)}: ${messageOf(cause)}`, { cause });
   }
   // In Node the default fetch also checks where allowlisted names resolve (guarded-fetch.ts);
   // with nothing allowlisted no request can leave, so undici is not even loaded.

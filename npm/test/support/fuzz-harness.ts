@@ -24,7 +24,7 @@ const KNOWN_CODES: ReadonlySet<string> = new Set(
     unknown_tool: true, invalid_arguments: true, invalid_output: true, denied: true, execution_failed: true, result_too_large: true,
     sandbox_timeout: true, sandbox_memory: true, sandbox_rejected: true, sandbox_unavailable: true, emergent_disabled: true, tool_not_found: true,
     lowest_tier: true, no_such_version: true, unreviewed_version: true, pipeline_cycle: true, no_such_approval: true, invalid_promotion: true,
-    invalid_package: true, output_check_failed: true, closed: true, too_many_calls: true,
+    invalid_package: true, output_check_failed: true, closed: true, too_many_calls: true, core_unavailable: true,
   } satisfies Record<Exclude<CrucibleErrorCode, 'internal'>, true>),
 );
 const REJECTION_CATEGORIES = new Set(['schema_extra_field', 'shape_check', 'syntax_error', 'parse_error', 'judge_correctness', 'other']);
