@@ -9,6 +9,7 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::forge::{RejectionCategory, FORGE_TOOL_NAME};
 use crate::model::{
     finish_kind, CallInfo, ChunkSink, Message, Model, ModelChunk, ModelError, ModelRequest, ResponseAssembler, ResponseFormat, ToolCall, ToolChoice,
     ToolDefinition,
@@ -654,21 +655,21 @@ impl StepCalls<'_> {
         let StepCalls { step, calls, finish_reason } = self;
         let call = &calls[index];
         let is_error = outcome.result.is_err();
+        // An answer cut off at the token limit ends inside its last call: say so where that
+        // call's arguments are refused, or the model (and the host) see only broken JSON.
+        let cut_off = finish_kind(finish_reason) == "length" && index + 1 == calls.len();
         let content = match outcome.result {
-            Ok(result) => {
+            Ok(mut result) => {
+                if cut_off && call.name == FORGE_TOOL_NAME {
+                    note_cut_off_forge_request(&mut result, finish_reason);
+                }
                 let content = serde_json::to_string(&result).unwrap_or_default();
                 emitter.emit(EventBody::ToolExecuteEnd { step, call_id: call.id.clone(), name: call.name.clone(), result, duration_ms });
                 content
             }
             Err(mut error) => {
-                // An answer cut off at the token limit ends inside its last call: say so where that
-                // call's arguments are refused, or the model (and the host) see only broken JSON.
-                let cut_off = finish_kind(finish_reason) == "length" && index + 1 == calls.len();
                 if error.code == "invalid_arguments" && cut_off {
-                    error.message = format!(
-                        "{}; the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish",
-                        error.message
-                    );
+                    error.message = format!("{}; {}", error.message, cut_off_note(finish_reason));
                 }
                 let content = serde_json::json!({ "error": { "code": error.code, "message": error.message } }).to_string();
                 emitter.emit(EventBody::ToolExecuteError { step, call_id: call.id.clone(), name: call.name.clone(), error, duration_ms });
@@ -676,5 +677,26 @@ impl StepCalls<'_> {
             }
         };
         Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }
+    }
+}
+
+/// What a call cut off at the token limit is told beside why it was refused: a larger budget or
+/// a shorter call is the fix, where the same call again is cut off again.
+fn cut_off_note(finish_reason: &str) -> String {
+    format!(
+        "the answer stopped at its token limit (finish reason `{finish_reason}`) inside these arguments: a larger maxTokens, or a shorter call, lets it finish"
+    )
+}
+
+/// Adds [`cut_off_note`] to a cut-off `forge_tool` call's `parse_error` rejection. The forge
+/// answers a bad request with a result, not an `invalid_arguments` error, so without this the
+/// model reads only that the JSON ended early.
+fn note_cut_off_forge_request(result: &mut Value, finish_reason: &str) {
+    if result["category"] != RejectionCategory::ParseError.as_str() {
+        return;
+    }
+    if let Some(Value::String(reason)) = result.get_mut("reason") {
+        reason.push_str("; ");
+        reason.push_str(&cut_off_note(finish_reason));
     }
 }

@@ -92,6 +92,13 @@ impl JudgeError {
         matches!(self, Self::Unanswered(_))
     }
 
+    /// Whether the judge's provider failed or gave no answer in time. Its message is the
+    /// provider's (an HTTP body quoting a key, internal host names, a thrown error's file
+    /// paths): the host's to read, and nothing the tool's author could act on.
+    pub fn is_provider_failure(&self) -> bool {
+        matches!(self, Self::Model(_) | Self::Unanswered(_))
+    }
+
     /// Whether the judge answered but no verdict could be read from its answer (no JSON,
     /// broken or partial JSON, no verdict of its own, cut off at its token limit, a tool call): the
     /// rejection is a `parse_error`, as a judge response that is not valid JSON is in the

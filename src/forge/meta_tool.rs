@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use crate::registry::Registry;
 use crate::tools::{json_len, shorten, CallContext, ToolFailure, ToolHandler};
 
+use super::pipeline::ForgeResult;
+
 /// Forges through a registry (held weakly: the registry owns the tool sets that hold this).
 #[derive(Debug, Clone)]
 pub struct ForgeToolHandler {
@@ -58,18 +60,28 @@ impl ToolHandler for ForgeToolHandler {
                 },
                 "inputSchema": tool.input_schema,
             }),
-            _ => json!({
-                "success": false,
-                "reason": result.reason,
-                "category": result.category,
-                "hint": "Fix the request according to the reason and call forge_tool again.",
-            }),
+            _ => rejection_answer(&result),
         };
         if let Some(limit) = ctx.result_limit {
             fit_result(&mut answer, limit);
         }
         Ok(answer)
     }
+}
+
+/// A rejection as the model reads it: the reason meant for it where the host's is not (a judge
+/// provider's error), and the hint to fix the request only where the reason is about it.
+fn rejection_answer(result: &ForgeResult) -> Value {
+    let for_model = result.reason.as_ref().and_then(|r| r.for_model());
+    let mut answer = json!({
+        "success": false,
+        "reason": for_model.or(result.reason.as_deref()),
+        "category": result.category,
+    });
+    if for_model.is_none() {
+        answer["hint"] = json!("Fix the request according to the reason and call forge_tool again.");
+    }
+    answer
 }
 
 /// Shortens a `forge_tool` result past the run's `maxResultBytes` so the model still reads

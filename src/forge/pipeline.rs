@@ -4,6 +4,8 @@
 //! (`crate::registry`) performs the final step — register, with `forge.registered` or
 //! `forge.rejected` — because only it knows tier limits and versions.
 
+use std::fmt;
+use std::ops::Deref;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -38,8 +40,10 @@ pub struct ForgeResult {
     pub verdict: Option<Verdict>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests: Option<Vec<TestResult>>,
+    /// Serialized as the text alone; what the model is told instead travels with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    #[cfg_attr(feature = "wasm-core", tsify(type = "string"))]
+    pub reason: Option<Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<RejectionCategory>,
     /// The request was identical to the tool the session already reaches under its name: that
@@ -57,10 +61,61 @@ impl ForgeResult {
             tool: None,
             verdict: r.verdict.clone(),
             tests: (!r.tests.is_empty()).then(|| r.tests.clone()),
-            reason: Some(r.reason.clone()),
+            reason: Some(Reason { text: r.reason.clone(), for_model: r.for_model.clone() }),
             category: Some(r.category),
             unchanged: false,
         }
+    }
+}
+
+/// What `forge_tool` tells the model when the judge's provider failed or did not answer.
+pub const JUDGE_UNAVAILABLE_FOR_MODEL: &str = "the reviewer was unavailable, so the tool was not reviewed and nothing was registered. This says nothing about your request: call forge_tool again later with the same request, or go on without the tool";
+
+/// A rejected forge's reason. The host reads it whole (`agent.forge()`); the model may be told
+/// something else (see [`Reason::for_model`]), which is never serialized: a host reading the
+/// result wants what happened, and a result read back was the host's.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Reason {
+    text: String,
+    #[serde(skip)]
+    for_model: Option<String>,
+}
+
+impl Reason {
+    /// What the model is told in place of the text, when the text is not for it.
+    pub fn for_model(&self) -> Option<&str> {
+        self.for_model.as_deref()
+    }
+}
+
+impl From<String> for Reason {
+    fn from(text: String) -> Self {
+        Self { text, for_model: None }
+    }
+}
+
+impl Deref for Reason {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+/// As the text alone unless the model is told otherwise: test output reads as it did when the
+/// reason was a string.
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.for_model {
+            None => fmt::Debug::fmt(&self.text, f),
+            Some(for_model) => f.debug_struct("Reason").field("text", &self.text).field("for_model", for_model).finish(),
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
     }
 }
 
@@ -117,6 +172,8 @@ pub struct Rejection {
     /// The sandbox could not run the tests (its queue was full, say): no verdict on the code,
     /// so the attempt is reported but not counted in the forge stats.
     pub sandbox_unavailable: bool,
+    /// What the model is told instead of `reason` (see [`Reason::for_model`]).
+    pub for_model: Option<String>,
 }
 
 impl Rejection {
@@ -129,6 +186,7 @@ impl Rejection {
             verdict: None,
             scope: None,
             sandbox_unavailable: false,
+            for_model: None,
         }
     }
 }
@@ -277,6 +335,9 @@ impl Forge {
                 let evidence = Evidence { parse: e.is_unreadable_answer(), ..Default::default() };
                 let mut r = Rejection::new(&request.name, format!("no verdict, so the tool is rejected: {e}"), evidence);
                 r.tests = tests;
+                // The provider's error stays with the host (result, event, audit): it can quote
+                // keys, internal hosts and paths, and the model could fix nothing in it.
+                r.for_model = e.is_provider_failure().then(|| JUDGE_UNAVAILABLE_FOR_MODEL.to_string());
                 return Err(r);
             }
         };

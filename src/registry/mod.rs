@@ -586,6 +586,10 @@ pub struct Registry {
     forge: Forge,
     promotion_judge: Option<Rc<dyn Model>>,
     host_tools: RefCell<ToolSet>,
+    /// The agent's own tool names (host tools and `forge_tool`) by their [`canonical_tool_name`]:
+    /// a forged tool whose name folds onto one of them is refused or hidden, as one of the same
+    /// name is, else the model is offered `Refund` beside the `refund` that asks for approval.
+    own_names: RefCell<HashMap<String, String>>,
     pub(crate) state: RefCell<State>,
     sink: RefCell<Option<Box<dyn EventSink>>>,
     /// Events emitted while the sink was busy delivering another: a listener may call back
@@ -762,6 +766,7 @@ impl Registry {
             forge,
             promotion_judge,
             host_tools: RefCell::new(ToolSet::new()),
+            own_names: RefCell::new(own_names(&ToolSet::new())),
             state: RefCell::new(state),
             sink: RefCell::new(None),
             deferred_events: RefCell::default(),
@@ -935,7 +940,24 @@ impl Registry {
 
     /// The host tools compose pipelines may use (the agent's own tools).
     pub fn set_host_tools(&self, tools: ToolSet) {
+        *self.own_names.borrow_mut() = own_names(&tools);
         *self.host_tools.borrow_mut() = tools;
+    }
+
+    /// Refuses host tools this agent cannot serve as given: with emergent capabilities
+    /// enabled, one named `forge_tool` or a look-alike of it (see [`canonical_tool_name`]).
+    /// The model would be offered the meta-tool under that name while `tools.call` reached the
+    /// host tool, or be offered both and not tell them apart. The host checks this where it
+    /// creates the agent (an `invalid_config` error).
+    pub fn refuse_reserved_host_tools(&self) -> Result<(), String> {
+        let host = self.host_tools.borrow();
+        let reserved = host.names().find(|name| self.config.enabled && same_tool_name(name, FORGE_TOOL_NAME));
+        match reserved {
+            Some(name) => Err(format!(
+                "tool name `{name}` is reserved for the `{FORGE_TOOL_NAME}` meta-tool when emergent capabilities are enabled (names are compared ignoring case and `-` vs `_`)"
+            )),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn host_tool_names(&self) -> Vec<String> {
@@ -1403,6 +1425,8 @@ impl Registry {
                 return Ok(Admission::Unchanged(kept));
             }
             let state = self.state.borrow();
+            self.refuse_close_name(&state, &session, &req.name)?;
+            self.refuse_shadowed_steps(&state, &session, req)?;
             self.session_room(&state, &session, &req.name).map(|()| Admission::New { next_version: state.next_version(&req.name) })
         };
         let run_id = origin.run_id.clone();
@@ -1492,6 +1516,8 @@ impl Registry {
             } else {
                 // Own tools may have changed while it was tested (a host adding tools).
                 self.refuse_own_name(&verified.request.name)
+                    .and_then(|()| self.refuse_close_name(&state, session, &verified.request.name))
+                    .and_then(|()| self.refuse_shadowed_steps(&state, session, &verified.request))
                     .and_then(|()| self.session_room(&state, session, &verified.request.name))
                     .and_then(|()| registered_since(&state, session, &verified.request.name, verified.next_version))
             }
@@ -1673,14 +1699,40 @@ impl Registry {
 
     /// Whether `session` reaches a tool `name`, without building anything.
     fn reaches(&self, name: &str, session: &str) -> bool {
-        self.state.borrow().resolve(name, session).is_some() || self.host_tools.borrow().contains(name) || (self.config.enabled && name == FORGE_TOOL_NAME)
+        let forged = self.state.borrow().resolve(name, session).map(|(tier, _)| tier);
+        // A pipeline over a step this agent's own tool shadows is not run here: one calling it
+        // is not offered either.
+        forged.is_some_and(|tier| self.shadowed_step(tier, name, session).is_none())
+            || self.host_tools.borrow().contains(name)
+            || (self.config.enabled && name == FORGE_TOOL_NAME)
     }
 
     /// Whether `name` is one of the agent's own tools. No forged tool stands in for one: a
     /// forged tool stored under its name (from before forging such names was refused, or
     /// before the own tool was added) is reached nowhere.
     fn is_own(&self, name: &str) -> bool {
-        self.host_tools.borrow().contains(name)
+        // The exact name first: every call of a host tool asks, and it needs no folding.
+        self.host_tools.borrow().contains(name) || self.own_look_alike(name).is_some()
+    }
+
+    /// The own tool (host tool or `forge_tool`) whose name `name` is or folds onto (see
+    /// [`canonical_tool_name`]).
+    fn own_look_alike(&self, name: &str) -> Option<String> {
+        self.own_names.borrow().get(&canonical_tool_name(name)).cloned()
+    }
+
+    /// The step tool of the compose entry `name` at `tier` that an own tool of this agent
+    /// shadows, with that own tool. A step naming a tool forged at the pipeline's tier or above
+    /// was tested, judged and approved calling that forged tool (where the pipeline was made);
+    /// here the name reaches the own tool instead, so the pipeline would do what nobody
+    /// reviewed (a real `send_email` behind a pipeline approved over a draft formatter). Such a
+    /// pipeline is neither offered nor run here. A step naming a tool no tier holds forged is
+    /// bound to the own tool, as documented.
+    fn shadowed_step(&self, tier: Tier, name: &str, session: &str) -> Option<(String, String)> {
+        let state = self.state.borrow();
+        let entry = state.entry(tier, session, name)?;
+        let crate::forge::Implementation::Compose { steps } = &entry.record.current.request.implementation else { return None };
+        shadowed_in(&state, steps, tier, session, |step| self.own_look_alike(step))
     }
 
     /// The built forged tool `session` reaches under `name` (the most specific tier that
@@ -1689,12 +1741,18 @@ impl Registry {
         if self.is_own(name) {
             return None;
         }
-        [Tier::Session, Tier::Agent, Tier::Shared].into_iter().find_map(|tier| self.built_at(tier, name, session).map(|tool| (tier, tool)))
+        [Tier::Session, Tier::Agent, Tier::Shared]
+            .into_iter()
+            .filter(|tier| self.shadowed_step(*tier, name, session).is_none())
+            .find_map(|tier| self.built_at(tier, name, session).map(|tool| (tier, tool)))
     }
 
     /// Whether every step tool of the compose entry `name` at `tier` is reachable by `session`
     /// now (true for sandbox tools).
     fn steps_reachable(&self, tier: Tier, name: &str, session: &str) -> bool {
+        if self.shadowed_step(tier, name, session).is_some() {
+            return false;
+        }
         let state = self.state.borrow();
         let Some(entry) = state.entry(tier, session, name) else { return false };
         match &entry.record.current.request.implementation {
@@ -1757,6 +1815,9 @@ impl Registry {
     /// the end of the stack, and a test's re-entry is no use of the tools it reaches.
     pub async fn call_as(&self, name: &str, args: Value, session: &str, run_id: &str, nesting: Nesting) -> Result<Value, ToolFailure> {
         let Some(tool) = self.resolve_tool(name, session) else {
+            if let Some(failure) = self.unreached_here(name, session) {
+                return Err(failure);
+            }
             let (active, demoted) = {
                 let state = self.state.borrow();
                 let active = state.resolve(name, session).map(|(_, e)| e.record.current.request.clone());
@@ -1792,6 +1853,20 @@ impl Registry {
         invoke(&tool, args, &CallContext { depth, trial, pipeline_budget, ..self.direct_call(session, run_id) }).await
     }
 
+    /// Why the forged tool `session` holds under `name` is not reached by this agent, when
+    /// its name folds onto an own tool's or a step of it is shadowed by one: said as such,
+    /// not as a build failure or a missing tool.
+    fn unreached_here(&self, name: &str, session: &str) -> Option<ToolFailure> {
+        let tier = self.state.borrow().resolve(name, session).map(|(tier, _)| tier)?;
+        if let Some(own) = self.own_look_alike(name) {
+            return Some(ToolFailure::new(
+                "unknown_tool",
+                format!("no tool named `{name}`: the forged tool of that name is too close to this agent's own tool `{own}` to be reached here (did you mean `{own}`?)"),
+            ));
+        }
+        self.shadowed_step(tier, name, session).map(|(step, own)| shadowed_failure(name, &step, &own))
+    }
+
     /// The context of a call made through the registry API, outside any run.
     fn direct_call(&self, session: &str, run_id: &str) -> CallContext {
         CallContext { direct: true, ..CallContext::new(run_id, self.env.new_id("call"), session) }
@@ -1806,6 +1881,9 @@ impl Registry {
                 Err(ToolFailure::new("denied", format!("`{name}` was demoted from the {} tier and cannot be called there", tier.as_str())))
             }
             Some(ToolStatus::Active) => {
+                if let Some((step, own)) = self.shadowed_step(tier, name, session) {
+                    return Err(shadowed_failure(name, &step, &own));
+                }
                 let Some(tool) = self.built_at(tier, name, session) else {
                     return Err(ToolFailure::new("unknown_tool", format!("`{name}` cannot be built")));
                 };
@@ -1819,11 +1897,10 @@ impl Registry {
     /// reaches (see [`Registry::is_own`]).
     pub fn list(&self, session: &str) -> Vec<ToolInfo> {
         let state = self.state.borrow();
-        let own = self.host_tools.borrow();
         [Tier::Session, Tier::Agent, Tier::Shared]
             .into_iter()
             .filter_map(|t| state.tier(t, session))
-            .flat_map(|m| m.values().filter(|e| !own.contains(&e.record.name)).map(tool_info))
+            .flat_map(|m| m.values().filter(|e| !self.is_own(&e.record.name)).map(tool_info))
             .collect()
     }
 
@@ -1839,10 +1916,42 @@ impl Registry {
 
     /// Refuses a forged tool under one of the agent's own tools' names (see [`Registry::is_own`]).
     pub(crate) fn refuse_own_name(&self, name: &str) -> Result<(), String> {
-        if self.is_own(name) {
+        if self.host_tools.borrow().contains(name) || name == FORGE_TOOL_NAME {
             return Err(format!("`{name}` is one of the agent's own tools; a forged tool needs a name of its own"));
         }
-        Ok(())
+        match self.own_look_alike(name) {
+            Some(own) => Err(format!(
+                "`{name}` is too close to `{own}`, one of the agent's own tools (names are compared ignoring case and `-` vs `_`); a forged tool needs a name of its own"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a new forged tool `name` that folds onto another forged tool `session` reaches
+    /// (`Slugify` beside `slugify`): the model would be offered two tools it cannot tell apart,
+    /// and a caller meaning one would get the other. A new version keeps the exact name.
+    fn refuse_close_name(&self, state: &State, session: &str, name: &str) -> Result<(), String> {
+        let canonical = canonical_tool_name(name);
+        let mut reached = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter_map(|t| state.tier(t, session)).flat_map(|m| m.values());
+        match reached.find(|e| e.active() && e.record.name != name && canonical_tool_name(&e.record.name) == canonical) {
+            Some(e) => Err(format!(
+                "`{name}` is too close to the existing tool `{other}` (names are compared ignoring case and `-` vs `_`): forge it as `{other}` for a new version of that tool, or give it a name of its own",
+                other = e.record.name
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a pipeline over a step tool this agent's own tool shadows here (see
+    /// [`Registry::shadowed_step`]): registered, it could not be called.
+    fn refuse_shadowed_steps(&self, state: &State, session: &str, req: &ForgeRequest) -> Result<(), String> {
+        let crate::forge::Implementation::Compose { steps } = &req.implementation else { return Ok(()) };
+        match shadowed_in(state, steps, Tier::Session, session, |step| self.own_look_alike(step)) {
+            Some((step, own)) => Err(format!(
+                "step tool `{step}` is a forged tool this agent cannot reach: its own tool `{own}` shadows it, and a pipeline over it would not be run here"
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The audit trail, oldest first.
@@ -2080,6 +2189,52 @@ impl crate::tools::ToolLookup for RegistryTools {
             _ => vec![],
         }
     }
+}
+
+/// The form tool names are compared in: ASCII lowercase, `-` read as `_`. A model, like a
+/// person reading a tool list, takes `Send-Email` or `REFUND` for `send_email` or `refund`:
+/// names that fold alike must not stand for two different tools of one agent.
+pub fn canonical_tool_name(name: &str) -> String {
+    name.chars().map(|c| if c == '-' { '_' } else { c.to_ascii_lowercase() }).collect()
+}
+
+/// Whether two tool names fold alike (see [`canonical_tool_name`]).
+pub fn same_tool_name(a: &str, b: &str) -> bool {
+    canonical_tool_name(a) == canonical_tool_name(b)
+}
+
+/// The agent's own tool names (host tools and `forge_tool`), each under its canonical form.
+/// `forge_tool` is always in: it names the meta-tool whenever emergent is enabled.
+fn own_names(host: &ToolSet) -> HashMap<String, String> {
+    host.names().chain([FORGE_TOOL_NAME]).map(|n| (canonical_tool_name(n), n.to_string())).collect()
+}
+
+/// The first step tool of `steps` that an own tool shadows (`own_of` gives the own tool a
+/// name folds onto) while `state` holds a forged tool of that name at `tier` or above, with
+/// that own tool. See [`Registry::shadowed_step`].
+fn shadowed_in(
+    state: &State,
+    steps: &[crate::forge::ComposeStep],
+    tier: Tier,
+    session: &str,
+    own_of: impl Fn(&str) -> Option<String>,
+) -> Option<(String, String)> {
+    steps.iter().find_map(|step| {
+        let own = own_of(&step.tool)?;
+        let forged = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter(|t| *t >= tier).any(|t| state.entry(t, session, &step.tool).is_some());
+        forged.then(|| (step.tool.clone(), own))
+    })
+}
+
+/// The failure of a call of the pipeline `name` whose step tool `step` is shadowed here by the
+/// own tool `own` (see [`Registry::shadowed_step`]).
+fn shadowed_failure(name: &str, step: &str, own: &str) -> ToolFailure {
+    ToolFailure::new(
+        "denied",
+        format!(
+            "`{name}` cannot be called by this agent: its step tool `{step}` is a forged tool, which this agent's own tool `{own}` shadows here (the pipeline was tested and approved over the forged one)"
+        ),
+    )
 }
 
 /// Where the records of agent `agent_id` live.

@@ -153,6 +153,11 @@ impl CoreAgent {
         }
         let registry = if emergent.is_undefined() || emergent.is_null() { None } else { Some(load_registry(emergent, store, env, &agent_id, set).await?) };
         if let Some(registry) = &registry {
+            // Checked once loaded: only the loaded config says whether `forge_tool` is offered.
+            if let Err(reason) = registry.refuse_reserved_host_tools() {
+                registry.close();
+                return Err(error_object("invalid_config", &reason));
+            }
             agent.set_tool_provider(Some(registry.clone()));
         }
         Ok(CoreAgent { agent: Rc::new(agent), registry })

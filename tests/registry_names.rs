@@ -1,0 +1,191 @@
+//! Tool names as the agent serves them: a forged tool is never a look-alike of the agent's own
+//! tools (ignoring case and `-` vs `_`), nor of another forged tool, and a shared pipeline
+//! never rebinds to another agent's own tool of a step's name.
+
+mod support;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use crucible::registry::{EmergentConfig, PromotionStatus, PromotionThreshold, Tier};
+use crucible::store::MemoryStore;
+use crucible::tools::{Tool, ToolSet};
+use futures::executor::block_on;
+use serde_json::{json, Value};
+use support::emergent::*;
+use support::FnTool;
+
+fn promo_config() -> EmergentConfig {
+    EmergentConfig { promotion_threshold: PromotionThreshold { uses: 3, confidence: 0.8 }, auto_promote: false, ..Default::default() }
+}
+
+fn forge(r: &Rig, request: &Value, session: &str) -> crucible::forge::ForgeResult {
+    block_on(r.registry.forge(request, session))
+}
+
+/// Moves `name` from session `s1` of `r` to the shared tier, as an operator approving it would.
+fn share(r: &Rig, name: &str, input: Value) {
+    for _ in 0..3 {
+        block_on(r.registry.call(name, input.clone(), "s1")).unwrap();
+    }
+    let to_agent = block_on(r.registry.request_promotion(name, Tier::Agent, "s1")).unwrap();
+    assert_eq!(to_agent.status, PromotionStatus::Promoted, "{to_agent:?}");
+    let approval = block_on(r.registry.request_promotion(name, Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+}
+
+/// A host tool `name` {text} → {text} that counts its calls (a real side effect).
+fn counting_host_tool(name: &str, calls: Rc<Cell<u32>>) -> ToolSet {
+    let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
+    let handler = FnTool::new(move |a| {
+        calls.set(calls.get() + 1);
+        Ok(json!({ "text": a["text"].clone() }))
+    });
+    let mut set = ToolSet::new();
+    set.insert(Tool::new(name, "Sends a real email", &text, Some(&text), handler).unwrap());
+    set
+}
+
+/// A pipeline `name` whose one step calls `tool` with the input text, giving its `slug`.
+fn slug_pipeline(name: &str, tool: &str) -> Value {
+    json!({
+        "name": name, "description": "Notifies",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] },
+        "implementation": { "mode": "compose", "steps": [{ "name": "s", "tool": tool, "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "Hello World" }, "expectedOutput": { "slug": "hello-world" } }, { "input": { "text": "a b" } }]
+    })
+}
+
+#[test]
+fn look_alikes_of_the_agents_own_tools_and_of_forge_tool_are_refused() {
+    let r = rig();
+    for name in ["Upper_Case", "upper-case", "UPPER_CASE", "Word-Count", "Forge_Tool", "forge-tool", "FORGE_TOOL"] {
+        let res = forge(&r, &slugify_request(name, SLUGIFY_JS), "s1");
+        assert!(!res.success, "{name}: {res:?}");
+        let reason = res.reason.as_deref().unwrap_or_default().to_string();
+        assert!(reason.contains("too close to") && reason.contains("one of the agent's own tools"), "{name}: {reason}");
+    }
+    assert!(r.registry.list("s1").is_empty());
+    assert!(forge(&r, &slugify_request("upper_case_slug", SLUGIFY_JS), "s1").success, "a name of its own is fine");
+}
+
+#[test]
+fn another_agents_shared_look_alike_of_an_own_tool_is_neither_offered_nor_called() {
+    let store = Rc::new(MemoryStore::new());
+    // Agent A has no `upper_case` of its own: `Upper_Case` is a name of its own there.
+    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    a.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&a, &slugify_request("Upper_Case", SLUGIFY_JS), "s1").success);
+    share(&a, "Upper_Case", json!({ "text": "A b" }));
+    // Agent B serves its own `upper_case`: the look-alike would be offered beside it.
+    let b = rig_for("agent_b", promo_config(), Some(approving_judge()), None, store);
+    let offered = b.registry.tool_set("s1");
+    assert!(offered.contains("upper_case") && !offered.contains("Upper_Case"), "{:?}", offered.names().collect::<Vec<_>>());
+    let err = block_on(b.registry.call("Upper_Case", json!({ "text": "A b" }), "s1")).unwrap_err();
+    assert_eq!(err.code, "unknown_tool", "{err:?}");
+    assert!(err.message.contains("too close to this agent's own tool `upper_case`"), "{err:?}");
+    assert!(b.registry.list("s1").iter().all(|t| t.name != "Upper_Case"), "nothing reaches it, so it is not listed");
+    // What the agent serves under the name is its own tool: the look-alike is not its to hand
+    // out, demote or roll back.
+    assert_eq!(b.registry.export("Upper_Case", "s1").unwrap_err().code(), "tool_not_found");
+    assert_eq!(block_on(b.registry.demote("Upper_Case", "s1")).unwrap_err().code(), "tool_not_found");
+    assert_eq!(block_on(b.registry.rollback("Upper_Case", 1, "s1")).unwrap_err().code(), "tool_not_found");
+    // Agent A still reaches it.
+    assert!(a.registry.tool_set("s1").contains("Upper_Case"));
+}
+
+#[test]
+fn forged_tools_differing_only_in_case_or_dashes_are_one_name() {
+    let r = rig();
+    assert!(forge(&r, &slugify_request("make_slug", SLUGIFY_JS), "s1").success);
+    for name in ["Make_Slug", "make-slug", "MAKE-SLUG"] {
+        let res = forge(&r, &slugify_request(name, SLUGIFY_V2_JS), "s1");
+        assert!(!res.success, "{name}: {res:?}");
+        assert!(res.reason.as_deref().unwrap_or_default().contains("too close to the existing tool `make_slug`"), "{name}: {res:?}");
+    }
+    // The exact name makes a new version, and another session does not see the first one.
+    assert!(forge(&r, &slugify_request("make_slug", SLUGIFY_V2_JS), "s1").success);
+    assert!(forge(&r, &slugify_request("Make_Slug", SLUGIFY_JS), "s2").success);
+}
+
+#[test]
+fn a_shared_pipeline_never_rebinds_its_forged_step_to_another_agents_own_tool() {
+    let store = Rc::new(MemoryStore::new());
+    // Agent A forges `send_email` (it only slugifies a draft) and `notify` over it.
+    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    a.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&a, &slugify_request("send_email", SLUGIFY_JS), "s1").success);
+    assert!(forge(&a, &slug_pipeline("notify", "send_email"), "s1").success);
+    share(&a, "send_email", json!({ "text": "A b" }));
+    share(&a, "notify", json!({ "text": "A b" }));
+    assert_eq!(block_on(a.registry.call("notify", json!({ "text": "Hi there" }), "s1")).unwrap(), json!({ "slug": "hi-there" }));
+    // Agent B's own `send_email` sends real mail: `notify` must not reach it.
+    let b = rig_for("agent_b", promo_config(), Some(approving_judge()), None, store);
+    let sent = Rc::new(Cell::new(0));
+    b.registry.set_host_tools(counting_host_tool("send_email", sent.clone()));
+    assert!(!b.registry.tool_set("s1").contains("notify"));
+    for err in [
+        block_on(b.registry.call("notify", json!({ "text": "Hi" }), "s1")).unwrap_err(),
+        block_on(b.registry.call_at("notify", Tier::Shared, json!({ "text": "Hi" }), "s1")).unwrap_err(),
+    ] {
+        assert_eq!(err.code, "denied", "{err:?}");
+        assert!(err.message.contains("its step tool `send_email` is a forged tool, which this agent's own tool `send_email` shadows"), "{err:?}");
+    }
+    // A pipeline over `notify` is not offered either, and its call does not reach the mail.
+    let outer = forge(&b, &slug_pipeline("outer", "notify"), "s1");
+    assert!(!outer.success, "{outer:?}");
+    assert_eq!(sent.get(), 0, "no email was sent");
+    // B's own tool answers B's calls of its name, and a look-alike own tool shadows as well.
+    assert_eq!(block_on(b.registry.call("send_email", json!({ "text": "Hi" }), "s1")).unwrap(), json!({ "text": "Hi" }));
+    assert_eq!(sent.get(), 1);
+    b.registry.set_host_tools(counting_host_tool("Send-Email", sent.clone()));
+    assert!(!b.registry.tool_set("s1").contains("notify"));
+    assert_eq!(block_on(b.registry.call("notify", json!({ "text": "Hi" }), "s1")).unwrap_err().code, "denied");
+    // Without an own tool of the step's name, B runs the pipeline as approved.
+    b.registry.set_host_tools(ToolSet::new());
+    assert_eq!(block_on(b.registry.call("notify", json!({ "text": "Hi there" }), "s1")).unwrap(), json!({ "slug": "hi-there" }));
+    assert_eq!(sent.get(), 1);
+}
+
+#[test]
+fn a_pipeline_over_an_own_tool_that_a_forged_tool_of_its_name_shadows_is_not_forged() {
+    let store = Rc::new(MemoryStore::new());
+    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    a.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&a, &slugify_request("send_email", SLUGIFY_JS), "s1").success);
+    share(&a, "send_email", json!({ "text": "A b" }));
+    let b = rig_for("agent_b", promo_config(), Some(approving_judge()), None, store);
+    let sent = Rc::new(Cell::new(0));
+    b.registry.set_host_tools(counting_host_tool("send_email", sent));
+    // Registered, it could not be called here: the forge says so rather than succeed.
+    let res = forge(&b, &slug_pipeline("notify", "send_email"), "s1");
+    assert!(!res.success, "{res:?}");
+    assert!(res.reason.as_deref().unwrap_or_default().contains("its own tool `send_email` shadows it"), "{res:?}");
+    // Steps naming a tool no tier holds forged are bound to the own tool, as before.
+    let relay = json!({
+        "name": "relay", "description": "relay",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "implementation": { "mode": "compose", "steps": [{ "name": "s", "tool": "upper_case", "inputMapping": { "text": "$input.text" } }] },
+        "testCases": [{ "input": { "text": "a" }, "expectedOutput": { "text": "A" } }, { "input": { "text": "b" } }]
+    });
+    b.registry.set_host_tools(host_tools());
+    let res = forge(&b, &relay, "s1");
+    assert!(res.success, "{res:?}");
+    assert_eq!(block_on(b.registry.call("relay", json!({ "text": "x" }), "s1")).unwrap(), json!({ "text": "X" }));
+}
+
+#[test]
+fn a_host_tool_named_like_forge_tool_is_refused_when_emergent_is_enabled() {
+    for name in ["forge_tool", "Forge-Tool", "FORGE_TOOL"] {
+        let r = rig();
+        r.registry.set_host_tools(counting_host_tool(name, Rc::default()));
+        let reason = r.registry.refuse_reserved_host_tools().unwrap_err();
+        assert!(reason.contains(&format!("tool name `{name}` is reserved for the `forge_tool` meta-tool")), "{reason}");
+        let disabled = rig_with(EmergentConfig { enabled: false, ..Default::default() }, None, None, Rc::new(MemoryStore::new()));
+        disabled.registry.set_host_tools(counting_host_tool(name, Rc::default()));
+        assert_eq!(disabled.registry.refuse_reserved_host_tools(), Ok(()), "without the meta-tool the name is free");
+    }
+    assert_eq!(rig().registry.refuse_reserved_host_tools(), Ok(()));
+}
