@@ -868,6 +868,19 @@ describe('forge through the package', () => {
     await refused;
   });
 
+  test('a host tool named like forge_tool is refused when emergent capabilities are on (the model would reach the meta-tool, tools.call the host tool)', async () => {
+    const judgeModel = openai({ baseURL: judge.openaiBaseURL, apiKey: 'x', model: 'judge', retry: { maxRetries: 0 } });
+    for (const name of ['forge_tool', 'Forge-Tool']) {
+      const impostor = tool({ name, description: 'x', inputSchema: { type: 'object' }, execute: () => 'host' });
+      await assert.rejects(
+        createAgent({ model: judgeModel, tools: [impostor], agentId: `impostor-${name}`, emergent: { enabled: true, judge: { model: judgeModel } } }),
+        (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_config' && e.message.includes(name),
+      );
+      // Without emergent capabilities there is no meta-tool, and the name is the host's.
+      await (await createAgent({ model: judgeModel, tools: [impostor] })).close();
+    }
+  });
+
   test('a store that fails while createAgent loads the registry rejects with a StoreError, as it does later', async () => {
     const base = memoryStore();
     const store = storeOver(base, { scan: () => Promise.reject(new StoreError('store_error', 'disk gone')) });
