@@ -189,3 +189,14 @@ fn a_host_tool_named_like_forge_tool_is_refused_when_emergent_is_enabled() {
     }
     assert_eq!(rig().registry.refuse_reserved_host_tools(), Ok(()));
 }
+
+#[test]
+fn names_fold_alike_exactly_when_their_canonical_forms_are_equal() {
+    use crucible::registry::{canonical_tool_name, same_tool_name};
+    let names = ["send_email", "Send-Email", "SEND_EMAIL", "send-emails", "sendemail", "café", "CAFÉ", "Café", "a-b", "a_b", "A_B", "ab", ""];
+    for a in names {
+        for b in names {
+            assert_eq!(same_tool_name(a, b), canonical_tool_name(a) == canonical_tool_name(b), "{a:?} vs {b:?}");
+        }
+    }
+}

@@ -1718,7 +1718,11 @@ impl Registry {
     /// The own tool (host tool or `forge_tool`) whose name `name` is or folds onto (see
     /// [`canonical_tool_name`]).
     fn own_look_alike(&self, name: &str) -> Option<String> {
-        self.own_names.borrow().get(&canonical_tool_name(name)).cloned()
+        let own = self.own_names.borrow();
+        match is_canonical_name(name) {
+            true => own.get(name).cloned(),
+            false => own.get(&canonical_tool_name(name)).cloned(),
+        }
     }
 
     /// The step tool of the compose entry `name` at `tier` that an own tool of this agent
@@ -1931,9 +1935,8 @@ impl Registry {
     /// (`Slugify` beside `slugify`): the model would be offered two tools it cannot tell apart,
     /// and a caller meaning one would get the other. A new version keeps the exact name.
     fn refuse_close_name(&self, state: &State, session: &str, name: &str) -> Result<(), String> {
-        let canonical = canonical_tool_name(name);
         let mut reached = [Tier::Session, Tier::Agent, Tier::Shared].into_iter().filter_map(|t| state.tier(t, session)).flat_map(|m| m.values());
-        match reached.find(|e| e.active() && e.record.name != name && canonical_tool_name(&e.record.name) == canonical) {
+        match reached.find(|e| e.active() && e.record.name != name && same_tool_name(&e.record.name, name)) {
             Some(e) => Err(format!(
                 "`{name}` is too close to the existing tool `{other}` (names are compared ignoring case and `-` vs `_`): forge it as `{other}` for a new version of that tool, or give it a name of its own",
                 other = e.record.name
@@ -2198,9 +2201,26 @@ pub fn canonical_tool_name(name: &str) -> String {
     name.chars().map(|c| if c == '-' { '_' } else { c.to_ascii_lowercase() }).collect()
 }
 
-/// Whether two tool names fold alike (see [`canonical_tool_name`]).
+/// One byte of a name as [`canonical_tool_name`] folds it. Byte-wise is exact: the folding
+/// touches ASCII only, and a name's other bytes (UTF-8) are left as they are.
+fn fold_name_byte(b: u8) -> u8 {
+    if b == b'-' {
+        b'_'
+    } else {
+        b.to_ascii_lowercase()
+    }
+}
+
+/// Whether `name` is its own [`canonical_tool_name`] (most names are): looked up as it is,
+/// without building the folded copy.
+fn is_canonical_name(name: &str) -> bool {
+    !name.bytes().any(|b| b == b'-' || b.is_ascii_uppercase())
+}
+
+/// Whether two tool names fold alike (see [`canonical_tool_name`]), without allocating: it is
+/// asked of every tool a session reaches at each forge.
 pub fn same_tool_name(a: &str, b: &str) -> bool {
-    canonical_tool_name(a) == canonical_tool_name(b)
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold_name_byte(x) == fold_name_byte(y))
 }
 
 /// The agent's own tool names (host tools and `forge_tool`), each under its canonical form.
