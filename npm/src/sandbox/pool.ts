@@ -684,7 +684,10 @@ export class WorkerPool {
       // either one, by how far the engine's code has tiered up, and is the same failure.
       job.resolve(failure('error', 'stack_overflow', 'the engine ran out of stack (deep recursion, or source nested too deeply); the instance was discarded', job.started));
     } else {
-      job.resolve(failure('error', 'trap', `the sandbox instance trapped (${trap.message.slice(0, 200)}); it was discarded`, job.started));
+      // Neither memory nor stack: a fault inside the engine (a Boa bug this code reaches, such
+      // as its ArrayBuffer.prototype.slice on a buffer the arguments shrink). Contained all the
+      // same: the Rust bounds check stopped it, and the instance goes.
+      job.resolve(failure('error', 'trap', `the sandbox's JavaScript engine failed on this code (${trap.message.slice(0, 200)}: an internal error of the engine, not of the code's own making); the instance was discarded`, job.started));
     }
   }
 
