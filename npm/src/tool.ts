@@ -46,7 +46,9 @@ export interface ToolExecuteContext {
   /** Aborted when the run is aborted (or the direct `agent.forge` / `agent.tools.call` that
    *  reached this tool, when it was given a signal). */
   signal: AbortSignal;
-  /** The run's id; `direct_…` in a direct forge or call given a signal, `''` in one without. */
+  /** The run's id; `direct_…` in a direct forge or call given a signal, `''` in one without,
+   *  and `background_…` while an automatic promotion re-runs a compose tool's tests (no run
+   *  of the agent's: the `tool.promoted` or `promotion.rejected` event that ends it carries `''`). */
   runId: string;
   callId: string;
   sessionId: string;
