@@ -485,6 +485,8 @@ export interface ResumeOptions {
 /** What every {@link RunResult} carries. */
 interface RunResultBase {
   runId: string;
+  /** Tokens of every model call the run made: its own turns, and the forge judge's reviews of
+   *  its model's `forge_tool` calls (under the judge's model id in `byModel`). */
   usage: RunUsage;
   turns: number;
   steps: number;
@@ -1143,6 +1145,7 @@ export class Agent<Output = unknown> {
    * throws for a bad request (one with no JSON form, such as a circular object, included).
    * A request identical to the active tool the session reaches under that name resolves with
    * that tool as it is (`unchanged: true`, `tests` empty): no new version, no tests, no judge call.
+   * `usage`: the judge's tokens, whenever it was asked (a forge outside a run is in no run's usage).
    * Of two different forges or imports of one name in a session at once, the one registered
    * first stands and the other is rejected (`other`, its reason naming the version there).
    * Rejects with `AbortError` when `options.signal` aborts it, and with the `closed` error

@@ -184,6 +184,44 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+  test("the judge's tokens count in the run's usage when the model forges, and direct forges and promotions report theirs", async () => {
+    // A judge on another provider than the agent's model, billed as its own model.
+    const judgeUsage = { inputTokens: 1200, outputTokens: 150 };
+    const billedJudge: ModelProvider = {
+      id: 'anthropic:judge',
+      async *stream() {
+        yield { type: 'text', delta: String(verdict(true).text) };
+        yield { type: 'finish', finishReason: 'stop', usage: judgeUsage };
+      },
+    };
+    chat.reset();
+    chat.enqueue({ toolCalls: [{ name: 'forge_tool', arguments: slugify }], usage: { inputTokens: 20, outputTokens: 8 } }, { text: 'Done.', usage: { inputTokens: 10, outputTokens: 5 } });
+    const agent = await makeAgent(memoryStore(), { judge: { model: billedJudge }, autoPromote: false });
+    const events: AgentEvent[] = [];
+    agent.on((e) => events.push(e));
+    const run = await agent.run('forge a slugify tool', { sessionId: 's1' });
+    assert.deepEqual(run.usage.byModel['anthropic:judge'], judgeUsage, JSON.stringify(run.usage));
+    assert.deepEqual({ inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens }, { inputTokens: 1230, outputTokens: 163 });
+    const end = events.find((e) => e.type === 'agent.end');
+    assert.deepEqual(end?.type === 'agent.end' && end.usage, run.usage, 'agent.end reports the same usage');
+    const judged = events.filter((e) => e.type === 'forge.judge');
+    assert.deepEqual(judged.map((e) => e.type === 'forge.judge' && e.usage), [judgeUsage], 'forge.judge carries its call');
+
+    const direct = await agent.forge({ ...slugify, name: 'slug_again' }, { sessionId: 's1' });
+    assert.equal(direct.success, true, JSON.stringify(direct));
+    assert.deepEqual(direct.usage, judgeUsage);
+    const unreviewed = await agent.forge({ ...slugify, name: 'no_tests', testCases: [] }, { sessionId: 's1' });
+    assert.ok(!unreviewed.success && unreviewed.category === 'shape_check', JSON.stringify(unreviewed));
+    assert.equal(unreviewed.usage, undefined, 'no judge was asked');
+
+    await agent.tools.call('slugify', { text: 'A b' }, { sessionId: 's1' });
+    await agent.tools.call('slugify', { text: 'C d' }, { sessionId: 's1' });
+    const promotion = await agent.emergent.requestPromotion('slugify', 'agent', { sessionId: 's1' });
+    assert.equal(promotion.status, 'promoted', JSON.stringify(promotion));
+    assert.deepEqual(promotion.usage, { inputTokens: 2400, outputTokens: 300 }, 'both reviewers of the panel');
+    await agent.close();
+  });
+
   test("a run's scope tags its forge_tool attempts, registered and rejected alike", async () => {
     chat.reset();
     chat.enqueue(

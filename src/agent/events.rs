@@ -108,9 +108,10 @@ pub enum EventBody {
     /// One forge-time test ran.
     #[serde(rename = "forge.test", rename_all = "camelCase")]
     ForgeTest { name: String, test: TestResult },
-    /// The judge returned a verdict.
+    /// The judge returned a verdict. `usage`: the tokens that judge call spent, as the judge's
+    /// model reported them (zero when it reported none).
     #[serde(rename = "forge.judge", rename_all = "camelCase")]
-    ForgeJudge { name: String, verdict: Verdict },
+    ForgeJudge { name: String, verdict: Verdict, usage: Usage },
     /// A verified tool was registered; or, `unchanged`, the forge was identical to the tool
     /// the session reaches under that name, which stays as it is (this is its tier and version).
     /// Tagged with the attempt's agent, session and scope, as `forge.rejected` is: forges of one

@@ -25,7 +25,7 @@ pub use history::{HistoryLimits, DEFAULT_HISTORY_MAX_BYTES};
 pub use run::{RunOutput, RunState, RunStatus, SharedModel, StoredRun, StoredRunStatus};
 pub(crate) use structured::unfenced;
 pub use structured::{embedded_values, extract_json, json_values, OutputCheck, OutputRefusal};
-pub use usage::RunUsage;
+pub use usage::{RunUsage, UsageRecorder};
 
 use crate::guard::{KeptTickets, SessionTicket, SessionWork};
 use crate::model::{Message, Model};

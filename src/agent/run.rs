@@ -24,7 +24,7 @@ use super::env::{unless_cancelled, CancelSignal, Environment};
 use super::error::AgentError;
 use super::events::{AgentEvent, EventBody, EventSink};
 use super::structured::{check_final_answer, returns_instruction, returns_reminder, OutputCheck, OutputRefusal};
-use super::usage::RunUsage;
+use super::usage::{RunUsage, UsageRecorder};
 
 /// The loop's state: plain data, serializable, no I/O (so a run can be persisted and resumed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -374,15 +374,18 @@ impl RunContext<'_> {
             // approved them, and their results must be saved, or resuming the paused state again
             // would run them twice. The step's other calls are abandoned as any are (recorded as
             // aborted); the cancel takes effect once the approved ones end.
+            let spent = UsageRecorder::default();
             let results = self
                 .execute_calls(
                     StepCalls { step: pending.step, calls: &pending.calls, finish_reason: &pending.finish_reason },
                     state,
                     step_tools,
                     Some(&decisions),
+                    &spent,
                     emitter,
                 )
                 .await;
+            state.usage.merge(spent.take());
             state.messages.extend(results);
             state.pending = None;
             emitter.emit(EventBody::StepEnd {
@@ -506,10 +509,20 @@ impl RunContext<'_> {
                 }
                 return Ok(RunOutput::paused(state));
             }
+            let spent = UsageRecorder::default();
             let results = self
-                .unless_cancelled(self.execute_calls(StepCalls { step, calls: &calls, finish_reason: &finish_reason }, state, turn_tools, None, emitter))
-                .await?;
-            state.messages.extend(results);
+                .unless_cancelled(self.execute_calls(
+                    StepCalls { step, calls: &calls, finish_reason: &finish_reason },
+                    state,
+                    turn_tools,
+                    None,
+                    &spent,
+                    emitter,
+                ))
+                .await;
+            // Before an abort is returned: what the calls spent before it was spent all the same.
+            state.usage.merge(spent.take());
+            state.messages.extend(results?);
             emitter.emit(EventBody::StepEnd { step, finish_reason, usage, tool_calls: calls.len() as u32 });
             self.save(state).await?;
         }
@@ -568,13 +581,15 @@ impl RunContext<'_> {
     /// Runs a step's calls concurrently (at most `maxParallelTools` at once), emitting end
     /// events in call order, and returns the tool messages in call order. A call that finished
     /// waits for the ones before it to be reported, but not to free its slot: a slow first call
-    /// does not hold up the rest.
+    /// does not hold up the rest. The model calls the calls make (a forge's judge) are recorded
+    /// in `spent`, for the caller to add to the run's usage.
     async fn execute_calls(
         &self,
         step_calls: StepCalls<'_>,
         state: &RunState,
         tools: &ToolSet,
         decisions: Option<&[CallDecision]>,
+        spent: &UsageRecorder,
         emitter: &Emitter<'_>,
     ) -> Vec<Message> {
         let limits = ExecutionLimits { max_result_bytes: self.config.max_result_bytes };
@@ -589,6 +604,7 @@ impl RunContext<'_> {
                 scope: state.scope.clone(),
                 result_limit: Some(limits.max_result_bytes),
                 cancel: cancel.cloned().map(RunSignal),
+                usage: Some(spent.clone()),
                 ..CallContext::new(run_id.clone(), call.id.clone(), session_id.clone())
             };
             let started = env.elapsed_ms();

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::agent::{embedded_values, json_values};
-use crate::model::{finish_kind, CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest};
+use crate::model::{finish_kind, CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, Usage};
 
 use super::request::{ForgeRequest, Implementation};
 use super::sandboxed::effective_allowlist;
@@ -507,15 +507,22 @@ struct TextCollector {
     finished: bool,
     /// It called a tool.
     called: bool,
+    /// The tokens its model reported with its finish (zero when it reported none).
+    usage: Usage,
 }
 
 impl ChunkSink for TextCollector {
     fn chunk(&mut self, chunk: &ModelChunk) {
         match chunk {
             ModelChunk::Text { delta } if !self.stopped() => self.text.push_str(delta),
-            ModelChunk::Finish { finish_reason, .. } => {
+            ModelChunk::Finish { finish_reason, usage } => {
                 self.cut_at_limit = finish_kind(finish_reason) == "length";
                 self.finished = true;
+                // Kept as the run's own calls keep theirs (`ResponseAssembler`): what the
+                // provider reports is the call's total.
+                if let Some(usage) = usage {
+                    self.usage = *usage;
+                }
             }
             ModelChunk::ToolCall { .. } => self.called = true,
             _ => {}
@@ -532,15 +539,49 @@ impl ChunkSink for TextCollector {
     }
 }
 
+/// The tokens one judge call spent, under its model's id ([`Model::id`]): a judge may be on
+/// another provider than the agent's model, and is billed as its own model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JudgeUsage {
+    pub model_id: String,
+    pub usage: Usage,
+}
+
+/// What asking a judge gave: its verdict, or why there is none, and what the call spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    pub verdict: Result<Verdict, JudgeError>,
+    /// `None` only when no judge was asked (none is configured): a call that failed, or whose
+    /// answer is no verdict, still spent what its model reported.
+    pub usage: Option<JudgeUsage>,
+}
+
 /// Asks `model` for a `kind` verdict on `prompt` (temperature 0, no tools, the answer
 /// constrained to [`verdict_schema`], at most 512 tokens unless the host gives its judge a
-/// budget of its own); the verdict must parse and be coherent ([`check_coherent`]).
-pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String, run_id: &str) -> Result<Verdict, JudgeError> {
-    let model = model.ok_or(JudgeError::NotConfigured)?;
-    let request = ModelRequest {
+/// budget of its own); the verdict must parse and be coherent ([`check_coherent`]). The
+/// tokens the call spent come back with it, verdict or not.
+pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String, run_id: &str) -> Judged {
+    let Some(model) = model else {
+        return Judged { verdict: Err(JudgeError::NotConfigured), usage: None };
+    };
+    let mut sink = TextCollector::default();
+    let streamed = model.stream(&review_request(prompt.clone()), &CallInfo { run_id: run_id.to_string() }, &mut sink).await;
+    let usage = Some(JudgeUsage { model_id: model.id(), usage: sink.usage });
+    let verdict = streamed
+        .map_err(|e| match e.code.as_str() {
+            "provider_timeout" | "aborted" => JudgeError::Unanswered(e.message),
+            _ => JudgeError::Model(e.to_string()),
+        })
+        .and_then(|()| verdict_of(&sink, kind, &prompt));
+    Judged { verdict, usage }
+}
+
+/// The request a review is asked with.
+fn review_request(prompt: String) -> ModelRequest {
+    ModelRequest {
         messages: vec![
             Message::System { content: "You are a strict code reviewer. You answer only with the JSON verdict requested.".into() },
-            Message::User { content: prompt.clone() },
+            Message::User { content: prompt },
         ],
         tools: vec![],
         temperature: Some(0.0),
@@ -549,14 +590,13 @@ pub async fn ask(model: Option<&Rc<dyn Model>>, kind: ReviewKind, prompt: String
         // judges from failing closed on formatting alone.
         response_format: Some(crate::model::ResponseFormat::JsonSchema { name: "verdict".into(), schema: verdict_schema() }),
         tool_choice: None,
-    };
-    let mut sink = TextCollector::default();
-    model.stream(&request, &CallInfo { run_id: run_id.to_string() }, &mut sink).await.map_err(|e| match e.code.as_str() {
-        "provider_timeout" | "aborted" => JudgeError::Unanswered(e.message),
-        _ => JudgeError::Model(e.to_string()),
-    })?;
+    }
+}
+
+/// The verdict in a judge's complete answer to `prompt`.
+fn verdict_of(sink: &TextCollector, kind: ReviewKind, prompt: &str) -> Result<Verdict, JudgeError> {
     // The tool's material, without the answer format asked for (which spells a verdict out).
-    let reviewed = prompt.strip_suffix(VERDICT_FORMAT).unwrap_or(&prompt);
+    let reviewed = prompt.strip_suffix(VERDICT_FORMAT).unwrap_or(prompt);
     let verdict = parse_verdict(&sink.text, reviewed).map_err(|e| match () {
         _ if sink.called => JudgeError::ToolCall,
         _ if sink.cut_at_limit => JudgeError::TokenLimit,

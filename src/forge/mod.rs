@@ -23,7 +23,7 @@ pub use compose::{
 };
 pub use infer::{infer_object_schema, infer_schemas, lacks_properties};
 pub use judge::{
-    ask as ask_judge, check_coherent, parse_verdict, review_prompt, verdict_schema, JudgeError, ReviewKind, Verdict, APPROVAL_MIN_SCORE,
+    ask as ask_judge, check_coherent, parse_verdict, review_prompt, verdict_schema, JudgeError, JudgeUsage, Judged, ReviewKind, Verdict, APPROVAL_MIN_SCORE,
     CORRECTNESS_REJECTION_BELOW, REASONING_MAX_CHARS,
 };
 pub use meta_tool::ForgeToolHandler;

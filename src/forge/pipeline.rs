@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::{Environment, EventBody};
-use crate::model::Model;
+use crate::model::{Model, Usage};
 use crate::registry::ToolInfo;
 use crate::sandbox::SandboxRunner;
 use crate::tools::{CallContext, Tool, ToolHandler, ToolLookup};
@@ -20,7 +20,7 @@ use crate::tools::{CallContext, Tool, ToolHandler, ToolLookup};
 use super::classify::{classify, is_syntax_error, shows_extra_output_field, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
 use super::infer::infer_schemas;
-use super::judge::{ask, review_prompt, ReviewKind, Verdict};
+use super::judge::{ask, review_prompt, JudgeUsage, ReviewKind, Verdict};
 use super::request::{attempt_labels, normalize, ForgeOrigin, ForgeRequest, Implementation};
 use super::sandboxed::{SandboxToolHandler, UNAVAILABLE_CODE};
 use super::shape::shape_check;
@@ -51,6 +51,12 @@ pub struct ForgeResult {
     /// and `verdict` is the one it was registered with).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unchanged: bool,
+    /// The tokens the judge (the agent's `emergent.judge`) spent reviewing this request, as its
+    /// model reported them: present whenever it was asked, verdict or not (zero when its
+    /// provider reported none); absent when the forge ended before review or was `unchanged`.
+    /// A `forge_tool` call adds them to its run's usage as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl ForgeResult {
@@ -64,6 +70,7 @@ impl ForgeResult {
             reason: Some(Reason { text: r.reason.clone(), for_model: r.for_model.clone() }),
             category: Some(r.category),
             unchanged: false,
+            usage: r.judge_usage.as_ref().map(|j| j.usage),
         }
     }
 }
@@ -156,6 +163,8 @@ pub struct Verified {
     pub tests: Vec<TestResult>,
     /// What [`Admission::New`] said when the request was admitted.
     pub next_version: u32,
+    /// What the judge's review spent.
+    pub judge_usage: Option<JudgeUsage>,
 }
 
 /// A rejected forge, classified.
@@ -174,6 +183,8 @@ pub struct Rejection {
     pub sandbox_unavailable: bool,
     /// What the model is told instead of `reason` (see [`Reason::for_model`]).
     pub for_model: Option<String>,
+    /// What the judge spent when it was asked (a rejection it gave, or one after it).
+    pub judge_usage: Option<JudgeUsage>,
 }
 
 impl Rejection {
@@ -187,6 +198,7 @@ impl Rejection {
             scope: None,
             sandbox_unavailable: false,
             for_model: None,
+            judge_usage: None,
         }
     }
 }
@@ -329,7 +341,9 @@ impl Forge {
         }
 
         let prompt = review_prompt(ReviewKind::Creation, &request, &tests, &self.allowed_sandbox_apis);
-        let verdict = match ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.calls_run_id).await {
+        let judged = ask(self.judge.as_ref(), ReviewKind::Creation, prompt, &origin.calls_run_id).await;
+        let judge_usage = judged.usage;
+        let verdict = match judged.verdict {
             Ok(v) => v,
             Err(e) => {
                 let evidence = Evidence { parse: e.is_unreadable_answer(), ..Default::default() };
@@ -338,17 +352,20 @@ impl Forge {
                 // The provider's error stays with the host (result, event, audit): it can quote
                 // keys, internal hosts and paths, and the model could fix nothing in it.
                 r.for_model = e.is_provider_failure().then(|| JUDGE_UNAVAILABLE_FOR_MODEL.to_string());
+                r.judge_usage = judge_usage;
                 return Err(r);
             }
         };
-        emit(EventBody::ForgeJudge { name: request.name.clone(), verdict: verdict.clone() });
+        let usage = judge_usage.as_ref().map(|j| j.usage).unwrap_or_default();
+        emit(EventBody::ForgeJudge { name: request.name.clone(), verdict: verdict.clone(), usage });
         if !verdict.approved {
             let evidence = Evidence { judge_correctness: verdict.is_correctness_rejection(), ..Default::default() };
             let mut r = Rejection::new(&request.name, format!("the judge rejected the tool: {}", verdict.reasoning), evidence);
             r.tests = tests;
             r.verdict = Some(verdict);
+            r.judge_usage = judge_usage;
             return Err(r);
         }
-        Ok(Checked::Verified(Box::new(Verified { request, tool, verdict, tests, next_version })))
+        Ok(Checked::Verified(Box::new(Verified { request, tool, verdict, tests, next_version, judge_usage })))
     }
 }

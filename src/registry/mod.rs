@@ -36,10 +36,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventBody, EventSink};
+use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventBody, EventSink, UsageRecorder};
 use crate::forge::{
-    Admission, Checked, Evidence, Forge, ForgeOrigin, ForgeRequest, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, Kept, Rejection, Verified,
-    FORGE_TOOL_NAME,
+    Admission, Checked, Evidence, Forge, ForgeOrigin, ForgeRequest, ForgeResult, ForgeStats, ForgeStatsAggregator, ForgeToolHandler, JudgeUsage, Kept,
+    Rejection, Verified, FORGE_TOOL_NAME,
 };
 use crate::model::Model;
 use crate::sandbox::SandboxRunner;
@@ -1286,10 +1286,12 @@ impl Registry {
     /// run (events carry the run's id), or, for a call made through the registry API, in none
     /// (its id still reaches the forge's own calls, for their abort signal). The run's abort
     /// stops it as [`Registry::forge_cancellable`] does (`None`: nothing was recorded).
+    /// The judge's tokens go to the call's usage recorder ([`CallContext::usage`]), so its run
+    /// counts them; also when an abort then discards the forge, since they were spent.
     pub async fn forge_for_call(&self, request: &Value, ctx: &CallContext) -> Option<ForgeResult> {
         let run_id = if ctx.direct { "" } else { ctx.run_id.as_str() };
         let cancel = ctx.cancel.as_ref().map(|signal| &*signal.0);
-        self.forge_until(request, self.origin(&ctx.session_id, ctx.scope.clone(), run_id, &ctx.run_id), cancel).await
+        self.forge_until(request, self.origin(&ctx.session_id, ctx.scope.clone(), run_id, &ctx.run_id), cancel, ctx.usage.as_ref()).await
     }
 
     /// Rejects, and counts, a forge request the host could not even turn into JSON (a
@@ -1325,12 +1327,16 @@ impl Registry {
         cancel: Option<&dyn CancelSignal>,
         calls_run_id: &str,
     ) -> Option<ForgeResult> {
-        self.forge_until(request, self.origin(session, scope, "", calls_run_id), cancel).await
+        self.forge_until(request, self.origin(session, scope, "", calls_run_id), cancel, None).await
     }
 
-    async fn forge_until(&self, request: &Value, origin: ForgeOrigin, cancel: Option<&dyn CancelSignal>) -> Option<ForgeResult> {
+    /// `spent` receives what the judge spent as soon as it answered.
+    async fn forge_until(&self, request: &Value, origin: ForgeOrigin, cancel: Option<&dyn CancelSignal>, spent: Option<&UsageRecorder>) -> Option<ForgeResult> {
         let ticket = self.ticket(&origin.session_id);
         let checked = unless_cancelled(cancel, self.verify(request, &origin, &self.lookup())).await?;
+        if let (Some(spent), Some(judge)) = (spent, judge_usage(&checked)) {
+            spent.record(&judge.model_id, judge.usage);
+        }
         // The judge and the host tools see the same signal: their failure may end the work in
         // the very poll that cancels it, and is then the abort's doing, not the tool's. Closing
         // the agent stops its sandbox: tests ended that way are no verdict on the code either.
@@ -1393,7 +1399,7 @@ impl Registry {
             },
         );
         let _ = self.persist(ops).await;
-        ForgeResult { success: true, tool: Some(tool), verdict: Some(verdict), tests: Some(vec![]), reason: None, category: None, unchanged: true }
+        ForgeResult { success: true, tool: Some(tool), verdict: Some(verdict), tests: Some(vec![]), reason: None, category: None, unchanged: true, usage: None }
     }
 
     /// Counts a forge or import of `session` as going until the ticket is dropped: its tool
@@ -1506,7 +1512,9 @@ impl Registry {
         if !ended {
             if let Some(mut kept) = self.unchanged(&verified.request, session) {
                 kept.scope = verified.request.scope.clone();
-                return self.keep_unchanged(*kept, origin, action).await;
+                // Unchanged by the time it was judged: that judge call was still made.
+                let usage = verified.judge_usage.map(|j| j.usage);
+                return ForgeResult { usage, ..self.keep_unchanged(*kept, origin, action).await };
             }
         }
         let refusal = {
@@ -1527,6 +1535,7 @@ impl Registry {
             rejection.scope = verified.request.scope.clone();
             rejection.tests = verified.tests;
             rejection.verdict = Some(verified.verdict);
+            rejection.judge_usage = verified.judge_usage;
             return self.reject(&rejection, origin, action).await;
         }
         let hash = content_hash(&verified.request);
@@ -1614,6 +1623,7 @@ impl Registry {
             reason: None,
             category: None,
             unchanged: false,
+            usage: verified.judge_usage.map(|j| j.usage),
         }
     }
 
@@ -2372,6 +2382,15 @@ async fn load_notices(store: &dyn Store, prefix: &str) -> Result<Vec<(String, Au
 /// one would leave whoever was told of the first holding a tool that is gone, and its caller
 /// checked its request against a session that no longer is. Asked again later, with the
 /// session's tool in view, a different request is a new version as usual.
+/// What a checked forge's judge spent, if it was asked (an unchanged request never is).
+fn judge_usage(checked: &Result<Checked, Rejection>) -> Option<&JudgeUsage> {
+    match checked {
+        Ok(Checked::Verified(verified)) => verified.judge_usage.as_ref(),
+        Ok(Checked::Unchanged(_)) => None,
+        Err(rejection) => rejection.judge_usage.as_ref(),
+    }
+}
+
 fn registered_since(state: &State, session: &str, name: &str, next_version: u32) -> Result<(), String> {
     match state.entry(Tier::Session, session, name).map(|e| e.record.current.version) {
         Some(version) if version >= next_version => Err(format!(

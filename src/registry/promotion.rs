@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::{unless_cancelled, CancelSignal, EventBody};
 use crate::forge::{ask_judge, review_prompt, run_tests, ForgeRequest, Implementation, ReviewKind, Verdict, FORGE_TOOL_NAME};
 use crate::guard::OnDrop;
+use crate::model::Usage;
 use crate::store::{BatchOp, Store};
 use crate::tools::CallContext;
 
@@ -61,11 +62,20 @@ pub struct PromotionOutcome {
     /// The panel's verdicts (safety, correctness) when it was asked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verdicts: Vec<Verdict>,
+    /// The tokens the panel's judge calls spent, together, as its model reported them: present
+    /// when the panel was asked, whatever it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl PromotionOutcome {
     fn new(status: PromotionStatus, reason: impl Into<String>) -> Self {
-        Self { status, reason: reason.into(), tool: None, approval: None, verdicts: vec![] }
+        Self { status, reason: reason.into(), tool: None, approval: None, verdicts: vec![], usage: None }
+    }
+
+    /// This outcome, with what the panel spent reaching it.
+    fn spent(self, usage: Option<Usage>) -> Self {
+        Self { usage, ..self }
     }
 }
 
@@ -456,13 +466,13 @@ impl Registry {
         let review = unless_cancelled(cancel, self.review_for_agent(&record.current.request, name, session, calls_run_id)).await;
         // The judge sees the same signal: its failure in the poll that cancels is the abort's
         // doing, not a refusal.
-        let Some(review) = review.filter(|_| !cancel.is_some_and(|c| c.is_cancelled())) else {
+        let Some((review, usage)) = review.filter(|_| !cancel.is_some_and(|c| c.is_cancelled())) else {
             return Err(RegistryError::Aborted("the promotion"));
         };
         let version = record.current.version;
         let verdicts = match review {
             Ok(verdicts) => verdicts,
-            Err(refusal) => return self.remember_rejection(name, version, &record.current.hash, session, refusal).await,
+            Err(refusal) => return Ok(self.remember_rejection(name, version, &record.current.hash, session, refusal).await?.spent(usage)),
         };
 
         // The tests and the panel reviewed `record`: a version forged meanwhile was not, and a
@@ -479,7 +489,7 @@ impl Registry {
             false => self.fits_agent_tier(&self.state.borrow(), &record.current.request, session),
         };
         if let Err(reason) = refusal {
-            return self.refuse_promotion(name, version, session, reason, verdicts).await;
+            return Ok(self.refuse_promotion(name, version, session, reason, verdicts).await?.spent(usage));
         }
         let hash = record.current.hash.clone();
         let (info, ops, undo, withdrawn) = {
@@ -529,35 +539,44 @@ impl Registry {
         let mut out = PromotionOutcome::new(PromotionStatus::Promoted, "promoted to the agent tier");
         out.tool = Some(info);
         out.verdicts = verdicts;
-        Ok(out)
+        Ok(out.spent(usage))
     }
 
     /// The tool's tests re-run against it as it is built now, then the two-reviewer panel:
-    /// both verdicts when both approve confidently enough ([`panel_refusal`]), else why not.
-    async fn review_for_agent(&self, request: &ForgeRequest, name: &str, session: &str, calls_run_id: &str) -> Result<Vec<Verdict>, Refusal> {
-        let tool =
-            self.forge_engine().build(request, &self.lookup(), session).map_err(|(reason, _)| Refusal::new(format!("cannot rebuild: {reason}"), vec![]))?;
+    /// both verdicts when both approve confidently enough ([`panel_refusal`]), else why not;
+    /// with what the panel's calls spent together (`None`: it was not asked).
+    async fn review_for_agent(&self, request: &ForgeRequest, name: &str, session: &str, calls_run_id: &str) -> (Result<Vec<Verdict>, Refusal>, Option<Usage>) {
+        let tool = match self.forge_engine().build(request, &self.lookup(), session) {
+            Ok(tool) => tool,
+            Err((reason, _)) => return (Err(Refusal::new(format!("cannot rebuild: {reason}"), vec![])), None),
+        };
         let ctx = CallContext::for_trial(calls_run_id, format!("promotion-test-{name}"), session);
         let tests = run_tests(&tool, &request.test_cases, &ctx, self.env().as_ref()).await;
         if let Some(reason) = crate::forge::test_failure_reason(&tests) {
-            return Err(Refusal::new(format!("tests failed on re-run: {reason}"), vec![]));
+            return (Err(Refusal::new(format!("tests failed on re-run: {reason}"), vec![])), None);
         }
         let config = self.config();
         let mut verdicts = vec![];
+        let mut spent: Option<Usage> = None;
         for kind in [ReviewKind::Safety, ReviewKind::Correctness] {
             let prompt = review_prompt(kind, request, &tests, &config.allowed_sandbox_apis);
-            match ask_judge(self.promotion_judge(), kind, prompt, calls_run_id).await {
+            let judged = ask_judge(self.promotion_judge(), kind, prompt, calls_run_id).await;
+            if let Some(judge) = judged.usage {
+                spent.get_or_insert_with(Usage::default).add(judge.usage);
+            }
+            match judged.verdict {
                 Ok(v) => verdicts.push(v),
                 Err(e) => {
                     let unanswered = e.is_unanswered();
-                    return Err(Refusal { reason: format!("panel: no verdict ({e})"), verdicts, unanswered });
+                    return (Err(Refusal { reason: format!("panel: no verdict ({e})"), verdicts, unanswered }), spent);
                 }
             }
         }
-        match panel_refusal(&verdicts, config.promotion_threshold.confidence) {
+        let review = match panel_refusal(&verdicts, config.promotion_threshold.confidence) {
             Some(reason) => Err(Refusal::new(reason, verdicts)),
             None => Ok(verdicts),
-        }
+        };
+        (review, spent)
     }
 
     async fn request_shared(&self, name: &str, session: &str) -> Result<PromotionOutcome, RegistryError> {

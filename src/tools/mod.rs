@@ -107,6 +107,9 @@ pub struct CallContext {
     /// The abort signal of the run the call belongs to (`None` outside a run): a handler that
     /// must not record what an abort cut short (`forge_tool`) watches it.
     pub cancel: Option<RunSignal>,
+    /// Where the call records the model calls it makes for its run (`forge_tool`'s judge), so
+    /// the run's usage counts them. `None` outside a run.
+    pub usage: Option<crate::agent::UsageRecorder>,
 }
 
 /// A run's abort signal as a call sees it.

@@ -79,15 +79,25 @@ impl ScriptedModel {
         Self::scripted(VecDeque::new(), Some(reply))
     }
 
+    /// [`ScriptedModel::new`] as the model `id`, reporting `usage` with each answer (a judge on
+    /// another provider, whose tokens are billed apart from the agent's model).
+    pub fn identified(replies: Vec<Reply>, id: &str, usage: Usage) -> Rc<Self> {
+        Rc::new(Self { id: id.into(), usage_per_call: usage, ..Self::script(replies.into(), None) })
+    }
+
     fn scripted(replies: VecDeque<Reply>, repeat_last: Option<Reply>) -> Rc<Self> {
-        Rc::new(Self {
+        Rc::new(Self::script(replies, repeat_last))
+    }
+
+    fn script(replies: VecDeque<Reply>, repeat_last: Option<Reply>) -> Self {
+        Self {
             replies: RefCell::new(replies),
             repeat_last,
             requests: RefCell::new(vec![]),
             run_ids: RefCell::new(vec![]),
             usage_per_call: Usage { input_tokens: 10, output_tokens: 5 },
             id: "scripted:test".into(),
-        })
+        }
     }
 }
 

@@ -121,6 +121,14 @@ export interface ToolInfo {
   status: 'active' | 'demoted';
 }
 
+/**
+ * How a forge (`agent.forge()`, `emergent.import()`) ended. `usage`: the tokens the judge
+ * (`emergent.judge`) spent reviewing this request, as its provider reported them (zero when it
+ * reported none); present whenever the judge was asked, whatever it answered, and absent when
+ * it was not (a request rejected before review, such as a `shape_check` failure, or one
+ * `unchanged`). A forge outside a run is counted in no run's `usage`: bill it from here. (The
+ * model's `forge_tool` calls add theirs to the run's `usage`, under the judge's model id.)
+ */
 export type ForgeResult =
   | {
       success: true;
@@ -132,8 +140,9 @@ export type ForgeResult =
        *  `tool` is that tool, as it is (no new version, nothing tested or judged again;
        *  `verdict` is the one it was registered with). */
       unchanged?: true;
+      usage?: Usage;
     }
-  | { success: false; reason: string; category: RejectionCategory; tests?: TestResult[]; verdict?: Verdict };
+  | { success: false; reason: string; category: RejectionCategory; tests?: TestResult[]; verdict?: Verdict; usage?: Usage };
 
 export interface ForgeStats {
   attempts: number;
@@ -186,7 +195,7 @@ export interface AuditEntry {
 /** A request waiting for a human: a promotion to the shared tier, or a paused tool call (the
  *  one type the core generates, for `agent.emergent.pendingApprovals()` and paused runs alike). */
 export type { PendingApproval } from '../../wasm/crucible_core.js';
-import type { PendingApproval } from '../../wasm/crucible_core.js';
+import type { PendingApproval, Usage } from '../../wasm/crucible_core.js';
 
 /**
  * How `agent.emergent.requestPromotion` ended: `promoted` (with the tool and the panel's
@@ -200,6 +209,9 @@ export interface PromotionOutcome {
   tool?: ToolInfo;
   approval?: PendingApproval;
   verdicts?: Verdict[];
+  /** The tokens the panel's two reviews spent together (the promotion judge's), as its
+   *  provider reported them: present when the panel was asked, whatever it answered. */
+  usage?: Usage;
 }
 
 /**
@@ -207,7 +219,7 @@ export interface PromotionOutcome {
  * `runId` and `runPath`):
  * - `forge.start` { name, mode, agentId, sessionId, scope? }
  * - `forge.test` { name, test: TestResult }
- * - `forge.judge` { name, verdict }
+ * - `forge.judge` { name, verdict, usage } (`usage`: that judge call's tokens, as its provider reported them)
  * - `forge.registered` { name, tier, version, hash, unchanged?, agentId, sessionId, scope? } (`unchanged`: the forge was identical to the tool the session reaches, which stays as it is)
  * - `forge.rejected` { name, category, reason, agentId, sessionId, scope? }
  * - `tool.promoted` { name, fromTier, toTier, version }
