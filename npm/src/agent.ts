@@ -994,7 +994,9 @@ export class Agent<Output = unknown> {
      *  two-reviewer panel, up to twice the judge's `timeoutMs`) goes on in the background,
      *  told by `tool.promoted` / `promotion.rejected` events to {@link Agent.on} listeners (it
      *  belongs to no run: the run that made the call may end first without stopping it).
-     *  {@link Agent.close} aborts it (nothing is recorded) and waits for it. */
+     *  {@link Agent.close} aborts it (nothing is recorded) and waits for it. Not to be awaited
+     *  inside a host tool that a compose tool under review calls: the review re-runs its tests,
+     *  which call that tool, which would wait for the review (until `close()`). */
     settled(): Promise<void>;
   };
 
