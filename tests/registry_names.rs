@@ -34,6 +34,20 @@ fn share(r: &Rig, name: &str, input: Value) {
     block_on(r.registry.approve(&approval.id)).unwrap();
 }
 
+/// Agent A of `store`, which has no host tools (so `name` is a name of its own there), with
+/// `name` forged as a slugifier in session `s1`; `pipelines` are forged over it before it is
+/// shared (agent tier, then the shared tier by approval).
+fn agent_a_sharing(store: &Rc<MemoryStore>, name: &str, pipelines: &[Value]) -> Rig {
+    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    a.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&a, &slugify_request(name, SLUGIFY_JS), "s1").success);
+    for pipeline in pipelines {
+        assert!(forge(&a, pipeline, "s1").success);
+    }
+    share(&a, name, json!({ "text": "A b" }));
+    a
+}
+
 /// A host tool `name` {text} → {text} that counts its calls (a real side effect).
 fn counting_host_tool(name: &str, calls: Rc<Cell<u32>>) -> ToolSet {
     let text = json!({ "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] });
@@ -74,10 +88,7 @@ fn look_alikes_of_the_agents_own_tools_and_of_forge_tool_are_refused() {
 fn another_agents_shared_look_alike_of_an_own_tool_is_neither_offered_nor_called() {
     let store = Rc::new(MemoryStore::new());
     // Agent A has no `upper_case` of its own: `Upper_Case` is a name of its own there.
-    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
-    a.registry.set_host_tools(ToolSet::new());
-    assert!(forge(&a, &slugify_request("Upper_Case", SLUGIFY_JS), "s1").success);
-    share(&a, "Upper_Case", json!({ "text": "A b" }));
+    let a = agent_a_sharing(&store, "Upper_Case", &[]);
     // Agent B serves its own `upper_case`: the look-alike would be offered beside it.
     let b = rig_for("agent_b", promo_config(), Some(approving_judge()), None, store);
     let offered = b.registry.tool_set("s1");
@@ -113,11 +124,7 @@ fn forged_tools_differing_only_in_case_or_dashes_are_one_name() {
 fn a_shared_pipeline_never_rebinds_its_forged_step_to_another_agents_own_tool() {
     let store = Rc::new(MemoryStore::new());
     // Agent A forges `send_email` (it only slugifies a draft) and `notify` over it.
-    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
-    a.registry.set_host_tools(ToolSet::new());
-    assert!(forge(&a, &slugify_request("send_email", SLUGIFY_JS), "s1").success);
-    assert!(forge(&a, &slug_pipeline("notify", "send_email"), "s1").success);
-    share(&a, "send_email", json!({ "text": "A b" }));
+    let a = agent_a_sharing(&store, "send_email", &[slug_pipeline("notify", "send_email")]);
     share(&a, "notify", json!({ "text": "A b" }));
     assert_eq!(block_on(a.registry.call("notify", json!({ "text": "Hi there" }), "s1")).unwrap(), json!({ "slug": "hi-there" }));
     // Agent B's own `send_email` sends real mail: `notify` must not reach it.
@@ -151,10 +158,7 @@ fn a_shared_pipeline_never_rebinds_its_forged_step_to_another_agents_own_tool() 
 #[test]
 fn a_pipeline_over_an_own_tool_that_a_forged_tool_of_its_name_shadows_is_not_forged() {
     let store = Rc::new(MemoryStore::new());
-    let a = rig_for("agent_a", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
-    a.registry.set_host_tools(ToolSet::new());
-    assert!(forge(&a, &slugify_request("send_email", SLUGIFY_JS), "s1").success);
-    share(&a, "send_email", json!({ "text": "A b" }));
+    agent_a_sharing(&store, "send_email", &[]);
     let b = rig_for("agent_b", promo_config(), Some(approving_judge()), None, store);
     let sent = Rc::new(Cell::new(0));
     b.registry.set_host_tools(counting_host_tool("send_email", sent));

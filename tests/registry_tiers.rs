@@ -1815,12 +1815,18 @@ fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_
     assert!(matches!(&err, RegistryError::InvalidPackage(m) if m.contains("at most 2097152")), "{err}");
 }
 
-#[test]
-fn a_package_giving_a_key_twice_at_any_level_is_refused_naming_the_key() {
+/// A rig keeping sandbox source in its packages, with `slugify` forged in `s1`, and its package.
+fn exported_slugify() -> (Rig, String) {
     let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
     let r = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
     forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
     let yaml = r.registry.export("slugify", "s1").unwrap();
+    (r, yaml)
+}
+
+#[test]
+fn a_package_giving_a_key_twice_at_any_level_is_refused_naming_the_key() {
+    let (r, yaml) = exported_slugify();
     let code_line = yaml.lines().find(|l| l.starts_with("  code: ")).expect("the package holds the code").to_string();
     let description_line = yaml.lines().find(|l| l.starts_with("description: ")).unwrap().to_string();
     // A reader sees the first `code`, the parser would keep the second.
@@ -1845,10 +1851,7 @@ fn a_package_giving_a_key_twice_at_any_level_is_refused_naming_the_key() {
 
 #[test]
 fn a_package_starting_with_a_byte_order_mark_imports() {
-    let config = EmergentConfig { persist_sandbox_source: true, ..Default::default() };
-    let r = rig_with(config, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
-    forge_ok(&r, "slugify", SLUGIFY_JS, "s1");
-    let yaml = r.registry.export("slugify", "s1").unwrap();
+    let (r, yaml) = exported_slugify();
     let json_text = serde_json::to_string(&serde_norway::from_str::<serde_json::Value>(&yaml).unwrap()).unwrap();
     for (package, session) in [(format!("\u{FEFF}{yaml}"), "s2"), (format!("\u{FEFF}{json_text}"), "s3")] {
         let res = block_on(r.registry.import(&package, session)).unwrap();
