@@ -310,3 +310,14 @@ fn blocked_names_the_code_declares_are_absent_from_the_realm_unless_always_refus
         assert_eq!(rejected(code).0, "blocked_identifier", "{code}");
     }
 }
+
+#[test]
+fn a_local_named_like_an_opt_in_api_is_the_codes_own_and_the_api_still_needs_the_allowlist() {
+    let own = "function execute(){ const crypto = { strength: 3 }; const fetch = (x) => x * 2; return fetch(crypto.strength); }";
+    assert_ok(&run(&runner(), own, json!({})), json!(6));
+    // The declaration covers its own scope only: `fetch` reached elsewhere is not the host's
+    // (outside the allowlist the realm offers none that runs), and the execution fails.
+    let elsewhere = "function helper(){ const fetch = 1; return fetch; }\nasync function execute(){ return await fetch('https://example.com'); }";
+    let r = run(&runner(), elsewhere, json!({}));
+    assert_eq!((r.status, r.error.map(|e| e.code)), (SandboxStatus::Error, Some("runtime_error".to_string())), "{:?}", r.output);
+}

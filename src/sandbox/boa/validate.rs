@@ -543,7 +543,9 @@ impl<'ast> Visitor<'ast> for Checker<'_> {
         if let Some(reason) = blocked_identifier(&name).filter(|_| defined_in_realm(&name) || !self.declared.contains(&name)) {
             return self.reject(Rejection::new("blocked_identifier", format!("'{name}': {reason}")));
         }
-        if OPT_IN.contains(&name.as_str()) && !self.allowlist.iter().any(|a| a == &name) {
+        // A local of that name is the code's own; the realm's `fetch` and `crypto` refuse a call
+        // outside the allowlist all the same, so a use the declaration does not cover fails there.
+        if OPT_IN.contains(&name.as_str()) && !self.allowlist.iter().any(|a| a == &name) && !self.declared.contains(&name) {
             return self.reject(Rejection::new("not_allowlisted", crate::sandbox::not_allowlisted_message(&name)));
         }
         ControlFlow::Continue(())
