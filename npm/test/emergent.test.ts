@@ -38,6 +38,15 @@ function storeOver(base: Store, overrides: Partial<Store>): Store {
   return { ...base, get: (k) => base.get(k), put: (k, v) => base.put(k, v), delete: (k) => base.delete(k), scan: (p) => base.scan(p), batch: (ops) => base.batch(ops), ...overrides };
 }
 
+/** Forges slugify in `s1`, lets its first use promote it to the agent tier (the agent's
+ *  promotion threshold is one use), and asks for the shared tier: the approval waiting. */
+async function sharedApprovalPending(agent: Agent): Promise<{ approval: { id: string } }> {
+  assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
+  await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
+  await agent.emergent.settled();
+  return (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })) as { approval: { id: string } };
+}
+
 async function makeAgent(store: Store, extra: Record<string, unknown> = {}, agentId = 'bot') {
   return createAgent({
     model: openai({ baseURL: chat.openaiBaseURL, apiKey: 'x', model: 'chat', retry: { maxRetries: 0 } }),
@@ -861,10 +870,7 @@ describe('forge through the package', () => {
     let hold: Promise<void> | undefined;
     const store = storeOver(base, { batch: async (ops) => (await hold, base.batch(ops)) });
     const agent = await makeAgent(store, { promotionThreshold: { uses: 1, confidence: 0.8 } } as never, 'approver');
-    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
-    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
-    await agent.emergent.settled();
-    const pending = (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })) as { approval: { id: string } };
+    const pending = await sharedApprovalPending(agent);
     let release!: () => void;
     hold = new Promise((resolve) => (release = resolve));
     const approving = agent.emergent.approve(pending.approval.id);
@@ -2039,10 +2045,7 @@ describe('emergent options and edge cases through createAgent', () => {
     const agent = await makeAgent(storeOver(base, { batch: async (ops) => (await gate, base.batch(ops)) }), { promotionThreshold: { uses: 1, confidence: 0.8 } });
     const otherTab = await makeAgent(open(), {}, 'other');
     const reloaded = new Promise<void>((resolve) => otherTab.on((e) => e.type === 'registry.reloaded' && resolve()));
-    assert.ok((await agent.forge(slugify, { sessionId: 's1' })).success);
-    await agent.tools.call('slugify', { text: 'a b' }, { sessionId: 's1' }); // promoted to the agent tier
-    await agent.emergent.settled();
-    const pending = (await agent.emergent.requestPromotion('slugify', 'shared', { sessionId: 's1' })) as { approval: { id: string } };
+    const pending = await sharedApprovalPending(agent);
 
     let letWrite!: () => void;
     gate = new Promise((resolve) => (letWrite = resolve));
