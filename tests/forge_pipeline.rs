@@ -1071,7 +1071,7 @@ fn a_forged_tool_under_an_own_tools_name_is_neither_demoted_nor_rolled_back() {
     let demoted = block_on(r.registry.demote("upper_case", "s1")).unwrap_err();
     let rolled_back = block_on(r.registry.rollback("upper_case", 1, "s1")).unwrap_err();
     for err in [demoted, rolled_back] {
-        assert!(matches!(err, RegistryError::OwnTool(_)), "{err:?}");
+        assert!(matches!(err, RegistryError::OwnTool { .. }), "{err:?}");
         assert_eq!(err.code(), "tool_not_found", "{err}");
         assert!(err.to_string().contains("one of the agent's own tools"), "{err}");
     }

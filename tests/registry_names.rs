@@ -99,9 +99,15 @@ fn another_agents_shared_look_alike_of_an_own_tool_is_neither_offered_nor_called
     assert!(b.registry.list("s1").iter().all(|t| t.name != "Upper_Case"), "nothing reaches it, so it is not listed");
     // What the agent serves under the name is its own tool: the look-alike is not its to hand
     // out, demote or roll back.
-    assert_eq!(b.registry.export("Upper_Case", "s1").unwrap_err().code(), "tool_not_found");
-    assert_eq!(block_on(b.registry.demote("Upper_Case", "s1")).unwrap_err().code(), "tool_not_found");
-    assert_eq!(block_on(b.registry.rollback("Upper_Case", 1, "s1")).unwrap_err().code(), "tool_not_found");
+    for err in [
+        b.registry.export("Upper_Case", "s1").unwrap_err(),
+        block_on(b.registry.demote("Upper_Case", "s1")).unwrap_err(),
+        block_on(b.registry.rollback("Upper_Case", 1, "s1")).unwrap_err(),
+    ] {
+        assert_eq!(err.code(), "tool_not_found", "{err}");
+        // It says which own tool the name is taken for, not that it is one.
+        assert!(err.to_string().starts_with("`Upper_Case` is too close to `upper_case`, one of the agent's own tools"), "{err}");
+    }
     // Agent A still reaches it.
     assert!(a.registry.tool_set("s1").contains("Upper_Case"));
 }
@@ -203,4 +209,32 @@ fn names_fold_alike_exactly_when_their_canonical_forms_are_equal() {
             assert_eq!(same_tool_name(a, b), canonical_tool_name(a) == canonical_tool_name(b), "{a:?} vs {b:?}");
         }
     }
+}
+
+#[test]
+fn a_pipeline_whose_later_step_tool_was_demoted_out_of_reach_runs_none_of_its_steps() {
+    let r = rig_for("agent", promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    let logged = Rc::new(Cell::new(0));
+    r.registry.set_host_tools(counting_host_tool("log_text", logged.clone()));
+    assert!(forge(&r, &slugify_request("make_slug", SLUGIFY_JS), "s1").success);
+    for _ in 0..3 {
+        block_on(r.registry.call("make_slug", json!({ "text": "A b" }), "s1")).unwrap();
+    }
+    let promoted = block_on(r.registry.request_promotion("make_slug", Tier::Agent, "s1")).unwrap();
+    assert_eq!(promoted.status, PromotionStatus::Promoted, "{promoted:?}");
+    // Session s2 forges a pipeline over the host tool (a side effect) and the agent tier's slugifier.
+    let mut pipeline = slug_pipeline("log_then_slug", "log_text");
+    pipeline["implementation"]["steps"] = json!([
+        { "name": "log", "tool": "log_text", "inputMapping": { "text": "$input.text" } },
+        { "name": "slug", "tool": "make_slug", "inputMapping": { "text": "$prev.text" } }
+    ]);
+    assert!(forge(&r, &pipeline, "s2").success);
+    assert_eq!(block_on(r.registry.call("log_then_slug", json!({ "text": "Hi there" }), "s2")).unwrap(), json!({ "slug": "hi-there" }));
+    let before = logged.get();
+    // Demoted into session s1, the slugifier is out of s2's reach.
+    block_on(r.registry.demote("make_slug", "s1")).unwrap();
+    let err = block_on(r.registry.call("log_then_slug", json!({ "text": "Hi" }), "s2")).unwrap_err();
+    assert_eq!(err.code, "unknown_tool", "{err:?}");
+    assert!(err.message.contains("step `slug` (make_slug)"), "{err:?}");
+    assert_eq!(logged.get(), before, "the first step's side effect did not happen for a call that could not finish");
 }

@@ -70,9 +70,10 @@ pub enum RegistryError {
     /// The name is one of the agent's own tools: a forged tool stored under it is reached
     /// nowhere (the own tool answers), so it is neither handed out (`export`) nor demoted or
     /// rolled back under that name. Code `tool_not_found`, as for any name the registry serves
-    /// no forged tool under.
-    #[error("`{0}` is one of the agent's own tools; the forged tool stored under that name is reached nowhere (the agent's own tool answers)")]
-    OwnTool(String),
+    /// no forged tool under. `own` is the own tool the name is, or folds onto (see
+    /// [`canonical_tool_name`]).
+    #[error("{}", own_tool_message(name, own))]
+    OwnTool { name: String, own: String },
     #[error("`{0}` is already at the lowest tier")]
     LowestTier(String),
     #[error("`{name}` has no version {version}")]
@@ -107,7 +108,7 @@ impl RegistryError {
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::NotFound(_) | Self::OwnTool(_) => "tool_not_found",
+            Self::NotFound(_) | Self::OwnTool { .. } => "tool_not_found",
             Self::LowestTier(_) => "lowest_tier",
             Self::NoSuchVersion { .. } => "no_such_version",
             Self::NoSuchApproval(_) => "no_such_approval",
@@ -128,6 +129,15 @@ impl RegistryError {
             },
         }
     }
+}
+
+/// [`RegistryError::OwnTool`]'s message: a look-alike names the own tool it is taken for.
+fn own_tool_message(name: &str, own: &str) -> String {
+    let what = match name == own {
+        true => format!("`{name}` is one of the agent's own tools"),
+        false => format!("`{name}` is too close to `{own}`, one of the agent's own tools (names are compared ignoring case and `-` vs `_`)"),
+    };
+    format!("{what}; the forged tool stored under that name is reached nowhere (the agent's own tool answers)")
 }
 
 /// The models the registry asks: the creation judge, and the (usually stronger) promotion
@@ -1922,9 +1932,13 @@ impl Registry {
     /// ([`RegistryError::OwnTool`]): `export`, `demote` and `rollback` act on what the agent
     /// serves under a name, and it serves its own tool (see [`Registry::is_own`]).
     pub(crate) fn refuse_own_tool(&self, name: &str) -> Result<(), RegistryError> {
-        match self.is_own(name) {
-            true => Err(RegistryError::OwnTool(name.into())),
-            false => Ok(()),
+        let own = match self.host_tools.borrow().contains(name) {
+            true => Some(name.to_string()),
+            false => self.own_look_alike(name),
+        };
+        match own {
+            Some(own) => Err(RegistryError::OwnTool { name: name.into(), own }),
+            None => Ok(()),
         }
     }
 
