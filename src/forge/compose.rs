@@ -26,8 +26,9 @@
 //! `$steps.<name>` pointing at a later or unknown step and mappings that cannot be read are
 //! rejected when the pipeline is built.
 //!
-//! Step tools are looked up when the pipeline runs, as the caller's session sees them then
-//! (a demoted step tool fails the call with `unknown_tool`). A pipeline that reaches itself
+//! Step tools are looked up when the pipeline is called, as the caller's session sees them
+//! then, all of them before the first step runs (a step tool demoted out of the session's
+//! reach fails the call with `unknown_tool`, and no step runs). A pipeline that reaches itself
 //! through other pipelines stops at [`MAX_COMPOSE_DEPTH`] nested pipelines.
 //!
 //! Pipelines are bounded in width as well as depth: one has at most [`MAX_COMPOSE_STEPS`]
@@ -46,7 +47,7 @@ use std::rc::Rc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::tools::{invoke, json_len, CallContext, ToolFailure, ToolHandler, ToolLookup};
+use crate::tools::{invoke, json_len, CallContext, Tool, ToolFailure, ToolHandler, ToolLookup};
 
 use super::prompt::FORGE_TOOL_NAME;
 use super::request::ComposeStep;
@@ -637,8 +638,20 @@ impl ToolHandler for ComposeHandler {
         }
         let budget = ctx.pipeline_budget.clone().unwrap_or_default();
         let inner = CallContext { depth: ctx.depth + 1, pipeline_budget: Some(budget.clone()), ..ctx.clone() };
+        // Every step tool is looked up before the first step runs: a call that cannot finish
+        // (a step tool demoted out of this session's reach) must not do the side effects of
+        // the steps before it.
+        let step_tools = self
+            .steps
+            .iter()
+            .map(|step| {
+                self.tools.lookup(&step.tool, &ctx.session_id).ok_or_else(|| {
+                    ToolFailure::new("unknown_tool", format!("step `{}` ({}): the tool is no longer available to this session", step.name, step.tool))
+                })
+            })
+            .collect::<Result<Vec<Tool>, ToolFailure>>()?;
         let mut outputs: Vec<Value> = Vec::with_capacity(self.steps.len());
-        for step in &self.steps {
+        for (step, tool) in self.steps.iter().zip(step_tools) {
             budget.take_step(&step.name)?;
             let step_args = {
                 let prev = outputs.last().unwrap_or(&args);
@@ -652,9 +665,6 @@ impl ToolHandler for ComposeHandler {
                     return f;
                 }
                 ToolFailure::new(f.code, format!("step `{}` ({}): {}", step.name, step.tool, f.message))
-            };
-            let Some(tool) = self.tools.lookup(&step.tool, &ctx.session_id) else {
-                return Err(fail(ToolFailure::new("unknown_tool", "the tool is no longer available to this session")));
             };
             // A call that needs a human's approval cannot be made from inside a pipeline, where
             // no one is asked: forging one over it must not be a way around the approval.
