@@ -88,6 +88,13 @@ describe('agent over an OpenAI-compatible server', () => {
     await fine.close();
   });
 
+  test('two tools whose names differ only in case or - vs _ are invalid_config: a model takes them for one', async () => {
+    for (const [a, b] of [['refund', 'Refund'], ['send_email', 'send-email'], ['get-user', 'GET_USER']]) {
+      const tools = [a, b].map((name) => tool({ name, description: name, inputSchema: { type: 'object' }, execute: () => name }));
+      await assert.rejects(createAgent({ model: model(), tools }), { code: 'invalid_config', message: `tools \`${a}\` and \`${b}\` differ only in case or \`-\` vs \`_\`: a model takes them for one tool` });
+    }
+  });
+
   test('an error has a cause only when it was given one', () => {
     assert.equal('cause' in new CrucibleError('internal', 'm'), false);
     const root = new Error('root');

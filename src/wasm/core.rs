@@ -132,6 +132,13 @@ impl CoreAgent {
             if set.contains(&spec.name) {
                 return Err(error_object("invalid_config", &format!("two tools are named `{}`", spec.name)));
             }
+            // A model takes `Refund` and `refund` for one tool (the registry folds them alike).
+            if let Some(other) = set.names().find(|n| crate::registry::same_tool_name(n, &spec.name)) {
+                return Err(error_object(
+                    "invalid_config",
+                    &format!("tools `{other}` and `{}` differ only in case or `-` vs `_`: a model takes them for one tool", spec.name),
+                ));
+            }
             let approval = match &spec.needs_approval {
                 Value::Bool(true) => ApprovalMode::Always,
                 Value::String(s) if s == "predicate" => ApprovalMode::Predicate,
