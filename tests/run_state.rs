@@ -47,21 +47,25 @@ fn refund_tool() -> Rc<FnTool> {
 
 #[test]
 fn arguments_nested_too_deep_to_store_are_refused_and_never_wait_for_approval() {
-    let store = Rc::new(MemoryStore::new());
-    let refunds = refund_tool();
-    // 100 levels: serde_json reads it, but inside a stored run state it would pass 128.
-    let deep = format!(r#"{{"order":42,"amount":99,"note":{}1{}}}"#, "[".repeat(100), "]".repeat(100));
-    let model = ScriptedModel::new(vec![call("refund", &deep), text("Could not.")]);
-    let agent = refund_agent(model, refunds.clone(), store);
-    let mut sink = CollectingSink::default();
-    let out = block_on(agent.run("refund 42", RunOptions::default(), &mut sink)).unwrap();
-    assert_eq!(out.status, RunStatus::Completed, "not paused");
-    let error = sink.events.iter().find_map(|e| match &e.body {
-        EventBody::ToolExecuteError { error, .. } => Some(error.clone()),
-        _ => None,
-    });
-    assert_eq!(error.map(|e| (e.code, e.message)), Some(("invalid_arguments".to_string(), "arguments nest more than 64 levels deep".to_string())));
-    assert_eq!(refunds.calls.get(), 0, "the refund never ran");
+    // 100 levels: serde_json reads it, but inside a stored run state it would pass 128. 200
+    // levels: well-formed JSON serde_json stops reading, said as depth all the same.
+    for levels in [100, 200] {
+        let store = Rc::new(MemoryStore::new());
+        let refunds = refund_tool();
+        let deep = format!(r#"{{"order":42,"amount":99,"note":{}1{}}}"#, "[".repeat(levels), "]".repeat(levels));
+        let model = ScriptedModel::new(vec![call("refund", &deep), text("Could not.")]);
+        let agent = refund_agent(model, refunds.clone(), store);
+        let mut sink = CollectingSink::default();
+        let out = block_on(agent.run("refund 42", RunOptions::default(), &mut sink)).unwrap();
+        assert_eq!(out.status, RunStatus::Completed, "not paused");
+        let error = sink.events.iter().find_map(|e| match &e.body {
+            EventBody::ToolExecuteError { error, .. } => Some(error.clone()),
+            _ => None,
+        });
+        let expected = ("invalid_arguments".to_string(), "arguments nest more than 64 levels deep".to_string());
+        assert_eq!(error.map(|e| (e.code, e.message)), Some(expected), "{levels} levels");
+        assert_eq!(refunds.calls.get(), 0, "the refund never ran");
+    }
 }
 
 #[test]

@@ -170,7 +170,7 @@ export interface AgentOptions {
 export interface SessionHistoryOptions {
   /** Most messages kept (at least 1; default: no count bound). */
   maxMessages?: number;
-  /** Most bytes of the messages as JSON (at least 1; default 8388608, 8 MiB). */
+  /** Most bytes of the messages, each written as JSON and added up (at least 1; default 8388608, 8 MiB). */
   maxBytes?: number;
 }
 

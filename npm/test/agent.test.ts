@@ -384,6 +384,23 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.equal(events.at(-1)!.type, 'agent.end');
   });
 
+  test('a host tool result nested past what the core reads is said as depth, not as malformed JSON; the run goes on', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'deep', arguments: {} }, { name: 'get_weather', arguments: { city: 'Oslo' } }] }, { text: 'Done.' });
+    let nested: unknown = 1;
+    for (let i = 0; i < 200; i++) nested = [nested];
+    const deep = tool({ name: 'deep', description: 'd', inputSchema: { type: 'object', properties: {} }, execute: () => ({ nested }) });
+    const agent = await createAgent({ model: model(), tools: [deep, weather] });
+    const events = await collect(agent.stream('?'));
+    const error = events.find((e) => e.type === 'tool.execute.error');
+    assert.ok(error?.type === 'tool.execute.error' && error.name === 'deep', JSON.stringify(error).slice(0, 300));
+    assert.equal(error.error.code, 'execution_failed');
+    assert.equal(error.error.message, "the tool's result nests arrays and objects more than 127 levels deep");
+    assert.ok(events.some((e) => e.type === 'tool.execute.end' && e.name === 'get_weather'));
+    assert.equal(events.at(-1)!.type, 'agent.end');
+    await agent.close();
+  });
+
   test("a provider of one's own giving a call's providerData last, by id, among calls sharing an index, gets it back on that call and no made-up call runs", async () => {
     const requests: ChatMessage[][] = [];
     const before = weatherCalls.length;

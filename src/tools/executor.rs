@@ -32,9 +32,13 @@ pub(crate) fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
     if trimmed.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    let args: Value = serde_json::from_str(trimmed).map_err(|e| ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")))?;
+    let too_deep = || ToolFailure::new("invalid_arguments", format!("arguments nest more than {} levels deep", super::MAX_VALUE_DEPTH));
+    let args: Value = serde_json::from_str(trimmed).map_err(|e| match super::is_too_deep(&e) {
+        true => too_deep(),
+        false => ToolFailure::new("invalid_arguments", format!("arguments are not valid JSON ({e})")),
+    })?;
     if super::nesting_depth(&args) > super::MAX_VALUE_DEPTH {
-        return Err(ToolFailure::new("invalid_arguments", format!("arguments nest more than {} levels deep", super::MAX_VALUE_DEPTH)));
+        return Err(too_deep());
     }
     Ok(args)
 }

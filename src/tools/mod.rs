@@ -69,6 +69,12 @@ pub fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
 /// and a record nested past serde_json's 128 levels could not be read back.
 pub const MAX_VALUE_DEPTH: usize = 64;
 
+/// Whether `e` is serde_json's refusal of JSON text nested past the 128 levels it reads: the
+/// text may be well-formed, so it is said as depth, not as malformed JSON.
+pub fn is_too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
 /// How deeply `v` nests arrays and objects (a scalar is 0).
 pub fn nesting_depth(v: &Value) -> usize {
     match v {

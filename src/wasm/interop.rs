@@ -401,8 +401,10 @@ impl ToolHandler for JsTool {
                 }
             }
         };
-        serde_json::from_str(&crate::js_json::well_formed(&text))
-            .map_err(|e| ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")))
+        serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| match crate::tools::is_too_deep(&e) {
+            true => ToolFailure::new("execution_failed", "the tool's result nests arrays and objects more than 127 levels deep"),
+            false => ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")),
+        })
     }
 
     async fn approval_arguments(&self, args: &Value) -> Option<Value> {
