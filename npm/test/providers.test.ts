@@ -1865,6 +1865,13 @@ describe('openai() reads SSE framing as servers write it', () => {
     const sse = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(sse instanceof ProviderError && sse.code === 'provider_protocol', `got ${String(sse)}`);
     assert.match(sse.message, /an event of the stream is longer than 16777216 characters/);
+    // One character over, most of it buffered before the read that completes the event (the
+    // parser's bound counts only what it held before that read), with `[DONE]` in that read.
+    const over = 'x'.repeat(2 ** 24 + 1);
+    pieces = [`data: ${over.slice(0, 2 ** 24 - 100)}`, `${over.slice(2 ** 24 - 100)}\n\ndata: [DONE]\n\n`];
+    const edge = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(edge instanceof ProviderError && edge.code === 'provider_protocol', `got ${String(edge)}`);
+    assert.match(edge.message, /an event of the stream is longer than 16777216 characters/);
     pieces = ['{"message":{"content":"', ...Array.from({ length: 17 }, () => mib)];
     const ndjson = ollama({ baseURL: base.replace(/\/v1$/, ''), model: 'm', retry: { maxRetries: 0 } });
     const line = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));

@@ -434,6 +434,14 @@ export async function* readSse(ctx: HttpContext, response: Response, progressBy:
     // neither are Anthropic's `ping` events, which carry data (`{"type": "ping"}`) and mean
     // only that the connection is open.
     onEvent: (event) => {
+      // The parser's bound counts what it buffered before the read that completes a line, so
+      // an event can pass it by up to one read: the event itself is held to the bound here.
+      // Nothing after it is read (a `[DONE]` in the same read would end the stream before the
+      // error is thrown, and the event would be dropped silently).
+      if (overflowed || event.data.length > MAX_UNIT_CHARS) {
+        overflowed = true;
+        return;
+      }
       if (event.data.trim() === '') return;
       if (progressBy === 'reader' && event.event !== 'ping') ctx.progress?.();
       pending.push(event);
