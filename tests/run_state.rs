@@ -1174,3 +1174,37 @@ fn a_resume_whose_save_failed_after_the_approved_call_resumes_here_as_it_would_a
     let again = block_on(agent.resume_state(paused.state.clone().unwrap(), &decisions, None, &mut CollectingSink::default())).unwrap_err();
     assert_eq!(again.code(), "invalid_resume");
 }
+
+#[test]
+fn a_resume_aborted_before_it_starts_reports_the_runs_usage_and_runs_nothing() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":42,"amount":99}"#), text("Refunded.")]);
+    let agent = refund_agent(model, refunds.clone(), store);
+    let paused = block_on(agent.run("refund 42", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(paused.status, RunStatus::Paused);
+    assert!(paused.usage.input_tokens > 0, "{:?}", paused.usage);
+    let decisions = vec![ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let flag = Rc::new(CancelFlag::default());
+    flag.cancel();
+    let mut sink = CollectingSink::default();
+    assert_eq!(block_on(agent.resume(&paused.run_id, &decisions, Some(flag), &mut sink)).unwrap_err(), AgentError::Aborted);
+    assert_eq!(refunds.calls.get(), 0, "nothing ran");
+    // As an aborted run() does, it ends with `agent.error` and the usage the run had (a host
+    // rejecting with it reads `error.usage`).
+    match &sink.events[..] {
+        [event] => match &event.body {
+            EventBody::AgentError { error, usage } => {
+                assert_eq!(error.code, "aborted");
+                assert_eq!(usage, &paused.usage);
+                assert_eq!(event.run_id, paused.run_id);
+            }
+            other => panic!("{other:?}"),
+        },
+        events => panic!("{events:?}"),
+    }
+    // Still paused: a later resume runs the approved refund.
+    let done = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(refunds.calls.get(), 1);
+}

@@ -131,7 +131,8 @@ export class StoreError extends CrucibleError {
 export class AbortError extends CrucibleError {
   /** The aborted run, when a run was aborted (`agent.run`/`resume`): resume it by this id. */
   readonly runId: string | undefined;
-  /** What the aborted run had used up to the abort. */
+  /** What the aborted run had used up to the abort; `undefined` for a `resume()` aborted before
+   *  it read the run's state (it ran nothing, and its usage stays with the stored run). */
   readonly usage: RunUsage | undefined;
   constructor(message = 'The run was aborted', options?: { cause?: unknown; runId?: string; usage?: RunUsage }) {
     super('aborted', message, options);

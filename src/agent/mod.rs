@@ -248,6 +248,13 @@ impl Agent {
             pending.resolve(decisions).map_err(AgentError::InvalidResume)?;
         }
         if cancel.as_deref().is_some_and(|c| c.is_cancelled()) {
+            // Ended as an aborted run() is: `agent.error` with the run's usage so far.
+            let error = AgentEvent {
+                run_id: state.run_id.clone(),
+                run_path: state.run_path.clone(),
+                body: EventBody::AgentError { error: AgentError::Aborted.info(), usage: state.usage },
+            };
+            sink.emit(error);
             return Err(AgentError::Aborted);
         }
         let position = RunPosition::of(&state);
