@@ -1877,6 +1877,11 @@ describe('openai() reads SSE framing as servers write it', () => {
     const line = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
     assert.ok(line instanceof ProviderError && line.code === 'provider_protocol', `got ${String(line)}`);
     assert.match(line.message, /a line of the stream is longer than 16777216 characters/);
+    // One character over, completed in the read that holds its newline.
+    pieces = [over.slice(0, 2 ** 24 - 100), `${over.slice(2 ** 24 - 100)}\n`];
+    const edgeLine = await rejection(collect(ndjson.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.ok(edgeLine instanceof ProviderError && edgeLine.code === 'provider_protocol', `got ${String(edgeLine)}`);
+    assert.match(edgeLine.message, /a line of the stream is longer than 16777216 characters/);
   });
 
   it('an NDJSON line of 16 M characters in 4 KB pieces is read in linear time (appending and searching it was quadratic)', async () => {

@@ -489,6 +489,9 @@ export async function* readNdjson(ctx: HttpContext, response: Response, progress
       partsLength = 0;
       start = newline + 1;
       if (!line) continue;
+      // The bound below counts the pieces held before this one: a line ending in this piece
+      // is held to it here.
+      if (line.length > MAX_UNIT_CHARS) throw tooLong(ctx, 'a line of the stream');
       if (progressBy === 'reader') ctx.progress?.();
       yield parseJson(ctx, line);
     }
