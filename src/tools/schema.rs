@@ -19,8 +19,25 @@ const MAX_VIOLATION_CHARS: usize = 300;
 /// (milliseconds each); registries rebuild tools often, with the same few schemas.
 const SCHEMA_CACHE_CAPACITY: usize = 1024;
 
+/// Most schema text the cache holds (its keys). A compiled validator takes ~8-10 times its
+/// schema's text, and the wasm memory it grew is never given back: bounded by count alone,
+/// 1,024 distinct 30 KiB schemas (forged tools' schemas are the model's, or a user's) held
+/// ~260 MB for the process's life. This keeps it to ~10 MB.
+const SCHEMA_CACHE_BYTES: usize = 1 << 20;
+
+/// Schemas with more text than this are compiled each time, not cached: one would take a
+/// large part of the cache's bytes.
+const MAX_CACHED_SCHEMA_BYTES: usize = 64 << 10;
+
+#[derive(Default)]
+struct SchemaCache {
+    validators: HashMap<String, Rc<jsonschema::Validator>>,
+    /// Text of the keys, in bytes.
+    bytes: usize,
+}
+
 thread_local! {
-    static SCHEMA_CACHE: RefCell<HashMap<String, Rc<jsonschema::Validator>>> = RefCell::new(HashMap::new());
+    static SCHEMA_CACHE: RefCell<SchemaCache> = RefCell::new(SchemaCache::default());
 }
 
 /// A compiled schema. Compile once per tool; validation is then allocation-light.
@@ -45,17 +62,20 @@ pub struct SchemaError(pub String);
 impl CompiledSchema {
     pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
         let key = schema.to_string();
-        if let Some(validator) = SCHEMA_CACHE.with(|c| c.borrow().get(&key).cloned()) {
+        if let Some(validator) = SCHEMA_CACHE.with(|c| c.borrow().validators.get(&key).cloned()) {
             return Ok(Self { validator, source: Rc::new(schema.clone()) });
         }
         let validator = Rc::new(jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?);
-        SCHEMA_CACHE.with(|c| {
-            let mut cache = c.borrow_mut();
-            if cache.len() >= SCHEMA_CACHE_CAPACITY {
-                cache.clear();
-            }
-            cache.insert(key, validator.clone());
-        });
+        if key.len() <= MAX_CACHED_SCHEMA_BYTES {
+            SCHEMA_CACHE.with(|c| {
+                let mut cache = c.borrow_mut();
+                if cache.validators.len() >= SCHEMA_CACHE_CAPACITY || cache.bytes + key.len() > SCHEMA_CACHE_BYTES {
+                    *cache = SchemaCache::default();
+                }
+                cache.bytes += key.len();
+                cache.validators.insert(key, validator.clone());
+            });
+        }
         Ok(Self { validator, source: Rc::new(schema.clone()) })
     }
 
@@ -107,6 +127,35 @@ mod tests {
         let err = s.check(&json!({ "days": "x" })).unwrap_err();
         assert!(err.contains("city"), "{err}");
         assert!(err.contains("/days"), "{err}");
+    }
+
+    /// A schema of about `bytes` of text, distinct by `n`.
+    fn schema_of(n: usize, bytes: usize) -> Value {
+        json!({ "type": "object", "description": format!("{n} {}", "x".repeat(bytes)), "properties": { "a": { "type": "string" } } })
+    }
+
+    fn cached() -> (usize, usize) {
+        SCHEMA_CACHE.with(|c| (c.borrow().validators.len(), c.borrow().bytes))
+    }
+
+    #[test]
+    fn the_cache_holds_a_bounded_amount_of_schema_text_and_no_large_schema() {
+        // Distinct 30 KiB schemas, as a stream of forges might bring: bounded by bytes, not
+        // only by count, and what is cached still answers.
+        for n in 0..200 {
+            let schema = CompiledSchema::compile(&schema_of(n, 30 << 10)).unwrap();
+            assert!(schema.check(&json!({ "a": "ok" })).is_ok());
+            assert!(schema.check(&json!({ "a": 1 })).is_err());
+            let (_, bytes) = cached();
+            assert!(bytes <= SCHEMA_CACHE_BYTES, "{bytes} bytes cached after {n}");
+        }
+        let (held, _) = cached();
+        assert!(held > 0 && held < 40, "{held} schemas of 30 KiB cached");
+        // One over 64 KiB is compiled, checked and not cached.
+        let before = cached();
+        let large = CompiledSchema::compile(&schema_of(0, 100 << 10)).unwrap();
+        assert!(large.check(&json!({ "a": 1 })).is_err());
+        assert_eq!(cached(), before);
     }
 
     #[test]
