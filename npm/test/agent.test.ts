@@ -89,7 +89,7 @@ describe('agent over an OpenAI-compatible server', () => {
   });
 
   test('two tools whose names differ only in case or - vs _ are invalid_config: a model takes them for one', async () => {
-    for (const [a, b] of [['refund', 'Refund'], ['send_email', 'send-email'], ['get-user', 'GET_USER']]) {
+    for (const [a, b] of [['refund', 'Refund'], ['send_email', 'send-email'], ['get-user', 'GET_USER']] as const) {
       const tools = [a, b].map((name) => tool({ name, description: name, inputSchema: { type: 'object' }, execute: () => name }));
       await assert.rejects(createAgent({ model: model(), tools }), { code: 'invalid_config', message: `tools \`${a}\` and \`${b}\` differ only in case or \`-\` vs \`_\`: a model takes them for one tool` });
     }
