@@ -344,6 +344,22 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('token counts that are not whole (a fraction, past 2^64) are read as whole counts; the answer is kept', async () => {
+    const counts: ModelProvider = {
+      id: 'double:odd-counts',
+      async *stream() {
+        yield { type: 'text', delta: 'Hi' };
+        yield { type: 'finish', finishReason: 'stop', usage: { inputTokens: 12.5, outputTokens: 1e20 } };
+      },
+    };
+    const agent = await createAgent({ model: counts });
+    const result = await agent.run('hello');
+    assert.equal(result.text, 'Hi');
+    assert.equal(result.usage.inputTokens, 12);
+    assert.equal(result.usage.outputTokens, 2 ** 64, 'saturated at the largest count (2^64 - 1, as a JS number)');
+    await agent.close();
+  });
+
   test("a value the engine cannot read back (JSON.parse throwing, as past JS's longest string) is a typed error, and the agent keeps serving", { timeout: 30_000 }, async () => {
     // Reaching V8's longest string for real takes a run of many 16 Mi tool results and ~1 GB;
     // the engine's throw is what matters, so JSON.parse throws here for a long text instead.

@@ -185,6 +185,10 @@ for (const { name, factory, baseURL, splitsArguments } of providers) {
       server.enqueue({ text: 'ok', usage: { inputTokens: 123, outputTokens: 45 } });
       const result = await collect(make().stream({ messages: hello, tools: [] }));
       assert.deepEqual(result.finish?.usage, { inputTokens: 123, outputTokens: 45 });
+      // Counts are whole: a server's fraction is rounded down, a huge one held to 2^53 - 1.
+      server.enqueue({ text: 'ok', usage: { inputTokens: 12.5, outputTokens: 1e20 } });
+      const odd = await collect(make().stream({ messages: hello, tools: [] }));
+      assert.deepEqual(odd.finish?.usage, { inputTokens: 12, outputTokens: Number.MAX_SAFE_INTEGER });
     });
 
     it('retries a 429 and then succeeds', async () => {

@@ -15,8 +15,34 @@ pub use assemble::{AssembledResponse, ResponseAssembler, MAX_PROVIDER_DATA_BYTES
 #[cfg_attr(feature = "wasm-core", derive(tsify::Tsify))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
+    #[serde(deserialize_with = "token_count")]
     pub input_tokens: u64,
+    #[serde(deserialize_with = "token_count")]
     pub output_tokens: u64,
+}
+
+/// A token count as a provider of the host's may report it: any number, read as a whole count
+/// (a fraction rounded down, a negative as 0, past `u64::MAX` as `u64::MAX`). A count only
+/// informs accounting: refusing the chunk it came in would lose the answer that came with it.
+fn token_count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    struct Count;
+    impl serde::de::Visitor<'_> for Count {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a token count")
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<u64, E> {
+            Ok(v.max(0) as u64)
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<u64, E> {
+            // `as` saturates, and reads NaN as 0.
+            Ok(v as u64)
+        }
+    }
+    deserializer.deserialize_any(Count)
 }
 
 impl Usage {
@@ -258,6 +284,15 @@ mod tests {
         let mut total = Usage { input_tokens: u64::MAX - 1, output_tokens: 5 };
         total.add(Usage { input_tokens: 7, output_tokens: u64::MAX });
         assert_eq!(total, Usage { input_tokens: u64::MAX, output_tokens: u64::MAX });
+    }
+
+    #[test]
+    fn any_reported_count_reads_as_a_whole_count_rather_than_failing_the_chunk() {
+        let read = |v: serde_json::Value| serde_json::from_value::<Usage>(v).map(|u| (u.input_tokens, u.output_tokens));
+        assert_eq!(read(serde_json::json!({ "inputTokens": 12.5, "outputTokens": 1e20 })).unwrap(), (12, u64::MAX));
+        assert_eq!(read(serde_json::json!({ "inputTokens": -3, "outputTokens": 7 })).unwrap(), (0, 7));
+        assert_eq!(read(serde_json::json!({ "inputTokens": u64::MAX, "outputTokens": 0 })).unwrap(), (u64::MAX, 0));
+        assert!(read(serde_json::json!({ "inputTokens": "12", "outputTokens": 0 })).is_err(), "not a number at all is still refused");
     }
 
     #[test]

@@ -69,9 +69,10 @@ export class WireReader {
     return this.wrong(what, 'a boolean', value);
   }
 
-  /** A token count: anything but a non-negative number reads as unknown. */
+  /** A token count: anything but a non-negative number reads as unknown; a fraction is rounded
+   *  down (counts are whole), and a count past 2^53 - 1 reads as that. */
   count(value: unknown): number | undefined {
-    return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+    return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? Math.min(Math.floor(value), Number.MAX_SAFE_INTEGER) : undefined;
   }
 }
 
