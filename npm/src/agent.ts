@@ -107,7 +107,7 @@ export interface AgentOptions {
   model: ModelProvider;
   /** System instructions. */
   instructions?: string;
-  tools?: HostTool[];
+  tools?: readonly HostTool[];
   /** Most model turns per run (default 30). */
   maxTurns?: number;
   /** Most tool calls per run, across turns (default 30). */
@@ -240,9 +240,9 @@ export interface EmergentOptions {
   promotionRetryUses?: number;
   /** Host APIs forged code may ask for (`fetch`, `crypto`; another name is `invalid_config`);
    *  a request's allowlist is intersected with it. Default: none. */
-  allowedSandboxAPIs?: string[];
+  allowedSandboxAPIs?: readonly string[];
   /** Hosts `fetch` may reach from forged code. Default sandbox only, as above. */
-  fetchDomainAllowlist?: string[];
+  fetchDomainAllowlist?: readonly string[];
   /** Keep sandbox source in exported packages (a redacted package cannot be imported). */
   persistSandboxSource?: boolean;
   /** Runs forged code. Default: `createSandbox({ lazy: true })` with the limits above (its
@@ -1678,7 +1678,7 @@ function toCrucibleError(error: unknown, runId: string): CrucibleError {
  * them. A tool whose fields throw when read (a getter, a Proxy) is the caller's
  * `invalid_config`, with what it threw as the `cause`.
  */
-function hostToolsOf(given: HostTool[] | undefined): { byName: Map<string, HostTool>; specs: unknown[] } {
+function hostToolsOf(given: readonly HostTool[] | undefined): { byName: Map<string, HostTool>; specs: unknown[] } {
   return readingOption('tools', () => {
     // Array.from: a hole of a sparse array is an element too (some() and map() skip holes).
     const tools = Array.isArray(given) ? Array.from(given) : (given ?? []);

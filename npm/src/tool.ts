@@ -17,22 +17,30 @@ export interface StandardIssue {
 /** What a Standard Schema's `validate` gives: the parsed value, or the issues. */
 export type StandardResult<Output = unknown> = { readonly value: Output; readonly issues?: undefined } | { readonly issues: ReadonlyArray<StandardIssue> };
 
-/**
- * A schema object implementing Standard Schema (Zod 4, Valibot, ArkType, …) that can also give
- * JSON Schema (`~standard.jsonSchema`, or a `toJSONSchema()` method). The JSON Schema is what
- * the model sees and what the core checks first; `validate` then parses the value, so its
- * defaults, transforms and refinements apply as they would anywhere else.
- */
-export interface StandardJsonSchemaLike {
-  '~standard': {
-    version: number;
-    vendor: string;
-    validate?: (value: unknown) => StandardResult | Promise<StandardResult>;
-    jsonSchema?: { input: (options: { target: string }) => JsonSchema };
-    types?: { readonly input: unknown; readonly output: unknown } | undefined;
-  };
-  toJSONSchema?: () => JsonSchema;
+/** The `~standard` properties of a Standard Schema that Crucible reads. */
+interface StandardProps {
+  version: number;
+  vendor: string;
+  validate?: (value: unknown) => StandardResult | Promise<StandardResult>;
+  types?: { readonly input: unknown; readonly output: unknown } | undefined;
 }
+
+/** How a Standard Schema gives JSON Schema through `~standard` (Standard JSON Schema). */
+interface StandardJsonSchemaProps {
+  input: (options: { target: string }) => JsonSchema;
+}
+
+/**
+ * A schema object implementing Standard Schema (Zod 4, ArkType, …) that can also give JSON
+ * Schema: `~standard.jsonSchema`, or a `toJSONSchema()` method (one of them is required; a
+ * Standard Schema with neither, such as a Valibot schema, cannot say what the model may send:
+ * pass its JSON Schema instead). The JSON Schema is what the model sees and what the core
+ * checks first; `validate` then parses the value, so its defaults, transforms and refinements
+ * apply as they would anywhere else.
+ */
+export type StandardJsonSchemaLike =
+  | { '~standard': StandardProps & { jsonSchema: StandardJsonSchemaProps }; toJSONSchema?: () => JsonSchema }
+  | { '~standard': StandardProps & { jsonSchema?: StandardJsonSchemaProps }; toJSONSchema: () => JsonSchema };
 
 /** The type a Standard Schema parses to (`z.infer` for Zod); `any` for a JSON Schema. */
 export type InferSchemaOutput<S> = S extends { readonly '~standard': { readonly types?: infer T } }
@@ -139,8 +147,10 @@ function isSchemaLike(value: unknown): boolean {
  * transforms, refinements); issues it finds fail the call with `invalid_arguments`, which the
  * model sees. A Standard Schema `outputSchema` parses results the same way (`invalid_output`).
  */
+// `Omit`: intersected with ToolOptions' own `inputSchema`, a large schema type (ArkType's)
+// made TypeScript give up (TS2589).
 export function tool<S extends StandardJsonSchemaLike, Result = unknown>(
-  options: ToolOptions<InferSchemaOutput<S>, Result> & { inputSchema: S },
+  options: Omit<ToolOptions<InferSchemaOutput<S>, Result>, 'inputSchema'> & { inputSchema: S },
 ): HostTool<InferSchemaOutput<S>, Result>;
 export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Result>): HostTool<Args, Result>;
 export function tool<Args = any, Result = unknown>(options: ToolOptions<Args, Result>): HostTool<Args, Result> {

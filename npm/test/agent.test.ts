@@ -3,6 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { z } from 'zod';
+import { type } from 'arktype';
 import { AbortError, AgentRunError, CrucibleError, createAgent, memoryStore, type CrucibleErrorCode, type Store, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
 import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
@@ -522,6 +523,31 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.equal(events.find((e) => e.type === 'tool.execute.error')?.type, 'tool.execute.error');
     const end = events.find((e) => e.type === 'tool.execute.end');
     assert.deepEqual(end && end.type === 'tool.execute.end' && end.result, { sum: 5 });
+  });
+
+  test('an ArkType schema types the arguments too (its large type once made TypeScript give up, TS2589), and a tool list may be readonly', async () => {
+    server.reset();
+    const query = type({ q: 'string', 'limit?': 'number' });
+    const search = tool({
+      name: 'search',
+      description: 'Searches',
+      inputSchema: query,
+      execute: (args) => {
+        const q: string = args.q;
+        // @ts-expect-error `limit` is an optional number
+        const wrong: string = args.limit;
+        void wrong;
+        return { hits: q.length };
+      },
+    });
+    server.enqueue({ toolCalls: [{ name: 'search', arguments: { q: 'hello' } }] }, { text: 'done' });
+    const tools = [search] as const;
+    const agent = await createAgent({ model: model(), tools, emergent: { enabled: false, allowedSandboxAPIs: ['fetch'] as const } });
+    const events = await collect(agent.stream('find'));
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.ok(end?.type === 'tool.execute.end', JSON.stringify(events.map((e) => e.type)));
+    assert.deepEqual(end.result, { hits: 5 });
+    await agent.close();
   });
 
   test('a Zod schema parses what the tool gets and returns: defaults, transforms and refinements apply', async () => {

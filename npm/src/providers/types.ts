@@ -143,7 +143,7 @@ export interface ProviderOptions {
    * own (`content-type`, Anthropic's `anthropic-version`), except the key's header, which
    * `apiKey` sets when given. A header whose value is `undefined` or `null` is not sent.
    */
-  headers?: Record<string, string>;
+  headers?: Record<string, string | null | undefined>;
   /**
    * Longest stall in ms: until the answer starts, then between two of its pieces (events or
    * lines with data: a streamed answer may take longer in all while it makes progress, but

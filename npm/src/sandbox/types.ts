@@ -35,7 +35,7 @@ export interface SandboxOptions {
    * An entry without a port allows every port of its host: a bare `'127.0.0.1'` opens every
    * local service to forged code.
    */
-  fetchDomainAllowlist?: string[];
+  fetchDomainAllowlist?: readonly string[];
   /** Allow `http:` URLs for `fetch` (tests, local services). Default false: `https:` only. */
   allowHttp?: boolean;
   /** Workers kept ready (started in `createSandbox`, or by the first execution when `lazy`). Default 2. */
