@@ -28,7 +28,7 @@ fn token_count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64,
     struct Count;
     impl serde::de::Visitor<'_> for Count {
         type Value = u64;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a token count")
         }
         fn visit_u64<E>(self, v: u64) -> Result<u64, E> {
