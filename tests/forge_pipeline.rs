@@ -124,6 +124,31 @@ fn an_implementation_given_as_its_modes_name_reads_the_code_or_steps_beside_it()
 }
 
 #[test]
+fn a_forged_schemas_patterns_must_run_in_linear_time_and_the_same_pattern_of_the_hosts_may_backtrack() {
+    // The schemas are checked on the host's main thread, against outputs the forged code
+    // chooses: a backreference or lookaround pattern could hold it for minutes.
+    let r = rig();
+    for pattern in ["^(?:(a|a)*\\1c|a+)$", "^(?!-)[a-z-]+$"] {
+        let mut req = slugify_request("slugify", SLUGIFY_JS);
+        req["outputSchema"]["properties"]["slug"]["pattern"] = json!(pattern);
+        let res = block_on(r.registry.forge(&req, "s1"));
+        assert!(!res.success, "{pattern}");
+        assert_eq!(res.category, Some(RejectionCategory::ParseError), "{pattern}");
+        let reason = res.reason.as_deref().unwrap_or_default();
+        assert!(reason.contains("a schema is not valid JSON Schema"), "{pattern}: {reason}");
+        assert!(reason.contains("may not use lookaround such as `(?=` or `(?!`, nor backreferences such as `\\1`"), "{pattern}: {reason}");
+        assert_eq!(r.sandbox.requests.borrow().len(), 0, "nothing ran");
+    }
+    let mut linear = slugify_request("slugify", SLUGIFY_JS);
+    linear["outputSchema"]["properties"]["slug"]["pattern"] = json!("^[a-z0-9]+(-[a-z0-9]+)*$");
+    assert!(block_on(r.registry.forge(&linear, "s1")).success, "a pattern the linear engine runs is fine");
+    assert!(
+        Tool::new("host", "h", &json!({ "type": "string", "pattern": "^(?!-)[a-z-]+$" }), None, FnTool::new(Ok)).is_ok(),
+        "the host's may use lookaround"
+    );
+}
+
+#[test]
 fn a_property_given_as_its_types_name_is_read_as_that_type() {
     // `"properties": {"text": "string"}`: before, `a schema is not valid JSON Schema` (parse_error).
     let r = rig();

@@ -15,7 +15,7 @@ use crate::agent::{Environment, EventBody};
 use crate::model::{Model, Usage};
 use crate::registry::ToolInfo;
 use crate::sandbox::SandboxRunner;
-use crate::tools::{CallContext, Tool, ToolHandler, ToolLookup};
+use crate::tools::{CallContext, SchemaAuthor, Tool, ToolHandler, ToolLookup};
 
 use super::classify::{classify, is_syntax_error, shows_extra_output_field, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
@@ -247,8 +247,14 @@ impl Forge {
                 Rc::new(SandboxToolHandler::new(runner.clone(), code.clone(), allowlist, &self.allowed_sandbox_apis))
             }
         };
-        Tool::new(&request.name, &request.description, &request.input_schema, Some(&request.output_schema), handler)
-            .map_err(|e| (format!("a schema is not valid JSON Schema: {e}"), Evidence { parse: true, ..Default::default() }))
+        Tool::new_by(SchemaAuthor::Untrusted, &request.name, &request.description, &request.input_schema, Some(&request.output_schema), handler).map_err(|e| {
+            // What the linear-time engine refuses is valid ECMA-262: say what to change.
+            let hint = match e.0.contains("is not a \"regex\"") {
+                true => " (a forged tool's `pattern` and `patternProperties` may not use lookaround such as `(?=` or `(?!`, nor backreferences such as `\\1`)",
+                false => "",
+            };
+            (format!("a schema is not valid JSON Schema: {e}{hint}"), Evidence { parse: true, ..Default::default() })
+        })
     }
 
     /// Runs the pipeline up to (not including) registration. `admit` is asked once the name is

@@ -13,7 +13,7 @@ use super::compose::MAX_COMPOSE_STEPS;
 use super::infer::lacks_properties;
 use super::prompt::FORGE_TOOL_NAME;
 use super::request::{ForgeRequest, Implementation};
-use crate::tools::{json_len, nesting_depth, CompiledSchema, MAX_VALUE_DEPTH};
+use crate::tools::{json_len, nesting_depth, CompiledSchema, SchemaAuthor, MAX_VALUE_DEPTH};
 
 /// Fewest test cases a forge request must carry.
 pub const MIN_TEST_CASES: usize = 2;
@@ -145,7 +145,8 @@ pub(crate) fn undeclared_fields<'v>(schema: &Value, value: &'v Value) -> Vec<&'v
 /// reports the schema as invalid.
 fn key_patterns(schema: &Value) -> Vec<CompiledSchema> {
     let Some(patterns) = schema.get("patternProperties").and_then(Value::as_object) else { return vec![] };
-    patterns.keys().filter_map(|p| CompiledSchema::compile(&serde_json::json!({ "type": "string", "pattern": p })).ok()).collect()
+    let compile = |p: &String| CompiledSchema::compile_by(&serde_json::json!({ "type": "string", "pattern": p }), SchemaAuthor::Untrusted).ok();
+    patterns.keys().filter_map(compile).collect()
 }
 
 /// Why `request`'s pipeline cannot be forged, if it cannot: more than [`MAX_COMPOSE_STEPS`]

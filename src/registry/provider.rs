@@ -66,7 +66,7 @@ pub(super) fn tracked(inner: Tool, registry: Weak<Registry>, tier: Tier, session
     let name = inner.name.clone();
     let description = inner.description.clone();
     let handler = Rc::new(TrackedHandler { inner, registry, tier, session: session.to_string(), hash: hash.to_string() });
-    Tool::new(name, description, &input, None, handler).ok()
+    Tool::new_by(crate::tools::SchemaAuthor::Untrusted, name, description, &input, None, handler).ok()
 }
 
 impl ToolProvider for Registry {

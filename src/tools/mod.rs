@@ -15,7 +15,7 @@ mod schema;
 
 pub(crate) use executor::parse_arguments;
 pub use executor::{check_output, execute_call, invoke, invoke_keeping_output, ExecutionLimits, ToolOutcome};
-pub use schema::{CompiledSchema, SchemaError};
+pub use schema::{CompiledSchema, SchemaAuthor, SchemaError};
 
 /// Why a tool call produced an error result instead of output. The model sees `code` and
 /// `message`; the loop goes on.
@@ -248,7 +248,8 @@ impl std::fmt::Debug for ToolParts {
 }
 
 impl Tool {
-    /// Builds a tool, compiling its schemas once. Fails if a schema is not JSON Schema.
+    /// Builds a tool of the host's, compiling its schemas once. Fails if a schema is not JSON
+    /// Schema.
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -256,11 +257,24 @@ impl Tool {
         output_schema: Option<&Value>,
         handler: Rc<dyn ToolHandler>,
     ) -> Result<Self, SchemaError> {
+        Self::new_by(SchemaAuthor::Host, name, description, input_schema, output_schema, handler)
+    }
+
+    /// Builds a tool whose schemas `author` wrote (see [`SchemaAuthor`]).
+    pub fn new_by(
+        author: SchemaAuthor,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: &Value,
+        output_schema: Option<&Value>,
+        handler: Rc<dyn ToolHandler>,
+    ) -> Result<Self, SchemaError> {
+        let compile = |schema: &Value| CompiledSchema::compile_by(schema, author).map(Rc::new);
         Ok(Self(Rc::new(ToolParts {
             name: name.into(),
             description: description.into(),
-            input: Rc::new(CompiledSchema::compile(input_schema)?),
-            output: output_schema.map(CompiledSchema::compile).transpose()?.map(Rc::new),
+            input: compile(input_schema)?,
+            output: output_schema.map(compile).transpose()?,
             handler,
             advertised: None,
         })))

@@ -59,13 +59,43 @@ impl fmt::Debug for CompiledSchema {
 #[error("invalid JSON Schema: {0}")]
 pub struct SchemaError(pub String);
 
+/// Who wrote a schema, which decides the regex engine its `pattern` and `patternProperties`
+/// run on. Checks run on the host's main thread (the core), so a pattern's cost is the host's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaAuthor {
+    /// The host (its tools, `returns`): ECMA-262 patterns in full, lookaround and
+    /// backreferences included, on a backtracking engine (each match bounded at 1,000,000
+    /// steps, but not the number of matches in one value).
+    Host,
+    /// A model or another untrusted party (a forged tool's schemas): patterns run on a
+    /// linear-time engine, and one it cannot run (lookaround, backreferences) makes the schema
+    /// invalid. A backtracking pattern chosen to take ~500k steps per string, over an output
+    /// of many strings, held the main thread for minutes.
+    Untrusted,
+}
+
 impl CompiledSchema {
+    /// Compiles a schema the host wrote (see [`SchemaAuthor::Host`]).
     pub fn compile(schema: &Value) -> Result<Self, SchemaError> {
-        let key = schema.to_string();
+        Self::compile_by(schema, SchemaAuthor::Host)
+    }
+
+    pub fn compile_by(schema: &Value, author: SchemaAuthor) -> Result<Self, SchemaError> {
+        // The engine is part of the key: the same text compiles differently for each.
+        let mut key = String::from(match author {
+            SchemaAuthor::Host => "h",
+            SchemaAuthor::Untrusted => "u",
+        });
+        // Written into the key's buffer: no second copy of the schema's text.
+        let _ = std::fmt::Write::write_fmt(&mut key, format_args!("{schema}"));
         if let Some(validator) = SCHEMA_CACHE.with(|c| c.borrow().validators.get(&key).cloned()) {
             return Ok(Self { validator, source: Rc::new(schema.clone()) });
         }
-        let validator = Rc::new(jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?);
+        let compiled = match author {
+            SchemaAuthor::Host => jsonschema::validator_for(schema),
+            SchemaAuthor::Untrusted => jsonschema::options().with_pattern_options(jsonschema::PatternOptions::regex()).build(schema),
+        };
+        let validator = Rc::new(compiled.map_err(|e| SchemaError(e.to_string()))?);
         if key.len() <= MAX_CACHED_SCHEMA_BYTES {
             SCHEMA_CACHE.with(|c| {
                 let mut cache = c.borrow_mut();
@@ -156,6 +186,24 @@ mod tests {
         let large = CompiledSchema::compile(&schema_of(0, 100 << 10)).unwrap();
         assert!(large.check(&json!({ "a": 1 })).is_err());
         assert_eq!(cached(), before);
+    }
+
+    #[test]
+    fn untrusted_schemas_get_patterns_only_a_linear_time_engine_runs() {
+        let backreference = json!({ "type": "array", "items": { "type": "string", "pattern": "^(?:(a|a)*\\1c|a+)$" } });
+        let lookahead = json!({ "type": "object", "patternProperties": { "^(?!x)": { "type": "string" } } });
+        for schema in [&backreference, &lookahead] {
+            assert!(CompiledSchema::compile(schema).is_ok(), "the host's may: {schema}");
+            assert!(CompiledSchema::compile_by(schema, SchemaAuthor::Untrusted).is_err(), "{schema}");
+        }
+        // ECMA-262 syntax the linear engine runs is read as it is for the host's.
+        let digits = json!({ "type": "string", "pattern": "^\\d{3}-[A-Z]+$" });
+        let untrusted = CompiledSchema::compile_by(&digits, SchemaAuthor::Untrusted).unwrap();
+        assert!(untrusted.check(&json!("123-AB")).is_ok());
+        assert!(untrusted.check(&json!("12-AB")).is_err());
+        // The same text compiled for the host is not served from the cache to an untrusted
+        // author, nor the reverse.
+        assert!(CompiledSchema::compile_by(&backreference, SchemaAuthor::Untrusted).is_err(), "after the host's compile");
     }
 
     #[test]
