@@ -142,10 +142,7 @@ fn a_forged_schemas_patterns_must_run_in_linear_time_and_the_same_pattern_of_the
     let mut linear = slugify_request("slugify", SLUGIFY_JS);
     linear["outputSchema"]["properties"]["slug"]["pattern"] = json!("^[a-z0-9]+(-[a-z0-9]+)*$");
     assert!(block_on(r.registry.forge(&linear, "s1")).success, "a pattern the linear engine runs is fine");
-    assert!(
-        Tool::new("host", "h", &json!({ "type": "string", "pattern": "^(?!-)[a-z-]+$" }), None, FnTool::new(Ok)).is_ok(),
-        "the host's may use lookaround"
-    );
+    assert!(Tool::new("host", "h", &json!({ "type": "string", "pattern": "^(?!-)[a-z-]+$" }), None, FnTool::new(Ok)).is_ok(), "the host's may use lookaround");
 }
 
 #[test]
@@ -1748,4 +1745,25 @@ fn a_tool_that_needs_approval_is_not_reachable_through_a_pipeline_or_a_direct_ca
     // A host tool without approval is still callable both ways.
     assert!(block_on(r.registry.forge(&relay_request("shout", "upper_case", "A"), "s1")).success);
     assert_eq!(block_on(r.registry.call("upper_case", json!({ "text": "a" }), "s1")).unwrap(), json!({ "text": "A" }));
+}
+
+#[test]
+fn a_forges_tests_keep_at_most_8_mib_of_output_in_all() {
+    // Each test's output is within what one execution may return; together they are not.
+    let r = rig();
+    let big = (3 << 20).to_string();
+    let mut req = slugify_request("slugify", LARGE_JS);
+    req["testCases"] = json!([{ "input": { "text": big } }, { "input": { "text": big } }, { "input": { "text": big } }]);
+    let res = block_on(r.registry.forge(&req, "s1"));
+    assert!(!res.success, "{:?}", res.reason);
+    let tests = res.tests.clone().unwrap_or_default();
+    let outputs: Vec<bool> = tests.iter().map(|t| t.actual_output.is_some()).collect();
+    assert_eq!(outputs, [true, true, false], "the third test's output is not kept");
+    let failed = &tests[2];
+    assert!(!failed.passed);
+    assert!(failed.error.as_deref().unwrap_or_default().contains("past the 8388608 bytes a forge's tests may return in all"), "{failed:?}");
+    let reason = res.reason.as_deref().unwrap_or_default();
+    assert!(reason.starts_with("1 of 3 tests failed: test 2"), "{}", &reason[..reason.len().min(200)]);
+    // Smaller tests of the same tool pass.
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", SLUGIFY_JS), "s1")).success);
 }

@@ -134,10 +134,35 @@ pub async fn run_test(tool: &Tool, index: usize, case: &ForgeTestCase, ctx: &Cal
     TestResult { index: index as u32, passed, input: case.input.clone(), expected_output: case.expected_output.clone(), actual_output, error, duration_ms }
 }
 
+/// Most JSON a forge's tests may return in all, kept in their results (twice what one sandbox
+/// execution may return). Results are held whole, copied into events, the forge's answer and
+/// the judge's evidence: 32 tests of 4 MiB each grew the core's memory, which never shrinks,
+/// by ~380 MB for one forge.
+pub const MAX_TEST_OUTPUT_BYTES: usize = 8 << 20;
+
 /// Runs every test case, concurrently (test cases are independent calls; a sandbox pool runs
-/// them on its workers side by side), and returns the results in case order.
+/// them on its workers side by side), and returns the results in case order. A test whose
+/// output would take the tests past [`MAX_TEST_OUTPUT_BYTES`] fails, its output not kept.
 pub async fn run_tests(tool: &Tool, cases: &[ForgeTestCase], ctx: &CallContext, env: &dyn Environment) -> Vec<TestResult> {
-    futures::future::join_all(cases.iter().enumerate().map(|(i, case)| run_test(tool, i, case, ctx, env))).await
+    let kept = std::cell::Cell::new(0usize);
+    let kept = &kept;
+    let tests = cases.iter().enumerate().map(|(i, case)| async move {
+        let mut result = run_test(tool, i, case, ctx, env).await;
+        if let Some(output) = &result.actual_output {
+            let size = crate::tools::json_len(output);
+            if kept.get() + size > MAX_TEST_OUTPUT_BYTES {
+                result.passed = false;
+                result.actual_output = None;
+                result.error = Some(format!(
+                    "the test returned {size} bytes of JSON, past the {MAX_TEST_OUTPUT_BYTES} bytes a forge's tests may return in all; test with smaller inputs"
+                ));
+            } else {
+                kept.set(kept.get() + size);
+            }
+        }
+        result
+    });
+    futures::future::join_all(tests).await
 }
 
 /// A short JSON rendering for reasons (long values are cut).

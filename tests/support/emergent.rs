@@ -25,6 +25,8 @@ pub const ADD_JS: &str = "/*ADD*/ function execute(i) { return { sum: i.a + i.b 
 pub const WRONG_JS: &str = "/*WRONG*/ function execute() { return { slug: 'nope' }; }";
 pub const SYNTAX_JS: &str = "/*SYNTAX*/ function execute( {";
 pub const THROW_JS: &str = "/*THROW*/ function execute() { throw new Error('boom'); }";
+/// Returns a slug of as many `a`s as its input text says (a large output from a small input).
+pub const LARGE_JS: &str = "/*LARGE*/ function execute(input) { return { slug: 'a'.repeat(Number(input.text)) }; }";
 pub const BADTYPE_JS: &str = "/*BADTYPE*/ function execute() { return { slug: 42 }; }";
 /// Returns the slug itself instead of `{ slug }` (a small model's usual mistake).
 pub const BARE_JS: &str = "/*BARE*/ function execute(input) { return slugOf(input.text); }";
@@ -96,6 +98,8 @@ impl SandboxRunner for ScriptedSandbox {
             ok(json!({ "meta": { "slug": slug(input["text"].as_str().unwrap_or_default()), "lang": "en" } }))
         } else if code.contains("BADTYPE") {
             ok(json!({ "slug": 42 }))
+        } else if code.contains("LARGE") {
+            ok(json!({ "slug": "a".repeat(input["text"].as_str().and_then(|t| t.parse().ok()).unwrap_or(0)) }))
         } else {
             fail(SandboxStatus::Error, "unknown", "the scripted sandbox does not know this code")
         }
