@@ -79,6 +79,17 @@ fn string_wrappers_and_typed_arrays_are_sized_before_their_keys_are_listed() {
 }
 
 #[test]
+fn a_value_shared_many_times_over_is_refused_as_the_whole_output_being_too_large() {
+    // Doubling one array 40 times: each array holds two elements, but the output would hold
+    // 2^40 values. The message is about the output, not "an array of 2" being too long.
+    let r = run(&runner(), "function execute(){ let v = [1]; for (let i = 0; i < 40; i++) v = [v, v]; return v; }", json!({}));
+    assert_status(&r, SandboxStatus::Error, "output");
+    let message = r.error.unwrap().message;
+    assert!(message.contains("an array of length 2 would take the output past its limit of 200000 values"), "{message}");
+    assert!(message.contains("so far)"), "{message}");
+}
+
+#[test]
 fn deep_values_are_refused_by_the_depth_cap() {
     let r = run(&runner(), "function execute(){ let x = {}; for (let i = 0; i < 100000; i++) x = { x }; return x; }", json!({}));
     assert_status(&r, SandboxStatus::Error, "output");

@@ -178,13 +178,23 @@ fn own_data(obj: &JsObject, key: &PropertyKey) -> Result<Option<JsValue>, Conver
     Ok(Some(desc.value().cloned().unwrap_or_default()))
 }
 
+/// Why `what` does not fit: said of the whole output, which the limit is about (an array of 2
+/// past it, after a value shared a million times over, is not itself too long).
+fn past_node_limit(budget: &Budget, what: &str) -> String {
+    let max = budget.caps.max_nodes;
+    match budget.nodes {
+        0 => format!("{what} exceeds the output's limit of {max} values (arrays, objects and their members)"),
+        so_far => format!("{what} would take the output past its limit of {max} values (arrays, objects and their members; {so_far} so far)"),
+    }
+}
+
 fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Frame, ConvertError> {
     let room = budget.caps.max_nodes.saturating_sub(budget.nodes);
     if obj.is_array() {
         let len = obj.borrow().properties().get(&js_string!("length").into()).and_then(|d| d.value().and_then(JsValue::as_number)).unwrap_or(0.0);
         let len = len as u64;
         if len > room as u64 {
-            return err(format!("array length {len} exceeds the node limit of {}", budget.caps.max_nodes));
+            return err(past_node_limit(budget, &format!("an array of length {len}")));
         }
         budget.node(2)?;
         return Ok(Frame { obj, kind: Kind::Array { len: len as u32, next: 0, out: Vec::with_capacity(len as usize) } });
@@ -197,11 +207,11 @@ fn open(obj: JsObject, budget: &mut Budget, context: &mut Context) -> Result<Fra
         None => JsTypedArray::from_object(obj.clone()).ok().and_then(|array| array.length(context).ok()),
     };
     if let Some(len) = exotic_len.filter(|len| *len > room) {
-        return err(format!("object with {len} indexed keys exceeds the node limit of {}", budget.caps.max_nodes));
+        return err(past_node_limit(budget, &format!("an object with {len} indexed keys")));
     }
     let keys = obj.own_property_keys(context).map_err(|e| ConvertError(format!("cannot list properties: {e}")))?;
     if keys.len() > room {
-        return err(format!("object with {} keys exceeds the node limit of {}", keys.len(), budget.caps.max_nodes));
+        return err(past_node_limit(budget, &format!("an object with {} keys", keys.len())));
     }
     budget.node(2)?;
     Ok(Frame { obj, kind: Kind::Object { keys, next: 0, out: Map::new(), pending: None } })
