@@ -238,3 +238,62 @@ fn a_pipeline_whose_later_step_tool_was_demoted_out_of_reach_runs_none_of_its_st
     assert!(err.message.contains("step `slug` (make_slug)"), "{err:?}");
     assert_eq!(logged.get(), before, "the first step's side effect did not happen for a call that could not finish");
 }
+
+#[test]
+fn another_agents_shared_look_alike_of_an_agents_own_forged_tool_is_neither_offered_nor_called() {
+    let store = Rc::new(MemoryStore::new());
+    // Agent B has its own `report`, at its agent tier.
+    let b = rig_for("agent_b", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    b.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&b, &slugify_request("report", SLUGIFY_JS), "s1").success);
+    for _ in 0..3 {
+        block_on(b.registry.call("report", json!({ "text": "A b" }), "s1")).unwrap();
+    }
+    assert_eq!(block_on(b.registry.request_promotion("report", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    // Agent A, which cannot see B's tools (nor can the human approving it), shares `Report`.
+    let _a = agent_a_sharing(&store, "Report", &[]);
+    block_on(b.registry.reload_shared()).unwrap();
+    for session in ["s1", "s2"] {
+        let offered = b.registry.tool_set(session);
+        assert!(offered.contains("report") && !offered.contains("Report"), "{session}: {:?}", offered.names().collect::<Vec<_>>());
+        let err = block_on(b.registry.call("Report", json!({ "text": "A b" }), session)).unwrap_err();
+        assert_eq!(err.code, "unknown_tool", "{err:?}");
+        assert!(err.message.contains("too close to this session's `report`"), "{err:?}");
+    }
+}
+
+#[test]
+fn a_look_alike_is_not_promoted_beside_a_tool_of_the_tier_above() {
+    let store = Rc::new(MemoryStore::new());
+    // The shared tier: agent C's `FMT`, asked for before agent A shared `fmt`, is refused then.
+    let c = rig_for("agent_c", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    c.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&c, &slugify_request("FMT", SLUGIFY_JS), "s1").success);
+    for _ in 0..3 {
+        block_on(c.registry.call("FMT", json!({ "text": "A b" }), "s1")).unwrap();
+    }
+    assert_eq!(block_on(c.registry.request_promotion("FMT", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let approval = block_on(c.registry.request_promotion("FMT", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    let _a = agent_a_sharing(&store, "fmt", &[]);
+    let err = block_on(c.registry.approve(&approval.id)).unwrap_err();
+    assert_eq!(err.code(), "invalid_promotion", "{err}");
+    assert!(err.to_string().contains("already has `fmt`"), "{err}");
+
+    // The agent tier: session s2's `Make_Slug`, forged while the tier had no `make_slug`.
+    let r = rig_for("agent", promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
+    r.registry.set_host_tools(ToolSet::new());
+    assert!(forge(&r, &slugify_request("Make_Slug", SLUGIFY_JS), "s2").success);
+    assert!(forge(&r, &slugify_request("make_slug", SLUGIFY_V2_JS), "s1").success);
+    for (name, session) in [("make_slug", "s1"), ("Make_Slug", "s2")] {
+        for _ in 0..3 {
+            block_on(r.registry.call(name, json!({ "text": "A b" }), session)).unwrap();
+        }
+    }
+    assert_eq!(block_on(r.registry.request_promotion("make_slug", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    // s2 is offered its own session tool, not the agent tier's look-alike.
+    let offered = r.registry.tool_set("s2");
+    assert!(offered.contains("Make_Slug") && !offered.contains("make_slug"), "{:?}", offered.names().collect::<Vec<_>>());
+    let refused = block_on(r.registry.request_promotion("Make_Slug", Tier::Agent, "s2")).unwrap();
+    assert_eq!(refused.status, PromotionStatus::Rejected, "{refused:?}");
+    assert!(refused.reason.contains("the agent tier already has `make_slug`"), "{refused:?}");
+}

@@ -1706,7 +1706,7 @@ impl Registry {
         let mut names: Vec<String> = self.forged_names(session).into_iter().collect();
         names.retain(|name| {
             let tier = self.state.borrow().resolve(name, session).map(|(tier, _)| tier);
-            !self.is_own(name) && tier.is_some_and(|tier| self.steps_reachable(tier, name, session))
+            !self.is_own(name) && tier.is_some_and(|tier| self.steps_reachable(tier, name, session) && self.look_alike_below(tier, name, session).is_none())
         });
         names.extend(self.host_tools.borrow().names().map(str::to_string));
         if self.config.enabled {
@@ -1722,7 +1722,7 @@ impl Registry {
         let forged = self.state.borrow().resolve(name, session).map(|(tier, _)| tier);
         // A pipeline over a step this agent's own tool shadows is not run here: one calling it
         // is not offered either.
-        forged.is_some_and(|tier| self.shadowed_step(tier, name, session).is_none())
+        forged.is_some_and(|tier| self.shadowed_step(tier, name, session).is_none() && self.look_alike_below(tier, name, session).is_none())
             || self.host_tools.borrow().contains(name)
             || (self.config.enabled && name == FORGE_TOOL_NAME)
     }
@@ -1767,8 +1767,25 @@ impl Registry {
         }
         [Tier::Session, Tier::Agent, Tier::Shared]
             .into_iter()
-            .filter(|tier| self.shadowed_step(*tier, name, session).is_none())
+            .filter(|tier| self.shadowed_step(*tier, name, session).is_none() && self.look_alike_below(*tier, name, session).is_none())
             .find_map(|tier| self.built_at(tier, name, session).map(|tool| (tier, tool)))
+    }
+
+    /// The forged tool of a more specific tier than `tier` that `session` reaches under a name
+    /// folding onto `name` but not the same (see [`canonical_tool_name`]): the entry `name` at
+    /// `tier` is then not reached here. Forging refuses such a pair, but a tool can arrive
+    /// above one later: another agent's shared approval, which the approver could not check
+    /// against this agent's own tools, would offer `Report` beside this agent's `report`, and
+    /// a call of the look-alike would run the other agent's code on this agent's data.
+    fn look_alike_below(&self, tier: Tier, name: &str, session: &str) -> Option<String> {
+        let state = self.state.borrow();
+        [Tier::Session, Tier::Agent]
+            .into_iter()
+            .filter(|below| *below < tier)
+            .filter_map(|below| state.tier(below, session))
+            .flat_map(|entries| entries.iter())
+            .find(|(other, entry)| other.as_str() != name && entry.active() && same_tool_name(other, name))
+            .map(|(other, _)| other.clone())
     }
 
     /// Whether every step tool of the compose entry `name` at `tier` is reachable by `session`
@@ -1886,6 +1903,15 @@ impl Registry {
             return Some(ToolFailure::new(
                 "unknown_tool",
                 format!("no tool named `{name}`: the forged tool of that name is too close to this agent's own tool `{own}` to be reached here (did you mean `{own}`?)"),
+            ));
+        }
+        if let Some(own) = self.look_alike_below(tier, name, session) {
+            return Some(ToolFailure::new(
+                "unknown_tool",
+                format!(
+                    "no tool named `{name}`: the {} tool of that name is too close to this session's `{own}` to be reached here (did you mean `{own}`?)",
+                    tier.as_str()
+                ),
             ));
         }
         self.shadowed_step(tier, name, session).map(|(step, own)| shadowed_failure(name, &step, &own))

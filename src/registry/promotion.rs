@@ -385,7 +385,12 @@ impl Registry {
 
     /// Why `request` does not fit the agent tier: no room, or steps calling tools out of reach.
     fn fits_agent_tier(&self, state: &State, request: &ForgeRequest, session: &str) -> Result<(), String> {
-        self.agent_room(state, &request.name).and_then(|()| self.steps_reached(state, request, Tier::Agent, session))
+        let name = &request.name;
+        // Forged in a session that did not reach it then, a look-alike may be there since.
+        if let Some(other) = state.agent.iter().find(|(other, e)| *other != name && e.active() && super::same_tool_name(other, name)).map(|(o, _)| o) {
+            return Err(format!("the agent tier already has `{other}`, a name too close to `{name}` (names are compared ignoring case and `-` vs `_`)"));
+        }
+        self.agent_room(state, name).and_then(|()| self.steps_reached(state, request, Tier::Agent, session))
     }
 
     /// Why the agent tier's `name` would fail at the shared tier, if it would (see
@@ -703,22 +708,33 @@ impl Registry {
             // A shared tool of the same name forged by another agent is not overwritten, and a
             // tool demoted since the request keeps its tombstone at the agent tier (calls there
             // are still refused).
-            let other_owner =
-                state.shared.get(&name).filter(|e| e.active() && e.record.origin.agent_id != self.agent_id).map(|e| e.record.origin.agent_id.clone());
-            let refusal = match other_owner {
-                Some(owner) => Some((
-                    format!("the shared tier already has `{name}` from agent `{owner}`"),
+            // Nor is one whose name folds alike (`Report` beside `report`): every agent would
+            // be offered both. Said without naming the other agent (another tenant, maybe).
+            let other_owner = state.shared.get(&name).is_some_and(|e| e.active() && e.record.origin.agent_id != self.agent_id);
+            let look_alike =
+                state.shared.iter().find(|(other, e)| **other != name && e.active() && super::same_tool_name(other, &name)).map(|(other, _)| other.clone());
+            let refusal = match (other_owner, look_alike) {
+                (true, _) => Some((
+                    format!("the shared tier already has another agent's `{name}`"),
                     RegistryError::InvalidPromotion {
                         name: name.clone(),
                         from: "agent".into(),
-                        to: format!("shared, which already has agent `{owner}`'s `{name}` (demote that one first)"),
+                        to: format!("shared, which already has another agent's `{name}` (demote that one first)"),
                     },
                 )),
-                None if !state.agent.get(&name).is_some_and(Entry::active) => {
+                (false, Some(other)) => Some((
+                    format!("the shared tier already has `{other}`, a name too close to `{name}`"),
+                    RegistryError::InvalidPromotion {
+                        name: name.clone(),
+                        from: "agent".into(),
+                        to: format!("shared, which already has `{other}` (names are compared ignoring case and `-` vs `_`)"),
+                    },
+                )),
+                (false, None) if !state.agent.get(&name).is_some_and(Entry::active) => {
                     Some(("tool no longer at the agent tier".to_string(), RegistryError::NotFound(name.clone())))
                 }
                 // The human approved the version they were shown, not whatever is current now.
-                None if approved_hash.as_ref().is_some_and(|h| state.agent.get(&name).is_some_and(|e| e.record.current.hash != *h)) => Some((
+                (false, None) if approved_hash.as_ref().is_some_and(|h| state.agent.get(&name).is_some_and(|e| e.record.current.hash != *h)) => Some((
                     "the tool changed since the approval was requested".to_string(),
                     RegistryError::InvalidPromotion {
                         name: name.clone(),
@@ -726,7 +742,7 @@ impl Registry {
                         to: "shared: it changed since the approval was requested (a new version or a rollback); request the promotion again".into(),
                     },
                 )),
-                None => None,
+                (false, None) => None,
             };
             // The tools its steps call may have left the shared tier since the request.
             let refusal = refusal.or_else(|| {
