@@ -1851,6 +1851,8 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
     let emergent: Record<string, unknown> | undefined;
     if (em?.enabled) {
       sandbox = em.sandbox ?? (await defaultSandbox(em));
+      // A sandbox of the host's may serve other agents too: its executions say whose they are.
+      const coreSandbox = em.sandbox ? forAgent(em.sandbox, options.agentId ?? 'default') : sandbox;
       // The idle timeout is the host pool's alone, the bound on waiting calls `tools.call`'s: the
       // core has no use for them.
       const { judge, promotionJudge, sandbox: _s, sandboxIdleTimeoutMs: _i, maxCallsWaiting: _w, ...rest } = em;
@@ -1863,7 +1865,7 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
         config: stripUndefined({ ...rest }),
         judge: judgeModel,
         promotionJudge: promotionJudge ? adaptJudge(promotionJudge, 'promotionJudge') : judgeModel,
-        sandbox,
+        sandbox: coreSandbox,
         onEvent: hub.dispatch,
         isObserved: hub.isObserved,
         backgroundRunId,
@@ -1923,6 +1925,22 @@ const AGENT_NAMES_OF_SANDBOX_LIMITS: ReadonlyMap<string, string> = new Map([
   ['memoryMB', 'sandboxMemoryMB'],
   ['idleTimeoutMs', 'sandboxIdleTimeoutMs'],
 ]);
+
+/**
+ * `sandbox` as the core of agent `agentId` reaches it: its JSON fast path (see
+ * `createSandbox`) tags each execution with the agent, so agents sharing the sandbox take turns
+ * and places by agent (see `WorkerPool.next`). A sandbox of one's own without the fast path is
+ * handed over as it is.
+ */
+function forAgent(sandbox: SandboxHost, agentId: string): SandboxHost {
+  const executeJson: unknown = (sandbox as unknown as Record<symbol, unknown>)[EXECUTE_JSON];
+  if (typeof executeJson !== 'function') return sandbox;
+  const view: SandboxHost = { execute: (request, options) => sandbox.execute(request, options) };
+  Object.defineProperty(view, EXECUTE_JSON, { value: (requestJson: string) => executeJson.call(sandbox, requestJson, agentId) });
+  return view;
+}
+
+const EXECUTE_JSON = Symbol.for('crucible.sandbox.executeJson');
 
 /** The default sandbox: a Worker pool with the agent's limits, loaded only when emergent
  * capabilities are enabled (a separate chunk for bundlers). Its Workers (about 28 MB each)

@@ -1605,6 +1605,27 @@ describe('emergent options and edge cases through createAgent', () => {
     }
   });
 
+  test('agents sharing a sandbox of your own tag their executions with their agent id (its turns and places go by agent)', async () => {
+    const { createSandbox } = await import('../src/sandbox/index.js');
+    const shared = await createSandbox({ timeoutMs: 5000 });
+    const fast = Symbol.for('crucible.sandbox.executeJson');
+    const executeJson = (shared as unknown as Record<symbol, (json: string, tenant?: string) => unknown>)[fast]!;
+    const tenants: unknown[] = [];
+    const recording = { execute: shared.execute.bind(shared), [fast]: (json: string, tenant?: string) => (tenants.push(tenant), executeJson(json, tenant)) };
+    const alpha = await makeAgent(memoryStore(), { sandbox: recording }, 'alpha');
+    const beta = await makeAgent(memoryStore(), { sandbox: recording }, 'beta');
+    try {
+      assert.ok((await alpha.forge(slugify, { sessionId: 's1' })).success);
+      assert.ok((await beta.forge(slugify, { sessionId: 's1' })).success);
+      assert.deepEqual(await beta.tools.call('slugify', { text: 'Hi There' }, { sessionId: 's1' }), { slug: 'hi-there' });
+      assert.deepEqual([...new Set(tenants)], ['alpha', 'beta']);
+    } finally {
+      await alpha.close();
+      await beta.close();
+      await shared.close();
+    }
+  });
+
   test('limits next to a sandbox of your own are a configuration error, not ignored', async () => {
     const { createSandbox } = await import('../src/sandbox/index.js');
     const own = await createSandbox({ timeoutMs: 1000 });

@@ -710,6 +710,33 @@ describe('aborting an execution (Node)', { skip: wasmBuilt ? false : 'npm/wasm/c
     }
   });
 
+  test('agents sharing a sandbox take turns by agent: one flooding it with many codes that run to the deadline holds another agent for one deadline, and takes at most half the places', async () => {
+    // One agent's model forging looping code again and again: each forge is a code of its
+    // own. By code alone, the other agent's call waited behind every one of them.
+    const timeoutMs = 400;
+    const sandbox = await createSandbox({ poolSize: 1, timeoutMs, maxQueued: 8 });
+    try {
+      const executeJson = (sandbox as unknown as Record<symbol, (json: string, tenant?: string) => { result: Promise<string> }>)[Symbol.for('crucible.sandbox.executeJson')]!;
+      const request = (code: string, input: unknown) => JSON.stringify({ code, input, allowlist: [] });
+      const flood = Array.from({ length: 6 }, (_, k) => executeJson(request(`${RUNS_UNTIL_THE_DEADLINE} /* ${k} */`, {}), 'tenant-a').result);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      // Half of maxQueued (4) of agent A's wait: the fifth is refused, another agent still has room.
+      const refused = JSON.parse(await flood[5]!) as { error?: { code: string; message: string } };
+      assert.equal(refused.error?.code, 'queue_full', JSON.stringify(refused));
+      assert.match(refused.error?.message ?? '', /this agent's 4 executions already wait .*at most half of maxQueued 8 per agent/);
+      const started = performance.now();
+      const other = JSON.parse(await executeJson(request('function execute(i){ return i + 1; }', 41), 'tenant-b').result) as { output?: unknown };
+      const waited = performance.now() - started;
+      assert.equal(other.output, 42, JSON.stringify(other));
+      assert.ok(waited < 2.5 * timeoutMs, `waited ${waited.toFixed(0)} ms: one deadline and one Worker respawn, not agent A's ${flood.length - 1}`);
+      await sandbox.close();
+      const codes = (await Promise.all(flood.slice(0, 5))).map((text) => (JSON.parse(text) as { error?: { code: string } }).error?.code);
+      assert.ok(codes.every((code) => code === 'deadline' || code === 'closed'), JSON.stringify(codes));
+    } finally {
+      await sandbox.close();
+    }
+  });
+
   test('the code of a request\'s JSON text is read without parsing its input', () => {
     const request = { code: 'function execute(){ return "a\\"b\\\\"; }', input: { code: 'not this one' }, allowlist: [] };
     assert.equal(codeOf(JSON.stringify(request)), JSON.stringify(request.code).slice(1, -1));

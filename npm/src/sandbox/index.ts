@@ -154,6 +154,9 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   // The agent core's JSON fast path (src/wasm/interop.rs, `JsSandbox`); not part of the API.
   // Not enumerable: a host that wraps this sandbox with spread (`{ ...sandbox, execute }`)
   // must not have its own `execute` bypassed.
-  Object.defineProperty(sandbox, Symbol.for('crucible.sandbox.executeJson'), { value: (requestJson: string) => pool.executeJson(requestJson) });
+  // `tenant`: the agent an execution is for, when agents share this sandbox (see `forAgent`).
+  Object.defineProperty(sandbox, Symbol.for('crucible.sandbox.executeJson'), {
+    value: (requestJson: string, tenant?: unknown) => pool.executeJson(requestJson, typeof tenant === 'string' ? tenant : ''),
+  });
   return sandbox;
 }

@@ -138,6 +138,23 @@ interface Group {
   /** When the group last had a Worker given or given back (or was made): of two groups running
    *  as many executions, the one with the older turn goes first. */
   turn: number;
+  /** The agent whose executions these are (see {@link Tenant}). */
+  tenant: Tenant;
+}
+
+/**
+ * The executions of one agent of a sandbox that agents share (`emergent.sandbox`): Workers go
+ * to agents in turns first, then to their codes, so an agent whose model floods the sandbox
+ * with executions of many different codes (each forge of looping code is a code of its own)
+ * takes one turn in each round, as another agent does. Executions made without an agent (a
+ * direct `execute`, the agent's own default sandbox) are one tenant, `''`.
+ */
+interface Tenant {
+  key: string;
+  /** Executions waiting, in all its groups. */
+  queued: number;
+  running: number;
+  turn: number;
 }
 
 /** An execution started on the JSON fast path (see {@link WorkerPool.executeJson}). */
@@ -221,6 +238,8 @@ export class WorkerPool {
   private readonly slots: Slot[] = [];
   /** Executions waiting or running, grouped by the code they run (see {@link Group}). */
   private readonly groups = new Map<string, Group>();
+  /** The agents whose executions are waiting or running (see {@link Tenant}). */
+  private readonly tenants = new Map<string, Tenant>();
   /** Executions waiting for a Worker, in all groups. */
   private queued = 0;
   /** Counter of group turns (see {@link Group.turn}). */
@@ -374,18 +393,18 @@ export class WorkerPool {
    * parse and stringify on either side and no `AbortController`. The core finds it under
    * `Symbol.for('crucible.sandbox.executeJson')` on the sandbox `createSandbox` returns.
    */
-  executeJson(requestJson: string): JsonExecution {
+  executeJson(requestJson: string, tenant = ''): JsonExecution {
     const started = performance.now();
     let job: Job | undefined;
     const result = new Promise<string>((settle) => {
-      job = this.submit(requestJson, codeOf(requestJson), started, (r) => settle(typeof r === 'string' ? r : JSON.stringify(r)));
+      job = this.submit(requestJson, codeOf(requestJson), started, (r) => settle(typeof r === 'string' ? r : JSON.stringify(r)), tenant);
     });
     return { result, cancel: () => job && this.abandon(job) };
   }
 
   /** Queues an execution of `json` in the group of `code`, or ends it at once (closed, broken,
    *  queue full); the job when it was queued. */
-  private submit(json: string, code: string, started: number, resolve: Job['resolve']): Job | undefined {
+  private submit(json: string, code: string, started: number, resolve: Job['resolve'], tenantKey = ''): Job | undefined {
     const refuse = (result: SandboxResult) => {
       resolve(result);
       return undefined;
@@ -407,10 +426,23 @@ export class WorkerPool {
         failure('error', 'queue_full', `${this.queued} executions are already waiting for a sandbox worker (maxQueued ${this.config.maxQueued}); try again later`, started),
       );
     }
-    let group = this.groups.get(code);
+    let tenant = this.tenants.get(tenantKey);
+    // One agent of several never takes more than half the places: another always finds room.
+    const share = Math.max(1, Math.floor(this.config.maxQueued / 2));
+    if (tenantKey !== '' && tenant && tenant.queued >= share) {
+      return refuse(
+        failure('error', 'queue_full', `this agent's ${tenant.queued} executions already wait for a worker of this shared sandbox (at most half of maxQueued ${this.config.maxQueued} per agent); try again later`, started),
+      );
+    }
+    if (!tenant) {
+      tenant = { key: tenantKey, queued: 0, running: 0, turn: ++this.turns };
+      this.tenants.set(tenantKey, tenant);
+    }
+    const groupKey = tenantKey === '' ? code : `${tenantKey}\u0000${code}`;
+    let group = this.groups.get(groupKey);
     if (!group) {
-      group = { key: code, queue: [], running: 0, turn: ++this.turns };
-      this.groups.set(code, group);
+      group = { key: groupKey, queue: [], running: 0, turn: ++this.turns, tenant };
+      this.groups.set(groupKey, group);
     }
     const job: Job = {
       id: this.nextId++,
@@ -425,6 +457,7 @@ export class WorkerPool {
       done: false,
     };
     group.queue.push(job);
+    tenant.queued++;
     this.queued++;
     this.startOnDemand();
     this.wake();
@@ -468,14 +501,23 @@ export class WorkerPool {
    *  code's execution waits for at most one Worker to come free, not for every execution
    *  queued before it. */
   private next(): Job | undefined {
+    const fewer = (a: { running: number; turn: number }, b: { running: number; turn: number } | undefined) =>
+      !b || a.running < b.running || (a.running === b.running && a.turn < b.turn);
+    // The agent first (see Tenant), then its code.
+    let tenant: Tenant | undefined;
+    for (const t of this.tenants.values()) if (t.queued > 0 && fewer(t, tenant)) tenant = t;
+    if (!tenant) return undefined;
     let best: Group | undefined;
     for (const group of this.groups.values()) {
-      if (group.queue.length === 0) continue;
-      if (!best || group.running < best.running || (group.running === best.running && group.turn < best.turn)) best = group;
+      if (group.tenant !== tenant || group.queue.length === 0) continue;
+      if (fewer(group, best)) best = group;
     }
     if (!best) return undefined;
     const job = best.queue.shift()!;
     this.queued--;
+    tenant.queued--;
+    tenant.running++;
+    tenant.turn = ++this.turns;
     best.running++;
     best.turn = ++this.turns;
     job.running = true;
@@ -488,17 +530,22 @@ export class WorkerPool {
     if (job.done) return;
     job.done = true;
     const group = job.group;
+    const tenant = group.tenant;
     if (job.running) {
       group.running--;
       group.turn = ++this.turns;
+      tenant.running--;
+      tenant.turn = ++this.turns;
     } else {
       const at = group.queue.indexOf(job);
       if (at >= 0) {
         group.queue.splice(at, 1);
         this.queued--;
+        tenant.queued--;
       }
     }
     if (group.running === 0 && group.queue.length === 0 && this.groups.get(group.key) === group) this.groups.delete(group.key);
+    if (tenant.running === 0 && tenant.queued === 0 && this.tenants.get(tenant.key) === tenant) this.tenants.delete(tenant.key);
   }
 
   async close(): Promise<void> {
