@@ -34,6 +34,26 @@ fn share(r: &Rig, name: &str, input: Value) {
     block_on(r.registry.approve(&approval.id)).unwrap();
 }
 
+/// Forges `name` as a slugifier in `session` of `r`, uses it enough, and promotes it to the
+/// agent tier.
+fn promote_to_agent(r: &Rig, name: &str, session: &str) {
+    assert!(forge(r, &slugify_request(name, SLUGIFY_JS), session).success);
+    for _ in 0..3 {
+        block_on(r.registry.call(name, json!({ "text": "A b" }), session)).unwrap();
+    }
+    let promoted = block_on(r.registry.request_promotion(name, Tier::Agent, session)).unwrap();
+    assert_eq!(promoted.status, PromotionStatus::Promoted, "{promoted:?}");
+}
+
+/// Agent `agent_id` of `store`, with no host tools, whose agent tier holds `name` (promoted from
+/// session `s1`).
+fn agent_holding(store: &Rc<MemoryStore>, agent_id: &str, name: &str) -> Rig {
+    let r = rig_for(agent_id, promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
+    r.registry.set_host_tools(ToolSet::new());
+    promote_to_agent(&r, name, "s1");
+    r
+}
+
 /// Agent A of `store`, which has no host tools (so `name` is a name of its own there), with
 /// `name` forged as a slugifier in session `s1`; `pipelines` are forged over it before it is
 /// shared (agent tier, then the shared tier by approval).
@@ -216,12 +236,7 @@ fn a_pipeline_whose_later_step_tool_was_demoted_out_of_reach_runs_none_of_its_st
     let r = rig_for("agent", promo_config(), Some(approving_judge()), Some(approving_judge()), Rc::new(MemoryStore::new()));
     let logged = Rc::new(Cell::new(0));
     r.registry.set_host_tools(counting_host_tool("log_text", logged.clone()));
-    assert!(forge(&r, &slugify_request("make_slug", SLUGIFY_JS), "s1").success);
-    for _ in 0..3 {
-        block_on(r.registry.call("make_slug", json!({ "text": "A b" }), "s1")).unwrap();
-    }
-    let promoted = block_on(r.registry.request_promotion("make_slug", Tier::Agent, "s1")).unwrap();
-    assert_eq!(promoted.status, PromotionStatus::Promoted, "{promoted:?}");
+    promote_to_agent(&r, "make_slug", "s1");
     // Session s2 forges a pipeline over the host tool (a side effect) and the agent tier's slugifier.
     let mut pipeline = slug_pipeline("log_then_slug", "log_text");
     pipeline["implementation"]["steps"] = json!([
@@ -243,13 +258,7 @@ fn a_pipeline_whose_later_step_tool_was_demoted_out_of_reach_runs_none_of_its_st
 fn another_agents_shared_look_alike_of_an_agents_own_forged_tool_is_neither_offered_nor_called() {
     let store = Rc::new(MemoryStore::new());
     // Agent B has its own `report`, at its agent tier.
-    let b = rig_for("agent_b", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
-    b.registry.set_host_tools(ToolSet::new());
-    assert!(forge(&b, &slugify_request("report", SLUGIFY_JS), "s1").success);
-    for _ in 0..3 {
-        block_on(b.registry.call("report", json!({ "text": "A b" }), "s1")).unwrap();
-    }
-    assert_eq!(block_on(b.registry.request_promotion("report", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let b = agent_holding(&store, "agent_b", "report");
     // Agent A, which cannot see B's tools (nor can the human approving it), shares `Report`.
     let _a = agent_a_sharing(&store, "Report", &[]);
     block_on(b.registry.reload_shared()).unwrap();
@@ -266,13 +275,7 @@ fn another_agents_shared_look_alike_of_an_agents_own_forged_tool_is_neither_offe
 fn a_look_alike_is_not_promoted_beside_a_tool_of_the_tier_above() {
     let store = Rc::new(MemoryStore::new());
     // The shared tier: agent C's `FMT`, asked for before agent A shared `fmt`, is refused then.
-    let c = rig_for("agent_c", promo_config(), Some(approving_judge()), Some(approving_judge()), store.clone());
-    c.registry.set_host_tools(ToolSet::new());
-    assert!(forge(&c, &slugify_request("FMT", SLUGIFY_JS), "s1").success);
-    for _ in 0..3 {
-        block_on(c.registry.call("FMT", json!({ "text": "A b" }), "s1")).unwrap();
-    }
-    assert_eq!(block_on(c.registry.request_promotion("FMT", Tier::Agent, "s1")).unwrap().status, PromotionStatus::Promoted);
+    let c = agent_holding(&store, "agent_c", "FMT");
     let approval = block_on(c.registry.request_promotion("FMT", Tier::Shared, "s1")).unwrap().approval.unwrap();
     let _a = agent_a_sharing(&store, "fmt", &[]);
     let err = block_on(c.registry.approve(&approval.id)).unwrap_err();
