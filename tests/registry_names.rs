@@ -300,3 +300,17 @@ fn a_look_alike_is_not_promoted_beside_a_tool_of_the_tier_above() {
     assert_eq!(refused.status, PromotionStatus::Rejected, "{refused:?}");
     assert!(refused.reason.contains("the agent tier already has `make_slug`"), "{refused:?}");
 }
+
+#[test]
+fn another_agent_lists_and_exports_a_shared_tool_without_the_session_and_scope_it_was_forged_in() {
+    let store = Rc::new(MemoryStore::new());
+    let a = agent_a_sharing(&store, "fmt", &[]);
+    let b = rig_for("agent_b", promo_config(), Some(approving_judge()), None, store);
+    let listed = |r: &Rig| r.registry.list("s9").into_iter().find(|t| t.name == "fmt" && t.tier == Tier::Shared).unwrap();
+    assert_eq!(listed(&a).session_id.as_deref(), Some("s1"), "the owner sees its own session");
+    assert_eq!(listed(&b).session_id, None);
+    let package = b.registry.export("fmt", "s9").unwrap();
+    assert!(package.contains("agentId: agent_a"), "{package}");
+    assert!(!package.contains("sessionId: s1"), "{package}");
+    assert!(a.registry.export("fmt", "s1").unwrap().contains("sessionId: s1"), "the owner's export keeps it");
+}

@@ -1950,8 +1950,18 @@ impl Registry {
         [Tier::Session, Tier::Agent, Tier::Shared]
             .into_iter()
             .filter_map(|t| state.tier(t, session))
-            .flat_map(|m| m.values().filter(|e| !self.is_own(&e.record.name)).map(tool_info))
+            .flat_map(|m| m.values().filter(|e| !self.is_own(&e.record.name)).map(|e| self.listed(e)))
             .collect()
+    }
+
+    /// `entry` as this agent lists it: another agent's shared tool without the session it was
+    /// forged in (that agent's, a tenant's maybe; see `provenance` in the package module).
+    fn listed(&self, entry: &Entry) -> ToolInfo {
+        let mut info = tool_info(entry);
+        if entry.record.origin.agent_id != self.agent_id {
+            info.session_id = None;
+        }
+        info
     }
 
     /// Refuses to act on the forged tool stored under one of the agent's own tools' names

@@ -319,12 +319,15 @@ fn refuse_folded_breaks(text: &str) -> Result<(), RegistryError> {
 }
 
 /// A package's `provenance`: who holds the tool and since when, and, for a tool imported
-/// here, where its own package said it came from.
-fn provenance(r: &ToolRecord, tier: Tier) -> Value {
+/// here, where its own package said it came from. Exported by another agent than the one that
+/// forged it (a shared tool), it leaves out the forging session's id and scope label: they are
+/// that agent's (a tenant's ticket or user, say), not the exporter's to hand out.
+fn provenance(r: &ToolRecord, tier: Tier, exporter: &str) -> Value {
+    let own = r.origin.agent_id == exporter;
     let mut provenance = json!({
         "agentId": r.origin.agent_id,
-        "sessionId": r.origin.session_id,
-        "scope": r.origin.scope,
+        "sessionId": own.then_some(&r.origin.session_id),
+        "scope": r.origin.scope.as_ref().filter(|_| own),
         "tier": tier,
         "createdAt": r.current.created_at,
     });
@@ -375,7 +378,7 @@ impl Registry {
                     }
                     v
                 }),
-                provenance: provenance(r, tier),
+                provenance: provenance(r, tier, &self.agent_id),
             }
         };
         serde_norway::to_string(&package).map_err(|e| invalid(format!("cannot serialize: {e}")))

@@ -294,6 +294,8 @@ pub struct ToolInfo {
     pub stats: ToolStats,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// The session that forged it; absent for another agent's shared tool (that agent's to
+    /// know, not this one's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     pub created_at: f64,
