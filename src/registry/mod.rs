@@ -1765,10 +1765,12 @@ impl Registry {
         if self.is_own(name) {
             return None;
         }
+        // The look-alike scan only for the tier that holds the tool: a call of a shared tool
+        // would otherwise walk the session's tools for the agent tier too.
         [Tier::Session, Tier::Agent, Tier::Shared]
             .into_iter()
-            .filter(|tier| self.shadowed_step(*tier, name, session).is_none() && self.look_alike_below(*tier, name, session).is_none())
-            .find_map(|tier| self.built_at(tier, name, session).map(|tool| (tier, tool)))
+            .filter(|tier| self.shadowed_step(*tier, name, session).is_none())
+            .find_map(|tier| self.built_at(tier, name, session).filter(|_| self.look_alike_below(tier, name, session).is_none()).map(|tool| (tier, tool)))
     }
 
     /// The forged tool of a more specific tier than `tier` that `session` reaches under a name
@@ -1783,9 +1785,8 @@ impl Registry {
             .into_iter()
             .filter(|below| *below < tier)
             .filter_map(|below| state.tier(below, session))
-            .flat_map(|entries| entries.iter())
-            .find(|(other, entry)| other.as_str() != name && entry.active() && same_tool_name(other, name))
-            .map(|(other, _)| other.clone())
+            .find_map(|entries| look_alike_in(entries, name))
+            .cloned()
     }
 
     /// Whether every step tool of the compose entry `name` at `tier` is reachable by `session`
@@ -2281,6 +2282,12 @@ fn is_canonical_name(name: &str) -> bool {
 /// asked of every tool a session reaches at each forge.
 pub fn same_tool_name(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold_name_byte(x) == fold_name_byte(y))
+}
+
+/// The active tool of `entries` whose name folds onto `name` but is not `name` (see
+/// [`canonical_tool_name`]).
+pub(crate) fn look_alike_in<'e>(entries: &'e BTreeMap<String, Entry>, name: &str) -> Option<&'e String> {
+    entries.iter().find(|(other, entry)| other.as_str() != name && entry.active() && same_tool_name(other, name)).map(|(other, _)| other)
 }
 
 /// The agent's own tool names (host tools and `forge_tool`), each under its canonical form.

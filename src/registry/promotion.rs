@@ -387,7 +387,7 @@ impl Registry {
     fn fits_agent_tier(&self, state: &State, request: &ForgeRequest, session: &str) -> Result<(), String> {
         let name = &request.name;
         // Forged in a session that did not reach it then, a look-alike may be there since.
-        if let Some(other) = state.agent.iter().find(|(other, e)| *other != name && e.active() && super::same_tool_name(other, name)).map(|(o, _)| o) {
+        if let Some(other) = super::look_alike_in(&state.agent, name) {
             return Err(format!("the agent tier already has `{other}`, a name too close to `{name}` (names are compared ignoring case and `-` vs `_`)"));
         }
         self.agent_room(state, name).and_then(|()| self.steps_reached(state, request, Tier::Agent, session))
@@ -711,8 +711,7 @@ impl Registry {
             // Nor is one whose name folds alike (`Report` beside `report`): every agent would
             // be offered both. Said without naming the other agent (another tenant, maybe).
             let other_owner = state.shared.get(&name).is_some_and(|e| e.active() && e.record.origin.agent_id != self.agent_id);
-            let look_alike =
-                state.shared.iter().find(|(other, e)| **other != name && e.active() && super::same_tool_name(other, &name)).map(|(other, _)| other.clone());
+            let look_alike = super::look_alike_in(&state.shared, &name).cloned();
             let refusal = match (other_owner, look_alike) {
                 (true, _) => Some((
                     format!("the shared tier already has another agent's `{name}`"),
