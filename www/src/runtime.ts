@@ -4,22 +4,31 @@
  * `agent.tools` / `agent.emergent`, persisted in IndexedDB under one agent id (in memory where
  * the browser cannot open it).
  */
-import * as crucible from 'crucible-agents';
-import { anthropic, createAgent, ollama, openai, tool, type Agent, type AgentEvent, type ApprovalDecision, type HostTool } from 'crucible-agents';
-import type { Store } from '../../npm/src/stores/types.ts';
-import type {
-  AuditEntry,
-  ForgeRequest,
-  ForgeResult,
-  ForgeStats,
-  PendingApproval,
-  PromotionOutcome,
-  RejectionCategory,
-  TestResult,
-  Tier,
-  ToolInfo,
-  Verdict,
-} from '../../npm/src/emergent/types.ts';
+import {
+  anthropic,
+  createAgent,
+  indexedDbStore,
+  memoryStore as pageMemoryStore,
+  ollama,
+  openai,
+  tool,
+  type Agent,
+  type AgentEvent,
+  type ApprovalDecision,
+  type AuditEntry,
+  type ForgeRequest,
+  type ForgeResult,
+  type ForgeStats,
+  type HostTool,
+  type PendingApproval,
+  type PromotionOutcome,
+  type RejectionCategory,
+  type Store,
+  type TestResult,
+  type Tier,
+  type ToolInfo,
+  type Verdict,
+} from 'crucible-agents';
 
 export type { ApprovalDecision };
 export type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PendingApproval, PromotionOutcome, RejectionCategory, TestResult, Tier, ToolInfo, Verdict };
@@ -214,10 +223,6 @@ export interface RunApproval {
   decision?: ApprovalDecision;
 }
 
-/** The stores of the browser entry. (The package's `types` point at the shared `index.d.ts`,
- * which does not declare the browser stores, hence the cast.) */
-const stores = crucible as unknown as { indexedDbStore?: (o: { name: string }) => Store; memoryStore?: () => Store };
-
 /** Where an agent keeps its registry, stats and paused runs; `memoryOnly` says why it is not
  *  IndexedDB (then nothing of it outlives the page). */
 interface PageStore {
@@ -230,16 +235,15 @@ interface PageStore {
 let memory: Store | undefined;
 
 function memoryStore(why: string): PageStore {
-  memory ??= stores.memoryStore?.();
+  memory ??= pageMemoryStore();
   return { store: memory, memoryOnly: why };
 }
 
 /** The IndexedDB store, or memory where this browser has no IndexedDB. */
 function openStore(): PageStore {
   if (typeof indexedDB === 'undefined' || indexedDB === null) return memoryStore('this browser gives the page no IndexedDB storage (private browsing, or storage turned off)');
-  if (typeof stores.indexedDbStore !== 'function') return memoryStore('this build of the package has no IndexedDB store');
   try {
-    return { store: stores.indexedDbStore({ name: DATABASE_NAME }) };
+    return { store: indexedDbStore({ name: DATABASE_NAME }) };
   } catch (error) {
     console.warn('IndexedDB store unavailable', error);
     return memoryStore('this browser gives the page no IndexedDB storage (private browsing, or storage turned off)');
