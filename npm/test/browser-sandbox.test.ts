@@ -185,6 +185,11 @@ describeInBrowser('the sandbox in Chromium', () => {
           assert.ok(r.ms >= 1400 && r.ms < 4000, `${r.ms} ms`);
         });
 
+        test('closing a sandbox while its Workers start leaves no start timer behind (a browser fires no exit event for a terminated Worker)', async () => {
+          const left = await callInPage<number>(tab.page, 'startTimersLeftByClose', 987_654);
+          assert.equal(left, 0, 'a pending start timer holds the dead Worker, its listeners and its slot until it fires');
+        });
+
         test('replacements that keep failing stop respawning and fail requests instead of queueing them for ever, until retryStartAfterMs has passed', async () => {
           await callInPage(tab.page, 'sandboxStart', { poolSize: 1, timeoutMs: 300, workerUrl: '/flaky/worker.js', retryStartAfterMs: 2000 });
           const ok = await callInPage<RunOutcome>(tab.page, 'sandboxRun', { code: 'function execute(){ return 1; }' });

@@ -170,8 +170,10 @@ interface Slot {
   state: 'starting' | 'idle' | 'busy' | 'dead';
   ready: Promise<void>;
   job: Job | undefined;
-  /** The running execution's deadline, or an idle Worker's `idleTimeoutMs` (a Worker is never
-   *  both busy and idle, and `retire` clears either). */
+  /** A starting Worker's `startTimeoutMs`, the running execution's deadline, or an idle Worker's
+   *  `idleTimeoutMs` (a Worker is in one state at a time, and `retire` clears any of them: a
+   *  browser's `terminate()` fires no exit event, so a start timer left behind would hold the
+   *  dead Worker and its listeners until it fired). */
   timer: ReturnType<typeof setTimeout> | undefined;
   /** The running execution's fetches on the host; dropped (and aborted) when it ends. */
   fetches: HostFetches | undefined;
@@ -597,17 +599,20 @@ export class WorkerPool {
     slot.ready.catch(() => {});
     // A Worker that never answers (a wrong script, a Module the browser would not deliver)
     // must not hang createSandbox or a replacement forever.
-    const startTimer = setTimeout(() => {
+    slot.timer = setTimeout(() => {
       if (slot.state !== 'starting') return;
       const reason = `the sandbox worker did not start within ${this.config.startTimeoutMs} ms`;
       markFailed(new Error(reason));
       this.startFailed(slot, reason);
     }, this.config.startTimeoutMs);
-    (startTimer as { unref?: () => void }).unref?.();
+    (slot.timer as { unref?: () => void }).unref?.();
+    const clearStartTimer = () => {
+      if (slot.state === 'starting') clearTimeout(slot.timer);
+    };
     handle.onMessage((message) => {
       switch (message.type) {
         case 'ready':
-          clearTimeout(startTimer);
+          clearStartTimer();
           if (slot.state !== 'starting') return;
           slot.state = 'idle';
           this.broken = undefined;
@@ -617,7 +622,7 @@ export class WorkerPool {
           this.rest(slot);
           return;
         case 'init-error':
-          clearTimeout(startTimer);
+          clearStartTimer();
           markFailed(new Error(`sandbox worker failed to start: ${message.message}`));
           this.startFailed(slot, `sandbox worker failed to start: ${message.message}`);
           return;
@@ -630,7 +635,7 @@ export class WorkerPool {
       }
     });
     handle.onExit((reason) => {
-      clearTimeout(startTimer);
+      clearStartTimer();
       if (slot.state === 'dead') return;
       markFailed(new Error(reason));
       if (slot.state === 'starting') return this.startFailed(slot, reason);

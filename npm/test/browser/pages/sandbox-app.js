@@ -258,3 +258,34 @@ window.sandboxStartError = async (options) => {
     return { failed: true, name: error.name, message: error.message, cause: String(error.cause?.message ?? error.cause), ms: performance.now() - started };
   }
 };
+
+/**
+ * Closes a lazy sandbox while its Workers start and reports the timers of `startTimeoutMs` it
+ * left pending (timers are counted through a wrapped setTimeout while it runs).
+ */
+window.startTimersLeftByClose = async (startTimeoutMs) => {
+  const pending = new Set();
+  const { setTimeout: realSet, clearTimeout: realClear } = window;
+  window.setTimeout = (fn, ms, ...rest) => {
+    const id = realSet((...a) => {
+      pending.delete(id);
+      fn(...a);
+    }, ms, ...rest);
+    if (ms === startTimeoutMs) pending.add(id);
+    return id;
+  };
+  window.clearTimeout = (id) => {
+    pending.delete(id);
+    realClear(id);
+  };
+  try {
+    const s = await createSandbox({ lazy: true, poolSize: 2, startTimeoutMs });
+    const running = s.execute({ code: 'function execute(input) { return input; }', input: { a: 1 } });
+    await s.close();
+    await running;
+    return pending.size;
+  } finally {
+    window.setTimeout = realSet;
+    window.clearTimeout = realClear;
+  }
+};
