@@ -5,7 +5,7 @@
  */
 import { loadCore } from './core.js';
 import { linkSignals, sharedController } from './signals.js';
-import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, StoreError, type CrucibleErrorCode } from './errors.js';
+import { AbortError, CrucibleError, describeType, describeValue, isRecord, isThenable, MAX_TIMER_MS, StoreError, type CrucibleErrorCode } from './errors.js';
 import type { ModelProvider, ModelRequest } from './providers/types.js';
 import type { Store } from './stores/types.js';
 import { hasLoneSurrogate } from './stores/values.js';
@@ -661,8 +661,9 @@ export class Agent<Output = unknown> {
     } catch (error) {
       return Promise.reject(unreadableOptions(error, 'close', 'invalid_argument'));
     }
-    if (!(typeof flushTimeoutMs === 'number' && flushTimeoutMs >= 0 && Number.isFinite(flushTimeoutMs))) {
-      return Promise.reject(new CrucibleError('invalid_argument', `close: flushTimeoutMs must be a finite number of ms ≥ 0, got ${describeValue(flushTimeoutMs)}`));
+    // Timers fire at once past MAX_TIMER_MS: a longer wait would give up on the flush at once.
+    if (!(typeof flushTimeoutMs === 'number' && flushTimeoutMs >= 0 && flushTimeoutMs <= MAX_TIMER_MS)) {
+      return Promise.reject(new CrucibleError('invalid_argument', `close: flushTimeoutMs must be a number of ms from 0 to ${MAX_TIMER_MS}, got ${describeValue(flushTimeoutMs)}`));
     }
     this.#closing = this.#close(flushTimeoutMs);
     return this.#closing;

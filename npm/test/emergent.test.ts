@@ -971,6 +971,8 @@ describe('forge through the package', () => {
     await agent.tools.call('slugify', { text: 'c d' }, { sessionId: 's1' }); // counted in memory only
     stuck = true;
     await assert.rejects(agent.close({ flushTimeoutMs: -1 }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_argument');
+    // Past the longest timer a host keeps, the timer would fire at once and drop the stats.
+    await assert.rejects(agent.close({ flushTimeoutMs: 2 ** 31 }), (e: unknown) => e instanceof CrucibleError && e.code === 'invalid_argument' && /from 0 to 2147483647/.test(e.message));
     const started = Date.now();
     await assert.rejects(agent.close({ flushTimeoutMs: 200 }), (e: unknown) => e instanceof CrucibleError && e.code === 'store_error' && /within 200 ms/.test(e.message));
     assert.ok(Date.now() - started < 2000, `close() took ${Date.now() - started} ms`);
@@ -1280,7 +1282,7 @@ describe('forge through the package', () => {
     const bare = Object.create(null) as never;
     await assert.rejects(agent.emergent.rollback('slugify', bare), { name: 'CrucibleError', code: 'invalid_argument', message: /rollback: version must be a positive integer up to 4294967295, got object/ });
     await assert.rejects(agent.emergent.deny('approval_1', bare), { name: 'CrucibleError', code: 'invalid_argument', message: /deny: the reason must be a string, got object/ });
-    await assert.rejects(agent.close({ flushTimeoutMs: bare }), { name: 'CrucibleError', code: 'invalid_argument', message: /close: flushTimeoutMs must be a finite number of ms ≥ 0, got object/ });
+    await assert.rejects(agent.close({ flushTimeoutMs: bare }), { name: 'CrucibleError', code: 'invalid_argument', message: /close: flushTimeoutMs must be a number of ms from 0 to 2147483647, got object/ });
     await agent.close();
   });
 

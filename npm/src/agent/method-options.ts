@@ -45,7 +45,7 @@ export interface CloseOptions {
    * How long to wait for the store to take the buffered tool stats, in ms; past it `close()`
    * goes on (the agent is let go all the same) and rejects with a `StoreError`. A store that
    * never answers would otherwise hold `close()`, and the agent id with it, for good.
-   * Default 10000.
+   * Default 10000; at most 2147483647 (about 24.8 days), the longest timer hosts keep.
    */
   flushTimeoutMs?: number;
 }

@@ -74,11 +74,10 @@ export const besideEvents = new WeakMap<AgentEvent, unknown>();
  * The result of a run from its events. With a Standard Schema `returns`, `output` is the answer
  * as the schema parsed it when the core checked it (see `checkOutput` in `createAgent`; it
  * travels beside `agent.end`): its defaults and transforms, which events, being plain JSON, do
- * not carry.
+ * not carry. An abort rejects with the signal's reason as its `cause` (a `TimeoutError` from
+ * `AbortSignal.timeout`, or what the caller passed to `abort()`), so a deadline can be told
+ * from a user's stop.
  */
-/** The run's result from its events; an abort rejects with the signal's reason as its `cause`
- *  (a `TimeoutError` from `AbortSignal.timeout`, or what the caller passed to `abort()`), so a
- *  deadline can be told from a user's stop. */
 export async function collect<Output>(events: AsyncIterable<AgentEvent>, signal?: AbortSignal): Promise<RunResult<Output>> {
   for await (const event of events) {
     switch (event.type) {
