@@ -1,14 +1,19 @@
 //! Registry persistence under store faults: audit entries dropped while writes were refused,
-//! and records this build cannot read (malformed, or written by a newer runtime).
+//! records this build cannot read (malformed, or written by a newer runtime), and what happens
+//! meanwhile to a write still out (a close, calls, a flush).
 
 mod support;
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 
+use async_trait::async_trait;
 use crucible::agent::NativeEnvironment;
-use crucible::registry::{EmergentConfig, Judges, Registry, RegistryDeps, RegistryError};
-use crucible::store::{MemoryStore, Store};
-use futures::executor::block_on;
+use crucible::registry::{EmergentConfig, Judges, PromotionStatus, PromotionThreshold, Registry, RegistryDeps, RegistryError, Tier};
+use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
+use futures::executor::{block_on, LocalPool};
+use futures::task::LocalSpawnExt;
 use serde_json::{json, Value};
 use support::emergent::*;
 
@@ -105,4 +110,203 @@ fn a_shared_record_of_a_newer_runtime_says_to_upgrade_and_is_left_as_it_is() {
     let message = load_error(store.clone(), "agent1").to_string();
     assert!(message.contains("newer version of the runtime") && message.contains("upgrade"), "{message}");
     assert_eq!(block_on(store.get("shared/tool/x")).unwrap(), Some(newer), "a newer runtime's record is not touched");
+}
+
+// ---- writes still out when something else happens ------------------------------------------
+
+/// Opens when the test says so; whoever waits at it waits until then.
+#[derive(Default)]
+struct Gate {
+    open: Cell<bool>,
+    waiting: RefCell<Vec<Waker>>,
+}
+
+impl Gate {
+    fn open(&self) {
+        self.open.set(true);
+        self.waiting.borrow_mut().drain(..).for_each(Waker::wake);
+    }
+
+    async fn pass(&self) {
+        std::future::poll_fn(|cx| {
+            if self.open.get() {
+                return Poll::Ready(());
+            }
+            self.waiting.borrow_mut().push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A store over `memory` whose reads under `slow_reads` and whose next batch once
+/// `hold_next_batch` is set wait at `gate`; a held batch is then refused when `refuse_held`.
+struct GatedStore {
+    memory: Rc<MemoryStore>,
+    slow_reads: RefCell<Option<&'static str>>,
+    hold_next_batch: Cell<bool>,
+    refuse_held: Cell<bool>,
+    gate: Gate,
+}
+
+impl GatedStore {
+    fn new(memory: Rc<MemoryStore>) -> Self {
+        Self { memory, slow_reads: RefCell::new(None), hold_next_batch: Cell::new(false), refuse_held: Cell::new(false), gate: Gate::default() }
+    }
+}
+
+#[async_trait(?Send)]
+impl Store for GatedStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let slow = self.slow_reads.borrow().is_some_and(|prefix| key.starts_with(prefix));
+        if slow {
+            self.gate.pass().await;
+        }
+        self.memory.get(key).await
+    }
+
+    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.memory.put(key, value).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.memory.delete(key).await
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        self.memory.scan(prefix).await
+    }
+
+    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
+        if self.hold_next_batch.replace(false) {
+            self.gate.pass().await;
+            if self.refuse_held.get() {
+                return Err(StoreError::new("store_quota", "the store is full"));
+            }
+        }
+        self.memory.batch(ops).await
+    }
+
+    fn data_key(&self) -> usize {
+        self.memory.data_key()
+    }
+}
+
+fn lifecycle_config() -> EmergentConfig {
+    EmergentConfig { promotion_threshold: PromotionThreshold { uses: 3, confidence: 0.8 }, auto_promote: false, stats_flush_every: 1000, ..Default::default() }
+}
+
+fn use_n(r: &Rig, name: &str, n: usize, session: &str) {
+    for _ in 0..n {
+        block_on(r.registry.call(name, json!({ "text": "A b" }), session)).unwrap();
+    }
+}
+
+/// `slugify` forged in `session`, used 3 times and promoted to the agent tier.
+fn promote_to_agent(r: &Rig, code: &str, session: &str) {
+    assert!(block_on(r.registry.forge(&slugify_request("slugify", code), session)).success);
+    use_n(r, "slugify", 3, session);
+    assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, session)).unwrap().status, PromotionStatus::Promoted);
+}
+
+fn stored_calls(memory: &MemoryStore, key: &str) -> u64 {
+    block_on(memory.get(key)).unwrap().map_or(0, |v| v["data"]["calls"].as_u64().unwrap())
+}
+
+#[test]
+fn a_stats_flush_going_when_its_agent_closes_lands_before_the_close_ends() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(GatedStore::new(memory.clone()));
+    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+    let before = stored_calls(&memory, "shared/stats/slugify");
+    use_n(&r, "slugify", 3, "s1");
+    // A flush (periodic, or a call's) is reading the shared totals when the app closes the agent.
+    *store.slow_reads.borrow_mut() = Some("shared/stats/");
+    let mut pool = LocalPool::new();
+    let flushed = Rc::new(Cell::new(None));
+    let closed = Rc::new(Cell::new(false));
+    let (registry, done) = (r.registry.clone(), flushed.clone());
+    pool.spawner().spawn_local(async move { done.set(Some(registry.flush_stats().await.map_err(|e| e.code()))) }).unwrap();
+    pool.run_until_stalled();
+    // `close()`: its own flush finds the calls taken, then it waits for the writes going.
+    let (registry, done) = (r.registry.clone(), closed.clone());
+    pool.spawner()
+        .spawn_local(async move {
+            registry.flush_stats().await.unwrap();
+            registry.close_writes().await;
+            done.set(true);
+        })
+        .unwrap();
+    pool.run_until_stalled();
+    assert!(!closed.get(), "the close waits for the flush that was going");
+    store.gate.open();
+    pool.run();
+    assert_eq!(flushed.get(), Some(Ok(())), "the flush that began before the close is not cut off");
+    assert!(closed.get());
+    assert_eq!(stored_calls(&memory, "shared/stats/slugify"), before + 3, "the calls it had taken are in the store");
+}
+
+#[test]
+fn calls_made_while_a_refused_rollback_was_written_are_kept_and_the_stored_count_never_goes_back() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(GatedStore::new(memory.clone()));
+    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    promote_to_agent(&r, SLUGIFY_V2_JS, "s2");
+    use_n(&r, "slugify", 5, "s2");
+    block_on(r.registry.flush_stats()).unwrap();
+    let agent_calls = |r: &Rig| r.registry.list("s2").into_iter().find(|t| t.tier == Tier::Agent).map(|t| (t.version, t.stats.calls));
+    assert_eq!(agent_calls(&r), Some((2, 3 + 5)), "its session's 3 uses, then 5");
+    store.hold_next_batch.set(true);
+    store.refuse_held.set(true);
+    let mut pool = LocalPool::new();
+    let rolled = Rc::new(RefCell::new(None));
+    let (registry, done) = (r.registry.clone(), rolled.clone());
+    pool.spawner()
+        .spawn_local(async move { *done.borrow_mut() = Some(registry.rollback("slugify", 1, "s2").await.map(|_| ()).map_err(|e| e.code())) })
+        .unwrap();
+    pool.run_until_stalled();
+    // Three calls of version 1 while the rollback's write is out, and a flush that writes them.
+    for _ in 0..3 {
+        pool.run_until(r.registry.call("slugify", json!({ "text": "A b" }), "s2")).unwrap();
+    }
+    pool.run_until(r.registry.flush_stats()).unwrap();
+    assert_eq!(stored_calls(&memory, "agent/agent1/stats/slugify"), 11);
+    store.gate.open();
+    pool.run();
+    assert_eq!(rolled.borrow_mut().take(), Some(Err("store_quota")));
+    assert_eq!(agent_calls(&r), Some((2, 11)), "version 2 is back, with the calls made meanwhile");
+    use_n(&r, "slugify", 1, "s2");
+    block_on(r.registry.flush_stats()).unwrap();
+    assert_eq!(stored_calls(&memory, "agent/agent1/stats/slugify"), 12, "the stored count goes on from 11, not back to 9");
+}
+
+#[test]
+fn calls_made_while_a_refused_approval_was_written_are_kept_at_the_agent_tier() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(GatedStore::new(memory.clone()));
+    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    use_n(&r, "slugify", 2, "s1");
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    store.hold_next_batch.set(true);
+    store.refuse_held.set(true);
+    let mut pool = LocalPool::new();
+    let approved = Rc::new(RefCell::new(None));
+    let (registry, done) = (r.registry.clone(), approved.clone());
+    pool.spawner().spawn_local(async move { *done.borrow_mut() = Some(registry.approve(&approval.id).await.map(|_| ()).map_err(|e| e.code())) }).unwrap();
+    pool.run_until_stalled();
+    for _ in 0..4 {
+        pool.run_until(r.registry.call("slugify", json!({ "text": "A b" }), "s1")).unwrap();
+    }
+    store.gate.open();
+    pool.run();
+    assert_eq!(approved.borrow_mut().take(), Some(Err("store_quota")));
+    let tool = r.registry.list("s1").into_iter().find(|t| t.name == "slugify").unwrap();
+    assert_eq!((tool.tier, tool.stats.calls), (Tier::Agent, 3 + 2 + 4), "the agent-tier tool, with the calls made while the approval was written");
+    block_on(r.registry.flush_stats()).unwrap();
+    assert_eq!(stored_calls(&memory, "agent/agent1/stats/slugify"), 9);
 }

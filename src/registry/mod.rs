@@ -348,8 +348,9 @@ impl Registry {
 
     /// Stops all writes to the store: forges, promotions and calls still in flight when their
     /// agent is closed may finish, but write nothing. Another agent may open the same agent id
-    /// on the same store at once, and late writes would land among its records. Background
-    /// work is aborted ([`Registry::stop_background`]).
+    /// on the same store at once, and late writes would land among its records. (Writes already
+    /// going, a stats flush among them, still land: [`Registry::close_writes`] waits for them.)
+    /// Background work is aborted ([`Registry::stop_background`]).
     pub fn close(&self) {
         self.closed.set(true);
         self.stop_background();

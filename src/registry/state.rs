@@ -169,7 +169,9 @@ impl Undo {
     pub(crate) fn sealed(mut self, state: &State) -> Self {
         self.audit_end = state.next_audit_seq;
         for touched in &mut self.entries {
-            touched.left = state.entry(touched.tier, &touched.session, &touched.name).map(Entry::version);
+            let left = state.entry(touched.tier, &touched.session, &touched.name);
+            touched.left = left.map(Entry::version);
+            touched.left_stats = left.map(|e| e.stats.clone());
         }
         self
     }
@@ -185,6 +187,20 @@ struct Touched {
     name: String,
     before: Option<Entry>,
     left: Option<Version>,
+    /// The stats of the entry the change left: calls counted on it after are the tool's uses
+    /// while the write was out, which an undo keeps.
+    left_stats: Option<ToolStats>,
+}
+
+/// Calls counted on an entry an undo takes away, since its change left it there.
+struct CountedMeanwhile {
+    tier: Tier,
+    session: String,
+    name: String,
+    since: ToolStats,
+    /// Of those, the calls no flush has written yet (at the shared tier, deltas to add to the
+    /// stored totals).
+    unwritten: ToolStats,
 }
 
 impl State {
@@ -200,6 +216,7 @@ impl State {
                     name: name.to_string(),
                     before: self.entry(tier, session, name).cloned(),
                     left: None,
+                    left_stats: None,
                 })
                 .collect(),
             approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
@@ -223,15 +240,27 @@ impl State {
     /// An entry changed again while the write was out (a forge registered a new version) is
     /// left as it is: putting back the one from before would drop a change that did succeed.
     pub(crate) fn undo(&mut self, undo: Undo) {
-        for Touched { tier, session, name, before, left } in undo.entries {
+        let mut meanwhile = vec![];
+        let mut put_back = vec![];
+        for Touched { tier, session, name, before, left, left_stats } in undo.entries {
             let Some(map) = self.existing_tier_mut(tier, &session) else { continue };
             if map.get(&name).map(Entry::version) != left {
                 continue;
             }
-            match before {
-                Some(entry) => map.insert(name, entry),
+            if before.is_some() {
+                put_back.push((tier, session.clone(), name.clone()));
+            }
+            let undone = match before {
+                Some(entry) => map.insert(name.clone(), entry),
                 None => map.remove(&name),
             };
+            if let (Some(undone), Some(left_stats)) = (undone, left_stats) {
+                let since = undone.stats.since(&left_stats);
+                meanwhile.push(CountedMeanwhile { tier, session, name, since, unwritten: undone.unflushed });
+            }
+        }
+        for counted in meanwhile {
+            self.keep_calls(counted, &put_back);
         }
         for (id, before) in undo.approvals {
             match before {
@@ -243,6 +272,33 @@ impl State {
         while let Some(at) = self.audit_seqs.iter().position(|seq| own.contains(seq)) {
             self.audit_seqs.remove(at);
             self.audit.remove(at);
+        }
+    }
+
+    /// Keeps the calls an undone change's entry counted while its write was out on the entry
+    /// put back that callers reach now: they were real uses of the tool, and a flush in between
+    /// may have written them, so dropping them would make the stored count go backwards. At the
+    /// entry's own place (a rollback) its stats and unwritten calls simply stay; moved (an
+    /// approval or demotion undone), the calls are added to the entry put back, and at the
+    /// shared tier also to what the next flush adds to the totals. A session's stats count one
+    /// version's uses toward its promotion, so none are carried into a session.
+    fn keep_calls(&mut self, counted: CountedMeanwhile, put_back: &[(Tier, String, String)]) {
+        let CountedMeanwhile { tier, session, name, since, unwritten } = counted;
+        let reached = put_back.iter().find(|(t, s, n)| *n == name && self.entry(*t, s, n).is_some_and(Entry::active));
+        let Some((to, to_session, _)) = reached else { return };
+        let (to, to_session) = (*to, to_session.clone());
+        if to == Tier::Session {
+            return;
+        }
+        let Some(entry) = self.entry_mut(to, &to_session, &name) else { return };
+        entry.stats.merge(&since);
+        if (to, to_session.as_str()) == (tier, session.as_str()) {
+            entry.unflushed = unwritten;
+        } else if to == Tier::Shared {
+            entry.unflushed.merge(&since);
+        }
+        if since.calls > 0 || entry.unflushed.calls > 0 {
+            self.dirty.insert((to, name));
         }
     }
 }

@@ -59,6 +59,18 @@ impl ToolStats {
         self.merge(&one);
     }
 
+    /// The calls counted since `earlier`, a reading of these same stats before them.
+    pub fn since(&self, earlier: &ToolStats) -> ToolStats {
+        let calls = self.calls.saturating_sub(earlier.calls);
+        if calls == 0 {
+            return ToolStats::default();
+        }
+        let successes = self.successes.saturating_sub(earlier.successes);
+        let failures = self.failures.saturating_sub(earlier.failures);
+        let latency_total = self.avg_latency_ms * self.calls as f64 - earlier.avg_latency_ms * earlier.calls as f64;
+        ToolStats { calls, successes, failures, success_rate: successes as f64 / calls as f64, avg_latency_ms: latency_total.max(0.0) / calls as f64 }
+    }
+
     /// Adds the calls counted in `other` (another agent's, or calls not yet written).
     pub fn merge(&mut self, other: &ToolStats) {
         let calls = self.calls + other.calls;

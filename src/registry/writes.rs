@@ -44,12 +44,12 @@ struct WriteGoing<'r> {
     registry: &'r Registry,
     /// What it writes that a refused write would leave out: what it retried and what it adds.
     left: Option<Unwritten>,
+    _counted: WriteCounted<'r>,
 }
 
 impl<'r> WriteGoing<'r> {
     fn new(registry: &'r Registry, left: Unwritten) -> Self {
-        registry.writes.borrow_mut().count += 1;
-        Self { registry, left: Some(left) }
+        Self { registry, left: Some(left), _counted: WriteCounted::new(registry) }
     }
 }
 
@@ -58,7 +58,25 @@ impl Drop for WriteGoing<'_> {
         if let Some(left) = self.left.take() {
             self.registry.state.borrow_mut().unwritten.absorb(left);
         }
-        let mut writes = self.registry.writes.borrow_mut();
+    }
+}
+
+/// A write counted among those [`Registry::close_writes`] waits for, from when its caller has
+/// taken what it writes out of memory until it ends. A stats flush is counted before it waits
+/// for its turn and reads the shared totals: a `close()` meanwhile would otherwise find nothing
+/// left to flush, stop writes, and lose the calls the flush had taken.
+struct WriteCounted<'r>(&'r Registry);
+
+impl<'r> WriteCounted<'r> {
+    fn new(registry: &'r Registry) -> Self {
+        registry.writes.borrow_mut().count += 1;
+        Self(registry)
+    }
+}
+
+impl Drop for WriteCounted<'_> {
+    fn drop(&mut self) {
+        let mut writes = self.0.writes.borrow_mut();
         writes.count -= 1;
         if writes.count == 0 {
             writes.waiting.drain(..).for_each(std::task::Waker::wake);
@@ -239,6 +257,13 @@ impl Registry {
         if self.is_closed() {
             return Err(RegistryError::Closed);
         }
+        self.write(ops).await
+    }
+
+    /// [`Registry::persist`] for a write that began before the registry was closed and is
+    /// counted ([`WriteCounted`]) since: `close_writes` waits for it, so it lands before the
+    /// agent id is handed on.
+    async fn write(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
         let retried = std::mem::take(&mut self.state.borrow_mut().unwritten);
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
         let mut order: Vec<String> = vec![];
@@ -279,6 +304,7 @@ impl Registry {
         if self.closed.get() {
             return Err(RegistryError::Closed);
         }
+        let _counted = WriteCounted::new(self);
         let (ops, shared, agent) = {
             let mut state = self.state.borrow_mut();
             let dirty = std::mem::take(&mut state.dirty);
@@ -300,7 +326,7 @@ impl Registry {
             (ops, shared, agent)
         };
         let taken = FlushTaken { registry: self, shared: &shared, agent, sent: Default::default(), written: Default::default() };
-        let written = if shared.is_empty() { self.persist(ops).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
+        let written = if shared.is_empty() { self.write(ops).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
         if written.is_err() && taken.sent.get() {
             self.keep_unflushed(&shared);
         }
@@ -343,7 +369,7 @@ impl Registry {
         }
         // From here the write is on its way: dropping this future no longer stops it.
         sent.set(true);
-        self.persist(ops).await
+        self.write(ops).await
     }
 
     /// Adds shared-tier deltas to what the next flush writes (calls a flush could not write,
