@@ -369,12 +369,6 @@ impl Registry {
     }
 }
 
-/// Refuses a different tool `name` for `session` when a version of it numbered `next_version`
-/// or later (one registered while this forge or import was checked: the calls of one step run
-/// at once) is the session's current one. The first registered stands: replacing it, the later
-/// one would leave whoever was told of the first holding a tool that is gone, and its caller
-/// checked its request against a session that no longer is. Asked again later, with the
-/// session's tool in view, a different request is a new version as usual.
 /// What a checked forge's judge spent, if it was asked (an unchanged request never is).
 fn judge_usage(checked: &Result<Checked, Rejection>) -> Option<&JudgeUsage> {
     match checked {
@@ -384,6 +378,12 @@ fn judge_usage(checked: &Result<Checked, Rejection>) -> Option<&JudgeUsage> {
     }
 }
 
+/// Refuses a different tool `name` for `session` when a version of it numbered `next_version`
+/// or later (one registered while this forge or import was checked: the calls of one step run
+/// at once) is the session's current one. The first registered stands: replacing it, the later
+/// one would leave whoever was told of the first holding a tool that is gone, and its caller
+/// checked its request against a session that no longer is. Asked again later, with the
+/// session's tool in view, a different request is a new version as usual.
 fn registered_since(state: &State, session: &str, name: &str, next_version: u32) -> Result<(), String> {
     match state.entry(Tier::Session, session, name).map(|e| e.record.current.version) {
         Some(version) if version >= next_version => Err(format!(
