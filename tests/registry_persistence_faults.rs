@@ -310,3 +310,30 @@ fn calls_made_while_a_refused_approval_was_written_are_kept_at_the_agent_tier() 
     block_on(r.registry.flush_stats()).unwrap();
     assert_eq!(stored_calls(&memory, "agent/agent1/stats/slugify"), 9);
 }
+
+#[test]
+fn an_agent_let_go_while_its_approval_waits_on_a_store_that_never_answers_holds_up_no_agent_after_it() {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(GatedStore::new(memory.clone()));
+    let first = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    promote_to_agent(&first, SLUGIFY_JS, "s1");
+    let approval = block_on(first.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    // The approval's batch waits for an answer that never comes; it holds the shared-tier turn.
+    store.hold_next_batch.set(true);
+    let mut pool = LocalPool::new();
+    let approved = Rc::new(RefCell::new(None));
+    let (registry, done) = (first.registry.clone(), approved.clone());
+    pool.spawner().spawn_local(async move { *done.borrow_mut() = Some(registry.approve(&approval.id).await.map(|_| ()).map_err(|e| e.code())) }).unwrap();
+    pool.run_until_stalled();
+    // `close()` gives up waiting for that write and frees the agent: the registry is let go.
+    first.registry.let_go();
+    pool.run_until_stalled();
+    assert_eq!(approved.borrow_mut().take(), Some(Err("closed")), "the approval ends rather than waiting on");
+    // The agent id opened again on the same store: its shared-tier changes are not held up.
+    let second = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    let demoted = Rc::new(RefCell::new(None));
+    let (registry, done) = (second.registry.clone(), demoted.clone());
+    pool.spawner().spawn_local(async move { *done.borrow_mut() = Some(registry.demote("slugify", "s1").await.map(|t| t.tier).map_err(|e| e.code())) }).unwrap();
+    pool.run_until_stalled();
+    assert_eq!(demoted.borrow_mut().take(), Some(Ok(Tier::Session)), "the demotion does not wait for the turn the let-go approval held");
+}

@@ -44,6 +44,7 @@ mod background;
 mod calls;
 mod forging;
 mod hash;
+mod let_go;
 mod lifecycle;
 mod listing;
 mod names;
@@ -67,6 +68,7 @@ pub use types::{
 };
 
 use audit::{audit_entry_key, verdict_detail, AuditSubject, ForgeNameRecord};
+use let_go::{LetGo, UntilLetGo};
 use lifecycle::restorable;
 use listing::tool_info;
 use names::{look_alike_in, own_names, shadowed_failure};
@@ -141,6 +143,8 @@ impl RegistryError {
                 "store_corrupt" => "store_corrupt",
                 "store_quota" => "store_quota",
                 "store_blocked" => "store_blocked",
+                // An operation the agent was let go of while it waited (see `let_go.rs`).
+                "closed" => "closed",
                 _ => "store_error",
             },
         }
@@ -194,6 +198,8 @@ pub struct Registry {
     agent_id: String,
     config: EmergentConfig,
     store: Rc<dyn Store>,
+    /// Set when the agent is let go: the store operations still waiting end ([`let_go`]).
+    let_go: Rc<LetGo>,
     env: Rc<dyn Environment>,
     forge: Forge,
     promotion_judge: Option<Rc<dyn Model>>,
@@ -320,10 +326,12 @@ impl Registry {
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
         let stats_turn_key = deps.store.data_key();
+        let let_go = Rc::new(LetGo::default());
         let registry = Rc::new_cyclic(|me| Registry {
             agent_id: agent_id.to_string(),
             config,
-            store: deps.store,
+            store: Rc::new(UntilLetGo::new(deps.store, let_go.clone())),
+            let_go,
             env: deps.env,
             forge,
             promotion_judge,
@@ -354,6 +362,14 @@ impl Registry {
     pub fn close(&self) {
         self.closed.set(true);
         self.stop_background();
+    }
+
+    /// [`Registry::close`], and the store operations still waiting end as `closed` (see
+    /// [`let_go`]): for an agent freed after its `close()` gave up waiting for the store, so
+    /// that the turns they hold do not hold up the agents on that store after it.
+    pub fn let_go(&self) {
+        self.close();
+        self.let_go.let_go();
     }
 
     pub fn agent_id(&self) -> &str {

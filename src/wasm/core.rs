@@ -74,12 +74,14 @@ pub struct CoreAgent {
     pub(super) registry: Option<Rc<Registry>>,
 }
 
-/// `free()` from JS (the TS `agent.close()`): the registry's work still in flight holds it
-/// alive, but must not write into records a new agent of the same id may now own.
+/// `free()` from JS (the TS `agent.close()`, once its writes ended or it gave up waiting for
+/// them): the registry's work still in flight holds it alive, but must not write into records
+/// a new agent of the same id may now own, nor go on holding the store's turns waiting for a
+/// store that does not answer.
 impl Drop for CoreAgent {
     fn drop(&mut self) {
         if let Some(registry) = &self.registry {
-            registry.close();
+            registry.let_go();
         }
     }
 }

@@ -1,0 +1,111 @@
+//! What a registry's store operations do once its agent is let go (freed, after `close()` gave
+//! up waiting for a store that did not answer): they end as `closed` instead of waiting on.
+//!
+//! The futures of an operation still in flight outlive the agent (the host's promise holds
+//! them), and with them the turns they hold: the shared-tier and shared-stats turns are kept
+//! per store's data, so an approval whose write the store never answers would hold up every
+//! later approval, demotion, rollback and shared-stats flush of every agent on that store,
+//! the agent reopened with the same id among them. Ended, the operation drops its turns. What
+//! it had handed to the store may still land (as `close()` says), but nobody waits for it.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use async_trait::async_trait;
+use futures::future::{select, Either};
+use serde_json::Value;
+
+use crate::store::{BatchOp, Store, StoreError, StoreLock};
+
+/// Whether the agent was let go; wakes the operations waiting on the store when it is.
+#[derive(Debug, Default)]
+pub(super) struct LetGo {
+    gone: Cell<bool>,
+    waiting: RefCell<Vec<Waker>>,
+}
+
+impl LetGo {
+    pub(super) fn let_go(&self) {
+        self.gone.set(true);
+        self.waiting.take().into_iter().for_each(Waker::wake);
+    }
+
+    async fn happened(&self) {
+        std::future::poll_fn(|cx| {
+            if self.gone.get() {
+                return Poll::Ready(());
+            }
+            let mut waiting = self.waiting.borrow_mut();
+            if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                waiting.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The registry's store: the agent's store, each operation ending as `closed` once the agent
+/// is let go.
+pub(super) struct UntilLetGo {
+    store: Rc<dyn Store>,
+    let_go: Rc<LetGo>,
+}
+
+impl UntilLetGo {
+    pub(super) fn new(store: Rc<dyn Store>, let_go: Rc<LetGo>) -> Self {
+        Self { store, let_go }
+    }
+
+    async fn or_let_go<T>(&self, operation: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        if self.let_go.gone.get() {
+            return Err(let_go_error());
+        }
+        match select(pin!(operation), pin!(self.let_go.happened())).await {
+            Either::Left((done, _)) => done,
+            Either::Right(_) => Err(let_go_error()),
+        }
+    }
+}
+
+fn let_go_error() -> StoreError {
+    StoreError::new("closed", "the agent was closed while this waited for its store; a write it had begun may still land")
+}
+
+#[async_trait(?Send)]
+impl Store for UntilLetGo {
+    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        self.or_let_go(self.store.get(key)).await
+    }
+
+    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.or_let_go(self.store.put(key, value)).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.or_let_go(self.store.delete(key)).await
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        self.or_let_go(self.store.scan(prefix)).await
+    }
+
+    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
+        self.or_let_go(self.store.batch(ops)).await
+    }
+
+    async fn lock(&self, name: &str) -> Result<Option<StoreLock>, StoreError> {
+        self.or_let_go(self.store.lock(name)).await
+    }
+
+    async fn lock_held(&self, name: &str) -> Result<bool, StoreError> {
+        self.or_let_go(self.store.lock_held(name)).await
+    }
+
+    fn data_key(&self) -> usize {
+        self.store.data_key()
+    }
+}
