@@ -281,7 +281,9 @@ export function standardParser(schema: JsonSchema | StandardJsonSchemaLike, code
   const settle = (result: StandardResult): unknown => {
     if (!result.issues) return result.value;
     const listed = result.issues.slice(0, MAX_LISTED_ISSUES).map((issue) => {
-      const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('/');
+      // Array.from, not .map: ArkType's path is an Array subclass whose constructor takes the
+      // items, so `.map` on an empty one makes `[0]` and a problem at the root reads as `/0`.
+      const path = Array.from(issue.path ?? [], (p) => String(typeof p === 'object' ? p.key : p)).join('/');
       return `${path ? `/${path}` : '(root)'}: ${issue.message}`;
     });
     if (result.issues.length > listed.length) listed.push(`… and ${result.issues.length - listed.length} more`);

@@ -550,6 +550,19 @@ describe('agent over an OpenAI-compatible server', () => {
     await agent.close();
   });
 
+  test('an ArkType problem with the whole arguments is reported at (root), not at /0', async () => {
+    server.reset();
+    const pair = type({ a: 'number', b: 'number' }).narrow((o, ctx) => o.a < o.b || ctx.mustBe('a pair in order'));
+    const order = tool({ name: 'order', description: 'Orders a pair', inputSchema: pair, execute: ({ a, b }) => ({ a, b }) });
+    server.enqueue({ toolCalls: [{ name: 'order', arguments: { a: 3, b: 1 } }] }, { text: 'done' });
+    const agent = await createAgent({ model: model(), tools: [order] });
+    const events = await collect(agent.stream('order 3 and 1'));
+    const failed = events.find((e) => e.type === 'tool.execute.error');
+    assert.ok(failed?.type === 'tool.execute.error', JSON.stringify(events.map((e) => e.type)));
+    assert.match(failed.error.message, /\(root\): must be a pair in order/);
+    await agent.close();
+  });
+
   test('a Zod schema parses what the tool gets and returns: defaults, transforms and refinements apply', async () => {
     server.reset();
     const seen: unknown[] = [];
