@@ -303,6 +303,37 @@ fn structured_returns_give_up_after_the_bounded_retries() {
 }
 
 #[test]
+fn an_answer_cut_off_at_the_token_limit_is_not_taken_from_an_example_it_quoted_and_the_retry_says_why() {
+    let schema = json!({ "type": "object", "properties": { "city": { "type": "string" } }, "required": ["city"] });
+    let cut_off = text_ending("Shape: {\"city\":\"Example\"}. Answer: {\"city\":\"Par", "length");
+    let model = ScriptedModel::new(vec![cut_off.clone(), text("{\"city\":\"Paris\"}")]);
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(schema.clone()), ..Default::default() });
+    let out = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.output, json!({ "city": "Paris" }), "not the quoted example");
+    let Some(Message::User { content }) = model.requests.borrow()[1].messages.last().cloned() else { panic!() };
+    assert!(content.contains("cut off at the token limit"), "{content}");
+    // Cut off every time: the error says so, rather than that no JSON value was found.
+    let model = ScriptedModel::repeating(cut_off);
+    let agent = agent_with(model, vec![], AgentConfig { returns: Some(schema.clone()), max_output_retries: 1, ..Default::default() });
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert!(matches!(&err, AgentError::StructuredOutputInvalid { attempts: 2, reason } if reason.contains("`length`")), "{err:?}");
+    // A whole value cut off exactly at its end is an answer like any other.
+    let model = ScriptedModel::new(vec![text_ending("{\"city\":\"Oslo\"}", "length")]);
+    let agent = agent_with(model, vec![], AgentConfig { returns: Some(schema), ..Default::default() });
+    assert_eq!(block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap().output, json!({ "city": "Oslo" }));
+}
+
+#[test]
+fn a_filtered_answer_that_does_not_validate_is_not_asked_again() {
+    let schema = json!({ "type": "object", "required": ["city"] });
+    let model = ScriptedModel::repeating(text_ending("", "content_filter"));
+    let agent = agent_with(model.clone(), vec![], AgentConfig { returns: Some(schema), max_output_retries: 2, ..Default::default() });
+    let err = block_on(agent.run("?", RunOptions::default(), &mut CollectingSink::default())).unwrap_err();
+    assert!(matches!(&err, AgentError::StructuredOutputInvalid { attempts: 1, reason } if reason.contains("`content_filter`")), "{err:?}");
+    assert_eq!(model.requests.borrow().len(), 1, "a retry would be filtered again");
+}
+
+#[test]
 fn an_invalid_answer_on_the_last_turn_is_structured_output_invalid_without_a_retry_announced() {
     let schema = json!({ "type": "object", "required": ["celsius"] });
     let model = ScriptedModel::repeating(text("{\"kelvin\": 3}"));

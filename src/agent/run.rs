@@ -23,7 +23,7 @@ use super::config::AgentConfig;
 use super::env::{unless_cancelled, CancelSignal, Environment};
 use super::error::AgentError;
 use super::events::{AgentEvent, EventBody, EventSink};
-use super::structured::{check_final_answer, returns_instruction, returns_reminder, OutputCheck, OutputRefusal};
+use super::structured::{check_final_answer, is_whole_json, returns_instruction, returns_reminder, OutputCheck, OutputRefusal, ANSWER_CUT_OFF};
 use super::usage::{RunUsage, UsageRecorder};
 
 /// The loop's state: plain data, serializable, no I/O (so a run can be persisted and resumed).
@@ -451,11 +451,20 @@ impl RunContext<'_> {
                     None => Value::String(response.text.clone()),
                     // The host's check may wait (an async refinement): an abort ends the run
                     // meanwhile, and one that lands as the check finishes still wins.
-                    Some(schema) => match self.unless_cancelled(self.check_answer(&response.text, schema, &state.run_id)).await? {
+                    Some(schema) => match if answer_ended == "length" && !is_whole_json(&response.text) {
+                        Err(OutputRefusal::Refused(ANSWER_CUT_OFF.to_string()))
+                    } else {
+                        self.unless_cancelled(self.check_answer(&response.text, schema, &state.run_id)).await?
+                    } {
                         _ if self.cancelled() => return Err(AgentError::Aborted),
                         Ok(value) => value,
                         Err(OutputRefusal::Failed(message)) => return Err(AgentError::OutputCheck(message)),
                         Err(OutputRefusal::Refused(reason)) => {
+                            // A filtered answer would be filtered again: asking again only costs.
+                            if answer_ended == "content_filter" {
+                                let reason = format!("{reason} (the provider filtered the answer: finish reason `content_filter`)");
+                                return Err(AgentError::StructuredOutputInvalid { attempts: state.output_retries + 1, reason });
+                            }
                             // With no turn left a retry could not happen: the answer's fault is the error.
                             if state.output_retries >= self.config.max_output_retries || state.turns >= self.config.max_turns {
                                 return Err(AgentError::StructuredOutputInvalid { attempts: state.output_retries + 1, reason });

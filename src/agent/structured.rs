@@ -116,6 +116,18 @@ pub fn check_final_answer(text: &str, schema: &CompiledSchema) -> Result<Value, 
     Err(first_violation.unwrap_or_else(|| "the answer contains no valid JSON value".to_string()))
 }
 
+/// Whether `text` is one JSON value and nothing else (a lone fenced block counts). An answer cut
+/// off at the token limit is taken only so: a value found in cut-off prose may be an example
+/// the model quoted on its way to the answer it never finished.
+pub fn is_whole_json(text: &str) -> bool {
+    let body = unfenced(text).unwrap_or(text).trim();
+    serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok()
+}
+
+/// Why an answer cut off at the token limit was not taken (see [`is_whole_json`]).
+pub const ANSWER_CUT_OFF: &str =
+    "the answer was cut off at the token limit (finish reason `length`) before its JSON value was complete; reply with only the JSON value, shorter";
+
 /// The system-prompt addition that tells the model about `returns`.
 pub fn returns_instruction(schema: &Value) -> String {
     format!(
@@ -143,6 +155,15 @@ mod tests {
         assert_eq!(unfenced("```js\nf()\n```\nand more"), None);
         assert_eq!(unfenced("function execute(input) { return '```'; }"), None);
         assert_eq!(unfenced("``````"), None);
+    }
+
+    #[test]
+    fn a_whole_json_answer_is_the_value_alone_or_one_fenced_block() {
+        assert!(is_whole_json(" {\"a\":1}\n"));
+        assert!(is_whole_json("```json\n[1, 2]\n```"));
+        assert!(!is_whole_json("Shape: {\"city\":\"Example\"}. Answer: {\"city\":\"Par"));
+        assert!(!is_whole_json("{\"city\":\"Par"));
+        assert!(!is_whole_json(""));
     }
 
     #[test]

@@ -56,7 +56,9 @@ export interface ModelRequest {
  * `{ jsonSchema }`: a JSON object matching `schema` (OpenAI-compatible `json_schema` with that
  * schema, Ollama `format: schema`); the core's judge asks for its verdict this way, so servers
  * that constrain decoding (llama.cpp's among them) cannot return a verdict with a missing or
- * mistyped key. Anthropic's Messages API has no such switch; there the prompt carries the format.
+ * mistyped key. The `anthropic` provider does not send it (the Messages API's own structured
+ * outputs, `output_config.format`, are not used yet); there the prompt carries the format. OpenAI's
+ * own API holds to the schema only in strict mode, which is not asked for.
  */
 export type ResponseFormat = 'json' | { jsonSchema: { name: string; schema: Record<string, unknown> } };
 
