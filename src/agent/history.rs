@@ -156,12 +156,18 @@ impl SessionHistory {
     /// How many leading messages of `run` this session holds in a row from the start of one of
     /// its exchanges. A run handed over by another agent instance on the same store (a second
     /// tab resuming it) started from a conversation both sessions hold, and positions counted
-    /// by the other instance cannot tell which part: without this it came twice.
+    /// by the other instance cannot tell which part: without this it came twice. Only whole
+    /// exchanges count: a match that stops inside one (the same input and call, another result:
+    /// a session that ran the same input again after a restart) holds none of that exchange, or
+    /// its tool results would follow the session's call, without their own.
     fn held_prefix(&self, run: &[Message]) -> usize {
         let Some(first) = run.first() else { return 0 };
         (0..self.messages.len())
             .filter(|&i| self.starts[i] && self.messages[i] == *first)
-            .map(|i| self.messages[i..].iter().zip(run).take_while(|(held, brought)| held == brought).count())
+            .map(|i| {
+                let matched = self.messages[i..].iter().zip(run).take_while(|(held, brought)| held == brought).count();
+                (0..=matched).rev().find(|&k| i + k == self.messages.len() || self.starts[i + k]).unwrap_or(0)
+            })
             .max()
             .unwrap_or(0)
     }
@@ -212,6 +218,53 @@ impl SessionHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ToolCall;
+
+    fn call(id: &str) -> Message {
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall { id: id.into(), name: "get_time".into(), arguments: "{}".into(), provider_data: None }],
+        }
+    }
+
+    fn result(id: &str, content: &str) -> Message {
+        Message::Tool { tool_call_id: id.into(), name: "get_time".into(), content: content.into(), is_error: false }
+    }
+
+    #[test]
+    fn a_run_of_another_epoch_that_matches_the_session_inside_an_exchange_brings_that_exchange_whole() {
+        let limits = HistoryLimits::default();
+        let mut history = SessionHistory::default();
+        // Since the restart the session ran the same input: same call id (numbered per answer),
+        // another result.
+        let now = [
+            Message::User { content: "what time is it?".into() },
+            call("call_0"),
+            result("call_0", "{\"t\":2}"),
+            Message::Assistant { content: "2".into(), tool_calls: vec![] },
+        ];
+        history.add_run(&now, Some(RunStart { len: 0, offset: 0, epoch: Some("this") }), "this", &limits);
+        // A run paused before the restart started from that input's first answer.
+        let before = [
+            Message::User { content: "what time is it?".into() },
+            call("call_0"),
+            result("call_0", "{\"t\":1}"),
+            Message::Assistant { content: "1".into(), tool_calls: vec![] },
+        ];
+        let run: Vec<Message> = before.iter().cloned().chain([Message::User { content: "refund".into() }]).collect();
+        history.add_run(&run, Some(RunStart { len: before.len(), offset: 0, epoch: Some("before-restart") }), "this", &limits);
+        let held = history.messages();
+        for (i, message) in held.iter().enumerate() {
+            if let Message::Tool { tool_call_id, .. } = message {
+                assert!(
+                    matches!(&held[i - 1], Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.id == *tool_call_id))
+                        || matches!(&held[i - 1], Message::Tool { .. }),
+                    "a result right after its call: {held:?}"
+                );
+            }
+        }
+        assert_eq!(held.len(), now.len() + run.len(), "the earlier exchange comes whole, after the session's");
+    }
 
     #[test]
     fn a_session_remembers_a_bounded_number_of_other_epochs() {
