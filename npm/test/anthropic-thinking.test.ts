@@ -39,6 +39,8 @@ interface WireMessage {
 interface WireBody {
   max_tokens: number;
   messages: WireMessage[];
+  tools?: Array<{ name: string }>;
+  tool_choice?: { type: string; name?: string };
   thinking?: { type: string; budget_tokens?: number; [field: string]: unknown };
   output_config?: { effort?: string };
   temperature?: number;
@@ -465,6 +467,30 @@ describe('anthropic({ thinking: { budgetTokens } })', () => {
 
     await collect(model({ extraBody: { thinking: { type: 'enabled', budget_tokens: 3000 } } }).stream({ messages: [{ role: 'user', content: 'Hi' }], tools: [] }));
     assert.deepEqual([bodies.at(-1)!.thinking, bodies.at(-1)!.max_tokens], [{ type: 'enabled', budget_tokens: 3000 }, 4096 + 2048]);
+  });
+
+  it('on through the option or extraBody, no temperature is sent and no tool choice forces a call (the API refuses both with thinking on)', async () => {
+    script = () => [{ text: 'Hi.' }];
+    const messages = [{ role: 'user' as const, content: 'Hi' }];
+    const schema = { type: 'object', properties: {} };
+    const tools = [
+      { name: 'get_weather', description: 'Weather', inputSchema: schema },
+      { name: 'get_time', description: 'Time', inputSchema: schema },
+    ];
+    const sent = () => ({ choice: bodies.at(-1)!.tool_choice, tools: bodies.at(-1)!.tools?.map((t) => t.name), temperature: bodies.at(-1)!.temperature });
+    for (const thinkingModel of [model(), model({ thinking: undefined, extraBody: { thinking: { type: 'enabled', budget_tokens: 1024 } } })]) {
+      await collect(thinkingModel.stream({ messages, tools, temperature: 0, toolChoice: 'required' }));
+      assert.deepEqual(sent(), { choice: { type: 'auto' }, tools: ['get_weather', 'get_time'], temperature: undefined });
+      await collect(thinkingModel.stream({ messages, tools, toolChoice: { tool: 'get_time' } }));
+      assert.deepEqual(sent(), { choice: { type: 'auto' }, tools: ['get_time'], temperature: undefined }, 'the named tool is the only one offered');
+      await collect(thinkingModel.stream({ messages, tools, toolChoice: 'none' }));
+      assert.deepEqual(sent().choice, { type: 'none' });
+    }
+    // Without thinking, choices force as asked.
+    await collect(model({ thinking: undefined }).stream({ messages, tools, temperature: 0, toolChoice: { tool: 'get_time' } }));
+    assert.deepEqual(sent(), { choice: { type: 'tool', name: 'get_time' }, tools: ['get_weather', 'get_time'], temperature: 0 });
+    await collect(model({ thinking: undefined, extraBody: { thinking: { type: 'disabled' } } }).stream({ messages, tools, toolChoice: 'required' }));
+    assert.deepEqual(sent().choice, { type: 'any' });
   });
 
   it('is checked when the provider is created: anything but a whole budget of at least 1024 tokens, or the adaptive form, is invalid_config', () => {

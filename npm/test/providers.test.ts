@@ -1073,6 +1073,35 @@ describe('anthropic request mapping', () => {
     ]);
   });
 
+  it('gives tool calls begun on another provider ids the API takes: its characters only, unique in the request, each result by its call', async () => {
+    server.enqueue({ text: 'ok' });
+    const call = (id: string, city: string) => ({ role: 'assistant' as const, content: '', toolCalls: [{ id, name: 'get_weather', arguments: JSON.stringify({ city }) }] });
+    const result = (id: string, content: string) => ({ role: 'tool' as const, toolCallId: id, name: 'get_weather', content });
+    await collect(
+      anthropic({ model: 'c', baseURL: server.anthropicBaseURL }).stream({
+        messages: [
+          // Kimi-K2's ids, then a server that numbers the calls of each answer from 0.
+          { role: 'user', content: 'Oslo?' },
+          call('functions.get_weather:0', 'Oslo'),
+          result('functions.get_weather:0', '9C'),
+          { role: 'user', content: 'Lima?' },
+          call('call_0', 'Lima'),
+          result('call_0', '21C'),
+          { role: 'user', content: 'Rome?' },
+          call('call_0', 'Rome'),
+          result('call_0', '18C'),
+          { role: 'user', content: 'And Anthropic own?' },
+          call('toolu_01A', 'Paris'),
+          result('toolu_01A', '15C'),
+        ],
+        tools: [weatherTool],
+      }),
+    );
+    const messages = (server.requests[0]!.body as { messages: Array<{ content: unknown }> }).messages;
+    const ids = messages.flatMap((m) => (Array.isArray(m.content) ? (m.content as Array<{ id?: string; tool_use_id?: string }>) : [])).map((b) => b.id ?? b.tool_use_id);
+    assert.deepEqual(ids, ['functions_get_weather_0', 'functions_get_weather_0', 'call_0', 'call_0', 'call_0_2', 'call_0_2', 'toolu_01A', 'toolu_01A']);
+  });
+
   it('marks the result of a failed call is_error, as the API documents', async () => {
     server.enqueue({ text: 'ok' });
     const failed = '{"error":{"code":"execution_failed","message":"down"}}';

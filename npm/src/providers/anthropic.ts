@@ -88,6 +88,8 @@ const CACHE_TTLS: readonly NonNullable<AnthropicPromptCaching['ttl']>[] = ['5m',
 export function anthropic(options: AnthropicOptions): ModelProvider {
   checkProviderOptions('anthropic', options);
   const thinking = thinkingOption(options.thinking);
+  // Thinking turned on through `extraBody` constrains a request as the option does.
+  const thinkingOn = thinking !== undefined || thinkingIn(options.extraBody);
   const caching = promptCachingOption(options.promptCaching, options.extraBody);
   // A version in `headers` (in any case) replaces the default; the key replaces one there.
   const headers = mergeHeaders({ 'anthropic-version': ANTHROPIC_VERSION }, options.headers, options.apiKey ? { 'x-api-key': options.apiKey } : undefined);
@@ -99,7 +101,7 @@ export function anthropic(options: AnthropicOptions): ModelProvider {
     // host and `/v1`: both reach `/v1/messages`, not a 404 at `/v1/v1/messages`.
     path: /\/v1\/*(?:[?#]|$)/.test(options.baseURL ?? '') ? 'messages' : 'v1/messages',
     headers,
-    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, thinking, caching),
+    toWire: (model, request, streaming) => toWireRequest(model, request, streaming, thinking, thinkingOn, caching),
     parse: async function* (ctx, response, streaming) {
       // A server that ignores `stream` (or answers an error as plain JSON with status 200)
       // sends one JSON body: read as events it would be an empty stream, its message lost.
@@ -107,6 +109,12 @@ export function anthropic(options: AnthropicOptions): ModelProvider {
       else yield* parseMessage(ctx, await readJson(ctx, response));
     },
   });
+}
+
+/** Whether `extraBody` turns thinking on (`thinking: { type: 'enabled' | 'adaptive', … }`). */
+function thinkingIn(extraBody: Record<string, unknown> | undefined): boolean {
+  const thinking = loose(extraBody?.thinking);
+  return thinking !== undefined && thinking.type !== 'disabled';
 }
 
 /** What the `thinking` option asks of every request. */
@@ -214,9 +222,17 @@ interface WireMessage {
   content: string | WireBlock[];
 }
 
-function toWireRequest(model: string, request: ModelRequest, streaming: boolean, thinking: Thinking | undefined, caching: Caching | undefined): Record<string, unknown> {
+function toWireRequest(
+  model: string,
+  request: ModelRequest,
+  streaming: boolean,
+  thinking: Thinking | undefined,
+  thinkingOn: boolean,
+  caching: Caching | undefined,
+): Record<string, unknown> {
   const system: string[] = [];
   const messages: WireMessage[] = [];
+  const ids = new WireIds();
   for (const message of request.messages) {
     if (message.role === 'system') {
       // The Messages API has no system role; instructions live in the top-level `system`.
@@ -225,7 +241,7 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
     }
     if (message.role === 'tool') {
       // `is_error` tells the model the call failed, as the API documents (the error is the content).
-      const block: WireBlock = { type: 'tool_result', tool_use_id: message.toolCallId, content: message.content, ...(message.isError ? { is_error: true } : {}) };
+      const block: WireBlock = { type: 'tool_result', tool_use_id: ids.ofResult(message.toolCallId), content: message.content, ...(message.isError ? { is_error: true } : {}) };
       const last = messages.at(-1);
       // Results of one turn's parallel calls must share a single user message.
       if (last?.role === 'user' && Array.isArray(last.content) && last.content.every((b) => b.type === 'tool_result')) {
@@ -239,7 +255,7 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
     // form: the API refuses empty content outside the final message. Leaving it out keeps the
     // conversation sendable; the API joins the consecutive user turns around it.
     if (message.role === 'assistant' && !message.content.trim() && !message.toolCalls?.length) continue;
-    messages.push(toWireMessage(message));
+    messages.push(toWireMessage(message, ids));
   }
 
   const maxTokens = request.maxTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS;
@@ -260,7 +276,13 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
   // Only a block can carry `cache_control`; an empty one would be refused.
   const systemBlocks: Extract<WireBlock, { type: 'text' }>[] | undefined = caching && systemText.trim() ? [{ type: 'text', text: systemText }] : undefined;
   if (system.length > 0) body.system = systemBlocks ?? systemText;
-  const tools: WireTool[] = request.tools.map((tool) => ({
+  const choice = request.toolChoice;
+  // With thinking on the API refuses a choice that forces a call ("Thinking may not be enabled
+  // when tool_choice forces tool use"): a named tool is then the only one offered and a
+  // required call is asked for as `auto`, as the `ollama` provider maps them.
+  const named = thinkingOn && typeof choice === 'object' ? request.tools.filter((tool) => tool.name === choice.tool) : [];
+  const offered = named.length > 0 ? named : request.tools;
+  const tools: WireTool[] = offered.map((tool) => ({
     name: tool.name,
     description: tool.description,
     input_schema: tool.inputSchema,
@@ -268,14 +290,14 @@ function toWireRequest(model: string, request: ModelRequest, streaming: boolean,
   if (caching) markBreakpoints(caching, request, tools, systemBlocks, messages);
   if (request.tools.length > 0) {
     body.tools = tools;
-    const choice = request.toolChoice;
     if (choice !== undefined) {
-      body.tool_choice = typeof choice === 'object' ? { type: 'tool', name: choice.tool } : { type: choice === 'required' ? 'any' : choice };
+      if (thinkingOn) body.tool_choice = { type: choice === 'none' ? 'none' : 'auto' };
+      else body.tool_choice = typeof choice === 'object' ? { type: 'tool', name: choice.tool } : { type: choice === 'required' ? 'any' : choice };
     }
   }
   // "Thinking isn't compatible with temperature or top_k modifications" (extended thinking,
   // feature compatibility): a temperature other than 1 is refused with 400, adaptive or not.
-  if (request.temperature !== undefined && thinking === undefined) body.temperature = request.temperature;
+  if (request.temperature !== undefined && !thinkingOn) body.temperature = request.temperature;
   if (streaming) body.stream = true;
   return body;
 }
@@ -353,7 +375,7 @@ function markConversationEnd(messages: WireMessage[], from: number, control: Cac
   return false;
 }
 
-function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant' }>): WireMessage {
+function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant' }>, ids: WireIds): WireMessage {
   // Thinking of a turn without tool calls is not kept. "Preserving thinking blocks" (extended
   // thinking docs): during tool use the blocks must come back complete and unmodified, but "you
   // can omit thinking and redacted_thinking blocks from prior assistant role turns" (which the
@@ -367,13 +389,39 @@ function toWireMessage(message: Extract<ChatMessage, { role: 'user' | 'assistant
   const blocks: WireBlock[] = [...echoedThinking(first!)];
   // The API rejects empty (and whitespace-only) text blocks.
   if (message.content.trim()) blocks.push({ type: 'text', text: message.content });
-  blocks.push(toolUse(first!));
-  for (const call of rest) blocks.push(...echoedThinking(call), toolUse(call));
+  blocks.push(toolUse(first!, ids));
+  for (const call of rest) blocks.push(...echoedThinking(call), toolUse(call, ids));
   return { role: 'assistant', content: blocks };
 }
 
-function toolUse(call: ToolCall): WireBlock {
-  return { type: 'tool_use', id: call.id, name: call.name, input: argumentsObject(call.arguments) };
+function toolUse(call: ToolCall, ids: WireIds): WireBlock {
+  return { type: 'tool_use', id: ids.ofCall(call.id), name: call.name, input: argumentsObject(call.arguments) };
+}
+
+/**
+ * The ids the tool calls of one request go by. The API takes `^[a-zA-Z0-9_-]+$`, unique in the
+ * request, and a conversation begun on another provider can hold neither (Kimi-K2's
+ * `functions.get_weather:0`, or servers that number calls per answer: `call_0` every turn).
+ * Other characters become `_`, and an id used before in the request gets a suffix; a result
+ * goes by the id of its call, the latest one given that id (results follow their calls).
+ * Anthropic's own ids pass unchanged, so a cached prefix stays the same from turn to turn.
+ */
+class WireIds {
+  readonly #used = new Set<string>();
+  readonly #latest = new Map<string, string>();
+
+  ofCall(id: string): string {
+    const base = id.replace(/[^a-zA-Z0-9_-]/g, '_') || 'call';
+    let wire = base;
+    for (let n = 2; this.#used.has(wire); n++) wire = `${base}_${n}`;
+    this.#used.add(wire);
+    this.#latest.set(id, wire);
+    return wire;
+  }
+
+  ofResult(id: string): string {
+    return this.#latest.get(id) ?? (id.replace(/[^a-zA-Z0-9_-]/g, '_') || 'call');
+  }
 }
 
 /** The thinking blocks a call's `providerData` holds ({@link Echo}), or none when it holds
