@@ -252,18 +252,18 @@ impl Registry {
     }
 
     /// Writes a batch, keeping only the last write per key, with what earlier refused writes
-    /// left out (see [`Unwritten`]).
-    pub(crate) async fn persist(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
-        if self.is_closed() {
-            return Err(RegistryError::Closed);
-        }
-        self.write(ops).await
+    /// left out (see [`Unwritten`]). (A plain function: one state machine in the wasm, not two.)
+    pub(crate) fn persist(&self, ops: Vec<BatchOp>) -> impl std::future::Future<Output = Result<(), RegistryError>> + '_ {
+        self.write(ops, false)
     }
 
-    /// [`Registry::persist`] for a write that began before the registry was closed and is
-    /// counted ([`WriteCounted`]) since: `close_writes` waits for it, so it lands before the
-    /// agent id is handed on.
-    async fn write(&self, ops: Vec<BatchOp>) -> Result<(), RegistryError> {
+    /// [`Registry::persist`]; `began_before_close` for a write that began before the registry
+    /// was closed and is counted ([`WriteCounted`]) since: `close_writes` waits for it, so it
+    /// lands before the agent id is handed on.
+    async fn write(&self, ops: Vec<BatchOp>, began_before_close: bool) -> Result<(), RegistryError> {
+        if self.is_closed() && !began_before_close {
+            return Err(RegistryError::Closed);
+        }
         let retried = std::mem::take(&mut self.state.borrow_mut().unwritten);
         let mut last: BTreeMap<String, BatchOp> = BTreeMap::new();
         let mut order: Vec<String> = vec![];
@@ -326,7 +326,7 @@ impl Registry {
             (ops, shared, agent)
         };
         let taken = FlushTaken { registry: self, shared: &shared, agent, sent: Default::default(), written: Default::default() };
-        let written = if shared.is_empty() { self.write(ops).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
+        let written = if shared.is_empty() { self.write(ops, true).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
         if written.is_err() && taken.sent.get() {
             self.keep_unflushed(&shared);
         }
@@ -369,7 +369,7 @@ impl Registry {
         }
         // From here the write is on its way: dropping this future no longer stops it.
         sent.set(true);
-        self.write(ops).await
+        self.write(ops, true).await
     }
 
     /// Adds shared-tier deltas to what the next flush writes (calls a flush could not write,
