@@ -6,12 +6,10 @@ mod support;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::task::{Poll, Waker};
 
-use async_trait::async_trait;
 use crucible::agent::NativeEnvironment;
 use crucible::registry::{EmergentConfig, Judges, PromotionStatus, PromotionThreshold, Registry, RegistryDeps, RegistryError, Tier};
-use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
+use crucible::store::{MemoryStore, Store};
 use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use serde_json::{json, Value};
@@ -114,84 +112,6 @@ fn a_shared_record_of_a_newer_runtime_says_to_upgrade_and_is_left_as_it_is() {
 
 // ---- writes still out when something else happens ------------------------------------------
 
-/// Opens when the test says so; whoever waits at it waits until then.
-#[derive(Default)]
-struct Gate {
-    open: Cell<bool>,
-    waiting: RefCell<Vec<Waker>>,
-}
-
-impl Gate {
-    fn open(&self) {
-        self.open.set(true);
-        self.waiting.borrow_mut().drain(..).for_each(Waker::wake);
-    }
-
-    async fn pass(&self) {
-        std::future::poll_fn(|cx| {
-            if self.open.get() {
-                return Poll::Ready(());
-            }
-            self.waiting.borrow_mut().push(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-}
-
-/// A store over `memory` whose reads under `slow_reads` and whose next batch once
-/// `hold_next_batch` is set wait at `gate`; a held batch is then refused when `refuse_held`.
-struct GatedStore {
-    memory: Rc<MemoryStore>,
-    slow_reads: RefCell<Option<&'static str>>,
-    hold_next_batch: Cell<bool>,
-    refuse_held: Cell<bool>,
-    gate: Gate,
-}
-
-impl GatedStore {
-    fn new(memory: Rc<MemoryStore>) -> Self {
-        Self { memory, slow_reads: RefCell::new(None), hold_next_batch: Cell::new(false), refuse_held: Cell::new(false), gate: Gate::default() }
-    }
-}
-
-#[async_trait(?Send)]
-impl Store for GatedStore {
-    async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
-        let slow = self.slow_reads.borrow().is_some_and(|prefix| key.starts_with(prefix));
-        if slow {
-            self.gate.pass().await;
-        }
-        self.memory.get(key).await
-    }
-
-    async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
-        self.memory.put(key, value).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.memory.delete(key).await
-    }
-
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, StoreError> {
-        self.memory.scan(prefix).await
-    }
-
-    async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
-        if self.hold_next_batch.replace(false) {
-            self.gate.pass().await;
-            if self.refuse_held.get() {
-                return Err(StoreError::new("store_quota", "the store is full"));
-            }
-        }
-        self.memory.batch(ops).await
-    }
-
-    fn data_key(&self) -> usize {
-        self.memory.data_key()
-    }
-}
-
 fn lifecycle_config() -> EmergentConfig {
     EmergentConfig { promotion_threshold: PromotionThreshold { uses: 3, confidence: 0.8 }, auto_promote: false, stats_flush_every: 1000, ..Default::default() }
 }
@@ -216,7 +136,7 @@ fn stored_calls(memory: &MemoryStore, key: &str) -> u64 {
 #[test]
 fn a_stats_flush_going_when_its_agent_closes_lands_before_the_close_ends() {
     let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(GatedStore::new(memory.clone()));
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
     let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
     promote_to_agent(&r, SLUGIFY_JS, "s1");
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
@@ -252,7 +172,7 @@ fn a_stats_flush_going_when_its_agent_closes_lands_before_the_close_ends() {
 #[test]
 fn calls_made_while_a_refused_rollback_was_written_are_kept_and_the_stored_count_never_goes_back() {
     let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(GatedStore::new(memory.clone()));
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
     let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
     promote_to_agent(&r, SLUGIFY_JS, "s1");
     promote_to_agent(&r, SLUGIFY_V2_JS, "s2");
@@ -287,7 +207,7 @@ fn calls_made_while_a_refused_rollback_was_written_are_kept_and_the_stored_count
 #[test]
 fn calls_made_while_a_refused_approval_was_written_are_kept_at_the_agent_tier() {
     let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(GatedStore::new(memory.clone()));
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
     let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
     promote_to_agent(&r, SLUGIFY_JS, "s1");
     use_n(&r, "slugify", 2, "s1");
@@ -314,7 +234,7 @@ fn calls_made_while_a_refused_approval_was_written_are_kept_at_the_agent_tier() 
 #[test]
 fn an_agent_let_go_while_its_approval_waits_on_a_store_that_never_answers_holds_up_no_agent_after_it() {
     let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(GatedStore::new(memory.clone()));
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
     let first = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
     promote_to_agent(&first, SLUGIFY_JS, "s1");
     let approval = block_on(first.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();

@@ -370,11 +370,51 @@ pub struct SharedDataStore {
     pub refuse_locks: std::cell::Cell<bool>,
     /// Makes every batch fail with `store_quota`, writing nothing (a full IndexedDB).
     pub refuse_writes: std::cell::Cell<bool>,
+    /// Reads of keys under this prefix wait at `gate` (a slow store).
+    pub slow_reads: RefCell<Option<&'static str>>,
+    /// The next batch waits at `gate`, then is refused with `store_quota` if `refuse_held`.
+    pub hold_next_batch: std::cell::Cell<bool>,
+    pub refuse_held: std::cell::Cell<bool>,
+    pub gate: Gate,
 }
 
 impl SharedDataStore {
     pub fn new(memory: Rc<MemoryStore>) -> Self {
-        Self { memory, log: Rc::default(), refuse_locks: std::cell::Cell::new(false), refuse_writes: std::cell::Cell::new(false) }
+        Self {
+            memory,
+            log: Rc::default(),
+            refuse_locks: Default::default(),
+            refuse_writes: Default::default(),
+            slow_reads: Default::default(),
+            hold_next_batch: Default::default(),
+            refuse_held: Default::default(),
+            gate: Gate::default(),
+        }
+    }
+}
+
+/// Opens when the test says so; whoever waits at it waits until then.
+#[derive(Default)]
+pub struct Gate {
+    open: std::cell::Cell<bool>,
+    waiting: RefCell<Vec<std::task::Waker>>,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        self.open.set(true);
+        self.waiting.borrow_mut().drain(..).for_each(std::task::Waker::wake);
+    }
+
+    pub async fn pass(&self) {
+        std::future::poll_fn(|cx| {
+            if self.open.get() {
+                return std::task::Poll::Ready(());
+            }
+            self.waiting.borrow_mut().push(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
     }
 }
 
@@ -397,6 +437,10 @@ impl std::future::Future for YieldOnce {
 impl Store for SharedDataStore {
     async fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
         self.log.borrow_mut().push(format!("get {key}"));
+        let slow = self.slow_reads.borrow().is_some_and(|prefix| key.starts_with(prefix));
+        if slow {
+            self.gate.pass().await;
+        }
         let value = self.memory.get(key).await;
         YieldOnce(false).await;
         value
@@ -416,6 +460,12 @@ impl Store for SharedDataStore {
 
     async fn batch(&self, ops: Vec<BatchOp>) -> Result<(), StoreError> {
         self.log.borrow_mut().push("batch".into());
+        if self.hold_next_batch.replace(false) {
+            self.gate.pass().await;
+            if self.refuse_held.get() {
+                return Err(StoreError::new("store_quota", "the store is full"));
+            }
+        }
         if self.refuse_writes.get() {
             return Err(StoreError::new("store_quota", "the store is full"));
         }
