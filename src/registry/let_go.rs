@@ -8,66 +8,33 @@
 //! the agent reopened with the same id among them. Ended, the operation drops its turns. What
 //! it had handed to the store may still land (as `close()` says), but nobody waits for it.
 
-use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::pin::pin;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
 
 use async_trait::async_trait;
-use futures::future::{select, Either};
 use serde_json::Value;
 
+use crate::agent::{unless_cancelled, CancelFlag, CancelSignal};
 use crate::store::{BatchOp, Store, StoreError, StoreLock};
-
-/// Whether the agent was let go; wakes the operations waiting on the store when it is.
-#[derive(Debug, Default)]
-pub(super) struct LetGo {
-    gone: Cell<bool>,
-    waiting: RefCell<Vec<Waker>>,
-}
-
-impl LetGo {
-    pub(super) fn let_go(&self) {
-        self.gone.set(true);
-        self.waiting.take().into_iter().for_each(Waker::wake);
-    }
-
-    async fn happened(&self) {
-        std::future::poll_fn(|cx| {
-            if self.gone.get() {
-                return Poll::Ready(());
-            }
-            let mut waiting = self.waiting.borrow_mut();
-            if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
-                waiting.push(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
-    }
-}
 
 /// The registry's store: the agent's store, each operation ending as `closed` once the agent
 /// is let go.
 pub(super) struct UntilLetGo {
     store: Rc<dyn Store>,
-    let_go: Rc<LetGo>,
+    /// Set when the agent is let go.
+    let_go: Rc<CancelFlag>,
 }
 
 impl UntilLetGo {
-    pub(super) fn new(store: Rc<dyn Store>, let_go: Rc<LetGo>) -> Self {
+    pub(super) fn new(store: Rc<dyn Store>, let_go: Rc<CancelFlag>) -> Self {
         Self { store, let_go }
     }
 
     async fn or_let_go<T>(&self, operation: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        if self.let_go.gone.get() {
+        if self.let_go.is_cancelled() {
             return Err(let_go_error());
         }
-        match select(pin!(operation), pin!(self.let_go.happened())).await {
-            Either::Left((done, _)) => done,
-            Either::Right(_) => Err(let_go_error()),
-        }
+        unless_cancelled(Some(&*self.let_go), operation).await.unwrap_or_else(|| Err(let_go_error()))
     }
 }
 

@@ -68,7 +68,7 @@ pub use types::{
 };
 
 use audit::{audit_entry_key, verdict_detail, AuditSubject, ForgeNameRecord};
-use let_go::{LetGo, UntilLetGo};
+use let_go::UntilLetGo;
 use lifecycle::restorable;
 use listing::tool_info;
 use names::{look_alike_in, own_names, shadowed_failure};
@@ -199,7 +199,7 @@ pub struct Registry {
     config: EmergentConfig,
     store: Rc<dyn Store>,
     /// Set when the agent is let go: the store operations still waiting end ([`let_go`]).
-    let_go: Rc<LetGo>,
+    let_go: Rc<crate::agent::CancelFlag>,
     env: Rc<dyn Environment>,
     forge: Forge,
     promotion_judge: Option<Rc<dyn Model>>,
@@ -326,7 +326,7 @@ impl Registry {
         let forge = Forge::new(deps.judges.judge.clone(), deps.sandbox.clone(), deps.env.clone(), config.allowed_sandbox_apis.clone());
         let promotion_judge = deps.judges.promotion_judge.clone().or(deps.judges.judge.clone());
         let stats_turn_key = deps.store.data_key();
-        let let_go = Rc::new(LetGo::default());
+        let let_go = Rc::new(crate::agent::CancelFlag::default());
         let registry = Rc::new_cyclic(|me| Registry {
             agent_id: agent_id.to_string(),
             config,
@@ -369,7 +369,7 @@ impl Registry {
     /// that the turns they hold do not hold up the agents on that store after it.
     pub fn let_go(&self) {
         self.close();
-        self.let_go.let_go();
+        self.let_go.cancel();
     }
 
     pub fn agent_id(&self) -> &str {
