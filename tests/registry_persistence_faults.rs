@@ -129,16 +129,22 @@ fn promote_to_agent(r: &Rig, code: &str, session: &str) {
     assert_eq!(block_on(r.registry.request_promotion("slugify", Tier::Agent, session)).unwrap().status, PromotionStatus::Promoted);
 }
 
+/// An agent over a [`SharedDataStore`] whose `slugify` went to the agent tier from session `s1`.
+fn rig_with_slugify_at_the_agent_tier() -> (Rc<MemoryStore>, Rc<SharedDataStore>, Rig) {
+    let memory = Rc::new(MemoryStore::new());
+    let store = Rc::new(SharedDataStore::new(memory.clone()));
+    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
+    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    (memory, store, r)
+}
+
 fn stored_calls(memory: &MemoryStore, key: &str) -> u64 {
     block_on(memory.get(key)).unwrap().map_or(0, |v| v["data"]["calls"].as_u64().unwrap())
 }
 
 #[test]
 fn a_stats_flush_going_when_its_agent_closes_lands_before_the_close_ends() {
-    let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(SharedDataStore::new(memory.clone()));
-    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
-    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    let (memory, store, r) = rig_with_slugify_at_the_agent_tier();
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
     block_on(r.registry.approve(&approval.id)).unwrap();
     let before = stored_calls(&memory, "shared/stats/slugify");
@@ -171,10 +177,7 @@ fn a_stats_flush_going_when_its_agent_closes_lands_before_the_close_ends() {
 
 #[test]
 fn calls_made_while_a_refused_rollback_was_written_are_kept_and_the_stored_count_never_goes_back() {
-    let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(SharedDataStore::new(memory.clone()));
-    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
-    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    let (memory, store, r) = rig_with_slugify_at_the_agent_tier();
     promote_to_agent(&r, SLUGIFY_V2_JS, "s2");
     use_n(&r, "slugify", 5, "s2");
     block_on(r.registry.flush_stats()).unwrap();
@@ -206,10 +209,7 @@ fn calls_made_while_a_refused_rollback_was_written_are_kept_and_the_stored_count
 
 #[test]
 fn calls_made_while_a_refused_approval_was_written_are_kept_at_the_agent_tier() {
-    let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(SharedDataStore::new(memory.clone()));
-    let r = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
-    promote_to_agent(&r, SLUGIFY_JS, "s1");
+    let (memory, store, r) = rig_with_slugify_at_the_agent_tier();
     use_n(&r, "slugify", 2, "s1");
     let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
     store.hold_next_batch.set(true);
@@ -233,10 +233,7 @@ fn calls_made_while_a_refused_approval_was_written_are_kept_at_the_agent_tier() 
 
 #[test]
 fn an_agent_let_go_while_its_approval_waits_on_a_store_that_never_answers_holds_up_no_agent_after_it() {
-    let memory = Rc::new(MemoryStore::new());
-    let store = Rc::new(SharedDataStore::new(memory.clone()));
-    let first = rig_over("agent1", lifecycle_config(), Some(approving_judge()), Some(approving_judge()), memory.clone(), store.clone());
-    promote_to_agent(&first, SLUGIFY_JS, "s1");
+    let (memory, store, first) = rig_with_slugify_at_the_agent_tier();
     let approval = block_on(first.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
     // The approval's batch waits for an answer that never comes; it holds the shared-tier turn.
     store.hold_next_batch.set(true);
