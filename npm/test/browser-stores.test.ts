@@ -113,6 +113,13 @@ describeInBrowser('indexedDbStore on real IndexedDB in Chromium', () => {
     assert.deepEqual(results.map(values), storeNames.map((_, i) => [undefined, i]));
   });
 
+  test('Web Locks the browser refuses (no site data kept) fail a lock as store_error, not a raw SecurityError', async () => {
+    const result = await callInPage<{ error?: { code?: string; name?: string; message: string } }>(tab.page, 'lockWhileLocksRefused', freshDb(), 'agent:a1');
+    assert.equal(result.error?.name, 'StoreError', JSON.stringify(result));
+    assert.equal(result.error?.code, 'store_error');
+    assert.match(result.error!.message, /refused the Web Lock 'agent:a1': The request was denied/);
+  });
+
   test('a batch applies its ops in order in one transaction', async () => {
     const db = freshDb();
     const [, , scan] = values(

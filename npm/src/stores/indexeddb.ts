@@ -20,7 +20,7 @@
  * Spec: https://www.w3.org/TR/IndexedDB/
  */
 
-import { isRecord, StoreError } from '../errors.js';
+import { isRecord, messageOf, StoreError } from '../errors.js';
 import type { BatchOp, JsonValue, Store } from './types.js';
 import { checkBatch, checkJson, checkKey } from './values.js';
 
@@ -172,7 +172,9 @@ export function indexedDbStore(options: IndexedDbStoreOptions): Store {
       ? new Promise((held, failed) => {
           locks
             .request(`${broadcastName}:${lockName}`, { ifAvailable }, (granted) => (granted ? new Promise<void>((release) => held(() => release())) : held(undefined)))
-            .catch(failed);
+            // A browser set to keep no site data refuses Web Locks as it refuses IndexedDB
+            // (`SecurityError`): a store error, as the database's refusal is, not a raw one.
+            .catch((error: unknown) => failed(new StoreError('store_error', `indexedDbStore('${name}'): the browser refused the Web Lock '${lockName}': ${messageOf(error)}`, { cause: error })));
         })
       : acquireInContext(factory, `${broadcastName}:${lockName}`, ifAvailable);
 

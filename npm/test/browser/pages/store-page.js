@@ -106,3 +106,19 @@ window.concurrentWriter = async (name, who, count) => {
   await Promise.all(writes);
   return { start, end: performance.timeOrigin + performance.now() };
 };
+
+/** Takes the lock `lockName` of a store while the browser refuses Web Locks, as one set to keep
+ *  no site data does (`SecurityError`); reports the error, then lets Web Locks work again. */
+window.lockWhileLocksRefused = async (name, lockName) => {
+  const locks = navigator.locks;
+  locks.request = () => Promise.reject(new DOMException('The request was denied.', 'SecurityError'));
+  try {
+    const release = await storeOf(name).lock(lockName);
+    release();
+    return {};
+  } catch (error) {
+    return describeError(error);
+  } finally {
+    delete locks.request;
+  }
+};
