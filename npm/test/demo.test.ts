@@ -846,14 +846,20 @@ describeInBrowser('demo page in Chromium', () => {
   }
 
   test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
-    const { page } = await open({ baseURL: 'http://127.0.0.1:9/v1' });
+    const { page } = await open({ provider: 'local', baseURL: 'http://127.0.0.1:9/v1' });
     await send(page, 'hello?');
     await lastAgentStatus(page, 'error');
     const note = (await page.textContent('.msg-agent:last-of-type .run-note')) ?? '';
-    assert.match(note, /Could not reach the model server/, note);
+    // The local model (the page's default provider): how to start it.
+    assert.match(note, /Could not reach the local model server: start it with `bash scripts\/model\/start\.sh`/, note);
     assert.match((await page.textContent('.msg-agent:last-of-type .run-detail summary')) ?? '', /provider_network/);
     // The page offers no resume for a failed run, so it keeps no state of it in IndexedDB.
     await assertNoStoredRuns(page);
+    // Another provider's server: whether it runs and takes requests from the page.
+    const other = await open({ provider: 'openai', baseURL: 'http://127.0.0.1:9/v1' });
+    await send(other.page, 'hello?');
+    await lastAgentStatus(other.page, 'error');
+    assert.match((await other.page.textContent('.msg-agent:last-of-type .run-note')) ?? '', /Could not reach the model server: is it running/);
   });
 
   test('a server error, a web page instead of the API and a stream cut off mid-answer are said in plain words, the raw text only under Details', async () => {

@@ -176,7 +176,8 @@ export function mountApprovals(app: App): void {
         ),
       );
     }
-    if (status) list.append(h('li', { class: 'hint', role: 'status' }, status));
+    // The status inside an item (a list holds items only), announced from there.
+    if (status) list.append(h('li', { class: 'hint' }, h('span', { role: 'status' }, status)));
   }
 
   async function discardRun(runId: string): Promise<string> {

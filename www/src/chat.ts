@@ -118,6 +118,9 @@ export function mountChat(app: App): { setState: (state: ChatState, why?: string
     // result): a network failure now is a connection lost mid-answer, not a server out of reach.
     let answering = false;
     const scroll = () => (transcript.scrollTop = transcript.scrollHeight);
+    // The question and its empty bubble in view at once: a model on a CPU takes seconds to
+    // start answering, and the question would wait below the fold meanwhile.
+    scroll();
     const addText = (delta: string) => {
       if (!segment) {
         segment = h('p', { class: 'msg-text' });
@@ -264,6 +267,9 @@ export function explain(code: string | undefined, status: number | undefined, me
   // with "Failed to fetch"), or a stream the server ended before the answer did.
   const cutOff = (code === 'provider_network' && (context.midAnswer || /network error: (network error|error in body stream|the network connection was lost)/i.test(message))) || (code === 'provider_protocol' && context.midAnswer && /stream ended before/i.test(message));
   if (cutOff) return 'The connection to the model server was lost mid-answer (what arrived is above): try again.';
+  if (code === 'provider_network' && context.kind === 'local') {
+    return 'Could not reach the local model server: start it with `bash scripts/model/start.sh` (or `bash scripts/demo.sh`), or choose another provider under Provider.';
+  }
   if (code === 'provider_network') return 'Could not reach the model server: is it running, and does it accept requests from this page (CORS)?';
   if (code === 'provider_timeout') return 'The model took too long to answer.';
   if (/exceed_context|context (size|length)|too long|maximum context/i.test(message)) return 'The conversation is too long for this model: start a new session or send less.';

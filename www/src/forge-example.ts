@@ -6,6 +6,7 @@
 import { SLUGIFY_EXAMPLE } from '../../npm/examples/slugify-forge.ts';
 import type { App } from './app.ts';
 import { $, errorText, setDisabled } from './dom.ts';
+import { explain } from './chat.ts';
 
 export function mountForgeExample(app: App): void {
   const button = $<HTMLButtonElement>('#forge-example');
@@ -37,7 +38,9 @@ export function mountForgeExample(app: App): void {
     try {
       const result = await app.during('the example forge', () => runtime.forge(SLUGIFY_EXAMPLE, app.sessionId, forging.signal));
       status.textContent = !result.success
-        ? `Rejected (${result.category}): ${result.reason}`
+        ? judgeUnreachable(result.reason)
+          ? `Rejected: the judge (the model) could not be asked. ${explain('provider_network', undefined, result.reason, { kind: runtime.settings.kind })}`
+          : `Rejected (${result.category}): ${result.reason}`
         : result.unchanged
           ? `slugify v${result.tool.version} (${result.tool.tier} tier) is this very tool already: nothing was tested or judged again. Ask the chat to slugify a title.`
           : `Registered slugify v${result.tool.version} in this session. Ask the chat to slugify a title; promote it to keep it after a reload.`;
@@ -56,4 +59,10 @@ export function mountForgeExample(app: App): void {
       app.refreshSoon();
     }
   });
+}
+
+/** Whether a forge was rejected because its judge's model could not be reached (fail-closed:
+ *  no verdict, no tool), which says nothing about the tool. */
+function judgeUnreachable(reason: string | undefined): reason is string {
+  return reason !== undefined && /provider_network/.test(reason);
 }

@@ -56,6 +56,12 @@ export function mountRegistry(app: App): void {
   enableImport();
 
   app.onRefresh(refresh);
+  // What an action left to say about a tool ("pending — waiting for human approval") is over
+  // once the tool moves or its promotion is decided, here or in Pending approvals.
+  app.onEvent((event) => {
+    const moved = event.type === 'tool.promoted' || event.type === 'tool.demoted' || event.type === 'promotion.rejected';
+    if (moved && !acting && event.name === detail.dataset.tool) actionStatus = '';
+  });
   app.onRuntime((runtime) => {
     enableImport();
     if (runtime) {

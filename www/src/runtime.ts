@@ -161,7 +161,11 @@ export const hostTools: HostTool[] = [
         notes = [];
       }
       notes.push(String(text));
-      localStorage.setItem(key, JSON.stringify(notes.slice(-50)));
+      try {
+        localStorage.setItem(key, JSON.stringify(notes.slice(-50)));
+      } catch {
+        return { saved: false, reason: 'this browser keeps no data for this page' };
+      }
       return { saved: true, notes: notes.length };
     },
   }),

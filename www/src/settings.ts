@@ -19,9 +19,19 @@ interface KeyFor {
   baseURL: string;
 }
 
+/** The stored settings' text; `null` when there are none or the browser keeps no site data
+ *  (then reading `localStorage` at all throws a `SecurityError`). */
+function storedText(): string | null {
+  try {
+    return localStorage.getItem(STORAGE_KEY);
+  } catch {
+    return null;
+  }
+}
+
 function readStored(): Stored {
   try {
-    const raw = localStorage.getItem(STORAGE_KEY);
+    const raw = storedText();
     if (raw) {
       const parsed = JSON.parse(raw) as Stored;
       if (KINDS.includes(parsed.kind)) return { kind: parsed.kind, perKind: parsed.perKind ?? {}, rememberKey: !!parsed.rememberKey };
@@ -46,7 +56,7 @@ export type ApplyOutcome = { refused: string } | { note: string };
 /** Removes the remembered keys from the stored settings at once, and nothing else: what the
  *  form shows but was not applied is not saved by it. */
 function forgetStoredKeys(): void {
-  if (localStorage.getItem(STORAGE_KEY) === null) return;
+  if (storedText() === null) return;
   const stored = readStored();
   for (const entry of Object.values(stored.perKind)) {
     delete entry.apiKey;
@@ -77,7 +87,7 @@ export interface SettingsController {
  */
 export function mountSettings(onApply: (settings: ProviderSettings) => ApplyOutcome): SettingsController {
   const stored = readStored();
-  const hadStored = localStorage.getItem(STORAGE_KEY) !== null;
+  const hadStored = storedText() !== null;
   const params = new URLSearchParams(location.search);
   const keys: Partial<Record<ProviderKind, KeyFor>> = {};
   for (const kind of KINDS) {

@@ -39,6 +39,16 @@ export function mountTimeline(app: App): void {
     const missing = runtime && !runtime.emergentAvailable;
     note.hidden = !missing;
     note.textContent = missing ? 'Emergent API not available in this build: the package does not ship forge events yet, so no forge can appear here.' : '';
+    // The timeline shows what happens while the page is open; after a reload the registry still
+    // holds earlier forges, and "No forge yet" would contradict it.
+    if (runtime && !missing) {
+      void runtime.audit().then(
+        (trail) => {
+          if (trail.length > 0) empty.textContent = 'Nothing forged since this page loaded. Earlier forges, verdicts and promotions are in each tool’s audit trail under Registry.';
+        },
+        () => undefined,
+      );
+    }
   });
 
   // A forge cut off by Stop (or by its run failing) sends no forge.rejected: once its run is
