@@ -53,18 +53,60 @@ pub async fn unless_cancelled<T>(cancel: Option<&dyn CancelSignal>, work: impl F
     }
 }
 
-/// A cancel flag set by the owner (native callers and tests).
+/// A cancel flag set by the owner (native callers and tests; the registry's let-go signal,
+/// which lives as long as its agent).
 #[derive(Debug, Default)]
 pub struct CancelFlag {
     set: Cell<bool>,
-    waiting: RefCell<Vec<Waker>>,
+    /// The wakers of the waits still pending, by key: a wait removes its own when dropped, so a
+    /// flag that outlives many waits (the registry's, one per store operation) keeps none of
+    /// theirs.
+    waiting: RefCell<std::collections::BTreeMap<u64, Waker>>,
+    next_key: Cell<u64>,
 }
 
 impl CancelFlag {
     pub fn cancel(&self) {
         self.set.set(true);
-        for waker in self.waiting.take() {
+        for waker in self.waiting.take().into_values() {
             waker.wake();
+        }
+    }
+
+    /// How many waits are pending (for tests).
+    pub fn waiting(&self) -> usize {
+        self.waiting.borrow().len()
+    }
+}
+
+/// One wait for a [`CancelFlag`]; its waker leaves the flag when it is dropped.
+struct Cancelled<'a> {
+    flag: &'a CancelFlag,
+    key: Option<u64>,
+}
+
+impl Future for Cancelled<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        if self.flag.set.get() {
+            return Poll::Ready(());
+        }
+        let flag = self.flag;
+        let key = *self.key.get_or_insert_with(|| {
+            let key = flag.next_key.get();
+            flag.next_key.set(key.wrapping_add(1));
+            key
+        });
+        flag.waiting.borrow_mut().insert(key, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            self.flag.waiting.borrow_mut().remove(&key);
         }
     }
 }
@@ -75,16 +117,7 @@ impl CancelSignal for CancelFlag {
     }
 
     fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + '_>> {
-        Box::pin(std::future::poll_fn(move |cx| {
-            if self.set.get() {
-                return Poll::Ready(());
-            }
-            let mut waiting = self.waiting.borrow_mut();
-            if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
-                waiting.push(cx.waker().clone());
-            }
-            Poll::Pending
-        }))
+        Box::pin(Cancelled { flag: self, key: None })
     }
 }
 
@@ -113,5 +146,28 @@ impl Environment for NativeEnvironment {
     fn new_id(&self, prefix: &str) -> String {
         self.counter.set(self.counter.get() + 1);
         format!("{prefix}_{}", self.counter.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[test]
+    fn a_flag_keeps_no_waker_of_a_wait_that_ended_and_wakes_those_still_pending() {
+        let flag = CancelFlag::default();
+        // A registry's flag sees one wait per store operation that did not answer at once.
+        for _ in 0..1_000 {
+            let mut wait = flag.cancelled();
+            assert!(wait.as_mut().now_or_never().is_none());
+        }
+        assert_eq!(flag.waiting(), 0, "each wait took its waker with it");
+        let mut pending = flag.cancelled();
+        assert!(pending.as_mut().now_or_never().is_none());
+        assert_eq!(flag.waiting(), 1);
+        flag.cancel();
+        assert_eq!(pending.as_mut().now_or_never(), Some(()));
+        assert_eq!(flag.waiting(), 0);
     }
 }
