@@ -847,6 +847,8 @@ describeInBrowser('demo page in Chromium', () => {
 
   test('a model server that cannot be reached is said in plain words, with the raw error under Details', async () => {
     const { page } = await open({ provider: 'local', baseURL: 'http://127.0.0.1:9/v1' });
+    // Said at start, before a message fails on it.
+    await page.waitForFunction(() => /does not answer: start it with `bash scripts\/model\/start\.sh`/.test(document.querySelector('#transcript .msg-notice')?.textContent ?? ''), undefined, { timeout: 10_000 });
     await send(page, 'hello?');
     await lastAgentStatus(page, 'error');
     const note = (await page.textContent('.msg-agent:last-of-type .run-note')) ?? '';

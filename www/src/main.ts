@@ -42,6 +42,7 @@ mountStats(app);
 const emergentBadge = $('#emergent-state');
 const settingsStatus = $('#settings-status');
 const storageNote = $('#storage-note');
+const registryHome = $('#registry-home');
 
 // One start at a time: an Apply while an agent is starting is queued (the latest one wins), so
 // two agents of the same id never open at once and a failure cannot close another start's agent.
@@ -75,6 +76,21 @@ let failure: string | undefined;
 // "loading…" flash, no notice written again), since both are read out by screen readers.
 let waitingForOtherTab = false;
 
+/** Whether a model server on this machine (the local model, Ollama) answers at all: "idle"
+ *  would otherwise look fine until the first message fails. Any HTTP answer will do; only
+ *  one that never comes (nothing listening, or no CORS) is said, with how to start it. */
+async function probeLocalModel(settings: ProviderSettings): Promise<void> {
+  if (settings.kind !== 'local' && settings.kind !== 'ollama') return;
+  const url = `${settings.baseURL.replace(/\/+$/, '')}/${settings.kind === 'local' ? 'models' : 'api/tags'}`;
+  try {
+    await fetch(url, { signal: AbortSignal.timeout(5000) });
+  } catch {
+    if (app.runtime?.settings !== settings) return; // another provider applied meanwhile
+    const start = settings.kind === 'local' ? 'start it with `bash scripts/model/start.sh` (or `bash scripts/demo.sh`)' : 'start Ollama (`ollama serve`)';
+    chat.notice(`The model server at ${settings.baseURL} does not answer: ${start}, or choose another provider under Provider.`);
+  }
+}
+
 async function startOnce(settings: ProviderSettings): Promise<void> {
   clearTimeout(retryBlocked);
   if (!waitingForOtherTab) chat.setState('loading');
@@ -100,8 +116,10 @@ async function startOnce(settings: ProviderSettings): Promise<void> {
     // page's hints promise that promoted tools are kept.
     storageNote.hidden = runtime.memoryOnly === undefined;
     storageNote.textContent = runtime.memoryOnly === undefined ? '' : `Nothing is kept after a reload: ${runtime.memoryOnly}. Forged and promoted tools, statistics and pending approvals last only until this page is reloaded or closed.`;
+    registryHome.textContent = runtime.memoryOnly === undefined ? 'IndexedDB' : "this tab's memory";
     window.__crucibleDemo = { ready: true, emergent, sessionId };
     chat.setState('idle');
+    void probeLocalModel(settings);
     // The failure (a tab that held the agent, say) is over: its words go, an Apply's stay.
     if (failure !== undefined && settingsStatus.textContent === failure) settingsStatus.textContent = '';
     failure = undefined;
