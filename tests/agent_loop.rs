@@ -290,6 +290,14 @@ fn structured_returns_ask_for_the_schema_on_turns_without_tools_only() {
     // With tools the answer may be a call; a non-object root is not sent (checked only).
     assert_eq!(asked(vec![weather_tool(FnTool::new(|_| Ok(json!({}))))], schema), None);
     assert_eq!(asked(vec![], json!({ "type": "array" })), None);
+    // A root naming a local definition (Zod's `.meta({ id })`): that object, its definitions kept.
+    let person = json!({ "type": "object", "properties": { "name": { "type": "string" }, "pet": { "$ref": "#/$defs/Pet" } } });
+    let pet = json!({ "type": "object", "properties": { "kind": { "type": "string" } } });
+    let named = json!({ "$ref": "#/$defs/Person", "$defs": { "Person": person.clone(), "Pet": pet.clone() } });
+    let mut sent = person.clone();
+    sent["$defs"] = json!({ "Person": person, "Pet": pet });
+    assert_eq!(asked(vec![], named), Some(ResponseFormat::JsonSchema { name: "answer".into(), schema: std::rc::Rc::new(sent) }));
+    assert_eq!(asked(vec![], json!({ "$ref": "#/$defs/N", "$defs": { "N": { "type": "number" } } })), None, "a named non-object is not sent");
 }
 
 #[test]

@@ -280,10 +280,12 @@ impl RunContext<'_> {
     /// none: a schema-constrained answer cannot be a tool call (given both, llama.cpp's server
     /// answers in the schema and never calls). Neither does a schema whose root is not an
     /// object (OpenAI-compatible structured output wants one); the prompt and the check hold
-    /// for all.
+    /// for all. A root that is a local `$ref` to an object (Zod's `.meta({ id })`) is sent as
+    /// that object, its definitions beside it.
     fn response_format(&self, tools: &[ToolDefinition]) -> Option<ResponseFormat> {
-        let schema = self.returns.filter(|s| s.source().get("type").and_then(Value::as_str) == Some("object"))?;
-        tools.is_empty().then(|| ResponseFormat::JsonSchema { name: "answer".into(), schema: schema.shared_source() })
+        let returns = self.returns.filter(|_| tools.is_empty())?;
+        let schema = if is_object_schema(returns.source()) { returns.shared_source() } else { std::rc::Rc::new(referenced_root(returns.source())?) };
+        Some(ResponseFormat::JsonSchema { name: "answer".into(), schema })
     }
 
     /// The tool choice of a turn: the configured one until the run's first tool call (unless
@@ -724,4 +726,22 @@ fn note_cut_off_forge_request(result: &mut Value, finish_reason: &str) {
         reason.push_str("; ");
         reason.push_str(&cut_off_note(finish_reason));
     }
+}
+
+fn is_object_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+/// The object schema a root `{ "$ref": "#/$defs/Person", "$defs": { … } }` names, with the
+/// root's definitions beside it (so the references inside it still resolve); `None` for any
+/// other root.
+fn referenced_root(schema: &Value) -> Option<Value> {
+    let pointer = schema.get("$ref")?.as_str()?.strip_prefix('#')?;
+    let mut target = schema.pointer(pointer).filter(|t| is_object_schema(t))?.as_object()?.clone();
+    for key in ["$defs", "definitions"] {
+        if let Some(definitions) = schema.get(key) {
+            target.entry(key).or_insert_with(|| definitions.clone());
+        }
+    }
+    Some(Value::Object(target))
 }
