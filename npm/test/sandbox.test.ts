@@ -77,6 +77,15 @@ describe('createSandbox options are checked with a SandboxError', () => {
     await refused({ memoryMB: '64' }, /memoryMB must be between 32 and 4096/);
     for (const maxQueued of [-1, 1.5, '8']) await refused({ maxQueued }, /maxQueued must be a whole number/);
   });
+
+  test('fetch options that are not what they say are refused by name: a body cap the host would not hold, a string for allowHttp', async () => {
+    // Infinity went to the engine as JSON null (its own 4 MiB) while the host read an endless body.
+    for (const maxFetchBodyBytes of [Infinity, Number.NaN, -1, 0, 1.5, '1000', 2 ** 33]) {
+      await refused({ maxFetchBodyBytes }, /maxFetchBodyBytes must be a whole number of bytes from 1 to 2147483647/);
+    }
+    for (const allowHttp of ['false', 1, null]) await refused({ allowHttp }, /allowHttp must be true or false/);
+    assert.equal(sandboxLimits({ allowHttp: true, maxFetchBodyBytes: 1024 }).maxFetchBodyBytes, 1024);
+  });
 });
 
 describe('sandbox (Node)', { skip: wasmBuilt ? false : 'npm/wasm/crucible_sandbox_bg.wasm missing: run npm run build:wasm' }, () => {
@@ -913,6 +922,38 @@ describe('sandbox fetch: where allowlisted names lead (Node)', { skip: wasmBuilt
       assert.deepEqual(seenA.splice(0), [`127.0.0.1:${portA}`]);
       assert.deepEqual(seenB, [], 'the redirect reached the other port');
     });
+  });
+});
+
+describe('sandbox fetch: credentials across origins (Node)', () => {
+  test("the guest's Authorization and Cookie headers do not follow a redirect to another origin, only within one", async () => {
+    // Each server records what reached it and redirects where `?to=` says, if it says.
+    const seen: Array<{ at: string; headers: IncomingHttpHeaders }> = [];
+    const hop = (name: string) =>
+      createServer((req, res) => {
+        const to = new URL(req.url ?? '/', 'http://x').searchParams.get('to');
+        if (to) return res.writeHead(302, { location: to }).end();
+        seen.push({ at: name, headers: req.headers });
+        res.end('ok');
+      });
+    const [serverA, serverB] = [hop('a'), hop('b')];
+    const [a, b] = [await listenOnLoopback(serverA), await listenOnLoopback(serverB)];
+    const policy = { allowlist: [`127.0.0.1:${a.port}`, `127.0.0.1:${b.port}`], allowHttp: true, maxBodyBytes: 1024, maxRedirects: 5, fetch: globalThis.fetch };
+    const fetchVia = (to: string) =>
+      bridgedFetch(JSON.stringify({ url: `${a.origin}/?to=${encodeURIComponent(to)}`, method: 'GET', headers: [['authorization', 'Bearer TOKEN-FOR-A'], ['cookie', 'session=a'], ['x-trace', '1']] }), policy);
+    try {
+      await fetchVia(`${b.origin}/`);
+      assert.equal(seen[0]?.at, 'b');
+      assert.equal(seen[0]?.headers.authorization, undefined, 'the token for A reached B');
+      assert.equal(seen[0]?.headers.cookie, undefined);
+      assert.equal(seen[0]?.headers['x-trace'], '1', 'other headers follow');
+      // Within one origin they follow, as the Fetch standard has it.
+      await fetchVia(`${a.origin}/final`);
+      assert.deepEqual([seen[1]?.at, seen[1]?.headers.authorization, seen[1]?.headers.cookie], ['a', 'Bearer TOKEN-FOR-A', 'session=a']);
+    } finally {
+      serverA.close();
+      serverB.close();
+    }
   });
 });
 

@@ -195,7 +195,11 @@ export async function bridgedFetch(requestJson: string, policy: FetchPolicy): Pr
       if (!location) throw new FetchRefused(`redirect ${response.status} without a location`);
       if (hop >= policy.maxRedirects) throw new FetchRefused('too many redirects');
       // Each hop is parsed and checked exactly like the first URL.
+      const from = url;
       url = checkUrl(new URL(location, url).href, policy);
+      // Credentials meant for one origin do not follow a redirect to another (the Fetch standard
+      // drops `Authorization` there; Node's fetch drops `Cookie` too).
+      if (url.origin !== from.origin) for (const name of ['authorization', 'cookie', 'proxy-authorization']) headers.delete(name);
       if (response.status === 303 || ((response.status === 301 || response.status === 302) && method === 'POST')) {
         method = 'GET';
         body = undefined;

@@ -55,7 +55,25 @@ export function sandboxLimits(options: SandboxOptions) {
       );
     }
   }
-  return { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist: [...allowlist] };
+  if (options.allowHttp !== undefined && typeof options.allowHttp !== 'boolean') throw new SandboxError(`allowHttp must be true or false, got ${describeValue(options.allowHttp)}`);
+  const allowHttp = options.allowHttp ?? false;
+  // The host buffers up to this much of a response before the engine sees it: `Infinity` (which
+  // JSON makes `null` on its way to the engine) would leave the host reading an endless body.
+  const maxFetchBodyBytes = options.maxFetchBodyBytes ?? 4 * 1024 * 1024;
+  if (!(Number.isSafeInteger(maxFetchBodyBytes) && maxFetchBodyBytes >= 1 && maxFetchBodyBytes <= MAX_TIMER_MS)) {
+    throw new SandboxError(`maxFetchBodyBytes must be a whole number of bytes from 1 to ${MAX_TIMER_MS}, got ${describeValue(maxFetchBodyBytes)}`);
+  }
+  const startTimeoutMs = options.startTimeoutMs ?? 20_000;
+  const retryStartAfterMs = options.retryStartAfterMs ?? 30_000;
+  // A timer past MAX_TIMER_MS (or given a non-number) fires at once: every Worker would fail its
+  // start. Infinity (never start them again) is compared, never handed to a timer.
+  if (!(typeof startTimeoutMs === 'number' && startTimeoutMs > 0 && startTimeoutMs <= MAX_TIMER_MS)) {
+    throw new SandboxError(`startTimeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS}), got ${describeValue(startTimeoutMs)}`);
+  }
+  if (!(typeof retryStartAfterMs === 'number' && ((retryStartAfterMs >= 0 && retryStartAfterMs <= MAX_TIMER_MS) || retryStartAfterMs === Infinity))) {
+    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity, got ${describeValue(retryStartAfterMs)}`);
+  }
+  return { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist: [...allowlist], allowHttp, maxFetchBodyBytes, startTimeoutMs, retryStartAfterMs };
 }
 
 /**
@@ -96,17 +114,7 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
   if (!isRecord(options as unknown)) {
     throw new SandboxError(`createSandbox takes an options object (or nothing), e.g. createSandbox({ timeoutMs: 5000 }); got ${describeType(options)}`);
   }
-  const { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist } = sandboxLimits(options);
-  const retry = options.retryStartAfterMs;
-  // Infinity (never start them again) is compared, never handed to a timer.
-  if (retry !== undefined && !(typeof retry === 'number' && retry >= 0)) {
-    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds (0 or more, or Infinity), got ${describeType(retry)}`);
-  }
-  const startTimeout = options.startTimeoutMs;
-  // A timer past MAX_TIMER_MS (or given a non-number) fires at once: every Worker would fail its start.
-  if (startTimeout !== undefined && !(typeof startTimeout === 'number' && startTimeout > 0 && startTimeout <= MAX_TIMER_MS)) {
-    throw new SandboxError(`startTimeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS}), got ${describeType(startTimeout)}`);
-  }
+  const { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist, allowHttp, maxFetchBodyBytes, startTimeoutMs, retryStartAfterMs } = sandboxLimits(options);
   // A SharedWorker or a service worker has no Worker to start: said now, not as a forge that
   // fails (seemingly for a while) at every test.
   if (!isNode && typeof (globalThis as { Worker?: unknown }).Worker !== 'function') {
@@ -128,12 +136,12 @@ export async function createSandbox(options: SandboxOptions = {}): Promise<Sandb
     poolSize,
     maxQueued,
     fetchDomainAllowlist,
-    allowHttp: options.allowHttp ?? false,
-    maxFetchBodyBytes: options.maxFetchBodyBytes ?? 4 * 1024 * 1024,
+    allowHttp,
+    maxFetchBodyBytes,
     workerUrl: options.workerUrl,
     fetch: fetchImpl,
-    startTimeoutMs: options.startTimeoutMs ?? 20_000,
-    retryStartAfterMs: options.retryStartAfterMs ?? 30_000,
+    startTimeoutMs,
+    retryStartAfterMs,
     idleTimeoutMs,
   });
   try {

@@ -66,9 +66,9 @@ export interface SandboxOptions {
    * execution of another code for about one deadline and one Worker restart, not for all of them.
    */
   maxQueued?: number;
-  /** Cap on a fetched response body. Default 4 MiB. A body that would grow past twice the cap
-   *  as the JSON text it crosses to the Worker in (control characters escape to six) is refused
-   *  too. */
+  /** Cap on a fetched response body, a whole number of bytes from 1 to 2147483647. Default
+   *  4 MiB. A body that would grow past twice the cap as the JSON text it crosses to the Worker
+   *  in (control characters escape to six) is refused too. */
   maxFetchBodyBytes?: number;
   /** Override where the Worker script is loaded from (bundlers that copy no assets: esbuild);
    *  a relative path is read against the page. */
