@@ -925,6 +925,23 @@ describe('sandbox fetch: where allowlisted names lead (Node)', { skip: wasmBuilt
   });
 });
 
+describe('sandbox fetch: a binary body as text (Node)', () => {
+  test('a body under the cap whose text outgrows it (invalid UTF-8 as U+FFFD) is refused saying so, not as a body over the cap', async () => {
+    const server = createServer((_req, res) => res.end(Buffer.alloc(600, 0xff)));
+    const { origin, port } = await listenOnLoopback(server);
+    const policy = { allowlist: [`127.0.0.1:${port}`], allowHttp: true, maxBodyBytes: 1000, maxRedirects: 5, fetch: globalThis.fetch };
+    try {
+      await assert.rejects(bridgedFetch(JSON.stringify({ url: `${origin}/`, method: 'GET', headers: [] }), policy), (e: unknown) => {
+        assert.ok(e instanceof FetchRefused, String(e));
+        assert.match(e.message, /response body of 600 bytes is not UTF-8 text: .* it is 1800 bytes, more than the 1000-byte limit/);
+        return true;
+      });
+    } finally {
+      server.close();
+    }
+  });
+});
+
 describe('sandbox fetch: credentials across origins (Node)', () => {
   test("the guest's Authorization and Cookie headers do not follow a redirect to another origin, only within one", async () => {
     // Each server records what reached it and redirects where `?to=` says, if it says.

@@ -145,7 +145,29 @@ async function readCapped(response: Response, max: number): Promise<string> {
     all.set(c, offset);
     offset += c.byteLength;
   }
-  return new TextDecoder().decode(all);
+  const text = new TextDecoder().decode(all);
+  // The guest gets the body as text, which the engine holds to the same cap: bytes that are not
+  // UTF-8 become U+FFFD, three bytes each, so a binary body under the cap can outgrow it.
+  const asText = utf8Length(text);
+  if (asText > max) {
+    throw new FetchRefused(`response body of ${total} bytes is not UTF-8 text: as the text the sandbox reads (each invalid byte as U+FFFD) it is ${asText} bytes, more than the ${max}-byte limit`);
+  }
+  return text;
+}
+
+/** Bytes of `text` in UTF-8, counted without encoding it. */
+function utf8Length(text: string): number {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    if (unit < 0x80) bytes += 1;
+    else if (unit < 0x800) bytes += 2;
+    else if (unit >= 0xd800 && unit < 0xdc00 && i + 1 < text.length) {
+      bytes += 4;
+      i++;
+    } else bytes += 3;
+  }
+  return bytes;
 }
 
 /** A refusal raised below `fetch` (the connect-time address check), found in the cause chain. */
