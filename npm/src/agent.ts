@@ -28,7 +28,6 @@ import {
   RESUME_OPTION_NAMES,
   RUN_OPTION_NAMES,
   sessionOf,
-  signalOf,
   unreadableOptions,
   type ApprovalDecision,
   type CallOptions,
@@ -55,6 +54,11 @@ export { AgentRunError };
 
 /** The signal of host tool calls made outside a run (nothing can abort them); one shared
  * instance, since creating an AbortController per call shows up in call latency. */
+/** The signal each run's event stream was started with, as `stream()` read it from its options:
+ *  `run()` hands it to `collect` rather than reading the options a second time (a getter could
+ *  answer differently). */
+const signalsOfRuns = new WeakMap<object, AbortSignal | undefined>();
+
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 
 let runCounter = 0;
@@ -436,7 +440,8 @@ export class Agent<Output = unknown> {
 
   /** {@link Agent.resumeStream}, collected like {@link Agent.run}. */
   resume<O = Output>(run: string | { runId: string; state?: unknown }, options: ResumeOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.resumeStream(run, options), signalOf(options));
+    const events = this.resumeStream(run, options);
+    return collect<O>(events, signalsOfRuns.get(events));
   }
 
   /**
@@ -461,6 +466,7 @@ export class Agent<Output = unknown> {
       stop.early?.();
       return fail(error);
     };
+    signalsOfRuns.set(events, outerSignal);
     return events;
   }
 
@@ -580,7 +586,8 @@ export class Agent<Output = unknown> {
    * invalid structured output) or {@link AbortError}.
    */
   run<O = Output>(input: string, options: RunOptions = {}): Promise<RunResult<O>> {
-    return collect<O>(this.stream(input, options), signalOf(options));
+    const events = this.stream(input, options);
+    return collect<O>(events, signalsOfRuns.get(events));
   }
 
   /** The conversation of a session so far: what is kept of it within `sessionHistory`, and

@@ -952,6 +952,19 @@ describe('agent over an OpenAI-compatible server', () => {
     const stop = new AbortController();
     setTimeout(() => stop.abort('the user left'), 100);
     await assert.rejects(agent.run('?', { signal: stop.signal }), (e: unknown) => e instanceof AbortError && e.cause === 'the user left');
+    // Options are read once: a getter asked again could give another signal than the run has.
+    server.enqueue({ text: 'slow', delayMs: 10_000 });
+    const once = new AbortController();
+    let reads = 0;
+    setTimeout(() => once.abort('read once'), 100);
+    const options = {
+      get signal() {
+        reads++;
+        return reads === 1 ? once.signal : new AbortController().signal;
+      },
+    };
+    await assert.rejects(agent.run('?', options), (e: unknown) => e instanceof AbortError && e.cause === 'read once');
+    assert.equal(reads, 1);
   });
 
   test('close() aborts the runs still going and waits for them', async () => {

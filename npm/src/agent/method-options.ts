@@ -154,16 +154,6 @@ export function unreadableOptions(error: unknown, where: string, code: 'invalid_
   return new CrucibleError(code, `${where}: the options could not be read: ${messageOf(error)}`, { cause: error });
 }
 
-/** The run's signal for `collect` (which only names it as an abort's cause); options that
- *  cannot be read have none, and their stream fails on them already. */
-export function signalOf(options: unknown): AbortSignal | undefined {
-  try {
-    return (options as RunOptions | null | undefined)?.signal ?? undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** {@link notSignal} for a run's options, whose reading of the signal's fields may throw too. */
 export function readSignal(signal: unknown, what: string): CrucibleError | undefined {
   try {
