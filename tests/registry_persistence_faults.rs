@@ -254,3 +254,47 @@ fn an_agent_let_go_while_its_approval_waits_on_a_store_that_never_answers_holds_
     pool.run_until_stalled();
     assert_eq!(demoted.borrow_mut().take(), Some(Ok(Tier::Session)), "the demotion does not wait for the turn the let-go approval held");
 }
+
+#[test]
+fn an_approval_made_after_its_agent_closed_writes_nothing() {
+    let (memory, _store, r) = rig_with_slugify_at_the_agent_tier();
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    r.registry.close();
+    let approved = block_on(r.registry.approve(&approval.id)).map(|t| t.tier).map_err(|e| e.code());
+    assert_eq!(approved, Err("closed"));
+    assert_eq!(block_on(memory.get("shared/tool/slugify")).unwrap(), None, "the records belong to whoever opens the agent id next");
+}
+
+#[test]
+fn calls_other_agents_flushed_while_a_refused_approval_waited_are_not_taken_for_this_agents() {
+    let (memory, store, r) = rig_with_slugify_at_the_agent_tier();
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s1")).unwrap().approval.unwrap();
+    block_on(r.registry.approve(&approval.id)).unwrap();
+    let shared_before = stored_calls(&memory, "shared/stats/slugify");
+    // A new version at the agent tier with 3 uses of its own, asked to go to the shared tier.
+    promote_to_agent(&r, SLUGIFY_V2_JS, "s2");
+    let approval = block_on(r.registry.request_promotion("slugify", Tier::Shared, "s2")).unwrap().approval.unwrap();
+    // The approval reads the shared totals while another agent's flush adds 7 calls to them,
+    // then its write is refused.
+    *store.slow_reads.borrow_mut() = Some("shared/stats/");
+    let mut pool = LocalPool::new();
+    let approved = Rc::new(RefCell::new(None));
+    let (registry, done) = (r.registry.clone(), approved.clone());
+    pool.spawner().spawn_local(async move { *done.borrow_mut() = Some(registry.approve(&approval.id).await.map(|_| ()).map_err(|e| e.code())) }).unwrap();
+    pool.run_until_stalled();
+    let mut totals = block_on(memory.get("shared/stats/slugify")).unwrap().unwrap();
+    for field in ["calls", "successes"] {
+        totals["data"][field] = json!(totals["data"][field].as_u64().unwrap() + 7);
+    }
+    block_on(memory.put("shared/stats/slugify", totals)).unwrap();
+    store.hold_next_batch.set(true);
+    store.refuse_held.set(true);
+    store.gate.open();
+    pool.run();
+    assert_eq!(approved.borrow_mut().take(), Some(Err("store_quota")));
+    let agent_calls = r.registry.list("s2").into_iter().find(|t| t.tier == Tier::Agent).map(|t| t.stats.calls);
+    assert_eq!(agent_calls, Some(3), "its own 3 uses, not the other agents' 7 besides");
+    block_on(r.registry.flush_stats()).unwrap();
+    assert_eq!(stored_calls(&memory, "agent/agent1/stats/slugify"), 3);
+    assert_eq!(stored_calls(&memory, "shared/stats/slugify"), shared_before + 7);
+}

@@ -795,7 +795,7 @@ impl Registry {
             (outcome, ops, undo.sealed(&state))
         };
         let written = match &info {
-            Ok(approved) => self.write_shared_stats(ops, &[(approved.name.clone(), joining)], &std::cell::Cell::new(false)).await,
+            Ok(approved) => self.write_shared_stats(ops, &[(approved.name.clone(), joining)], &std::cell::Cell::new(false), false).await,
             Err(_) => self.persist(ops).await,
         };
         if written.is_err() {

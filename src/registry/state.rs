@@ -18,12 +18,16 @@ pub(crate) struct Entry {
     /// these deltas added to what the store holds, so agents sharing a tool add up their
     /// calls instead of overwriting each other's counts.
     pub(super) unflushed: ToolStats,
+    /// This agent's calls of the entry, counted since it was made or loaded: only ever added to
+    /// (reading the shared totals replaces `stats`), so an undo can tell the calls made here
+    /// while its write was out from other agents' calls that a read brought in.
+    pub(super) calls_here: ToolStats,
     pub(super) built: Option<Tool>,
 }
 
 impl Entry {
     pub(super) fn new(record: ToolRecord, stats: ToolStats) -> Self {
-        Self { record, stats, unflushed: ToolStats::default(), built: None }
+        Self { record, stats, unflushed: ToolStats::default(), calls_here: ToolStats::default(), built: None }
     }
 
     pub(super) fn active(&self) -> bool {
@@ -171,7 +175,7 @@ impl Undo {
         for touched in &mut self.entries {
             let left = state.entry(touched.tier, &touched.session, &touched.name);
             touched.left = left.map(Entry::version);
-            touched.left_stats = left.map(|e| e.stats.clone());
+            touched.left_calls = left.map(|e| e.calls_here.clone());
         }
         self
     }
@@ -187,9 +191,9 @@ struct Touched {
     name: String,
     before: Option<Entry>,
     left: Option<Version>,
-    /// The stats of the entry the change left: calls counted on it after are the tool's uses
-    /// while the write was out, which an undo keeps.
-    left_stats: Option<ToolStats>,
+    /// This agent's calls of the entry the change left, as it left it: calls counted on it
+    /// after are the tool's uses while the write was out, which an undo keeps.
+    left_calls: Option<ToolStats>,
 }
 
 /// Calls counted on an entry an undo takes away, since its change left it there.
@@ -216,7 +220,7 @@ impl State {
                     name: name.to_string(),
                     before: self.entry(tier, session, name).cloned(),
                     left: None,
-                    left_stats: None,
+                    left_calls: None,
                 })
                 .collect(),
             approvals: approvals.iter().map(|&id| (id.to_string(), self.approvals.get(id).cloned())).collect(),
@@ -242,7 +246,7 @@ impl State {
     pub(crate) fn undo(&mut self, undo: Undo) {
         let mut meanwhile = vec![];
         let mut put_back = vec![];
-        for Touched { tier, session, name, before, left, left_stats } in undo.entries {
+        for Touched { tier, session, name, before, left, left_calls } in undo.entries {
             let Some(map) = self.existing_tier_mut(tier, &session) else { continue };
             if map.get(&name).map(Entry::version) != left {
                 continue;
@@ -254,8 +258,8 @@ impl State {
                 Some(entry) => map.insert(name.clone(), entry),
                 None => map.remove(&name),
             };
-            if let (Some(undone), Some(left_stats)) = (undone, left_stats) {
-                let since = undone.stats.since(&left_stats);
+            if let (Some(undone), Some(left_calls)) = (undone, left_calls) {
+                let since = undone.calls_here.since(&left_calls);
                 meanwhile.push(CountedMeanwhile { tier, session, name, since, unwritten: undone.unflushed });
             }
         }

@@ -326,7 +326,7 @@ impl Registry {
             (ops, shared, agent)
         };
         let taken = FlushTaken { registry: self, shared: &shared, agent, sent: Default::default(), written: Default::default() };
-        let written = if shared.is_empty() { self.write(ops, true).await } else { self.write_shared_stats(ops, &shared, &taken.sent).await };
+        let written = if shared.is_empty() { self.write(ops, true).await } else { self.write_shared_stats(ops, &shared, &taken.sent, true).await };
         if written.is_err() && taken.sent.get() {
             self.keep_unflushed(&shared);
         }
@@ -337,12 +337,15 @@ impl Registry {
     /// Adds this agent's shared-tier deltas to the totals the store holds and writes them with
     /// `ops`. Shared totals are read, added to and written back: flushes of the agents in this
     /// instance take turns, and with agents in other contexts through the store's lock, so no
-    /// agent's write lands between another's read and write.
+    /// agent's write lands between another's read and write. `began_before_close`: a stats
+    /// flush counted for `close_writes` (see [`Registry::write`]); an approval is not, and is
+    /// refused once the registry is closed.
     pub(super) async fn write_shared_stats(
         &self,
         mut ops: Vec<BatchOp>,
         shared: &[(String, ToolStats)],
         sent: &std::cell::Cell<bool>,
+        began_before_close: bool,
     ) -> Result<(), RegistryError> {
         let _turn = self.shared_stats_turn.lock().await;
         let _store_lock = self.store.lock("shared-stats").await?;
@@ -369,7 +372,7 @@ impl Registry {
         }
         // From here the write is on its way: dropping this future no longer stops it.
         sent.set(true);
-        self.write(ops, true).await
+        self.write(ops, began_before_close).await
     }
 
     /// Adds shared-tier deltas to what the next flush writes (calls a flush could not write,
@@ -392,6 +395,7 @@ impl Registry {
         let Some(tier) = state.holder(tier, session, name, hash) else { return false };
         let Some(entry) = state.entry_mut(tier, session, name) else { return false };
         entry.stats.record(ok, latency_ms);
+        entry.calls_here.record(ok, latency_ms);
         if tier == Tier::Session {
             return false;
         }
