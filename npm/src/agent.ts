@@ -52,13 +52,13 @@ export type { ApprovalDecision, CallOptions, CloseOptions, ForgeOptions, ImportO
 export type { CompletedRun, FinishReason, PausedRun, RunResult } from './agent/results.js';
 export { AgentRunError };
 
-/** The signal of host tool calls made outside a run (nothing can abort them); one shared
- * instance, since creating an AbortController per call shows up in call latency. */
 /** The signal each run's event stream was started with, as `stream()` read it from its options:
  *  `run()` hands it to `collect` rather than reading the options a second time (a getter could
  *  answer differently). */
 const signalsOfRuns = new WeakMap<object, AbortSignal | undefined>();
 
+/** The signal of host tool calls made outside a run (nothing can abort them); one shared
+ * instance, since creating an AbortController per call shows up in call latency. */
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 
 let runCounter = 0;

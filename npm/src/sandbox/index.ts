@@ -66,12 +66,13 @@ export function sandboxLimits(options: SandboxOptions) {
   const startTimeoutMs = options.startTimeoutMs ?? 20_000;
   const retryStartAfterMs = options.retryStartAfterMs ?? 30_000;
   // A timer past MAX_TIMER_MS (or given a non-number) fires at once: every Worker would fail its
-  // start. Infinity (never start them again) is compared, never handed to a timer.
+  // start. `retryStartAfterMs` is only compared with the clock, never handed to a timer, so any
+  // number of 0 or more will do, Infinity (never start them again) included.
   if (!(typeof startTimeoutMs === 'number' && startTimeoutMs > 0 && startTimeoutMs <= MAX_TIMER_MS)) {
     throw new SandboxError(`startTimeoutMs must be a positive number of milliseconds (at most ${MAX_TIMER_MS}), got ${describeValue(startTimeoutMs)}`);
   }
-  if (!(typeof retryStartAfterMs === 'number' && ((retryStartAfterMs >= 0 && retryStartAfterMs <= MAX_TIMER_MS) || retryStartAfterMs === Infinity))) {
-    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity, got ${describeValue(retryStartAfterMs)}`);
+  if (!(typeof retryStartAfterMs === 'number' && retryStartAfterMs >= 0)) {
+    throw new SandboxError(`retryStartAfterMs must be a number of milliseconds (0 or more, or Infinity), got ${describeValue(retryStartAfterMs)}`);
   }
   return { timeoutMs, memoryMB, poolSize, maxQueued, idleTimeoutMs, fetchDomainAllowlist: [...allowlist], allowHttp, maxFetchBodyBytes, startTimeoutMs, retryStartAfterMs };
 }
