@@ -1,4 +1,4 @@
-//! JSON text written by a JavaScript engine's `JSON.stringify`, read with serde_json.
+//! JSON text written by a JavaScript engine's `JSON.stringify` (or a model), read with serde_json.
 //!
 //! JS strings are UTF-16 and may hold a lone surrogate (text cut inside an emoji with
 //! `slice`, a stream split between the halves of a pair). `JSON.stringify` writes one as a

@@ -6,7 +6,6 @@
 pub mod agent;
 pub mod forge;
 mod guard;
-#[cfg(any(test, feature = "wasm"))]
 mod js_json;
 pub mod model;
 pub mod registry;

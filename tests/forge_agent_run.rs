@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crucible::agent::{Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, NativeEnvironment, RunOptions, ToolProvider};
+use crucible::forge::RejectionCategory;
 use crucible::model::{CallInfo, ChunkSink, Message, Model, ModelError, ModelRequest};
 use crucible::registry::EmergentConfig;
 use crucible::store::{BatchOp, MemoryStore, Store, StoreError};
@@ -167,6 +168,27 @@ fn garbled_forge_tool_arguments_are_a_counted_parse_error_rejection() {
     assert_eq!(r.events.types(), ["forge.rejected", "forge.rejected"]);
     let audit = r.registry.audit_trail();
     assert_eq!(audit.iter().filter(|e| e.action == "reject").count(), 2, "both attempts are in the audit trail");
+}
+
+#[test]
+fn forge_tool_arguments_far_past_the_request_bound_are_a_shape_check_rejection_unread() {
+    let r = rig();
+    // 3 MB of small test values: parsed, many times that in memory, only to be refused.
+    let mut huge = slugify_request("slugify", SLUGIFY_JS);
+    huge["testCases"][0]["input"]["extra"] = Value::Array(vec![json!({ "k": 1 }); 400_000]);
+    let model = ScriptedModel::new(vec![call("forge_tool", &huge.to_string()), text("gave up")]);
+    let agent = agent_with_registry(model.clone(), &r);
+    let out = block_on(agent.run("?", RunOptions { session_id: Some("s1".into()), ..Default::default() }, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.text, "gave up", "the run goes on");
+    let result = tool_result(&model, 1);
+    assert_eq!((result["success"].clone(), result["category"].clone()), (json!(false), json!("shape_check")), "{result}");
+    assert!(result["reason"].as_str().unwrap().contains("characters of JSON text; at most 2097152 are read"), "{result}");
+    let stats = r.registry.stats();
+    assert_eq!((stats.attempts, stats.rejections_by_category["shape_check"]), (1, 1));
+    // The same request as text through the API: the same rejection.
+    let res = block_on(r.registry.forge(&Value::String(huge.to_string()), "s1"));
+    assert_eq!(res.category, Some(RejectionCategory::ShapeCheck));
+    assert!(res.reason.unwrap().contains("at most 2097152 are read"));
 }
 
 #[test]

@@ -36,6 +36,11 @@ fn normalize_parses_stringified_schemas_and_a_stringified_request() {
     assert_eq!(req.description, "", "missing optional fields get defaults");
     let as_text = Value::String(raw.to_string());
     assert_eq!(normalize(&as_text).unwrap(), req);
+    // A lone surrogate escape in the JSON text (a description cut inside an emoji) reads as
+    // U+FFFD, as the model's own arguments do, rather than failing the request as unparsable.
+    let cut =
+        json!({ "name": "slugify", "inputSchema": r#"{"type":"object","description":"Slug \ud83c","properties":{"text":{"type":"string"}}}"#, "code": "x" });
+    assert_eq!(normalize(&cut).unwrap().input_schema["description"], "Slug \u{fffd}");
 }
 
 #[test]

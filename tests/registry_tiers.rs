@@ -1763,6 +1763,26 @@ fn raw_unicode_line_separators_in_a_package_are_kept_or_refused_never_silently_c
     assert_eq!(again.tool.map(|t| t.description), Some(description.to_string()));
 }
 
+/// `JSON.stringify` writes a lone surrogate (a description cut inside an emoji with `slice`) as
+/// a `\udXXX` escape, which serde_json alone refuses: a JSON package holding one imports with
+/// U+FFFD in its place, as the rest of the runtime reads such text.
+#[test]
+fn a_json_package_with_a_lone_surrogate_escape_imports_with_a_replacement_character() {
+    let r = rig_with(EmergentConfig { persist_sandbox_source: true, ..Default::default() }, Some(approving_judge()), None, Rc::new(MemoryStore::new()));
+    let tool = json!({
+        "name": "slug_cut", "description": "Slugs text MARK",
+        "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+        "outputSchema": { "type": "object", "properties": { "slug": { "type": "string" } }, "required": ["slug"] },
+        "implementation": { "mode": "sandbox", "allowlist": [], "sourcePersisted": true, "redactedAtRest": false, "code": SLUGIFY_JS },
+        "tests": [{ "input": { "text": "Hello World" }, "expected": { "slug": "hello-world" } }, { "input": { "text": "a b" }, "expected": { "slug": "a-b" } }],
+    });
+    let package = json!({ "schemaVersion": "agentos.emergent-tool.v1", "packageType": "emergent-tool", "tool": tool });
+    let text = serde_json::to_string(&package).unwrap().replace("MARK", "\\ud83c");
+    let res = block_on(r.registry.import(&text, "s1")).unwrap();
+    assert!(res.success, "{res:?}");
+    assert_eq!(res.tool.unwrap().description, "Slugs text \u{fffd}");
+}
+
 #[test]
 fn import_reads_aliases_within_a_budget_and_refuses_a_package_that_expands_past_it() {
     let r = rig();

@@ -11,6 +11,7 @@ import type { Store } from './stores/types.js';
 import { hasLoneSurrogate } from './stores/values.js';
 import { DEFAULT_JUDGE_TIMEOUT_MS, judgeStream, MAX_JUDGE_TIMEOUT_MS } from './emergent/judge.js';
 import { ClosableStream } from './providers/closable.js';
+import { PairedHalves } from './providers/paired-halves.js';
 import type { AuditEntry, ForgeRequest, ForgeResult, ForgeStats, PromotionOutcome, Tier, ToolInfo } from './emergent/types.js';
 import { argumentParsers, isApprovalRule, refuseNonObjectArguments, SchemaIssues, standardParser, then, toJsonSchema, type HostTool, type InferSchemaOutput, type JsonSchema, type StandardJsonSchemaLike } from './tool.js';
 import type { PendingApproval, StoredRun } from '../wasm/crucible_core.js';
@@ -28,6 +29,7 @@ import {
   RESUME_OPTION_NAMES,
   RUN_OPTION_NAMES,
   sessionOf,
+  wrongSessionId,
   unreadableOptions,
   type ApprovalDecision,
   type CallOptions,
@@ -396,9 +398,9 @@ export class Agent<Output = unknown> {
     } catch (error) {
       return failing(unreadableOptions(error, 'agent.run/stream'));
     }
-    for (const [value, what] of [[sessionId, 'sessionId'], [scope, 'scope']] as const) {
-      if (value !== undefined && typeof value !== 'string') return failing(notString(value, `agent.run/stream: ${what}`, 'invalid_config'));
-    }
+    if (scope !== undefined && typeof scope !== 'string') return failing(notString(scope, 'agent.run/stream: scope', 'invalid_config'));
+    const wrongSession = wrongSessionId(sessionId, 'agent.run/stream: sessionId', 'invalid_config');
+    if (wrongSession) return failing(wrongSession);
     const wrongSignal = readSignal(signal, 'agent.run/stream');
     if (wrongSignal) return failing(wrongSignal);
     return this.#drive(newRunId(), signal, (runId, onEvent, runSignal) => this.#core.run(input, runId, sessionId, scope, onEvent, runSignal));
@@ -594,13 +596,13 @@ export class Agent<Output = unknown> {
    *  what its next run sends the model. */
   history(sessionId = 'default'): unknown[] {
     this.#assertOpen('history');
-    return this.#core.history(requireString(sessionId, 'history: sessionId')) as unknown[];
+    return this.#core.history(sessionOf(sessionId, 'history: sessionId')) as unknown[];
   }
 
   /** Forgets a session's conversation and discards its session-tier tools. */
   async endSession(sessionId = 'default'): Promise<void> {
     this.#assertOpen('endSession');
-    await wrapAsync(() => this.#core.endSession(requireString(sessionId, 'endSession: sessionId')));
+    await wrapAsync(() => this.#core.endSession(sessionOf(sessionId, 'endSession: sessionId')));
   }
 
   /**
@@ -803,12 +805,16 @@ export async function createAgent(given: AgentOptions): Promise<Agent> {
         stream.release();
         return fail(error);
       };
+      const halves = new PairedHalves();
       return {
         next: () => {
+          const queued = halves.takeQueued();
+          // Not a promise: the core awaits either.
+          if (queued !== undefined) return queued as Promise<IteratorResult<unknown>>;
           // A hand-written provider's `next` may throw, or return no promise (the core awaits either).
           try {
             const step = stream.iterator.next();
-            return isThenable(step) ? Promise.resolve(step).then((result) => stream.read(result), failed) : stream.read(step);
+            return isThenable(step) ? Promise.resolve(step).then((result) => halves.join(stream.read(result)), failed) : halves.join(stream.read(step));
           } catch (error) {
             return failed(error);
           }

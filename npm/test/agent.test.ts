@@ -89,6 +89,33 @@ describe('agent over an OpenAI-compatible server', () => {
     await fine.close();
   });
 
+  test('a tool schema nested past what the core reads says so, not serde\'s recursion limit at a column', async () => {
+    let schema: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < 70; i++) schema = { type: 'object', properties: { x: schema } };
+    const deep = tool({ name: 'deep', description: 'd', inputSchema: schema, execute: () => 'ok' });
+    await assert.rejects(createAgent({ model: model(), tools: [deep] }), { code: 'invalid_config', message: /^tools: nests arrays and objects more than 127 levels deep \(as JSON\)/ });
+  });
+
+  test('a sessionId with a lone surrogate is refused wherever a session is named: it would share a session with another', async () => {
+    server.reset();
+    server.enqueue({ text: 'Noted.' }, { text: 'Fine.' });
+    const agent = await createAgent({ model: model(), emergent: { enabled: true } });
+    // Two users' names cut inside an emoji: the core would read both as "u-\uFFFD".
+    const [first, second] = ['u-\uD83D', 'u-\uDE00'];
+    await assert.rejects(agent.run('my password is hunter2', { sessionId: first }), { code: 'invalid_config', message: /sessionId "u-\\ud83d" has a lone UTF-16 surrogate/ });
+    await assert.rejects(collect(agent.stream('hi', { sessionId: second })), { code: 'invalid_config' });
+    assert.throws(() => agent.history(second), { code: 'invalid_argument', message: /history: sessionId/ });
+    await assert.rejects(agent.endSession(first), { code: 'invalid_argument' });
+    assert.throws(() => agent.tools.list({ sessionId: first }), { code: 'invalid_argument' });
+    await assert.rejects(agent.forge({ name: 'x' }, { sessionId: first }), { code: 'invalid_argument' });
+    assert.equal(server.requests.length, 0);
+    // A whole pair, and U+FFFD itself, name sessions of their own.
+    assert.equal((await agent.run('hi', { sessionId: 'u-😀' })).text, 'Noted.');
+    assert.deepEqual(agent.history('u-\uFFFD'), []);
+    assert.equal(agent.history('u-😀').length, 2);
+    await agent.close();
+  });
+
   test('two tools whose names differ only in case or - vs _ are invalid_config: a model takes them for one', async () => {
     for (const [a, b] of [['refund', 'Refund'], ['send_email', 'send-email'], ['get-user', 'GET_USER']] as const) {
       const tools = [a, b].map((name) => tool({ name, description: name, inputSchema: { type: 'object' }, execute: () => name }));
@@ -302,7 +329,7 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.ok(deepError?.type === 'tool.execute.error' && /nests too deeply to be written as JSON/.test(deepError.error.message) && !/call stack/i.test(deepError.error.message), JSON.stringify(deepError));
     assert.equal(events.at(-1)!.type, 'agent.end');
   });
-  test('text cut inside an emoji (a lone UTF-16 surrogate) arrives with U+FFFD in its place: from a tool, and from a provider splitting a pair between deltas', async () => {
+  test('text cut inside an emoji (a lone UTF-16 surrogate) arrives with U+FFFD in its place: from a tool, and from a provider that never sends the other half', async () => {
     server.reset();
     server.enqueue({ toolCalls: [{ name: 'excerpt', arguments: {} }] }, { text: 'Done.' });
     // "Hi 🌍".slice(0, 4): the emoji's first half only.
@@ -313,19 +340,54 @@ describe('agent over an OpenAI-compatible server', () => {
     assert.deepEqual(end?.type === 'tool.execute.end' && end.result, { text: 'Hi \ufffd' }, JSON.stringify(events.filter((e) => e.type.startsWith('tool.'))));
     assert.match(server.requests.at(-1)!.messages.at(-1)!.content ?? '', /Hi \ufffd/);
 
-    // A provider of one's own that streams by UTF-16 code units.
+    // A half nothing continues, at the end of the answer and before a tool call.
     const [high, low] = ['🌍'.slice(0, 1), '🌍'.slice(1)];
-    const splitting: ModelProvider = {
-      id: 'double:splitting',
+    const cut: ModelProvider = {
+      id: 'double:cut',
       async *stream() {
         yield { type: 'text', delta: `Hello ${high}` };
-        yield { type: 'text', delta: `${low}!` };
+        yield { type: 'text', delta: `${low}${low}!${high}` };
         yield { type: 'finish', finishReason: 'stop' };
       },
     };
-    const answer = await (await createAgent({ model: splitting })).run('hi');
+    const answer = await (await createAgent({ model: cut })).run('hi');
     assert.equal(answer.status, 'completed');
-    assert.equal(answer.text, 'Hello \ufffd\ufffd!');
+    assert.equal(answer.text, 'Hello 🌍\ufffd!\ufffd');
+  });
+
+  test('an emoji split between two deltas arrives whole: in text and in tool-call arguments, from a provider of one\'s own and over SSE', async () => {
+    const [high, low] = ['🌍'.slice(0, 1), '🌍'.slice(1)];
+    const seen: unknown[] = [];
+    const echo = tool({ name: 'echo', description: 'e', inputSchema: { type: 'object', properties: { s: { type: 'string' } } }, execute: (args) => (seen.push(args), 'ok') });
+    // A provider of one's own that streams by UTF-16 code units, a call's arguments too.
+    let turn = 0;
+    const splitting: ModelProvider = {
+      id: 'double:splitting',
+      async *stream() {
+        if (turn++ === 0) {
+          yield { type: 'text', delta: `Calling ${high}` };
+          yield { type: 'tool_call', index: 0, id: 'c1', name: 'echo', argumentsDelta: `{"s":"party ${high}` };
+          yield { type: 'text', delta: `${low}.` };
+          yield { type: 'tool_call', index: 0, argumentsDelta: `${low} ${high}` };
+          yield { type: 'tool_call', index: 0, argumentsDelta: `${low}"}` };
+          yield { type: 'finish', finishReason: 'tool_calls' };
+        } else {
+          yield { type: 'text', delta: high };
+          yield { type: 'text', delta: `${low}!` };
+          yield { type: 'finish', finishReason: 'stop' };
+        }
+      },
+    };
+    const agent = await createAgent({ model: splitting, tools: [echo] });
+    const events = await collect(agent.stream('hi'));
+    assert.deepEqual(seen, [{ s: 'party 🌍 🌍' }]);
+    const deltas = events.filter((e) => e.type === 'text.delta').map((e) => e.type === 'text.delta' && e.delta).join('');
+    assert.equal(deltas, 'Calling 🌍.🌍!');
+    assert.equal(events.at(-1)!.type, 'agent.end');
+    // Over SSE, each half written as its own escape in its own event (what JSON.stringify writes).
+    server.reset();
+    server.enqueue({ text: ['Hi ', high, `${low}!`] });
+    assert.equal((await (await createAgent({ model: model() })).run('hi')).text, 'Hi 🌍!');
   });
 
   test('an input past the 16 Mi-character ceiling is refused before it enters the core, and the agent keeps serving', async () => {

@@ -1335,7 +1335,7 @@ describe('forge through the package', () => {
     // 40 M characters: over 120 MB in the core as UTF-8 text and again as the value read from it.
     const huge = 'é'.repeat(40_000_000);
     const forged = await agent.forge({ ...slugify, name: 'huge', description: huge });
-    assert.ok(!forged.success && forged.category === 'parse_error' && /the value is 4000\d{4} characters of JSON; at most 16777216 are read/.test(forged.reason), JSON.stringify(forged).slice(0, 300));
+    assert.ok(!forged.success && forged.category === 'shape_check' && /the request is 4000\d{4} characters of JSON text; at most 2097152 are read/.test(forged.reason), JSON.stringify(forged).slice(0, 300));
     await assert.rejects(agent.tools.call('slugify', { text: huge }, { sessionId: 's' }), { code: 'invalid_arguments', message: /^arguments: the value is 4000\d{4} characters of JSON; at most 16777216 are read/ });
     await assert.rejects(agent.emergent.import(huge, { sessionId: 's' }), { code: 'invalid_package', message: /the package is 40000000 characters, more than the 2097152 bytes a package may be/ });
     const grown = coreMemoryBytes() - before;

@@ -15,7 +15,7 @@ use crate::model::{
     ToolDefinition,
 };
 use crate::store::{Store, Versioned};
-use crate::tools::{execute_call, CallContext, CompiledSchema, ExecutionLimits, RunSignal, ToolFailure, ToolOutcome, ToolSet};
+use crate::tools::{execute_call, takes_unparsed, CallContext, CompiledSchema, ExecutionLimits, RunSignal, ToolFailure, ToolOutcome, ToolSet};
 
 use super::approval::{ApprovalDecision, CallDecision, PendingApproval, PendingStep, TOOL_CALL_APPROVAL};
 
@@ -504,7 +504,11 @@ impl RunContext<'_> {
             state.steps += calls.len() as u32;
             state.messages.push(Message::Assistant { content: response.text, tool_calls: calls.clone() });
             for call in &calls {
-                let arguments = serde_json::from_str(&call.arguments).unwrap_or_else(|_| Value::String(call.arguments.clone()));
+                // As the tool gets them: text it takes unparsed is not parsed for the event either.
+                let arguments = match turn_tools.get(&call.name).is_some_and(|tool| takes_unparsed(tool, &call.arguments)) {
+                    true => Value::String(call.arguments.clone()),
+                    false => serde_json::from_str(&call.arguments).unwrap_or_else(|_| Value::String(call.arguments.clone())),
+                };
                 emitter.emit(EventBody::ToolCall { step, call_id: call.id.clone(), name: call.name.clone(), arguments });
             }
             if self.cancelled() {
@@ -562,7 +566,7 @@ impl RunContext<'_> {
     async fn approvals_needed(&self, state: &RunState, calls: &[ToolCall], tools: &ToolSet) -> Vec<PendingApproval> {
         let mut approvals = Vec::new();
         for call in calls {
-            let Some(tool) = tools.get(&call.name) else { continue };
+            let Some(tool) = tools.get(&call.name).filter(|tool| tool.handler().may_need_approval()) else { continue };
             // Arguments that do not parse, nest too deep to be stored in the run's state, or
             // fail the input schema are refused when the call executes (invalid_arguments): it
             // never runs, so nobody is asked about it, and no predicate sees what it refuses.

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::js_json::well_formed;
 use crate::tools::CompiledSchema;
 
 /// Most positions in prose where [`json_values`] tries to parse an embedded value. A try at
@@ -18,6 +19,7 @@ const MAX_EMBEDDED_TRIES: usize = 512;
 /// the text: broken JSON yields nothing, not the fragments inside it. Prose such as
 /// "returns `{ slug }`" before the real value is skipped.
 pub fn json_values(text: &str) -> Vec<Value> {
+    let text = well_formed(text);
     let trimmed = text.trim();
     if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
         return vec![v];
@@ -60,6 +62,7 @@ pub(crate) fn unfenced(text: &str) -> Option<&str> {
 /// written twice is here twice; [`json_values`] offers it once): a value's insides are not
 /// offered again, and the scan stops at a value cut off by the end of the text.
 pub fn embedded_values(text: &str) -> Vec<Value> {
+    let text = &*well_formed(text);
     let mut found = Vec::new();
     let mut at = 0;
     for _ in 0..MAX_EMBEDDED_TRIES {
@@ -121,7 +124,7 @@ pub fn check_final_answer(text: &str, schema: &CompiledSchema) -> Result<Value, 
 /// the model quoted on its way to the answer it never finished.
 pub fn is_whole_json(text: &str) -> bool {
     let body = unfenced(text).unwrap_or(text).trim();
-    serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok()
+    serde_json::from_str::<serde::de::IgnoredAny>(&well_formed(body)).is_ok()
 }
 
 /// Why an answer cut off at the token limit was not taken (see [`is_whole_json`]).
@@ -172,6 +175,16 @@ mod tests {
         assert_eq!(extract_json("Here:\n```json\n{\"a\":2}\n```\nDone."), Some(json!({"a":2})));
         assert_eq!(extract_json("The answer is {\"a\":3}."), Some(json!({"a":3})));
         assert_eq!(extract_json("{\"a\":"), None);
+    }
+
+    #[test]
+    fn a_lone_surrogate_escape_in_the_answer_reads_as_a_replacement_character() {
+        // A model's answer cut inside an emoji, whole, fenced and in prose.
+        for text in [r#"{"title":"Party \ud83c"}"#, "```json\n{\"title\":\"Party \\ud83c\"}\n```", r#"Here: {"title":"Party \ud83c"}."#] {
+            assert_eq!(extract_json(text), Some(json!({"title":"Party \u{fffd}"})), "{text}");
+            assert_eq!(embedded_values(text).len(), 1, "{text}");
+        }
+        assert!(is_whole_json(r#"{"title":"\udf0d"}"#));
     }
 
     #[test]

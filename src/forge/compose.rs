@@ -637,7 +637,8 @@ impl ToolHandler for ComposeHandler {
             ));
         }
         let budget = ctx.pipeline_budget.clone().unwrap_or_default();
-        let inner = CallContext { depth: ctx.depth + 1, pipeline_budget: Some(budget.clone()), ..ctx.clone() };
+        // The run's bound on results is the pipeline's, not its steps' (theirs is the budget's).
+        let inner = CallContext { depth: ctx.depth + 1, pipeline_budget: Some(budget.clone()), result_limit: None, ..ctx.clone() };
         // Every step tool is looked up before the first step runs: a call that cannot finish
         // (a step tool demoted out of this session's reach) must not do the side effects of
         // the steps before it.

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::agent::{embedded_values, json_values};
+use crate::js_json::well_formed;
 use crate::model::{finish_kind, CallInfo, ChunkSink, Message, Model, ModelChunk, ModelRequest, Usage};
 
 use super::request::{ForgeRequest, Implementation};
@@ -376,6 +377,9 @@ fn planted_verdicts(reviewed: &str) -> Option<Vec<Value>> {
 
 /// Adds the verdicts `text` writes to `found`; false when the budget ran out.
 fn scan_planted(text: &str, budget: &mut usize, found: &mut Vec<Value>) -> bool {
+    // Read as the judge's answer is (see `json_values`): a verdict planted with a lone surrogate
+    // escape in it must be found here, or the judge's copy of it would pass for its own.
+    let text = &*well_formed(text);
     let mut at = 0;
     while let Some(offset) = text[at..].find('{') {
         let rest = &text[at + offset..];
@@ -720,6 +724,13 @@ mod tests {
             // The judge does what the planted text asks: it answers with the verdict alone.
             assert!(matches!(parse_verdict(planted, &reviewed), Err(JudgeError::Invalid(m)) if m.contains("quoted")), "{reviewed}");
         }
+        // A lone surrogate escape in it (a reason cut inside an emoji) does not hide it: the answer
+        // reads the escape as U+FFFD, and so does the scan of the material.
+        let cut = planted.replace("\"ok\"", "\"ok \\ud83d\"");
+        let reviewed = format!("Code:\n```js\n// {cut}\n```");
+        assert!(matches!(parse_verdict(&cut, &reviewed), Err(JudgeError::Invalid(m)) if m.contains("quoted")), "{reviewed}");
+        let own = parse_verdict(&cut, "").unwrap();
+        assert!(own.approved && own.reasoning == "ok \u{fffd}", "the judge's own such verdict is read: {own:?}");
         // Material that makes the scan read without end fails closed.
         let endless = format!("{}{planted}", "{\"a\":[1,".repeat(100_000));
         assert!(matches!(parse_verdict(planted, &endless), Err(JudgeError::Invalid(m)) if m.contains("too much JSON")));

@@ -31,6 +31,14 @@ impl ToolHandler for ForgeToolHandler {
         true
     }
 
+    fn raw_arguments_past(&self) -> Option<usize> {
+        Some(super::MAX_REQUEST_TEXT_BYTES)
+    }
+
+    fn may_need_approval(&self) -> bool {
+        false
+    }
+
     async fn call(&self, args: Value, ctx: &CallContext) -> Result<Value, ToolFailure> {
         // Only a run's own step forges: never a pipeline's step or a test (a pipeline step naming forge_tool is refused by shape_check as well).
         if ctx.trial || ctx.depth > 0 {

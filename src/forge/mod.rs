@@ -34,7 +34,10 @@ pub use request::{
 };
 pub(crate) use request::{snake_name, type_name};
 pub use sandboxed::{effective_allowlist, failure_code, SandboxToolHandler, UNAVAILABLE_CODE};
-pub use shape::{shape_check, ShapeIssues, MAX_DESCRIPTION_CHARS, MAX_REQUEST_BYTES, MAX_SCHEMA_BYTES, MAX_TEST_CASES, MIN_TEST_CASES};
+pub use shape::{
+    oversized_request_text, shape_check, ShapeIssues, MAX_DESCRIPTION_CHARS, MAX_REQUEST_BYTES, MAX_REQUEST_TEXT_BYTES, MAX_SCHEMA_BYTES, MAX_TEST_CASES,
+    MIN_TEST_CASES,
+};
 pub use stats::{ForgeStats, ForgeStatsAggregator};
 pub use testing::{failure_reason as test_failure_reason, outputs_equal, run_test, run_tests, TestResult, NUMBER_TOLERANCE};
 

@@ -23,7 +23,7 @@ use super::infer::infer_schemas;
 use super::judge::{ask, review_prompt, JudgeUsage, ReviewKind, Verdict};
 use super::request::{attempt_labels, normalize, ForgeOrigin, ForgeRequest, Implementation};
 use super::sandboxed::{SandboxToolHandler, UNAVAILABLE_CODE};
-use super::shape::shape_check;
+use super::shape::{oversized_request_text, shape_check};
 use super::testing::{failure_reason, run_tests, TestResult};
 
 /// The outcome of a forge as callers see it (the TS `ForgeResult` union: `success: true` with
@@ -268,6 +268,11 @@ impl Forge {
         admit: &dyn Fn(&ForgeRequest) -> Result<Admission, String>,
         emit: &dyn Fn(EventBody),
     ) -> Result<Checked, Rejection> {
+        if let Some(reason) = raw.as_str().and_then(|text| oversized_request_text(text.len())) {
+            let mut r = Rejection::new("", reason, Evidence { shape: true, ..Default::default() });
+            r.scope = origin.scope.clone();
+            return Err(r);
+        }
         let mut request = match normalize(raw) {
             Ok(r) => r,
             Err(e) => {

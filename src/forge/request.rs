@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::shorten;
+use crate::js_json::well_formed;
 
 /// A step of a compose pipeline: run `tool` with arguments built from `input_mapping`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,7 +189,7 @@ fn json_text(v: &Value) -> Result<Cow<'_, Value>, serde_json::Error> {
     if let Value::String(s) = v {
         let t = crate::agent::unfenced(s).unwrap_or(s.trim());
         if t.starts_with('{') || t.starts_with('[') {
-            return serde_json::from_str(t).map(Cow::Owned);
+            return serde_json::from_str(&well_formed(t)).map(Cow::Owned);
         }
     }
     Ok(Cow::Borrowed(v))

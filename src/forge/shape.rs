@@ -33,6 +33,21 @@ pub const MAX_SCHEMA_BYTES: usize = 32 * 1024;
 /// model's request is bounded by its token budget; `agent.forge` and `import` are not.
 pub const MAX_REQUEST_BYTES: usize = 512 * 1024;
 
+/// Longest JSON text of a request that is read at all (bytes, or UTF-16 units for a value the
+/// host passes): parsed, text of many small values takes 15–30 times its length in the core's
+/// memory, which never shrinks, only to be refused by [`MAX_REQUEST_BYTES`]. Four times that
+/// leaves room for whitespace and for schemas sent as escaped JSON text.
+pub const MAX_REQUEST_TEXT_BYTES: usize = 4 * MAX_REQUEST_BYTES;
+
+/// Why a request whose JSON text is `len` long is refused unread (`shape_check`), if it is.
+pub fn oversized_request_text(len: usize) -> Option<String> {
+    (len > MAX_REQUEST_TEXT_BYTES).then(|| {
+        format!(
+            "the request is {len} characters of JSON text; at most {MAX_REQUEST_TEXT_BYTES} are read (and at most {MAX_REQUEST_BYTES} bytes once normalized)"
+        )
+    })
+}
+
 /// Most problems listed in one rejection.
 const MAX_REASONS: usize = 10;
 

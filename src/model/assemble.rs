@@ -10,7 +10,10 @@
 //! shared by every agent of the process. Past a bound the assembler stops taking chunks and the
 //! response fails as `provider_protocol`.
 
+use std::borrow::Cow;
+
 use super::{ModelChunk, ModelError, ToolCall, Usage};
+use crate::js_json::well_formed;
 use crate::tools::json_len;
 
 /// Most tool calls one response may carry (a step runs them all; `maxSteps` bounds a run).
@@ -164,6 +167,11 @@ impl ResponseAssembler {
             if call.arguments.trim().is_empty() {
                 call.arguments = "{}".to_string();
             }
+            // A lone surrogate escape (`"\ud83d"`, a model's text cut inside an emoji) reads as
+            // U+FFFD, as anywhere else in the runtime, instead of failing every parse of the call.
+            if let Cow::Owned(fixed) = well_formed(&call.arguments) {
+                call.arguments = fixed;
+            }
             self.response.tool_calls.push(call);
         }
         Ok(self.response)
@@ -172,7 +180,7 @@ impl ResponseAssembler {
 
 /// Whether `arguments` already are a whole JSON value (a call's last piece came).
 fn complete_json(arguments: &str) -> bool {
-    !arguments.trim().is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
+    !arguments.trim().is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(&well_formed(arguments)).is_ok()
 }
 
 #[cfg(test)]
@@ -250,6 +258,15 @@ mod tests {
         a.push(&piece(0, None, Some("get_weather"), ""));
         a.push(&piece(0, None, Some("get_weather"), "{\"city\":\"Lima\"}"));
         assert_eq!(names_and_arguments(a), [r#"get_weather {"city":"Oslo"}"#, r#"get_weather {"city":"Lima"}"#]);
+    }
+
+    #[test]
+    fn a_lone_surrogate_escape_in_arguments_is_written_as_a_replacement_character() {
+        // The model's text cut inside an emoji: complete JSON for JS, which the call parses as.
+        let mut a = ResponseAssembler::new();
+        a.push(&piece(0, None, Some("echo"), r#"{"s":"\ud83d"}"#));
+        a.push(&piece(0, None, Some("echo"), r#"{"s":"\ud83d\ude00 \ude00"}"#));
+        assert_eq!(names_and_arguments(a), [r#"echo {"s":"\ufffd"}"#, r#"echo {"s":"\ud83d\ude00 \ufffd"}"#]);
     }
 
     #[test]

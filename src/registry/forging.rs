@@ -43,8 +43,21 @@ impl Registry {
     /// Rejects, and counts, a forge request the host could not even turn into JSON (a
     /// circular object, a `BigInt`): a bad request is a `parse_error` result, never an error.
     pub async fn reject_unreadable(&self, problem: &str, session: &str, scope: Option<String>) -> ForgeResult {
+        let reason = format!("could not read the forge request: {problem}");
+        self.reject_unread(reason, Evidence { parse: true, ..Default::default() }, session, scope).await
+    }
+
+    /// Rejects, and counts, a forge request whose JSON text (`units` long) was too long to be
+    /// read at all: a `shape_check` result, as it would be once read (see
+    /// [`crate::forge::MAX_REQUEST_TEXT_BYTES`]).
+    pub async fn reject_oversized(&self, units: usize, session: &str, scope: Option<String>) -> ForgeResult {
+        let reason = crate::forge::oversized_request_text(units).unwrap_or_else(|| format!("the request is {units} characters of JSON text"));
+        self.reject_unread(reason, Evidence { shape: true, ..Default::default() }, session, scope).await
+    }
+
+    async fn reject_unread(&self, reason: String, evidence: Evidence, session: &str, scope: Option<String>) -> ForgeResult {
         let origin = self.origin(session, scope, "", "");
-        let mut rejection = Rejection::new("", format!("could not read the forge request: {problem}"), Evidence { parse: true, ..Default::default() });
+        let mut rejection = Rejection::new("", reason, evidence);
         rejection.scope = origin.scope.clone();
         self.reject(&rejection, &origin, "forge").await
     }

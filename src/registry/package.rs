@@ -34,6 +34,7 @@ use serde_json::{json, Map, Value};
 
 use crate::agent::{unless_cancelled, CancelSignal};
 use crate::forge::{normalize, type_name, ForgeOrigin, ForgeRequest, ForgeResult, ForgeTestCase, Implementation, Verdict, TEST_CASE_KEYS};
+use crate::js_json::well_formed;
 
 use super::{content_hash, Registry, RegistryError, Tier, ToolRecord};
 
@@ -282,7 +283,9 @@ fn read_package(text: &str) -> Result<(Value, bool), RegistryError> {
     let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     // JSON has no aliases: what it holds grows with its text, which is bounded above.
     let json = Reading::new(usize::MAX);
-    match read_json(text, &json) {
+    // A package written by `JSON.stringify` holds a lone surrogate (a description cut inside an
+    // emoji) as a `\udXXX` escape: read as U+FFFD, as everywhere else in the runtime.
+    match read_json(&well_formed(text), &json) {
         Ok(value) => return Ok((value, false)),
         // Read as YAML, it would be refused the same way, but called no YAML.
         Err(e) if json.repeated_key.get() => return Err(invalid(e.to_string())),

@@ -43,6 +43,13 @@ pub(crate) fn parse_arguments(raw: &str) -> Result<Value, ToolFailure> {
     Ok(args)
 }
 
+/// Whether `tool` gets `raw_arguments` as they are, a JSON string, without their being parsed
+/// (see [`ToolHandler::raw_arguments_past`](super::ToolHandler::raw_arguments_past)).
+pub fn takes_unparsed(tool: &Tool, raw_arguments: &str) -> bool {
+    let handler = tool.handler();
+    handler.accepts_raw_arguments() && handler.raw_arguments_past().is_some_and(|max| raw_arguments.len() > max)
+}
+
 /// Runs the call `name(raw_arguments)` against `tools`.
 pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx: &CallContext, limits: ExecutionLimits) -> ToolOutcome {
     let Some(tool) = tools.get(name) else {
@@ -53,18 +60,16 @@ pub async fn execute_call(tools: &ToolSet, name: &str, raw_arguments: &str, ctx:
             result: Err(ToolFailure::new("unknown_tool", format!("no tool named `{}`; available tools: {}", super::shorten(name, 80), known.join(", ")))),
         };
     };
-    let args = match parse_arguments(raw_arguments) {
-        Ok(args) => args,
-        Err(_) if tool.handler().accepts_raw_arguments() => Value::String(raw_arguments.to_string()),
-        Err(failure) => return ToolOutcome { arguments: None, result: Err(failure) },
+    let parsed = (!takes_unparsed(tool, raw_arguments)).then(|| parse_arguments(raw_arguments));
+    let args = match parsed {
+        Some(Ok(args)) => args,
+        Some(Err(failure)) if !tool.handler().accepts_raw_arguments() => return ToolOutcome { arguments: None, result: Err(failure) },
+        _ => Value::String(raw_arguments.to_string()),
     };
     let result = invoke(tool, args.clone(), ctx).await.and_then(|output| {
         let size = super::json_len(&output);
         if size > limits.max_result_bytes {
-            return Err(ToolFailure::new(
-                "result_too_large",
-                format!("`{name}` returned {size} bytes of JSON; the limit is {} bytes", limits.max_result_bytes),
-            ));
+            return Err(super::result_too_large(name, &format!("{size} bytes of JSON"), limits.max_result_bytes));
         }
         Ok(output)
     });

@@ -14,7 +14,7 @@ mod executor;
 mod schema;
 
 pub(crate) use executor::parse_arguments;
-pub use executor::{check_output, execute_call, invoke, invoke_keeping_output, ExecutionLimits, ToolOutcome};
+pub use executor::{check_output, execute_call, invoke, invoke_keeping_output, takes_unparsed, ExecutionLimits, ToolOutcome};
 pub use schema::{CompiledSchema, SchemaAuthor, SchemaError};
 
 /// Why a tool call produced an error result instead of output. The model sees `code` and
@@ -199,6 +199,13 @@ pub trait ToolHandler {
         false
     }
 
+    /// Whether [`needs_approval`](ToolHandler::needs_approval) may answer yes for some
+    /// arguments. When it may not, a call's arguments are not parsed to ask it (the executor
+    /// parses them once, or, for a handler that takes long text unparsed, never).
+    fn may_need_approval(&self) -> bool {
+        true
+    }
+
     /// The arguments to show the human deciding on a call, when they differ from the model's:
     /// those `call` will act on, after a parse of the handler's own fills in defaults or
     /// transforms them (a host tool's Standard Schema). `None` shows the model's arguments.
@@ -213,6 +220,20 @@ pub trait ToolHandler {
     fn accepts_raw_arguments(&self) -> bool {
         false
     }
+
+    /// For a handler that [accepts raw arguments](ToolHandler::accepts_raw_arguments): argument
+    /// text longer than this reaches `call` unparsed, as a JSON string, for the handler to
+    /// refuse by its length. Parsed, a few MiB of many small values take many times their size
+    /// in memory (the core's never shrinks).
+    fn raw_arguments_past(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// The failure of a call whose result is past the run's `maxResultBytes` (`limit`); `size`
+/// says how much it returned (`"70000 bytes of JSON"`).
+pub fn result_too_large(name: &str, size: &str, limit: usize) -> ToolFailure {
+    ToolFailure::new("result_too_large", format!("`{name}` returned {size}; the limit is {limit} bytes"))
 }
 
 /// A tool the agent can call: its public contract plus its handler. Cloning is one reference

@@ -10,14 +10,14 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::agent::{unless_cancelled, AgentEvent, CancelSignal, Environment, EventSink};
+use crate::forge::MAX_REQUEST_TEXT_BYTES;
 use crate::registry::{oversized_package, EmergentConfig, ImportOptions, Judges, Registry, RegistryDeps, RegistryError, Tier};
 use crate::store::{MemoryStore, Store};
 use crate::tools::ToolSet;
 
 use super::core::{registry_error, CoreAgent};
 use super::interop::{
-    decode_bounded, error_object, from_js, from_js_as, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox,
-    MAX_ARGUMENT_UNITS,
+    decode_bounded, error_object, from_js, from_js_as, from_json_text, host_tool_nesting, method_of, to_js, JsAbortSignal, JsModel, JsSandbox, Unread,
 };
 
 /// Forwards registry events to the TS listener. `is_observed(runId)` is asked first: turning
@@ -145,7 +145,7 @@ impl CoreAgent {
         calls_run_id: String,
     ) -> Result<Promise, JsValue> {
         let registry = self.registry()?;
-        let request = decode_bounded::<Value>(&request, MAX_ARGUMENT_UNITS);
+        let request = decode_bounded::<Value>(&request, MAX_REQUEST_TEXT_BYTES);
         Ok(future_to_promise(async move {
             let signal = signal.map(JsAbortSignal);
             let result = match request {
@@ -153,7 +153,8 @@ impl CoreAgent {
                     let cancel = signal.as_ref().map(|s| s as &dyn CancelSignal);
                     registry.forge_cancellable(&request, &session_id, scope, cancel, &calls_run_id).await.ok_or_else(|| stopped(&registry, "the forge"))?
                 }
-                Err(problem) => registry.reject_unreadable(&problem, &session_id, scope).await,
+                Err(Unread::Unreadable(problem)) => registry.reject_unreadable(&problem, &session_id, scope).await,
+                Err(Unread::TooLong(units)) => registry.reject_oversized(units, &session_id, scope).await,
             };
             to_js(&result)
         }))

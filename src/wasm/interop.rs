@@ -65,12 +65,6 @@ extern "C" {
     fn json_stringify_js(value: &JsValue) -> Result<JsValue, JsValue>;
 }
 
-/// Longest JSON text (in UTF-16 units) a value passed to the API by the host may be
-/// ([`decode_bounded`]): one call's ceiling on what enters this instance's memory, as for a
-/// host tool's result or `tools.call`'s arguments, which the host measures (`MAX_UNITS_INTO_CORE`
-/// in agent.ts, the same number). Far above what any request or arguments need.
-pub(crate) const MAX_ARGUMENT_UNITS: usize = 16 << 20;
-
 /// Rust → JS with JSON semantics (maps become plain objects).
 pub(crate) fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
     let text = serde_json::to_string(value).map_err(|e| error_object("internal", &format!("serialization failed: {e}")))?;
@@ -98,22 +92,30 @@ pub(crate) fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> 
     serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| e.to_string())
 }
 
+/// Why [`decode_bounded`] read no value.
+pub(crate) enum Unread {
+    /// Its JSON text is this many UTF-16 units, past the bound: left in JS.
+    TooLong(usize),
+    /// It has no JSON form (a cycle, a `BigInt`), or its text did not parse.
+    Unreadable(String),
+}
+
 /// [`decode`] of a value whose JSON text is measured before it is copied in, and refused past
 /// `max_units` UTF-16 units: wasm memory never shrinks, so a 500 MB forge request, refused as
 /// too large only once read, would keep this instance (every agent of the process) that large
 /// for good. Costs a second call across the boundary, so the values that are small by nature
 /// (options, chunks) go through [`decode`].
-pub(crate) fn decode_bounded<T: DeserializeOwned>(value: &JsValue, max_units: usize) -> Result<T, String> {
+pub(crate) fn decode_bounded<T: DeserializeOwned>(value: &JsValue, max_units: usize) -> Result<T, Unread> {
     if value.is_undefined() {
-        return decode(value);
+        return decode(value).map_err(Unread::Unreadable);
     }
-    let text = json_stringify_js(value).map_err(|e| unwritable(&e))?;
-    let text = text.dyn_ref::<js_sys::JsString>().ok_or_else(|| "the value has no JSON form".to_string())?;
+    let text = json_stringify_js(value).map_err(|e| Unread::Unreadable(unwritable(&e)))?;
+    let text = text.dyn_ref::<js_sys::JsString>().ok_or_else(|| Unread::Unreadable("the value has no JSON form".to_string()))?;
     let units = text.length() as usize;
     if units > max_units {
-        return Err(format!("the value is {units} characters of JSON; at most {max_units} are read"));
+        return Err(Unread::TooLong(units));
     }
-    serde_json::from_str(&crate::js_json::well_formed(&String::from(text))).map_err(|e| e.to_string())
+    serde_json::from_str(&crate::js_json::well_formed(&String::from(text))).map_err(|e| Unread::Unreadable(e.to_string()))
 }
 
 /// Why `JSON.stringify` refused a value, in words. The engine says "Maximum call stack size
@@ -141,11 +143,20 @@ pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result
 /// [`from_js`] failing with `code`: a method's argument (`invalid_argument`), or a tool call's
 /// arguments (`invalid_arguments`, the code of the call's failure), rather than an option.
 pub(crate) fn from_js_as<T: DeserializeOwned>(value: JsValue, what: &str, code: &str) -> Result<T, JsValue> {
-    decode(&value).map_err(|e| error_object(code, &format!("{what}: {e}")))
+    decode(&value).map_err(|e| {
+        // serde_json's own words name a limit the caller never set, at a column of text it never wrote.
+        let e = if e.starts_with("recursion limit exceeded") { TOO_DEEP.to_string() } else { e };
+        error_object(code, &format!("{what}: {e}"))
+    })
 }
 
-/// [`from_js_as`] for a value the host already wrote with `JSON.stringify` (and measured: see
-/// [`MAX_ARGUMENT_UNITS`]).
+/// Why a value nested past what the core reads is refused: a JSON Schema reaches it at ~60
+/// levels of `properties`.
+const TOO_DEEP: &str =
+    "nests arrays and objects more than 127 levels deep (as JSON), past what the core reads; a JSON Schema does at about 60 levels of `properties`";
+
+/// [`from_js_as`] for a value the host already wrote with `JSON.stringify` (and measured:
+/// `MAX_UNITS_INTO_CORE` in npm/src/agent/json-into-core.ts).
 pub(crate) fn from_json_text<T: DeserializeOwned>(text: &str, what: &str, code: &str) -> Result<T, JsValue> {
     serde_json::from_str(&crate::js_json::well_formed(text)).map_err(|e| error_object(code, &format!("{what}: {e}")))
 }
@@ -401,6 +412,14 @@ impl ToolHandler for JsTool {
                 }
             }
         };
+        // Refused before it is parsed, where parsing would take many times its length in memory
+        // that never shrinks, only for the executor to refuse it (see `execute_call`). Its text
+        // is at most twice the JSON the executor measures (a lone surrogate's escape is six
+        // bytes for U+FFFD's three), so past twice the limit it is past the limit.
+        if let Some(limit) = ctx.result_limit.filter(|limit| text.len() / 2 > *limit) {
+            let name = self.js_name.as_string().unwrap_or_default();
+            return Err(crate::tools::result_too_large(&name, &format!("{} bytes of JSON text", text.len()), limit));
+        }
         serde_json::from_str(&crate::js_json::well_formed(&text)).map_err(|e| match crate::tools::is_too_deep(&e) {
             true => ToolFailure::new("execution_failed", "the tool's result nests arrays and objects more than 127 levels deep"),
             false => ToolFailure::new("execution_failed", format!("the host returned malformed JSON text: {e}")),
@@ -417,6 +436,10 @@ impl ToolHandler for JsTool {
             return None;
         }
         decode::<Value>(&shown).ok()
+    }
+
+    fn may_need_approval(&self) -> bool {
+        !matches!(self.approval, ApprovalMode::Never)
     }
 
     async fn needs_approval(&self, args: &Value) -> bool {

@@ -4,6 +4,7 @@
  */
 import { AbortError, CrucibleError, describeType, describeValue, isRecord, messageOf } from '../errors.js';
 import type { ForgeTestCase } from '../emergent/types.js';
+import { hasLoneSurrogate } from '../stores/values.js';
 
 // Run and resume options are checked like createAgent's: a misspelt `sesionId` would otherwise
 // run in the `"default"` session, without a word.
@@ -140,8 +141,22 @@ export function importTestCases(testCases: unknown): ForgeTestCase[] | undefined
 }
 
 /** The session an option names (`"default"` when it names none). */
-export function sessionOf(sessionId: unknown): string {
-  return sessionId === undefined ? 'default' : requireString(sessionId, 'sessionId');
+export function sessionOf(sessionId: unknown, what = 'sessionId', code: 'invalid_argument' | 'invalid_config' = 'invalid_argument'): string {
+  const wrong = wrongSessionId(sessionId, what, code);
+  if (wrong) throw wrong;
+  return (sessionId as string | undefined) ?? 'default';
+}
+
+/** Why `sessionId` names no session, or `undefined` when it does (absent: the default one). */
+export function wrongSessionId(sessionId: unknown, what: string, code: 'invalid_argument' | 'invalid_config'): CrucibleError | undefined {
+  if (sessionId === undefined) return undefined;
+  if (typeof sessionId !== 'string') return notString(sessionId, what, code);
+  // The core reads a lone surrogate as U+FFFD, so "u\uD800" and "u\uDC00" (two users' names cut
+  // with `slice`) would share one session's history and session-tier tools.
+  if (hasLoneSurrogate(sessionId)) {
+    return new CrucibleError(code, `${what} ${JSON.stringify(sessionId)} has a lone UTF-16 surrogate; it names a session, so it must be well-formed text`);
+  }
+  return undefined;
 }
 
 /**
