@@ -6,8 +6,8 @@ mod support;
 use std::rc::Rc;
 
 use crucible::agent::{
-    Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CollectingSink, EventBody, HistoryLimits, NativeEnvironment, RunOptions, RunStatus,
-    StoredRunStatus,
+    Agent, AgentConfig, AgentError, ApprovalDecision, CancelFlag, CancelSignal, CollectingSink, EventBody, HistoryLimits, NativeEnvironment, RunOptions,
+    RunStatus, StoredRunStatus,
 };
 use crucible::model::{Message, ModelError};
 use crucible::store::{MemoryStore, Store};
@@ -759,6 +759,8 @@ fn a_run_whose_resume_failed_after_its_session_ended_does_not_bring_the_conversa
 struct StallingStore {
     inner: MemoryStore,
     stalled: std::cell::Cell<&'static str>,
+    /// With `stalled` at "put", writes wait for this (a store that answers late, not never).
+    puts_released: CancelFlag,
 }
 
 #[async_trait::async_trait(?Send)]
@@ -770,6 +772,9 @@ impl Store for StallingStore {
         self.inner.get(key).await
     }
     async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
+        if self.stalled.get() == "put" {
+            self.puts_released.cancelled().await;
+        }
         self.inner.put(key, value).await
     }
     async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
@@ -816,6 +821,41 @@ fn an_aborted_resume_stops_waiting_for_the_store(stalled: &'static str, from_sta
     store.stalled.set("");
     let out = block_on(agent.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
     assert_eq!((out.status, out.text.as_str(), refunds.calls.get()), (RunStatus::Completed, "Refunded.", 1));
+}
+
+/// A run aborted while the store writes its state ends at once, but the write lands later: a
+/// `discard_run` or `stored_runs` right after the abort waits for it, so the state is deleted,
+/// not left to come back once the store answers.
+#[test]
+fn a_state_written_after_its_run_was_aborted_is_still_found_by_discard_and_stored_runs() {
+    use futures::FutureExt;
+    let store = Rc::new(StallingStore::default());
+    let aborted = Rc::new(CancelFlag::default());
+    // The run's tool stops it, with the step's save to come, which the store answers late.
+    let (stopper, stalling) = (aborted.clone(), store.clone());
+    let stop = FnTool::new(move |_| {
+        stalling.stalled.set("put");
+        stopper.cancel();
+        Ok(json!("stopped"))
+    });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("stop", "Stops", &json!({ "type": "object" }), None, stop).unwrap());
+    let model = ScriptedModel::new(vec![call("stop", "{}"), text("never")]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let options = RunOptions { cancel: Some(aborted.clone()), run_id: Some("r1".into()), ..Default::default() };
+    let run = agent.run("go", options, &mut CollectingSink::default()).now_or_never();
+    assert!(matches!(run, Some(Err(AgentError::Aborted))), "the abort ends the run at once: {run:?}");
+    let key = "agent/bot/run/r1";
+    let stored = block_on(store.inner.get(key)).unwrap().unwrap();
+    assert_eq!(stored["data"]["turns"], 0, "its step's state is not written yet, only the one it started from");
+    let mut listing = Box::pin(agent.stored_runs());
+    let mut discard = Box::pin(agent.discard_run("r1"));
+    assert!(listing.as_mut().now_or_never().is_none(), "stored_runs waits for the write");
+    assert!(discard.as_mut().now_or_never().is_none(), "discard_run waits for the write");
+    store.puts_released.cancel();
+    assert_eq!(block_on(listing).unwrap().len(), 1, "the run, as its late write left it");
+    assert!(block_on(discard).unwrap(), "the state it discarded");
+    assert_eq!(block_on(store.inner.get(key)).unwrap(), None, "and nothing comes back");
 }
 
 #[test]

@@ -372,3 +372,28 @@ test('a store write that never settles holds a run only until it is aborted, and
     assert.equal(closing, 'closed', `a stuck store.${stuck}`);
   }
 });
+
+test('discardRun right after an abort deletes the state its run was still writing: it does not come back once the write lands', async () => {
+  const base = memoryStore();
+  let slow = false;
+  // A store that takes 50 ms to write (a disk, a network store): the abort lands first.
+  const store: Store = { ...base, get: base.get.bind(base), delete: base.delete.bind(base), scan: base.scan.bind(base), batch: base.batch.bind(base), put: async (key, value) => {
+    if (slow) await new Promise((resolve) => setTimeout(resolve, 50));
+    return base.put(key, value);
+  } };
+  const controller = new AbortController();
+  const stop = tool({ name: 'stop', description: 'Stops', inputSchema: { type: 'object', properties: {} }, execute: () => {
+    slow = true;
+    controller.abort();
+    return 'stopped';
+  } });
+  const model: ModelProvider = { id: 'test-double:stops', async *stream() { yield { type: 'tool_call', index: 0, id: 'c1', name: 'stop', argumentsDelta: '{}' }; yield { type: 'finish', finishReason: 'tool_calls' }; } };
+  const agent = await createAgent({ model, tools: [stop], store });
+  const aborted = await agent.run('go', { signal: controller.signal }).catch((e: unknown) => e);
+  assert.ok(aborted instanceof AbortError && aborted.runId, String(aborted));
+  assert.equal(await agent.discardRun(aborted.runId), true);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  assert.deepEqual(await agent.storedRuns(), [], 'nothing came back');
+  assert.deepEqual(await base.scan(`agent/default/run/`), []);
+  await agent.close();
+});

@@ -12,6 +12,7 @@ mod env;
 mod error;
 mod events;
 mod history;
+mod late_saves;
 mod run;
 mod structured;
 mod usage;
@@ -33,6 +34,7 @@ use crate::store::Store;
 use crate::tools::{CompiledSchema, Tool, ToolSet};
 use claim::{ResumeClaim, RunPosition};
 use history::{RunStart, SessionHistory};
+use late_saves::LateSaves;
 use run::{read_run_state, run_ended, RunContext, RunRecorder};
 
 /// Supplies the tools of each model turn. The agent asks before every turn, so a tool
@@ -103,6 +105,8 @@ pub struct Agent {
     paused: RefCell<KeptTickets>,
     interrupted: RefCell<KeptTickets>,
     store: Option<Rc<dyn Store>>,
+    /// Saves of run states an abort left unsettled, waited for before a run's state is read.
+    late_saves: Rc<LateSaves>,
     agent_id: String,
     provider: RefCell<Option<Rc<dyn ToolProvider>>>,
     output_check: Option<Rc<dyn OutputCheck>>,
@@ -135,6 +139,7 @@ impl Agent {
             paused: RefCell::new(KeptTickets::new(RESUMABLE_KEPT)),
             interrupted: RefCell::new(KeptTickets::new(RESUMABLE_KEPT)),
             store: None,
+            late_saves: Rc::default(),
             agent_id: "default".into(),
             provider: RefCell::new(None),
             output_check: None,
@@ -163,13 +168,14 @@ impl Agent {
         format!("agent/{}/run/", self.agent_id)
     }
 
-    fn recorder(&self) -> Option<RunRecorder<'_>> {
-        self.store.as_deref().map(|store| RunRecorder { store, prefix: self.run_prefix() })
+    fn recorder(&self) -> Option<RunRecorder> {
+        self.store.clone().map(|store| RunRecorder { store, prefix: self.run_prefix(), late: self.late_saves.clone() })
     }
 
     /// The persisted state of a paused or interrupted run.
     pub async fn load_run(&self, run_id: &str) -> Result<RunState, AgentError> {
         let runs = self.recorder().ok_or_else(|| AgentError::InvalidResume("this agent has no store".into()))?;
+        self.late_saves.wait_for(run_id).await;
         let value = runs
             .store
             .get(&runs.key(run_id))
@@ -322,6 +328,7 @@ impl Agent {
     /// [`Store::lock_held`]). Records that are not run states this build reads are left out.
     pub async fn stored_runs(&self) -> Result<Vec<StoredRun>, AgentError> {
         let Some(store) = self.store.as_deref() else { return Ok(vec![]) };
+        self.late_saves.wait_for_all().await;
         let records = store.scan(&self.run_prefix()).await.map_err(AgentError::Store)?;
         let states: Vec<_> = records.into_iter().filter_map(|(_, value)| read_run_state(value).ok()).collect();
         // The store is asked about a batch of locks at once, not one after another: a store's
@@ -349,7 +356,8 @@ impl Agent {
     /// (one in this context is `invalid_resume`; one elsewhere is waited for).
     pub async fn discard_run(&self, run_id: &str) -> Result<bool, AgentError> {
         let Some(runs) = self.recorder() else { return Ok(false) };
-        let _claim = ResumeClaim::take(run_id, Some(runs.store), &self.run_lock_name(run_id)).await?;
+        let _claim = ResumeClaim::take(run_id, Some(&*runs.store), &self.run_lock_name(run_id)).await?;
+        self.late_saves.wait_for(run_id).await;
         if runs.store.get(&runs.key(run_id)).await.map_err(AgentError::Store)?.is_none() {
             return Ok(false);
         }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::rc::Rc;
 
 use futures::stream::{self, StreamExt};
+use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,6 +24,7 @@ use super::config::AgentConfig;
 use super::env::{unless_cancelled, CancelSignal, Environment};
 use super::error::AgentError;
 use super::events::{AgentEvent, EventBody, EventSink};
+use super::late_saves::{LateSaves, SaveWrite};
 use super::structured::{check_final_answer, is_whole_json, returns_instruction, returns_reminder, OutputCheck, OutputRefusal, ANSWER_CUT_OFF};
 use super::usage::{RunUsage, UsageRecorder};
 
@@ -177,15 +179,17 @@ pub(crate) struct RunContext<'a> {
     pub env: &'a dyn Environment,
     pub cancel: Option<&'a Rc<dyn CancelSignal>>,
     /// Where run states are persisted at step boundaries (`None`: not persisted).
-    pub runs: Option<RunRecorder<'a>>,
+    pub runs: Option<RunRecorder>,
     /// Decisions for the pending step of a resumed run.
     pub decisions: &'a [ApprovalDecision],
 }
 
 /// Persists run states under `<prefix><runId>` as versioned records.
-pub(crate) struct RunRecorder<'a> {
-    pub store: &'a dyn Store,
+pub(crate) struct RunRecorder {
+    pub store: Rc<dyn Store>,
     pub prefix: String,
+    /// Where a save an abort left unsettled is kept for the next read of its run.
+    pub late: Rc<LateSaves>,
 }
 
 /// Schema version of persisted run states.
@@ -201,15 +205,18 @@ pub(crate) fn read_run_state(value: Value) -> Result<RunState, AgentError> {
     Ok(record.data)
 }
 
-impl RunRecorder<'_> {
+impl RunRecorder {
     pub(crate) fn key(&self, run_id: &str) -> String {
         format!("{}{run_id}", self.prefix)
     }
 
-    async fn save(&self, state: &RunState) -> Result<(), AgentError> {
+    /// The write of `state`, not started: shared, so that the next read of the run can wait
+    /// for it when an abort leaves it unsettled.
+    fn save(&self, state: &RunState) -> Result<SaveWrite, AgentError> {
         let record = Versioned { kind: "run".to_string(), v: RUN_STATE_VERSION, data: state };
         let value = serde_json::to_value(&record).map_err(|e| AgentError::InvalidState(e.to_string()))?;
-        self.store.put(&self.key(&state.run_id), value).await.map_err(AgentError::Store)
+        let (store, key) = (self.store.clone(), self.key(&state.run_id));
+        Ok(async move { store.put(&key, value).await }.boxed_local().shared())
     }
 
     pub(crate) async fn forget(&self, run_id: &str) -> Result<(), AgentError> {
@@ -554,10 +561,17 @@ impl RunContext<'_> {
 
     /// Persists the run's state. A store write that never settles holds the run only until it
     /// is stopped: an abort (and `close()`, which aborts its runs and waits for them) ends it.
+    /// The write, started by then (`select` polls it first), is left to land, and the next
+    /// read of the run waits for it (see [`LateSaves`]).
     async fn save(&self, state: &RunState) -> Result<(), AgentError> {
-        match &self.runs {
-            Some(runs) => self.unless_cancelled(runs.save(state)).await?,
-            None => Ok(()),
+        let Some(runs) = &self.runs else { return Ok(()) };
+        let write = runs.save(state)?;
+        match unless_cancelled(self.cancel.map(|c| &**c), write.clone()).await {
+            Some(written) => written.map_err(AgentError::Store),
+            None => {
+                runs.late.leave(&state.run_id, write, self.env);
+                Err(AgentError::Aborted)
+            }
         }
     }
 
