@@ -11,7 +11,7 @@ use crucible::model::{Message, ModelError};
 use crucible::registry::EmergentConfig;
 use crucible::store::MemoryStore;
 use futures::executor::block_on;
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::emergent::*;
 use support::{call, cut_off, text, Reply, ScriptedModel};
 
@@ -93,6 +93,20 @@ fn the_host_keeps_the_judge_providers_error_in_its_result_event_and_audit() {
     assert!(rejected.unwrap().contains(SECRET));
     let entry = r.registry.audit_trail().into_iter().find(|a| a.action == "reject").unwrap();
     assert!(entry.detail.contains(SECRET), "{entry:?}");
+}
+
+#[test]
+fn without_a_judge_the_model_is_told_no_forge_can_pass_not_to_fix_its_request() {
+    let r = rig_with(EmergentConfig::default(), None, None, Rc::new(MemoryStore::new()));
+    let model = ScriptedModel::new(vec![call("forge_tool", &slugify_request("slugify", SLUGIFY_JS).to_string()), text("done")]);
+    run(&agent_with_registry(model.clone(), &r));
+    let (content, result) = tool_result(&model, 1);
+    assert_eq!((result["success"].clone(), result["category"].clone()), (json!(false), json!("other")), "{content}");
+    assert!(result["reason"].as_str().unwrap().contains("no reviewer configured") && content.contains("do not call forge_tool again"), "{content}");
+    assert!(result.get("hint").is_none(), "nothing in the request to fix: {content}");
+    // The host reads what happened.
+    let entry = r.registry.audit_trail().into_iter().find(|a| a.action == "reject").unwrap();
+    assert!(entry.detail.contains("no judge is configured"), "{entry:?}");
 }
 
 #[test]

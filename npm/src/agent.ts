@@ -29,6 +29,7 @@ import {
   RESUME_OPTION_NAMES,
   RUN_OPTION_NAMES,
   sessionOf,
+  withJsonSchemas,
   wrongSessionId,
   unreadableOptions,
   type ApprovalDecision,
@@ -326,7 +327,8 @@ export class Agent<Output = unknown> {
       this.#assertOpen('forge');
       const { sessionId, scope, signal } = readOptions(options, 'forge', ['sessionId', 'scope', 'signal']);
       const label = scope === undefined ? undefined : requireString(scope, 'forge: scope');
-      return this.#direct(abortSignal(signal, 'forge'), (abort, runId) => this.#core.forge(request, sessionOf(sessionId), label, abort, runId));
+      const asJson = withJsonSchemas(request);
+      return this.#direct(abortSignal(signal, 'forge'), (abort, runId) => this.#core.forge(asJson, sessionOf(sessionId), label, abort, runId));
     });
   }
 

@@ -171,6 +171,18 @@ export function describeType(value: unknown): string {
   return typeof value;
 }
 
+/**
+ * The `invalid_config` naming the options in `given` that `known` does not have, if any; an
+ * option `aliases` knows (a spelling from another SDK, say) says what it is called here.
+ */
+export function unknownOptionsError(given: object, known: Iterable<string>, where: string, aliases: Readonly<Record<string, string>> = {}): CrucibleError | undefined {
+  const names = new Set(known);
+  const unknown = Object.keys(given).filter((k) => !names.has(k));
+  if (unknown.length === 0) return undefined;
+  const named = unknown.map((k) => (Object.hasOwn(aliases, k) ? `${k} (did you mean ${aliases[k]}?)` : k));
+  return new CrucibleError('invalid_config', `${where}: unknown option${unknown.length > 1 ? 's' : ''} ${named.join(', ')}; the options are ${[...names].join(', ')}`);
+}
+
 /** A bad argument as an error message shows it: a number, boolean or short string as written,
  *  anything else by its kind ({@link describeType}). */
 export function describeValue(value: unknown): string {

@@ -110,8 +110,33 @@ export function toJsonSchema(schema: JsonSchema | StandardJsonSchemaLike, where:
   if (!isRecord(schema)) {
     throw new CrucibleError('invalid_config', `${where} must be a JSON Schema object`);
   }
+  // `{ city: z.string() }` or `{ city: { type: 'string' } }` is a schema with no keyword of
+  // JSON Schema, so it accepts anything: the model would be offered no parameters, and the
+  // tool would get whatever it sent, unchecked.
+  const fields = schema as Record<string, unknown>;
+  const keys = Object.keys(fields);
+  if (keys.length > 0 && !keys.some((k) => SCHEMA_KEYWORDS.has(k)) && keys.every((k) => isRecord(fields[k]) || typeof fields[k] === 'function')) {
+    const first = JSON.stringify(keys[0]);
+    throw new CrucibleError(
+      'invalid_config',
+      `${where} looks like a map of properties ({ ${first}: … }), not a JSON Schema: write { type: 'object', properties: { ${first}: … } }, or z.object({ ${first}: … }) for a Zod shape`,
+    );
+  }
   return schema as JsonSchema;
 }
+
+/** Keywords of JSON Schema (2020-12 and drafts before it; OpenAPI's `nullable`): a schema
+ *  object using none of them, whose fields are all objects, is a properties map by mistake. */
+const SCHEMA_KEYWORDS: ReadonlySet<string> = new Set([
+  '$schema', '$id', '$ref', '$defs', '$anchor', '$dynamicRef', '$dynamicAnchor', '$vocabulary', '$comment', 'definitions',
+  'type', 'properties', 'required', 'additionalProperties', 'patternProperties', 'propertyNames', 'minProperties', 'maxProperties',
+  'dependentRequired', 'dependentSchemas', 'dependencies', 'unevaluatedProperties', 'unevaluatedItems',
+  'items', 'prefixItems', 'additionalItems', 'contains', 'minContains', 'maxContains', 'minItems', 'maxItems', 'uniqueItems',
+  'enum', 'const', 'anyOf', 'oneOf', 'allOf', 'not', 'if', 'then', 'else',
+  'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly', 'nullable',
+  'format', 'pattern', 'minLength', 'maxLength', 'contentEncoding', 'contentMediaType', 'contentSchema',
+  'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'multipleOf',
+]);
 
 // `$schema` URIs are fine for jsonschema but some providers reject unknown keys in tools.
 function stripMeta(schema: JsonSchema): JsonSchema {

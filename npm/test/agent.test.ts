@@ -1242,6 +1242,21 @@ describe('agent over an OpenAI-compatible server', () => {
     await assert.rejects(createAgent({ model: model(), tools: [stringArgs] }), { code: 'invalid_config', message: /tool "ok_name": inputSchema must describe an object/ });
   });
 
+  test('a map of properties where a schema goes (a Zod shape, or JSON Schema properties unwrapped) is refused: it would check nothing', async () => {
+    const shapes: unknown[] = [{ city: z.string() }, { city: { type: 'string' } }, { city: type('string') }];
+    for (const shape of shapes) {
+      assert.throws(() => tool({ name: 'weather', description: 'w', inputSchema: shape as never, execute: () => 1 }), {
+        code: 'invalid_config',
+        message: /^tool "weather": inputSchema looks like a map of properties \(\{ "city": … \}\), not a JSON Schema: write \{ type: 'object', properties: \{ "city": … \} \}/,
+      });
+    }
+    await assert.rejects(createAgent({ model: model(), returns: { name: z.string() } as never }), { code: 'invalid_config', message: /returns looks like a map of properties/ });
+    // Schemas stay schemas: the empty one, keywords alone, and Standard Schemas.
+    for (const inputSchema of [{}, { type: 'object' }, { properties: { city: { type: 'string' } } }, { anyOf: [{ type: 'object' }] }, z.object({ city: z.string() })]) {
+      assert.ok(tool({ name: 'weather', description: 'w', inputSchema: inputSchema as never, execute: () => 1 }));
+    }
+  });
+
   test('an option createAgent does not have is refused, not ignored, with the name it goes by here', async () => {
     await assert.rejects(createAgent({ model: model(), system: 'Be brief.' } as never), { code: 'invalid_config', message: /createAgent: unknown option system \(did you mean instructions\?\)/ });
     await assert.rejects(createAgent({ model: model(), emergent: { enabled: true, maxTools: 3 } } as never), { code: 'invalid_config', message: /createAgent: emergent: unknown option maxTools; the options are .*maxSessionTools/ });

@@ -3,6 +3,7 @@
 // the registry persists through a store.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { z } from 'zod';
 import { IDBFactory, IDBKeyRange } from 'fake-indexeddb';
 import { AbortError, createAgent, type Agent, CrucibleError, indexedDbStore, StoreError, memoryStore, openai, tool, type AgentEvent, type ModelProvider, type Store } from '../src/node.js';
 import { SLUGIFY_FORGE, SPINNER_FORGE, verdictReply } from './support/forge-fixtures.js';
@@ -113,6 +114,16 @@ describe('forge through the package', () => {
     await agent.close();
   });
 
+
+  test('a forge request may give its schemas as Zod schemas, as tool() takes them: the tool gets their JSON Schema', async () => {
+    const agent = await makeAgent(memoryStore());
+    const res = await agent.forge({ ...slugify, name: 'slug_z', inputSchema: z.object({ text: z.string() }), outputSchema: z.object({ slug: z.string() }) }, { sessionId: 's1' });
+    assert.equal(res.success, true, JSON.stringify(res));
+    const [info] = agent.tools.list({ sessionId: 's1' });
+    assert.deepEqual([info!.inputSchema.type, (info!.inputSchema.properties as Record<string, { type: string }>).text!.type], ['object', 'string']);
+    assert.deepEqual(await agent.tools.call('slug_z', { text: 'Hello World!' }, { sessionId: 's1' }), { slug: 'hello-world' });
+    await agent.close();
+  });
 
   test('test durations and latency stats have sub-millisecond resolution: a 0.3 ms tool is not measured as 0 or 1 ms', async () => {
     const spin = tool({
@@ -1457,6 +1468,8 @@ describe('emergent options and edge cases through createAgent', () => {
         await assert.rejects(makeAgent(memoryStore(), { judge: { ...reasoningJudge(), maxTokens } }), { code: 'invalid_config', message: /emergent\.judge\.maxTokens/ });
       }
       await assert.rejects(makeAgent(memoryStore(), { promotionJudge: { ...reasoningJudge(), max_tokens: 9 } }), { code: 'invalid_config', message: /emergent\.promotionJudge: unknown option max_tokens \(did you mean maxTokens\?\)/ });
+      // The model itself where its options go: named as such, not as its fields being unknown options.
+      await assert.rejects(makeAgent(memoryStore(), { judge: reasoningJudge().model as never }), { code: 'invalid_config', message: /emergent\.judge takes options with the judge's model, `judge: \{ model \}`, not the model itself/ });
     } finally {
       await thinker.close();
     }

@@ -1508,6 +1508,13 @@ describe('HTTP errors say what the server said, and where', () => {
     assert.equal(answer.text, 'ok');
     assert.equal(server.requests[0]!.path, '/v1/messages');
   });
+
+  it('ollama() takes the OpenAI-compatible endpoint\'s base URL (ending in /v1) as the server\'s: the request goes to /api/chat', async () => {
+    server.enqueue({ text: 'ok' });
+    const answer = await collect(ollama({ model: 'qwen3', baseURL: `${server.ollamaBaseURL}/v1/` }).stream({ messages: hello, tools: [] }));
+    assert.equal(answer.text, 'ok');
+    assert.equal(server.requests[0]!.path, '/api/chat');
+  });
 });
 
 describe("a baseURL with a query (Azure OpenAI's classic `…/deployments/<name>?api-version=…`)", () => {
@@ -1961,6 +1968,17 @@ describe('openai() reads SSE framing as servers write it', () => {
     contentType = 'text/plain; charset=utf-8';
     pieces = [`data: ${delta('Hel')}\n\n`, `data: ${delta('lo')}\n\n`, 'data: [DONE]\n\n'];
     assert.equal((await collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] }))).text, 'Hello');
+    // Text that holds no event at all (a proxy's notice) is quoted, not called an answer cut short.
+    pieces = ['Service temporarily unavailable, ', 'try again later'];
+    for (const model of [provider(), anthropic({ baseURL: root, apiKey: 'x', model: 'm', retry: { maxRetries: 0 } })]) {
+      const error = await rejection(collect(model.stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+      assert.ok(error instanceof ProviderError && error.code === 'provider_protocol', `${model.id}: got ${String(error)}`);
+      assert.match(error.message, /expected an event stream, got a body with no events \(text\/plain; charset=utf-8\): Service temporarily unavailable, try again later$/);
+    }
+    // Keep-alives alone are an event stream cut short, as before.
+    pieces = [': ping\n\n', ': ping\n\n'];
+    const cut = await rejection(collect(provider().stream({ messages: [{ role: 'user', content: 'hi' }], tools: [] })));
+    assert.match(String(cut), /stream ended before the answer finished/);
   });
 
   it('random and mutated bodies of the three wire formats end in chunks of the right shape or a ProviderError, never another exception', async () => {
@@ -2047,6 +2065,14 @@ describe('provider options are checked when the provider is created', () => {
     const make = (options: Record<string, unknown>) => factory({ model: 'm', baseURL: baseURL(server), ...options } as ProviderOptions);
     const own = new RegExp(`^${name}\\(\\)`);
 
+    it(`${name}(): an option it does not have is refused, not dropped (the prompt went to the default server)`, () => {
+      // The Python SDK's spellings, and options that are createAgent's.
+      throwsInvalid(() => make({ baseURL: undefined, base_url: 'http://127.0.0.1:1', api_key: 'k' }), own, /unknown options base_url \(did you mean baseURL\?\), api_key \(did you mean apiKey\?\); the options are model, baseURL/);
+      throwsInvalid(() => make({ maxTokens: 100 }), own, /maxTokens \(did you mean createAgent's maxTokens\?\)/);
+      throwsInvalid(() => make({ host: 'http://127.0.0.1:11434' }), own, /host \(did you mean baseURL\?\)/);
+      throwsInvalid(() => make({ organisation: 'x' }), own, /unknown option organisation; the options are/);
+    });
+
     it(`${name}(): no options, or options that are not an object`, () => {
       throwsInvalid(() => (factory as (o?: unknown) => unknown)(), own, /options object/, /model/);
       throwsInvalid(() => factory(null as never), own, /options object/, /null/);
@@ -2066,7 +2092,7 @@ describe('provider options are checked when the provider is created', () => {
       }
       throwsInvalid(() => make({ baseURL: 8080 }), own, /`baseURL`/, /8080/);
       throwsInvalid(() => make({ baseURL: new URL(baseURL(server)) }), own, /`baseURL`/, /object/);
-      throwsInvalid(() => make({ baseURL: undefined, baseUrl: 'http://127.0.0.1:1' }), own, /spelled `baseURL`/);
+      throwsInvalid(() => make({ baseURL: undefined, baseUrl: 'http://127.0.0.1:1' }), own, /unknown option baseUrl \(did you mean baseURL\?\)/);
       // Absent means the provider's default; http and https both go.
       assert.ok(make({ baseURL: undefined }).id);
       assert.ok(make({ baseURL: 'https://example.com/v1/' }).id);

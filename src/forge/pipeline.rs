@@ -20,7 +20,7 @@ use crate::tools::{CallContext, SchemaAuthor, Tool, ToolHandler, ToolLookup};
 use super::classify::{classify, is_syntax_error, shows_extra_output_field, Evidence, RejectionCategory};
 use super::compose::ComposeHandler;
 use super::infer::infer_schemas;
-use super::judge::{ask, review_prompt, JudgeUsage, ReviewKind, Verdict};
+use super::judge::{ask, review_prompt, JudgeError, JudgeUsage, ReviewKind, Verdict};
 use super::request::{attempt_labels, normalize, ForgeOrigin, ForgeRequest, Implementation};
 use super::sandboxed::{SandboxToolHandler, UNAVAILABLE_CODE};
 use super::shape::{oversized_request_text, shape_check};
@@ -77,6 +77,10 @@ impl ForgeResult {
 
 /// What `forge_tool` tells the model when the judge's provider failed or did not answer.
 pub const JUDGE_UNAVAILABLE_FOR_MODEL: &str = "the reviewer was unavailable, so the tool was not reviewed and nothing was registered. This says nothing about your request: call forge_tool again later with the same request, or go on without the tool";
+
+/// What the model is told when the agent has no judge: no request can pass, so it is not told
+/// to fix one (a compliant model would forge again every turn).
+pub const NO_JUDGE_FOR_MODEL: &str = "this agent has no reviewer configured, so no forged tool can be approved and nothing was registered. This says nothing about your request: do not call forge_tool again; answer with the tools you have";
 
 /// A rejected forge's reason. The host reads it whole (`agent.forge()`); the model may be told
 /// something else (see [`Reason::for_model`]), which is never serialized: a host reading the
@@ -362,7 +366,10 @@ impl Forge {
                 r.tests = tests;
                 // The provider's error stays with the host (result, event, audit): it can quote
                 // keys, internal hosts and paths, and the model could fix nothing in it.
-                r.for_model = e.is_provider_failure().then(|| JUDGE_UNAVAILABLE_FOR_MODEL.to_string());
+                r.for_model = match e {
+                    JudgeError::NotConfigured => Some(NO_JUDGE_FOR_MODEL.to_string()),
+                    _ => e.is_provider_failure().then(|| JUDGE_UNAVAILABLE_FOR_MODEL.to_string()),
+                };
                 r.judge_usage = judge_usage;
                 return Err(r);
             }

@@ -58,6 +58,15 @@ pub struct ShapeIssues {
     pub evidence: Evidence,
 }
 
+/// How a schema without properties reads in a reason: one not given at all (`{}`) is said to be
+/// missing, and not inferred from the test cases' `field` either.
+fn missing_or_empty(schema: &Value, field: &str) -> String {
+    match schema.as_object().is_some_and(|m| m.is_empty()) {
+        true => format!("is missing (none was given, and no test case's `{field}` had fields to infer it from)"),
+        false => "has no properties".to_string(),
+    }
+}
+
 /// Checks `request` (after schema inference). `Ok` when it may proceed to build.
 pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
     let mut reasons = vec![];
@@ -74,11 +83,12 @@ pub fn shape_check(request: &ForgeRequest) -> Result<(), ShapeIssues> {
         ));
     } else if lacks_properties(&request.input_schema) {
         evidence.shape = true;
-        reasons.push("inputSchema has no properties: declare each input field under `properties`".to_string());
+        reasons.push(format!("inputSchema {}: declare each input field under `properties`", missing_or_empty(&request.input_schema, "input")));
     }
     if lacks_properties(&request.output_schema) {
         evidence.shape = true;
-        reasons.push("outputSchema has no properties: declare the output fields (or a non-object `type`)".to_string());
+        reasons
+            .push(format!("outputSchema {}: declare the output fields (or a non-object `type`)", missing_or_empty(&request.output_schema, "expectedOutput")));
     }
     if request.test_cases.len() < MIN_TEST_CASES {
         evidence.shape = true;

@@ -2,7 +2,7 @@
  * `createAgent`'s options: their types, and how they are read (once each) and checked before
  * the core sees them, so a wrong or unknown option is an `invalid_config` that names it.
  */
-import { CrucibleError, describeType, describeValue, isRecord, messageOf } from '../errors.js';
+import { CrucibleError, describeType, describeValue, isRecord, messageOf, unknownOptionsError as unknownOptions } from '../errors.js';
 import type { ModelProvider, ToolChoice } from '../providers/types.js';
 import type { ExecuteOptions, SandboxRequest, SandboxResult } from '../sandbox/types.js';
 import type { Store } from '../stores/types.js';
@@ -279,10 +279,7 @@ const OPTION_ALIASES: Readonly<Record<string, string>> = { system: 'instructions
 
 /** The `invalid_config` naming the options in `given` that `known` does not have, if any. */
 export function unknownOptionsError(given: object, known: ReadonlySet<string>, where: string): CrucibleError | undefined {
-  const unknown = Object.keys(given).filter((k) => !known.has(k));
-  if (unknown.length === 0) return undefined;
-  const named = unknown.map((k) => (OPTION_ALIASES[k] ? `${k} (did you mean ${OPTION_ALIASES[k]}?)` : k));
-  return new CrucibleError('invalid_config', `${where}: unknown option${unknown.length > 1 ? 's' : ''} ${named.join(', ')}; the options are ${[...known].join(', ')}`);
+  return unknownOptions(given, known, where, OPTION_ALIASES);
 }
 
 /** Throws {@link unknownOptionsError}'s error when there is one. */
@@ -340,6 +337,15 @@ export function isProvider(value: unknown, name: string): boolean {
   return readingOption(name, () => typeof (value as { stream?: unknown } | null | undefined)?.stream === 'function');
 }
 
+/** A judge's options read once; a model provider given in their place is named as such
+ *  (read as options, its own fields were "unknown options"). */
+function readJudgeOptions<T>(judge: T, name: 'judge' | 'promotionJudge'): T {
+  if (isRecord(judge) && !('model' in judge) && isProvider(judge, `emergent.${name}`)) {
+    throw new CrucibleError('invalid_config', `createAgent: emergent.${name} takes options with the judge's model, \`${name}: { model }\`, not the model itself`);
+  }
+  return readOptionBag(judge, JUDGE_OPTION_NAMES, `emergent.${name}`);
+}
+
 /** `createAgent`'s options read once, option bags within them too (see {@link readOptionBag}). */
 export function readAgentOptions(options: AgentOptions): AgentOptions {
   const read = readOptionBag(options, AGENT_OPTION_NAMES, '');
@@ -347,8 +353,8 @@ export function readAgentOptions(options: AgentOptions): AgentOptions {
   read.sessionHistory = readOptionBag(read.sessionHistory, SESSION_HISTORY_NAMES, 'sessionHistory');
   const em = readOptionBag(read.emergent, EMERGENT_OPTION_NAMES, 'emergent');
   if (isRecord(em)) {
-    em.judge = readOptionBag(em.judge, JUDGE_OPTION_NAMES, 'emergent.judge');
-    em.promotionJudge = readOptionBag(em.promotionJudge, JUDGE_OPTION_NAMES, 'emergent.promotionJudge');
+    em.judge = readJudgeOptions(em.judge, 'judge');
+    em.promotionJudge = readJudgeOptions(em.promotionJudge, 'promotionJudge');
     em.promotionThreshold = readOptionBag(em.promotionThreshold, THRESHOLD_OPTION_NAMES, 'emergent.promotionThreshold');
   }
   read.emergent = em;

@@ -5,6 +5,7 @@
 import { AbortError, CrucibleError, describeType, describeValue, isRecord, messageOf } from '../errors.js';
 import type { ForgeTestCase } from '../emergent/types.js';
 import { hasLoneSurrogate } from '../stores/values.js';
+import { toJsonSchema, type StandardJsonSchemaLike } from '../tool.js';
 
 // Run and resume options are checked like createAgent's: a misspelt `sesionId` would otherwise
 // run in the `"default"` session, without a word.
@@ -138,6 +139,27 @@ export function importTestCases(testCases: unknown): ForgeTestCase[] | undefined
   if (!Array.isArray(testCases)) throw new CrucibleError('invalid_argument', `import: testCases must be an array of test cases, got ${describeValue(testCases)}`);
   // The cases themselves are read as a forge request's are, however messy.
   return testCases as ForgeTestCase[];
+}
+
+/**
+ * A forge request with its Standard Schemas (Zod's `z.object(…)`, as `tool()` takes) written as
+ * the JSON Schema they produce: as the object it is, a schema would reach the core as its
+ * library's internals. One that cannot be written so is left for the forge to refuse.
+ */
+export function withJsonSchemas<R>(request: R): R {
+  if (!isRecord(request)) return request;
+  const standard = (value: unknown) => (isRecord(value) || typeof value === 'function') && '~standard' in value;
+  const fields = ['inputSchema', 'outputSchema'].filter((field) => standard(request[field]));
+  if (fields.length === 0) return request;
+  const converted: Record<string, unknown> = { ...request };
+  for (const field of fields) {
+    try {
+      converted[field] = toJsonSchema(request[field] as StandardJsonSchemaLike, `forge: ${field}`);
+    } catch {
+      // Left as it is.
+    }
+  }
+  return converted as R;
 }
 
 /** The session an option names (`"default"` when it names none). */

@@ -42,7 +42,7 @@ import {
   type HttpContext,
 } from './http.js';
 import { isRecord } from '../errors.js';
-import type { AnthropicEffort, AnthropicOptions, AnthropicPromptCaching, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ToolCall, Usage } from './types.js';
+import type { AnthropicEffort, AnthropicOptions, AnthropicPromptCaching, ChatMessage, ModelChunk, ModelProvider, ModelRequest, ProviderOptions, ToolCall, Usage } from './types.js';
 import { lazyText, loose, WireReader, type WireObject } from './wire.js';
 import { appendedBytes, jsonBytes, ProviderDataBudget } from './provider-data.js';
 
@@ -67,6 +67,9 @@ const MAX_BREAKPOINTS = 4;
 /** The cache lifetimes the API takes in `cache_control.ttl`. */
 const CACHE_TTLS: readonly NonNullable<AnthropicPromptCaching['ttl']>[] = ['5m', '1h'];
 
+/** The options of this provider beyond every provider's (a misspelt one is refused). */
+const ANTHROPIC_OPTIONS = Object.keys({ thinking: true, promptCaching: true } satisfies Record<Exclude<keyof AnthropicOptions, keyof ProviderOptions>, true>);
+
 /**
  * Creates a provider for the Anthropic Messages API.
  *
@@ -86,7 +89,7 @@ const CACHE_TTLS: readonly NonNullable<AnthropicPromptCaching['ttl']>[] = ['5m',
  * ```
  */
 export function anthropic(options: AnthropicOptions): ModelProvider {
-  checkProviderOptions('anthropic', options);
+  checkProviderOptions('anthropic', options, ANTHROPIC_OPTIONS);
   const thinking = thinkingOption(options.thinking);
   // Thinking turned on through `extraBody` constrains a request as the option does.
   const thinkingOn = thinking !== undefined || thinkingIn(options.extraBody);

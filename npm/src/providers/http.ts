@@ -13,7 +13,7 @@
  */
 
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { AbortError, CrucibleError, describeValue, isRecord, MAX_TIMER_MS, ProviderError } from '../errors.js';
+import { AbortError, CrucibleError, describeValue, isRecord, MAX_TIMER_MS, ProviderError, unknownOptionsError } from '../errors.js';
 import { linkSignals } from '../signals.js';
 import type { ModelChunk, ModelProvider, ModelRequest, ProviderOptions, RetryOptions, ToolDefinition } from './types.js';
 
@@ -34,6 +34,19 @@ export interface HttpContext {
   readonly progress?: () => void;
 }
 
+/** The options every provider factory takes (`ProviderOptions`). */
+const PROVIDER_OPTIONS = Object.keys({
+  model: true, baseURL: true, apiKey: true, headers: true, timeoutMs: true, retry: true, stream: true, fetch: true, extraBody: true,
+} satisfies Record<keyof ProviderOptions, true>);
+
+/** What other SDKs (and createAgent) call some of them, and options that belong elsewhere. */
+const PROVIDER_OPTION_ALIASES: Readonly<Record<string, string>> = {
+  baseUrl: 'baseURL', base_url: 'baseURL', url: 'baseURL', host: 'baseURL', endpoint: 'baseURL',
+  api_key: 'apiKey', apikey: 'apiKey', key: 'apiKey',
+  timeout: 'timeoutMs', retries: 'retry: { maxRetries }', maxRetries: 'retry: { maxRetries }',
+  maxTokens: "createAgent's maxTokens", max_tokens: "createAgent's maxTokens", temperature: "createAgent's temperature",
+};
+
 /** The `invalid_config` error for a provider factory's option `name` that is not `expected`. */
 export function optionError(provider: string, name: string, expected: string, got: unknown): CrucibleError {
   return new CrucibleError('invalid_config', `${provider}(): \`${name}\` must be ${expected} (got ${describeValue(got)})`);
@@ -44,19 +57,19 @@ export function optionError(provider: string, name: string, expected: string, go
  * `invalid_config` when the provider is created, not as a `TypeError`, a request to the wrong
  * server or a retry loop that never ends. `null` counts as not given, as the defaults treat it.
  */
-export function checkProviderOptions(provider: string, options: unknown): asserts options is ProviderOptions {
+export function checkProviderOptions(provider: string, options: unknown, own: readonly string[]): asserts options is ProviderOptions {
   const where = `${provider}()`;
   if (!isRecord(options)) {
     throw new CrucibleError('invalid_config', `${where} needs an options object, e.g. ${provider}({ model: 'name-of-the-model' }) (got ${describeValue(options)})`);
   }
+  // A misspelt option would be dropped: `base_url` sent the prompt to the default server.
+  const unknown = unknownOptionsError(options, [...PROVIDER_OPTIONS, ...own], where, PROVIDER_OPTION_ALIASES);
+  if (unknown) throw unknown;
   const { model, baseURL, apiKey, headers, stream, fetch, timeoutMs, retry, extraBody } = options;
   if (typeof model !== 'string' || model.trim() === '') {
     throw optionError(provider, 'model', 'a non-empty string naming the model', model);
   }
   if (baseURL != null) checkBaseURL(where, baseURL);
-  else if (options.baseUrl !== undefined) {
-    throw new CrucibleError('invalid_config', `${where}: unknown option \`baseUrl\`; the option is spelled \`baseURL\``);
-  }
   if (apiKey != null && typeof apiKey !== 'string') {
     throw optionError(provider, 'apiKey', 'a string', apiKey);
   }
@@ -427,6 +440,8 @@ export async function* readSse(ctx: HttpContext, response: Response, progressBy:
   }
   const pending: EventSourceMessage[] = [];
   let overflowed = false;
+  /** Whether the body held an event or a comment: an event stream, if perhaps one cut short. */
+  let spoken = false;
   const parser = createParser({
     maxBufferSize: MAX_UNIT_CHARS,
     // Events with data are progress, reasoning deltas among them (they yield no chunk); a
@@ -434,6 +449,7 @@ export async function* readSse(ctx: HttpContext, response: Response, progressBy:
     // neither are Anthropic's `ping` events, which carry data (`{"type": "ping"}`) and mean
     // only that the connection is open.
     onEvent: (event) => {
+      spoken = true;
       // The parser's bound counts what it buffered before the read that completes a line, so
       // an event can pass it by up to one read: the event itself is held to the bound here.
       // Nothing after it is read (a `[DONE]` in the same read would end the stream before the
@@ -456,8 +472,16 @@ export async function* readSse(ctx: HttpContext, response: Response, progressBy:
       }
       if (error.type === 'max-buffer-size-exceeded') overflowed = true;
     },
+    // A keep-alive: the server speaks the format, and an answer it never sent is one cut short.
+    onComment: () => {
+      spoken = true;
+    },
   });
+  // The start of the body, kept until an event comes: a body with none (plain text, a JSON
+  // error with status 200) is quoted, not reported as an answer cut short.
+  let start = '';
   for await (const piece of readText(ctx, response)) {
+    if (!spoken && start.length < 200) start += piece.slice(0, 200);
     parser.feed(piece);
     while (pending.length > 0) yield pending.shift()!;
     if (overflowed) throw tooLong(ctx, 'an event of the stream');
@@ -465,6 +489,9 @@ export async function* readSse(ctx: HttpContext, response: Response, progressBy:
   // Servers that close right after a last `data:` line without its blank line still mean
   // that event; the spec would drop it, a lenient client should not.
   parser.feed('\n\n');
+  if (!spoken && start.trim()) {
+    throw protocolError(ctx, `expected an event stream, got a body with no events${contentType ? ` (${contentType})` : ''}: ${start.trim().slice(0, 120)}`, undefined, start);
+  }
   while (pending.length > 0) yield pending.shift()!;
 }
 

@@ -1,5 +1,6 @@
 /**
- * Ollama native chat provider (`POST {baseURL}/api/chat`), streaming newline-delimited JSON.
+ * Ollama native chat provider (`POST {baseURL}/api/chat`; a `baseURL` ending in `/v1`, the
+ * OpenAI-compatible endpoint's, is read as the server's root), streaming newline-delimited JSON.
  * Prefer it over Ollama's OpenAI-compatible `/v1` when you want its token counts and its
  * whole-object tool calls.
  *
@@ -40,7 +41,7 @@ import {
   type HttpContext,
 } from './http.js';
 import { isRecord } from '../errors.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OllamaOptions } from './types.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OllamaOptions, ProviderOptions } from './types.js';
 import { carriesNews, lazyText, loose, WireReader } from './wire.js';
 import { appendedBytes, ProviderDataBudget } from './provider-data.js';
 
@@ -51,6 +52,9 @@ export const OLLAMA_DEFAULT_BASE_URL = 'http://127.0.0.1:11434';
  *  types (https://docs.ollama.com/capabilities/thinking). */
 const THINK_LEVELS: readonly unknown[] = ['low', 'medium', 'high'] satisfies Array<OllamaOptions['think']>;
 
+/** The options of this provider beyond every provider's (a misspelt one is refused). */
+const OLLAMA_OPTIONS = Object.keys({ options: true, keepAlive: true, think: true } satisfies Record<Exclude<keyof OllamaOptions, keyof ProviderOptions>, true>);
+
 /**
  * Creates a provider for a local or remote Ollama server.
  *
@@ -60,7 +64,7 @@ const THINK_LEVELS: readonly unknown[] = ['low', 'medium', 'high'] satisfies Arr
  * ```
  */
 export function ollama(options: OllamaOptions): ModelProvider {
-  checkProviderOptions('ollama', options);
+  checkProviderOptions('ollama', options, OLLAMA_OPTIONS);
   const { options: modelOptions, keepAlive, think } = options;
   if (modelOptions != null && !isRecord(modelOptions)) throw optionError('ollama', 'options', 'an object such as { num_ctx: 8192 }', modelOptions);
   if (keepAlive != null && typeof keepAlive !== 'string' && typeof keepAlive !== 'number') throw optionError('ollama', 'keepAlive', 'a duration such as "10m" or a number of seconds', keepAlive);
@@ -70,9 +74,12 @@ export function ollama(options: OllamaOptions): ModelProvider {
   const wire: WireOptions = { modelOptions: modelOptions ?? {}, keepAlive: keepAlive ?? undefined, think: think ?? undefined };
   // Ollama itself needs no key; hosted Ollama-compatible gateways take a Bearer token.
   const headers = mergeHeaders(options.headers, options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : undefined);
+  // `/v1` is Ollama's OpenAI-compatible endpoint: a base URL copied from its docs reaches the
+  // native API at the server's root, not a 404 at `/v1/api/chat`.
+  const baseURL = options.baseURL?.replace(/\/v1\/*$/, '');
   return postProvider({
     name: 'ollama',
-    options,
+    options: baseURL === options.baseURL ? options : { ...options, baseURL },
     defaultBaseURL: OLLAMA_DEFAULT_BASE_URL,
     path: 'api/chat',
     headers,

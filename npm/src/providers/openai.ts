@@ -28,12 +28,15 @@ import {
   type HttpContext,
 } from './http.js';
 import { isRecord, type ProviderError } from '../errors.js';
-import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, Usage } from './types.js';
+import type { ChatMessage, ModelChunk, ModelProvider, ModelRequest, OpenAIOptions, ProviderOptions, Usage } from './types.js';
 import { carriesNews, lazyText, loose, WireReader, type WireObject } from './wire.js';
 import { appendedBytes, jsonBytes, ProviderDataBudget } from './provider-data.js';
 
 /** Default endpoint; override `baseURL` for any compatible server (e.g. `http://127.0.0.1:8080/v1`). */
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
+
+/** The options of this provider beyond every provider's (a misspelt one is refused). */
+const OPENAI_OPTIONS = Object.keys({ reasoningModel: true, reasoningEffort: true, streamUsage: true } satisfies Record<Exclude<keyof OpenAIOptions, keyof ProviderOptions>, true>);
 
 /**
  * Creates a provider for an OpenAI-compatible `/chat/completions` endpoint.
@@ -54,7 +57,7 @@ export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
  * ```
  */
 export function openai(options: OpenAIOptions): ModelProvider {
-  checkProviderOptions('openai', options);
+  checkProviderOptions('openai', options, OPENAI_OPTIONS);
   const { reasoningModel = isReasoningModel(options.model), reasoningEffort } = options;
   if (typeof reasoningModel !== 'boolean') throw optionError('openai', 'reasoningModel', 'true or false', reasoningModel);
   if (reasoningEffort != null && typeof reasoningEffort !== 'string') throw optionError('openai', 'reasoningEffort', 'a string such as "low"', reasoningEffort);
