@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { type } from 'arktype';
 import { AbortError, AgentRunError, CrucibleError, createAgent, memoryStore, type CrucibleErrorCode, type Store, openai, anthropic, ProviderError, tool, type AgentEvent, type ChatMessage, type ModelProvider } from '../src/node.js';
 import { collectGarbage, coreMemoryBytes, functionsHeldByCore } from './support/core-internals.js';
+import { allEvents as collect } from './support/events.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
 let server: MockLlmServer;
@@ -27,12 +28,6 @@ const weather = tool({
 
 function model() {
   return openai({ baseURL: server.openaiBaseURL, apiKey: 'none', model: 'qwen', retry: { maxRetries: 0 } });
-}
-
-async function collect(stream: AsyncIterable<AgentEvent>): Promise<AgentEvent[]> {
-  const events: AgentEvent[] = [];
-  for await (const e of stream) events.push(e);
-  return events;
 }
 
 describe('agent over an OpenAI-compatible server', () => {

@@ -3,8 +3,9 @@
 // its own, so the core starts small and its growth shows.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createAgent, openai, tool, type AgentEvent } from '../src/node.js';
+import { createAgent, openai, tool } from '../src/node.js';
 import { coreMemoryBytes } from './support/core-internals.js';
+import { allEvents as collect } from './support/events.js';
 import { SLUGIFY_FORGE } from './support/forge-fixtures.js';
 import { startMockLlmServer, type MockLlmServer } from './support/mock-llm-server.js';
 
@@ -15,12 +16,6 @@ before(async () => {
 after(() => server.close());
 
 const model = () => openai({ baseURL: server.openaiBaseURL, apiKey: 'none', model: 'qwen', retry: { maxRetries: 0 } });
-
-async function collect(events: AsyncIterable<AgentEvent>): Promise<AgentEvent[]> {
-  const all: AgentEvent[] = [];
-  for await (const e of events) all.push(e);
-  return all;
-}
 
 describe("what enters the core's memory", () => {
   test('a host tool result far past maxResultBytes is refused unparsed: the core does not grow by many times its size for good', async () => {
