@@ -501,13 +501,13 @@ fn shape_check_rejects_before_the_judge() {
         c.as_object_mut().unwrap().remove("expectedOutput");
     }
     assert_shape_rejected_without_judge(no_props, RejectionCategory::ShapeCheck, "outputSchema has no properties");
-    // None given at all: said to be missing, not to have no properties.
+    // None given at all: said to be missing (or empty), not to have no properties.
     let mut missing = slugify_request("slugify", SLUGIFY_JS);
     missing.as_object_mut().unwrap().remove("outputSchema");
     for c in missing["testCases"].as_array_mut().unwrap() {
         c.as_object_mut().unwrap().remove("expectedOutput");
     }
-    assert_shape_rejected_without_judge(missing, RejectionCategory::ShapeCheck, "outputSchema is missing (none was given, and no test case's `expectedOutput`");
+    assert_shape_rejected_without_judge(missing, RejectionCategory::ShapeCheck, "outputSchema is missing or empty (and no test case's `expectedOutput`");
 
     // A tool's arguments are an object: an input schema ruling objects out fails every test.
     for kind in [json!("string"), json!(["string", "null"])] {

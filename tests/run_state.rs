@@ -823,11 +823,13 @@ fn an_aborted_resume_stops_waiting_for_the_store(stalled: &'static str, from_sta
     assert_eq!((out.status, out.text.as_str(), refunds.calls.get()), (RunStatus::Completed, "Refunded.", 1));
 }
 
-/// A run aborted while the store writes its state ends at once, but the write lands later: a
-/// `discard_run` or `stored_runs` right after the abort waits for it, so the state is deleted,
-/// not left to come back once the store answers.
-#[test]
-fn a_state_written_after_its_run_was_aborted_is_still_found_by_discard_and_stored_runs() {
+/// A run aborted while the store writes its state ends at once, but the write lands later. A
+/// `discard_run` right after the abort does not wait for it (one write that never settles
+/// would hold every discard), yet what the write brings is deleted once it lands: by the
+/// background task where the host can spawn one (`spawning`), else by the resume that waits
+/// for the write, which then finds no run. A resume of a run not discarded waits for the write
+/// and resumes from the step it saved.
+fn a_state_written_after_its_run_was_aborted(spawning: bool, discard: bool) {
     use futures::FutureExt;
     let store = Rc::new(StallingStore::default());
     let aborted = Rc::new(CancelFlag::default());
@@ -840,22 +842,43 @@ fn a_state_written_after_its_run_was_aborted_is_still_found_by_discard_and_store
     });
     let mut tools = ToolSet::new();
     tools.insert(Tool::new("stop", "Stops", &json!({ "type": "object" }), None, stop).unwrap());
-    let model = ScriptedModel::new(vec![call("stop", "{}"), text("never")]);
-    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let model = ScriptedModel::new(vec![call("stop", "{}"), text("Resumed.")]);
+    let background = Rc::new(support::emergent::SpawningEnvironment::default());
+    let env: Rc<dyn crucible::agent::Environment> = if spawning { background.clone() } else { Rc::new(NativeEnvironment::default()) };
+    let agent = Agent::new(AgentConfig::default(), model, tools, env).unwrap().with_store(store.clone(), "bot");
     let options = RunOptions { cancel: Some(aborted.clone()), run_id: Some("r1".into()), ..Default::default() };
     let run = agent.run("go", options, &mut CollectingSink::default()).now_or_never();
     assert!(matches!(run, Some(Err(AgentError::Aborted))), "the abort ends the run at once: {run:?}");
     let key = "agent/bot/run/r1";
-    let stored = block_on(store.inner.get(key)).unwrap().unwrap();
-    assert_eq!(stored["data"]["turns"], 0, "its step's state is not written yet, only the one it started from");
-    let mut listing = Box::pin(agent.stored_runs());
-    let mut discard = Box::pin(agent.discard_run("r1"));
-    assert!(listing.as_mut().now_or_never().is_none(), "stored_runs waits for the write");
-    assert!(discard.as_mut().now_or_never().is_none(), "discard_run waits for the write");
+    let turns = |store: &StallingStore| block_on(store.inner.get(key)).unwrap().map(|v| v["data"]["turns"].clone());
+    assert_eq!(turns(&store), Some(json!(0)), "its step's state is not written yet, only the one it started from");
+    if discard {
+        let discarded = agent.discard_run("r1").now_or_never();
+        assert!(matches!(discarded, Some(Ok(true))), "discard_run does not wait for the write: {discarded:?}");
+        assert!(block_on(agent.stored_runs()).unwrap().is_empty());
+    }
     store.puts_released.cancel();
-    assert_eq!(block_on(listing).unwrap().len(), 1, "the run, as its late write left it");
-    assert!(block_on(discard).unwrap(), "the state it discarded");
-    assert_eq!(block_on(store.inner.get(key)).unwrap(), None, "and nothing comes back");
+    background.run_background();
+    let resumed = block_on(agent.resume("r1", &[], None, &mut CollectingSink::default()));
+    if discard {
+        assert!(matches!(resumed, Err(AgentError::InvalidResume(_))), "{resumed:?}");
+        assert_eq!(turns(&store), None, "nothing came back");
+    } else {
+        let resumed = resumed.unwrap();
+        assert_eq!((resumed.status, resumed.turns), (RunStatus::Completed, 2), "resumed from the step the late write saved");
+    }
+}
+
+#[test]
+fn a_run_discarded_while_its_last_save_is_out_stays_discarded_once_the_save_lands() {
+    a_state_written_after_its_run_was_aborted(true, true);
+    a_state_written_after_its_run_was_aborted(false, true);
+}
+
+#[test]
+fn a_resume_waits_for_the_save_its_aborted_run_left_out() {
+    a_state_written_after_its_run_was_aborted(true, false);
+    a_state_written_after_its_run_was_aborted(false, false);
 }
 
 #[test]

@@ -379,6 +379,25 @@ describe('agent over an OpenAI-compatible server', () => {
     const deltas = events.filter((e) => e.type === 'text.delta').map((e) => e.type === 'text.delta' && e.delta).join('');
     assert.equal(deltas, 'Calling 🌍.🌍!');
     assert.equal(events.at(-1)!.type, 'agent.end');
+    // A half that ends a call whose index the next call shares (servers numbering every call 0)
+    // stays with its call: the next call's arguments are its own.
+    seen.length = 0;
+    const sameIndex: ModelProvider = {
+      id: 'double:same-index',
+      async *stream() {
+        if (turn++ === 2) {
+          yield { type: 'tool_call', index: 0, id: 'a', name: 'echo', argumentsDelta: `{"s":"x${high}` };
+          yield { type: 'tool_call', index: 0, id: 'b', name: 'echo', argumentsDelta: '{"s":"y"}' };
+          yield { type: 'finish', finishReason: 'tool_calls' };
+        } else {
+          yield { type: 'text', delta: 'ok' };
+          yield { type: 'finish', finishReason: 'stop' };
+        }
+      },
+    };
+    const calls = await collect((await createAgent({ model: sameIndex, tools: [echo] })).stream('hi'));
+    assert.deepEqual(calls.flatMap((e) => (e.type === 'tool.execute.error' ? [e.callId] : [])), ['a'], 'the cut call fails as cut (its string never closes)');
+    assert.deepEqual(seen, [{ s: 'y' }], 'the next call is whole');
     // Over SSE, each half written as its own escape in its own event (what JSON.stringify writes).
     server.reset();
     server.enqueue({ text: ['Hi ', high, `${low}!`] });

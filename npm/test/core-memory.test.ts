@@ -36,6 +36,18 @@ describe("what enters the core's memory", () => {
     await agent.close();
   });
 
+  test('a result whose JS text is longer than its JSON (1e20 written in 21 digits) is measured as JSON: under maxResultBytes it passes', async () => {
+    server.reset();
+    server.enqueue({ toolCalls: [{ name: 'balances', arguments: {} }] }, { text: 'Done.' });
+    // 22,001 bytes as JS writes them, 6,001 as the JSON the limit counts.
+    const balances = tool({ name: 'balances', description: 'b', inputSchema: { type: 'object', properties: {} }, execute: () => Array.from({ length: 1000 }, () => 1e20) });
+    const agent = await createAgent({ model: model(), tools: [balances], maxResultBytes: 10_000 });
+    const events = await collect(agent.stream('?'));
+    const end = events.find((e) => e.type === 'tool.execute.end');
+    assert.ok(end?.type === 'tool.execute.end' && Array.isArray(end.result) && end.result.length === 1000, JSON.stringify(events.find((e) => e.type === 'tool.execute.error')));
+    await agent.close();
+  });
+
   test('a forge request far past its bound is a shape_check rejection read no further, from agent.forge and from the model', async () => {
     const huge = { ...SLUGIFY_FORGE, name: 'big', testCases: [{ input: { text: 'a', rows: Array.from({ length: 300_000 }, (_, k) => ({ k })) } }, { input: { text: 'b' } }] };
     const agent = await createAgent({ model: model(), emergent: { enabled: true } });

@@ -397,3 +397,30 @@ test('discardRun right after an abort deletes the state its run was still writin
   assert.deepEqual(await base.scan(`agent/default/run/`), []);
   await agent.close();
 });
+
+test('a save an abort left out that never settles holds no discard, no listing and no other run', async () => {
+  const base = memoryStore();
+  let stuck = false;
+  const store: Store = { ...base, get: base.get.bind(base), delete: base.delete.bind(base), scan: base.scan.bind(base), batch: base.batch.bind(base), put: (key, value) => (stuck ? new Promise<never>(() => {}) : base.put(key, value)) };
+  const controller = new AbortController();
+  const stop = tool({ name: 'stop', description: 'Stops', inputSchema: { type: 'object', properties: {} }, execute: () => {
+    stuck = true;
+    controller.abort();
+    return 'stopped';
+  } });
+  let turn = 0;
+  const model: ModelProvider = { id: 'test-double:stops', async *stream() {
+    if (turn++ === 0) yield { type: 'tool_call', index: 0, id: 'c1', name: 'stop', argumentsDelta: '{}' };
+    else yield { type: 'text', delta: 'Done.' };
+    yield { type: 'finish', finishReason: turn === 1 ? 'tool_calls' : 'stop' };
+  } };
+  const agent = await createAgent({ model, tools: [stop], store });
+  const aborted = await agent.run('go', { signal: controller.signal }).catch((e: unknown) => e);
+  assert.ok(aborted instanceof AbortError && aborted.runId, String(aborted));
+  const settles = <T>(work: Promise<T>) => Promise.race([work.then(() => 'settled'), new Promise((r) => setTimeout(() => r('still pending'), 2000))]);
+  assert.equal(await settles(agent.storedRuns()), 'settled');
+  assert.equal(await settles(agent.discardRun(aborted.runId)), 'settled');
+  // A resume of it waits for the write only as long as its signal lets it.
+  await assert.rejects(agent.resume(aborted.runId, { signal: AbortSignal.timeout(100) }), AbortError);
+  await agent.close();
+});

@@ -5,68 +5,91 @@
 //! itself cannot be called back, though, and lands when the store gets to it. A
 //! `discard_run` made right after the abort read no state then and deleted nothing, and the
 //! late write brought the run back for good (20 of 20 stopped runs, with a store taking
-//! 30 ms a write); a resume read the step before. Reads of a run's state wait for its late
-//! save first.
+//! 30 ms a write); a resume read the step before.
+//!
+//! So a late save is kept until it settles. A resume waits for it (as long as its own signal
+//! lets it: it would otherwise resume from the step before, and the late write would then
+//! replace what the resumed run saves). A discard does not wait, since one write that never
+//! settles must not hold every later discard: it marks the save, and the save deletes the
+//! state it wrote once it lands.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use futures::future::{LocalBoxFuture, Shared};
 
-use crate::store::StoreError;
+use crate::store::{Store, StoreError};
 
 use super::env::Environment;
 
-/// A save as the run awaits it, and as whoever reads the run's state next may await it too.
+/// A save as the run awaits it, and as a resume of the run may await it too.
 pub(crate) type SaveWrite = Shared<LocalBoxFuture<'static, Result<(), StoreError>>>;
+
+#[derive(Clone)]
+struct LateSave {
+    write: SaveWrite,
+    /// The run was discarded while this save was out: what it writes is deleted once it lands.
+    discarded: Rc<Cell<bool>>,
+    store: Rc<dyn Store>,
+    key: String,
+}
+
+impl LateSave {
+    /// Waits for the write to land, then deletes what it wrote if the run was discarded
+    /// meanwhile (best effort, as the discard itself: a failure leaves the run listed, as a
+    /// failed delete does).
+    async fn settled(&self) {
+        if self.write.clone().await.is_ok() && self.discarded.get() {
+            let _ = self.store.delete(&self.key).await;
+        }
+    }
+}
 
 /// The late saves of an agent's runs, by run id.
 #[derive(Default)]
-pub(crate) struct LateSaves(RefCell<HashMap<String, SaveWrite>>);
+pub(crate) struct LateSaves(RefCell<HashMap<String, LateSave>>);
 
 impl LateSaves {
-    /// Keeps `write`, which an abort left unsettled, until it settles: driven to its end in the
-    /// background where `env` can spawn, else by the next read of the run that waits for it.
-    pub(crate) fn leave(self: &Rc<Self>, run_id: &str, write: SaveWrite, env: &dyn Environment) {
-        self.0.borrow_mut().insert(run_id.to_string(), write.clone());
+    /// Keeps `write` of the state at `key` in `store`, which an abort left unsettled, until it
+    /// settles: followed in the background where `env` can spawn. Where it cannot (native
+    /// callers), nothing polls the write unless a resume waits for it, and a discarded one is
+    /// never written.
+    pub(crate) fn leave(self: &Rc<Self>, run_id: &str, write: SaveWrite, store: Rc<dyn Store>, key: String, env: &dyn Environment) {
+        let late = LateSave { write, discarded: Rc::default(), store, key };
+        self.0.borrow_mut().insert(run_id.to_string(), late.clone());
         let me = Rc::downgrade(self);
         let run_id = run_id.to_string();
         let settle = Box::pin(async move {
-            let _ = write.clone().await;
+            late.settled().await;
             if let Some(me) = me.upgrade() {
-                me.forget(&run_id, &write);
+                me.forget(&run_id, &late.write);
             }
         });
-        // Unspawned, the entry stays for the next read of the run (it holds no state: the
-        // write took its value when it started).
         let _ = env.spawn_local(settle);
     }
 
     /// Waits for the late save of `run_id`, if there is one (its failure is the store's, and
     /// the read that follows meets the store as it is).
     pub(crate) async fn wait_for(&self, run_id: &str) {
-        let write = self.0.borrow().get(run_id).cloned();
-        if let Some(write) = write {
-            let _ = write.clone().await;
-            self.forget(run_id, &write);
+        let late = self.0.borrow().get(run_id).cloned();
+        if let Some(late) = late {
+            late.settled().await;
+            self.forget(run_id, &late.write);
         }
     }
 
-    /// Waits for every late save.
-    pub(crate) async fn wait_for_all(&self) {
-        let writes: Vec<(String, SaveWrite)> = self.0.borrow().iter().map(|(id, w)| (id.clone(), w.clone())).collect();
-        for (run_id, write) in writes {
-            let _ = write.clone().await;
-            self.forget(&run_id, &write);
-        }
+    /// Marks the late save of `run_id`, if there is one, to delete what it writes once it
+    /// lands; `true` when there was one.
+    pub(crate) fn discard(&self, run_id: &str) -> bool {
+        self.0.borrow().get(run_id).map(|late| late.discarded.set(true)).is_some()
     }
 
     /// Drops the entry of `run_id` if it is still `write` (a later save of a resumed run may
     /// have taken its place).
     fn forget(&self, run_id: &str, write: &SaveWrite) {
         let mut saves = self.0.borrow_mut();
-        if saves.get(run_id).is_some_and(|kept| kept.ptr_eq(write)) {
+        if saves.get(run_id).is_some_and(|kept| kept.write.ptr_eq(write)) {
             saves.remove(run_id);
         }
     }

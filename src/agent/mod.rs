@@ -328,7 +328,6 @@ impl Agent {
     /// [`Store::lock_held`]). Records that are not run states this build reads are left out.
     pub async fn stored_runs(&self) -> Result<Vec<StoredRun>, AgentError> {
         let Some(store) = self.store.as_deref() else { return Ok(vec![]) };
-        self.late_saves.wait_for_all().await;
         let records = store.scan(&self.run_prefix()).await.map_err(AgentError::Store)?;
         let states: Vec<_> = records.into_iter().filter_map(|(_, value)| read_run_state(value).ok()).collect();
         // The store is asked about a batch of locks at once, not one after another: a store's
@@ -352,14 +351,16 @@ impl Agent {
     }
 
     /// Deletes the stored state of `run_id`, a run that will not be resumed; `true` when there
-    /// was one. It takes the run's claim first, so it never pulls a state from under a resume
+    /// was one, or a save of it an abort left out (deleted once it lands). It takes the run's claim first, so it never pulls a state from under a resume
     /// (one in this context is `invalid_resume`; one elsewhere is waited for).
     pub async fn discard_run(&self, run_id: &str) -> Result<bool, AgentError> {
         let Some(runs) = self.recorder() else { return Ok(false) };
         let _claim = ResumeClaim::take(run_id, Some(&*runs.store), &self.run_lock_name(run_id)).await?;
-        self.late_saves.wait_for(run_id).await;
+        // A save an abort left out deletes what it writes once it lands: waiting for it here
+        // would hold every discard behind one write that never settles.
+        let late = self.late_saves.discard(run_id);
         if runs.store.get(&runs.key(run_id)).await.map_err(AgentError::Store)?.is_none() {
-            return Ok(false);
+            return Ok(late);
         }
         runs.forget(run_id).await?;
         self.take_resumable(run_id);

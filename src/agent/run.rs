@@ -569,7 +569,7 @@ impl RunContext<'_> {
         match unless_cancelled(self.cancel.map(|c| &**c), write.clone()).await {
             Some(written) => written.map_err(AgentError::Store),
             None => {
-                runs.late.leave(&state.run_id, write, self.env);
+                runs.late.leave(&state.run_id, write, runs.store.clone(), runs.key(&state.run_id), self.env);
                 Err(AgentError::Aborted)
             }
         }

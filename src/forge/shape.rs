@@ -58,11 +58,12 @@ pub struct ShapeIssues {
     pub evidence: Evidence,
 }
 
-/// How a schema without properties reads in a reason: one not given at all (`{}`) is said to be
-/// missing, and not inferred from the test cases' `field` either.
+/// How a schema without properties reads in a reason: one not given at all, or given as `{}`
+/// (normalization cannot tell them apart), is said to be missing or empty, and not inferred
+/// from the test cases' `field` either.
 fn missing_or_empty(schema: &Value, field: &str) -> String {
     match schema.as_object().is_some_and(|m| m.is_empty()) {
-        true => format!("is missing (none was given, and no test case's `{field}` had fields to infer it from)"),
+        true => format!("is missing or empty (and no test case's `{field}` had fields to infer it from)"),
         false => "has no properties".to_string(),
     }
 }

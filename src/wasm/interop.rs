@@ -363,6 +363,10 @@ impl JsStringCache {
     }
 }
 
+/// How many bytes of a host tool's JSON text (`JSON.stringify`) may stand for one byte of the
+/// JSON the executor measures at most, rounded up (see `JsTool::call`).
+const HOST_TEXT_PER_JSON_BYTE: usize = 6;
+
 thread_local! {
     /// The nesting of the host tool running on this stack right now (inside its call).
     static HOST_TOOL_NESTING: std::cell::RefCell<Nesting> = std::cell::RefCell::default();
@@ -413,10 +417,12 @@ impl ToolHandler for JsTool {
             }
         };
         // Refused before it is parsed, where parsing would take many times its length in memory
-        // that never shrinks, only for the executor to refuse it (see `execute_call`). Its text
-        // is at most twice the JSON the executor measures (a lone surrogate's escape is six
-        // bytes for U+FFFD's three), so past twice the limit it is past the limit.
-        if let Some(limit) = ctx.result_limit.filter(|limit| text.len() / 2 > *limit) {
+        // that never shrinks, only for the executor to refuse it (see `execute_call`). The
+        // host's text is at most 5.25 times the JSON the executor measures, so past six times
+        // the limit it is past the limit: JS writes numbers below 1e21 in full, and serde_json
+        // writes 1e20 back in 4 characters for its 21; a lone surrogate's escape is six bytes
+        // for U+FFFD's three; everything else is written alike.
+        if let Some(limit) = ctx.result_limit.filter(|limit| text.len() / HOST_TEXT_PER_JSON_BYTE > *limit) {
             let name = self.js_name.as_string().unwrap_or_default();
             return Err(crate::tools::result_too_large(&name, &format!("{} bytes of JSON text", text.len()), limit));
         }
@@ -521,7 +527,10 @@ impl Store for JsStore {
     }
 
     async fn put(&self, key: &str, value: Value) -> Result<(), StoreError> {
-        self.call("put", &[key.into(), to_js(&value).map_err(store_encoding_error)?]).await.map(|_| ())
+        let js_value = to_js(&value).map_err(store_encoding_error)?;
+        // Not held while the store answers: a write an abort left out may wait a long time.
+        drop(value);
+        self.call("put", &[key.into(), js_value]).await.map(|_| ())
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {

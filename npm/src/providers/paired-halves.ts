@@ -24,6 +24,9 @@ export class PairedHalves {
   #text = '';
   /** A call's held half by the chunk's `index`, as the provider gave it. */
   readonly #args = new Map<unknown, string>();
+  /** The id each index's call was last given: servers that number every call alike tell
+   *  calls apart by their ids, and a half never goes to another call. */
+  readonly #ids = new Map<unknown, unknown>();
   /** Steps to give before reading the provider again: held halves, then the step they preceded. */
   readonly #queued: unknown[] = [];
 
@@ -49,7 +52,16 @@ export class PairedHalves {
       return { ...step, value: { ...chunk, delta: this.#text ? delta.slice(0, -1) : delta } };
     }
     if (chunk.type === 'tool_call' && typeof chunk.argumentsDelta === 'string') {
-      const delta = (this.#args.get(chunk.index) ?? '') + chunk.argumentsDelta;
+      const newId = typeof chunk.id === 'string' && chunk.id !== '' && chunk.id !== this.#ids.get(chunk.index);
+      if (newId) this.#ids.set(chunk.index, chunk.id);
+      const before = this.#args.get(chunk.index);
+      if (before && newId) {
+        // Another call at the same index: the half ends the call before it, given alone first.
+        this.#args.delete(chunk.index);
+        this.#queued.push(this.#joined(step));
+        return { done: false, value: { type: 'tool_call', index: chunk.index, argumentsDelta: before } };
+      }
+      const delta = (before ?? '') + chunk.argumentsDelta;
       const held = endsInHighHalf(delta) ? delta.slice(-1) : '';
       if (held) this.#args.set(chunk.index, held);
       else this.#args.delete(chunk.index);
