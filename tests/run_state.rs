@@ -1271,3 +1271,78 @@ fn a_resume_aborted_before_it_starts_reports_the_runs_usage_and_runs_nothing() {
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(refunds.calls.get(), 1);
 }
+
+/// Counts what a run writes: bytes of JSON per key, puts and batches alike.
+#[derive(Default)]
+struct CountingStore {
+    inner: MemoryStore,
+    written: std::cell::RefCell<Vec<(String, usize)>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Store for CountingStore {
+    async fn get(&self, key: &str) -> Result<Option<Value>, crucible::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
+        self.written.borrow_mut().push((key.to_string(), value.to_string().len()));
+        self.inner.put(key, value).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, crucible::store::StoreError> {
+        self.inner.scan(prefix).await
+    }
+    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
+        for op in &ops {
+            if let crucible::store::BatchOp::Put { key, value } = op {
+                self.written.borrow_mut().push((key.clone(), value.to_string().len()));
+            }
+        }
+        self.inner.batch(ops).await
+    }
+}
+
+/// A run's starting conversation (the session's, the same at every step) is written once, not
+/// with every step's state; a run paused in such a session resumes after a restart with the
+/// whole conversation, and a finished or discarded run leaves neither record behind.
+#[test]
+fn a_runs_starting_conversation_is_written_once_and_read_back_whole() {
+    let store = Rc::new(CountingStore::default());
+    let big = "x".repeat(100_000);
+    let refunds = refund_tool();
+    let handler = Rc::new(NeedsApproval { inner: refunds.clone(), predicate: Box::new(|args: &Value| args["order"] == 9) });
+    let tools = || {
+        let mut tools = ToolSet::new();
+        tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler.clone()).unwrap());
+        tools
+    };
+    let calls: Vec<_> = (1..=5).map(|order| call("refund", &format!(r#"{{"order":{order}}}"#))).collect();
+    let model = ScriptedModel::new([vec![text(&big)], calls, vec![call("refund", r#"{"order":9}"#)]].concat());
+    let agent = Agent::new(AgentConfig::default(), model.clone(), tools(), Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    block_on(agent.run(&big, RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    store.written.borrow_mut().clear();
+    // Six steps in a session holding 200 KB: the 200 KB are written once, not seven times.
+    let paused = block_on(agent.run("refund them", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    assert_eq!(paused.status, RunStatus::Paused);
+    let written = store.written.borrow().clone();
+    let history: Vec<_> = written.iter().filter(|(key, _)| key.contains("/run-history/")).collect();
+    assert_eq!(history.len(), 1, "{written:?}");
+    assert!(history[0].1 > 200_000);
+    let states: usize = written.iter().filter(|(key, _)| key.contains("/run/")).map(|(_, bytes)| bytes).sum();
+    assert!(written.iter().filter(|(key, _)| key.contains("/run/")).count() >= 6 && states < 20_000, "the states carry no conversation: {written:?}");
+    // After a restart: the resumed run sends the whole conversation.
+    let reply = ScriptedModel::new(vec![text("Refunded.")]);
+    let restarted = Agent::new(AgentConfig::default(), reply.clone(), tools(), Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let decisions = [ApprovalDecision { id: paused.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let out = block_on(restarted.resume(&paused.run_id, &decisions, None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(out.status, RunStatus::Completed);
+    let sent = &reply.requests.borrow()[0].messages;
+    assert!(
+        sent.iter().filter(|m| matches!(m, Message::User { content } | Message::Assistant { content, .. } if content == &big)).count() == 2,
+        "{} messages",
+        sent.len()
+    );
+    assert!(block_on(store.inner.scan("agent/bot/")).unwrap().iter().all(|(key, _)| !key.contains("/run")), "nothing of the run is left");
+}

@@ -356,7 +356,9 @@ test('a stream dropped mid-read without being closed takes its listener off the 
 
 test('a store write that never settles holds a run only until it is aborted, and close() still settles', async () => {
   const answers = { id: 'test-double:answers', async *stream() { yield { type: 'text' as const, delta: 'hi' }; yield { type: 'finish' as const, finishReason: 'stop' as const }; } };
-  for (const stuck of ['put', 'delete'] as const) {
+  // A run saves its state with `put` (with `batch` once its starting conversation is stored
+  // apart) and forgets it with `batch`.
+  for (const stuck of ['put', 'batch'] as const) {
     const base = memoryStore();
     let hang = false;
     const store = { ...base, get: base.get.bind(base), put: base.put.bind(base), delete: base.delete.bind(base), scan: base.scan.bind(base), batch: base.batch.bind(base) };

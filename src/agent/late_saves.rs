@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use futures::future::{LocalBoxFuture, Shared};
 
-use crate::store::{Store, StoreError};
+use crate::store::{BatchOp, Store, StoreError};
 
 use super::env::Environment;
 
@@ -32,7 +32,8 @@ struct LateSave {
     /// The run was discarded while this save was out: what it writes is deleted once it lands.
     discarded: Rc<Cell<bool>>,
     store: Rc<dyn Store>,
-    key: String,
+    /// The run's records, all deleted when it was discarded.
+    keys: [String; 2],
 }
 
 impl LateSave {
@@ -41,7 +42,7 @@ impl LateSave {
     /// failed delete does).
     async fn settled(&self) {
         if self.write.clone().await.is_ok() && self.discarded.get() {
-            let _ = self.store.delete(&self.key).await;
+            let _ = self.store.batch(self.keys.iter().map(|key| BatchOp::Delete { key: key.clone() }).collect()).await;
         }
     }
 }
@@ -55,8 +56,8 @@ impl LateSaves {
     /// settles: followed in the background where `env` can spawn. Where it cannot (native
     /// callers), nothing polls the write unless a resume waits for it, and a discarded one is
     /// never written.
-    pub(crate) fn leave(self: &Rc<Self>, run_id: &str, write: SaveWrite, store: Rc<dyn Store>, key: String, env: &dyn Environment) {
-        let late = LateSave { write, discarded: Rc::default(), store, key };
+    pub(crate) fn leave(self: &Rc<Self>, run_id: &str, write: SaveWrite, store: Rc<dyn Store>, keys: [String; 2], env: &dyn Environment) {
+        let late = LateSave { write, discarded: Rc::default(), store, keys };
         self.0.borrow_mut().insert(run_id.to_string(), late.clone());
         let me = Rc::downgrade(self);
         let run_id = run_id.to_string();

@@ -169,20 +169,14 @@ impl Agent {
     }
 
     fn recorder(&self) -> Option<RunRecorder> {
-        self.store.clone().map(|store| RunRecorder { store, prefix: self.run_prefix(), late: self.late_saves.clone() })
+        self.store.clone().map(|store| RunRecorder::new(store, &format!("agent/{}/", self.agent_id), self.late_saves.clone()))
     }
 
     /// The persisted state of a paused or interrupted run.
     pub async fn load_run(&self, run_id: &str) -> Result<RunState, AgentError> {
         let runs = self.recorder().ok_or_else(|| AgentError::InvalidResume("this agent has no store".into()))?;
         self.late_saves.wait_for(run_id).await;
-        let value = runs
-            .store
-            .get(&runs.key(run_id))
-            .await
-            .map_err(AgentError::Store)?
-            .ok_or_else(|| AgentError::InvalidResume(format!("no persisted run `{run_id}`")))?;
-        read_run_state(value)
+        runs.load(run_id).await?.ok_or_else(|| AgentError::InvalidResume(format!("no persisted run `{run_id}`")))
     }
 
     /// Continues a paused run (or one interrupted between steps) from `state`, applying
