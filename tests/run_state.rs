@@ -1346,3 +1346,51 @@ fn a_runs_starting_conversation_is_written_once_and_read_back_whole() {
     );
     assert!(block_on(store.inner.scan("agent/bot/")).unwrap().iter().all(|(key, _)| !key.contains("/run")), "nothing of the run is left");
 }
+
+/// A stored state claiming more starting conversation than it holds (a record another writer
+/// got wrong) is saved whole at every step: splitting it anew at each save dropped a message
+/// between the history written once and the later states.
+#[test]
+fn a_state_claiming_more_history_than_messages_loses_none_of_them() {
+    let store = Rc::new(MemoryStore::new());
+    let refunds = refund_tool();
+    let handler = Rc::new(NeedsApproval { inner: refunds.clone(), predicate: Box::new(|_: &Value| true) });
+    let tools = || {
+        let mut tools = ToolSet::new();
+        tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler.clone()).unwrap());
+        tools
+    };
+    let model = ScriptedModel::new(vec![call("refund", r#"{"order":1}"#), call("refund", r#"{"order":2}"#), text("Done.")]);
+    let agent = Agent::new(AgentConfig::default(), model.clone(), tools(), Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let paused = block_on(agent.run("refund both", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let key = format!("agent/bot/run/{}", paused.run_id);
+    let mut record = block_on(store.get(&key)).unwrap().unwrap();
+    assert_eq!(record["data"]["messages"].as_array().unwrap().len(), 2);
+    record["data"]["historyLen"] = json!(5);
+    block_on(store.put(&key, record)).unwrap();
+    let restarted = Agent::new(AgentConfig::default(), model, tools(), Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    let decide = |out: &crucible::agent::RunOutput| [ApprovalDecision { id: out.pending_approvals[0].id.clone(), approved: true, reason: None }];
+    let again = block_on(restarted.resume(&paused.run_id, &decide(&paused), None, &mut CollectingSink::default())).unwrap();
+    assert_eq!(again.status, RunStatus::Paused, "the second call waits too");
+    let stored = block_on(restarted.load_run(&paused.run_id)).unwrap();
+    assert_eq!(stored.messages, again.state.unwrap().messages, "the stored state holds every message");
+}
+
+/// A starting conversation whose state record is gone (deleted by a build that knew only the
+/// state) is deleted by `discard_run` all the same, not kept where nothing lists it.
+#[test]
+fn discarding_a_run_deletes_its_starting_conversation_even_without_its_state() {
+    let store = Rc::new(MemoryStore::new());
+    let handler = Rc::new(NeedsApproval { inner: refund_tool(), predicate: Box::new(|_: &Value| true) });
+    let mut tools = ToolSet::new();
+    tools.insert(Tool::new("refund", "Refund an order", &json!({ "type": "object" }), None, handler).unwrap());
+    let model = ScriptedModel::new(vec![text("Hello."), call("refund", r#"{"order":1}"#)]);
+    let agent = Agent::new(AgentConfig::default(), model, tools, Rc::new(NativeEnvironment::default())).unwrap().with_store(store.clone(), "bot");
+    block_on(agent.run("hi", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let paused = block_on(agent.run("refund it", RunOptions::default(), &mut CollectingSink::default())).unwrap();
+    let history = format!("agent/bot/run-history/{}", paused.run_id);
+    assert!(block_on(store.get(&history)).unwrap().is_some(), "the session's conversation is stored apart");
+    block_on(store.delete(&format!("agent/bot/run/{}", paused.run_id))).unwrap();
+    assert!(!block_on(agent.discard_run(&paused.run_id)).unwrap(), "there was no state");
+    assert_eq!(block_on(store.get(&history)).unwrap(), None);
+}

@@ -52,7 +52,7 @@ impl LateSave {
 pub(crate) struct LateSaves(RefCell<HashMap<String, LateSave>>);
 
 impl LateSaves {
-    /// Keeps `write` of the state at `key` in `store`, which an abort left unsettled, until it
+    /// Keeps `write` of the run's records at `keys` in `store`, which an abort left unsettled, until it
     /// settles: followed in the background where `env` can spawn. Where it cannot (native
     /// callers), nothing polls the write unless a resume waits for it, and a discarded one is
     /// never written.

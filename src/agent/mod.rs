@@ -152,8 +152,10 @@ impl Agent {
         self
     }
 
-    /// Persists run states in `store` under `agent/<agent_id>/run/<runId>`: saved at every step
-    /// boundary and when paused, removed when the run completes.
+    /// Persists run states in `store` under `agent/<agent_id>/run/<runId>`, saved at every step
+    /// boundary and when paused, and the conversation each run started from under
+    /// `agent/<agent_id>/run-history/<runId>`, saved once per run and resume; both are
+    /// removed when the run completes.
     pub fn with_store(mut self, store: Rc<dyn Store>, agent_id: impl Into<String>) -> Self {
         self.store = Some(store);
         self.agent_id = agent_id.into();
@@ -353,12 +355,14 @@ impl Agent {
         // A save an abort left out deletes what it writes once it lands: waiting for it here
         // would hold every discard behind one write that never settles.
         let late = self.late_saves.discard(run_id);
-        if runs.store.get(&runs.key(run_id)).await.map_err(AgentError::Store)?.is_none() {
-            return Ok(late);
-        }
+        let stored = runs.store.get(&runs.key(run_id)).await.map_err(AgentError::Store)?.is_some();
+        // Both records go even when the state is gone: a starting conversation left by a build
+        // that deleted the state alone would be listed nowhere, and kept for good.
         runs.forget(run_id).await?;
-        self.take_resumable(run_id);
-        Ok(true)
+        if stored {
+            self.take_resumable(run_id);
+        }
+        Ok(stored || late)
     }
 
     /// [`Agent::resume_state`] from the state persisted in the agent's store.

@@ -216,8 +216,9 @@ pub(crate) struct RunRecorder {
     pub history_prefix: String,
     /// Where a save an abort left unsettled is kept for the next read of its run.
     pub late: Rc<LateSaves>,
-    /// Whether this run's starting conversation was written in this context (the first save
-    /// writes it with the state, in one batch).
+    /// Whether this context's saves of the run include its starting conversation no more: set
+    /// as the first save is built, which writes it with the state in one batch (a save that
+    /// fails ends the run's drive, and the next drive has a recorder of its own).
     history_written: Cell<bool>,
 }
 
@@ -254,7 +255,12 @@ impl RunRecorder {
     /// apart, written with the first save only.
     fn save(&self, state: &RunState) -> Result<SaveWrite, AgentError> {
         let invalid = |e: serde_json::Error| AgentError::InvalidState(e.to_string());
-        let start = state.history_len.map_or(0, |len| len as usize).min(state.messages.len());
+        // Messages only grow within a drive, so the split stays where the first save put it. A
+        // record claiming more history than it has messages is saved whole, as before.
+        let start = match state.history_len {
+            Some(len) if len as usize <= state.messages.len() => len as usize,
+            _ => 0,
+        };
         let store = self.store.clone();
         if start == 0 {
             let value = serde_json::to_value(Versioned { kind: "run".to_string(), v: 1, data: state }).map_err(invalid)?;
@@ -266,16 +272,18 @@ impl RunRecorder {
         value["data"]["historyApart"] = Value::Bool(true);
         let mut ops = vec![];
         if !self.history_written.replace(true) {
-            let history = serde_json::to_value(&state.messages[..start]).map_err(invalid)?;
+            let history = serde_json::to_value(Versioned { kind: "run-history".to_string(), v: 1, data: &state.messages[..start] }).map_err(invalid)?;
             ops.push(BatchOp::Put { key: self.history_key(&state.run_id), value: history });
         }
         ops.push(BatchOp::Put { key: self.key(&state.run_id), value });
         Ok(async move { store.batch(ops).await }.boxed_local().shared())
     }
 
-    /// Every key of `run_id`'s records.
+    /// Every key of `run_id`'s records, its starting conversation's first: a delete of both
+    /// that a store tears leaves the state, which is listed and can be discarded again, not a
+    /// conversation nothing lists.
     pub(crate) fn keys(&self, run_id: &str) -> [String; 2] {
-        [self.key(run_id), self.history_key(run_id)]
+        [self.history_key(run_id), self.key(run_id)]
     }
 
     pub(crate) async fn forget(&self, run_id: &str) -> Result<(), AgentError> {
@@ -289,7 +297,7 @@ impl RunRecorder {
         let Some(mut value) = self.store.get(&self.key(run_id)).await.map_err(AgentError::Store)? else { return Ok(None) };
         if value["data"]["historyApart"] == Value::Bool(true) {
             let history = self.store.get(&self.history_key(run_id)).await.map_err(AgentError::Store)?;
-            let Some(Value::Array(mut messages)) = history else {
+            let Some(Value::Array(mut messages)) = history.filter(|h| h["kind"] == "run-history" && h["v"] == 1).map(|mut h| h["data"].take()) else {
                 return Err(AgentError::InvalidState(format!("run `{run_id}`: the conversation it started from is missing from the store")));
             };
             if let Some(Value::Array(own)) = value["data"].get_mut("messages").map(Value::take) {
