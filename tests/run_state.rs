@@ -1174,11 +1174,13 @@ fn a_run_stored_before_calls_carried_a_providers_value_still_resumes() {
     assert_eq!(calls[0].provider_data, None);
 }
 
-/// A memory store whose writes fail with `store_quota` while `full` is set (a test double).
+/// A memory store whose writes fail with `store_quota` while `full` is set, and which records
+/// what it writes: bytes of JSON per key, puts and batches alike (a test double).
 #[derive(Default)]
 struct FillingStore {
     inner: MemoryStore,
     full: std::cell::Cell<bool>,
+    written: std::cell::RefCell<Vec<(String, usize)>>,
 }
 
 impl FillingStore {
@@ -1197,6 +1199,7 @@ impl Store for FillingStore {
     }
     async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
         self.refuse_while_full()?;
+        self.written.borrow_mut().push((key.to_string(), value.to_string().len()));
         self.inner.put(key, value).await
     }
     async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
@@ -1208,6 +1211,11 @@ impl Store for FillingStore {
     }
     async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
         self.refuse_while_full()?;
+        for op in &ops {
+            if let crucible::store::BatchOp::Put { key, value } = op {
+                self.written.borrow_mut().push((key.clone(), value.to_string().len()));
+            }
+        }
         self.inner.batch(ops).await
     }
 }
@@ -1272,44 +1280,12 @@ fn a_resume_aborted_before_it_starts_reports_the_runs_usage_and_runs_nothing() {
     assert_eq!(refunds.calls.get(), 1);
 }
 
-/// Counts what a run writes: bytes of JSON per key, puts and batches alike.
-#[derive(Default)]
-struct CountingStore {
-    inner: MemoryStore,
-    written: std::cell::RefCell<Vec<(String, usize)>>,
-}
-
-#[async_trait::async_trait(?Send)]
-impl Store for CountingStore {
-    async fn get(&self, key: &str) -> Result<Option<Value>, crucible::store::StoreError> {
-        self.inner.get(key).await
-    }
-    async fn put(&self, key: &str, value: Value) -> Result<(), crucible::store::StoreError> {
-        self.written.borrow_mut().push((key.to_string(), value.to_string().len()));
-        self.inner.put(key, value).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), crucible::store::StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Value)>, crucible::store::StoreError> {
-        self.inner.scan(prefix).await
-    }
-    async fn batch(&self, ops: Vec<crucible::store::BatchOp>) -> Result<(), crucible::store::StoreError> {
-        for op in &ops {
-            if let crucible::store::BatchOp::Put { key, value } = op {
-                self.written.borrow_mut().push((key.clone(), value.to_string().len()));
-            }
-        }
-        self.inner.batch(ops).await
-    }
-}
-
 /// A run's starting conversation (the session's, the same at every step) is written once, not
 /// with every step's state; a run paused in such a session resumes after a restart with the
 /// whole conversation, and a finished or discarded run leaves neither record behind.
 #[test]
 fn a_runs_starting_conversation_is_written_once_and_read_back_whole() {
-    let store = Rc::new(CountingStore::default());
+    let store = Rc::new(FillingStore::default());
     let big = "x".repeat(100_000);
     let refunds = refund_tool();
     let handler = Rc::new(NeedsApproval { inner: refunds.clone(), predicate: Box::new(|args: &Value| args["order"] == 9) });

@@ -226,6 +226,9 @@ pub(crate) struct RunRecorder {
 /// stored apart (`historyApart`), which a build reading version 1 only would resume without.
 pub(crate) const RUN_STATE_VERSION: u32 = 2;
 
+/// The version of a state stored whole, which builds before version 2 read too.
+const WHOLE_RUN_STATE_VERSION: u32 = 1;
+
 /// A stored run-state record as a [`RunState`]: one of another kind, or of a newer version, is
 /// `InvalidState`. Of a record whose starting conversation is stored apart, `messages` holds
 /// only the run's own (see [`Agent::load_run`](super::Agent::load_run) for the whole state).
@@ -263,7 +266,7 @@ impl RunRecorder {
         };
         let store = self.store.clone();
         if start == 0 {
-            let value = serde_json::to_value(Versioned { kind: "run".to_string(), v: 1, data: state }).map_err(invalid)?;
+            let value = serde_json::to_value(Versioned { kind: "run".to_string(), v: WHOLE_RUN_STATE_VERSION, data: state }).map_err(invalid)?;
             let key = self.key(&state.run_id);
             return Ok(async move { store.put(&key, value).await }.boxed_local().shared());
         }

@@ -32,7 +32,7 @@ pub fn json_values(text: &str) -> Vec<Value> {
         }
         rest = after;
     }
-    for v in embedded_values(trimmed) {
+    for v in embedded_in(trimmed) {
         if !found.contains(&v) {
             found.push(v);
         }
@@ -62,7 +62,11 @@ pub(crate) fn unfenced(text: &str) -> Option<&str> {
 /// written twice is here twice; [`json_values`] offers it once): a value's insides are not
 /// offered again, and the scan stops at a value cut off by the end of the text.
 pub fn embedded_values(text: &str) -> Vec<Value> {
-    let text = &*well_formed(text);
+    embedded_in(&well_formed(text))
+}
+
+/// [`embedded_values`] of text already [`well_formed`] (as [`json_values`] has it).
+fn embedded_in(text: &str) -> Vec<Value> {
     let mut found = Vec::new();
     let mut at = 0;
     for _ in 0..MAX_EMBEDDED_TRIES {
